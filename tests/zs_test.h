@@ -1,0 +1,53 @@
+/*
+ * zs_test.h - tiny assertion helpers shared by the tests (header only).
+ *
+ * Tests stop on the first failure (only main and tests may exit), printing
+ * file:line and the failed expression. TEST_OK(expr) expects ZS_OK and prints
+ * the zs_err_t message of the named error record when it is not.
+ */
+#ifndef ZS_TEST_H
+#define ZS_TEST_H
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+
+#define TEST_CHECK(cond)                                                                  \
+    do {                                                                                  \
+        if (!(cond)) {                                                                    \
+            fprintf(stderr, "FAIL %s:%d: %s\n", __FILE__, __LINE__, #cond);               \
+            exit(1);                                                                      \
+        }                                                                                 \
+    } while (0)
+
+#define TEST_CHECKF(cond, ...)                                                            \
+    do {                                                                                  \
+        if (!(cond)) {                                                                    \
+            fprintf(stderr, "FAIL %s:%d: %s: ", __FILE__, __LINE__, #cond);               \
+            fprintf(stderr, __VA_ARGS__);                                                 \
+            fprintf(stderr, "\n");                                                        \
+            exit(1);                                                                      \
+        }                                                                                 \
+    } while (0)
+
+/* expr returns a zs status; err is a zs_err_t (not a pointer). */
+#define TEST_OK(expr, err)                                                                \
+    do {                                                                                  \
+        int rc_ = (expr);                                                                 \
+        if (rc_ != 0) {                                                                   \
+            fprintf(stderr, "FAIL %s:%d: %s returned %d: %s\n", __FILE__, __LINE__, #expr, \
+                    rc_, (err).msg);                                                      \
+            exit(1);                                                                      \
+        }                                                                                 \
+    } while (0)
+
+/* |a - b| <= atol + rtol * |b|, tracking the worst absolute error seen. */
+static inline int zs_test_close(double a, double b, double atol, double rtol, double *maxerr)
+{
+    double e = fabs(a - b);
+    if (maxerr && e > *maxerr)
+        *maxerr = e;
+    return e <= atol + rtol * fabs(b);
+}
+
+#endif
