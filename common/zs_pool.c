@@ -89,14 +89,16 @@ zs_pool_t *zs_pool_create(int nthreads)
     }
     for (int i = 1; i < nthreads; i++) {
         thread_arg_t *a = malloc(sizeof *a);
+        if (a) {
+            a->pool = p;
+            a->index = i;
+        }
         if (!a || pthread_create(&p->threads[i], NULL, thread_main, a) != 0) {
             free(a);
             p->nthreads = i; /* destroy joins the ones that started */
             zs_pool_destroy(p);
             return NULL;
         }
-        a->pool = p;
-        a->index = i;
     }
     return p;
 }
