@@ -52,7 +52,13 @@ int zs_err_prefix(zs_err_t *err, const char *fmt, ...)
     vsnprintf(head, sizeof head, fmt, ap);
     va_end(ap);
     memcpy(old, err->msg, sizeof old);
-    snprintf(err->msg, sizeof err->msg, "%s%s", head, old);
+    size_t hl = strnlen(head, sizeof head - 1);
+    memcpy(err->msg, head, hl);
+    size_t ol = strnlen(old, sizeof old - 1);
+    if (ol > sizeof err->msg - 1 - hl)
+        ol = sizeof err->msg - 1 - hl;
+    memcpy(err->msg + hl, old, ol);
+    err->msg[hl + ol] = '\0';
     return err->code;
 }
 

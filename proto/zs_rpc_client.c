@@ -1,0 +1,234 @@
+/*
+ * zs_rpc_client.c - blocking client calls over gRPC core (see zs_rpc.h).
+ *
+ * Each call has a private pluck completion queue. RECV_STATUS_ON_CLIENT is
+ * armed at the start under its own tag, so a server that refuses a stream
+ * half-way is reported with its own status and message instead of a bare
+ * "send failed".
+ */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "zs_rpc.h"
+
+enum { TAG_START = 1, TAG_STATUS, TAG_SEND, TAG_RECV, TAG_CLOSE, TAG_UNARY };
+
+gpr_timespec zs_deadline_ms(int64_t ms)
+{
+    return gpr_time_add(gpr_now(GPR_CLOCK_MONOTONIC), gpr_time_from_millis(ms, GPR_TIMESPAN));
+}
+
+/* Run one batch and wait for it; returns the completion's success flag, or
+ * -1 when the batch could not even start. */
+static int run_batch(grpc_call *call, grpc_completion_queue *cq, const grpc_op *ops, size_t n,
+                     intptr_t tag)
+{
+    if (grpc_call_start_batch(call, ops, n, (void *)tag, NULL) != GRPC_CALL_OK)
+        return -1;
+    grpc_event ev = grpc_completion_queue_pluck(cq, (void *)tag,
+                                                gpr_inf_future(GPR_CLOCK_REALTIME), NULL);
+    return ev.type == GRPC_OP_COMPLETE && ev.success;
+}
+
+static int status_to_err(zs_ccall_t *c, zs_err_t *err)
+{
+    if (c->status == GRPC_STATUS_OK)
+        return ZS_OK;
+    int code = zs_status_from_grpc((int)c->status);
+    size_t dl = GRPC_SLICE_LENGTH(c->details);
+    return zs_err_set(err, code, "%s: %.*s%s", c->peer ? c->peer : "server", (int)(dl > 240 ? 240 : dl),
+                      (const char *)GRPC_SLICE_START_PTR(c->details),
+                      c->status == GRPC_STATUS_DEADLINE_EXCEEDED ? " (deadline passed)" : "");
+}
+
+/* Pluck the armed status (blocking until the call ends). */
+static int wait_status(zs_ccall_t *c, zs_err_t *err)
+{
+    if (c->status_pending) {
+        grpc_completion_queue_pluck(c->cq, (void *)(intptr_t)TAG_STATUS,
+                                    gpr_inf_future(GPR_CLOCK_REALTIME), NULL);
+        c->status_pending = 0;
+    }
+    return status_to_err(c, err);
+}
+
+int zs_ccall_start(zs_ccall_t *c, grpc_channel *ch, const char *method, const char *token,
+                   int timeout_ms, const char *peer, zs_err_t *err)
+{
+    memset(c, 0, sizeof *c);
+    c->peer = peer;
+    c->cq = grpc_completion_queue_create_for_pluck(NULL);
+    grpc_slice m = grpc_slice_from_static_string(method);
+    c->call = grpc_channel_create_call(ch, NULL, GRPC_PROPAGATE_DEFAULTS, c->cq, m, NULL,
+                                       zs_deadline_ms(timeout_ms), NULL);
+    if (!c->call) {
+        zs_ccall_destroy(c);
+        return zs_err_set(err, ZS_ERR_INTERNAL, "%s: cannot create call %s", peer, method);
+    }
+    grpc_metadata_array_init(&c->initial_md);
+    grpc_metadata_array_init(&c->trailing_md);
+    c->details = grpc_empty_slice();
+
+    grpc_op ops[1];
+    memset(ops, 0, sizeof ops);
+    ops[0].op = GRPC_OP_SEND_INITIAL_METADATA;
+    if (token && token[0]) {
+        char v[512];
+        snprintf(v, sizeof v, "Bearer %s", token);
+        c->auth.key = grpc_slice_from_static_string("authorization");
+        c->auth.value = grpc_slice_from_copied_string(v);
+        c->nmd = 1;
+        ops[0].data.send_initial_metadata.count = 1;
+        ops[0].data.send_initial_metadata.metadata = &c->auth;
+    }
+    if (run_batch(c->call, c->cq, ops, 1, TAG_START) != 1) {
+        zs_ccall_destroy(c);
+        return zs_err_set(err, ZS_ERR_UNAVAILABLE, "%s: cannot start %s", peer, method);
+    }
+    grpc_op st;
+    memset(&st, 0, sizeof st);
+    st.op = GRPC_OP_RECV_STATUS_ON_CLIENT;
+    st.data.recv_status_on_client.trailing_metadata = &c->trailing_md;
+    st.data.recv_status_on_client.status = &c->status;
+    st.data.recv_status_on_client.status_details = &c->details;
+    if (grpc_call_start_batch(c->call, &st, 1, (void *)(intptr_t)TAG_STATUS, NULL) !=
+        GRPC_CALL_OK) {
+        zs_ccall_destroy(c);
+        return zs_err_set(err, ZS_ERR_INTERNAL, "%s: cannot arm status of %s", peer, method);
+    }
+    c->status_pending = 1;
+    return ZS_OK;
+}
+
+int zs_ccall_send(zs_ccall_t *c, grpc_byte_buffer *bb, zs_err_t *err)
+{
+    if (!bb)
+        return zs_err_set(err, ZS_ERR_NOMEM, "%s: out of memory building a message", c->peer);
+    grpc_op op;
+    memset(&op, 0, sizeof op);
+    op.op = GRPC_OP_SEND_MESSAGE;
+    op.data.send_message.send_message = bb;
+    int ok = run_batch(c->call, c->cq, &op, 1, TAG_SEND);
+    grpc_byte_buffer_destroy(bb);
+    if (ok == 1)
+        return ZS_OK;
+    /* The server ended the call (refusal) or the connection broke. */
+    int rc = wait_status(c, err);
+    if (rc == ZS_OK)
+        rc = zs_err_set(err, ZS_ERR_INTERNAL, "%s: server closed the stream early", c->peer);
+    return rc;
+}
+
+static int half_close(zs_ccall_t *c)
+{
+    if (c->closed)
+        return 1;
+    c->closed = 1;
+    grpc_op ops[2];
+    memset(ops, 0, sizeof ops);
+    ops[0].op = GRPC_OP_SEND_CLOSE_FROM_CLIENT;
+    ops[1].op = GRPC_OP_RECV_INITIAL_METADATA;
+    ops[1].data.recv_initial_metadata.recv_initial_metadata = &c->initial_md;
+    return run_batch(c->call, c->cq, ops, 2, TAG_CLOSE) == 1;
+}
+
+int zs_ccall_recv(zs_ccall_t *c, grpc_byte_buffer **bb, zs_err_t *err)
+{
+    *bb = NULL;
+    if (!half_close(c))
+        return wait_status(c, err) ?: zs_err_set(err, ZS_ERR_UNAVAILABLE, "%s: stream broke",
+                                                 c->peer);
+    grpc_op op;
+    memset(&op, 0, sizeof op);
+    op.op = GRPC_OP_RECV_MESSAGE;
+    op.data.recv_message.recv_message = bb;
+    int ok = run_batch(c->call, c->cq, &op, 1, TAG_RECV);
+    if (ok == 1 && *bb)
+        return ZS_OK;
+    if (*bb) {
+        grpc_byte_buffer_destroy(*bb);
+        *bb = NULL;
+    }
+    int rc = wait_status(c, err);
+    return rc;
+}
+
+int zs_ccall_finish(zs_ccall_t *c, zs_err_t *err)
+{
+    half_close(c);
+    return wait_status(c, err);
+}
+
+void zs_ccall_destroy(zs_ccall_t *c)
+{
+    if (c->call) {
+        if (c->status_pending) {
+            grpc_call_cancel(c->call, NULL);
+            grpc_completion_queue_pluck(c->cq, (void *)(intptr_t)TAG_STATUS,
+                                        gpr_inf_future(GPR_CLOCK_REALTIME), NULL);
+            c->status_pending = 0;
+        }
+        grpc_call_unref(c->call);
+        c->call = NULL;
+        grpc_metadata_array_destroy(&c->initial_md);
+        grpc_metadata_array_destroy(&c->trailing_md);
+        grpc_slice_unref(c->details);
+        if (c->nmd) {
+            grpc_slice_unref(c->auth.value);
+            c->nmd = 0;
+        }
+    }
+    if (c->cq) {
+        grpc_completion_queue_shutdown(c->cq);
+        grpc_completion_queue_destroy(c->cq);
+        c->cq = NULL;
+    }
+}
+
+int zs_unary(grpc_channel *ch, const char *method, const char *token, int timeout_ms,
+             const char *peer, const ProtobufCMessage *req,
+             const ProtobufCMessageDescriptor *reply_desc, ProtobufCMessage **reply, zs_err_t *err)
+{
+    zs_ccall_t c;
+    *reply = NULL;
+    int rc = zs_ccall_start(&c, ch, method, token, timeout_ms, peer, err);
+    if (rc)
+        return rc;
+    rc = zs_ccall_send(&c, zs_msg_build(req), err);
+    grpc_byte_buffer *bb = NULL;
+    if (rc == ZS_OK)
+        rc = zs_ccall_recv(&c, &bb, err);
+    if (rc == ZS_OK && !bb)
+        rc = zs_err_set(err, ZS_ERR_INTERNAL, "%s: %s returned no reply", peer, method);
+    if (rc == ZS_OK) {
+        rc = zs_msg_parse(bb, reply_desc, reply, err);
+        grpc_byte_buffer_destroy(bb);
+        if (rc == ZS_OK)
+            rc = zs_ccall_finish(&c, err);
+        if (rc && *reply) {
+            protobuf_c_message_free_unpacked(*reply, NULL);
+            *reply = NULL;
+        }
+    }
+    zs_ccall_destroy(&c);
+    return rc;
+}
+
+grpc_channel *zs_channel_create(const char *target, const char *ca_pem)
+{
+    grpc_arg args[2];
+    memset(args, 0, sizeof args);
+    args[0].type = GRPC_ARG_INTEGER;
+    args[0].key = GRPC_ARG_MAX_RECEIVE_MESSAGE_LENGTH;
+    args[0].value.integer = (int)ZS_RPC_MAX_MESSAGE;
+    args[1].type = GRPC_ARG_INTEGER;
+    args[1].key = GRPC_ARG_USE_LOCAL_SUBCHANNEL_POOL;
+    args[1].value.integer = 1;
+    grpc_channel_args ca = {2, args};
+    grpc_channel_credentials *cr = ca_pem ? grpc_ssl_credentials_create(ca_pem, NULL, NULL, NULL)
+                                          : grpc_insecure_credentials_create();
+    grpc_channel *ch = grpc_channel_create(target, cr, &ca);
+    grpc_channel_credentials_release(cr);
+    return ch;
+}

@@ -1,0 +1,353 @@
+/*
+ * zs_rpc_server.c - a threaded gRPC core server: one dispatcher thread, one
+ * handler thread per call (see zs_rpc.h).
+ *
+ * Threading model:
+ *  - The dispatcher polls the server's notification queue (a NEXT queue).
+ *    For every registered method it keeps SLOTS_PER_METHOD requests
+ *    outstanding; when one is matched with an incoming call it re-requests
+ *    and starts a handler thread for the call.
+ *  - A handler thread owns its call outright: every operation goes through
+ *    the call's private pluck queue, so no locking is needed per call.
+ *  - At most max_calls handlers run at once; a call beyond that is refused
+ *    at once with RESOURCE_EXHAUSTED.
+ * The bearer token (if configured) is checked before the handler runs.
+ */
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <grpc/support/alloc.h>
+
+#include "zs_log.h"
+#include "zs_rpc.h"
+
+#define SLOTS_PER_METHOD 4
+#define SHUTDOWN_TAG ((void *)(intptr_t)-1)
+
+enum { TAG_OP = 1 };
+
+struct zs_rpc_server {
+    grpc_server *server;
+    grpc_completion_queue *cq; /* notification queue (NEXT) */
+    const zs_rpc_method_t *methods;
+    int nmethods;
+    void **handles; /* registered method handles */
+    void *ctx;
+    char *token;
+    int port;
+    int max_calls;
+    pthread_t dispatcher;
+    pthread_mutex_t mu;
+    pthread_cond_t cv;
+    int active; /* running handler threads */
+    int shutting_down;
+    int shutdown_seen;
+};
+
+typedef struct slot {
+    zs_rpc_server_t *srv;
+    zs_scall_t call;
+} slot_t;
+
+static int run_batch(zs_scall_t *c, const grpc_op *ops, size_t n)
+{
+    if (grpc_call_start_batch(c->call, ops, n, (void *)(intptr_t)TAG_OP, NULL) != GRPC_CALL_OK)
+        return 0;
+    grpc_event ev = grpc_completion_queue_pluck(c->cq, (void *)(intptr_t)TAG_OP,
+                                                gpr_inf_future(GPR_CLOCK_REALTIME), NULL);
+    return ev.type == GRPC_OP_COMPLETE && ev.success;
+}
+
+int zs_scall_recv(zs_scall_t *c, grpc_byte_buffer **bb, zs_err_t *err)
+{
+    *bb = NULL;
+    grpc_op op;
+    memset(&op, 0, sizeof op);
+    op.op = GRPC_OP_RECV_MESSAGE;
+    op.data.recv_message.recv_message = bb;
+    if (!run_batch(c, &op, 1)) {
+        if (*bb) {
+            grpc_byte_buffer_destroy(*bb);
+            *bb = NULL;
+        }
+        return zs_err_set(err, ZS_ERR_CANCELLED, "call cancelled by the client");
+    }
+    return ZS_OK;
+}
+
+int zs_scall_send(zs_scall_t *c, grpc_byte_buffer *bb, zs_err_t *err)
+{
+    if (!bb)
+        return zs_err_set(err, ZS_ERR_NOMEM, "out of memory building a reply");
+    grpc_op ops[2];
+    memset(ops, 0, sizeof ops);
+    size_t n = 0;
+    if (!c->sent_initial_md) {
+        ops[n++].op = GRPC_OP_SEND_INITIAL_METADATA;
+        c->sent_initial_md = 1;
+    }
+    ops[n].op = GRPC_OP_SEND_MESSAGE;
+    ops[n++].data.send_message.send_message = bb;
+    int ok = run_batch(c, ops, n);
+    grpc_byte_buffer_destroy(bb);
+    return ok ? ZS_OK : zs_err_set(err, ZS_ERR_CANCELLED, "call cancelled by the client");
+}
+
+int zs_scall_finish(zs_scall_t *c, grpc_byte_buffer *reply, int code, const char *msg)
+{
+    if (c->finished) {
+        if (reply)
+            grpc_byte_buffer_destroy(reply);
+        return ZS_OK;
+    }
+    c->finished = 1;
+    grpc_op ops[4];
+    memset(ops, 0, sizeof ops);
+    size_t n = 0;
+    int cancelled = 0;
+    if (!c->sent_initial_md) {
+        ops[n++].op = GRPC_OP_SEND_INITIAL_METADATA;
+        c->sent_initial_md = 1;
+    }
+    if (reply && code == ZS_OK) {
+        ops[n].op = GRPC_OP_SEND_MESSAGE;
+        ops[n++].data.send_message.send_message = reply;
+    }
+    grpc_slice details = grpc_slice_from_copied_string(msg ? msg : "");
+    ops[n].op = GRPC_OP_SEND_STATUS_FROM_SERVER;
+    ops[n].data.send_status_from_server.status = (grpc_status_code)zs_status_to_grpc(code);
+    ops[n++].data.send_status_from_server.status_details = &details;
+    ops[n].op = GRPC_OP_RECV_CLOSE_ON_SERVER;
+    ops[n++].data.recv_close_on_server.cancelled = &cancelled;
+    int ok = run_batch(c, ops, n);
+    grpc_slice_unref(details);
+    if (reply)
+        grpc_byte_buffer_destroy(reply);
+    return ok ? ZS_OK : ZS_ERR_CANCELLED;
+}
+
+/* ---- dispatcher ------------------------------------------------------- */
+
+static void slot_free(slot_t *s)
+{
+    if (s->call.call)
+        grpc_call_unref(s->call.call);
+    if (s->call.request)
+        grpc_byte_buffer_destroy(s->call.request);
+    grpc_metadata_array_destroy(&s->call.request_md);
+    grpc_completion_queue_shutdown(s->call.cq);
+    grpc_completion_queue_destroy(s->call.cq);
+    free(s);
+}
+
+static int request_slot(zs_rpc_server_t *srv, int m)
+{
+    slot_t *s = calloc(1, sizeof *s);
+    if (!s)
+        return -1;
+    s->srv = srv;
+    s->call.method = m;
+    s->call.cq = grpc_completion_queue_create_for_pluck(NULL);
+    grpc_metadata_array_init(&s->call.request_md);
+    grpc_byte_buffer **payload =
+        srv->methods[m].kind == ZS_RPC_CLIENT_STREAM ? NULL : &s->call.request;
+    grpc_call_error e = grpc_server_request_registered_call(
+        srv->server, srv->handles[m], &s->call.call, &s->call.deadline, &s->call.request_md,
+        payload, s->call.cq, srv->cq, s);
+    if (e != GRPC_CALL_OK) {
+        ZS_ERROR("grpc_server_request_registered_call(%s): %s", srv->methods[m].path,
+                 grpc_call_error_to_string(e));
+        slot_free(s);
+        return -1;
+    }
+    return 0;
+}
+
+static int token_ok(zs_rpc_server_t *srv, const grpc_metadata_array *md)
+{
+    if (!srv->token)
+        return 1;
+    size_t tl = strlen(srv->token);
+    for (size_t i = 0; i < md->count; i++) {
+        const grpc_metadata *m = &md->metadata[i];
+        if (!grpc_slice_str_cmp(m->key, "authorization")) {
+            size_t vl = GRPC_SLICE_LENGTH(m->value);
+            const char *v = (const char *)GRPC_SLICE_START_PTR(m->value);
+            return vl == tl + 7 && !memcmp(v, "Bearer ", 7) && !memcmp(v + 7, srv->token, tl);
+        }
+    }
+    return 0;
+}
+
+static void *handler_main(void *arg)
+{
+    slot_t *s = arg;
+    zs_rpc_server_t *srv = s->srv;
+    zs_err_t err;
+    zs_err_clear(&err);
+    char *peer = grpc_call_get_peer(s->call.call);
+    snprintf(s->call.peer, sizeof s->call.peer, "%s", peer ? peer : "?");
+    gpr_free(peer);
+    int rc;
+    if (!token_ok(srv, &s->call.request_md))
+        rc = zs_err_set(&err, ZS_ERR_UNAUTH, "missing or wrong bearer token");
+    else
+        rc = srv->methods[s->call.method].fn(srv->ctx, &s->call, &err);
+    if (rc != ZS_OK && rc != ZS_ERR_CANCELLED)
+        ZS_WARN("refused %s from %s: %s (%s)", srv->methods[s->call.method].path, s->call.peer,
+                err.msg, zs_status_name(rc));
+    zs_scall_finish(&s->call, NULL, rc, err.msg);
+    slot_free(s);
+    pthread_mutex_lock(&srv->mu);
+    srv->active--;
+    pthread_cond_broadcast(&srv->cv);
+    pthread_mutex_unlock(&srv->mu);
+    return NULL;
+}
+
+static void *dispatcher_main(void *arg)
+{
+    zs_rpc_server_t *srv = arg;
+    for (;;) {
+        grpc_event ev = grpc_completion_queue_next(srv->cq, gpr_inf_future(GPR_CLOCK_REALTIME),
+                                                   NULL);
+        if (ev.type == GRPC_QUEUE_SHUTDOWN)
+            break;
+        if (ev.type != GRPC_OP_COMPLETE)
+            continue;
+        if (ev.tag == SHUTDOWN_TAG) {
+            pthread_mutex_lock(&srv->mu);
+            srv->shutdown_seen = 1;
+            pthread_cond_broadcast(&srv->cv);
+            pthread_mutex_unlock(&srv->mu);
+            continue;
+        }
+        slot_t *s = ev.tag;
+        if (!ev.success) { /* request cancelled by shutdown */
+            slot_free(s);
+            continue;
+        }
+        pthread_mutex_lock(&srv->mu);
+        int stopping = srv->shutting_down;
+        int over = srv->active >= srv->max_calls;
+        if (!over && !stopping)
+            srv->active++;
+        pthread_mutex_unlock(&srv->mu);
+        if (!stopping)
+            request_slot(srv, s->call.method);
+        if (over || stopping) {
+            zs_scall_finish(&s->call, NULL, over ? ZS_ERR_BUSY : ZS_ERR_CANCELLED,
+                            over ? "server busy: too many concurrent calls" : "shutting down");
+            slot_free(s);
+            continue;
+        }
+        pthread_t t;
+        pthread_attr_t attr;
+        pthread_attr_init(&attr);
+        pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED);
+        if (pthread_create(&t, &attr, handler_main, s) != 0) {
+            zs_scall_finish(&s->call, NULL, ZS_ERR_BUSY, "server cannot start a thread");
+            slot_free(s);
+            pthread_mutex_lock(&srv->mu);
+            srv->active--;
+            pthread_mutex_unlock(&srv->mu);
+        }
+        pthread_attr_destroy(&attr);
+    }
+    return NULL;
+}
+
+int zs_rpc_server_create(const zs_rpc_server_opts_t *opts, const zs_rpc_method_t *methods,
+                         int nmethods, void *ctx, zs_rpc_server_t **out, zs_err_t *err)
+{
+    *out = NULL;
+    zs_rpc_server_t *srv = calloc(1, sizeof *srv);
+    if (!srv)
+        return zs_err_set(err, ZS_ERR_NOMEM, "out of memory");
+    srv->methods = methods;
+    srv->nmethods = nmethods;
+    srv->ctx = ctx;
+    srv->max_calls = opts->max_calls > 0 ? opts->max_calls : 64;
+    srv->token = opts->token && opts->token[0] ? strdup(opts->token) : NULL;
+    srv->handles = calloc((size_t)nmethods, sizeof *srv->handles);
+    pthread_mutex_init(&srv->mu, NULL);
+    pthread_cond_init(&srv->cv, NULL);
+
+    grpc_arg args[1];
+    memset(args, 0, sizeof args);
+    args[0].type = GRPC_ARG_INTEGER;
+    args[0].key = GRPC_ARG_MAX_RECEIVE_MESSAGE_LENGTH;
+    args[0].value.integer = (int)ZS_RPC_MAX_MESSAGE;
+    grpc_channel_args ca = {1, args};
+    srv->server = grpc_server_create(&ca, NULL);
+    srv->cq = grpc_completion_queue_create_for_next(NULL);
+    grpc_server_register_completion_queue(srv->server, srv->cq, NULL);
+    for (int m = 0; m < nmethods; m++) {
+        grpc_server_register_method_payload_handling ph =
+            methods[m].kind == ZS_RPC_CLIENT_STREAM ? GRPC_SRM_PAYLOAD_NONE
+                                                    : GRPC_SRM_PAYLOAD_READ_INITIAL_BYTE_BUFFER;
+        srv->handles[m] = grpc_server_register_method(srv->server, methods[m].path, NULL, ph, 0);
+    }
+    grpc_server_credentials *cr;
+    if (opts->tls_cert_pem) {
+        grpc_ssl_pem_key_cert_pair pair = {opts->tls_key_pem, opts->tls_cert_pem};
+        cr = grpc_ssl_server_credentials_create_ex(NULL, &pair, 1,
+                                                   GRPC_SSL_DONT_REQUEST_CLIENT_CERTIFICATE, NULL);
+    } else {
+        cr = grpc_insecure_server_credentials_create();
+    }
+    srv->port = grpc_server_add_http2_port(srv->server, opts->listen, cr);
+    grpc_server_credentials_release(cr);
+    if (srv->port <= 0) {
+        int rc = zs_err_set(err, ZS_ERR_UNAVAILABLE,
+                            "cannot listen on %s (address in use or not local?)", opts->listen);
+        grpc_server_destroy(srv->server);
+        grpc_completion_queue_shutdown(srv->cq);
+        while (grpc_completion_queue_next(srv->cq, gpr_inf_future(GPR_CLOCK_REALTIME), NULL)
+                   .type != GRPC_QUEUE_SHUTDOWN)
+            ;
+        grpc_completion_queue_destroy(srv->cq);
+        free(srv->handles);
+        free(srv->token);
+        free(srv);
+        return rc;
+    }
+    grpc_server_start(srv->server);
+    for (int m = 0; m < nmethods; m++)
+        for (int k = 0; k < SLOTS_PER_METHOD; k++)
+            request_slot(srv, m);
+    pthread_create(&srv->dispatcher, NULL, dispatcher_main, srv);
+    *out = srv;
+    return ZS_OK;
+}
+
+int zs_rpc_server_port(const zs_rpc_server_t *srv)
+{
+    return srv->port;
+}
+
+void zs_rpc_server_destroy(zs_rpc_server_t *srv)
+{
+    if (!srv)
+        return;
+    pthread_mutex_lock(&srv->mu);
+    srv->shutting_down = 1;
+    pthread_mutex_unlock(&srv->mu);
+    grpc_server_shutdown_and_notify(srv->server, srv->cq, SHUTDOWN_TAG);
+    grpc_server_cancel_all_calls(srv->server);
+    pthread_mutex_lock(&srv->mu);
+    while (!srv->shutdown_seen || srv->active > 0)
+        pthread_cond_wait(&srv->cv, &srv->mu);
+    pthread_mutex_unlock(&srv->mu);
+    grpc_server_destroy(srv->server);
+    grpc_completion_queue_shutdown(srv->cq);
+    pthread_join(srv->dispatcher, NULL);
+    grpc_completion_queue_destroy(srv->cq);
+    pthread_mutex_destroy(&srv->mu);
+    pthread_cond_destroy(&srv->cv);
+    free(srv->handles);
+    free(srv->token);
+    free(srv);
+}

@@ -1,0 +1,184 @@
+/*
+ * zs_server_main.c - the zs-server command: flags, signals, start and
+ * graceful stop of one shard server.
+ *
+ * Startup: open the data dir (loading the newest complete checkpoint), bind,
+ * serve. SIGTERM/SIGINT: stop accepting, wake waiting pulls, let in-flight
+ * handlers (a checkpoint being written included) finish, close the DB.
+ */
+#include <getopt.h>
+#include <grpc/grpc.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "zs_log.h"
+#include "zs_rpc.h"
+#include "zs_service.h"
+#include "zs_shard.h"
+
+static void usage(FILE *f)
+{
+    fprintf(f,
+            "usage: zs-server --listen HOST:PORT --data DIR [options]\n"
+            "\n"
+            "Shard server of zeroshard: holds fp32 master weights and AdamW state for its\n"
+            "range of the flat parameter space, runs the optimizer on commit, and keeps\n"
+            "checkpoints in RocksDB under DIR.\n"
+            "\n"
+            "  --listen HOST:PORT   address to serve on (port 0: pick a free port)\n"
+            "  --data DIR           RocksDB directory (created if missing)\n"
+            "  --threads N          optimizer threads (default: all CPUs)\n"
+            "  --keep K             checkpoints kept after each new one (default 2)\n"
+            "  --token-file F       require 'authorization: Bearer <token>' (token read from F)\n"
+            "  --tls-cert F         serve TLS with this PEM certificate chain\n"
+            "  --tls-key F          and this PEM private key\n"
+            "  --max-calls N        concurrent calls before RESOURCE_EXHAUSTED (default 64)\n"
+            "  --ready-file F       write the bound HOST:PORT to F once serving\n"
+            "  --help               this text\n"
+            "\n"
+            "Environment: ZS_LOG_LEVEL=debug|info|warn|error (default info), ZS_TOKEN\n"
+            "(bearer token, instead of --token-file).\n");
+}
+
+/* Read a whole small text file (PEM, token); NULL on error. Caller frees. */
+static char *read_text(const char *path)
+{
+    FILE *f = fopen(path, "rb");
+    if (!f)
+        return NULL;
+    char *buf = malloc(1 << 20);
+    size_t n = buf ? fread(buf, 1, (1 << 20) - 1, f) : 0;
+    fclose(f);
+    if (!buf)
+        return NULL;
+    buf[n] = '\0';
+    return buf;
+}
+
+static void chomp(char *s)
+{
+    size_t n = strlen(s);
+    while (n && (s[n - 1] == '\n' || s[n - 1] == '\r' || s[n - 1] == ' '))
+        s[--n] = '\0';
+}
+
+int main(int argc, char **argv)
+{
+    const char *listen = NULL, *data = NULL, *token_file = NULL, *cert = NULL, *key = NULL,
+               *ready = NULL;
+    int threads = 0, keep = 2, max_calls = 64;
+    static const struct option opts[] = {
+        {"listen", required_argument, 0, 'l'},   {"data", required_argument, 0, 'd'},
+        {"threads", required_argument, 0, 't'},  {"keep", required_argument, 0, 'k'},
+        {"token-file", required_argument, 0, 'T'}, {"tls-cert", required_argument, 0, 'c'},
+        {"tls-key", required_argument, 0, 'K'},  {"max-calls", required_argument, 0, 'm'},
+        {"ready-file", required_argument, 0, 'r'}, {"help", no_argument, 0, 'h'},
+        {0, 0, 0, 0}};
+    int ch;
+    while ((ch = getopt_long(argc, argv, "h", opts, NULL)) != -1) {
+        switch (ch) {
+        case 'l': listen = optarg; break;
+        case 'd': data = optarg; break;
+        case 't': threads = atoi(optarg); break;
+        case 'k': keep = atoi(optarg); break;
+        case 'T': token_file = optarg; break;
+        case 'c': cert = optarg; break;
+        case 'K': key = optarg; break;
+        case 'm': max_calls = atoi(optarg); break;
+        case 'r': ready = optarg; break;
+        case 'h': usage(stdout); return 0;
+        default: usage(stderr); return 2;
+        }
+    }
+    if (!listen || !data || optind != argc) {
+        fprintf(stderr, "zs-server: --listen and --data are required\n\n");
+        usage(stderr);
+        return 2;
+    }
+    if (keep < 1 || threads < 0 || max_calls < 1) {
+        fprintf(stderr, "zs-server: --keep and --max-calls must be >= 1, --threads >= 0\n");
+        return 2;
+    }
+    if (!!cert != !!key) {
+        fprintf(stderr, "zs-server: --tls-cert and --tls-key go together\n");
+        return 2;
+    }
+    char tag[64];
+    snprintf(tag, sizeof tag, "zs-server[%s]", listen);
+    zs_log_set_tag(tag);
+
+    char *token = NULL, *cert_pem = NULL, *key_pem = NULL;
+    if (token_file) {
+        if (!(token = read_text(token_file))) {
+            fprintf(stderr, "zs-server: cannot read --token-file %s\n", token_file);
+            return 1;
+        }
+        chomp(token);
+    } else if (getenv("ZS_TOKEN")) {
+        token = strdup(getenv("ZS_TOKEN"));
+    }
+    if (cert && (!(cert_pem = read_text(cert)) || !(key_pem = read_text(key)))) {
+        fprintf(stderr, "zs-server: cannot read TLS files %s / %s\n", cert, key);
+        return 1;
+    }
+
+    /* Signals are taken synchronously by main; block them in every thread. */
+    sigset_t set;
+    sigemptyset(&set);
+    sigaddset(&set, SIGINT);
+    sigaddset(&set, SIGTERM);
+    pthread_sigmask(SIG_BLOCK, &set, NULL);
+    signal(SIGPIPE, SIG_IGN);
+
+    grpc_init();
+    zs_err_t err;
+    zs_err_clear(&err);
+    zs_shard_t *sh;
+    zs_shard_opts_t so = {data, threads, keep, listen};
+    if (zs_shard_create(&so, &sh, &err)) {
+        ZS_ERROR("cannot start: %s", err.msg);
+        grpc_shutdown();
+        return 1;
+    }
+    int nm;
+    const zs_rpc_method_t *methods = zs_service_methods(&nm);
+    zs_rpc_server_opts_t ro = {listen, token, cert_pem, key_pem, max_calls};
+    zs_rpc_server_t *srv;
+    if (zs_rpc_server_create(&ro, methods, nm, sh, &srv, &err)) {
+        ZS_ERROR("cannot start: %s", err.msg);
+        zs_shard_destroy(sh);
+        grpc_shutdown();
+        return 1;
+    }
+    int port = zs_rpc_server_port(srv);
+    char bound[256];
+    snprintf(bound, sizeof bound, "%s", listen);
+    char *colon = strrchr(bound, ':');
+    if (colon)
+        snprintf(colon + 1, sizeof bound - (size_t)(colon + 1 - bound), "%d", port);
+    ZS_INFO("serving on %s (data %s, %s%s)", bound, data, cert ? "TLS" : "plaintext",
+            token ? ", token required" : "");
+    if (ready) {
+        char tmp[4096];
+        snprintf(tmp, sizeof tmp, "%s.tmp", ready);
+        FILE *f = fopen(tmp, "w");
+        if (!f || fprintf(f, "%s\n", bound) < 0 || fclose(f) != 0 || rename(tmp, ready) != 0)
+            ZS_ERROR("cannot write --ready-file %s", ready);
+    }
+
+    int sig = 0;
+    sigwait(&set, &sig);
+    ZS_INFO("signal %d: shutting down", sig);
+    zs_shard_shutdown(sh);
+    zs_rpc_server_destroy(srv);
+    zs_shard_destroy(sh);
+    grpc_shutdown();
+    ZS_INFO("stopped");
+    free(token);
+    free(cert_pem);
+    free(key_pem);
+    return 0;
+}

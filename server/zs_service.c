@@ -1,0 +1,636 @@
+/*
+ * zs_service.c - handlers of the zeroshard.Shard methods (see zs_service.h).
+ *
+ * Bulk paths copy each payload exactly once: from the received gRPC slices
+ * straight into the shard's arrays (push, init) or from the shard into a
+ * per-call buffer that gRPC sends without another copy (pull, get-state).
+ */
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "zs_dtype.h"
+#include "zs_log.h"
+#include "zs_service.h"
+
+/* Deadline of a call in zs_now_ms() milliseconds. */
+static int64_t call_deadline_ms(const zs_scall_t *c)
+{
+    gpr_timespec now = gpr_now(GPR_CLOCK_MONOTONIC);
+    gpr_timespec d = gpr_convert_clock_type(c->deadline, GPR_CLOCK_MONOTONIC);
+    if (gpr_time_cmp(d, gpr_inf_future(GPR_CLOCK_MONOTONIC)) == 0)
+        return zs_now_ms() + 24LL * 3600 * 1000;
+    int64_t left = gpr_time_to_millis(gpr_time_sub(d, now));
+    return zs_now_ms() + (left > 0 ? left : 0);
+}
+
+static int refuse(zs_shard_t *sh, int rc)
+{
+    if (rc != ZS_OK && rc != ZS_ERR_CANCELLED)
+        zs_shard_count_refusal(sh);
+    return rc;
+}
+
+/* Validate a bulk chunk's element count against its payload. */
+static int check_payload(const zs_frame_t *fr, uint64_t count, zs_dtype_t dt, zs_err_t *err)
+{
+    size_t esz = zs_dtype_size(dt);
+    if (esz == 0)
+        return zs_err_set(err, ZS_ERR_INVALID, "unknown dtype %d", (int)dt);
+    if (count == 0)
+        return zs_err_set(err, ZS_ERR_INVALID, "chunk with count 0");
+    if (count > ZS_RPC_MAX_CHUNK_BYTES / esz)
+        return zs_err_set(err, ZS_ERR_INVALID, "chunk of %llu %s elements exceeds the %u-byte limit",
+                          (unsigned long long)count, zs_dtype_name(dt), ZS_RPC_MAX_CHUNK_BYTES);
+    if (fr->pay_len != count * esz)
+        return zs_err_set(err, ZS_ERR_INVALID,
+                          "chunk says %llu %s elements (%llu bytes) but carries %zu bytes",
+                          (unsigned long long)count, zs_dtype_name(dt),
+                          (unsigned long long)(count * esz), fr->pay_len);
+    return ZS_OK;
+}
+
+/* ---- Hello --------------------------------------------------------------- */
+
+static grpc_byte_buffer *hello_reply(zs_shard_t *sh, zs_err_t *err)
+{
+    zs_shard_info_t in;
+    if (zs_shard_info(sh, &in, err))
+        return NULL;
+    Zeroshard__HelloReply r = ZEROSHARD__HELLO_REPLY__INIT;
+    Zeroshard__AdamConfig a = ZEROSHARD__ADAM_CONFIG__INIT;
+    Zeroshard__Counters c = ZEROSHARD__COUNTERS__INIT;
+    r.protocol_version = ZS_PROTOCOL_VERSION;
+    r.initialized = in.initialized;
+    r.model_name = in.id.model_name;
+    r.num_params = in.id.num_params;
+    r.num_servers = in.id.num_servers;
+    r.server_index = in.id.server_index;
+    r.range_begin = in.range_begin;
+    r.range_end = in.range_end;
+    r.applied_step = in.applied_step;
+    r.optimizer_step = in.optimizer_step;
+    r.n_checkpoints = in.ncheckpoints;
+    r.checkpoints = in.checkpoints;
+    a.lr = in.adam.lr;
+    a.beta1 = in.adam.beta1;
+    a.beta2 = in.adam.beta2;
+    a.eps = in.adam.eps;
+    a.weight_decay = in.adam.weight_decay;
+    a.adam_w_mode = in.adam.adam_w_mode;
+    a.bias_correction = in.adam.bias_correction;
+    r.adam = &a;
+    c.bytes_in = in.counters.bytes_in;
+    c.bytes_out = in.counters.bytes_out;
+    c.steps_applied = in.counters.steps_applied;
+    c.steps_skipped = in.counters.steps_skipped;
+    c.optimizer_gbps = in.counters.optimizer_gbps;
+    c.last_step_ms = in.counters.last_step_ms;
+    c.refused = in.counters.refused;
+    c.checkpoints_written = in.counters.checkpoints_written;
+    c.checkpoint_gbps = in.counters.checkpoint_gbps;
+    r.counters = &c;
+    r.server_id = (char *)in.server_id;
+    grpc_byte_buffer *bb = zs_msg_build(&r.base);
+    free(in.checkpoints);
+    return bb;
+}
+
+static int h_hello(void *ctx, zs_scall_t *call, zs_err_t *err)
+{
+    zs_shard_t *sh = ctx;
+    Zeroshard__HelloRequest *q;
+    int rc = zs_msg_parse(call->request, &zeroshard__hello_request__descriptor,
+                          (ProtobufCMessage **)&q, err);
+    if (rc)
+        return refuse(sh, rc);
+    if (q->protocol_version != ZS_PROTOCOL_VERSION)
+        rc = zs_err_set(err, ZS_ERR_STATE, "protocol version %u not supported (server speaks %u)",
+                        q->protocol_version, ZS_PROTOCOL_VERSION);
+    if (!rc)
+        rc = zs_shard_check_identity(sh, q->model_name, q->num_params, err);
+    zeroshard__hello_request__free_unpacked(q, NULL);
+    if (rc)
+        return refuse(sh, rc);
+    grpc_byte_buffer *bb = hello_reply(sh, err);
+    if (!bb)
+        return err->code ? err->code : ZS_ERR_NOMEM;
+    return zs_scall_finish(call, bb, ZS_OK, "");
+}
+
+/* ---- Initialize ------------------------------------------------------------ */
+
+static int h_init(void *ctx, zs_scall_t *call, zs_err_t *err)
+{
+    zs_shard_t *sh = ctx;
+    zs_shard_init_t *in = NULL;
+    int rc = ZS_OK;
+    uint64_t bytes = 0;
+    for (int first = 1;; first = 0) {
+        grpc_byte_buffer *bb;
+        rc = zs_scall_recv(call, &bb, err);
+        if (rc || !bb)
+            break;
+        Zeroshard__InitChunk *m;
+        zs_frame_t fr;
+        rc = zs_frame_parse(bb, &zeroshard__init_chunk__descriptor, (ProtobufCMessage **)&m, &fr,
+                            err);
+        grpc_byte_buffer_destroy(bb);
+        if (rc)
+            break;
+        if (first) {
+            Zeroshard__InitRequest *q = m->init;
+            if (!q)
+                rc = zs_err_set(err, ZS_ERR_INVALID, "first Initialize message lacks `init`");
+            else if (q->protocol_version != ZS_PROTOCOL_VERSION)
+                rc = zs_err_set(err, ZS_ERR_STATE, "protocol version %u not supported (server "
+                                "speaks %u)", q->protocol_version, ZS_PROTOCOL_VERSION);
+            else if (!q->adam)
+                rc = zs_err_set(err, ZS_ERR_INVALID, "Initialize lacks adam hyperparameters");
+            else if (strlen(q->model_name) >= ZS_MODEL_NAME_MAX)
+                rc = zs_err_set(err, ZS_ERR_INVALID, "model name longer than %d characters",
+                                ZS_MODEL_NAME_MAX - 1);
+            if (!rc) {
+                zs_shard_identity_t id;
+                memset(&id, 0, sizeof id);
+                snprintf(id.model_name, sizeof id.model_name, "%s", q->model_name);
+                id.num_params = q->num_params;
+                id.num_servers = q->num_servers;
+                id.server_index = q->server_index;
+                zs_adam_hparams_t hp = {q->adam->lr,           q->adam->beta1,
+                                        q->adam->beta2,        q->adam->eps,
+                                        q->adam->weight_decay, q->adam->adam_w_mode,
+                                        q->adam->bias_correction};
+                rc = zs_shard_init_begin(sh, &id, &hp, q->start_step, q->overwrite, &in, err);
+            }
+        } else if (m->init) {
+            rc = zs_err_set(err, ZS_ERR_INVALID, "`init` allowed in the first message only");
+        }
+        if (!rc && fr.pay_len > 0) {
+            if (m->dtype != ZEROSHARD__DTYPE__F32)
+                rc = zs_err_set(err, ZS_ERR_INVALID, "master weights must be fp32, got %s",
+                                zs_dtype_name(m->dtype));
+            if (!rc)
+                rc = check_payload(&fr, m->count, ZS_DTYPE_F32, err);
+            float *dst;
+            if (!rc)
+                rc = zs_shard_init_reserve(in, m->offset, m->count, &dst, err);
+            if (!rc) {
+                zs_frame_copy(&fr, dst);
+                bytes += fr.pay_len;
+            }
+        }
+        zeroshard__init_chunk__free_unpacked(m, NULL);
+        zs_frame_deinit(&fr);
+        if (rc)
+            break;
+    }
+    zs_shard_count_bytes(sh, bytes, 0);
+    if (rc || !in) {
+        zs_shard_init_abort(in);
+        if (!rc)
+            rc = zs_err_set(err, ZS_ERR_INVALID, "empty Initialize stream");
+        return refuse(sh, rc);
+    }
+    rc = zs_shard_init_end(in, err);
+    if (rc)
+        return refuse(sh, rc);
+    grpc_byte_buffer *bb = hello_reply(sh, err);
+    return bb ? zs_scall_finish(call, bb, ZS_OK, "") : ZS_ERR_NOMEM;
+}
+
+/* ---- Push ---------------------------------------------------------------- */
+
+static int h_push(void *ctx, zs_scall_t *call, zs_err_t *err)
+{
+    zs_shard_t *sh = ctx;
+    int rc = ZS_OK;
+    uint64_t staged = 0, bytes = 0;
+    for (;;) {
+        grpc_byte_buffer *bb;
+        rc = zs_scall_recv(call, &bb, err);
+        if (rc || !bb)
+            break;
+        Zeroshard__PushChunk *m;
+        zs_frame_t fr;
+        rc = zs_frame_parse(bb, &zeroshard__push_chunk__descriptor, (ProtobufCMessage **)&m, &fr,
+                            err);
+        grpc_byte_buffer_destroy(bb);
+        if (rc)
+            break;
+        void *dst;
+        rc = check_payload(&fr, m->count, (zs_dtype_t)m->dtype, err);
+        if (!rc)
+            rc = zs_shard_push_reserve(sh, m->step, m->offset, m->count, (zs_dtype_t)m->dtype,
+                                       &dst, err);
+        if (!rc) {
+            zs_frame_copy(&fr, dst);
+            bytes += fr.pay_len;
+            staged = zs_shard_push_done(sh, m->step, m->offset, m->count, 1);
+        }
+        zeroshard__push_chunk__free_unpacked(m, NULL);
+        zs_frame_deinit(&fr);
+        if (rc)
+            break;
+    }
+    zs_shard_count_bytes(sh, bytes, 0);
+    if (rc)
+        return refuse(sh, rc);
+    Zeroshard__PushReply r = ZEROSHARD__PUSH_REPLY__INIT;
+    r.staged_elements = staged;
+    return zs_scall_finish(call, zs_msg_build(&r.base), ZS_OK, "");
+}
+
+/* ---- Commit -------------------------------------------------------------- */
+
+static int h_commit(void *ctx, zs_scall_t *call, zs_err_t *err)
+{
+    zs_shard_t *sh = ctx;
+    Zeroshard__CommitRequest *q;
+    int rc = zs_msg_parse(call->request, &zeroshard__commit_request__descriptor,
+                          (ProtobufCMessage **)&q, err);
+    if (rc)
+        return refuse(sh, rc);
+    zs_commit_t c = {q->step, q->grad_scale, q->clip_coef, q->lr, q->skip,
+                     (zs_dtype_t)q->param_dtype};
+    zeroshard__commit_request__free_unpacked(q, NULL);
+    Zeroshard__CommitReply r = ZEROSHARD__COMMIT_REPLY__INIT;
+    rc = zs_shard_commit(sh, &c, &r.applied_step, &r.optimizer_step, err);
+    if (rc)
+        return refuse(sh, rc);
+    return zs_scall_finish(call, zs_msg_build(&r.base), ZS_OK, "");
+}
+
+/* ---- Pull and GetState: two rotating send buffers per call ----------------- */
+
+typedef struct {
+    pthread_mutex_t mu;
+    pthread_cond_t cv;
+    void *buf[2];
+    int busy[2]; /* gRPC still holds the buffer */
+} sendbufs_t;
+
+typedef struct {
+    sendbufs_t *sb;
+    int i;
+} sendref_t;
+
+static void sendbuf_release(void *p)
+{
+    sendref_t *r = p;
+    pthread_mutex_lock(&r->sb->mu);
+    r->sb->busy[r->i] = 0;
+    pthread_cond_broadcast(&r->sb->cv);
+    pthread_mutex_unlock(&r->sb->mu);
+    free(r);
+}
+
+static int sendbufs_init(sendbufs_t *sb, size_t bytes)
+{
+    memset(sb, 0, sizeof *sb);
+    pthread_mutex_init(&sb->mu, NULL);
+    pthread_cond_init(&sb->cv, NULL);
+    sb->buf[0] = malloc(bytes);
+    sb->buf[1] = malloc(bytes);
+    return sb->buf[0] && sb->buf[1] ? ZS_OK : ZS_ERR_NOMEM;
+}
+
+/* Wait until buffer i is free again. */
+static void *sendbuf_get(sendbufs_t *sb, int i)
+{
+    pthread_mutex_lock(&sb->mu);
+    while (sb->busy[i])
+        pthread_cond_wait(&sb->cv, &sb->mu);
+    sb->busy[i] = 1;
+    pthread_mutex_unlock(&sb->mu);
+    return sb->buf[i];
+}
+
+static void sendbufs_deinit(sendbufs_t *sb)
+{
+    /* gRPC may release after the call ended: wait for both. */
+    pthread_mutex_lock(&sb->mu);
+    while (sb->busy[0] || sb->busy[1])
+        pthread_cond_wait(&sb->cv, &sb->mu);
+    pthread_mutex_unlock(&sb->mu);
+    free(sb->buf[0]);
+    free(sb->buf[1]);
+    pthread_mutex_destroy(&sb->mu);
+    pthread_cond_destroy(&sb->cv);
+}
+
+/* Frame `len` bytes of buffer i and send it; the buffer stays busy until
+ * gRPC releases it. */
+static int send_chunk(zs_scall_t *call, sendbufs_t *sb, int i, const ProtobufCMessage *meta,
+                      size_t len, zs_err_t *err)
+{
+    sendref_t *r = malloc(sizeof *r);
+    if (!r) {
+        pthread_mutex_lock(&sb->mu);
+        sb->busy[i] = 0;
+        pthread_mutex_unlock(&sb->mu);
+        return zs_err_set(err, ZS_ERR_NOMEM, "out of memory");
+    }
+    r->sb = sb;
+    r->i = i;
+    grpc_byte_buffer *bb = zs_frame_build(meta, sb->buf[i], len, sendbuf_release, r);
+    return zs_scall_send(call, bb, err);
+}
+
+static int h_pull(void *ctx, zs_scall_t *call, zs_err_t *err)
+{
+    zs_shard_t *sh = ctx;
+    Zeroshard__PullRequest *q;
+    int rc = zs_msg_parse(call->request, &zeroshard__pull_request__descriptor,
+                          (ProtobufCMessage **)&q, err);
+    if (rc)
+        return refuse(sh, rc);
+    zs_dtype_t dt = (zs_dtype_t)q->dtype;
+    size_t esz = zs_dtype_size(dt);
+    uint64_t off = q->offset, count = q->count, min_step = q->min_step;
+    size_t cb = q->chunk_bytes ? q->chunk_bytes : ZS_RPC_CHUNK_BYTES;
+    zeroshard__pull_request__free_unpacked(q, NULL);
+    if (esz == 0)
+        return refuse(sh, zs_err_set(err, ZS_ERR_INVALID, "unknown pull dtype %d", (int)dt));
+    if (cb < 4096 || cb > ZS_RPC_MAX_CHUNK_BYTES)
+        return refuse(sh, zs_err_set(err, ZS_ERR_INVALID, "chunk_bytes %zu outside 4096..%u",
+                                     cb, ZS_RPC_MAX_CHUNK_BYTES));
+    rc = zs_shard_check_range(sh, off, count, err);
+    if (rc)
+        return refuse(sh, rc);
+    sendbufs_t sb;
+    if (sendbufs_init(&sb, cb)) {
+        sendbufs_deinit(&sb);
+        return zs_err_set(err, ZS_ERR_NOMEM, "out of memory");
+    }
+    uint64_t per = cb / esz, sent = 0;
+    int64_t deadline = call_deadline_ms(call);
+    for (int i = 0; sent < count && !rc; i ^= 1) {
+        uint64_t k = count - sent < per ? count - sent : per;
+        void *buf = sendbuf_get(&sb, i);
+        Zeroshard__PullChunk m = ZEROSHARD__PULL_CHUNK__INIT;
+        rc = zs_shard_pull(sh, min_step, off + sent, k, dt, buf, deadline, &m.step, err);
+        if (rc) {
+            pthread_mutex_lock(&sb.mu);
+            sb.busy[i] = 0;
+            pthread_mutex_unlock(&sb.mu);
+            break;
+        }
+        m.offset = off + sent;
+        m.count = k;
+        m.dtype = (Zeroshard__DType)dt;
+        rc = send_chunk(call, &sb, i, &m.base, (size_t)k * esz, err);
+        sent += k;
+    }
+    zs_shard_count_bytes(sh, 0, sent * esz);
+    if (rc == ZS_OK)
+        rc = zs_scall_finish(call, NULL, ZS_OK, "");
+    sendbufs_deinit(&sb);
+    return refuse(sh, rc);
+}
+
+static int h_get_state(void *ctx, zs_scall_t *call, zs_err_t *err)
+{
+    zs_shard_t *sh = ctx;
+    Zeroshard__StateRequest *q;
+    int rc = zs_msg_parse(call->request, &zeroshard__state_request__descriptor,
+                          (ProtobufCMessage **)&q, err);
+    if (rc)
+        return refuse(sh, rc);
+    zs_tensor_t t = (zs_tensor_t)q->tensor;
+    uint64_t off = q->offset, count = q->count;
+    zeroshard__state_request__free_unpacked(q, NULL);
+    if ((unsigned)t > 2)
+        return refuse(sh, zs_err_set(err, ZS_ERR_INVALID, "unknown tensor %d", (int)t));
+    rc = zs_shard_check_range(sh, off, count, err);
+    if (rc)
+        return refuse(sh, rc);
+    sendbufs_t sb;
+    if (sendbufs_init(&sb, ZS_RPC_CHUNK_BYTES)) {
+        sendbufs_deinit(&sb);
+        return zs_err_set(err, ZS_ERR_NOMEM, "out of memory");
+    }
+    uint64_t per = ZS_RPC_CHUNK_BYTES / 4, sent = 0;
+    for (int i = 0; sent < count && !rc; i ^= 1) {
+        uint64_t k = count - sent < per ? count - sent : per;
+        float *buf = sendbuf_get(&sb, i);
+        Zeroshard__StateChunk m = ZEROSHARD__STATE_CHUNK__INIT;
+        rc = zs_shard_get_state(sh, t, off + sent, k, buf, &m.step, err);
+        if (rc) {
+            pthread_mutex_lock(&sb.mu);
+            sb.busy[i] = 0;
+            pthread_mutex_unlock(&sb.mu);
+            break;
+        }
+        m.tensor = (Zeroshard__Tensor)t;
+        m.offset = off + sent;
+        m.count = k;
+        rc = send_chunk(call, &sb, i, &m.base, (size_t)k * 4, err);
+        sent += k;
+    }
+    zs_shard_count_bytes(sh, 0, sent * 4);
+    if (rc == ZS_OK)
+        rc = zs_scall_finish(call, NULL, ZS_OK, "");
+    sendbufs_deinit(&sb);
+    return refuse(sh, rc);
+}
+
+/* ---- SetState: buffer the whole stream, apply only if all of it is valid -- */
+
+typedef struct piece {
+    struct piece *next;
+    zs_tensor_t t;
+    uint64_t off, count;
+    float data[];
+} piece_t;
+
+static int h_set_state(void *ctx, zs_scall_t *call, zs_err_t *err)
+{
+    zs_shard_t *sh = ctx;
+    piece_t *head = NULL, **tail = &head;
+    uint64_t total = 0, limit = 0;
+    int rc = ZS_OK;
+    for (;;) {
+        grpc_byte_buffer *bb;
+        rc = zs_scall_recv(call, &bb, err);
+        if (rc || !bb)
+            break;
+        Zeroshard__StateChunk *m;
+        zs_frame_t fr;
+        rc = zs_frame_parse(bb, &zeroshard__state_chunk__descriptor, (ProtobufCMessage **)&m,
+                            &fr, err);
+        grpc_byte_buffer_destroy(bb);
+        if (rc)
+            break;
+        if ((unsigned)m->tensor > 2)
+            rc = zs_err_set(err, ZS_ERR_INVALID, "unknown tensor %d", (int)m->tensor);
+        if (!rc)
+            rc = check_payload(&fr, m->count, ZS_DTYPE_F32, err);
+        if (!rc)
+            rc = zs_shard_check_range(sh, m->offset, m->count, err);
+        if (!rc && limit == 0) {
+            zs_shard_info_t in;
+            if (zs_shard_info(sh, &in, err) == ZS_OK) {
+                limit = 3 * (in.range_end - in.range_begin);
+                free(in.checkpoints);
+            }
+        }
+        if (!rc && total + m->count > limit)
+            rc = zs_err_set(err, ZS_ERR_RANGE, "SetState stream larger than 3x the range");
+        piece_t *p = NULL;
+        if (!rc && !(p = malloc(sizeof *p + m->count * 4)))
+            rc = zs_err_set(err, ZS_ERR_NOMEM, "out of memory");
+        if (!rc) {
+            p->next = NULL;
+            p->t = (zs_tensor_t)m->tensor;
+            p->off = m->offset;
+            p->count = m->count;
+            zs_frame_copy(&fr, p->data);
+            *tail = p;
+            tail = &p->next;
+            total += m->count;
+        }
+        zeroshard__state_chunk__free_unpacked(m, NULL);
+        zs_frame_deinit(&fr);
+        if (rc)
+            break;
+    }
+    zs_shard_count_bytes(sh, total * 4, 0);
+    for (piece_t *p = head; p && !rc; p = p->next)
+        rc = zs_shard_set_state(sh, p->t, p->off, p->count, p->data, err);
+    while (head) {
+        piece_t *n = head->next;
+        free(head);
+        head = n;
+    }
+    if (rc)
+        return refuse(sh, rc);
+    Zeroshard__StateReply r = ZEROSHARD__STATE_REPLY__INIT;
+    r.elements = total;
+    return zs_scall_finish(call, zs_msg_build(&r.base), ZS_OK, "");
+}
+
+/* ---- checkpoints ----------------------------------------------------------- */
+
+static grpc_byte_buffer *list_msg(zs_shard_t *sh, int which, double seconds, uint64_t step,
+                                  zs_err_t *err)
+{
+    uint64_t *steps;
+    size_t n;
+    if (zs_shard_list(sh, &steps, &n, err))
+        return NULL;
+    grpc_byte_buffer *bb;
+    if (which == 0) {
+        Zeroshard__ListReply r = ZEROSHARD__LIST_REPLY__INIT;
+        r.n_checkpoints = n;
+        r.checkpoints = steps;
+        bb = zs_msg_build(&r.base);
+    } else if (which == 1) {
+        Zeroshard__DeleteReply r = ZEROSHARD__DELETE_REPLY__INIT;
+        r.n_checkpoints = n;
+        r.checkpoints = steps;
+        bb = zs_msg_build(&r.base);
+    } else {
+        Zeroshard__CheckpointReply r = ZEROSHARD__CHECKPOINT_REPLY__INIT;
+        r.step = step;
+        r.seconds = seconds;
+        r.n_checkpoints = n;
+        r.checkpoints = steps;
+        bb = zs_msg_build(&r.base);
+    }
+    free(steps);
+    return bb;
+}
+
+static int h_checkpoint(void *ctx, zs_scall_t *call, zs_err_t *err)
+{
+    zs_shard_t *sh = ctx;
+    Zeroshard__CheckpointRequest *q;
+    int rc = zs_msg_parse(call->request, &zeroshard__checkpoint_request__descriptor,
+                          (ProtobufCMessage **)&q, err);
+    if (rc)
+        return refuse(sh, rc);
+    uint64_t step = q->step;
+    uint32_t keep = q->keep;
+    zeroshard__checkpoint_request__free_unpacked(q, NULL);
+    if (keep > 1000000)
+        return refuse(sh, zs_err_set(err, ZS_ERR_INVALID, "keep %u is not sensible", keep));
+    double sec;
+    rc = zs_shard_checkpoint(sh, step, (int)keep, &sec, err);
+    if (rc)
+        return refuse(sh, rc);
+    grpc_byte_buffer *bb = list_msg(sh, 2, sec, step, err);
+    return bb ? zs_scall_finish(call, bb, ZS_OK, "") : refuse(sh, err->code);
+}
+
+static int h_list(void *ctx, zs_scall_t *call, zs_err_t *err)
+{
+    zs_shard_t *sh = ctx;
+    grpc_byte_buffer *bb = list_msg(sh, 0, 0, 0, err);
+    return bb ? zs_scall_finish(call, bb, ZS_OK, "") : refuse(sh, err->code);
+}
+
+static int h_restore(void *ctx, zs_scall_t *call, zs_err_t *err)
+{
+    zs_shard_t *sh = ctx;
+    Zeroshard__RestoreRequest *q;
+    int rc = zs_msg_parse(call->request, &zeroshard__restore_request__descriptor,
+                          (ProtobufCMessage **)&q, err);
+    if (rc)
+        return refuse(sh, rc);
+    uint64_t step = q->step;
+    zeroshard__restore_request__free_unpacked(q, NULL);
+    rc = zs_shard_restore(sh, step, err);
+    if (rc)
+        return refuse(sh, rc);
+    zs_shard_info_t in;
+    rc = zs_shard_info(sh, &in, err);
+    if (rc)
+        return refuse(sh, rc);
+    free(in.checkpoints);
+    Zeroshard__RestoreReply r = ZEROSHARD__RESTORE_REPLY__INIT;
+    r.applied_step = in.applied_step;
+    r.optimizer_step = in.optimizer_step;
+    return zs_scall_finish(call, zs_msg_build(&r.base), ZS_OK, "");
+}
+
+static int h_delete(void *ctx, zs_scall_t *call, zs_err_t *err)
+{
+    zs_shard_t *sh = ctx;
+    Zeroshard__DeleteRequest *q;
+    int rc = zs_msg_parse(call->request, &zeroshard__delete_request__descriptor,
+                          (ProtobufCMessage **)&q, err);
+    if (rc)
+        return refuse(sh, rc);
+    uint64_t step = q->step;
+    uint32_t keep = q->keep;
+    zeroshard__delete_request__free_unpacked(q, NULL);
+    if (keep > 1000000)
+        return refuse(sh, zs_err_set(err, ZS_ERR_INVALID, "keep %u is not sensible", keep));
+    rc = zs_shard_delete(sh, step, (int)keep, err);
+    if (rc)
+        return refuse(sh, rc);
+    grpc_byte_buffer *bb = list_msg(sh, 1, 0, 0, err);
+    return bb ? zs_scall_finish(call, bb, ZS_OK, "") : refuse(sh, err->code);
+}
+
+static const zs_rpc_method_t g_methods[] = {
+    {"/zeroshard.Shard/Hello", ZS_RPC_UNARY, h_hello},
+    {"/zeroshard.Shard/Initialize", ZS_RPC_CLIENT_STREAM, h_init},
+    {"/zeroshard.Shard/Push", ZS_RPC_CLIENT_STREAM, h_push},
+    {"/zeroshard.Shard/Commit", ZS_RPC_UNARY, h_commit},
+    {"/zeroshard.Shard/Pull", ZS_RPC_SERVER_STREAM, h_pull},
+    {"/zeroshard.Shard/Checkpoint", ZS_RPC_UNARY, h_checkpoint},
+    {"/zeroshard.Shard/ListCheckpoints", ZS_RPC_UNARY, h_list},
+    {"/zeroshard.Shard/Restore", ZS_RPC_UNARY, h_restore},
+    {"/zeroshard.Shard/DeleteCheckpoints", ZS_RPC_UNARY, h_delete},
+    {"/zeroshard.Shard/GetState", ZS_RPC_SERVER_STREAM, h_get_state},
+    {"/zeroshard.Shard/SetState", ZS_RPC_CLIENT_STREAM, h_set_state},
+};
+
+const zs_rpc_method_t *zs_service_methods(int *n)
+{
+    *n = (int)(sizeof g_methods / sizeof g_methods[0]);
+    return g_methods;
+}

@@ -1,0 +1,684 @@
+/*
+ * zs_shard.c - shard state, staging, commit, pull and the optimizer driver
+ * (see zs_shard.h for the model). Checkpoints live in zs_shard_ckpt.c.
+ */
+#include <errno.h>
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "zs_cast.h"
+#include "zs_layout.h"
+#include "zs_log.h"
+#include "zs_shard_internal.h"
+
+int64_t zs_now_ms(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
+
+/* ---- staged ranges ---------------------------------------------------- */
+
+static void ranges_clear(zs__ranges_t *r)
+{
+    r->n = 0;
+    r->total = 0;
+}
+
+/* Insert [a, b), merging neighbours; -1 on allocation failure. */
+static int ranges_add(zs__ranges_t *r, uint64_t a, uint64_t b)
+{
+    size_t i = 0;
+    while (i < r->n && r->iv[i][1] < a)
+        i++;
+    size_t j = i; /* intervals [i, j) touch or overlap [a, b) */
+    while (j < r->n && r->iv[j][0] <= b) {
+        if (r->iv[j][0] < a)
+            a = r->iv[j][0];
+        if (r->iv[j][1] > b)
+            b = r->iv[j][1];
+        r->total -= r->iv[j][1] - r->iv[j][0];
+        j++;
+    }
+    if (i == j) { /* pure insertion at i */
+        if (r->n == r->cap) {
+            size_t cap = r->cap ? 2 * r->cap : 16;
+            void *p = realloc(r->iv, cap * sizeof *r->iv);
+            if (!p)
+                return -1;
+            r->iv = p;
+            r->cap = cap;
+        }
+        memmove(r->iv + i + 1, r->iv + i, (r->n - i) * sizeof *r->iv);
+        r->n++;
+    } else if (j > i + 1) {
+        memmove(r->iv + i + 1, r->iv + j, (r->n - j) * sizeof *r->iv);
+        r->n -= j - i - 1;
+    }
+    r->iv[i][0] = a;
+    r->iv[i][1] = b;
+    r->total += b - a;
+    return 0;
+}
+
+/* ---- state arrays ------------------------------------------------------ */
+
+static void *alloc_array(uint64_t bytes)
+{
+    if (bytes == 0)
+        bytes = 64;
+    size_t b = (size_t)((bytes + 63) & ~63ull);
+    return aligned_alloc(64, b);
+}
+
+int zs__state_alloc(zs__state_t *s, uint64_t n)
+{
+    memset(s, 0, sizeof *s);
+    for (int i = 0; i < 3; i++)
+        s->t[i] = alloc_array(n * 4);
+    s->staging[0] = alloc_array(n * 4);
+    s->staging[1] = alloc_array(n * 4);
+    s->lowp = alloc_array(n * 2);
+    if (!s->t[0] || !s->t[1] || !s->t[2] || !s->staging[0] || !s->staging[1] || !s->lowp) {
+        zs__state_free(s);
+        return ZS_ERR_NOMEM;
+    }
+    return ZS_OK;
+}
+
+void zs__state_free(zs__state_t *s)
+{
+    for (int i = 0; i < 3; i++)
+        free(s->t[i]);
+    free(s->staging[0]);
+    free(s->staging[1]);
+    free(s->lowp);
+    memset(s, 0, sizeof *s);
+}
+
+int zs__identity_check(const zs_shard_identity_t *id, uint64_t *rb, uint64_t *re, zs_err_t *err)
+{
+    size_t nl = strnlen(id->model_name, ZS_MODEL_NAME_MAX);
+    if (nl == 0 || nl >= ZS_MODEL_NAME_MAX)
+        return zs_err_set(err, ZS_ERR_INVALID, "model name must be 1..%d characters",
+                          ZS_MODEL_NAME_MAX - 1);
+    if (id->num_params == 0 || id->num_params > ZS_MAX_PARAMS)
+        return zs_err_set(err, ZS_ERR_INVALID, "num_params %llu outside 1..%llu",
+                          (unsigned long long)id->num_params, (unsigned long long)ZS_MAX_PARAMS);
+    if (id->num_servers == 0 || id->num_servers > ZS_MAX_SERVERS)
+        return zs_err_set(err, ZS_ERR_INVALID, "num_servers %u outside 1..%d", id->num_servers,
+                          ZS_MAX_SERVERS);
+    if (id->server_index >= id->num_servers)
+        return zs_err_set(err, ZS_ERR_INVALID, "server_index %u must be below num_servers %u",
+                          id->server_index, id->num_servers);
+    *rb = zs_layout_begin(id->num_params, id->num_servers, id->server_index);
+    *re = zs_layout_begin(id->num_params, id->num_servers, id->server_index + 1);
+    return ZS_OK;
+}
+
+static int hparams_check(const zs_adam_hparams_t *hp, zs_err_t *err)
+{
+    if (!(hp->lr >= 0 && isfinite(hp->lr)))
+        return zs_err_set(err, ZS_ERR_INVALID, "adam lr %g must be finite and >= 0", hp->lr);
+    if (!(hp->beta1 >= 0 && hp->beta1 < 1) || !(hp->beta2 >= 0 && hp->beta2 < 1))
+        return zs_err_set(err, ZS_ERR_INVALID, "adam betas (%g, %g) must be in [0, 1)",
+                          hp->beta1, hp->beta2);
+    if (!(hp->eps > 0 && isfinite(hp->eps)))
+        return zs_err_set(err, ZS_ERR_INVALID, "adam eps %g must be finite and > 0", hp->eps);
+    if (!(hp->weight_decay >= 0 && isfinite(hp->weight_decay)))
+        return zs_err_set(err, ZS_ERR_INVALID, "adam weight_decay %g must be finite and >= 0",
+                          hp->weight_decay);
+    return ZS_OK;
+}
+
+void zs__shard_wait_idle(zs_shard_t *sh)
+{
+    while (sh->job_pending || sh->opt_running || sh->ckpt_busy || sh->readers > 0 ||
+           sh->stage[0].inflight > 0 || sh->stage[1].inflight > 0)
+        pthread_cond_wait(&sh->cv, &sh->mu);
+}
+
+static void free_chunk_tables(zs_shard_t *sh)
+{
+    for (size_t c = 0; c < sh->nchunks; c++)
+        pthread_mutex_destroy(&sh->chunk_mu[c]);
+    free(sh->chunk_mu);
+    free((void *)sh->done);
+    free(sh->lowp_ok);
+    sh->chunk_mu = NULL;
+    sh->done = NULL;
+    sh->lowp_ok = NULL;
+    sh->nchunks = 0;
+}
+
+int zs__shard_install(zs_shard_t *sh, const zs_shard_identity_t *id, const zs_adam_hparams_t *hp,
+                      zs__state_t *st, uint64_t step, uint64_t optimizer_step, zs_err_t *err)
+{
+    uint64_t rb, re;
+    int rc = zs__identity_check(id, &rb, &re, err);
+    if (rc)
+        return rc;
+    size_t nchunks = (size_t)((re - rb + ZS_OPT_CHUNK - 1) / ZS_OPT_CHUNK);
+    size_t alloc = nchunks ? nchunks : 1;
+    pthread_mutex_t *mus = calloc(alloc, sizeof *mus);
+    _Atomic uint64_t *done = calloc(alloc, sizeof *done);
+    unsigned char *ok = calloc(alloc, 1);
+    if (!mus || !done || !ok) {
+        free(mus);
+        free((void *)done);
+        free(ok);
+        return zs_err_set(err, ZS_ERR_NOMEM, "out of memory for %zu chunk records", nchunks);
+    }
+    free_chunk_tables(sh);
+    zs__state_free(&sh->st);
+    sh->st = *st;
+    memset(st, 0, sizeof *st);
+    sh->chunk_mu = mus;
+    sh->done = done;
+    sh->lowp_ok = ok;
+    sh->nchunks = nchunks;
+    for (size_t c = 0; c < nchunks; c++) {
+        pthread_mutex_init(&mus[c], NULL);
+        atomic_store(&done[c], step);
+    }
+    sh->id = *id;
+    sh->rb = rb;
+    sh->re = re;
+    sh->n = re - rb;
+    sh->hp = *hp;
+    sh->applied_step = step;
+    sh->optimizer_step = optimizer_step;
+    sh->lowp_dtype = ZS_DTYPE_NONE;
+    for (int p = 0; p < 2; p++) {
+        sh->stage[p].step = 0;
+        sh->stage[p].has_dtype = 0;
+        ranges_clear(&sh->stage[p].cov);
+    }
+    sh->have_last_commit = 0;
+    sh->initialized = 1;
+    pthread_cond_broadcast(&sh->cv);
+    return ZS_OK;
+}
+
+/* ---- optimizer driver -------------------------------------------------- */
+
+typedef struct {
+    zs_shard_t *sh;
+    uint64_t step;
+    zs_dtype_t gdt, pdt;
+    const void *grad;
+} opt_pass_t;
+
+static void opt_chunk(void *arg, size_t c, int thread)
+{
+    opt_pass_t *op = arg;
+    zs_shard_t *sh = op->sh;
+    uint64_t a = (uint64_t)c * ZS_OPT_CHUNK;
+    uint64_t k = sh->n - a < ZS_OPT_CHUNK ? sh->n - a : ZS_OPT_CHUNK;
+    size_t gsz = zs_dtype_size(op->gdt);
+    pthread_mutex_lock(&sh->chunk_mu[c]);
+    zs_adam_update(&sh->hp, &sh->job_step, sh->st.t[0] + a, sh->st.t[1] + a, sh->st.t[2] + a,
+                   (const char *)op->grad + a * gsz, op->gdt,
+                   op->pdt == ZS_DTYPE_NONE ? NULL : sh->st.lowp + a, op->pdt, (size_t)k);
+    sh->lowp_ok[c] = op->pdt != ZS_DTYPE_NONE;
+    atomic_store(&sh->done[c], op->step);
+    pthread_mutex_unlock(&sh->chunk_mu[c]);
+    /* Wake pulls waiting for this chunk. */
+    pthread_mutex_lock(&sh->mu);
+    pthread_cond_broadcast(&sh->cv);
+    pthread_mutex_unlock(&sh->mu);
+}
+
+static void *opt_main(void *arg)
+{
+    zs_shard_t *sh = arg;
+    pthread_mutex_lock(&sh->mu);
+    for (;;) {
+        while (!sh->job_pending && !sh->stopping)
+            pthread_cond_wait(&sh->cv, &sh->mu);
+        if (!sh->job_pending && sh->stopping)
+            break;
+        sh->job_pending = 0;
+        sh->opt_running = 1;
+        int p = (int)(sh->job.step & 1);
+        opt_pass_t op = {sh, sh->job.step, sh->stage[p].dtype, sh->job.param_dtype,
+                         sh->st.staging[p]};
+        sh->lowp_dtype = sh->job.param_dtype;
+        pthread_mutex_unlock(&sh->mu);
+
+        struct timespec a, b;
+        clock_gettime(CLOCK_MONOTONIC, &a);
+        zs_pool_run(sh->pool, sh->nchunks, opt_chunk, &op);
+        clock_gettime(CLOCK_MONOTONIC, &b);
+        double sec = (double)(b.tv_sec - a.tv_sec) + 1e-9 * (double)(b.tv_nsec - a.tv_nsec);
+
+        pthread_mutex_lock(&sh->mu);
+        sh->opt_running = 0;
+        sh->c.steps_applied++;
+        sh->c.last_step_ms = sec * 1e3;
+        sh->c.optimizer_gbps = sec > 0 ? 28.0 * (double)sh->n / sec / 1e9 : 0;
+        ZS_INFO("commit: step %llu applied (Adam t=%lld) in %.1f ms, %.2f GB/s",
+                (unsigned long long)op.step, (long long)sh->job_step.t, sec * 1e3,
+                sh->c.optimizer_gbps);
+        pthread_cond_broadcast(&sh->cv);
+    }
+    pthread_mutex_unlock(&sh->mu);
+    return NULL;
+}
+
+/* ---- lifecycle ---------------------------------------------------------- */
+
+int zs_shard_create(const zs_shard_opts_t *opts, zs_shard_t **out, zs_err_t *err)
+{
+    *out = NULL;
+    zs_shard_t *sh = calloc(1, sizeof *sh);
+    if (!sh)
+        return zs_err_set(err, ZS_ERR_NOMEM, "out of memory");
+    sh->data_dir = strdup(opts->data_dir);
+    sh->server_id = strdup(opts->server_id ? opts->server_id : "");
+    sh->keep = opts->keep > 0 ? opts->keep : 2;
+    sh->lowp_dtype = ZS_DTYPE_NONE;
+    pthread_mutex_init(&sh->mu, NULL);
+    pthread_mutex_init(&sh->store_mu, NULL);
+    pthread_cond_init(&sh->cv, NULL);
+    int rc = zs_store_open(opts->data_dir, &sh->store, err);
+    if (rc) {
+        zs_err_prefix(err, "data dir %s: ", opts->data_dir);
+        goto fail;
+    }
+    sh->pool = zs_pool_create(opts->threads);
+    if (!sh->pool) {
+        rc = zs_err_set(err, ZS_ERR_NOMEM, "cannot start %d optimizer threads", opts->threads);
+        goto fail;
+    }
+    rc = zs__shard_load_newest(sh, err);
+    if (rc)
+        goto fail;
+    if (pthread_create(&sh->opt_thread, NULL, opt_main, sh) != 0) {
+        rc = zs_err_set(err, ZS_ERR_NOMEM, "cannot start the optimizer thread");
+        goto fail;
+    }
+    *out = sh;
+    return ZS_OK;
+fail:
+    zs_pool_destroy(sh->pool);
+    zs_store_close(sh->store);
+    zs__state_free(&sh->st);
+    free_chunk_tables(sh);
+    free(sh->data_dir);
+    free(sh->server_id);
+    free(sh);
+    return rc;
+}
+
+void zs_shard_shutdown(zs_shard_t *sh)
+{
+    pthread_mutex_lock(&sh->mu);
+    sh->stopping = 1;
+    pthread_cond_broadcast(&sh->cv);
+    pthread_mutex_unlock(&sh->mu);
+}
+
+void zs_shard_destroy(zs_shard_t *sh)
+{
+    if (!sh)
+        return;
+    zs_shard_shutdown(sh);
+    pthread_join(sh->opt_thread, NULL); /* finishes a pending pass first */
+    zs_pool_destroy(sh->pool);
+    pthread_mutex_lock(&sh->store_mu);
+    zs_store_close(sh->store);
+    pthread_mutex_unlock(&sh->store_mu);
+    zs__state_free(&sh->st);
+    free_chunk_tables(sh);
+    for (int p = 0; p < 2; p++)
+        free(sh->stage[p].cov.iv);
+    pthread_mutex_destroy(&sh->mu);
+    pthread_mutex_destroy(&sh->store_mu);
+    pthread_cond_destroy(&sh->cv);
+    free(sh->data_dir);
+    free(sh->server_id);
+    free(sh);
+}
+
+int zs_shard_info(zs_shard_t *sh, zs_shard_info_t *info, zs_err_t *err)
+{
+    memset(info, 0, sizeof *info);
+    int rc = zs_shard_list(sh, &info->checkpoints, &info->ncheckpoints, err);
+    if (rc)
+        return rc;
+    pthread_mutex_lock(&sh->mu);
+    info->initialized = sh->initialized;
+    info->id = sh->id;
+    info->range_begin = sh->rb;
+    info->range_end = sh->re;
+    info->applied_step = sh->applied_step;
+    info->optimizer_step = sh->optimizer_step;
+    info->adam = sh->hp;
+    info->counters = sh->c;
+    info->server_id = sh->server_id;
+    pthread_mutex_unlock(&sh->mu);
+    return ZS_OK;
+}
+
+static int identity_matches_locked(zs_shard_t *sh, const char *name, uint64_t P, zs_err_t *err)
+{
+    if (!sh->initialized)
+        return ZS_OK;
+    if (name && name[0] && strcmp(name, sh->id.model_name) != 0)
+        return zs_err_set(err, ZS_ERR_STATE, "this server holds model '%s', not '%s'",
+                          sh->id.model_name, name);
+    if (P && P != sh->id.num_params)
+        return zs_err_set(err, ZS_ERR_STATE,
+                          "this server holds %llu parameters of '%s', not %llu",
+                          (unsigned long long)sh->id.num_params, sh->id.model_name,
+                          (unsigned long long)P);
+    return ZS_OK;
+}
+
+int zs_shard_check_identity(zs_shard_t *sh, const char *model_name, uint64_t num_params,
+                            zs_err_t *err)
+{
+    pthread_mutex_lock(&sh->mu);
+    int rc = identity_matches_locked(sh, model_name, num_params, err);
+    pthread_mutex_unlock(&sh->mu);
+    return rc;
+}
+
+void zs_shard_count_refusal(zs_shard_t *sh)
+{
+    pthread_mutex_lock(&sh->mu);
+    sh->c.refused++;
+    pthread_mutex_unlock(&sh->mu);
+}
+
+void zs_shard_count_bytes(zs_shard_t *sh, uint64_t in, uint64_t out)
+{
+    pthread_mutex_lock(&sh->mu);
+    sh->c.bytes_in += in;
+    sh->c.bytes_out += out;
+    pthread_mutex_unlock(&sh->mu);
+}
+
+/* ---- Initialize ----------------------------------------------------------- */
+
+struct zs_shard_init {
+    zs_shard_t *sh;
+    zs_shard_identity_t id;
+    zs_adam_hparams_t hp;
+    uint64_t start_step, rb, re, next;
+    zs__state_t st;
+};
+
+int zs_shard_init_begin(zs_shard_t *sh, const zs_shard_identity_t *id,
+                        const zs_adam_hparams_t *hp, uint64_t start_step, int overwrite,
+                        zs_shard_init_t **out, zs_err_t *err)
+{
+    *out = NULL;
+    uint64_t rb, re;
+    int rc = zs__identity_check(id, &rb, &re, err);
+    if (!rc)
+        rc = hparams_check(hp, err);
+    if (rc)
+        return rc;
+    pthread_mutex_lock(&sh->mu);
+    if (sh->initialized && !overwrite &&
+        (strcmp(sh->id.model_name, id->model_name) || sh->id.num_params != id->num_params ||
+         sh->id.num_servers != id->num_servers || sh->id.server_index != id->server_index))
+        rc = zs_err_set(err, ZS_ERR_EXISTS,
+                        "this server already holds model '%s' (%llu params, server %u of %u); "
+                        "set overwrite to replace it",
+                        sh->id.model_name, (unsigned long long)sh->id.num_params,
+                        sh->id.server_index, sh->id.num_servers);
+    pthread_mutex_unlock(&sh->mu);
+    if (rc)
+        return rc;
+    zs_shard_init_t *in = calloc(1, sizeof *in);
+    if (!in || zs__state_alloc(&in->st, re - rb)) {
+        free(in);
+        return zs_err_set(err, ZS_ERR_NOMEM, "cannot allocate state for %llu elements (%.2f GB)",
+                          (unsigned long long)(re - rb), 22.0 * (double)(re - rb) / 1e9);
+    }
+    memset(in->st.t[1], 0, (re - rb) * 4);
+    memset(in->st.t[2], 0, (re - rb) * 4);
+    in->sh = sh;
+    in->id = *id;
+    in->hp = *hp;
+    in->start_step = start_step;
+    in->rb = rb;
+    in->re = re;
+    in->next = rb;
+    *out = in;
+    return ZS_OK;
+}
+
+int zs_shard_init_reserve(zs_shard_init_t *in, uint64_t offset, uint64_t count, float **dst,
+                          zs_err_t *err)
+{
+    if (offset != in->next)
+        return zs_err_set(err, ZS_ERR_INVALID,
+                          "init chunks must be contiguous: expected offset %llu, got %llu",
+                          (unsigned long long)in->next, (unsigned long long)offset);
+    if (count == 0 || count > in->re - offset)
+        return zs_err_set(err, ZS_ERR_RANGE,
+                          "init chunk [%llu, +%llu) outside this server's range [%llu, %llu)",
+                          (unsigned long long)offset, (unsigned long long)count,
+                          (unsigned long long)in->rb, (unsigned long long)in->re);
+    *dst = in->st.t[0] + (offset - in->rb);
+    in->next = offset + count;
+    return ZS_OK;
+}
+
+void zs_shard_init_abort(zs_shard_init_t *in)
+{
+    if (!in)
+        return;
+    zs__state_free(&in->st);
+    free(in);
+}
+
+int zs_shard_init_end(zs_shard_init_t *in, zs_err_t *err)
+{
+    zs_shard_t *sh = in->sh;
+    int rc;
+    if (in->next != in->re) {
+        rc = zs_err_set(err, ZS_ERR_STATE,
+                        "init stream ended at element %llu of this server's range [%llu, %llu); "
+                        "nothing was changed",
+                        (unsigned long long)in->next, (unsigned long long)in->rb,
+                        (unsigned long long)in->re);
+        zs_shard_init_abort(in);
+        return rc;
+    }
+    pthread_mutex_lock(&sh->mu);
+    zs__shard_wait_idle(sh);
+    rc = zs__shard_install(sh, &in->id, &in->hp, &in->st, in->start_step, 0, err);
+    pthread_mutex_unlock(&sh->mu);
+    if (rc == ZS_OK)
+        ZS_INFO("init: model '%s', %llu params, server %u of %u owns [%llu, %llu), step %llu",
+                in->id.model_name, (unsigned long long)in->id.num_params, in->id.server_index,
+                in->id.num_servers, (unsigned long long)in->rb, (unsigned long long)in->re,
+                (unsigned long long)in->start_step);
+    zs_shard_init_abort(in);
+    return rc;
+}
+
+/* ---- Push ------------------------------------------------------------------ */
+
+static int require_init_locked(zs_shard_t *sh, zs_err_t *err)
+{
+    if (sh->stopping)
+        return zs_err_set(err, ZS_ERR_CANCELLED, "server shutting down");
+    if (!sh->initialized)
+        return zs_err_set(err, ZS_ERR_STATE,
+                          "server holds no model yet: call Initialize or Restore first");
+    return ZS_OK;
+}
+
+static int range_check_locked(zs_shard_t *sh, uint64_t offset, uint64_t count, zs_err_t *err)
+{
+    if (count == 0)
+        return zs_err_set(err, ZS_ERR_INVALID, "empty range (count 0)");
+    if (offset < sh->rb || offset >= sh->re || count > sh->re - offset)
+        return zs_err_set(err, ZS_ERR_RANGE,
+                          "elements [%llu, %llu) outside this server's range [%llu, %llu)",
+                          (unsigned long long)offset, (unsigned long long)(offset + count),
+                          (unsigned long long)sh->rb, (unsigned long long)sh->re);
+    return ZS_OK;
+}
+
+int zs_shard_check_range(zs_shard_t *sh, uint64_t offset, uint64_t count, zs_err_t *err)
+{
+    pthread_mutex_lock(&sh->mu);
+    int rc = require_init_locked(sh, err);
+    if (!rc)
+        rc = range_check_locked(sh, offset, count, err);
+    pthread_mutex_unlock(&sh->mu);
+    return rc;
+}
+
+int zs_shard_push_reserve(zs_shard_t *sh, uint64_t step, uint64_t offset, uint64_t count,
+                          zs_dtype_t dt, void **dst, zs_err_t *err)
+{
+    if (zs_dtype_size(dt) == 0)
+        return zs_err_set(err, ZS_ERR_INVALID, "unknown gradient dtype %d", (int)dt);
+    pthread_mutex_lock(&sh->mu);
+    int rc = require_init_locked(sh, err);
+    if (!rc && step != sh->applied_step + 1)
+        rc = zs_err_set(err, ZS_ERR_STATE,
+                        step <= sh->applied_step
+                            ? "push for step %llu refused: step %llu is already committed"
+                            : "push for step %llu refused: server is at step %llu and expects "
+                              "the next step only",
+                        (unsigned long long)step, (unsigned long long)sh->applied_step);
+    if (!rc)
+        rc = range_check_locked(sh, offset, count, err);
+    if (!rc) {
+        int p = (int)(step & 1);
+        if (sh->stage[p].step != step) {
+            sh->stage[p].step = step;
+            sh->stage[p].has_dtype = 0;
+            ranges_clear(&sh->stage[p].cov);
+        }
+        if (sh->stage[p].has_dtype && sh->stage[p].dtype != dt)
+            rc = zs_err_set(err, ZS_ERR_INVALID,
+                            "step %llu is staged in %s; a chunk in %s cannot be mixed in",
+                            (unsigned long long)step, zs_dtype_name(sh->stage[p].dtype),
+                            zs_dtype_name(dt));
+        if (!rc) {
+            sh->stage[p].has_dtype = 1;
+            sh->stage[p].dtype = dt;
+            sh->stage[p].inflight++;
+            *dst = (char *)sh->st.staging[p] + (offset - sh->rb) * zs_dtype_size(dt);
+        }
+    }
+    pthread_mutex_unlock(&sh->mu);
+    return rc;
+}
+
+uint64_t zs_shard_push_done(zs_shard_t *sh, uint64_t step, uint64_t offset, uint64_t count,
+                            int ok)
+{
+    int p = (int)(step & 1);
+    pthread_mutex_lock(&sh->mu);
+    sh->stage[p].inflight--;
+    if (ok && ranges_add(&sh->stage[p].cov, offset, offset + count) != 0)
+        ZS_ERROR("out of memory recording staged range; step %llu will need a re-push",
+                 (unsigned long long)step);
+    uint64_t total = sh->stage[p].cov.total;
+    pthread_cond_broadcast(&sh->cv);
+    pthread_mutex_unlock(&sh->mu);
+    return total;
+}
+
+/* ---- Commit ------------------------------------------------------------------ */
+
+static int same_commit(const zs_commit_t *a, const zs_commit_t *b)
+{
+    return a->step == b->step && a->grad_scale == b->grad_scale &&
+           a->clip_coef == b->clip_coef && a->lr == b->lr && !a->skip == !b->skip &&
+           a->param_dtype == b->param_dtype;
+}
+
+int zs_shard_commit(zs_shard_t *sh, const zs_commit_t *c, uint64_t *applied,
+                    uint64_t *optimizer_step, zs_err_t *err)
+{
+    if (!isfinite(c->grad_scale) || !isfinite(c->clip_coef) || !isfinite(c->lr) ||
+        c->grad_scale < 0 || c->clip_coef < 0 || c->lr < 0)
+        return zs_err_set(err, ZS_ERR_INVALID,
+                          "commit scalars must be finite and >= 0 (grad_scale %g, clip_coef %g, "
+                          "lr %g)",
+                          c->grad_scale, c->clip_coef, c->lr);
+    if (c->param_dtype != ZS_DTYPE_NONE && c->param_dtype != ZS_DTYPE_BF16 &&
+        c->param_dtype != ZS_DTYPE_F16 && c->param_dtype != ZS_DTYPE_F32)
+        return zs_err_set(err, ZS_ERR_INVALID, "unknown param_dtype %d", (int)c->param_dtype);
+    if (c->param_dtype == ZS_DTYPE_F32)
+        return zs_err_set(err, ZS_ERR_INVALID,
+                          "param_dtype fp32 needs no copy: use NONE and pull fp32");
+    pthread_mutex_lock(&sh->mu);
+    int rc;
+    for (;;) {
+        rc = require_init_locked(sh, err);
+        if (rc)
+            break;
+        if (c->step == sh->applied_step && sh->have_last_commit) {
+            if (!same_commit(c, &sh->last_commit))
+                rc = zs_err_set(err, ZS_ERR_STATE,
+                                "step %llu was already committed with different scalars",
+                                (unsigned long long)c->step);
+            goto out; /* idempotent repeat: OK */
+        }
+        if (c->step != sh->applied_step + 1) {
+            rc = zs_err_set(err, ZS_ERR_STATE,
+                            "commit of step %llu refused: server is at step %llu and expects "
+                            "step %llu",
+                            (unsigned long long)c->step, (unsigned long long)sh->applied_step,
+                            (unsigned long long)sh->applied_step + 1);
+            break;
+        }
+        int p = (int)(c->step & 1);
+        if (sh->job_pending || sh->opt_running || sh->ckpt_busy || sh->stage[p].inflight > 0) {
+            pthread_cond_wait(&sh->cv, &sh->mu);
+            continue; /* re-validate: another commit may have won */
+        }
+        uint64_t staged = sh->stage[p].step == c->step ? sh->stage[p].cov.total : 0;
+        if (!c->skip && staged != sh->n) {
+            rc = zs_err_set(err, ZS_ERR_STATE,
+                            "commit of step %llu refused: %llu of %llu elements staged; push "
+                            "the whole range [%llu, %llu) first",
+                            (unsigned long long)c->step, (unsigned long long)staged,
+                            (unsigned long long)sh->n, (unsigned long long)sh->rb,
+                            (unsigned long long)sh->re);
+            break;
+        }
+        sh->applied_step = c->step;
+        sh->last_commit = *c;
+        sh->have_last_commit = 1;
+        if (c->skip) {
+            for (size_t k = 0; k < sh->nchunks; k++)
+                atomic_store(&sh->done[k], c->step);
+            sh->c.steps_skipped++;
+            ZS_INFO("commit: step %llu skipped (overflow)", (unsigned long long)c->step);
+        } else {
+            sh->optimizer_step++;
+            sh->job = *c;
+            sh->job_step.lr = c->lr;
+            sh->job_step.t = (int64_t)sh->optimizer_step;
+            sh->job_step.grad_scale = c->grad_scale;
+            sh->job_step.clip_coef = c->clip_coef;
+            sh->job_pending = 1;
+        }
+        /* The staging of this parity is consumed by the pass. */
+        sh->stage[p].step = 0;
+        pthread_cond_broadcast(&sh->cv);
+        break;
+    }
+out:
+    *applied = sh->applied_step;
+    *optimizer_step = sh->optimizer_step;
+    pthread_mutex_unlock(&sh->mu);
+    return rc;
+}

@@ -1,0 +1,194 @@
+/*
+ * zs_shard.h - the state one shard server holds for its range of the flat
+ * parameter space, and every operation on it. Knows nothing about gRPC: the
+ * service layer (zs_service.c) parses and frames; this layer validates and
+ * mutates, so it can be tested directly.
+ *
+ * State for the owned range [rb, re), n = re - rb elements:
+ *   master, exp_avg, exp_avg_sq   fp32[n] each          12 B/element
+ *   staging[2]                    gradients of steps S and S+1 (any dtype,
+ *                                 up to 4 B/element each)          8 B/element
+ *   lowp                          bf16/fp16 copy of master for pulls 2 B/element
+ *
+ * Steps. applied_step is the last committed training step; optimizer_step
+ * (Adam's t) counts the committed steps that were not skipped. Pushes go to
+ * step applied_step + 1. A commit is accepted at once (applied_step moves)
+ * and the optimizer runs chunk by chunk on a pool of threads; a pull waits
+ * per chunk until that chunk holds the step it asked for, so the first
+ * chunks stream back while later ones are still being updated.
+ *
+ * Concurrency. Many service threads call in at once. One mutex guards the
+ * step bookkeeping and staging coverage; each optimizer chunk has its own
+ * lock so pulls never read a half-updated chunk. Operations that replace or
+ * snapshot the whole state (commit, checkpoint, restore, init, set-state)
+ * first wait until no optimizer pass and no checkpoint is running.
+ *
+ * Every refusal returns a zs status with a sentence in err and leaves the
+ * state as it was.
+ */
+#ifndef ZS_SHARD_H
+#define ZS_SHARD_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "zs_adam.h"
+#include "zs_dtype.h"
+#include "zs_status.h"
+
+#define ZS_MODEL_NAME_MAX 128
+#define ZS_MAX_PARAMS (1ull << 44) /* 17.6 T elements: far beyond any real model */
+#define ZS_OPT_CHUNK (1u << 16)    /* elements per optimizer chunk (256 KiB fp32) */
+
+typedef enum { ZS_TENSOR_MASTER = 0, ZS_TENSOR_EXP_AVG = 1, ZS_TENSOR_EXP_AVG_SQ = 2 } zs_tensor_t;
+
+typedef struct zs_shard zs_shard_t;
+
+typedef struct zs_shard_opts {
+    const char *data_dir; /* RocksDB directory (created if missing) */
+    int threads;          /* optimizer threads; <= 0: all CPUs */
+    int keep;             /* checkpoints kept after each new one (>= 1; default 2) */
+    const char *server_id; /* shown in Hello, e.g. the listen address */
+} zs_shard_opts_t;
+
+/* Who the shard is: fixed by Initialize or by the checkpoint it resumed. */
+typedef struct zs_shard_identity {
+    char model_name[ZS_MODEL_NAME_MAX];
+    uint64_t num_params;  /* P */
+    uint32_t num_servers; /* S */
+    uint32_t server_index;
+} zs_shard_identity_t;
+
+typedef struct zs_shard_counters {
+    uint64_t bytes_in, bytes_out, steps_applied, steps_skipped, refused, checkpoints_written;
+    double optimizer_gbps, last_step_ms, checkpoint_gbps;
+} zs_shard_counters_t;
+
+/* A snapshot for Hello / status. */
+typedef struct zs_shard_info {
+    int initialized;
+    zs_shard_identity_t id;
+    uint64_t range_begin, range_end;
+    uint64_t applied_step, optimizer_step;
+    zs_adam_hparams_t adam;
+    zs_shard_counters_t counters;
+    uint64_t *checkpoints; /* ascending; malloc'd, caller frees */
+    size_t ncheckpoints;
+    const char *server_id;
+} zs_shard_info_t;
+
+/* Per-step scalars sent with a commit. */
+typedef struct zs_commit {
+    uint64_t step;
+    float grad_scale, clip_coef, lr;
+    int skip;
+    zs_dtype_t param_dtype; /* low-precision copy to produce, or ZS_DTYPE_NONE */
+} zs_commit_t;
+
+/* Open the store in opts->data_dir and, if it holds checkpoints, load the
+ * newest complete one that verifies (falling back to older ones, logged).
+ * *out is freed with zs_shard_destroy. */
+int zs_shard_create(const zs_shard_opts_t *opts, zs_shard_t **out, zs_err_t *err);
+
+/* Wake every waiter with ZS_ERR_CANCELLED and refuse new waits. Call before
+ * stopping the RPC server so no handler stays blocked. */
+void zs_shard_shutdown(zs_shard_t *sh);
+
+/* Wait for the optimizer, stop its thread, close the store, free. */
+void zs_shard_destroy(zs_shard_t *sh);
+
+/* Fill *info (caller frees info->checkpoints). */
+int zs_shard_info(zs_shard_t *sh, zs_shard_info_t *info, zs_err_t *err);
+
+/* Refuse (FAILED_PRECONDITION) when the shard holds a different model. An
+ * empty name or zero P is not checked. */
+int zs_shard_check_identity(zs_shard_t *sh, const char *model_name, uint64_t num_params,
+                            zs_err_t *err);
+
+/* ---- Initialize: a new state built aside, swapped in when complete ---- */
+
+typedef struct zs_shard_init zs_shard_init_t;
+
+/* Validate identity and layout and allocate the new state. If the shard holds
+ * a different model, ZS_ERR_EXISTS unless overwrite. */
+int zs_shard_init_begin(zs_shard_t *sh, const zs_shard_identity_t *id,
+                        const zs_adam_hparams_t *hp, uint64_t start_step, int overwrite,
+                        zs_shard_init_t **out, zs_err_t *err);
+
+/* Where `count` fp32 master weights starting at global element `offset` go.
+ * Chunks must arrive in order: offset equals the end of the previous one. */
+int zs_shard_init_reserve(zs_shard_init_t *in, uint64_t offset, uint64_t count, float **dst,
+                          zs_err_t *err);
+
+/* Swap the new state in if the whole range arrived; frees `in` either way. */
+int zs_shard_init_end(zs_shard_init_t *in, zs_err_t *err);
+
+/* Drop an unfinished init (NULL is a no-op). */
+void zs_shard_init_abort(zs_shard_init_t *in);
+
+/* ---- Push: stage gradients for step applied_step + 1 ----------------- */
+
+/* Validate a chunk and return where its count elements of dtype `dt` go.
+ * On ZS_OK the caller must call zs_shard_push_done once (commit of this step
+ * waits for it). */
+int zs_shard_push_reserve(zs_shard_t *sh, uint64_t step, uint64_t offset, uint64_t count,
+                          zs_dtype_t dt, void **dst, zs_err_t *err);
+
+/* End a reserved chunk: if ok, record [offset, offset+count) as staged for
+ * `step`. Returns the elements of the range staged for that step so far. */
+uint64_t zs_shard_push_done(zs_shard_t *sh, uint64_t step, uint64_t offset, uint64_t count,
+                            int ok);
+
+/* ---- Commit ------------------------------------------------------------ */
+
+/* Accept step c->step and start the optimizer on it (asynchronous). Same
+ * step and scalars again: OK, nothing done. Fills the resulting steps. */
+int zs_shard_commit(zs_shard_t *sh, const zs_commit_t *c, uint64_t *applied,
+                    uint64_t *optimizer_step, zs_err_t *err);
+
+/* ---- Pull / get / set ------------------------------------------------- */
+
+/* Validate a read of [offset, offset+count) (ZS_ERR_RANGE / ZS_ERR_STATE). */
+int zs_shard_check_range(zs_shard_t *sh, uint64_t offset, uint64_t count, zs_err_t *err);
+
+/* Copy parameters [offset, offset+count) converted to `dt` into dst once
+ * every element holds step >= min_step; waits up to deadline_ms (absolute,
+ * CLOCK_MONOTONIC milliseconds). *step gets the step the data reflects. */
+int zs_shard_pull(zs_shard_t *sh, uint64_t min_step, uint64_t offset, uint64_t count,
+                  zs_dtype_t dt, void *dst, int64_t deadline_ms, uint64_t *step, zs_err_t *err);
+
+/* Copy fp32 state `t` of [offset, offset+count) into dst (after any running
+ * optimizer pass finished). */
+int zs_shard_get_state(zs_shard_t *sh, zs_tensor_t t, uint64_t offset, uint64_t count,
+                       float *dst, uint64_t *step, zs_err_t *err);
+
+/* Overwrite fp32 state `t` of [offset, offset+count) from src. */
+int zs_shard_set_state(zs_shard_t *sh, zs_tensor_t t, uint64_t offset, uint64_t count,
+                       const float *src, zs_err_t *err);
+
+/* ---- Checkpoints (zs_shard_ckpt.c) ------------------------------------ */
+
+/* Durably write checkpoint `step` (== applied_step), then keep the newest
+ * `keep` (0: the shard's default). Idempotent for an existing step. */
+int zs_shard_checkpoint(zs_shard_t *sh, uint64_t step, int keep, double *seconds,
+                        zs_err_t *err);
+
+/* Load complete checkpoint `step`; the state changes only if it verifies. */
+int zs_shard_restore(zs_shard_t *sh, uint64_t step, zs_err_t *err);
+
+/* Complete checkpoints, ascending (malloc'd; caller frees *steps). */
+int zs_shard_list(zs_shard_t *sh, uint64_t **steps, size_t *n, zs_err_t *err);
+
+/* Delete checkpoint `step`, or if step == 0 keep the newest `keep`. */
+int zs_shard_delete(zs_shard_t *sh, uint64_t step, int keep, zs_err_t *err);
+
+/* Count a refused request (the service layer calls this). */
+void zs_shard_count_refusal(zs_shard_t *sh);
+
+/* Add to the byte counters (the service layer calls this). */
+void zs_shard_count_bytes(zs_shard_t *sh, uint64_t in, uint64_t out);
+
+/* Milliseconds on CLOCK_MONOTONIC (the clock deadlines use). */
+int64_t zs_now_ms(void);
+
+#endif

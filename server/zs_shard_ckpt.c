@@ -1,0 +1,258 @@
+/*
+ * zs_shard_ckpt.c - checkpoint, restore, list and delete for a shard, over
+ * the RocksDB store (zs_store.h). The checkpoint's metadata (identity,
+ * layout, hyperparameters, steps) is the proto's CheckpointMeta message.
+ *
+ * Restore reads into fresh arrays and swaps them in only after every chunk
+ * verified, so a corrupt checkpoint never changes the live state.
+ */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "zs_log.h"
+#include "zs_shard_internal.h"
+#include "zeroshard.pb-c.h"
+
+#define META_FORMAT 1
+
+static void adam_to_pb(const zs_adam_hparams_t *hp, Zeroshard__AdamConfig *a)
+{
+    zeroshard__adam_config__init(a);
+    a->lr = hp->lr;
+    a->beta1 = hp->beta1;
+    a->beta2 = hp->beta2;
+    a->eps = hp->eps;
+    a->weight_decay = hp->weight_decay;
+    a->adam_w_mode = hp->adam_w_mode != 0;
+    a->bias_correction = hp->bias_correction != 0;
+}
+
+static void adam_from_pb(const Zeroshard__AdamConfig *a, zs_adam_hparams_t *hp)
+{
+    hp->lr = a->lr;
+    hp->beta1 = a->beta1;
+    hp->beta2 = a->beta2;
+    hp->eps = a->eps;
+    hp->weight_decay = a->weight_decay;
+    hp->adam_w_mode = a->adam_w_mode;
+    hp->bias_correction = a->bias_correction;
+}
+
+int zs_shard_list(zs_shard_t *sh, uint64_t **steps, size_t *n, zs_err_t *err)
+{
+    *steps = malloc(ZS_STORE_MAX_CKPTS * sizeof **steps);
+    *n = 0;
+    if (!*steps)
+        return zs_err_set(err, ZS_ERR_NOMEM, "out of memory");
+    size_t count;
+    pthread_mutex_lock(&sh->store_mu);
+    int rc = zs_store_list(sh->store, *steps, ZS_STORE_MAX_CKPTS, &count, err);
+    pthread_mutex_unlock(&sh->store_mu);
+    if (rc) {
+        free(*steps);
+        *steps = NULL;
+        return rc;
+    }
+    *n = count < ZS_STORE_MAX_CKPTS ? count : ZS_STORE_MAX_CKPTS;
+    return ZS_OK;
+}
+
+int zs_shard_checkpoint(zs_shard_t *sh, uint64_t step, int keep, double *seconds, zs_err_t *err)
+{
+    *seconds = 0;
+    pthread_mutex_lock(&sh->mu);
+    int rc = ZS_OK;
+    while (!sh->stopping && (sh->job_pending || sh->opt_running || sh->ckpt_busy))
+        pthread_cond_wait(&sh->cv, &sh->mu);
+    if (sh->stopping)
+        rc = zs_err_set(err, ZS_ERR_CANCELLED, "server shutting down");
+    else if (!sh->initialized)
+        rc = zs_err_set(err, ZS_ERR_STATE, "nothing to checkpoint: server holds no model");
+    else if (step != sh->applied_step)
+        rc = zs_err_set(err, ZS_ERR_STATE,
+                        "checkpoint of step %llu refused: server is at step %llu",
+                        (unsigned long long)step, (unsigned long long)sh->applied_step);
+    if (rc) {
+        pthread_mutex_unlock(&sh->mu);
+        return rc;
+    }
+    sh->ckpt_busy = 1; /* commits wait; pulls may still read */
+    Zeroshard__CheckpointMeta m = ZEROSHARD__CHECKPOINT_META__INIT;
+    Zeroshard__AdamConfig a;
+    adam_to_pb(&sh->hp, &a);
+    m.format_version = META_FORMAT;
+    m.model_name = sh->id.model_name;
+    m.num_params = sh->id.num_params;
+    m.num_servers = sh->id.num_servers;
+    m.server_index = sh->id.server_index;
+    m.range_begin = sh->rb;
+    m.range_end = sh->re;
+    m.applied_step = sh->applied_step;
+    m.optimizer_step = sh->optimizer_step;
+    m.adam = &a;
+    struct timespec now;
+    clock_gettime(CLOCK_REALTIME, &now);
+    m.created_unix_ms = (uint64_t)now.tv_sec * 1000 + (uint64_t)now.tv_nsec / 1000000;
+    uint8_t meta[1024];
+    size_t mlen = zeroshard__checkpoint_meta__pack(&m, meta); /* name < 128 B: fits */
+    zs_store_ckpt_t ck = {step, sh->n, {sh->st.t[0], sh->st.t[1], sh->st.t[2]}, meta, mlen};
+    pthread_mutex_unlock(&sh->mu);
+
+    struct timespec t0, t1;
+    clock_gettime(CLOCK_MONOTONIC, &t0);
+    pthread_mutex_lock(&sh->store_mu);
+    rc = zs_store_write(sh->store, &ck, err);
+    if (rc == ZS_ERR_EXISTS) /* idempotent: the same step is already durable */
+        rc = ZS_OK;
+    if (rc == ZS_OK) {
+        zs_err_t perr;
+        if (zs_store_prune(sh->store, keep > 0 ? keep : sh->keep, &perr))
+            ZS_WARN("checkpoint %llu written, but pruning old ones failed: %s",
+                    (unsigned long long)step, perr.msg);
+    }
+    pthread_mutex_unlock(&sh->store_mu);
+    clock_gettime(CLOCK_MONOTONIC, &t1);
+    *seconds = (double)(t1.tv_sec - t0.tv_sec) + 1e-9 * (double)(t1.tv_nsec - t0.tv_nsec);
+
+    pthread_mutex_lock(&sh->mu);
+    sh->ckpt_busy = 0;
+    if (rc == ZS_OK) {
+        sh->c.checkpoints_written++;
+        sh->c.checkpoint_gbps = *seconds > 0 ? 12.0 * (double)sh->n / *seconds / 1e9 : 0;
+        ZS_INFO("checkpoint: step %llu durable, %.1f MB in %.3f s (%.2f GB/s)",
+                (unsigned long long)step, 12.0 * (double)sh->n / 1e6, *seconds,
+                sh->c.checkpoint_gbps);
+    }
+    pthread_cond_broadcast(&sh->cv);
+    pthread_mutex_unlock(&sh->mu);
+    return rc;
+}
+
+/* Read checkpoint `step` into a new state; install only if it verifies and
+ * (when `check_id`) belongs to the model the shard holds. */
+static int restore_step(zs_shard_t *sh, uint64_t step, int check_id, zs_err_t *err)
+{
+    void *meta = NULL;
+    size_t mlen;
+    uint64_t n;
+    pthread_mutex_lock(&sh->store_mu);
+    int rc = zs_store_read_meta(sh->store, step, &meta, &mlen, &n, err);
+    pthread_mutex_unlock(&sh->store_mu);
+    if (rc)
+        return rc;
+    Zeroshard__CheckpointMeta *m = zeroshard__checkpoint_meta__unpack(NULL, mlen, meta);
+    free(meta);
+    if (!m || m->format_version != META_FORMAT || !m->adam)
+        rc = zs_err_set(err, ZS_ERR_CORRUPT, "checkpoint %llu: unreadable metadata",
+                        (unsigned long long)step);
+    zs_shard_identity_t id;
+    memset(&id, 0, sizeof id);
+    zs_adam_hparams_t hp;
+    uint64_t rb = 0, re = 0;
+    if (!rc) {
+        snprintf(id.model_name, sizeof id.model_name, "%s", m->model_name);
+        id.num_params = m->num_params;
+        id.num_servers = m->num_servers;
+        id.server_index = m->server_index;
+        adam_from_pb(m->adam, &hp);
+        rc = zs__identity_check(&id, &rb, &re, err);
+        if (!rc && (re - rb != n || rb != m->range_begin || re != m->range_end))
+            rc = zs_err_set(err, ZS_ERR_CORRUPT,
+                            "checkpoint %llu: layout [%llu, %llu) disagrees with its %llu "
+                            "elements",
+                            (unsigned long long)step, (unsigned long long)m->range_begin,
+                            (unsigned long long)m->range_end, (unsigned long long)n);
+    }
+    uint64_t applied = m ? m->applied_step : 0, ostep = m ? m->optimizer_step : 0;
+    if (m)
+        zeroshard__checkpoint_meta__free_unpacked(m, NULL);
+    if (rc)
+        return rc;
+    if (check_id) {
+        pthread_mutex_lock(&sh->mu);
+        if (sh->initialized &&
+            (strcmp(sh->id.model_name, id.model_name) || sh->id.num_params != id.num_params ||
+             sh->id.num_servers != id.num_servers || sh->id.server_index != id.server_index))
+            rc = zs_err_set(err, ZS_ERR_STATE,
+                            "checkpoint %llu is of model '%s' (server %u of %u), but this "
+                            "server holds '%s' (server %u of %u)",
+                            (unsigned long long)step, id.model_name, id.server_index,
+                            id.num_servers, sh->id.model_name, sh->id.server_index,
+                            sh->id.num_servers);
+        pthread_mutex_unlock(&sh->mu);
+        if (rc)
+            return rc;
+    }
+    zs__state_t st;
+    if (zs__state_alloc(&st, n))
+        return zs_err_set(err, ZS_ERR_NOMEM, "cannot allocate state for %llu elements",
+                          (unsigned long long)n);
+    float *const dst[3] = {st.t[0], st.t[1], st.t[2]};
+    pthread_mutex_lock(&sh->store_mu);
+    rc = zs_store_read(sh->store, step, dst, n, err);
+    pthread_mutex_unlock(&sh->store_mu);
+    if (rc) {
+        zs__state_free(&st);
+        return rc;
+    }
+    pthread_mutex_lock(&sh->mu);
+    zs__shard_wait_idle(sh);
+    rc = zs__shard_install(sh, &id, &hp, &st, applied, ostep, err);
+    pthread_mutex_unlock(&sh->mu);
+    zs__state_free(&st);
+    if (rc == ZS_OK)
+        ZS_INFO("restore: step %llu (Adam t=%llu) of model '%s', server %u of %u, [%llu, %llu)",
+                (unsigned long long)applied, (unsigned long long)ostep, id.model_name,
+                id.server_index, id.num_servers, (unsigned long long)rb,
+                (unsigned long long)re);
+    return rc;
+}
+
+int zs_shard_restore(zs_shard_t *sh, uint64_t step, zs_err_t *err)
+{
+    pthread_mutex_lock(&sh->mu);
+    int stopping = sh->stopping;
+    pthread_mutex_unlock(&sh->mu);
+    if (stopping)
+        return zs_err_set(err, ZS_ERR_CANCELLED, "server shutting down");
+    return restore_step(sh, step, 1, err);
+}
+
+int zs__shard_load_newest(zs_shard_t *sh, zs_err_t *err)
+{
+    uint64_t *steps;
+    size_t n;
+    int rc = zs_shard_list(sh, &steps, &n, err);
+    if (rc)
+        return rc;
+    for (size_t i = n; i-- > 0;) {
+        zs_err_t e;
+        zs_err_clear(&e);
+        if (restore_step(sh, steps[i], 0, &e) == ZS_OK)
+            break;
+        ZS_ERROR("checkpoint %llu cannot be loaded: %s; trying an older one",
+                 (unsigned long long)steps[i], e.msg);
+    }
+    if (n == 0)
+        ZS_INFO("no checkpoint in %s: waiting for Initialize", sh->data_dir);
+    else if (!sh->initialized)
+        ZS_ERROR("none of the %zu checkpoints in %s loads: waiting for Initialize or Restore",
+                 n, sh->data_dir);
+    free(steps);
+    return ZS_OK;
+}
+
+int zs_shard_delete(zs_shard_t *sh, uint64_t step, int keep, zs_err_t *err)
+{
+    if (step == 0 && keep < 1)
+        return zs_err_set(err, ZS_ERR_INVALID, "keep must be >= 1 (got %d)", keep);
+    pthread_mutex_lock(&sh->store_mu);
+    int rc = step ? zs_store_delete(sh->store, step, err) : zs_store_prune(sh->store, keep, err);
+    pthread_mutex_unlock(&sh->store_mu);
+    if (rc == ZS_OK)
+        ZS_INFO(step ? "delete: checkpoint %llu removed" : "delete: kept newest %llu",
+                step ? (unsigned long long)step : (unsigned long long)keep);
+    return rc;
+}

@@ -1,0 +1,92 @@
+/*
+ * zs_shard_internal.h - the shard's struct, shared by zs_shard.c (state,
+ * push/commit/pull, optimizer driver) and zs_shard_ckpt.c (checkpoints).
+ * Not a public header.
+ */
+#ifndef ZS_SHARD_INTERNAL_H
+#define ZS_SHARD_INTERNAL_H
+
+#include <pthread.h>
+#include <stdatomic.h>
+
+#include "zs_pool.h"
+#include "zs_shard.h"
+#include "zs_store.h"
+
+/* Disjoint, sorted half-open intervals of staged elements. */
+typedef struct zs__ranges {
+    uint64_t (*iv)[2];
+    size_t n, cap;
+    uint64_t total; /* sum of lengths */
+} zs__ranges_t;
+
+/* The arrays of one state: swapped as a whole by init and restore. */
+typedef struct zs__state {
+    float *t[3];      /* master, exp_avg, exp_avg_sq: n each */
+    void *staging[2]; /* 4 B * n each, indexed by step parity */
+    uint16_t *lowp;   /* n */
+} zs__state_t;
+
+struct zs_shard {
+    char *data_dir, *server_id;
+    int keep;
+    zs_store_t *store;
+    pthread_mutex_t store_mu; /* the store is single-caller */
+    zs_pool_t *pool;
+
+    pthread_mutex_t mu; /* everything below unless noted */
+    pthread_cond_t cv;  /* any change a waiter may want */
+    int initialized, stopping;
+    zs_shard_identity_t id;
+    uint64_t rb, re, n;
+    zs_adam_hparams_t hp;
+    uint64_t applied_step, optimizer_step;
+    zs__state_t st;
+
+    size_t nchunks;
+    pthread_mutex_t *chunk_mu;  /* held while a chunk is updated or read */
+    _Atomic uint64_t *done;     /* step each chunk reflects (written under chunk_mu) */
+    unsigned char *lowp_ok;     /* chunk's lowp matches master (under chunk_mu) */
+    zs_dtype_t lowp_dtype;
+
+    struct {
+        uint64_t step;
+        int has_dtype;
+        zs_dtype_t dtype;
+        int inflight; /* reserved chunks not yet done */
+        zs__ranges_t cov;
+    } stage[2];
+
+    zs_commit_t last_commit; /* for idempotent re-commits */
+    int have_last_commit;
+
+    /* optimizer driver */
+    pthread_t opt_thread;
+    int job_pending, opt_running;
+    zs_commit_t job;
+    zs_adam_step_t job_step;
+    int ckpt_busy; /* a checkpoint is reading the state */
+    int readers;   /* pulls/gets copying without mu held */
+
+    zs_shard_counters_t c;
+};
+
+/* Wait (mu held) until nothing reads or rewrites the state wholesale. */
+void zs__shard_wait_idle(zs_shard_t *sh);
+
+/* Allocate arrays for n elements / free them. */
+int zs__state_alloc(zs__state_t *s, uint64_t n);
+void zs__state_free(zs__state_t *s);
+
+/* Install a new state (mu held, shard idle): frees the old arrays, sizes the
+ * chunk tables, marks every chunk as holding `step`. */
+int zs__shard_install(zs_shard_t *sh, const zs_shard_identity_t *id, const zs_adam_hparams_t *hp,
+                      zs__state_t *st, uint64_t step, uint64_t optimizer_step, zs_err_t *err);
+
+/* Validate an identity (sizes, index) and compute its range. */
+int zs__identity_check(const zs_shard_identity_t *id, uint64_t *rb, uint64_t *re, zs_err_t *err);
+
+/* Load the newest loadable checkpoint at start (zs_shard_ckpt.c). */
+int zs__shard_load_newest(zs_shard_t *sh, zs_err_t *err);
+
+#endif
