@@ -31,4 +31,12 @@ void zs_cast(void *dst, zs_dtype_t ddt, const void *src, zs_dtype_t sdt, size_t 
  * tests and benchmarks; not thread-safe with concurrent zs_cast calls. */
 void zs_cast_force_portable(int on);
 
+/* Which path zs_cast takes: "avx512", "avx2" or "portable". */
+const char *zs_cast_path(void);
+
+/* Force a path by name ("avx512", "avx2", "portable") or NULL for automatic.
+ * Returns ZS_OK or ZS_ERR_INVALID if the name is unknown or the CPU lacks it.
+ * Same caveats as zs_cast_force_portable; lets tests reach every path. */
+int zs_cast_force_path(const char *name);
+
 #endif

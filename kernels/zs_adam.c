@@ -1,0 +1,460 @@
+/*
+ * zs_adam.c - fused CPU Adam/AdamW step over a chunk of fp32 state (see
+ * zs_adam.h for the formula and its order of operations).
+ *
+ * What it does: one pass per element that reads the gradient (fp32, bf16 or
+ * fp16, widened exactly), updates p, m, v in place and optionally writes p in
+ * a 16-bit or fp32 output dtype. Three paths, picked at run time:
+ *
+ *   avx512    AVX-512F/BW, 16 elements per step
+ *   avx2      AVX2 + F16C, 8 elements per step
+ *   portable  scalar C
+ *
+ * Bitwise equality of the paths rests on four things: (1) every path does the
+ * same IEEE fp32 operations in the same order (sqrt and division are
+ * correctly rounded in SSE/AVX as in C); (2) no FMA: the build uses
+ * -ffp-contract=off and the intrinsics use separate mul/add; (3) the per-step
+ * scalars below are computed once by adam_consts() and shared; (4) the grad
+ * and output conversions are the bitwise-identical ones of zs_cast.c (the
+ * vector helpers are repeated here so they inline; tests compare both).
+ *
+ * Per-step scalars (adam_consts). Float values, used as such by all paths:
+ *   beta1, beta2, eps, weight_decay, grad_scale, clip_coef  as given
+ *   1 - beta1, 1 - beta2   fp32 subtraction (equal to torch's double
+ *                          1 - beta cast to float: the double is exact)
+ *   step_size = (float)((double)lr / bc1)
+ *   bc2_sqrt  = (float)sqrt(bc2)
+ *   decay     = (float)(1.0 - (double)lr * (double)weight_decay)   AdamW only
+ * where bc1 = 1 - pow(beta1, t), bc2 = 1 - pow(beta2, t) in double (both 1.0
+ * when bias_correction is 0). This is also how torch.optim.AdamW turns its
+ * Python doubles into the float scalars of its tensor ops.
+ *
+ * Per element, fp32:
+ *   g = (grad * grad_scale) * clip_coef
+ *   g = g + wd * p                                   Adam (L2) with wd != 0
+ *   m = beta1 * m + (1 - beta1) * g
+ *   v = beta2 * v + ((1 - beta2) * g) * g
+ *   denom = sqrt(v) / bc2_sqrt + eps
+ *   p = p * decay                                    AdamW with wd != 0
+ *   p = p - (step_size * m) / denom
+ *
+ * What it does not do: threads (callers split into chunks, e.g. zs_pool),
+ * amsgrad, or NaN/Inf checks (non-finite inputs propagate as IEEE says).
+ * Tails shorter than a vector go through the portable element function.
+ */
+#include "zs_adam.h"
+
+#include <immintrin.h>
+#include <math.h>
+#include <stdatomic.h>
+#include <string.h>
+
+#include "zs_cast.h"
+#include "zs_status.h"
+
+enum { PATH_PORTABLE = 0, PATH_AVX2 = 1, PATH_AVX512 = 2 };
+
+static const char *const path_names[] = {"portable", "avx2", "avx512"};
+
+typedef struct {
+    float gscale, clip; /* grad_scale, clip_coef */
+    float b1, b2;       /* beta1, beta2 */
+    float omb1, omb2;   /* 1 - beta1, 1 - beta2 (fp32) */
+    float eps, wd;      /* eps, weight_decay */
+    float step_size;    /* (float)(lr / bc1) */
+    float bc2_sqrt;     /* (float)sqrt(bc2) */
+    float decay;        /* (float)(1 - lr * wd) */
+    int l2;             /* Adam with weight decay: g += wd * p */
+    int decoupled;      /* AdamW with weight decay: p *= decay */
+} adam_consts_t;
+
+static void adam_consts(const zs_adam_hparams_t *hp, const zs_adam_step_t *st, adam_consts_t *c)
+{
+    double bc1 = 1.0, bc2 = 1.0;
+    if (hp->bias_correction) {
+        bc1 = 1.0 - pow((double)hp->beta1, (double)st->t);
+        bc2 = 1.0 - pow((double)hp->beta2, (double)st->t);
+    }
+    c->gscale = st->grad_scale;
+    c->clip = st->clip_coef;
+    c->b1 = hp->beta1;
+    c->b2 = hp->beta2;
+    c->omb1 = 1.0f - hp->beta1;
+    c->omb2 = 1.0f - hp->beta2;
+    c->eps = hp->eps;
+    c->wd = hp->weight_decay;
+    c->step_size = (float)((double)st->lr / bc1);
+    c->bc2_sqrt = (float)sqrt(bc2);
+    c->decay = (float)(1.0 - (double)st->lr * (double)hp->weight_decay);
+    c->l2 = !hp->adam_w_mode && hp->weight_decay != 0.0f;
+    c->decoupled = hp->adam_w_mode && hp->weight_decay != 0.0f;
+}
+
+/* --------------------------------------------------------------- portable */
+
+static inline float load_grad1(const void *grad, zs_dtype_t gdt, size_t i)
+{
+    switch (gdt) {
+    case ZS_DTYPE_F32:
+        return ((const float *)grad)[i];
+    case ZS_DTYPE_BF16:
+        return zs_bf16_to_f32(((const uint16_t *)grad)[i]);
+    default:
+        return zs_f16_to_f32(((const uint16_t *)grad)[i]);
+    }
+}
+
+static inline void store_out1(void *out, zs_dtype_t pdt, size_t i, float x)
+{
+    switch (pdt) {
+    case ZS_DTYPE_F32:
+        ((float *)out)[i] = x;
+        break;
+    case ZS_DTYPE_BF16:
+        ((uint16_t *)out)[i] = zs_f32_to_bf16(x);
+        break;
+    case ZS_DTYPE_F16:
+        ((uint16_t *)out)[i] = zs_f32_to_f16(x);
+        break;
+    default:
+        break; /* ZS_DTYPE_NONE */
+    }
+}
+
+/* Elements [i, n): the portable path, and the tail of the SIMD paths. */
+static inline __attribute__((always_inline)) void
+adam_portable_range(const adam_consts_t *c, float *p, float *m, float *v, const void *grad,
+                    zs_dtype_t gdt, void *out, zs_dtype_t pdt, size_t i, size_t n)
+{
+    for (; i < n; i++) {
+        float g = load_grad1(grad, gdt, i) * c->gscale * c->clip;
+        float pi = p[i];
+        if (c->l2)
+            g = g + c->wd * pi;
+        float mi = c->b1 * m[i] + c->omb1 * g;
+        float vi = c->b2 * v[i] + c->omb2 * g * g;
+        float denom = sqrtf(vi) / c->bc2_sqrt + c->eps;
+        if (c->decoupled)
+            pi = pi * c->decay;
+        pi = pi - (c->step_size * mi) / denom;
+        p[i] = pi;
+        m[i] = mi;
+        v[i] = vi;
+        store_out1(out, pdt, i, pi);
+    }
+}
+
+static inline __attribute__((always_inline)) void adam_portable(const adam_consts_t *c, float *p,
+                                                                float *m, float *v,
+                                                                const void *grad, zs_dtype_t gdt,
+                                                                void *out, zs_dtype_t pdt, size_t n)
+{
+    adam_portable_range(c, p, m, v, grad, gdt, out, pdt, 0, n);
+}
+
+/* ---------------------------------------------------------------- AVX-512 */
+
+#define T512 __attribute__((target("avx512f,avx512bw"), always_inline))
+
+/* Same bits as zs_f32_to_bf16 (copy of the helper in zs_cast.c). */
+T512 static inline __m256i f32x16_to_bf16(__m512 x)
+{
+    __m512i u = _mm512_castps_si512(x);
+    __m512i lsb = _mm512_and_si512(_mm512_srli_epi32(u, 16), _mm512_set1_epi32(1));
+    __m512i r = _mm512_add_epi32(u, _mm512_add_epi32(lsb, _mm512_set1_epi32(0x7FFF)));
+    r = _mm512_srli_epi32(r, 16);
+    __m512i a = _mm512_and_si512(u, _mm512_set1_epi32(0x7FFFFFFF));
+    __mmask16 nan = _mm512_cmpgt_epu32_mask(a, _mm512_set1_epi32(0x7F800000));
+    __m512i q = _mm512_or_si512(_mm512_srli_epi32(u, 16), _mm512_set1_epi32(0x40));
+    return _mm512_cvtepi32_epi16(_mm512_mask_mov_epi32(r, nan, q));
+}
+
+T512 static inline __m512 load_grad16(const void *grad, zs_dtype_t gdt, size_t i)
+{
+    const __m256i *h = (const __m256i *)((const uint16_t *)grad + i);
+    switch (gdt) {
+    case ZS_DTYPE_F32:
+        return _mm512_loadu_ps((const float *)grad + i);
+    case ZS_DTYPE_BF16:
+        return _mm512_castsi512_ps(
+            _mm512_slli_epi32(_mm512_cvtepu16_epi32(_mm256_loadu_si256(h)), 16));
+    default:
+        return _mm512_cvtph_ps(_mm256_loadu_si256(h));
+    }
+}
+
+T512 static inline void store_out16(void *out, zs_dtype_t pdt, size_t i, __m512 x)
+{
+    __m256i *h = (__m256i *)((uint16_t *)out + i);
+    switch (pdt) {
+    case ZS_DTYPE_F32:
+        _mm512_storeu_ps((float *)out + i, x);
+        break;
+    case ZS_DTYPE_BF16:
+        _mm256_storeu_si256(h, f32x16_to_bf16(x));
+        break;
+    case ZS_DTYPE_F16:
+        _mm256_storeu_si256(h, _mm512_cvtps_ph(x, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC));
+        break;
+    default:
+        break;
+    }
+}
+
+T512 static inline void adam_avx512(const adam_consts_t *c, float *p, float *m, float *v,
+                                    const void *grad, zs_dtype_t gdt, void *out, zs_dtype_t pdt,
+                                    size_t n)
+{
+    const __m512 gs = _mm512_set1_ps(c->gscale), cc = _mm512_set1_ps(c->clip);
+    const __m512 b1 = _mm512_set1_ps(c->b1), b2 = _mm512_set1_ps(c->b2);
+    const __m512 omb1 = _mm512_set1_ps(c->omb1), omb2 = _mm512_set1_ps(c->omb2);
+    const __m512 eps = _mm512_set1_ps(c->eps), wd = _mm512_set1_ps(c->wd);
+    const __m512 ss = _mm512_set1_ps(c->step_size), bc2s = _mm512_set1_ps(c->bc2_sqrt);
+    const __m512 decay = _mm512_set1_ps(c->decay);
+    size_t i = 0;
+    for (; i + 16 <= n; i += 16) {
+        __m512 g = _mm512_mul_ps(_mm512_mul_ps(load_grad16(grad, gdt, i), gs), cc);
+        __m512 pi = _mm512_loadu_ps(p + i);
+        if (c->l2)
+            g = _mm512_add_ps(g, _mm512_mul_ps(wd, pi));
+        __m512 mi =
+            _mm512_add_ps(_mm512_mul_ps(b1, _mm512_loadu_ps(m + i)), _mm512_mul_ps(omb1, g));
+        __m512 vi = _mm512_add_ps(_mm512_mul_ps(b2, _mm512_loadu_ps(v + i)),
+                                  _mm512_mul_ps(_mm512_mul_ps(omb2, g), g));
+        __m512 denom = _mm512_add_ps(_mm512_div_ps(_mm512_sqrt_ps(vi), bc2s), eps);
+        if (c->decoupled)
+            pi = _mm512_mul_ps(pi, decay);
+        pi = _mm512_sub_ps(pi, _mm512_div_ps(_mm512_mul_ps(ss, mi), denom));
+        _mm512_storeu_ps(p + i, pi);
+        _mm512_storeu_ps(m + i, mi);
+        _mm512_storeu_ps(v + i, vi);
+        store_out16(out, pdt, i, pi);
+    }
+    adam_portable_range(c, p, m, v, grad, gdt, out, pdt, i, n);
+}
+
+/* ------------------------------------------------------------ AVX2 + F16C */
+
+#define T256 __attribute__((target("avx2,f16c"), always_inline))
+
+/* Same bits as zs_f32_to_bf16 (copy of the helper in zs_cast.c). */
+T256 static inline __m128i f32x8_to_bf16(__m256 x)
+{
+    __m256i u = _mm256_castps_si256(x);
+    __m256i lsb = _mm256_and_si256(_mm256_srli_epi32(u, 16), _mm256_set1_epi32(1));
+    __m256i r = _mm256_add_epi32(u, _mm256_add_epi32(lsb, _mm256_set1_epi32(0x7FFF)));
+    r = _mm256_srli_epi32(r, 16);
+    __m256i a = _mm256_and_si256(u, _mm256_set1_epi32(0x7FFFFFFF));
+    __m256i nan = _mm256_cmpgt_epi32(a, _mm256_set1_epi32(0x7F800000));
+    __m256i q = _mm256_or_si256(_mm256_srli_epi32(u, 16), _mm256_set1_epi32(0x40));
+    r = _mm256_blendv_epi8(r, q, nan);
+    return _mm_packus_epi32(_mm256_castsi256_si128(r), _mm256_extracti128_si256(r, 1));
+}
+
+T256 static inline __m256 load_grad8(const void *grad, zs_dtype_t gdt, size_t i)
+{
+    const __m128i *h = (const __m128i *)((const uint16_t *)grad + i);
+    switch (gdt) {
+    case ZS_DTYPE_F32:
+        return _mm256_loadu_ps((const float *)grad + i);
+    case ZS_DTYPE_BF16:
+        return _mm256_castsi256_ps(
+            _mm256_slli_epi32(_mm256_cvtepu16_epi32(_mm_loadu_si128(h)), 16));
+    default:
+        return _mm256_cvtph_ps(_mm_loadu_si128(h));
+    }
+}
+
+T256 static inline void store_out8(void *out, zs_dtype_t pdt, size_t i, __m256 x)
+{
+    __m128i *h = (__m128i *)((uint16_t *)out + i);
+    switch (pdt) {
+    case ZS_DTYPE_F32:
+        _mm256_storeu_ps((float *)out + i, x);
+        break;
+    case ZS_DTYPE_BF16:
+        _mm_storeu_si128(h, f32x8_to_bf16(x));
+        break;
+    case ZS_DTYPE_F16:
+        _mm_storeu_si128(h, _mm256_cvtps_ph(x, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC));
+        break;
+    default:
+        break;
+    }
+}
+
+T256 static inline void adam_avx2(const adam_consts_t *c, float *p, float *m, float *v,
+                                  const void *grad, zs_dtype_t gdt, void *out, zs_dtype_t pdt,
+                                  size_t n)
+{
+    const __m256 gs = _mm256_set1_ps(c->gscale), cc = _mm256_set1_ps(c->clip);
+    const __m256 b1 = _mm256_set1_ps(c->b1), b2 = _mm256_set1_ps(c->b2);
+    const __m256 omb1 = _mm256_set1_ps(c->omb1), omb2 = _mm256_set1_ps(c->omb2);
+    const __m256 eps = _mm256_set1_ps(c->eps), wd = _mm256_set1_ps(c->wd);
+    const __m256 ss = _mm256_set1_ps(c->step_size), bc2s = _mm256_set1_ps(c->bc2_sqrt);
+    const __m256 decay = _mm256_set1_ps(c->decay);
+    size_t i = 0;
+    for (; i + 8 <= n; i += 8) {
+        __m256 g = _mm256_mul_ps(_mm256_mul_ps(load_grad8(grad, gdt, i), gs), cc);
+        __m256 pi = _mm256_loadu_ps(p + i);
+        if (c->l2)
+            g = _mm256_add_ps(g, _mm256_mul_ps(wd, pi));
+        __m256 mi =
+            _mm256_add_ps(_mm256_mul_ps(b1, _mm256_loadu_ps(m + i)), _mm256_mul_ps(omb1, g));
+        __m256 vi = _mm256_add_ps(_mm256_mul_ps(b2, _mm256_loadu_ps(v + i)),
+                                  _mm256_mul_ps(_mm256_mul_ps(omb2, g), g));
+        __m256 denom = _mm256_add_ps(_mm256_div_ps(_mm256_sqrt_ps(vi), bc2s), eps);
+        if (c->decoupled)
+            pi = _mm256_mul_ps(pi, decay);
+        pi = _mm256_sub_ps(pi, _mm256_div_ps(_mm256_mul_ps(ss, mi), denom));
+        _mm256_storeu_ps(p + i, pi);
+        _mm256_storeu_ps(m + i, mi);
+        _mm256_storeu_ps(v + i, vi);
+        store_out8(out, pdt, i, pi);
+    }
+    adam_portable_range(c, p, m, v, grad, gdt, out, pdt, i, n);
+}
+
+/* --------------------------------------------------------------- dispatch */
+
+/* One specialised copy of a path's body per (grad dtype, out dtype) pair, so
+ * the dtype switches in the loop fold away. KERNEL names an inline body. */
+/* clang-format off */
+#define ADAM_CASE(KERNEL, G, P) \
+    case G * 4 + P: KERNEL(c, p, m, v, grad, G, out, P, n); break;
+#define ADAM_ROW(KERNEL, G)                                                 \
+    ADAM_CASE(KERNEL, G, ZS_DTYPE_F32) ADAM_CASE(KERNEL, G, ZS_DTYPE_BF16) \
+    ADAM_CASE(KERNEL, G, ZS_DTYPE_F16) ADAM_CASE(KERNEL, G, ZS_DTYPE_NONE)
+#define ADAM_SPECIALISE(KERNEL)                                                                 \
+    switch (gdt * 4 + pdt) {                                                                    \
+    ADAM_ROW(KERNEL, ZS_DTYPE_F32) ADAM_ROW(KERNEL, ZS_DTYPE_BF16) ADAM_ROW(KERNEL, ZS_DTYPE_F16) \
+    default: break;                                                                             \
+    }
+/* clang-format on */
+
+static void run_portable(const adam_consts_t *c, float *p, float *m, float *v, const void *grad,
+                         int gdt, void *out, int pdt, size_t n)
+{
+    ADAM_SPECIALISE(adam_portable)
+}
+
+__attribute__((target("avx512f,avx512bw"))) static void run_avx512(const adam_consts_t *c, float *p,
+                                                                   float *m, float *v,
+                                                                   const void *grad, int gdt,
+                                                                   void *out, int pdt, size_t n)
+{
+    ADAM_SPECIALISE(adam_avx512)
+}
+
+__attribute__((target("avx2,f16c"))) static void run_avx2(const adam_consts_t *c, float *p,
+                                                          float *m, float *v, const void *grad,
+                                                          int gdt, void *out, int pdt, size_t n)
+{
+    ADAM_SPECIALISE(adam_avx2)
+}
+
+static atomic_int forced_path = -1; /* -1: automatic */
+
+static int cpu_has(int path)
+{
+    __builtin_cpu_init();
+    switch (path) {
+    case PATH_AVX512:
+        return __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw");
+    case PATH_AVX2:
+        return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("f16c");
+    default:
+        return 1;
+    }
+}
+
+static int current_path(void)
+{
+    int f = atomic_load_explicit(&forced_path, memory_order_relaxed);
+    if (f >= 0)
+        return f;
+    return cpu_has(PATH_AVX512) ? PATH_AVX512 : cpu_has(PATH_AVX2) ? PATH_AVX2 : PATH_PORTABLE;
+}
+
+/* See zs_adam.h: fused step over n elements on the current path. */
+void zs_adam_update(const zs_adam_hparams_t *hp, const zs_adam_step_t *st, float *p, float *m,
+                    float *v, const void *grad, zs_dtype_t gdt, void *out, zs_dtype_t pdt, size_t n)
+{
+    adam_consts_t c;
+    if (n == 0)
+        return;
+    adam_consts(hp, st, &c);
+    if (!out)
+        pdt = ZS_DTYPE_NONE;
+    switch (current_path()) {
+    case PATH_AVX512:
+        run_avx512(&c, p, m, v, grad, gdt, out, pdt, n);
+        break;
+    case PATH_AVX2:
+        run_avx2(&c, p, m, v, grad, gdt, out, pdt, n);
+        break;
+    default:
+        run_portable(&c, p, m, v, grad, gdt, out, pdt, n);
+        break;
+    }
+}
+
+/* See zs_adam.h. The reference is written out independently of the paths
+ * above: one element at a time, the header's formula line by line, with the
+ * scalar conversions of zs_cast.h and the same adam_consts() scalars. */
+void zs_adam_update_ref(const zs_adam_hparams_t *hp, const zs_adam_step_t *st, float *p, float *m,
+                        float *v, const void *grad, zs_dtype_t gdt, void *out, zs_dtype_t pdt,
+                        size_t n)
+{
+    adam_consts_t c;
+    adam_consts(hp, st, &c);
+    for (size_t i = 0; i < n; i++) {
+        float g;
+        if (gdt == ZS_DTYPE_F32)
+            g = ((const float *)grad)[i];
+        else if (gdt == ZS_DTYPE_BF16)
+            g = zs_bf16_to_f32(((const uint16_t *)grad)[i]);
+        else
+            g = zs_f16_to_f32(((const uint16_t *)grad)[i]);
+        g = g * st->grad_scale;
+        g = g * st->clip_coef;
+        if (!hp->adam_w_mode && hp->weight_decay != 0.0f)
+            g = g + hp->weight_decay * p[i];
+        m[i] = hp->beta1 * m[i] + c.omb1 * g;
+        v[i] = hp->beta2 * v[i] + c.omb2 * g * g;
+        float denom = sqrtf(v[i]) / c.bc2_sqrt + hp->eps;
+        if (hp->adam_w_mode && hp->weight_decay != 0.0f)
+            p[i] = p[i] * c.decay;
+        p[i] = p[i] - c.step_size * m[i] / denom;
+        if (out && pdt == ZS_DTYPE_F32)
+            ((float *)out)[i] = p[i];
+        else if (out && pdt == ZS_DTYPE_BF16)
+            ((uint16_t *)out)[i] = zs_f32_to_bf16(p[i]);
+        else if (out && pdt == ZS_DTYPE_F16)
+            ((uint16_t *)out)[i] = zs_f32_to_f16(p[i]);
+    }
+}
+
+/* See zs_adam.h. */
+const char *zs_adam_path(void)
+{
+    return path_names[current_path()];
+}
+
+/* See zs_adam.h: ZS_OK, or ZS_ERR_INVALID for an unknown name or missing CPU feature. */
+int zs_adam_force_path(const char *name)
+{
+    if (!name) {
+        atomic_store_explicit(&forced_path, -1, memory_order_relaxed);
+        return ZS_OK;
+    }
+    for (int p = 0; p < 3; p++) {
+        if (strcmp(name, path_names[p]) == 0) {
+            if (!cpu_has(p))
+                return ZS_ERR_INVALID;
+            atomic_store_explicit(&forced_path, p, memory_order_relaxed);
+            return ZS_OK;
+        }
+    }
+    return ZS_ERR_INVALID;
+}
