@@ -95,6 +95,7 @@ int zs_msg_parse(grpc_byte_buffer *bb, const ProtobufCMessageDescriptor *desc,
 /* ---- client calls ----------------------------------------------------- */
 
 typedef struct zs_ccall {
+    grpc_channel *ch; /* not owned */
     grpc_call *call;
     grpc_completion_queue *cq; /* pluck queue private to this call */
     grpc_metadata_array initial_md, trailing_md;
@@ -103,6 +104,7 @@ typedef struct zs_ccall {
     grpc_metadata auth; /* authorization header when a token is set */
     int nmd;
     int status_pending; /* RECV_STATUS_ON_CLIENT started, not yet plucked */
+    int initmd_pending; /* RECV_INITIAL_METADATA started, not yet plucked */
     int closed;         /* SEND_CLOSE_FROM_CLIENT done */
     const char *peer;   /* for messages: the server's address */
 } zs_ccall_t;

@@ -1,0 +1,169 @@
+/*
+ * zs_proc.c - temp dirs and zs-server processes for tests (see zs_proc.h).
+ */
+#define _GNU_SOURCE
+#include "zs_proc.h"
+
+#include <errno.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/prctl.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#define MAX_TRACK 32
+
+static char g_dirs[MAX_TRACK][256];
+static int g_ndirs;
+static pid_t g_pids[MAX_TRACK];
+static int g_registered;
+static pid_t g_owner; /* only the process that created them cleans up */
+
+static void cleanup(void)
+{
+    if (getpid() != g_owner)
+        return;
+    for (int i = 0; i < MAX_TRACK; i++)
+        if (g_pids[i] > 0) {
+            kill(g_pids[i], SIGKILL);
+            waitpid(g_pids[i], NULL, 0);
+            g_pids[i] = 0;
+        }
+    for (int i = 0; i < g_ndirs; i++) {
+        char cmd[8300];
+        snprintf(cmd, sizeof cmd, "rm -rf '%s'", g_dirs[i]);
+        if (system(cmd) != 0)
+            fprintf(stderr, "warning: could not remove %s\n", g_dirs[i]);
+    }
+}
+
+static void on_signal(int sig)
+{
+    cleanup();
+    signal(sig, SIG_DFL);
+    raise(sig);
+}
+
+static void ensure_registered(void)
+{
+    if (!g_registered) {
+        g_registered = 1;
+        g_owner = getpid();
+        atexit(cleanup);
+        signal(SIGINT, on_signal);
+        signal(SIGTERM, on_signal);
+    }
+}
+
+const char *zs_test_tmpdir(const char *tag)
+{
+    ensure_registered();
+    if (g_ndirs == MAX_TRACK) {
+        fprintf(stderr, "FAIL: too many temp dirs\n");
+        exit(1);
+    }
+    char *d = g_dirs[g_ndirs];
+    snprintf(d, 256, "/tmp/zs-%s-XXXXXX", tag);
+    if (!mkdtemp(d)) {
+        fprintf(stderr, "FAIL: mkdtemp %s: %s\n", d, strerror(errno));
+        exit(1);
+    }
+    g_ndirs++;
+    return d;
+}
+
+static void track(pid_t pid, int add)
+{
+    for (int i = 0; i < MAX_TRACK; i++)
+        if (add ? g_pids[i] == 0 : g_pids[i] == pid) {
+            g_pids[i] = add ? pid : 0;
+            return;
+        }
+}
+
+void zs_test_server_start(zs_test_server_t *s)
+{
+    ensure_registered();
+    char ready[300], listen[64], bin[512];
+    snprintf(ready, sizeof ready, "%s.ready", s->data_dir);
+    unlink(ready);
+    snprintf(listen, sizeof listen, "%s", s->addr[0] ? s->addr : "127.0.0.1:0");
+    snprintf(bin, sizeof bin, "%s/server/zs-server", ZS_BINARY_DIR);
+    char *argv[32];
+    int n = 0;
+    argv[n++] = bin;
+    argv[n++] = "--listen";
+    argv[n++] = listen;
+    argv[n++] = "--data";
+    argv[n++] = s->data_dir;
+    argv[n++] = "--ready-file";
+    argv[n++] = ready;
+    argv[n++] = "--threads";
+    argv[n++] = "2";
+    char extra[256];
+    snprintf(extra, sizeof extra, "%s", s->extra);
+    for (char *tok = strtok(extra, " "); tok && n < 30; tok = strtok(NULL, " "))
+        argv[n++] = tok;
+    argv[n] = NULL;
+    pid_t parent = getpid();
+    pid_t pid = fork();
+    if (pid == 0) {
+        prctl(PR_SET_PDEATHSIG, SIGKILL);
+        if (getppid() != parent)
+            _exit(1);
+        execv(bin, argv);
+        fprintf(stderr, "exec %s: %s\n", bin, strerror(errno));
+        _exit(127);
+    }
+    if (pid < 0) {
+        fprintf(stderr, "FAIL: fork: %s\n", strerror(errno));
+        exit(1);
+    }
+    track(pid, 1);
+    s->pid = pid;
+    for (int i = 0; i < 400; i++) { /* 20 s */
+        FILE *f = fopen(ready, "r");
+        if (f) {
+            char line[64] = "";
+            if (fgets(line, sizeof line, f))
+                line[strcspn(line, "\n")] = '\0';
+            fclose(f);
+            if (line[0]) {
+                snprintf(s->addr, sizeof s->addr, "%s", line);
+                return;
+            }
+        }
+        int st;
+        if (waitpid(pid, &st, WNOHANG) == pid) {
+            track(pid, 0);
+            fprintf(stderr, "FAIL: zs-server exited during start (status %d)\n", st);
+            exit(1);
+        }
+        struct timespec ts = {0, 50 * 1000000L};
+        nanosleep(&ts, NULL);
+    }
+    fprintf(stderr, "FAIL: zs-server did not start within 20 s\n");
+    exit(1);
+}
+
+void zs_test_server_stop(zs_test_server_t *s, int sig)
+{
+    if (s->pid <= 0)
+        return;
+    kill(s->pid, sig);
+    waitpid(s->pid, NULL, 0);
+    track(s->pid, 0);
+    s->pid = 0;
+}
+
+void zs_test_server_list(const zs_test_server_t *s, int n, char *buf, size_t len)
+{
+    size_t off = 0;
+    buf[0] = '\0';
+    for (int i = 0; i < n && off < len; i++)
+        off += (size_t)snprintf(buf + off, len - off, "%s%s", i ? "," : "", s[i].addr);
+}

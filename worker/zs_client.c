@@ -1,0 +1,752 @@
+/*
+ * zs_client.c - shard client over gRPC core (see zs_client.h).
+ *
+ * Per operation: one thread per involved server runs `attempt()` up to
+ * 1 + retries times while the result is UNAVAILABLE, sleeping 100 ms, 200
+ * ms, ... (capped at 2 s) between attempts. Bulk data is framed with
+ * zs_frame_build over the caller's memory (no copy on send) and copied once
+ * on receive.
+ */
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "zs_client.h"
+#include "zs_layout.h"
+#include "zs_rpc.h"
+
+#define MAX_ADDR 256
+
+struct zs_client {
+    int n;
+    char (*addr)[MAX_ADDR];
+    grpc_channel **ch;
+    char *token;
+    int timeout_ms, retries;
+    uint64_t P;
+};
+
+#define M(name) "/zeroshard.Shard/" name
+
+/* ---- parallel fan-out with retries ------------------------------------- */
+
+typedef int (*attempt_fn)(zs_client_t *c, int server, void *arg, zs_err_t *err);
+
+typedef struct {
+    zs_client_t *c;
+    int server;
+    attempt_fn fn;
+    void *arg;
+    int rc;
+    zs_err_t err;
+    pthread_t th;
+} job_t;
+
+static void sleep_ms(int ms)
+{
+    struct timespec ts = {ms / 1000, (long)(ms % 1000) * 1000000L};
+    nanosleep(&ts, NULL);
+}
+
+static void *job_main(void *p)
+{
+    job_t *j = p;
+    int backoff = 100;
+    for (int a = 0;; a++) {
+        zs_err_clear(&j->err);
+        j->rc = j->fn(j->c, j->server, j->arg, &j->err);
+        if (j->rc != ZS_ERR_UNAVAILABLE || a >= j->c->retries)
+            break;
+        sleep_ms(backoff);
+        backoff = backoff * 2 > 2000 ? 2000 : backoff * 2;
+    }
+    return NULL;
+}
+
+/* Run fn on servers [first, last] in parallel (args[i - first] is each one's
+ * argument, or `shared` for all). Returns the first error, in server order. */
+static int fan_out(zs_client_t *c, int first, int last, attempt_fn fn, void **args, void *shared,
+                   zs_err_t *err)
+{
+    int n = last - first + 1;
+    if (n <= 0)
+        return ZS_OK;
+    job_t *jobs = calloc((size_t)n, sizeof *jobs);
+    if (!jobs)
+        return zs_err_set(err, ZS_ERR_NOMEM, "out of memory");
+    for (int i = 0; i < n; i++) {
+        jobs[i] = (job_t){c, first + i, fn, args ? args[i] : shared, 0, {0, ""}, 0};
+        if (n == 1 || pthread_create(&jobs[i].th, NULL, job_main, &jobs[i]) != 0) {
+            job_main(&jobs[i]);
+            jobs[i].th = 0;
+        }
+    }
+    int rc = ZS_OK;
+    for (int i = 0; i < n; i++) {
+        if (jobs[i].th)
+            pthread_join(jobs[i].th, NULL);
+        if (jobs[i].rc && !rc) {
+            rc = jobs[i].rc;
+            if (err)
+                *err = jobs[i].err;
+        }
+    }
+    free(jobs);
+    return rc;
+}
+
+/* ---- lifecycle ------------------------------------------------------------- */
+
+int zs_client_create(const zs_client_opts_t *o, zs_client_t **out, zs_err_t *err)
+{
+    *out = NULL;
+    if (!o->servers || !o->servers[0])
+        return zs_err_set(err, ZS_ERR_INVALID, "no servers given (expected host:port,...)");
+    zs_client_t *c = calloc(1, sizeof *c);
+    if (!c)
+        return zs_err_set(err, ZS_ERR_NOMEM, "out of memory");
+    int n = 1;
+    for (const char *p = o->servers; *p; p++)
+        n += *p == ',';
+    if (n > ZS_MAX_SERVERS) {
+        free(c);
+        return zs_err_set(err, ZS_ERR_INVALID, "%d servers: at most %d", n, ZS_MAX_SERVERS);
+    }
+    c->addr = calloc((size_t)n, sizeof *c->addr);
+    c->ch = calloc((size_t)n, sizeof *c->ch);
+    if (!c->addr || !c->ch) {
+        free(c->addr);
+        free(c->ch);
+        free(c);
+        return zs_err_set(err, ZS_ERR_NOMEM, "out of memory");
+    }
+    const char *p = o->servers;
+    for (int i = 0; i < n; i++) {
+        const char *e = strchr(p, ',');
+        size_t len = e ? (size_t)(e - p) : strlen(p);
+        if (len == 0 || len >= MAX_ADDR || !memchr(p, ':', len)) {
+            int rc = zs_err_set(err, ZS_ERR_INVALID, "bad server address '%.*s' (want host:port)",
+                                (int)(len > 64 ? 64 : len), p);
+            free(c->addr);
+            free(c->ch);
+            free(c);
+            return rc;
+        }
+        memcpy(c->addr[i], p, len);
+        p = e ? e + 1 : p + len;
+    }
+    grpc_init();
+    c->n = n;
+    for (int i = 0; i < n; i++)
+        c->ch[i] = zs_channel_create(c->addr[i], o->tls_ca_pem);
+    c->token = o->token ? strdup(o->token) : NULL;
+    c->timeout_ms = o->timeout_ms > 0 ? o->timeout_ms : 120000;
+    c->retries = o->retries > 0 ? o->retries : (o->retries == 0 ? 8 : 0);
+    *out = c;
+    return ZS_OK;
+}
+
+void zs_client_destroy(zs_client_t *c)
+{
+    if (!c)
+        return;
+    for (int i = 0; i < c->n; i++)
+        grpc_channel_destroy(c->ch[i]);
+    free(c->ch);
+    free(c->addr);
+    free(c->token);
+    free(c);
+    grpc_shutdown();
+}
+
+int zs_client_nservers(const zs_client_t *c)
+{
+    return c->n;
+}
+
+uint64_t zs_client_num_params(const zs_client_t *c)
+{
+    return c->P;
+}
+
+const char *zs_client_server(const zs_client_t *c, int i)
+{
+    return i >= 0 && i < c->n ? c->addr[i] : "?";
+}
+
+static uint64_t srv_begin(const zs_client_t *c, int i)
+{
+    return zs_layout_begin(c->P, (uint32_t)c->n, (uint32_t)i);
+}
+
+/* Servers owning [b, e): first..last. Requires P known and b < e <= P. */
+static int owners(const zs_client_t *c, uint64_t b, uint64_t e, int *first, int *last,
+                  zs_err_t *err)
+{
+    if (c->P == 0)
+        return zs_err_set(err, ZS_ERR_STATE, "model size unknown: call zs_client_hello or init");
+    if (b >= e || e > c->P)
+        return zs_err_set(err, ZS_ERR_RANGE, "range [%llu, %llu) outside [0, %llu)",
+                          (unsigned long long)b, (unsigned long long)e, (unsigned long long)c->P);
+    *first = (int)zs_layout_owner(c->P, (uint32_t)c->n, b);
+    *last = (int)zs_layout_owner(c->P, (uint32_t)c->n, e - 1);
+    return ZS_OK;
+}
+
+/* ---- Hello ------------------------------------------------------------------ */
+
+typedef struct {
+    const char *model;
+    uint64_t P;
+    zs_server_info_t *info;
+} hello_arg_t;
+
+static void info_from_pb(const Zeroshard__HelloReply *r, zs_server_info_t *in)
+{
+    memset(in, 0, sizeof *in);
+    in->initialized = r->initialized;
+    snprintf(in->model_name, sizeof in->model_name, "%s", r->model_name ? r->model_name : "");
+    in->num_params = r->num_params;
+    in->num_servers = r->num_servers;
+    in->server_index = r->server_index;
+    in->range_begin = r->range_begin;
+    in->range_end = r->range_end;
+    in->applied_step = r->applied_step;
+    in->optimizer_step = r->optimizer_step;
+    size_t k = r->n_checkpoints, skip = k > ZS_CLIENT_MAX_CKPTS ? k - ZS_CLIENT_MAX_CKPTS : 0;
+    for (size_t i = skip; i < k; i++)
+        in->checkpoints[in->ncheckpoints++] = r->checkpoints[i];
+    if (r->adam) {
+        in->adam.lr = r->adam->lr;
+        in->adam.beta1 = r->adam->beta1;
+        in->adam.beta2 = r->adam->beta2;
+        in->adam.eps = r->adam->eps;
+        in->adam.weight_decay = r->adam->weight_decay;
+        in->adam.adam_w_mode = r->adam->adam_w_mode;
+        in->adam.bias_correction = r->adam->bias_correction;
+    }
+    if (r->counters) {
+        in->bytes_in = r->counters->bytes_in;
+        in->bytes_out = r->counters->bytes_out;
+        in->steps_applied = r->counters->steps_applied;
+        in->steps_skipped = r->counters->steps_skipped;
+        in->refused = r->counters->refused;
+        in->optimizer_gbps = r->counters->optimizer_gbps;
+        in->last_step_ms = r->counters->last_step_ms;
+        in->checkpoint_gbps = r->counters->checkpoint_gbps;
+    }
+}
+
+static int hello_one(zs_client_t *c, int i, void *argp, zs_err_t *err)
+{
+    hello_arg_t *a = argp;
+    Zeroshard__HelloRequest q = ZEROSHARD__HELLO_REQUEST__INIT;
+    q.protocol_version = ZS_PROTOCOL_VERSION;
+    q.model_name = (char *)(a->model ? a->model : "");
+    q.num_params = a->P;
+    Zeroshard__HelloReply *r;
+    int rc = zs_unary(c->ch[i], M("Hello"), c->token, c->timeout_ms, c->addr[i], &q.base,
+                      &zeroshard__hello_reply__descriptor, (ProtobufCMessage **)&r, err);
+    if (rc)
+        return rc;
+    zs_server_info_t tmp, *in = a->info ? &a->info[i] : &tmp;
+    info_from_pb(r, in);
+    zeroshard__hello_reply__free_unpacked(r, NULL);
+    if (in->initialized && (in->num_servers != (uint32_t)c->n || in->server_index != (uint32_t)i))
+        return zs_err_set(err, ZS_ERR_STATE,
+                          "%s: is server %u of %u, but the client lists it as %d of %d (the "
+                          "--servers order must match the layout)",
+                          c->addr[i], in->server_index, in->num_servers, i, c->n);
+    return ZS_OK;
+}
+
+int zs_client_hello(zs_client_t *c, const char *model, uint64_t P, zs_server_info_t *info,
+                    zs_err_t *err)
+{
+    zs_server_info_t *tmp = info ? info : calloc((size_t)c->n, sizeof *tmp);
+    if (!tmp)
+        return zs_err_set(err, ZS_ERR_NOMEM, "out of memory");
+    hello_arg_t a = {model, P, tmp};
+    int rc = fan_out(c, 0, c->n - 1, hello_one, NULL, &a, err);
+    if (rc == ZS_OK && tmp[0].initialized) {
+        for (int i = 1; i < c->n; i++)
+            if (tmp[i].initialized && tmp[i].num_params != tmp[0].num_params)
+                rc = zs_err_set(err, ZS_ERR_STATE,
+                                "servers disagree on the model size: %s has %llu, %s has %llu",
+                                c->addr[0], (unsigned long long)tmp[0].num_params, c->addr[i],
+                                (unsigned long long)tmp[i].num_params);
+        if (rc == ZS_OK)
+            c->P = tmp[0].num_params;
+    } else if (rc == ZS_OK && P) {
+        c->P = P;
+    }
+    if (!info)
+        free(tmp);
+    return rc;
+}
+
+/* ---- Initialize ------------------------------------------------------------- */
+
+typedef struct {
+    const char *model;
+    const zs_adam_hparams_t *hp;
+    const float *master;
+    uint64_t start_step;
+    int overwrite;
+} init_arg_t;
+
+static int init_one(zs_client_t *c, int i, void *argp, zs_err_t *err)
+{
+    init_arg_t *a = argp;
+    uint64_t b = srv_begin(c, i), e = srv_begin(c, i + 1);
+    zs_ccall_t call;
+    int rc = zs_ccall_start(&call, c->ch[i], M("Initialize"), c->token, c->timeout_ms,
+                            c->addr[i], err);
+    if (rc)
+        return rc;
+    Zeroshard__AdamConfig ac = ZEROSHARD__ADAM_CONFIG__INIT;
+    ac.lr = a->hp->lr;
+    ac.beta1 = a->hp->beta1;
+    ac.beta2 = a->hp->beta2;
+    ac.eps = a->hp->eps;
+    ac.weight_decay = a->hp->weight_decay;
+    ac.adam_w_mode = a->hp->adam_w_mode;
+    ac.bias_correction = a->hp->bias_correction;
+    Zeroshard__InitRequest q = ZEROSHARD__INIT_REQUEST__INIT;
+    q.protocol_version = ZS_PROTOCOL_VERSION;
+    q.model_name = (char *)a->model;
+    q.num_params = c->P;
+    q.num_servers = (uint32_t)c->n;
+    q.server_index = (uint32_t)i;
+    q.adam = &ac;
+    q.start_step = a->start_step;
+    q.overwrite = a->overwrite;
+    uint64_t per = ZS_RPC_CHUNK_BYTES / 4, off = b;
+    int first = 1;
+    do { /* an empty range still sends the init message */
+        uint64_t k = e - off < per ? e - off : per;
+        Zeroshard__InitChunk m = ZEROSHARD__INIT_CHUNK__INIT;
+        m.init = first ? &q : NULL;
+        m.offset = off;
+        m.count = k;
+        m.dtype = ZEROSHARD__DTYPE__F32;
+        rc = zs_ccall_send(&call, zs_frame_build(&m.base, a->master + off, k * 4, NULL, NULL),
+                           err);
+        off += k;
+        first = 0;
+    } while (!rc && off < e);
+    grpc_byte_buffer *bb = NULL;
+    if (!rc)
+        rc = zs_ccall_recv(&call, &bb, err);
+    if (bb)
+        grpc_byte_buffer_destroy(bb);
+    if (!rc)
+        rc = zs_ccall_finish(&call, err);
+    zs_ccall_destroy(&call);
+    return rc;
+}
+
+int zs_client_init(zs_client_t *c, const char *model, uint64_t P, const zs_adam_hparams_t *hp,
+                   const float *master, uint64_t start_step, int overwrite, zs_err_t *err)
+{
+    if (P == 0)
+        return zs_err_set(err, ZS_ERR_INVALID, "model size P must be > 0");
+    c->P = P;
+    init_arg_t a = {model, hp, master, start_step, overwrite};
+    return fan_out(c, 0, c->n - 1, init_one, NULL, &a, err);
+}
+
+/* ---- Push --------------------------------------------------------------------- */
+
+typedef struct {
+    uint64_t step, begin, end;
+    const void *grad;
+    zs_dtype_t dt;
+} push_arg_t;
+
+static int push_one(zs_client_t *c, int i, void *argp, zs_err_t *err)
+{
+    push_arg_t *a = argp;
+    uint64_t b = srv_begin(c, i), e = srv_begin(c, i + 1);
+    if (b < a->begin)
+        b = a->begin;
+    if (e > a->end)
+        e = a->end;
+    if (b >= e)
+        return ZS_OK;
+    size_t esz = zs_dtype_size(a->dt);
+    zs_ccall_t call;
+    int rc = zs_ccall_start(&call, c->ch[i], M("Push"), c->token, c->timeout_ms, c->addr[i], err);
+    if (rc)
+        return rc;
+    uint64_t per = ZS_RPC_CHUNK_BYTES / esz;
+    for (uint64_t off = b; off < e && !rc; off += per) {
+        uint64_t k = e - off < per ? e - off : per;
+        Zeroshard__PushChunk m = ZEROSHARD__PUSH_CHUNK__INIT;
+        m.step = a->step;
+        m.offset = off;
+        m.count = k;
+        m.dtype = (Zeroshard__DType)a->dt;
+        const char *src = (const char *)a->grad + (off - a->begin) * esz;
+        rc = zs_ccall_send(&call, zs_frame_build(&m.base, src, k * esz, NULL, NULL), err);
+    }
+    grpc_byte_buffer *bb = NULL;
+    if (!rc)
+        rc = zs_ccall_recv(&call, &bb, err);
+    if (bb)
+        grpc_byte_buffer_destroy(bb);
+    if (!rc)
+        rc = zs_ccall_finish(&call, err);
+    zs_ccall_destroy(&call);
+    return rc;
+}
+
+int zs_client_push(zs_client_t *c, uint64_t step, uint64_t begin, uint64_t end, const void *grad,
+                   zs_dtype_t dt, zs_err_t *err)
+{
+    if (zs_dtype_size(dt) == 0)
+        return zs_err_set(err, ZS_ERR_INVALID, "unknown dtype %d", (int)dt);
+    int f, l;
+    int rc = owners(c, begin, end, &f, &l, err);
+    if (rc)
+        return rc;
+    push_arg_t a = {step, begin, end, grad, dt};
+    return fan_out(c, f, l, push_one, NULL, &a, err);
+}
+
+/* ---- Commit ---------------------------------------------------------------------- */
+
+static int commit_one(zs_client_t *c, int i, void *argp, zs_err_t *err)
+{
+    const zs_step_scalars_t *s = argp;
+    Zeroshard__CommitRequest q = ZEROSHARD__COMMIT_REQUEST__INIT;
+    q.step = s->step;
+    q.grad_scale = s->grad_scale;
+    q.clip_coef = s->clip_coef;
+    q.lr = s->lr;
+    q.skip = s->skip;
+    q.param_dtype = (Zeroshard__DType)s->param_dtype;
+    Zeroshard__CommitReply *r;
+    int rc = zs_unary(c->ch[i], M("Commit"), c->token, c->timeout_ms, c->addr[i], &q.base,
+                      &zeroshard__commit_reply__descriptor, (ProtobufCMessage **)&r, err);
+    if (rc == ZS_OK)
+        zeroshard__commit_reply__free_unpacked(r, NULL);
+    return rc;
+}
+
+int zs_client_commit(zs_client_t *c, const zs_step_scalars_t *s, zs_err_t *err)
+{
+    return fan_out(c, 0, c->n - 1, commit_one, NULL, (void *)s, err);
+}
+
+/* ---- Pull and GetState (server streaming into caller memory) ---------------- */
+
+typedef struct {
+    uint64_t min_step, begin, end;
+    void *dst;
+    zs_dtype_t dt;
+    int tensor; /* -1: Pull, else GetState of this tensor */
+    uint64_t *steps; /* per server: lowest step seen */
+} read_arg_t;
+
+static int read_one(zs_client_t *c, int i, void *argp, zs_err_t *err)
+{
+    read_arg_t *a = argp;
+    uint64_t b = srv_begin(c, i), e = srv_begin(c, i + 1);
+    if (b < a->begin)
+        b = a->begin;
+    if (e > a->end)
+        e = a->end;
+    if (b >= e)
+        return ZS_OK;
+    int pull = a->tensor < 0;
+    zs_dtype_t dt = pull ? a->dt : ZS_DTYPE_F32;
+    size_t esz = zs_dtype_size(dt);
+    zs_ccall_t call;
+    int rc = zs_ccall_start(&call, c->ch[i], pull ? M("Pull") : M("GetState"), c->token,
+                            c->timeout_ms, c->addr[i], err);
+    if (rc)
+        return rc;
+    if (pull) {
+        Zeroshard__PullRequest q = ZEROSHARD__PULL_REQUEST__INIT;
+        q.min_step = a->min_step;
+        q.offset = b;
+        q.count = e - b;
+        q.dtype = (Zeroshard__DType)dt;
+        rc = zs_ccall_send(&call, zs_msg_build(&q.base), err);
+    } else {
+        Zeroshard__StateRequest q = ZEROSHARD__STATE_REQUEST__INIT;
+        q.tensor = (Zeroshard__Tensor)a->tensor;
+        q.offset = b;
+        q.count = e - b;
+        rc = zs_ccall_send(&call, zs_msg_build(&q.base), err);
+    }
+    uint64_t next = b, lo = UINT64_MAX;
+    while (!rc) {
+        grpc_byte_buffer *bb;
+        rc = zs_ccall_recv(&call, &bb, err);
+        if (rc || !bb)
+            break;
+        ProtobufCMessage *m;
+        zs_frame_t fr;
+        rc = zs_frame_parse(bb, pull ? &zeroshard__pull_chunk__descriptor
+                                     : &zeroshard__state_chunk__descriptor,
+                            &m, &fr, err);
+        grpc_byte_buffer_destroy(bb);
+        if (rc)
+            break;
+        uint64_t off, cnt, st;
+        int mdt;
+        if (pull) {
+            Zeroshard__PullChunk *p = (Zeroshard__PullChunk *)m;
+            off = p->offset, cnt = p->count, st = p->step, mdt = (int)p->dtype;
+        } else {
+            Zeroshard__StateChunk *p = (Zeroshard__StateChunk *)m;
+            off = p->offset, cnt = p->count, st = p->step, mdt = ZS_DTYPE_F32;
+        }
+        /* Trust nothing: the chunk must be the next piece we asked for. */
+        if (off != next || cnt == 0 || cnt > e - off || mdt != (int)dt || fr.pay_len != cnt * esz)
+            rc = zs_err_set(err, ZS_ERR_INVALID,
+                            "%s: unexpected chunk [%llu, +%llu) %s of %zu bytes (wanted offset "
+                            "%llu)",
+                            c->addr[i], (unsigned long long)off, (unsigned long long)cnt,
+                            zs_dtype_name(mdt), fr.pay_len, (unsigned long long)next);
+        else {
+            zs_frame_copy(&fr, (char *)a->dst + (off - a->begin) * esz);
+            next = off + cnt;
+            if (st < lo)
+                lo = st;
+        }
+        protobuf_c_message_free_unpacked(m, NULL);
+        zs_frame_deinit(&fr);
+    }
+    if (!rc && next != e)
+        rc = zs_err_set(err, ZS_ERR_INVALID, "%s: stream ended at %llu of [%llu, %llu)",
+                        c->addr[i], (unsigned long long)next, (unsigned long long)b,
+                        (unsigned long long)e);
+    zs_ccall_destroy(&call);
+    a->steps[i] = lo;
+    return rc;
+}
+
+static int read_range(zs_client_t *c, read_arg_t *a, uint64_t *step_out, zs_err_t *err)
+{
+    int f, l;
+    int rc = owners(c, a->begin, a->end, &f, &l, err);
+    if (rc)
+        return rc;
+    a->steps = calloc((size_t)c->n, sizeof *a->steps);
+    if (!a->steps)
+        return zs_err_set(err, ZS_ERR_NOMEM, "out of memory");
+    rc = fan_out(c, f, l, read_one, NULL, a, err);
+    if (rc == ZS_OK && step_out) {
+        *step_out = UINT64_MAX;
+        for (int i = f; i <= l; i++)
+            if (a->steps[i] < *step_out)
+                *step_out = a->steps[i];
+    }
+    free(a->steps);
+    return rc;
+}
+
+int zs_client_pull(zs_client_t *c, uint64_t min_step, uint64_t begin, uint64_t end, void *dst,
+                   zs_dtype_t dt, uint64_t *step_out, zs_err_t *err)
+{
+    if (zs_dtype_size(dt) == 0)
+        return zs_err_set(err, ZS_ERR_INVALID, "unknown dtype %d", (int)dt);
+    read_arg_t a = {min_step, begin, end, dst, dt, -1, NULL};
+    return read_range(c, &a, step_out, err);
+}
+
+int zs_client_get_state(zs_client_t *c, int tensor, uint64_t begin, uint64_t end, float *dst,
+                        zs_err_t *err)
+{
+    if (tensor < 0 || tensor > 2)
+        return zs_err_set(err, ZS_ERR_INVALID, "unknown tensor %d", tensor);
+    read_arg_t a = {0, begin, end, dst, ZS_DTYPE_F32, tensor, NULL};
+    return read_range(c, &a, NULL, err);
+}
+
+/* ---- SetState --------------------------------------------------------------------- */
+
+typedef struct {
+    int tensor;
+    uint64_t begin, end;
+    const float *src;
+} set_arg_t;
+
+static int set_one(zs_client_t *c, int i, void *argp, zs_err_t *err)
+{
+    set_arg_t *a = argp;
+    uint64_t b = srv_begin(c, i), e = srv_begin(c, i + 1);
+    if (b < a->begin)
+        b = a->begin;
+    if (e > a->end)
+        e = a->end;
+    if (b >= e)
+        return ZS_OK;
+    zs_ccall_t call;
+    int rc = zs_ccall_start(&call, c->ch[i], M("SetState"), c->token, c->timeout_ms, c->addr[i],
+                            err);
+    if (rc)
+        return rc;
+    uint64_t per = ZS_RPC_CHUNK_BYTES / 4;
+    for (uint64_t off = b; off < e && !rc; off += per) {
+        uint64_t k = e - off < per ? e - off : per;
+        Zeroshard__StateChunk m = ZEROSHARD__STATE_CHUNK__INIT;
+        m.tensor = (Zeroshard__Tensor)a->tensor;
+        m.offset = off;
+        m.count = k;
+        rc = zs_ccall_send(&call, zs_frame_build(&m.base, a->src + (off - a->begin), k * 4, NULL,
+                                                 NULL),
+                           err);
+    }
+    grpc_byte_buffer *bb = NULL;
+    if (!rc)
+        rc = zs_ccall_recv(&call, &bb, err);
+    if (bb)
+        grpc_byte_buffer_destroy(bb);
+    if (!rc)
+        rc = zs_ccall_finish(&call, err);
+    zs_ccall_destroy(&call);
+    return rc;
+}
+
+int zs_client_set_state(zs_client_t *c, int tensor, uint64_t begin, uint64_t end,
+                        const float *src, zs_err_t *err)
+{
+    if (tensor < 0 || tensor > 2)
+        return zs_err_set(err, ZS_ERR_INVALID, "unknown tensor %d", tensor);
+    int f, l;
+    int rc = owners(c, begin, end, &f, &l, err);
+    if (rc)
+        return rc;
+    set_arg_t a = {tensor, begin, end, src};
+    return fan_out(c, f, l, set_one, NULL, &a, err);
+}
+
+/* ---- checkpoints ---------------------------------------------------------------------- */
+
+typedef struct {
+    uint64_t step;
+    int keep;
+    uint64_t (*lists)[ZS_CLIENT_MAX_CKPTS];
+    size_t *nlists;
+} ckpt_arg_t;
+
+static void keep_list(ckpt_arg_t *a, int i, const uint64_t *steps, size_t n)
+{
+    if (!a->lists)
+        return;
+    size_t skip = n > ZS_CLIENT_MAX_CKPTS ? n - ZS_CLIENT_MAX_CKPTS : 0;
+    a->nlists[i] = 0;
+    for (size_t k = skip; k < n; k++)
+        a->lists[i][a->nlists[i]++] = steps[k];
+}
+
+static int ckpt_one(zs_client_t *c, int i, void *argp, zs_err_t *err)
+{
+    ckpt_arg_t *a = argp;
+    Zeroshard__CheckpointRequest q = ZEROSHARD__CHECKPOINT_REQUEST__INIT;
+    q.step = a->step;
+    q.keep = (uint32_t)a->keep;
+    Zeroshard__CheckpointReply *r;
+    int rc = zs_unary(c->ch[i], M("Checkpoint"), c->token, c->timeout_ms, c->addr[i], &q.base,
+                      &zeroshard__checkpoint_reply__descriptor, (ProtobufCMessage **)&r, err);
+    if (rc == ZS_OK)
+        zeroshard__checkpoint_reply__free_unpacked(r, NULL);
+    return rc;
+}
+
+int zs_client_checkpoint(zs_client_t *c, uint64_t step, int keep, zs_err_t *err)
+{
+    ckpt_arg_t a = {step, keep, NULL, NULL};
+    return fan_out(c, 0, c->n - 1, ckpt_one, NULL, &a, err);
+}
+
+static int list_one(zs_client_t *c, int i, void *argp, zs_err_t *err)
+{
+    ckpt_arg_t *a = argp;
+    Zeroshard__ListRequest q = ZEROSHARD__LIST_REQUEST__INIT;
+    Zeroshard__ListReply *r;
+    int rc = zs_unary(c->ch[i], M("ListCheckpoints"), c->token, c->timeout_ms, c->addr[i],
+                      &q.base, &zeroshard__list_reply__descriptor, (ProtobufCMessage **)&r, err);
+    if (rc)
+        return rc;
+    keep_list(a, i, r->checkpoints, r->n_checkpoints);
+    zeroshard__list_reply__free_unpacked(r, NULL);
+    return ZS_OK;
+}
+
+int zs_client_checkpoints(zs_client_t *c, uint64_t *steps, size_t max, size_t *n, zs_err_t *err)
+{
+    *n = 0;
+    ckpt_arg_t a = {0, 0, calloc((size_t)c->n, sizeof *a.lists),
+                    calloc((size_t)c->n, sizeof *a.nlists)};
+    if (!a.lists || !a.nlists) {
+        free(a.lists);
+        free(a.nlists);
+        return zs_err_set(err, ZS_ERR_NOMEM, "out of memory");
+    }
+    int rc = fan_out(c, 0, c->n - 1, list_one, NULL, &a, err);
+    /* A step counts only if every server lists it. */
+    for (size_t k = 0; rc == ZS_OK && k < a.nlists[0]; k++) {
+        uint64_t s = a.lists[0][k];
+        int all = 1;
+        for (int i = 1; i < c->n && all; i++) {
+            int found = 0;
+            for (size_t j = 0; j < a.nlists[i] && !found; j++)
+                found = a.lists[i][j] == s;
+            all = found;
+        }
+        if (all) {
+            if (*n < max)
+                steps[*n] = s;
+            (*n)++;
+        }
+    }
+    free(a.lists);
+    free(a.nlists);
+    return rc;
+}
+
+static int restore_one(zs_client_t *c, int i, void *argp, zs_err_t *err)
+{
+    ckpt_arg_t *a = argp;
+    Zeroshard__RestoreRequest q = ZEROSHARD__RESTORE_REQUEST__INIT;
+    q.step = a->step;
+    Zeroshard__RestoreReply *r;
+    int rc = zs_unary(c->ch[i], M("Restore"), c->token, c->timeout_ms, c->addr[i], &q.base,
+                      &zeroshard__restore_reply__descriptor, (ProtobufCMessage **)&r, err);
+    if (rc == ZS_OK)
+        zeroshard__restore_reply__free_unpacked(r, NULL);
+    return rc;
+}
+
+int zs_client_restore(zs_client_t *c, uint64_t step, zs_err_t *err)
+{
+    ckpt_arg_t a = {step, 0, NULL, NULL};
+    return fan_out(c, 0, c->n - 1, restore_one, NULL, &a, err);
+}
+
+static int delete_one(zs_client_t *c, int i, void *argp, zs_err_t *err)
+{
+    ckpt_arg_t *a = argp;
+    Zeroshard__DeleteRequest q = ZEROSHARD__DELETE_REQUEST__INIT;
+    q.step = a->step;
+    q.keep = (uint32_t)a->keep;
+    Zeroshard__DeleteReply *r;
+    int rc = zs_unary(c->ch[i], M("DeleteCheckpoints"), c->token, c->timeout_ms, c->addr[i],
+                      &q.base, &zeroshard__delete_reply__descriptor, (ProtobufCMessage **)&r, err);
+    if (rc == ZS_OK)
+        zeroshard__delete_reply__free_unpacked(r, NULL);
+    return rc;
+}
+
+int zs_client_delete(zs_client_t *c, uint64_t step, int keep, zs_err_t *err)
+{
+    ckpt_arg_t a = {step, keep, NULL, NULL};
+    return fan_out(c, 0, c->n - 1, delete_one, NULL, &a, err);
+}

@@ -1,0 +1,119 @@
+/*
+ * zs_client.h - the shard client: how a worker talks to S shard servers.
+ *
+ * A client knows the ordered list of servers and, once it has the model size
+ * P (from zs_client_init or zs_client_hello), maps any flat range [a, b) onto
+ * the servers that own it (zs_layout.h). Operations that touch several
+ * servers run on all of them in parallel, one thread each. Every call has a
+ * deadline; a server that is UNAVAILABLE is retried with exponential backoff
+ * (every operation is idempotent on the server, so a retry is safe). Errors
+ * carry the server's address and its own message.
+ *
+ * Does not: decide when to push or commit (the engine does), or cache state.
+ */
+#ifndef ZS_CLIENT_H
+#define ZS_CLIENT_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "zs_adam.h"
+#include "zs_dtype.h"
+#include "zs_status.h"
+
+typedef struct zs_client zs_client_t;
+
+typedef struct zs_client_opts {
+    const char *servers;    /* "host:port,host:port": order = server index */
+    const char *token;      /* bearer token or NULL */
+    const char *tls_ca_pem; /* PEM text of the CA for TLS, or NULL (plaintext) */
+    int timeout_ms;         /* deadline of each call (default 120000) */
+    int retries;            /* extra attempts on UNAVAILABLE (0: default 8; < 0: none) */
+} zs_client_opts_t;
+
+#define ZS_CLIENT_MAX_CKPTS 64
+
+/* What one server says about itself (HelloReply). */
+typedef struct zs_server_info {
+    int initialized;
+    char model_name[128];
+    uint64_t num_params;
+    uint32_t num_servers, server_index;
+    uint64_t range_begin, range_end;
+    uint64_t applied_step, optimizer_step;
+    uint64_t checkpoints[ZS_CLIENT_MAX_CKPTS]; /* newest last; at most 64 */
+    size_t ncheckpoints;
+    zs_adam_hparams_t adam;
+    uint64_t bytes_in, bytes_out, steps_applied, steps_skipped, refused;
+    double optimizer_gbps, last_step_ms, checkpoint_gbps;
+} zs_server_info_t;
+
+/* Scalars of one commit (see CommitRequest in proto/zeroshard.proto). */
+typedef struct zs_step_scalars {
+    uint64_t step;
+    float grad_scale, clip_coef, lr;
+    int skip;
+    zs_dtype_t param_dtype; /* ZS_DTYPE_NONE, BF16 or F16 */
+} zs_step_scalars_t;
+
+/* Parse opts->servers and open one channel per server (no I/O yet; calls
+ * grpc_init). *out freed with zs_client_destroy. */
+int zs_client_create(const zs_client_opts_t *opts, zs_client_t **out, zs_err_t *err);
+
+/* Close channels, free (grpc_shutdown). NULL is a no-op. */
+void zs_client_destroy(zs_client_t *c);
+
+/* Number of servers S. */
+int zs_client_nservers(const zs_client_t *c);
+
+/* Model size the client maps ranges with (0 until init/hello learned it). */
+uint64_t zs_client_num_params(const zs_client_t *c);
+
+/* Address of server i (as given). */
+const char *zs_client_server(const zs_client_t *c, int i);
+
+/* Hello to every server. model/P may be empty/0 (no identity check). Fills
+ * info[0..S) if not NULL. Learns P if servers agree on one. */
+int zs_client_hello(zs_client_t *c, const char *model, uint64_t P, zs_server_info_t *info,
+                    zs_err_t *err);
+
+/* Initialize every server with its range of `master` (P fp32 values) and the
+ * hyperparameters. overwrite: replace a different model already held. */
+int zs_client_init(zs_client_t *c, const char *model, uint64_t P, const zs_adam_hparams_t *hp,
+                   const float *master, uint64_t start_step, int overwrite, zs_err_t *err);
+
+/* Stage gradients grad[0 .. end-begin) of dtype dt for `step` on the servers
+ * owning [begin, end). */
+int zs_client_push(zs_client_t *c, uint64_t step, uint64_t begin, uint64_t end, const void *grad,
+                   zs_dtype_t dt, zs_err_t *err);
+
+/* Commit s->step on every server. */
+int zs_client_commit(zs_client_t *c, const zs_step_scalars_t *s, zs_err_t *err);
+
+/* Fetch parameters [begin, end) as dtype dt into dst once every server has
+ * reached min_step. *step_out (may be NULL) gets the lowest step seen. */
+int zs_client_pull(zs_client_t *c, uint64_t min_step, uint64_t begin, uint64_t end, void *dst,
+                   zs_dtype_t dt, uint64_t *step_out, zs_err_t *err);
+
+/* Checkpoint `step` on every server; returns when all have it durably.
+ * keep: newest checkpoints kept (0: each server's default). */
+int zs_client_checkpoint(zs_client_t *c, uint64_t step, int keep, zs_err_t *err);
+
+/* Steps complete on every server (a checkpoint counts only then),
+ * ascending, into steps[0..max); *n = how many. */
+int zs_client_checkpoints(zs_client_t *c, uint64_t *steps, size_t max, size_t *n,
+                          zs_err_t *err);
+
+/* Restore checkpoint `step` on every server. */
+int zs_client_restore(zs_client_t *c, uint64_t step, zs_err_t *err);
+
+/* Delete checkpoint `step` everywhere, or (step 0) keep the newest `keep`. */
+int zs_client_delete(zs_client_t *c, uint64_t step, int keep, zs_err_t *err);
+
+/* fp32 state tensor (0 master, 1 exp_avg, 2 exp_avg_sq) of [begin, end). */
+int zs_client_get_state(zs_client_t *c, int tensor, uint64_t begin, uint64_t end, float *dst,
+                        zs_err_t *err);
+int zs_client_set_state(zs_client_t *c, int tensor, uint64_t begin, uint64_t end,
+                        const float *src, zs_err_t *err);
+
+#endif
