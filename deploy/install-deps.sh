@@ -1,0 +1,46 @@
+#!/usr/bin/env bash
+# install-deps.sh - install the Debian packages zeroshard needs to build, test
+# and run the quickstart, if they are missing. Safe to run again: it only
+# calls apt-get when something is absent. Needs root (or sudo) on Debian 12.
+#
+# CUDA (nvcc, NCCL, cuBLAS) is not installed here: it lives in /usr/local/cuda
+# on GPU machines and the build switches it on only when nvcc is found.
+set -euo pipefail
+
+PKGS=(
+  build-essential cmake pkg-config git
+  libgrpc-dev                      # gRPC C core (grpc/grpc.h)
+  protobuf-c-compiler libprotobuf-c-dev
+  librocksdb-dev                   # checkpoints (C API rocksdb/c.h)
+  libxxhash-dev                    # per-chunk checkpoint checksums (XXH3)
+  libcjson-dev                     # DeepSpeed-style JSON configs
+  libopenmpi-dev openmpi-bin       # CPU collectives and launch
+  python3 python3-torch python3-numpy  # reference tests (torch.optim.AdamW...)
+  gnuplot-nox                      # loss / step-time plots
+  openssl                          # TLS test certificates
+)
+
+missing=()
+for p in "${PKGS[@]}"; do
+  if ! dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed"; then
+    missing+=("$p")
+  fi
+done
+
+if [ ${#missing[@]} -eq 0 ]; then
+  echo "install-deps: all ${#PKGS[@]} packages present"
+  exit 0
+fi
+
+SUDO=""
+if [ "$(id -u)" -ne 0 ]; then
+  if command -v sudo >/dev/null; then SUDO=sudo; else
+    echo "install-deps: missing ${missing[*]}; run as root to install them" >&2
+    exit 1
+  fi
+fi
+echo "install-deps: installing ${missing[*]}"
+export DEBIAN_FRONTEND=noninteractive
+$SUDO apt-get update -qq
+$SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}"
+echo "install-deps: done"
