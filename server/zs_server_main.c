@@ -6,12 +6,14 @@
  * serve. SIGTERM/SIGINT: stop accepting, wake waiting pulls, let in-flight
  * handlers (a checkpoint being written included) finish, close the DB.
  */
+#include <errno.h>
 #include <getopt.h>
 #include <grpc/grpc.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include "zs_log.h"
@@ -56,6 +58,23 @@ static char *read_text(const char *path)
         return NULL;
     buf[n] = '\0';
     return buf;
+}
+
+/* mkdir -p: create `path` and its missing parents (mode 0755). */
+static int mkdir_p(const char *path)
+{
+    char tmp[4096];
+    if (snprintf(tmp, sizeof tmp, "%s", path) >= (int)sizeof tmp)
+        return -1;
+    for (char *p = tmp + 1; *p; p++) {
+        if (*p == '/') {
+            *p = '\0';
+            if (mkdir(tmp, 0755) != 0 && errno != EEXIST)
+                return -1;
+            *p = '/';
+        }
+    }
+    return mkdir(tmp, 0755) != 0 && errno != EEXIST ? -1 : 0;
 }
 
 static void chomp(char *s)
@@ -133,6 +152,10 @@ int main(int argc, char **argv)
     pthread_sigmask(SIG_BLOCK, &set, NULL);
     signal(SIGPIPE, SIG_IGN);
 
+    if (mkdir_p(data) != 0) {
+        fprintf(stderr, "zs-server: cannot create data dir %s: %s\n", data, strerror(errno));
+        return 1;
+    }
     grpc_init();
     zs_err_t err;
     zs_err_clear(&err);
