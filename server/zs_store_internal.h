@@ -1,0 +1,119 @@
+/*
+ * zs_store_internal.h - what the two halves of the checkpoint store share:
+ * the handle, the key and marker layout, and the one RocksDB error check.
+ * zs_store.c: open/close, cleanup, list, delete, prune, test hook.
+ * zs_store_io.c: write and read of checkpoints.
+ * Not part of the contract (zs_store.h); nothing outside server/zs_store*.c
+ * includes it.
+ */
+#ifndef ZS_STORE_INTERNAL_H
+#define ZS_STORE_INTERNAL_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include <rocksdb/c.h>
+
+#include "zs_store.h"
+
+#define ZS__KEY_MAX   48
+#define MARKER_KEYLEN 22 /* "m/" + 20 digits */
+#define HDR_BYTES     48
+#define HDR_MAGIC     0x315a5343u /* "CSZ1" little-endian: zeroshard checkpoint v1 */
+#define HDR_VERSION   1u
+#define META_MAX      (1u << 20)
+#define N_MAX         (1ull << 40) /* elements per tensor: 4 TiB, well inside %010llu chunks */
+#define SUM_BYTES     8
+
+enum { CF_META = 0, CF_DATA = 1 }; /* column families: markers, chunks */
+
+struct zs_store {
+    rocksdb_t *db;
+    rocksdb_options_t *opts;      /* DB and marker family */
+    rocksdb_options_t *data_opts; /* chunk family: big memtables, no auto compaction */
+    rocksdb_block_based_table_options_t *bbo;
+    rocksdb_column_family_handle_t *cf[2];
+    rocksdb_writeoptions_t *wo_nowal; /* chunks: WAL off, made durable by flush */
+    rocksdb_writeoptions_t *wo_sync;  /* markers and deletes: WAL on, fsync */
+    rocksdb_readoptions_t *ro;        /* point reads: checksums on, no cache fill */
+    rocksdb_flushoptions_t *fo;       /* wait=1 */
+    char dir[256];                    /* for log lines only (may be truncated) */
+};
+
+/* Parsed marker header. */
+typedef struct {
+    uint64_t n, meta_len, meta_sum;
+    uint32_t chunk_bytes;
+} zs__marker_t;
+
+/* "master", "exp_avg", "exp_avg_sq". */
+extern const char *const zs__tensor_name[3];
+
+/* Behind ZS_ROCKS_CHECK: fills err, frees *errstr (sets it NULL), returns the code. */
+int zs__rocks_fail(char **errstr, zs_err_t *err, const char *op, const char *file, int line,
+                   const char *hint);
+
+/* The one RocksDB check: if the char* errptr `e` is set, fill err (ZS_ERR_IO,
+ * or ZS_ERR_CORRUPT for RocksDB "Corruption" statuses) with the operation,
+ * file:line, RocksDB's message and a hint, free the string, and yield the
+ * code; else yield ZS_OK. */
+#define ZS_ROCKS_CHECK(e, err, op, hint)                                                           \
+    ((e) == NULL ? ZS_OK : zs__rocks_fail(&(e), (err), (op), __FILE__, __LINE__, (hint)))
+
+static inline void zs__put_le32(unsigned char *p, uint32_t v)
+{
+    for (int i = 0; i < 4; i++)
+        p[i] = (unsigned char)(v >> (8 * i));
+}
+
+static inline void zs__put_le64(unsigned char *p, uint64_t v)
+{
+    for (int i = 0; i < 8; i++)
+        p[i] = (unsigned char)(v >> (8 * i));
+}
+
+static inline uint32_t zs__get_le32(const unsigned char *p)
+{
+    uint32_t v = 0;
+    for (int i = 3; i >= 0; i--)
+        v = (v << 8) | p[i];
+    return v;
+}
+
+static inline uint64_t zs__get_le64(const unsigned char *p)
+{
+    uint64_t v = 0;
+    for (int i = 7; i >= 0; i--)
+        v = (v << 8) | p[i];
+    return v;
+}
+
+/* Keys into buf[ZS__KEY_MAX]; each returns the key length. */
+size_t zs__marker_key(char *buf, uint64_t step);
+size_t zs__chunk_key(char *buf, uint64_t step, int t, uint64_t c);
+
+/* lo, hi (ZS__KEY_MAX each) := [c/<step>/, c/<step>0), every chunk key of
+ * `step`; returns the common length. */
+size_t zs__step_range(uint64_t step, char *lo, char *hi);
+
+/* Marker of `step`, header verified: ZS_OK with *m filled (and, when pin and
+ * meta are given, *meta pointing at the blob inside *pin, which the caller
+ * destroys with rocksdb_pinnableslice_destroy), or ZS_ERR_NOTFOUND,
+ * ZS_ERR_CORRUPT, ZS_ERR_IO with err filled. */
+int zs__load_marker(zs_store_t *st, uint64_t step, zs__marker_t *m, rocksdb_pinnableslice_t **pin,
+                    const unsigned char **meta, zs_err_t *err);
+
+/* One synced batch: for each step its marker delete, then its chunk range
+ * delete. Does not reclaim space (zs__reclaim does). */
+int zs__delete_steps(zs_store_t *st, const uint64_t *steps, size_t k, zs_err_t *err);
+
+/* Give back the disk space of the (already deleted) steps first..last. Never
+ * fails: problems are logged, the deletion itself is already durable. */
+void zs__reclaim(zs_store_t *st, uint64_t first, uint64_t last);
+
+/* Move the chunk-family L0 files overlapping [lo, hi) down to L1, where
+ * rocksdb_delete_file_in_range can later drop them whole. With all L0 files
+ * disjoint (one step each) this is a metadata-only trivial move. */
+void zs__settle(zs_store_t *st, const char *lo, size_t lolen, const char *hi, size_t hilen);
+
+#endif
