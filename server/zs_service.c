@@ -553,11 +553,13 @@ static int h_checkpoint(void *ctx, zs_scall_t *call, zs_err_t *err)
         return refuse(sh, rc);
     uint64_t step = q->step;
     uint32_t keep = q->keep;
-    zeroshard__checkpoint_request__free_unpacked(q, NULL);
-    if (keep > 1000000)
-        return refuse(sh, zs_err_set(err, ZS_ERR_INVALID, "keep %u is not sensible", keep));
     double sec;
-    rc = zs_shard_checkpoint(sh, step, (int)keep, &sec, err);
+    if (keep > 1000000)
+        rc = zs_err_set(err, ZS_ERR_INVALID, "keep %u is not sensible", keep);
+    else
+        rc = zs_shard_checkpoint_meta(sh, step, (int)keep, q->user_meta.data, q->user_meta.len,
+                                      &sec, err);
+    zeroshard__checkpoint_request__free_unpacked(q, NULL);
     if (rc)
         return refuse(sh, rc);
     grpc_byte_buffer *bb = list_msg(sh, 2, sec, step, err);
@@ -592,6 +594,33 @@ static int h_restore(void *ctx, zs_scall_t *call, zs_err_t *err)
     Zeroshard__RestoreReply r = ZEROSHARD__RESTORE_REPLY__INIT;
     r.applied_step = in.applied_step;
     r.optimizer_step = in.optimizer_step;
+    size_t ulen = zs_shard_user_meta(sh, NULL, 0);
+    unsigned char *um = ulen ? malloc(ulen) : NULL;
+    if (um) {
+        r.user_meta.len = zs_shard_user_meta(sh, um, ulen) < ulen ? 0 : ulen;
+        r.user_meta.data = um;
+    }
+    rc = zs_scall_finish(call, zs_msg_build(&r.base), ZS_OK, "");
+    free(um);
+    return rc;
+}
+
+static int h_set_step(void *ctx, zs_scall_t *call, zs_err_t *err)
+{
+    zs_shard_t *sh = ctx;
+    Zeroshard__SetStepRequest *q;
+    int rc = zs_msg_parse(call->request, &zeroshard__set_step_request__descriptor,
+                          (ProtobufCMessage **)&q, err);
+    if (rc)
+        return refuse(sh, rc);
+    uint64_t step = q->step, ostep = q->optimizer_step;
+    zeroshard__set_step_request__free_unpacked(q, NULL);
+    rc = zs_shard_set_step(sh, step, ostep, err);
+    if (rc)
+        return refuse(sh, rc);
+    Zeroshard__CommitReply r = ZEROSHARD__COMMIT_REPLY__INIT;
+    r.applied_step = step;
+    r.optimizer_step = ostep;
     return zs_scall_finish(call, zs_msg_build(&r.base), ZS_OK, "");
 }
 
@@ -627,6 +656,7 @@ static const zs_rpc_method_t g_methods[] = {
     {"/zeroshard.Shard/DeleteCheckpoints", ZS_RPC_UNARY, h_delete},
     {"/zeroshard.Shard/GetState", ZS_RPC_SERVER_STREAM, h_get_state},
     {"/zeroshard.Shard/SetState", ZS_RPC_CLIENT_STREAM, h_set_state},
+    {"/zeroshard.Shard/SetStep", ZS_RPC_UNARY, h_set_step},
 };
 
 const zs_rpc_method_t *zs_service_methods(int *n)

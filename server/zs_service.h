@@ -11,7 +11,7 @@
 #include "zs_rpc.h"
 #include "zs_shard.h"
 
-/* The method table (11 entries); handlers take the zs_shard_t as ctx. */
+/* The method table (12 entries); handlers take the zs_shard_t as ctx. */
 const zs_rpc_method_t *zs_service_methods(int *n);
 
 #endif

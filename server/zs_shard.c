@@ -336,6 +336,7 @@ void zs_shard_destroy(zs_shard_t *sh)
     free_chunk_tables(sh);
     for (int p = 0; p < 2; p++)
         free(sh->stage[p].cov.iv);
+    free(sh->user_meta);
     pthread_mutex_destroy(&sh->mu);
     pthread_mutex_destroy(&sh->store_mu);
     pthread_cond_destroy(&sh->cv);

@@ -39,6 +39,7 @@
 #define ZS_MODEL_NAME_MAX 128
 #define ZS_MAX_PARAMS (1ull << 44) /* 17.6 T elements: far beyond any real model */
 #define ZS_OPT_CHUNK (1u << 16)    /* elements per optimizer chunk (256 KiB fp32) */
+#define ZS_USER_META_MAX (32u << 10) /* bytes of opaque client state per checkpoint */
 
 typedef enum { ZS_TENSOR_MASTER = 0, ZS_TENSOR_EXP_AVG = 1, ZS_TENSOR_EXP_AVG_SQ = 2 } zs_tensor_t;
 
@@ -173,8 +174,21 @@ int zs_shard_set_state(zs_shard_t *sh, zs_tensor_t t, uint64_t offset, uint64_t 
 int zs_shard_checkpoint(zs_shard_t *sh, uint64_t step, int keep, double *seconds,
                         zs_err_t *err);
 
+/* As zs_shard_checkpoint, storing `user_meta` (<= ZS_USER_META_MAX bytes,
+ * opaque) with the checkpoint. */
+int zs_shard_checkpoint_meta(zs_shard_t *sh, uint64_t step, int keep, const void *user_meta,
+                             size_t user_meta_len, double *seconds, zs_err_t *err);
+
 /* Load complete checkpoint `step`; the state changes only if it verifies. */
 int zs_shard_restore(zs_shard_t *sh, uint64_t step, zs_err_t *err);
+
+/* The user_meta of the checkpoint last written or restored: copies up to
+ * cap bytes into buf, returns the full length. */
+size_t zs_shard_user_meta(zs_shard_t *sh, void *buf, size_t cap);
+
+/* Set applied_step / optimizer_step (optimizer_step <= step) and drop staged
+ * gradients; for workers that run the optimizer themselves. */
+int zs_shard_set_step(zs_shard_t *sh, uint64_t step, uint64_t optimizer_step, zs_err_t *err);
 
 /* Complete checkpoints, ascending (malloc'd; caller frees *steps). */
 int zs_shard_list(zs_shard_t *sh, uint64_t **steps, size_t *n, zs_err_t *err);

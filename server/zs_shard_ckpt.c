@@ -61,7 +61,39 @@ int zs_shard_list(zs_shard_t *sh, uint64_t **steps, size_t *n, zs_err_t *err)
 
 int zs_shard_checkpoint(zs_shard_t *sh, uint64_t step, int keep, double *seconds, zs_err_t *err)
 {
+    return zs_shard_checkpoint_meta(sh, step, keep, NULL, 0, seconds, err);
+}
+
+/* Remember a copy of the checkpoint's client state (mu held). */
+static void keep_user_meta(zs_shard_t *sh, const void *p, size_t n)
+{
+    unsigned char *copy = n ? malloc(n) : NULL;
+    if (n && !copy)
+        n = 0;
+    if (n)
+        memcpy(copy, p, n);
+    free(sh->user_meta);
+    sh->user_meta = copy;
+    sh->user_meta_len = n;
+}
+
+size_t zs_shard_user_meta(zs_shard_t *sh, void *buf, size_t cap)
+{
+    pthread_mutex_lock(&sh->mu);
+    size_t n = sh->user_meta_len;
+    if (buf && n)
+        memcpy(buf, sh->user_meta, n < cap ? n : cap);
+    pthread_mutex_unlock(&sh->mu);
+    return n;
+}
+
+int zs_shard_checkpoint_meta(zs_shard_t *sh, uint64_t step, int keep, const void *user_meta,
+                             size_t user_meta_len, double *seconds, zs_err_t *err)
+{
     *seconds = 0;
+    if (user_meta_len > ZS_USER_META_MAX)
+        return zs_err_set(err, ZS_ERR_INVALID, "user_meta of %zu bytes exceeds %u", user_meta_len,
+                          ZS_USER_META_MAX);
     pthread_mutex_lock(&sh->mu);
     int rc = ZS_OK;
     while (!sh->stopping && (sh->job_pending || sh->opt_running || sh->ckpt_busy))
@@ -92,11 +124,19 @@ int zs_shard_checkpoint(zs_shard_t *sh, uint64_t step, int keep, double *seconds
     m.applied_step = sh->applied_step;
     m.optimizer_step = sh->optimizer_step;
     m.adam = &a;
+    m.user_meta.data = (uint8_t *)user_meta;
+    m.user_meta.len = user_meta_len;
     struct timespec now;
     clock_gettime(CLOCK_REALTIME, &now);
     m.created_unix_ms = (uint64_t)now.tv_sec * 1000 + (uint64_t)now.tv_nsec / 1000000;
-    uint8_t meta[1024];
-    size_t mlen = zeroshard__checkpoint_meta__pack(&m, meta); /* name < 128 B: fits */
+    uint8_t *meta = malloc(zeroshard__checkpoint_meta__get_packed_size(&m));
+    if (!meta) {
+        sh->ckpt_busy = 0;
+        pthread_cond_broadcast(&sh->cv);
+        pthread_mutex_unlock(&sh->mu);
+        return zs_err_set(err, ZS_ERR_NOMEM, "out of memory");
+    }
+    size_t mlen = zeroshard__checkpoint_meta__pack(&m, meta);
     zs_store_ckpt_t ck = {step, sh->n, {sh->st.t[0], sh->st.t[1], sh->st.t[2]}, meta, mlen};
     pthread_mutex_unlock(&sh->mu);
 
@@ -116,9 +156,11 @@ int zs_shard_checkpoint(zs_shard_t *sh, uint64_t step, int keep, double *seconds
     clock_gettime(CLOCK_MONOTONIC, &t1);
     *seconds = (double)(t1.tv_sec - t0.tv_sec) + 1e-9 * (double)(t1.tv_nsec - t0.tv_nsec);
 
+    free(meta);
     pthread_mutex_lock(&sh->mu);
     sh->ckpt_busy = 0;
     if (rc == ZS_OK) {
+        keep_user_meta(sh, user_meta, user_meta_len);
         sh->c.checkpoints_written++;
         sh->c.checkpoint_gbps = *seconds > 0 ? 12.0 * (double)sh->n / *seconds / 1e9 : 0;
         ZS_INFO("checkpoint: step %llu durable, %.1f MB in %.3f s (%.2f GB/s)",
@@ -166,10 +208,18 @@ static int restore_step(zs_shard_t *sh, uint64_t step, int check_id, zs_err_t *e
                             (unsigned long long)m->range_end, (unsigned long long)n);
     }
     uint64_t applied = m ? m->applied_step : 0, ostep = m ? m->optimizer_step : 0;
+    size_t umlen = m && m->user_meta.len <= ZS_USER_META_MAX ? m->user_meta.len : 0;
+    unsigned char *um = umlen ? malloc(umlen) : NULL;
+    if (um)
+        memcpy(um, m->user_meta.data, umlen);
+    else
+        umlen = 0;
     if (m)
         zeroshard__checkpoint_meta__free_unpacked(m, NULL);
-    if (rc)
+    if (rc) {
+        free(um);
         return rc;
+    }
     if (check_id) {
         pthread_mutex_lock(&sh->mu);
         if (sh->initialized &&
@@ -182,25 +232,37 @@ static int restore_step(zs_shard_t *sh, uint64_t step, int check_id, zs_err_t *e
                             id.num_servers, sh->id.model_name, sh->id.server_index,
                             sh->id.num_servers);
         pthread_mutex_unlock(&sh->mu);
-        if (rc)
+        if (rc) {
+            free(um);
             return rc;
+        }
     }
     zs__state_t st;
-    if (zs__state_alloc(&st, n))
+    if (zs__state_alloc(&st, n)) {
+        free(um);
         return zs_err_set(err, ZS_ERR_NOMEM, "cannot allocate state for %llu elements",
                           (unsigned long long)n);
+    }
     float *const dst[3] = {st.t[0], st.t[1], st.t[2]};
     pthread_mutex_lock(&sh->store_mu);
     rc = zs_store_read(sh->store, step, dst, n, err);
     pthread_mutex_unlock(&sh->store_mu);
     if (rc) {
         zs__state_free(&st);
+        free(um);
         return rc;
     }
     pthread_mutex_lock(&sh->mu);
     zs__shard_wait_idle(sh);
     rc = zs__shard_install(sh, &id, &hp, &st, applied, ostep, err);
+    if (rc == ZS_OK) {
+        free(sh->user_meta);
+        sh->user_meta = um;
+        sh->user_meta_len = umlen;
+        um = NULL;
+    }
     pthread_mutex_unlock(&sh->mu);
+    free(um);
     zs__state_free(&st);
     if (rc == ZS_OK)
         ZS_INFO("restore: step %llu (Adam t=%llu) of model '%s', server %u of %u, [%llu, %llu)",
@@ -254,5 +316,34 @@ int zs_shard_delete(zs_shard_t *sh, uint64_t step, int keep, zs_err_t *err)
     if (rc == ZS_OK)
         ZS_INFO(step ? "delete: checkpoint %llu removed" : "delete: kept newest %llu",
                 step ? (unsigned long long)step : (unsigned long long)keep);
+    return rc;
+}
+
+int zs_shard_set_step(zs_shard_t *sh, uint64_t step, uint64_t optimizer_step, zs_err_t *err)
+{
+    if (optimizer_step > step)
+        return zs_err_set(err, ZS_ERR_INVALID, "optimizer_step %llu above step %llu",
+                          (unsigned long long)optimizer_step, (unsigned long long)step);
+    pthread_mutex_lock(&sh->mu);
+    int rc = ZS_OK;
+    if (sh->stopping)
+        rc = zs_err_set(err, ZS_ERR_CANCELLED, "server shutting down");
+    else if (!sh->initialized)
+        rc = zs_err_set(err, ZS_ERR_STATE,
+                        "server holds no model yet: call Initialize or Restore first");
+    if (!rc) {
+        zs__shard_wait_idle(sh);
+        sh->applied_step = step;
+        sh->optimizer_step = optimizer_step;
+        for (size_t c = 0; c < sh->nchunks; c++)
+            atomic_store(&sh->done[c], step);
+        sh->stage[0].step = sh->stage[1].step = 0;
+        sh->have_last_commit = 0;
+        pthread_cond_broadcast(&sh->cv);
+    }
+    pthread_mutex_unlock(&sh->mu);
+    if (!rc)
+        ZS_INFO("set-step: step %llu, Adam t=%llu (optimizer runs in the workers)",
+                (unsigned long long)step, (unsigned long long)optimizer_step);
     return rc;
 }

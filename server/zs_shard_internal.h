@@ -68,6 +68,9 @@ struct zs_shard {
     int ckpt_busy; /* a checkpoint is reading the state */
     int readers;   /* pulls/gets copying without mu held */
 
+    unsigned char *user_meta; /* of the checkpoint last written or restored */
+    size_t user_meta_len;
+
     zs_shard_counters_t c;
 };
 

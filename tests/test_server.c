@@ -300,6 +300,21 @@ int main(void)
                (unsigned long long)b, (unsigned long long)e);
         free(bf);
     }
+
+    /* Client state stored with a checkpoint comes back with the restore. */
+    const char meta[] = "loss-scaler state 0123456789";
+    TEST_OK(zs_client_checkpoint_meta(c, STEPS, 0, meta, sizeof meta, &err), err);
+    char back[64];
+    size_t blen = 0;
+    TEST_OK(zs_client_restore_meta(c, STEPS, back, sizeof back, &blen, &err), err);
+    TEST_CHECK(blen == sizeof meta && memcmp(back, meta, sizeof meta) == 0);
+    /* SetStep moves the counters (workers that run the optimizer themselves). */
+    TEST_OK(zs_client_set_step(c, 40, 35, &err), err);
+    TEST_OK(zs_client_hello(c, MODEL, NPARAM, info, &err), err);
+    TEST_CHECK(info[0].applied_step == 40 && info[1].optimizer_step == 35);
+    TEST_CHECK(zs_client_set_step(c, 40, 41, &err) == ZS_ERR_INVALID);
+    printf("  user_meta round trip and SetStep: ok\n");
+
     zs_client_destroy(c);
     for (int i = 0; i < 2; i++)
         zs_test_server_stop(&srv[i], SIGTERM);

@@ -634,6 +634,12 @@ typedef struct {
     int keep;
     uint64_t (*lists)[ZS_CLIENT_MAX_CKPTS];
     size_t *nlists;
+    const void *meta; /* Checkpoint: user meta to store */
+    size_t meta_len;
+    void *out;        /* Restore: per-server copies of the stored meta */
+    size_t *out_len;
+    size_t cap;
+    uint64_t ostep;   /* SetStep */
 } ckpt_arg_t;
 
 static void keep_list(ckpt_arg_t *a, int i, const uint64_t *steps, size_t n)
@@ -652,6 +658,8 @@ static int ckpt_one(zs_client_t *c, int i, void *argp, zs_err_t *err)
     Zeroshard__CheckpointRequest q = ZEROSHARD__CHECKPOINT_REQUEST__INIT;
     q.step = a->step;
     q.keep = (uint32_t)a->keep;
+    q.user_meta.data = (uint8_t *)a->meta;
+    q.user_meta.len = a->meta_len;
     Zeroshard__CheckpointReply *r;
     int rc = zs_unary(c->ch[i], M("Checkpoint"), c->token, c->timeout_ms, c->addr[i], &q.base,
                       &zeroshard__checkpoint_reply__descriptor, (ProtobufCMessage **)&r, err);
@@ -662,7 +670,13 @@ static int ckpt_one(zs_client_t *c, int i, void *argp, zs_err_t *err)
 
 int zs_client_checkpoint(zs_client_t *c, uint64_t step, int keep, zs_err_t *err)
 {
-    ckpt_arg_t a = {step, keep, NULL, NULL};
+    return zs_client_checkpoint_meta(c, step, keep, NULL, 0, err);
+}
+
+int zs_client_checkpoint_meta(zs_client_t *c, uint64_t step, int keep, const void *meta,
+                              size_t len, zs_err_t *err)
+{
+    ckpt_arg_t a = {.step = step, .keep = keep, .meta = meta, .meta_len = len};
     return fan_out(c, 0, c->n - 1, ckpt_one, NULL, &a, err);
 }
 
@@ -683,8 +697,8 @@ static int list_one(zs_client_t *c, int i, void *argp, zs_err_t *err)
 int zs_client_checkpoints(zs_client_t *c, uint64_t *steps, size_t max, size_t *n, zs_err_t *err)
 {
     *n = 0;
-    ckpt_arg_t a = {0, 0, calloc((size_t)c->n, sizeof *a.lists),
-                    calloc((size_t)c->n, sizeof *a.nlists)};
+    ckpt_arg_t a = {.lists = calloc((size_t)c->n, sizeof *a.lists),
+                    .nlists = calloc((size_t)c->n, sizeof *a.nlists)};
     if (!a.lists || !a.nlists) {
         free(a.lists);
         free(a.nlists);
@@ -720,15 +734,73 @@ static int restore_one(zs_client_t *c, int i, void *argp, zs_err_t *err)
     Zeroshard__RestoreReply *r;
     int rc = zs_unary(c->ch[i], M("Restore"), c->token, c->timeout_ms, c->addr[i], &q.base,
                       &zeroshard__restore_reply__descriptor, (ProtobufCMessage **)&r, err);
-    if (rc == ZS_OK)
-        zeroshard__restore_reply__free_unpacked(r, NULL);
-    return rc;
+    if (rc)
+        return rc;
+    if (a->out) {
+        size_t n = r->user_meta.len < a->cap ? r->user_meta.len : a->cap;
+        memcpy((char *)a->out + (size_t)i * a->cap, r->user_meta.data, n);
+        a->out_len[i] = r->user_meta.len;
+    }
+    zeroshard__restore_reply__free_unpacked(r, NULL);
+    return ZS_OK;
 }
 
 int zs_client_restore(zs_client_t *c, uint64_t step, zs_err_t *err)
 {
-    ckpt_arg_t a = {step, 0, NULL, NULL};
-    return fan_out(c, 0, c->n - 1, restore_one, NULL, &a, err);
+    return zs_client_restore_meta(c, step, NULL, 0, NULL, err);
+}
+
+int zs_client_restore_meta(zs_client_t *c, uint64_t step, void *buf, size_t cap, size_t *len,
+                           zs_err_t *err)
+{
+    ckpt_arg_t a = {.step = step};
+    if (buf) {
+        a.cap = cap;
+        a.out = calloc((size_t)c->n, cap ? cap : 1);
+        a.out_len = calloc((size_t)c->n, sizeof *a.out_len);
+        if (!a.out || !a.out_len) {
+            free(a.out);
+            free(a.out_len);
+            return zs_err_set(err, ZS_ERR_NOMEM, "out of memory");
+        }
+    }
+    int rc = fan_out(c, 0, c->n - 1, restore_one, NULL, &a, err);
+    if (rc == ZS_OK && buf) {
+        for (int i = 1; i < c->n && rc == ZS_OK; i++)
+            if (a.out_len[i] != a.out_len[0] ||
+                memcmp((char *)a.out + (size_t)i * cap, a.out, a.out_len[0] < cap ? a.out_len[0] : cap))
+                rc = zs_err_set(err, ZS_ERR_CORRUPT,
+                                "checkpoint %llu: %s and %s stored different client state",
+                                (unsigned long long)step, c->addr[0], c->addr[i]);
+        if (rc == ZS_OK) {
+            memcpy(buf, a.out, a.out_len[0] < cap ? a.out_len[0] : cap);
+            if (len)
+                *len = a.out_len[0];
+        }
+    }
+    free(a.out);
+    free(a.out_len);
+    return rc;
+}
+
+static int set_step_one(zs_client_t *c, int i, void *argp, zs_err_t *err)
+{
+    ckpt_arg_t *a = argp;
+    Zeroshard__SetStepRequest q = ZEROSHARD__SET_STEP_REQUEST__INIT;
+    q.step = a->step;
+    q.optimizer_step = a->ostep;
+    Zeroshard__CommitReply *r;
+    int rc = zs_unary(c->ch[i], M("SetStep"), c->token, c->timeout_ms, c->addr[i], &q.base,
+                      &zeroshard__commit_reply__descriptor, (ProtobufCMessage **)&r, err);
+    if (rc == ZS_OK)
+        zeroshard__commit_reply__free_unpacked(r, NULL);
+    return rc;
+}
+
+int zs_client_set_step(zs_client_t *c, uint64_t step, uint64_t optimizer_step, zs_err_t *err)
+{
+    ckpt_arg_t a = {.step = step, .ostep = optimizer_step};
+    return fan_out(c, 0, c->n - 1, set_step_one, NULL, &a, err);
 }
 
 static int delete_one(zs_client_t *c, int i, void *argp, zs_err_t *err)
@@ -747,6 +819,6 @@ static int delete_one(zs_client_t *c, int i, void *argp, zs_err_t *err)
 
 int zs_client_delete(zs_client_t *c, uint64_t step, int keep, zs_err_t *err)
 {
-    ckpt_arg_t a = {step, keep, NULL, NULL};
+    ckpt_arg_t a = {.step = step, .keep = keep};
     return fan_out(c, 0, c->n - 1, delete_one, NULL, &a, err);
 }

@@ -99,6 +99,21 @@ int zs_client_pull(zs_client_t *c, uint64_t min_step, uint64_t begin, uint64_t e
  * keep: newest checkpoints kept (0: each server's default). */
 int zs_client_checkpoint(zs_client_t *c, uint64_t step, int keep, zs_err_t *err);
 
+/* As zs_client_checkpoint, storing `meta` (<= 32 KiB, opaque) with it on
+ * every server; zs_client_restore_meta gives it back. */
+int zs_client_checkpoint_meta(zs_client_t *c, uint64_t step, int keep, const void *meta,
+                              size_t len, zs_err_t *err);
+
+/* Restore `step` everywhere; copies server 0's stored meta into buf (up to
+ * cap bytes) and its length into *len (may be NULL). Fails if the servers'
+ * metas differ. */
+int zs_client_restore_meta(zs_client_t *c, uint64_t step, void *buf, size_t cap, size_t *len,
+                           zs_err_t *err);
+
+/* Set every server's applied step and Adam t (workers that run the
+ * optimizer themselves, before SetState + Checkpoint). */
+int zs_client_set_step(zs_client_t *c, uint64_t step, uint64_t optimizer_step, zs_err_t *err);
+
 /* Steps complete on every server (a checkpoint counts only then),
  * ascending, into steps[0..max); *n = how many. */
 int zs_client_checkpoints(zs_client_t *c, uint64_t *steps, size_t max, size_t *n,
