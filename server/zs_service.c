@@ -167,7 +167,8 @@ static int h_init(void *ctx, zs_scall_t *call, zs_err_t *err)
         } else if (m->init) {
             rc = zs_err_set(err, ZS_ERR_INVALID, "`init` allowed in the first message only");
         }
-        if (!rc && fr.pay_len > 0) {
+        /* A chunk that claims elements must carry them (check_payload). */
+        if (!rc && (fr.pay_len > 0 || m->count > 0)) {
             if (m->dtype != ZEROSHARD__DTYPE__F32)
                 rc = zs_err_set(err, ZS_ERR_INVALID, "master weights must be fp32, got %s",
                                 zs_dtype_name(m->dtype));
