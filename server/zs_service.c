@@ -570,6 +570,12 @@ static int h_checkpoint(void *ctx, zs_scall_t *call, zs_err_t *err)
 static int h_list(void *ctx, zs_scall_t *call, zs_err_t *err)
 {
     zs_shard_t *sh = ctx;
+    Zeroshard__ListRequest *q; /* empty, but it must be one */
+    int rc = zs_msg_parse(call->request, &zeroshard__list_request__descriptor,
+                          (ProtobufCMessage **)&q, err);
+    if (rc)
+        return refuse(sh, rc);
+    zeroshard__list_request__free_unpacked(q, NULL);
     grpc_byte_buffer *bb = list_msg(sh, 0, 0, 0, err);
     return bb ? zs_scall_finish(call, bb, ZS_OK, "") : refuse(sh, err->code);
 }
