@@ -223,7 +223,7 @@ static void opt_chunk(void *arg, size_t c, int thread)
     zs_adam_update(&sh->hp, &sh->job_step, sh->st.t[0] + a, sh->st.t[1] + a, sh->st.t[2] + a,
                    (const char *)op->grad + a * gsz, op->gdt,
                    op->pdt == ZS_DTYPE_NONE ? NULL : sh->st.lowp + a, op->pdt, (size_t)k);
-    sh->lowp_ok[c] = op->pdt != ZS_DTYPE_NONE;
+    sh->lowp_ok[c] = op->pdt == ZS_DTYPE_NONE ? 0 : (unsigned char)(1 + op->pdt);
     atomic_store(&sh->done[c], op->step);
     pthread_mutex_unlock(&sh->chunk_mu[c]);
     /* Wake pulls waiting for this chunk. */

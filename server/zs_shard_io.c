@@ -101,7 +101,7 @@ int zs_shard_pull(zs_shard_t *sh, uint64_t min_step, uint64_t offset, uint64_t c
         uint64_t s = c * ZS_OPT_CHUNK > a ? c * ZS_OPT_CHUNK : a;
         uint64_t e = (c + 1) * ZS_OPT_CHUNK < b ? (c + 1) * ZS_OPT_CHUNK : b;
         pthread_mutex_lock(&sh->chunk_mu[c]);
-        if (dt != ZS_DTYPE_F32 && sh->lowp_ok[c] && sh->lowp_dtype == dt)
+        if (dt != ZS_DTYPE_F32 && sh->lowp_ok[c] == 1 + dt)
             memcpy(out, sh->st.lowp + s, (e - s) * 2);
         else
             zs_cast(out, dt, sh->st.t[0] + s, ZS_DTYPE_F32, (size_t)(e - s));
