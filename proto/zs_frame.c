@@ -218,7 +218,11 @@ int zs_frame_parse(grpc_byte_buffer *bb, const ProtobufCMessageDescriptor *desc,
         }
         uint64_t field = key >> 3, wt = key & 7;
         if (field == PAYLOAD_FIELD && wt == 2) {
-            if (cur_varint(&c, &len) || len > c.left) {
+            if (cur_varint(&c, &len)) {
+                rc = zs_err_set(err, ZS_ERR_INVALID, "malformed message: truncated payload length");
+                break;
+            }
+            if (len > c.left) {
                 rc = zs_err_set(err, ZS_ERR_INVALID,
                                 "malformed message: payload length %llu exceeds the %zu bytes "
                                 "received",
