@@ -53,6 +53,12 @@ struct zs_coll {
  * MPI_THREAD_FUNNELED or higher). Free with zs_coll_destroy. */
 int zs_coll_mpi_create(zs_coll_t **out, zs_err_t *err);
 
+/* MPI only: the most elements one MPI call carries (default and maximum
+ * 1 << 30); larger collectives are split into pieces (see zs_coll_mpi.c).
+ * Same value on every rank, no request in flight. Tests lower it to reach
+ * the split paths with small buffers. */
+int zs_coll_mpi_set_max_chunk(zs_coll_t *c, size_t elems, zs_err_t *err);
+
 /* recv (recvcount elements) = this rank's block of sum over ranks of send
  * (size * recvcount elements, block r for rank r). send == recv not allowed. */
 static inline int zs_coll_reduce_scatter(zs_coll_t *c, const void *send, void *recv,

@@ -1,0 +1,14 @@
+# Collectives over Open MPI (worker/zs_coll_mpi.c): test_coll under mpirun
+# with 1, 2 and 4 ranks, oversubscribed (CI machines have 2 CPUs) and allowed
+# to run as root (CI runs as root; Open MPI refuses it otherwise).
+add_executable(test_coll test_coll.c)
+target_include_directories(test_coll PRIVATE ${CMAKE_CURRENT_SOURCE_DIR})
+target_link_libraries(test_coll PRIVATE zeroshard)
+foreach(np 1 2 4)
+  add_test(NAME test_coll_np${np}
+           COMMAND ${MPIEXEC_EXECUTABLE} ${MPIEXEC_NUMPROC_FLAG} ${np} --oversubscribe
+                   ${MPIEXEC_PREFLAGS} $<TARGET_FILE:test_coll> ${MPIEXEC_POSTFLAGS})
+  set_tests_properties(test_coll_np${np} PROPERTIES
+    TIMEOUT 120 LABELS "unit;mpi"
+    ENVIRONMENT "OMPI_ALLOW_RUN_AS_ROOT=1;OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1;OMPI_MCA_rmaps_base_oversubscribe=1;OMPI_MCA_mpi_yield_when_idle=1")
+endforeach()
