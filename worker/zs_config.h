@@ -1,16 +1,24 @@
 /*
  * zs_config.h - DeepSpeed-style JSON configuration (cJSON), resolved.
  *
- * A DeepSpeed user's config file loads as it is. Keys zeroshard implements
- * are read into zs_config_t; keys it recognises but does not implement, and
- * unknown keys, are reported once each by name through the warning callback
- * (never silently misread). Errors name the key and the value.
+ * A DeepSpeed user's config file loads as it is. Like DeepSpeed (which reads
+ * files with hjson), comments (#, //, slash-star), trailing commas and
+ * members separated by a newline without a comma are accepted; duplicate
+ * keys are an error. Keys zeroshard implements are read into zs_config_t;
+ * keys it recognises but does not implement, and unknown keys, are reported
+ * once each by name through the warning callback (never silently misread).
+ * Errors name the key and the value. "auto" (a Hugging Face Trainer
+ * placeholder) is an error: the file must hold the real value.
  *
- * Batch sizes follow DeepSpeed's rules with world size W:
+ * Batch sizes follow DeepSpeed's _set_batch_related_parameters and
+ * _batch_assertion (runtime/config.py) with world size W:
  *   train_batch_size = micro_batch_per_gpu * gradient_accumulation_steps * W
- * Any two given determine the third; one given alone: if train_batch_size,
- * gas = 1 and micro = tbs / W; if micro, gas = 1; if only gas, error. All
- * three given and inconsistent: error. None: error.
+ * tbs + micro: gas = tbs / micro / W; tbs + gas: micro = tbs / W / gas
+ * (integer division, then checked); micro + gas: tbs = micro * gas * W;
+ * tbs alone: gas = 1, micro = tbs / W; micro alone: gas = 1, tbs = micro * W;
+ * gas alone or none: error. Then all three must be > 0 and satisfy the
+ * equation exactly, else error (so all three given and inconsistent, or a
+ * tbs not divisible as required, is an error).
  */
 #ifndef ZS_CONFIG_H
 #define ZS_CONFIG_H
@@ -28,11 +36,11 @@ typedef enum { ZS_WARMUP_LOG = 0, ZS_WARMUP_LINEAR = 1 } zs_warmup_type_t;
 /* DeepSpeed WarmupLR / WarmupDecayLR parameters. */
 typedef struct zs_sched_config {
     zs_sched_type_t type;
-    double warmup_min_lr;     /* default 0 */
-    double warmup_max_lr;     /* default 0.001 */
-    int64_t warmup_num_steps; /* default 1000 */
+    double warmup_min_lr;         /* default 0 */
+    double warmup_max_lr;         /* default: WarmupLR the optimizer's lr, WarmupDecayLR 0.001 */
+    int64_t warmup_num_steps;     /* default 1000 (DeepSpeed uses max(2, this)) */
     zs_warmup_type_t warmup_type; /* default log */
-    int64_t total_num_steps;  /* WarmupDecayLR only (required there) */
+    int64_t total_num_steps;      /* WarmupDecayLR only (required there) */
 } zs_sched_config_t;
 
 /* fp16 dynamic/static loss scaling (DeepSpeed's keys and defaults). */
@@ -43,6 +51,7 @@ typedef struct zs_fp16_config {
     int loss_scale_window;      /* default 1000 */
     int hysteresis;             /* default 2 */
     double min_loss_scale;      /* default 1 */
+    int consecutive_hysteresis; /* default 0: refill hysteresis on every clean step if 1 */
 } zs_fp16_config_t;
 
 typedef struct zs_config {
@@ -53,8 +62,9 @@ typedef struct zs_config {
     double gradient_clipping; /* 0 = off */
 
     /* optimizer */
-    int optimizer_given;   /* 0: defaults below */
-    zs_adam_hparams_t adam; /* type Adam -> adam_w_mode from params (DeepSpeed default 1), AdamW -> 1 */
+    int optimizer_given; /* 0: defaults below */
+    /* type Adam -> adam_w_mode from params (DeepSpeed default 1), AdamW -> 1 */
+    zs_adam_hparams_t adam;
 
     zs_sched_config_t sched;
 
@@ -63,27 +73,38 @@ typedef struct zs_config {
     zs_fp16_config_t fp16;
 
     /* zero_optimization */
-    int stage;                      /* 0..3 (default 0) */
-    int offload_optimizer;          /* offload_optimizer.device == "cpu" */
-    int offload_param;              /* offload_param.device == "cpu" (stage 3) */
-    int64_t reduce_bucket_size;     /* elements, default 500000000 */
-    int64_t allgather_bucket_size;  /* elements, default 500000000 */
-    int overlap_comm;               /* default 0 (stage 3: 1) */
-    int contiguous_gradients;       /* default 1 */
-    int64_t stage3_prefetch_bucket_size;        /* default 50000000 */
-    int64_t stage3_param_persistence_threshold; /* default 100000 */
-    int64_t stage3_max_live_parameters;         /* default 1000000000 */
+    int stage;                                     /* 0..3 (default 0) */
+    int offload_optimizer;                         /* offload_optimizer.device == "cpu" */
+    int offload_param;                             /* offload_param.device == "cpu" (stage 3) */
+    int64_t reduce_bucket_size;                    /* elements, default 500000000 */
+    int64_t allgather_bucket_size;                 /* elements, default 500000000 */
+    int overlap_comm;                              /* default 0 (stage 3: 1) */
+    int contiguous_gradients;                      /* default 1 */
+    int64_t stage3_prefetch_bucket_size;           /* default 50000000 */
+    int64_t stage3_param_persistence_threshold;    /* default 100000 */
+    int64_t stage3_max_live_parameters;            /* default 1000000000 */
+    int64_t stage3_max_reuse_distance;             /* default 1000000000 */
+    int stage3_gather_16bit_weights_on_model_save; /* default 0 */
+    int reduce_scatter;                            /* default 1 (0: all-reduce gradients) */
+    int allgather_partitions;                      /* default 1 */
+    int round_robin_gradients;                     /* default 0 */
+    int64_t sub_group_size;                        /* default 1000000000 */
+    int bf16_enabled;                              /* bf16.enabled (kept to refuse fp16 + bf16) */
 } zs_config_t;
 
 /* Called once per ignored key with its JSON path ("zero_optimization.foo")
- * and why ("not implemented" or "unknown key"). */
+ * and why: "not implemented", "unknown key" or "deprecated", possibly
+ * followed by ": " and a detail. Also called (path of the value) for values
+ * DeepSpeed itself only warns about (an unknown warmup_type, a
+ * total_num_steps below warmup_num_steps). */
 typedef void (*zs_config_warn_fn)(void *ud, const char *path, const char *why);
 
 /* Fill *cfg with DeepSpeed's defaults (batch sizes unset = 0). */
 void zs_config_defaults(zs_config_t *cfg);
 
-/* Parse JSON text into *cfg (on top of defaults). warn may be NULL (then
- * warnings go to the log). Batch sizes are not resolved yet. */
+/* Parse JSON text into *cfg: *cfg is first reset to zs_config_defaults,
+ * then the keys given are applied; on error *cfg is left unchanged. warn may
+ * be NULL (then warnings go to the log). Batch sizes are not resolved yet. */
 int zs_config_parse(const char *json, zs_config_t *cfg, zs_config_warn_fn warn, void *ud,
                     zs_err_t *err);
 
@@ -93,7 +114,9 @@ int zs_config_load(const char *path, zs_config_t *cfg, zs_config_warn_fn warn, v
 
 /* Apply DeepSpeed's batch-size derivation for world size W and check the
  * rest for consistency (stage 0..3, offload_param only with stage 3, fp16
- * and bf16 not both, bucket sizes > 0, ...). */
+ * and bf16 not both, bucket sizes > 0, WarmupDecayLR with total_num_steps,
+ * ...). Works on a freshly parsed config (batch sizes 0 = not given); calling
+ * it again with the same W is a no-op. */
 int zs_config_resolve(zs_config_t *cfg, int world_size, zs_err_t *err);
 
 /* Print the resolved configuration, one key per line, to f (a FILE *). */

@@ -1,0 +1,4 @@
+# Unit tests of the DeepSpeed configuration, LR schedules and fp16 loss
+# scaling (worker/zs_config.c, zs_sched.c, zs_loss_scale.c). test_config reads
+# tests/fixtures/ds_*.json (the seeds' DeepSpeed configs).
+zs_add_test(test_config SRCS test_config.c LIBS zeroshard LABELS unit TIMEOUT 60)

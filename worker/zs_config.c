@@ -1,0 +1,1369 @@
+/*
+ * zs_config.c - DeepSpeed JSON configuration: parse (cJSON), validate,
+ * resolve batch sizes, print.
+ *
+ * What it does: reads a DeepSpeed config file as DeepSpeed would (relaxed
+ * JSON as hjson reads it: comments, trailing commas, newline-separated
+ * members; duplicate keys refused), applies DeepSpeed's defaults and its
+ * rules (batch-size derivation, optimizer Adam/AdamW selection, scheduler
+ * defaults, ZeRO aliases and deprecated keys, overlap_comm default by
+ * stage), and reports every key it does not implement once, by path.
+ *
+ * What it does not do: it never silently ignores a key, never guesses a
+ * value ("auto" is refused), and does not implement the features whose keys
+ * it only recognises (NVMe offload, activation checkpointing, monitors,
+ * other optimizers and schedules, ...). Unknown keys are warned about, not
+ * refused (DeepSpeed itself refuses unknown keys inside zero_optimization,
+ * fp16 and bf16; we warn so that the run is explicit about it).
+ */
+#include "zs_config.h"
+
+#include <errno.h>
+#include <math.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <cjson/cJSON.h>
+
+#include "zs_log.h"
+
+#define PATH_MAX_LEN 192
+#define WARN_MAX     256
+#define VAL_MAX      72
+#define FILE_MAX     (16u << 20)
+
+/* Parse context: warning sink with de-duplication, and the error record. */
+typedef struct pctx {
+    zs_config_warn_fn warn;
+    void *ud;
+    zs_err_t *err;
+    int nwarned;
+    char warned[WARN_MAX][PATH_MAX_LEN];
+} pctx_t;
+
+/* What the document said, beyond the fields of zs_config_t, needed to apply
+ * DeepSpeed's rules once everything is read. */
+typedef struct pstate {
+    int opt_adamw_type;  /* optimizer.type is AdamW */
+    int adam_w_mode;     /* optimizer.params.adam_w_mode (default 1) */
+    int torch_adam;      /* optimizer.params.torch_adam */
+    int wd_given;        /* optimizer.params.weight_decay given */
+    double lr;           /* optimizer lr as a double (default 1e-3) */
+    int max_lr_given;    /* scheduler.params.warmup_max_lr given */
+    int total_given;     /* scheduler.params.total_num_steps given */
+    int overlap_given;   /* zero_optimization.overlap_comm given */
+    int offload_opt_key; /* zero_optimization.offload_optimizer given */
+    int offload_par_key; /* zero_optimization.offload_param given */
+    int fp16_given;      /* fp16 section given */
+} pstate_t;
+
+/* ---- small helpers ------------------------------------------------------ */
+
+static void path_join(char *out, const char *parent, const char *key)
+{
+    if (parent && parent[0])
+        snprintf(out, PATH_MAX_LEN, "%s.%s", parent, key);
+    else
+        snprintf(out, PATH_MAX_LEN, "%s", key);
+}
+
+static int ci_equal(const char *a, const char *b)
+{
+    for (; *a && *b; a++, b++) {
+        int ca = (*a >= 'A' && *a <= 'Z') ? *a + 32 : *a;
+        int cb = (*b >= 'A' && *b <= 'Z') ? *b + 32 : *b;
+        if (ca != cb)
+            return 0;
+    }
+    return *a == *b;
+}
+
+static int in_list(const char *name, const char *const *list)
+{
+    for (; *list; list++)
+        if (strcmp(name, *list) == 0)
+            return 1;
+    return 0;
+}
+
+/* The JSON text of a value, shortened to fit an error message. */
+static const char *vstr(const cJSON *v, char *buf)
+{
+    char *p = cJSON_PrintUnformatted(v);
+    if (!p) {
+        snprintf(buf, VAL_MAX, "(unprintable)");
+        return buf;
+    }
+    size_t n = strlen(p);
+    if (n < VAL_MAX) {
+        memcpy(buf, p, n + 1);
+    } else {
+        memcpy(buf, p, VAL_MAX - 4);
+        memcpy(buf + VAL_MAX - 4, "...", 4);
+    }
+    cJSON_free(p);
+    return buf;
+}
+
+static void warn_once(pctx_t *c, const char *path, const char *why)
+{
+    for (int i = 0; i < c->nwarned; i++)
+        if (strcmp(c->warned[i], path) == 0)
+            return;
+    if (c->nwarned < WARN_MAX)
+        snprintf(c->warned[c->nwarned++], PATH_MAX_LEN, "%s", path);
+    if (c->warn)
+        c->warn(c->ud, path, why);
+    else
+        ZS_WARN("config: %s: %s", path, why);
+}
+
+static void warn_key(pctx_t *c, const char *parent, const char *key, const char *why)
+{
+    char p[PATH_MAX_LEN];
+    path_join(p, parent, key);
+    warn_once(c, p, why);
+}
+
+static int is_auto(const cJSON *v)
+{
+    return cJSON_IsString(v) && v->valuestring && strcmp(v->valuestring, "auto") == 0;
+}
+
+static int err_auto(pctx_t *c, const char *path)
+{
+    return zs_err_set(c->err, ZS_ERR_INVALID,
+                      "%s: \"auto\" is a placeholder that the Hugging Face Trainer/Accelerate "
+                      "replaces before DeepSpeed reads the config; zeroshard reads the file "
+                      "as it is: write the actual value",
+                      path);
+}
+
+static int err_type(pctx_t *c, const cJSON *v, const char *path, const char *what)
+{
+    char b[VAL_MAX];
+    if (is_auto(v))
+        return err_auto(c, path);
+    return zs_err_set(c->err, ZS_ERR_INVALID, "%s: expected %s, got %s", path, what, vstr(v, b));
+}
+
+static int err_value(pctx_t *c, const cJSON *v, const char *path, const char *rule)
+{
+    char b[VAL_MAX];
+    return zs_err_set(c->err, ZS_ERR_RANGE, "%s: %s %s", path, vstr(v, b), rule);
+}
+
+/* true/false (or 0/1, which DeepSpeed's pydantic models also take). */
+static int get_bool(pctx_t *c, const cJSON *v, const char *path, int *out)
+{
+    if (cJSON_IsBool(v)) {
+        *out = cJSON_IsTrue(v) ? 1 : 0;
+        return ZS_OK;
+    }
+    if (cJSON_IsNumber(v) && (v->valuedouble == 0.0 || v->valuedouble == 1.0)) {
+        *out = v->valuedouble != 0.0;
+        return ZS_OK;
+    }
+    return err_type(c, v, path, "true or false");
+}
+
+/* An integral JSON number (5e8 is fine, 1.5 is not) within [lo, hi]. */
+static int get_int(pctx_t *c, const cJSON *v, const char *path, int64_t lo, int64_t hi,
+                   int64_t *out)
+{
+    if (!cJSON_IsNumber(v))
+        return err_type(c, v, path, "an integer");
+    double d = v->valuedouble;
+    if (!isfinite(d) || d != floor(d) || d < -9.0e18 || d > 9.0e18)
+        return err_type(c, v, path, "an integer");
+    int64_t x = (int64_t)d;
+    if (x < lo || x > hi) {
+        char rule[96];
+        if (hi >= INT64_MAX / 4)
+            snprintf(rule, sizeof rule, "must be >= %lld", (long long)lo);
+        else
+            snprintf(rule, sizeof rule, "must be between %lld and %lld", (long long)lo,
+                     (long long)hi);
+        return err_value(c, v, path, rule);
+    }
+    *out = x;
+    return ZS_OK;
+}
+
+static int get_int32(pctx_t *c, const cJSON *v, const char *path, int64_t lo, int64_t hi, int *out)
+{
+    int64_t x;
+    int rc = get_int(c, v, path, lo, hi, &x);
+    if (rc == ZS_OK)
+        *out = (int)x;
+    return rc;
+}
+
+/* A finite JSON number. */
+static int get_num(pctx_t *c, const cJSON *v, const char *path, double *out)
+{
+    if (!cJSON_IsNumber(v) || !isfinite(v->valuedouble))
+        return err_type(c, v, path, "a number");
+    *out = v->valuedouble;
+    return ZS_OK;
+}
+
+static int get_num_min(pctx_t *c, const cJSON *v, const char *path, double lo, int lo_open,
+                       double *out)
+{
+    double d = 0.0;
+    int rc = get_num(c, v, path, &d);
+    if (rc != ZS_OK)
+        return rc;
+    if (lo_open ? !(d > lo) : !(d >= lo)) {
+        char rule[64];
+        snprintf(rule, sizeof rule, "must be %s %g", lo_open ? ">" : ">=", lo);
+        return err_value(c, v, path, rule);
+    }
+    *out = d;
+    return ZS_OK;
+}
+
+static int get_string(pctx_t *c, const cJSON *v, const char *path, const char **out)
+{
+    if (!cJSON_IsString(v) || !v->valuestring)
+        return err_type(c, v, path, "a string");
+    *out = v->valuestring;
+    return ZS_OK;
+}
+
+static int expect_object(pctx_t *c, const cJSON *v, const char *path)
+{
+    if (cJSON_IsObject(v))
+        return ZS_OK;
+    return err_type(c, v, path, "an object");
+}
+
+/* DeepSpeed loads config files with object_pairs_hook =
+ * dict_raise_error_on_duplicate_keys: a key given twice is an error. */
+static int check_duplicates(pctx_t *c, const cJSON *o, const char *path)
+{
+    for (const cJSON *a = o->child; a; a = a->next) {
+        char p[PATH_MAX_LEN];
+        if (cJSON_IsObject(o) && a->string) {
+            for (const cJSON *b = a->next; b; b = b->next)
+                if (b->string && strcmp(a->string, b->string) == 0) {
+                    path_join(p, path, a->string);
+                    return zs_err_set(c->err, ZS_ERR_INVALID,
+                                      "%s: duplicate key (DeepSpeed refuses duplicate keys)", p);
+                }
+            path_join(p, path, a->string);
+        } else {
+            snprintf(p, sizeof p, "%s[]", path);
+        }
+        if (cJSON_IsObject(a) || cJSON_IsArray(a)) {
+            int rc = check_duplicates(c, a, p);
+            if (rc != ZS_OK)
+                return rc;
+        }
+    }
+    return ZS_OK;
+}
+
+/* ---- relaxed JSON (the part of hjson that JSON-looking files use) -------- */
+
+/* Copy `in` to a new string that strict JSON accepts: comments removed
+ * (newlines kept, so line numbers stay right), trailing commas before } or ]
+ * blanked, and a comma inserted where a value ends and, after a newline, the
+ * next value or member begins. Strict JSON comes out unchanged. */
+static char *relax_json(const char *in)
+{
+    size_t n = strlen(in);
+    char *out = malloc(2 * n + 2);
+    if (!out)
+        return NULL;
+    size_t o = 0;
+    int after_value = 0;  /* the last significant token ended a value */
+    int newline_seen = 0; /* a newline since that value */
+    long comma_at = -1;   /* output index of a comma not yet followed by a token */
+    size_t i = 0;
+    while (i < n) {
+        char ch = in[i];
+        if (ch == '\n') {
+            out[o++] = ch;
+            i++;
+            if (after_value)
+                newline_seen = 1;
+            continue;
+        }
+        if (ch == ' ' || ch == '\t' || ch == '\r') {
+            out[o++] = ch;
+            i++;
+            continue;
+        }
+        if (ch == '#' || (ch == '/' && i + 1 < n && in[i + 1] == '/')) {
+            while (i < n && in[i] != '\n')
+                i++;
+            continue;
+        }
+        if (ch == '/' && i + 1 < n && in[i + 1] == '*') {
+            i += 2;
+            while (i < n && !(in[i] == '*' && i + 1 < n && in[i + 1] == '/')) {
+                if (in[i] == '\n') {
+                    out[o++] = '\n';
+                    if (after_value)
+                        newline_seen = 1;
+                }
+                i++;
+            }
+            i = i + 2 <= n ? i + 2 : n;
+            continue;
+        }
+        /* a significant character */
+        if ((ch == '}' || ch == ']') && comma_at >= 0)
+            out[comma_at] = ' ';
+        comma_at = -1;
+        int starts_value = ch == '"' || ch == '{' || ch == '[' || ch == '-' ||
+                           (ch >= '0' && ch <= '9') || ch == 't' || ch == 'f' || ch == 'n';
+        if (starts_value && after_value && newline_seen)
+            out[o++] = ',';
+        after_value = 0;
+        newline_seen = 0;
+        if (ch == '"') {
+            out[o++] = in[i++];
+            while (i < n && in[i] != '"') {
+                if (in[i] == '\\' && i + 1 < n)
+                    out[o++] = in[i++];
+                out[o++] = in[i++];
+            }
+            if (i < n)
+                out[o++] = in[i++];
+            after_value = 1;
+        } else if (ch == '}' || ch == ']') {
+            out[o++] = in[i++];
+            after_value = 1;
+        } else if (ch == ',') {
+            comma_at = (long)o;
+            out[o++] = in[i++];
+        } else if (ch == '{' || ch == '[' || ch == ':') {
+            out[o++] = in[i++];
+        } else if (ch == '-' || ch == '+' || ch == '.' || ch == '_' || (ch >= '0' && ch <= '9') ||
+                   (ch >= 'a' && ch <= 'z') || (ch >= 'A' && ch <= 'Z')) {
+            /* a number or a literal (true, false, null; anything else is
+             * left for cJSON to refuse) */
+            while (i < n && (in[i] == '-' || in[i] == '+' || in[i] == '.' || in[i] == '_' ||
+                             (in[i] >= '0' && in[i] <= '9') || (in[i] >= 'a' && in[i] <= 'z') ||
+                             (in[i] >= 'A' && in[i] <= 'Z')))
+                out[o++] = in[i++];
+            after_value = 1;
+        } else {
+            out[o++] = in[i++]; /* not JSON: cJSON reports it */
+        }
+    }
+    out[o] = '\0';
+    return out;
+}
+
+/* ---- sections ------------------------------------------------------------ */
+
+/* Recognised top-level keys that zeroshard does not implement. */
+static const char *const TOP_NOT_IMPLEMENTED[] = {"steps_per_print",
+                                                  "wall_clock_breakdown",
+                                                  "memory_breakdown",
+                                                  "dump_state",
+                                                  "disable_allgather",
+                                                  "communication_data_type",
+                                                  "seq_parallel_comm_data_type",
+                                                  "prescale_gradients",
+                                                  "gradient_predivide_factor",
+                                                  "gradient_allreduce_op",
+                                                  "sparse_gradients",
+                                                  "sparse_attention",
+                                                  "activation_checkpointing",
+                                                  "flops_profiler",
+                                                  "tensorboard",
+                                                  "wandb",
+                                                  "csv_monitor",
+                                                  "comet",
+                                                  "comms_logger",
+                                                  "autotuning",
+                                                  "elasticity",
+                                                  "zero_allow_untested_optimizer",
+                                                  "zero_force_ds_cpu_optimizer",
+                                                  "amp",
+                                                  "torch_autocast",
+                                                  "compression_training",
+                                                  "quantize_training",
+                                                  "eigenvalue",
+                                                  "progressive_layer_drop",
+                                                  "curriculum_learning",
+                                                  "data_efficiency",
+                                                  "checkpoint",
+                                                  "data_types",
+                                                  "aio",
+                                                  "dataloader_drop_last",
+                                                  "nebula",
+                                                  "datastates",
+                                                  "pipeline",
+                                                  "hybrid_engine",
+                                                  "graph_harvesting",
+                                                  "vocabulary_size",
+                                                  "use_data_before_expert_parallelism",
+                                                  "weight_quantization",
+                                                  "compile",
+                                                  "timers",
+                                                  "tensor_parallel",
+                                                  "expert_parallel",
+                                                  "sequence_parallel_size",
+                                                  "managed_gradient_accumulation",
+                                                  "log_level",
+                                                  "allgather_size",
+                                                  NULL};
+
+static const char *const ZERO_NOT_IMPLEMENTED[] = {"load_from_fp32_weights",
+                                                   "elastic_checkpoint",
+                                                   "use_multi_rank_bucket_allreduce",
+                                                   "zenflow",
+                                                   "cpu_offload_use_pin_memory",
+                                                   "stage3_model_persistence_threshold",
+                                                   "model_persistence_threshold",
+                                                   "stage3_module_granularity_threshold",
+                                                   "module_granularity_threshold",
+                                                   "stage3_use_all_reduce_for_fetch_params",
+                                                   "use_all_reduce_for_fetch_params",
+                                                   "stage3_allgather_sequential",
+                                                   "allgather_sequential",
+                                                   "stage3_partition_stream_chunk_size",
+                                                   "partition_stream_chunk_size",
+                                                   "ignore_unused_parameters",
+                                                   "legacy_stage1",
+                                                   "zero_hpz_partition_size",
+                                                   "zero_quantized_weights",
+                                                   "zero_quantized_nontrainable_weights",
+                                                   "zero_quantized_gradients",
+                                                   "zeropp_loco_param",
+                                                   "mics_shard_size",
+                                                   "mics_hierarchical_params_gather",
+                                                   "memory_efficient_linear",
+                                                   "pipeline_loading_checkpoint",
+                                                   "override_module_apply",
+                                                   "log_trace_cache_warnings",
+                                                   "enable_sanity_checks",
+                                                   "save_muon_momentum_buffer_in_memory",
+                                                   "leaf_module",
+                                                   NULL};
+
+static const char *const OFFLOAD_OPT_NOT_IMPLEMENTED[] = {
+    "nvme_path",           "buffer_count",       "pin_memory", "pipeline_read",
+    "pipeline_write",      "fast_init",          "ratio",      "super_offload",
+    "convert_grad_on_cpu", "cpuadam_cores_perc", NULL};
+
+static const char *const OFFLOAD_PARAM_NOT_IMPLEMENTED[] = {
+    "nvme_path", "buffer_count", "buffer_size", "max_in_cpu", "pin_memory", NULL};
+
+static const char *const FP16_NOT_IMPLEMENTED[] = {"auto_cast", "fp16_master_weights_and_grads",
+                                                   "fused_mode", NULL};
+
+static const char *const BF16_NOT_IMPLEMENTED[] = {"immediate_grad_update", "check_grad_overflow",
+                                                   "bf16_master_weights_and_grads",
+                                                   "bf16_optimizer_states", NULL};
+
+/* optimizer.params keys that DeepSpeed's Adam classes take but we ignore. */
+static const char *const ADAM_NOT_IMPLEMENTED[] = {"set_grad_none", "fp32_optimizer_states", NULL};
+
+static int parse_batch(pctx_t *c, const cJSON *v, const char *path, int64_t *out)
+{
+    if (cJSON_IsNull(v)) { /* DeepSpeed: None = not given */
+        *out = 0;
+        return ZS_OK;
+    }
+    /* DeepSpeed's _batch_assertion refuses anything <= 0 once derived; a
+     * given value is never changed by the derivation, so refuse it here. */
+    return get_int(c, v, path, 1, INT64_MAX / 4, out);
+}
+
+static int parse_optimizer(pctx_t *c, const cJSON *o, zs_config_t *cfg, pstate_t *st)
+{
+    int rc = expect_object(c, o, "optimizer");
+    if (rc != ZS_OK)
+        return rc;
+    const cJSON *type = NULL, *params = NULL;
+    for (const cJSON *it = o->child; it; it = it->next) {
+        if (strcmp(it->string, "type") == 0)
+            type = it;
+        else if (strcmp(it->string, "params") == 0)
+            params = it;
+        else if (strcmp(it->string, "legacy_fusion") == 0)
+            warn_key(c, "optimizer", it->string, "not implemented");
+        else
+            warn_key(c, "optimizer", it->string, "unknown key");
+    }
+    if (!type)
+        return zs_err_set(c->err, ZS_ERR_INVALID,
+                          "optimizer: no \"type\" (zeroshard implements \"Adam\" and \"AdamW\")");
+    const char *tname = "";
+    if ((rc = get_string(c, type, "optimizer.type", &tname)) != ZS_OK)
+        return rc;
+    if (ci_equal(tname, "adam"))
+        st->opt_adamw_type = 0;
+    else if (ci_equal(tname, "adamw"))
+        st->opt_adamw_type = 1;
+    else
+        return zs_err_set(c->err, ZS_ERR_INVALID,
+                          "optimizer.type: \"%.64s\" is not implemented (zeroshard implements "
+                          "\"Adam\" and \"AdamW\", case-insensitive as in DeepSpeed)",
+                          tname);
+    cfg->optimizer_given = 1;
+    if (!params || cJSON_IsNull(params))
+        return ZS_OK;
+    if ((rc = expect_object(c, params, "optimizer.params")) != ZS_OK)
+        return rc;
+    for (const cJSON *it = params->child; it; it = it->next) {
+        char p[PATH_MAX_LEN];
+        const char *k = it->string;
+        double d = 0.0;
+        path_join(p, "optimizer.params", k);
+        if (strcmp(k, "lr") == 0) {
+            if ((rc = get_num_min(c, it, p, 0.0, 0, &d)) != ZS_OK)
+                return rc;
+            st->lr = d;
+            cfg->adam.lr = (float)d;
+        } else if (strcmp(k, "betas") == 0) {
+            if (!cJSON_IsArray(it) || cJSON_GetArraySize(it) != 2)
+                return err_type(c, it, p, "[beta1, beta2]");
+            double b[2] = {0.0, 0.0};
+            for (int j = 0; j < 2; j++) {
+                const cJSON *e = cJSON_GetArrayItem(it, j);
+                if ((rc = get_num(c, e, p, &b[j])) != ZS_OK)
+                    return rc;
+                if (!(b[j] >= 0.0 && b[j] < 1.0))
+                    return err_value(c, it, p, "must both be in [0, 1)");
+            }
+            cfg->adam.beta1 = (float)b[0];
+            cfg->adam.beta2 = (float)b[1];
+        } else if (strcmp(k, "eps") == 0) {
+            if ((rc = get_num_min(c, it, p, 0.0, 0, &d)) != ZS_OK)
+                return rc;
+            cfg->adam.eps = (float)d;
+        } else if (strcmp(k, "weight_decay") == 0) {
+            if ((rc = get_num_min(c, it, p, 0.0, 0, &d)) != ZS_OK)
+                return rc;
+            cfg->adam.weight_decay = (float)d;
+            st->wd_given = 1;
+        } else if (strcmp(k, "adam_w_mode") == 0) {
+            if ((rc = get_bool(c, it, p, &st->adam_w_mode)) != ZS_OK)
+                return rc;
+        } else if (strcmp(k, "bias_correction") == 0) {
+            if ((rc = get_bool(c, it, p, &cfg->adam.bias_correction)) != ZS_OK)
+                return rc;
+        } else if (strcmp(k, "torch_adam") == 0) {
+            if ((rc = get_bool(c, it, p, &st->torch_adam)) != ZS_OK)
+                return rc;
+            warn_once(c, p,
+                      "not implemented: zeroshard's CPU Adam kernel runs (the same math as "
+                      "torch.optim); torch's default weight_decay (AdamW 0.01) applies if "
+                      "weight_decay is not given");
+        } else if (strcmp(k, "amsgrad") == 0) {
+            int a = 0;
+            if ((rc = get_bool(c, it, p, &a)) != ZS_OK)
+                return rc;
+            if (a)
+                return zs_err_set(c->err, ZS_ERR_INVALID,
+                                  "%s: true is not implemented (neither does DeepSpeed's "
+                                  "FusedAdam/CPU Adam implement AMSGrad)",
+                                  p);
+        } else if (strcmp(k, "max_grad_norm") == 0) {
+            return zs_err_set(c->err, ZS_ERR_INVALID,
+                              "%s: not supported as an optimizer parameter (DeepSpeed refuses "
+                              "it too): use the top-level \"gradient_clipping\"",
+                              p);
+        } else if (in_list(k, ADAM_NOT_IMPLEMENTED)) {
+            warn_once(c, p, "not implemented");
+        } else {
+            warn_once(c, p, "unknown key");
+        }
+    }
+    return ZS_OK;
+}
+
+static int parse_scheduler(pctx_t *c, const cJSON *o, zs_config_t *cfg, pstate_t *st)
+{
+    int rc = expect_object(c, o, "scheduler");
+    if (rc != ZS_OK)
+        return rc;
+    const cJSON *type = NULL, *params = NULL;
+    for (const cJSON *it = o->child; it; it = it->next) {
+        if (strcmp(it->string, "type") == 0)
+            type = it;
+        else if (strcmp(it->string, "params") == 0)
+            params = it;
+        else
+            warn_key(c, "scheduler", it->string, "unknown key");
+    }
+    if (!type)
+        return zs_err_set(c->err, ZS_ERR_INVALID,
+                          "scheduler: no \"type\" (zeroshard implements \"WarmupLR\" and "
+                          "\"WarmupDecayLR\")");
+    const char *tname = "";
+    if ((rc = get_string(c, type, "scheduler.type", &tname)) != ZS_OK)
+        return rc;
+    /* DeepSpeed looks the class up by exact name (getattr). */
+    if (strcmp(tname, "WarmupLR") == 0)
+        cfg->sched.type = ZS_SCHED_WARMUP_LR;
+    else if (strcmp(tname, "WarmupDecayLR") == 0)
+        cfg->sched.type = ZS_SCHED_WARMUP_DECAY_LR;
+    else
+        return zs_err_set(c->err, ZS_ERR_INVALID,
+                          "scheduler.type: \"%.64s\" is not implemented (zeroshard implements "
+                          "\"WarmupLR\" and \"WarmupDecayLR\", spelled exactly so)",
+                          tname);
+    if (!params || cJSON_IsNull(params))
+        return ZS_OK;
+    if ((rc = expect_object(c, params, "scheduler.params")) != ZS_OK)
+        return rc;
+    for (const cJSON *it = params->child; it; it = it->next) {
+        char p[PATH_MAX_LEN];
+        const char *k = it->string;
+        path_join(p, "scheduler.params", k);
+        if (strcmp(k, "warmup_min_lr") == 0) {
+            if ((rc = get_num(c, it, p, &cfg->sched.warmup_min_lr)) != ZS_OK)
+                return rc;
+        } else if (strcmp(k, "warmup_max_lr") == 0) {
+            if ((rc = get_num(c, it, p, &cfg->sched.warmup_max_lr)) != ZS_OK)
+                return rc;
+            st->max_lr_given = 1;
+        } else if (strcmp(k, "warmup_num_steps") == 0) {
+            /* DeepSpeed: "warmup_num_steps must be a positive integer" */
+            if ((rc = get_int(c, it, p, 1, INT64_MAX / 4, &cfg->sched.warmup_num_steps)) != ZS_OK)
+                return rc;
+        } else if (strcmp(k, "warmup_type") == 0) {
+            const char *w = "";
+            if ((rc = get_string(c, it, p, &w)) != ZS_OK)
+                return rc;
+            if (strcmp(w, "log") == 0) {
+                cfg->sched.warmup_type = ZS_WARMUP_LOG;
+            } else if (strcmp(w, "linear") == 0) {
+                cfg->sched.warmup_type = ZS_WARMUP_LINEAR;
+            } else {
+                /* DeepSpeed warns and falls back to log; so do we, loudly. */
+                cfg->sched.warmup_type = ZS_WARMUP_LOG;
+                char why[160];
+                snprintf(why, sizeof why,
+                         "unknown value \"%.40s\": using \"log\", as DeepSpeed does "
+                         "(valid: \"log\", \"linear\")",
+                         w);
+                warn_once(c, p, why);
+            }
+        } else if (strcmp(k, "total_num_steps") == 0) {
+            if (cfg->sched.type != ZS_SCHED_WARMUP_DECAY_LR)
+                return zs_err_set(c->err, ZS_ERR_INVALID,
+                                  "%s: WarmupLR takes no total_num_steps (DeepSpeed raises "
+                                  "TypeError); use \"WarmupDecayLR\" for a decay",
+                                  p);
+            if ((rc = get_int(c, it, p, 1, INT64_MAX / 4, &cfg->sched.total_num_steps)) != ZS_OK)
+                return rc;
+            st->total_given = 1;
+        } else if (strcmp(k, "last_batch_iteration") == 0) {
+            warn_once(c, p,
+                      "not implemented: the schedule position comes from the optimizer step "
+                      "count");
+        } else {
+            warn_once(c, p, "unknown key");
+        }
+    }
+    return ZS_OK;
+}
+
+static int parse_fp16(pctx_t *c, const cJSON *o, zs_config_t *cfg)
+{
+    int rc = expect_object(c, o, "fp16");
+    if (rc != ZS_OK)
+        return rc;
+    zs_fp16_config_t *f = &cfg->fp16;
+    for (const cJSON *it = o->child; it; it = it->next) {
+        char p[PATH_MAX_LEN];
+        const char *k = it->string;
+        path_join(p, "fp16", k);
+        if (strcmp(k, "enabled") == 0) {
+            rc = get_bool(c, it, p, &f->enabled);
+        } else if (strcmp(k, "loss_scale") == 0) {
+            rc = get_num_min(c, it, p, 0.0, 0, &f->loss_scale);
+        } else if (strcmp(k, "initial_scale_power") == 0) {
+            rc = get_int32(c, it, p, -1000, 1000, &f->initial_scale_power);
+        } else if (strcmp(k, "loss_scale_window") == 0) {
+            /* positive (DeepSpeed validate_positive_int); the checkpoint
+             * format (zs_loss_scale.h) keeps 29 bits */
+            rc = get_int32(c, it, p, 1, (1 << 29) - 1, &f->loss_scale_window);
+        } else if (strcmp(k, "hysteresis") == 0) {
+            rc = get_int32(c, it, p, 1, 65535, &f->hysteresis);
+        } else if (strcmp(k, "consecutive_hysteresis") == 0) {
+            rc = get_bool(c, it, p, &f->consecutive_hysteresis);
+        } else if (strcmp(k, "min_loss_scale") == 0) {
+            rc = get_num_min(c, it, p, 0.0, 1, &f->min_loss_scale);
+        } else if (in_list(k, FP16_NOT_IMPLEMENTED)) {
+            warn_once(c, p, "not implemented");
+        } else {
+            warn_once(c, p, "unknown key");
+        }
+        if (rc != ZS_OK)
+            return rc;
+    }
+    return ZS_OK;
+}
+
+static int parse_bf16(pctx_t *c, const cJSON *o, const char *name, zs_config_t *cfg)
+{
+    int rc = expect_object(c, o, name);
+    if (rc != ZS_OK)
+        return rc;
+    for (const cJSON *it = o->child; it; it = it->next) {
+        char p[PATH_MAX_LEN];
+        path_join(p, name, it->string);
+        if (strcmp(it->string, "enabled") == 0) {
+            if ((rc = get_bool(c, it, p, &cfg->bf16_enabled)) != ZS_OK)
+                return rc;
+        } else if (in_list(it->string, BF16_NOT_IMPLEMENTED)) {
+            warn_once(c, p, "not implemented");
+        } else {
+            warn_once(c, p, "unknown key");
+        }
+    }
+    return ZS_OK;
+}
+
+/* offload_optimizer / offload_param: device none|cpu; nvme is refused
+ * (using CPU memory instead would misread the file). */
+static int parse_offload(pctx_t *c, const cJSON *o, const char *path, const char *const *not_impl,
+                         int *out)
+{
+    *out = 0;
+    if (cJSON_IsNull(o)) /* DeepSpeed: Optional[...] = None */
+        return ZS_OK;
+    int rc = expect_object(c, o, path);
+    if (rc != ZS_OK)
+        return rc;
+    for (const cJSON *it = o->child; it; it = it->next) {
+        char p[PATH_MAX_LEN];
+        path_join(p, path, it->string);
+        if (strcmp(it->string, "device") == 0) {
+            const char *d = "";
+            if ((rc = get_string(c, it, p, &d)) != ZS_OK)
+                return rc;
+            if (strcmp(d, "cpu") == 0)
+                *out = 1;
+            else if (strcmp(d, "none") == 0)
+                *out = 0;
+            else if (strcmp(d, "nvme") == 0)
+                return zs_err_set(c->err, ZS_ERR_INVALID,
+                                  "%s: \"nvme\" is not implemented (zeroshard keeps offloaded "
+                                  "state in the shard servers' CPU memory): use \"cpu\"",
+                                  p);
+            else
+                return zs_err_set(c->err, ZS_ERR_INVALID,
+                                  "%s: \"%.40s\" is not a device (DeepSpeed: \"none\", \"cpu\", "
+                                  "\"nvme\")",
+                                  p, d);
+        } else if (in_list(it->string, not_impl)) {
+            warn_once(c, p, "not implemented");
+        } else {
+            warn_once(c, p, "unknown key");
+        }
+    }
+    return ZS_OK;
+}
+
+/* zero_optimization fields with their DeepSpeed aliases. */
+enum { ZF_SIZE, ZF_BOOL };
+typedef struct zfield {
+    const char *names[3]; /* canonical first; NULL-terminated */
+    int kind;
+    size_t off;
+    int deprecated_second; /* names[1] is a deprecated spelling */
+} zfield_t;
+
+static const zfield_t ZFIELDS[] = {
+    {{"reduce_bucket_size", NULL, NULL}, ZF_SIZE, offsetof(zs_config_t, reduce_bucket_size), 0},
+    {{"allgather_bucket_size", NULL, NULL},
+     ZF_SIZE,
+     offsetof(zs_config_t, allgather_bucket_size),
+     0},
+    {{"overlap_comm", NULL, NULL}, ZF_BOOL, offsetof(zs_config_t, overlap_comm), 0},
+    {{"contiguous_gradients", NULL, NULL}, ZF_BOOL, offsetof(zs_config_t, contiguous_gradients), 0},
+    {{"reduce_scatter", NULL, NULL}, ZF_BOOL, offsetof(zs_config_t, reduce_scatter), 0},
+    {{"allgather_partitions", NULL, NULL}, ZF_BOOL, offsetof(zs_config_t, allgather_partitions), 0},
+    {{"round_robin_gradients", NULL, NULL},
+     ZF_BOOL,
+     offsetof(zs_config_t, round_robin_gradients),
+     0},
+    {{"sub_group_size", NULL, NULL}, ZF_SIZE, offsetof(zs_config_t, sub_group_size), 0},
+    {{"stage3_prefetch_bucket_size", "prefetch_bucket_size", NULL},
+     ZF_SIZE,
+     offsetof(zs_config_t, stage3_prefetch_bucket_size),
+     0},
+    {{"stage3_param_persistence_threshold", "param_persistence_threshold", NULL},
+     ZF_SIZE,
+     offsetof(zs_config_t, stage3_param_persistence_threshold),
+     0},
+    {{"stage3_max_live_parameters", "max_live_parameters", NULL},
+     ZF_SIZE,
+     offsetof(zs_config_t, stage3_max_live_parameters),
+     0},
+    {{"stage3_max_reuse_distance", "max_reuse_distance", NULL},
+     ZF_SIZE,
+     offsetof(zs_config_t, stage3_max_reuse_distance),
+     0},
+    {{"stage3_gather_16bit_weights_on_model_save", "gather_16bit_weights_on_model_save",
+      "stage3_gather_fp16_weights_on_model_save"},
+     ZF_BOOL,
+     offsetof(zs_config_t, stage3_gather_16bit_weights_on_model_save),
+     0},
+};
+#define NZFIELDS (sizeof ZFIELDS / sizeof ZFIELDS[0])
+
+static int parse_zero(pctx_t *c, const cJSON *o, zs_config_t *cfg, pstate_t *st)
+{
+    if (cJSON_IsBool(o)) {
+        /* DeepSpeed's deprecated form: true = stage 1, false = stage 0 */
+        cfg->stage = cJSON_IsTrue(o) ? 1 : 0;
+        warn_once(c, "zero_optimization",
+                  "deprecated: a boolean means stage 1 (true) or 0 (false); use "
+                  "{\"stage\": N}");
+        return ZS_OK;
+    }
+    int rc = expect_object(c, o, "zero_optimization");
+    if (rc != ZS_OK)
+        return rc;
+    const char *seen[NZFIELDS] = {0};
+    int cpu_offload = -1, cpu_offload_param = -1;
+    for (const cJSON *it = o->child; it; it = it->next) {
+        char p[PATH_MAX_LEN];
+        const char *k = it->string;
+        path_join(p, "zero_optimization", k);
+        if (strcmp(k, "stage") == 0) {
+            if ((rc = get_int32(c, it, p, 0, 3, &cfg->stage)) != ZS_OK)
+                return rc;
+            continue;
+        }
+        if (strcmp(k, "offload_optimizer") == 0) {
+            st->offload_opt_key = 1;
+            if ((rc = parse_offload(c, it, p, OFFLOAD_OPT_NOT_IMPLEMENTED,
+                                    &cfg->offload_optimizer)) != ZS_OK)
+                return rc;
+            continue;
+        }
+        if (strcmp(k, "offload_param") == 0) {
+            st->offload_par_key = 1;
+            if ((rc = parse_offload(c, it, p, OFFLOAD_PARAM_NOT_IMPLEMENTED,
+                                    &cfg->offload_param)) != ZS_OK)
+                return rc;
+            continue;
+        }
+        if (strcmp(k, "cpu_offload") == 0 || strcmp(k, "cpu_offload_param") == 0) {
+            int b = 0;
+            if ((rc = get_bool(c, it, p, &b)) != ZS_OK)
+                return rc;
+            if (strcmp(k, "cpu_offload") == 0) {
+                cpu_offload = b;
+                warn_once(c, p, "deprecated: read as offload_optimizer.device = \"cpu\" if true");
+            } else {
+                cpu_offload_param = b;
+                warn_once(c, p, "deprecated: read as offload_param.device = \"cpu\" if true");
+            }
+            continue;
+        }
+        size_t f;
+        int alias = -1;
+        for (f = 0; f < NZFIELDS; f++) {
+            for (int a = 0; a < 3 && ZFIELDS[f].names[a]; a++)
+                if (strcmp(k, ZFIELDS[f].names[a]) == 0)
+                    alias = a;
+            if (alias >= 0)
+                break;
+        }
+        if (alias >= 0) {
+            if (seen[f])
+                return zs_err_set(c->err, ZS_ERR_INVALID,
+                                  "%s: given twice, also as zero_optimization.%s", p, seen[f]);
+            seen[f] = k;
+            if (alias == 2)
+                warn_once(c, p, "deprecated: read as gather_16bit_weights_on_model_save");
+            void *dst = (char *)cfg + ZFIELDS[f].off;
+            if (ZFIELDS[f].kind == ZF_SIZE)
+                rc = get_int(c, it, p, 0, INT64_MAX / 4, (int64_t *)dst);
+            else
+                rc = get_bool(c, it, p, (int *)dst);
+            if (rc != ZS_OK)
+                return rc;
+            if (ZFIELDS[f].off == offsetof(zs_config_t, overlap_comm))
+                st->overlap_given = 1;
+            continue;
+        }
+        if (in_list(k, ZERO_NOT_IMPLEMENTED))
+            warn_once(c, p, "not implemented");
+        else
+            warn_once(c, p, "unknown key");
+    }
+    /* deprecated switches: DeepSpeed refuses them next to their replacement */
+    if (cpu_offload >= 0) {
+        if (st->offload_opt_key)
+            return zs_err_set(c->err, ZS_ERR_INVALID,
+                              "zero_optimization.cpu_offload: deprecated, and given together "
+                              "with its replacement zero_optimization.offload_optimizer");
+        cfg->offload_optimizer = cpu_offload;
+    }
+    if (cpu_offload_param >= 0) {
+        if (st->offload_par_key)
+            return zs_err_set(c->err, ZS_ERR_INVALID,
+                              "zero_optimization.cpu_offload_param: deprecated, and given "
+                              "together with its replacement zero_optimization.offload_param");
+        cfg->offload_param = cpu_offload_param;
+    }
+    return ZS_OK;
+}
+
+static int parse_root(pctx_t *c, const cJSON *root, zs_config_t *cfg, pstate_t *st)
+{
+    int rc = ZS_OK;
+    const cJSON *bf16 = cJSON_GetObjectItemCaseSensitive(root, "bf16");
+    for (const cJSON *it = root->child; it; it = it->next) {
+        const char *k = it->string;
+        if (strcmp(k, "train_batch_size") == 0) {
+            rc = parse_batch(c, it, k, &cfg->train_batch_size);
+        } else if (strcmp(k, "train_micro_batch_size_per_gpu") == 0) {
+            rc = parse_batch(c, it, k, &cfg->micro_batch_per_gpu);
+        } else if (strcmp(k, "gradient_accumulation_steps") == 0) {
+            rc = parse_batch(c, it, k, &cfg->gradient_accumulation_steps);
+        } else if (strcmp(k, "gradient_clipping") == 0) {
+            rc = get_num_min(c, it, k, 0.0, 0, &cfg->gradient_clipping);
+        } else if (strcmp(k, "optimizer") == 0) {
+            rc = parse_optimizer(c, it, cfg, st);
+        } else if (strcmp(k, "scheduler") == 0) {
+            rc = parse_scheduler(c, it, cfg, st);
+        } else if (strcmp(k, "fp16") == 0) {
+            st->fp16_given = 1;
+            rc = parse_fp16(c, it, cfg);
+        } else if (strcmp(k, "bf16") == 0) {
+            rc = parse_bf16(c, it, k, cfg);
+        } else if (strcmp(k, "bfloat16") == 0) {
+            /* DeepSpeed's old name, read only when "bf16" is absent */
+            if (bf16)
+                warn_once(c, k,
+                          "not implemented: ignored because \"bf16\" is given (as in "
+                          "DeepSpeed)");
+            else
+                rc = parse_bf16(c, it, k, cfg);
+        } else if (strcmp(k, "zero_optimization") == 0) {
+            rc = parse_zero(c, it, cfg, st);
+        } else if (in_list(k, TOP_NOT_IMPLEMENTED)) {
+            warn_once(c, k, "not implemented");
+        } else {
+            warn_once(c, k, "unknown key");
+        }
+        if (rc != ZS_OK)
+            return rc;
+    }
+    return ZS_OK;
+}
+
+/* DeepSpeed's rules that need the whole document. */
+static void finish(pctx_t *c, zs_config_t *cfg, pstate_t *st)
+{
+    /* engine._configure_basic_optimizer: "Adam" gives AdamW unless
+     * adam_w_mode is false; "AdamW" always AdamW. */
+    cfg->adam.adam_w_mode = (st->opt_adamw_type || st->adam_w_mode) ? 1 : 0;
+    if (st->torch_adam && cfg->adam.adam_w_mode && !st->wd_given)
+        cfg->adam.weight_decay = 0.01f; /* torch.optim.AdamW's default */
+    /* WarmupLR: warmup_max_lr defaults to the optimizer's lr (current
+     * lr_schedules.py; older releases used 0.001); WarmupDecayLR passes its
+     * own default 0.001. */
+    if (!st->max_lr_given)
+        cfg->sched.warmup_max_lr = cfg->sched.type == ZS_SCHED_WARMUP_LR ? st->lr : 0.001;
+    if (cfg->sched.type == ZS_SCHED_WARMUP_DECAY_LR && st->total_given) {
+        int64_t n = cfg->sched.warmup_num_steps < 2 ? 2 : cfg->sched.warmup_num_steps;
+        if (cfg->sched.total_num_steps < n) {
+            char why[160];
+            snprintf(why, sizeof why,
+                     "%lld is less than warmup_num_steps %lld: the lr drops to warmup_min_lr "
+                     "after warmup (as in DeepSpeed)",
+                     (long long)cfg->sched.total_num_steps, (long long)n);
+            warn_once(c, "scheduler.params.total_num_steps", why);
+        }
+    }
+    /* zero/config.py overlap_comm_valid: None -> stage == 3 */
+    if (!st->overlap_given)
+        cfg->overlap_comm = cfg->stage == 3;
+    cfg->dtype = cfg->fp16.enabled   ? ZS_DTYPE_F16
+                 : cfg->bf16_enabled ? ZS_DTYPE_BF16
+                                     : ZS_DTYPE_F32;
+}
+
+/* ---- public API ---------------------------------------------------------- */
+
+/* DeepSpeed's defaults (FusedAdam/DeepSpeedCPUAdam for the optimizer). */
+void zs_config_defaults(zs_config_t *cfg)
+{
+    memset(cfg, 0, sizeof *cfg);
+    cfg->gradient_clipping = 0.0;
+    cfg->optimizer_given = 0;
+    cfg->adam.lr = 1e-3f;
+    cfg->adam.beta1 = 0.9f;
+    cfg->adam.beta2 = 0.999f;
+    cfg->adam.eps = 1e-8f;
+    cfg->adam.weight_decay = 0.0f;
+    cfg->adam.adam_w_mode = 1;
+    cfg->adam.bias_correction = 1;
+    cfg->sched.type = ZS_SCHED_NONE;
+    cfg->sched.warmup_min_lr = 0.0;
+    cfg->sched.warmup_max_lr = 0.001;
+    cfg->sched.warmup_num_steps = 1000;
+    cfg->sched.warmup_type = ZS_WARMUP_LOG;
+    cfg->sched.total_num_steps = 0;
+    cfg->dtype = ZS_DTYPE_F32;
+    cfg->fp16.enabled = 0;
+    cfg->fp16.loss_scale = 0.0;
+    cfg->fp16.initial_scale_power = 16;
+    cfg->fp16.loss_scale_window = 1000;
+    cfg->fp16.hysteresis = 2;
+    cfg->fp16.min_loss_scale = 1.0;
+    cfg->fp16.consecutive_hysteresis = 0;
+    cfg->stage = 0;
+    cfg->offload_optimizer = 0;
+    cfg->offload_param = 0;
+    cfg->reduce_bucket_size = 500000000;
+    cfg->allgather_bucket_size = 500000000;
+    cfg->overlap_comm = 0;
+    cfg->contiguous_gradients = 1;
+    cfg->stage3_prefetch_bucket_size = 50000000;
+    cfg->stage3_param_persistence_threshold = 100000;
+    cfg->stage3_max_live_parameters = 1000000000;
+    cfg->stage3_max_reuse_distance = 1000000000;
+    cfg->stage3_gather_16bit_weights_on_model_save = 0;
+    cfg->reduce_scatter = 1;
+    cfg->allgather_partitions = 1;
+    cfg->round_robin_gradients = 0;
+    cfg->sub_group_size = 1000000000;
+    cfg->bf16_enabled = 0;
+}
+
+/* Parse a DeepSpeed config text; see zs_config.h. */
+int zs_config_parse(const char *json, zs_config_t *cfg, zs_config_warn_fn warn, void *ud,
+                    zs_err_t *err)
+{
+    if (!json || !cfg)
+        return zs_err_set(err, ZS_ERR_INVALID, "config: no text or no config to fill");
+    pctx_t *c = calloc(1, sizeof *c);
+    char *text = relax_json(json);
+    if (!c || !text) {
+        free(c);
+        free(text);
+        return zs_err_set(err, ZS_ERR_NOMEM, "config: out of memory");
+    }
+    c->warn = warn;
+    c->ud = ud;
+    c->err = err;
+    int rc;
+    const char *end = NULL;
+    cJSON *root = cJSON_ParseWithOpts(text, &end, 1);
+    if (!root) {
+        int line = 1, col = 1;
+        const char *at = end ? end : text;
+        for (const char *q = text; q < at && *q; q++) {
+            if (*q == '\n') {
+                line++;
+                col = 1;
+            } else {
+                col++;
+            }
+        }
+        char near[24];
+        size_t k = 0;
+        for (; k < sizeof near - 1 && at[k] && at[k] != '\n'; k++)
+            near[k] = at[k];
+        near[k] = '\0';
+        rc = zs_err_set(err, ZS_ERR_INVALID,
+                        "config: not valid JSON at line %d, column %d, near '%s'", line, col, near);
+        goto out;
+    }
+    if (!cJSON_IsObject(root)) {
+        rc = zs_err_set(err, ZS_ERR_INVALID, "config: the top level must be a JSON object");
+        goto out;
+    }
+    if ((rc = check_duplicates(c, root, "")) != ZS_OK)
+        goto out;
+    zs_config_t tmp;
+    zs_config_defaults(&tmp);
+    pstate_t st = {.adam_w_mode = 1, .lr = 1e-3};
+    if ((rc = parse_root(c, root, &tmp, &st)) != ZS_OK)
+        goto out;
+    finish(c, &tmp, &st);
+    memcpy(cfg, &tmp, sizeof tmp);
+    rc = ZS_OK;
+out:
+    cJSON_Delete(root);
+    free(text);
+    free(c);
+    return rc;
+}
+
+/* Read a file and parse it; see zs_config.h. */
+int zs_config_load(const char *path, zs_config_t *cfg, zs_config_warn_fn warn, void *ud,
+                   zs_err_t *err)
+{
+    FILE *f = fopen(path, "rb");
+    if (!f)
+        return zs_err_set(err, ZS_ERR_IO, "config %s: %s", path, strerror(errno));
+    size_t cap = 1 << 16, n = 0;
+    char *buf = malloc(cap + 1);
+    int rc = ZS_OK;
+    while (buf) {
+        size_t got = fread(buf + n, 1, cap - n, f);
+        n += got;
+        if (n < cap) {
+            if (ferror(f))
+                rc = zs_err_set(err, ZS_ERR_IO, "config %s: read error", path);
+            break;
+        }
+        if (cap >= FILE_MAX) {
+            rc = zs_err_set(err, ZS_ERR_RANGE, "config %s: larger than %u bytes", path, FILE_MAX);
+            break;
+        }
+        cap *= 2;
+        char *nb = realloc(buf, cap + 1);
+        if (!nb) {
+            free(buf);
+            buf = NULL;
+        } else {
+            buf = nb;
+        }
+    }
+    fclose(f);
+    if (!buf)
+        return zs_err_set(err, ZS_ERR_NOMEM, "config %s: out of memory", path);
+    if (rc == ZS_OK) {
+        buf[n] = '\0';
+        if (strlen(buf) != n)
+            rc = zs_err_set(err, ZS_ERR_INVALID, "config %s: contains a NUL byte", path);
+        else if ((rc = zs_config_parse(buf, cfg, warn, ud, err)) != ZS_OK)
+            zs_err_prefix(err, "%s: ", path);
+    }
+    free(buf);
+    return rc;
+}
+
+/* Batch derivation exactly as DeepSpeed's _set_batch_related_parameters +
+ * _batch_assertion, then the cross-checks; see zs_config.h. */
+int zs_config_resolve(zs_config_t *cfg, int world_size, zs_err_t *err)
+{
+    if (world_size < 1)
+        return zs_err_set(err, ZS_ERR_INVALID, "config: world size %d must be >= 1", world_size);
+    int64_t W = world_size;
+    int64_t tbs = cfg->train_batch_size, mb = cfg->micro_batch_per_gpu;
+    int64_t gas = cfg->gradient_accumulation_steps;
+    if (tbs < 0 || mb < 0 || gas < 0)
+        return zs_err_set(err, ZS_ERR_RANGE,
+                          "config: negative batch size (train_batch_size %lld, "
+                          "train_micro_batch_size_per_gpu %lld, gradient_accumulation_steps "
+                          "%lld)",
+                          (long long)tbs, (long long)mb, (long long)gas);
+    if (tbs && mb && gas) {
+        /* all given: nothing derived */
+    } else if (tbs && mb) {
+        gas = tbs / mb / W;
+    } else if (tbs && gas) {
+        mb = tbs / W / gas;
+    } else if (mb && gas) {
+        if (__builtin_mul_overflow(mb, gas, &tbs) || __builtin_mul_overflow(tbs, W, &tbs))
+            return zs_err_set(err, ZS_ERR_RANGE, "config: train_batch_size overflows");
+    } else if (tbs) {
+        gas = 1;
+        mb = tbs / W;
+    } else if (mb) {
+        if (__builtin_mul_overflow(mb, W, &tbs))
+            return zs_err_set(err, ZS_ERR_RANGE, "config: train_batch_size overflows");
+        gas = 1;
+    } else {
+        return zs_err_set(err, ZS_ERR_INVALID,
+                          "config: either train_batch_size or train_micro_batch_size_per_gpu "
+                          "needs to be provided (as in DeepSpeed)%s",
+                          gas ? "; gradient_accumulation_steps alone is not enough" : "");
+    }
+    if (mb <= 0)
+        return zs_err_set(
+            err, ZS_ERR_INVALID,
+            "config: train_micro_batch_size_per_gpu derived as %lld (train_batch_size "
+            "%lld, gradient_accumulation_steps %lld, world size %lld): has to be "
+            "greater than 0",
+            (long long)mb, (long long)tbs, (long long)gas, (long long)W);
+    if (gas <= 0)
+        return zs_err_set(err, ZS_ERR_INVALID,
+                          "config: gradient_accumulation_steps derived as %lld (train_batch_size "
+                          "%lld, train_micro_batch_size_per_gpu %lld, world size %lld): has to "
+                          "be greater than 0",
+                          (long long)gas, (long long)tbs, (long long)mb, (long long)W);
+    int64_t prod;
+    if (__builtin_mul_overflow(mb, gas, &prod) || __builtin_mul_overflow(prod, W, &prod) ||
+        tbs != prod)
+        return zs_err_set(err, ZS_ERR_INVALID,
+                          "config: train_batch_size is not equal to "
+                          "train_micro_batch_size_per_gpu * gradient_accumulation_steps * "
+                          "world size: %lld != %lld * %lld * %lld",
+                          (long long)tbs, (long long)mb, (long long)gas, (long long)W);
+
+    if (cfg->stage < 0 || cfg->stage > 3)
+        return zs_err_set(err, ZS_ERR_RANGE, "zero_optimization.stage: %d must be 0, 1, 2 or 3",
+                          cfg->stage);
+    if (cfg->offload_param && cfg->stage != 3)
+        return zs_err_set(err, ZS_ERR_INVALID,
+                          "zero_optimization.offload_param: device \"cpu\" needs stage 3 "
+                          "(zero_optimization.stage is %d)",
+                          cfg->stage);
+    if (cfg->fp16.enabled && cfg->bf16_enabled)
+        return zs_err_set(err, ZS_ERR_INVALID,
+                          "fp16.enabled and bf16.enabled are both true: bfloat16 and fp16 "
+                          "modes cannot be simultaneously enabled (as in DeepSpeed)");
+    if (cfg->reduce_bucket_size <= 0 || cfg->allgather_bucket_size <= 0)
+        return zs_err_set(err, ZS_ERR_RANGE,
+                          "zero_optimization: reduce_bucket_size %lld and allgather_bucket_size "
+                          "%lld must be > 0",
+                          (long long)cfg->reduce_bucket_size,
+                          (long long)cfg->allgather_bucket_size);
+    if (cfg->stage3_prefetch_bucket_size < 0 || cfg->stage3_param_persistence_threshold < 0 ||
+        cfg->stage3_max_live_parameters < 0 || cfg->stage3_max_reuse_distance < 0 ||
+        cfg->sub_group_size < 0)
+        return zs_err_set(err, ZS_ERR_RANGE, "zero_optimization: stage3 sizes must be >= 0");
+    if (!(cfg->gradient_clipping >= 0.0) || !isfinite(cfg->gradient_clipping))
+        return zs_err_set(err, ZS_ERR_RANGE, "gradient_clipping: %g must be >= 0",
+                          cfg->gradient_clipping);
+    if (cfg->sched.type != ZS_SCHED_NONE) {
+        if (cfg->sched.warmup_num_steps < 1)
+            return zs_err_set(err, ZS_ERR_RANGE,
+                              "scheduler.params.warmup_num_steps: %lld must be a positive "
+                              "integer",
+                              (long long)cfg->sched.warmup_num_steps);
+        if (cfg->sched.type == ZS_SCHED_WARMUP_DECAY_LR && cfg->sched.total_num_steps <= 0)
+            return zs_err_set(err, ZS_ERR_INVALID,
+                              "scheduler.params.total_num_steps: required by WarmupDecayLR "
+                              "(DeepSpeed has no default for it)%s",
+                              cfg->sched.total_num_steps < 0 ? " and must be > 0" : "");
+    }
+    if (cfg->fp16.enabled && cfg->fp16.loss_scale == 0.0) {
+        const zs_fp16_config_t *f = &cfg->fp16;
+        if (f->loss_scale_window < 1 || f->hysteresis < 1 || f->hysteresis > 65535 ||
+            f->loss_scale_window > (1 << 29) - 1 || !(f->min_loss_scale > 0.0) ||
+            !isfinite(ldexp(1.0, f->initial_scale_power)))
+            return zs_err_set(err, ZS_ERR_RANGE,
+                              "fp16: dynamic loss scaling needs loss_scale_window >= 1 (%d), "
+                              "hysteresis >= 1 (%d), min_loss_scale > 0 (%g), a finite "
+                              "2^initial_scale_power (%d)",
+                              f->loss_scale_window, f->hysteresis, f->min_loss_scale,
+                              f->initial_scale_power);
+    }
+    if (cfg->fp16.enabled && (!(cfg->fp16.loss_scale >= 0.0) || !isfinite(cfg->fp16.loss_scale)))
+        return zs_err_set(err, ZS_ERR_RANGE, "fp16.loss_scale: %g must be >= 0",
+                          cfg->fp16.loss_scale);
+    cfg->train_batch_size = tbs;
+    cfg->micro_batch_per_gpu = mb;
+    cfg->gradient_accumulation_steps = gas;
+    cfg->dtype = cfg->fp16.enabled   ? ZS_DTYPE_F16
+                 : cfg->bf16_enabled ? ZS_DTYPE_BF16
+                                     : ZS_DTYPE_F32;
+    return ZS_OK;
+}
+
+static const char *tf(int b)
+{
+    return b ? "true" : "false";
+}
+
+/* Shortest %g form that reads back as the same float / double. */
+static const char *fmt_f(float v, char *buf)
+{
+    for (int p = 6; p <= 9; p++) {
+        snprintf(buf, 32, "%.*g", p, (double)v);
+        if (strtof(buf, NULL) == v)
+            break;
+    }
+    return buf;
+}
+
+static const char *fmt_d(double v, char *buf)
+{
+    for (int p = 6; p <= 17; p++) {
+        snprintf(buf, 32, "%.*g", p, v);
+        if (strtod(buf, NULL) == v)
+            break;
+    }
+    return buf;
+}
+
+/* Print every field under its DeepSpeed name; see zs_config.h. */
+void zs_config_print(const zs_config_t *cfg, void *fp)
+{
+    FILE *f = fp;
+    char b1[32], b2[32];
+    fprintf(f, "train_batch_size = %lld\n", (long long)cfg->train_batch_size);
+    fprintf(f, "train_micro_batch_size_per_gpu = %lld\n", (long long)cfg->micro_batch_per_gpu);
+    fprintf(f, "gradient_accumulation_steps = %lld\n", (long long)cfg->gradient_accumulation_steps);
+    fprintf(f, "gradient_clipping = %s%s\n", fmt_d(cfg->gradient_clipping, b1),
+            cfg->gradient_clipping > 0 ? "" : " (off)");
+    fprintf(f, "optimizer.type = %s%s\n",
+            cfg->adam.adam_w_mode ? "AdamW (decoupled weight decay)" : "Adam (L2 weight decay)",
+            cfg->optimizer_given ? "" : " (default: no optimizer section)");
+    fprintf(f, "optimizer.params.lr = %s\n", fmt_f(cfg->adam.lr, b1));
+    fprintf(f, "optimizer.params.betas = [%s, %s]\n", fmt_f(cfg->adam.beta1, b1),
+            fmt_f(cfg->adam.beta2, b2));
+    fprintf(f, "optimizer.params.eps = %s\n", fmt_f(cfg->adam.eps, b1));
+    fprintf(f, "optimizer.params.weight_decay = %s\n", fmt_f(cfg->adam.weight_decay, b1));
+    fprintf(f, "optimizer.params.adam_w_mode = %s\n", tf(cfg->adam.adam_w_mode));
+    fprintf(f, "optimizer.params.bias_correction = %s\n", tf(cfg->adam.bias_correction));
+    const zs_sched_config_t *s = &cfg->sched;
+    fprintf(f, "scheduler.type = %s\n",
+            s->type == ZS_SCHED_WARMUP_LR         ? "WarmupLR"
+            : s->type == ZS_SCHED_WARMUP_DECAY_LR ? "WarmupDecayLR"
+                                                  : "none (constant lr)");
+    if (s->type != ZS_SCHED_NONE) {
+        fprintf(f, "scheduler.params.warmup_min_lr = %s\n", fmt_d(s->warmup_min_lr, b1));
+        fprintf(f, "scheduler.params.warmup_max_lr = %s\n", fmt_d(s->warmup_max_lr, b1));
+        fprintf(f, "scheduler.params.warmup_num_steps = %lld\n", (long long)s->warmup_num_steps);
+        fprintf(f, "scheduler.params.warmup_type = %s\n",
+                s->warmup_type == ZS_WARMUP_LINEAR ? "linear" : "log");
+        if (s->type == ZS_SCHED_WARMUP_DECAY_LR)
+            fprintf(f, "scheduler.params.total_num_steps = %lld\n", (long long)s->total_num_steps);
+    }
+    fprintf(f, "precision = %s\n", zs_dtype_name(cfg->dtype));
+    fprintf(f, "fp16.enabled = %s\n", tf(cfg->fp16.enabled));
+    if (cfg->fp16.enabled) {
+        if (cfg->fp16.loss_scale > 0) {
+            fprintf(f, "fp16.loss_scale = %s (static)\n", fmt_d(cfg->fp16.loss_scale, b1));
+        } else {
+            fprintf(f, "fp16.loss_scale = 0 (dynamic)\n");
+            fprintf(f, "fp16.initial_scale_power = %d\n", cfg->fp16.initial_scale_power);
+            fprintf(f, "fp16.loss_scale_window = %d\n", cfg->fp16.loss_scale_window);
+            fprintf(f, "fp16.hysteresis = %d\n", cfg->fp16.hysteresis);
+            fprintf(f, "fp16.consecutive_hysteresis = %s\n", tf(cfg->fp16.consecutive_hysteresis));
+            fprintf(f, "fp16.min_loss_scale = %s\n", fmt_d(cfg->fp16.min_loss_scale, b1));
+        }
+    }
+    fprintf(f, "bf16.enabled = %s\n", tf(cfg->bf16_enabled));
+    fprintf(f, "zero_optimization.stage = %d\n", cfg->stage);
+    fprintf(f, "zero_optimization.offload_optimizer.device = %s\n",
+            cfg->offload_optimizer ? "cpu" : "none");
+    fprintf(f, "zero_optimization.offload_param.device = %s\n",
+            cfg->offload_param ? "cpu" : "none");
+    fprintf(f, "zero_optimization.reduce_bucket_size = %lld\n", (long long)cfg->reduce_bucket_size);
+    fprintf(f, "zero_optimization.allgather_bucket_size = %lld\n",
+            (long long)cfg->allgather_bucket_size);
+    fprintf(f, "zero_optimization.overlap_comm = %s\n", tf(cfg->overlap_comm));
+    fprintf(f, "zero_optimization.contiguous_gradients = %s\n", tf(cfg->contiguous_gradients));
+    fprintf(f, "zero_optimization.reduce_scatter = %s\n", tf(cfg->reduce_scatter));
+    fprintf(f, "zero_optimization.allgather_partitions = %s\n", tf(cfg->allgather_partitions));
+    fprintf(f, "zero_optimization.round_robin_gradients = %s\n", tf(cfg->round_robin_gradients));
+    fprintf(f, "zero_optimization.sub_group_size = %lld\n", (long long)cfg->sub_group_size);
+    fprintf(f, "zero_optimization.stage3_prefetch_bucket_size = %lld\n",
+            (long long)cfg->stage3_prefetch_bucket_size);
+    fprintf(f, "zero_optimization.stage3_param_persistence_threshold = %lld\n",
+            (long long)cfg->stage3_param_persistence_threshold);
+    fprintf(f, "zero_optimization.stage3_max_live_parameters = %lld\n",
+            (long long)cfg->stage3_max_live_parameters);
+    fprintf(f, "zero_optimization.stage3_max_reuse_distance = %lld\n",
+            (long long)cfg->stage3_max_reuse_distance);
+    fprintf(f, "zero_optimization.stage3_gather_16bit_weights_on_model_save = %s\n",
+            tf(cfg->stage3_gather_16bit_weights_on_model_save));
+}
