@@ -2,3 +2,4 @@
 # scaling (worker/zs_config.c, zs_sched.c, zs_loss_scale.c). test_config reads
 # tests/fixtures/ds_*.json (the seeds' DeepSpeed configs).
 zs_add_test(test_config SRCS test_config.c LIBS zeroshard LABELS unit TIMEOUT 60)
+zs_add_test(test_sched SRCS test_sched.c LIBS zeroshard LABELS unit TIMEOUT 60)

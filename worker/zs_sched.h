@@ -1,14 +1,25 @@
 /*
- * zs_sched.h - learning-rate schedules with DeepSpeed's semantics.
+ * zs_sched.h - learning-rate schedules with DeepSpeed's semantics
+ * (deepspeed/runtime/lr_schedules.py, as the engine drives them).
  *
- * WarmupLR: for step s (0-based count of optimizer steps taken so far),
- *   s < warmup_num_steps: min + (max - min) * gamma(s), where gamma is
- *     log:    log(s + 1) / log(warmup_num_steps)
- *     linear: s / warmup_num_steps
- *   else: max.
- * WarmupDecayLR: as WarmupLR during warmup, then
- *   max * max(0, (total - s) / (total - warmup))   (DeepSpeed's decay).
- * NONE: the optimizer's lr.
+ * s is the number of optimizer steps applied before the one being taken
+ * (0 for the first; fp16 overflow-skipped steps do not count, since
+ * DeepSpeed does not step the scheduler on them). DeepSpeed creates the
+ * schedule with last_batch_iteration = -1 and calls scheduler.step() after
+ * every applied optimizer step, so step s runs with DeepSpeed's get_lr() at
+ * i = s - 1:
+ *   i < 0 (s = 0): warmup_min_lr
+ *   N = max(2, warmup_num_steps)
+ *   i < N: min + (max - min) * gamma(i), where gamma is
+ *     log:    (1 / log(N)) * log(i + 1)
+ *     linear: i / N
+ *   WarmupLR, i >= N: min + (max - min) * 1  (= max)
+ *   WarmupDecayLR, i >= N: min + (max - min) * max(0, (T - i) / max(1, T - N))
+ *     with T = total_num_steps: a linear decay to warmup_min_lr (not to 0),
+ *     reached at i = T and kept after.
+ * So the first two steps both run at warmup_min_lr, and max is first reached
+ * at s = N + 1 (linear) or s = N (log, up to rounding).
+ * NONE: the optimizer's lr (base_lr).
  * Pure functions: no state beyond the step number, so a resumed run gets
  * the same learning rates.
  */
@@ -19,7 +30,8 @@
 
 #include "zs_config.h"
 
-/* Learning rate for 0-based scheduler step s; base_lr used when NONE. */
+/* Learning rate of the optimizer step taken after s applied steps (s >= 0);
+ * base_lr when sc is NULL or its type is NONE. Bitwise DeepSpeed's value. */
 double zs_sched_lr(const zs_sched_config_t *sc, double base_lr, int64_t s);
 
 #endif
