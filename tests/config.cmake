@@ -3,3 +3,4 @@
 # tests/fixtures/ds_*.json (the seeds' DeepSpeed configs).
 zs_add_test(test_config SRCS test_config.c LIBS zeroshard LABELS unit TIMEOUT 60)
 zs_add_test(test_sched SRCS test_sched.c LIBS zeroshard LABELS unit TIMEOUT 60)
+zs_add_test(test_loss_scale SRCS test_loss_scale.c LIBS zeroshard LABELS unit TIMEOUT 60)
