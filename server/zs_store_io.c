@@ -6,11 +6,12 @@
  * failed attempt, put each 1 MiB chunk (+ XXH3 seeded with its identity) in
  * its own batch with the WAL off, flush the chunk family (wait=1), then put
  * the marker with sync=1. Any failure drops the step again (best effort).
- * Read: verify the marker, then READ_THREADS threads each get (pinned) and
- * verify a contiguous slice of the chunks and copy them into the caller's
- * arrays; the first failing chunk in order is reported.
+ * Read: verify the marker, then READ_THREADS threads each get (pinned; with
+ * mmap reads the value points into the mapped SST, nothing is allocated),
+ * verify (size, XXH3 with identity) and copy a contiguous slice of the chunks
+ * into the caller's arrays; the first failing chunk in order is reported.
  * Does not: keep any state between calls, retry, or allocate beyond one
- * marker buffer and RocksDB's own block buffers.
+ * marker buffer and the reader threads.
  */
 #include "zs_store_internal.h"
 
