@@ -26,6 +26,7 @@ const char *zs_status_name(int code)
     case ZS_ERR_UNAUTH: return "ZS_ERR_UNAUTH";
     case ZS_ERR_BUSY: return "ZS_ERR_BUSY";
     case ZS_ERR_CANCELLED: return "ZS_ERR_CANCELLED";
+    case ZS_ERR_UNIMPLEMENTED: return "ZS_ERR_UNIMPLEMENTED";
     default: return "ZS_ERR_UNKNOWN";
     }
 }
@@ -108,6 +109,7 @@ int zs_status_to_grpc(int code)
     case ZS_ERR_EXISTS: return G_ALREADY_EXISTS;
     case ZS_ERR_UNAUTH: return G_UNAUTHENTICATED;
     case ZS_ERR_CANCELLED: return G_CANCELLED;
+    case ZS_ERR_UNIMPLEMENTED: return G_UNIMPLEMENTED;
     default: return G_INTERNAL;
     }
 }
@@ -128,6 +130,7 @@ int zs_status_from_grpc(int g)
     case G_UNAUTHENTICATED: return ZS_ERR_UNAUTH;
     case G_PERMISSION_DENIED: return ZS_ERR_UNAUTH;
     case G_CANCELLED: return ZS_ERR_CANCELLED;
+    case G_UNIMPLEMENTED: return ZS_ERR_UNIMPLEMENTED;
     default: return ZS_ERR_INTERNAL;
     }
 }

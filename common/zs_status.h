@@ -31,6 +31,7 @@ typedef enum {
     ZS_ERR_UNAUTH = -12,     /* missing or wrong token (UNAUTHENTICATED) */
     ZS_ERR_BUSY = -13,       /* too many concurrent calls (RESOURCE_EXHAUSTED) */
     ZS_ERR_CANCELLED = -14,  /* shutting down or cancelled (CANCELLED) */
+    ZS_ERR_UNIMPLEMENTED = -15, /* no such method (UNIMPLEMENTED) */
 } zs_status_t;
 
 #define ZS_ERR_MSG_MAX 320

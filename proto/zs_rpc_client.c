@@ -101,7 +101,9 @@ int zs_ccall_start(zs_ccall_t *c, grpc_channel *ch, const char *method, const ch
     }
     if (run_batch(c, ops, 1, TAG_START) != 1) {
         zs_ccall_destroy(c);
-        return zs_err_set(err, ZS_ERR_UNAVAILABLE, "%s: cannot start %s", peer, method);
+        return zs_err_set(err, ZS_ERR_UNAVAILABLE,
+                          "%s: unreachable: cannot start %s (server down or address wrong?)",
+                          peer, method);
     }
     grpc_op st;
     memset(&st, 0, sizeof st);

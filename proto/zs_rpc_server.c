@@ -11,6 +11,9 @@
  *    the call's private pluck queue, so no locking is needed per call.
  *  - At most max_calls handlers run at once; a call beyond that is refused
  *    at once with RESOURCE_EXHAUSTED.
+ *  - One generic request is kept outstanding too: a call to a method that is
+ *    not registered is answered UNIMPLEMENTED at once (gRPC core would
+ *    otherwise leave it unanswered until the client's deadline).
  * The bearer token (if configured) is checked before the handler runs.
  */
 #include <pthread.h>
@@ -49,6 +52,8 @@ struct zs_rpc_server {
 typedef struct slot {
     zs_rpc_server_t *srv;
     zs_scall_t call;
+    int generic;                 /* an unregistered method */
+    grpc_call_details details;   /* generic calls only */
 } slot_t;
 
 static int run_batch(zs_scall_t *c, const grpc_op *ops, size_t n)
@@ -137,6 +142,8 @@ static void slot_free(slot_t *s)
     if (s->call.request)
         grpc_byte_buffer_destroy(s->call.request);
     grpc_metadata_array_destroy(&s->call.request_md);
+    if (s->generic)
+        grpc_call_details_destroy(&s->details);
     grpc_completion_queue_shutdown(s->call.cq);
     grpc_completion_queue_destroy(s->call.cq);
     free(s);
@@ -159,6 +166,28 @@ static int request_slot(zs_rpc_server_t *srv, int m)
     if (e != GRPC_CALL_OK) {
         ZS_ERROR("grpc_server_request_registered_call(%s): %s", srv->methods[m].path,
                  grpc_call_error_to_string(e));
+        slot_free(s);
+        return -1;
+    }
+    return 0;
+}
+
+/* Keep one request outstanding for calls to unregistered methods. */
+static int request_generic(zs_rpc_server_t *srv)
+{
+    slot_t *s = calloc(1, sizeof *s);
+    if (!s)
+        return -1;
+    s->srv = srv;
+    s->generic = 1;
+    s->call.method = -1;
+    s->call.cq = grpc_completion_queue_create_for_pluck(NULL);
+    grpc_metadata_array_init(&s->call.request_md);
+    grpc_call_details_init(&s->details);
+    grpc_call_error e = grpc_server_request_call(srv->server, &s->call.call, &s->details,
+                                                 &s->call.request_md, s->call.cq, srv->cq, s);
+    if (e != GRPC_CALL_OK) {
+        ZS_ERROR("grpc_server_request_call: %s", grpc_call_error_to_string(e));
         slot_free(s);
         return -1;
     }
@@ -226,6 +255,21 @@ static void *dispatcher_main(void *arg)
         }
         slot_t *s = ev.tag;
         if (!ev.success) { /* request cancelled by shutdown */
+            slot_free(s);
+            continue;
+        }
+        if (s->generic) {
+            char msg[300];
+            snprintf(msg, sizeof msg, "unknown method %.*s (protocol version %d)",
+                     (int)GRPC_SLICE_LENGTH(s->details.method),
+                     (const char *)GRPC_SLICE_START_PTR(s->details.method), ZS_PROTOCOL_VERSION);
+            pthread_mutex_lock(&srv->mu);
+            int stopping = srv->shutting_down;
+            pthread_mutex_unlock(&srv->mu);
+            if (!stopping)
+                request_generic(srv);
+            ZS_WARN("refused: %s", msg);
+            zs_scall_finish(&s->call, NULL, ZS_ERR_UNIMPLEMENTED, msg);
             slot_free(s);
             continue;
         }
@@ -318,6 +362,7 @@ int zs_rpc_server_create(const zs_rpc_server_opts_t *opts, const zs_rpc_method_t
     for (int m = 0; m < nmethods; m++)
         for (int k = 0; k < SLOTS_PER_METHOD; k++)
             request_slot(srv, m);
+    request_generic(srv);
     pthread_create(&srv->dispatcher, NULL, dispatcher_main, srv);
     *out = srv;
     return ZS_OK;

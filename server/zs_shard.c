@@ -7,6 +7,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <unistd.h>
 
 #include "zs_cast.h"
 #include "zs_layout.h"
@@ -497,6 +498,12 @@ int zs_shard_init_end(zs_shard_init_t *in, zs_err_t *err)
     pthread_mutex_lock(&sh->mu);
     zs__shard_wait_idle(sh);
     rc = zs__shard_install(sh, &in->id, &in->hp, &in->st, in->start_step, 0, err);
+    if (rc == ZS_OK) { /* a new run: its checkpoints replace same-step ones of older runs */
+        struct timespec ts;
+        clock_gettime(CLOCK_REALTIME, &ts);
+        sh->run_id = ((uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec) ^
+                     ((uint64_t)getpid() << 40) ^ (sh->run_id * 0x9E3779B97F4A7C15ull);
+    }
     pthread_mutex_unlock(&sh->mu);
     if (rc == ZS_OK)
         ZS_INFO("init: model '%s', %llu params, server %u of %u owns [%llu, %llu), step %llu",

@@ -126,6 +126,8 @@ int zs_shard_checkpoint_meta(zs_shard_t *sh, uint64_t step, int keep, const void
     m.adam = &a;
     m.user_meta.data = (uint8_t *)user_meta;
     m.user_meta.len = user_meta_len;
+    m.run_id = sh->run_id;
+    uint64_t run_id = sh->run_id;
     struct timespec now;
     clock_gettime(CLOCK_REALTIME, &now);
     m.created_unix_ms = (uint64_t)now.tv_sec * 1000 + (uint64_t)now.tv_nsec / 1000000;
@@ -144,8 +146,29 @@ int zs_shard_checkpoint_meta(zs_shard_t *sh, uint64_t step, int keep, const void
     clock_gettime(CLOCK_MONOTONIC, &t0);
     pthread_mutex_lock(&sh->store_mu);
     rc = zs_store_write(sh->store, &ck, err);
-    if (rc == ZS_ERR_EXISTS) /* idempotent: the same step is already durable */
-        rc = ZS_OK;
+    if (rc == ZS_ERR_EXISTS) {
+        /* Same step of the same run: a retry, already durable. Same step of
+         * an older run (re-initialised in this data dir): replace it. */
+        void *old = NULL;
+        size_t olen = 0;
+        uint64_t on;
+        Zeroshard__CheckpointMeta *om = NULL;
+        if (zs_store_read_meta(sh->store, step, &old, &olen, &on, NULL) == ZS_OK)
+            om = zeroshard__checkpoint_meta__unpack(NULL, olen, old);
+        int same_run = om && om->run_id == run_id;
+        if (om)
+            zeroshard__checkpoint_meta__free_unpacked(om, NULL);
+        free(old);
+        if (same_run) {
+            rc = ZS_OK;
+        } else {
+            ZS_INFO("checkpoint: step %llu exists from an earlier run; replacing it",
+                    (unsigned long long)step);
+            rc = zs_store_delete(sh->store, step, err);
+            if (rc == ZS_OK)
+                rc = zs_store_write(sh->store, &ck, err);
+        }
+    }
     if (rc == ZS_OK) {
         zs_err_t perr;
         if (zs_store_prune(sh->store, keep > 0 ? keep : sh->keep, &perr))
@@ -208,6 +231,7 @@ static int restore_step(zs_shard_t *sh, uint64_t step, int check_id, zs_err_t *e
                             (unsigned long long)m->range_end, (unsigned long long)n);
     }
     uint64_t applied = m ? m->applied_step : 0, ostep = m ? m->optimizer_step : 0;
+    uint64_t run_id = m ? m->run_id : 0;
     size_t umlen = m && m->user_meta.len <= ZS_USER_META_MAX ? m->user_meta.len : 0;
     unsigned char *um = umlen ? malloc(umlen) : NULL;
     if (um)
@@ -256,6 +280,7 @@ static int restore_step(zs_shard_t *sh, uint64_t step, int check_id, zs_err_t *e
     zs__shard_wait_idle(sh);
     rc = zs__shard_install(sh, &id, &hp, &st, applied, ostep, err);
     if (rc == ZS_OK) {
+        sh->run_id = run_id; /* continuing that run: re-checkpoints are retries */
         free(sh->user_meta);
         sh->user_meta = um;
         sh->user_meta_len = umlen;

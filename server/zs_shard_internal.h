@@ -68,6 +68,7 @@ struct zs_shard {
     int ckpt_busy; /* a checkpoint is reading the state */
     int readers;   /* pulls/gets copying without mu held */
 
+    uint64_t run_id;          /* new at every Initialize; restored with a checkpoint */
     unsigned char *user_meta; /* of the checkpoint last written or restored */
     size_t user_meta_len;
 

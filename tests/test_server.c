@@ -19,9 +19,11 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/wait.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "zs_client.h"
+#include "zs_rpc.h"
 #include "zs_proc.h"
 #include "zs_synth.h"
 #include "zs_test.h"
@@ -30,6 +32,13 @@
 #define STEPS 30
 #define NWORKERS 2
 #define MODEL "synthetic-10m"
+
+static int64_t zs_now_ms_test(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
 
 static zs_step_scalars_t scalars(uint64_t step)
 {
@@ -314,6 +323,22 @@ int main(void)
     TEST_CHECK(info[0].applied_step == 40 && info[1].optimizer_step == 35);
     TEST_CHECK(zs_client_set_step(c, 40, 41, &err) == ZS_ERR_INVALID);
     printf("  user_meta round trip and SetStep: ok\n");
+
+    /* A method the server does not have is answered at once, not left to the
+     * deadline. */
+    {
+        grpc_channel *ch = zs_channel_create(srv[0].addr, NULL);
+        Zeroshard__ListRequest q = ZEROSHARD__LIST_REQUEST__INIT;
+        ProtobufCMessage *r = NULL;
+        int64_t t0 = zs_now_ms_test();
+        int rc = zs_unary(ch, "/zeroshard.Shard/NoSuchMethod", NULL, 20000, srv[0].addr, &q.base,
+                          &zeroshard__list_reply__descriptor, &r, &err);
+        TEST_CHECKF(rc == ZS_ERR_UNIMPLEMENTED && strstr(err.msg, "unknown method"),
+                    "unknown method: rc %d: %s", rc, err.msg);
+        TEST_CHECK(zs_now_ms_test() - t0 < 5000);
+        grpc_channel_destroy(ch);
+        printf("  unknown method: %s\n", err.msg);
+    }
 
     zs_client_destroy(c);
     for (int i = 0; i < 2; i++)

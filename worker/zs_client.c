@@ -57,8 +57,13 @@ static void *job_main(void *p)
     for (int a = 0;; a++) {
         zs_err_clear(&j->err);
         j->rc = j->fn(j->c, j->server, j->arg, &j->err);
-        if (j->rc != ZS_ERR_UNAVAILABLE || a >= j->c->retries)
+        if (j->rc != ZS_ERR_UNAVAILABLE)
             break;
+        if (a >= j->c->retries) {
+            if (a > 0)
+                zs_err_prefix(&j->err, "after %d attempts: ", a + 1);
+            break;
+        }
         sleep_ms(backoff);
         backoff = backoff * 2 > 2000 ? 2000 : backoff * 2;
     }

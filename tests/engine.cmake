@@ -1,0 +1,9 @@
+# The ZeRO engine: a test model, an MPI worker program, and the driver test
+# that runs it under mpirun with real zs-server processes.
+add_executable(zs_engine_worker engine_worker.c zs_mlp.c)
+target_include_directories(zs_engine_worker PRIVATE ${CMAKE_CURRENT_SOURCE_DIR})
+target_link_libraries(zs_engine_worker PRIVATE zeroshard)
+zs_add_test(test_engine SRCS test_engine.c LIBS zs_testproc TIMEOUT 1200 LABELS integration)
+target_compile_definitions(test_engine PRIVATE ZS_MPIEXEC="${MPIEXEC_EXECUTABLE}"
+                           ZS_ENGINE_WORKER="$<TARGET_FILE:zs_engine_worker>")
+add_dependencies(test_engine zs_engine_worker zs-server)

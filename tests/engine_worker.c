@@ -1,0 +1,275 @@
+/*
+ * engine_worker.c - an MPI program that trains the test model (zs_mlp.h)
+ * with the ZeRO engine under a configuration given by flags; test_engine.c
+ * runs it under mpirun with different stages, world sizes, dtypes and
+ * offload settings. Not a test by itself.
+ *
+ * Rank 0 can also compute the single-process reference (--ref): the same
+ * model and global batches, gradients summed over the whole global batch in
+ * double, then fp32 AdamW (zs_adam_update_ref) - no buckets, partitions or
+ * collectives - and compares the engine's final parameters with it.
+ *
+ * Output (rank 0): one "stat step=.. loss=.. scale=.. skipped=.. lr=.. norm=.."
+ * line per step, "mem ..." lines, "maxerr ..." with --ref; --out writes the
+ * final fp32 parameters.
+ */
+#include <math.h>
+#include <mpi.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "zs_cast.h"
+#include "zs_engine.h"
+#include "zs_mlp.h"
+#include "zs_sched.h"
+
+typedef struct {
+    int stage, offload, steps, ckpt_every, resume, kill_at, kill_rank, gas, ref, mem_check;
+    int64_t inject_nan, resume_step;
+    const char *dtype, *servers, *out;
+    double clip, atol, rtol;
+    int timeout_ms, bucket, inject_count;
+} args_t;
+
+static void fail(int rank, const char *what, const zs_err_t *err)
+{
+    fprintf(stderr, "FAIL rank %d: %s: %s\n", rank, what, err ? err->msg : "");
+    fflush(stderr);
+    MPI_Abort(MPI_COMM_WORLD, 3);
+}
+
+static void parse(int argc, char **argv, args_t *a)
+{
+    memset(a, 0, sizeof *a);
+    a->steps = 10;
+    a->gas = 2;
+    a->dtype = "fp32";
+    a->kill_rank = 1;
+    a->atol = 1e-5;
+    a->rtol = 1e-4;
+    a->timeout_ms = 60000;
+    a->bucket = 2000;
+    for (int i = 1; i < argc; i++) {
+        const char *k = argv[i], *v = i + 1 < argc ? argv[i + 1] : "";
+#define OPT(name) (!strcmp(k, name) && ++i)
+        if (OPT("--stage")) a->stage = atoi(v);
+        else if (OPT("--offload")) a->offload = atoi(v);
+        else if (OPT("--dtype")) a->dtype = v;
+        else if (OPT("--steps")) a->steps = atoi(v);
+        else if (OPT("--servers")) a->servers = v;
+        else if (OPT("--ckpt-every")) a->ckpt_every = atoi(v);
+        else if (OPT("--kill-at")) a->kill_at = atoi(v);
+        else if (OPT("--kill-rank")) a->kill_rank = atoi(v);
+        else if (OPT("--gas")) a->gas = atoi(v);
+        else if (OPT("--out")) a->out = v;
+        else if (OPT("--inject-nan")) a->inject_nan = atoll(v);
+        else if (OPT("--resume-step")) a->resume_step = atoll(v);
+        else if (OPT("--inject-count")) a->inject_count = atoi(v);
+        else if (OPT("--clip")) a->clip = atof(v);
+        else if (OPT("--atol")) a->atol = atof(v);
+        else if (OPT("--rtol")) a->rtol = atof(v);
+        else if (OPT("--timeout-ms")) a->timeout_ms = atoi(v);
+        else if (OPT("--bucket")) a->bucket = atoi(v);
+        else if (!strcmp(k, "--resume")) a->resume = 1;
+        else if (!strcmp(k, "--ref")) a->ref = 1;
+        else if (!strcmp(k, "--mem-check")) a->mem_check = 1;
+        else {
+            fprintf(stderr, "engine_worker: unknown flag %s\n", k);
+            exit(2);
+        }
+#undef OPT
+    }
+}
+
+/* DeepSpeed JSON for these flags (the engine reads it like a user's file). */
+static void make_config(const args_t *a, int W, zs_config_t *cfg)
+{
+    char json[2048];
+    int f16 = !strcmp(a->dtype, "fp16"), b16 = !strcmp(a->dtype, "bf16");
+    snprintf(json, sizeof json,
+             "{\"train_batch_size\": 16, \"gradient_accumulation_steps\": %d,"
+             " \"gradient_clipping\": %g,"
+             " \"optimizer\": {\"type\": \"AdamW\", \"params\": {\"lr\": 0.002,"
+             "   \"betas\": [0.9, 0.999], \"eps\": 1e-8, \"weight_decay\": 0.01}},"
+             " \"scheduler\": {\"type\": \"WarmupLR\", \"params\": {\"warmup_min_lr\": 0,"
+             "   \"warmup_max_lr\": 0.002, \"warmup_num_steps\": 5, \"warmup_type\": \"linear\"}},"
+             " \"fp16\": {\"enabled\": %s, \"initial_scale_power\": 10, \"loss_scale_window\": 4,"
+             "   \"hysteresis\": 2, \"min_loss_scale\": 1},"
+             " \"bf16\": {\"enabled\": %s},"
+             " \"zero_optimization\": {\"stage\": %d, \"reduce_bucket_size\": %d,"
+             "   \"allgather_bucket_size\": %d, \"stage3_param_persistence_threshold\": 0,"
+             "   \"offload_optimizer\": {\"device\": \"%s\"}}}",
+             a->gas, a->clip, f16 ? "true" : "false", b16 ? "true" : "false", a->stage, a->bucket,
+             a->bucket, a->offload ? "cpu" : "none");
+    zs_err_t err;
+    zs_config_defaults(cfg);
+    if (zs_config_parse(json, cfg, NULL, NULL, &err) || zs_config_resolve(cfg, W, &err))
+        fail(0, "config", &err);
+}
+
+/* Single-process reference: returns final fp32 params (P floats). */
+static float *reference(const args_t *a, const zs_config_t *cfg, uint64_t P)
+{
+    zs_mlp_t *m = malloc(sizeof *m);
+    zs_mlp_init(m);
+    float *master = malloc(P * 4), *mm = calloc(P, 4), *vv = calloc(P, 4), *w = malloc(P * 4);
+    float *g32 = malloc(P * 4);
+    double *g = malloc(P * sizeof *g);
+    uint64_t off[4] = {0};
+    for (int i = 1; i < 4; i++)
+        off[i] = off[i - 1] + m->nparams[i - 1];
+    zs_err_t err;
+    for (int i = 0; i < 3; i++)
+        m->model.init_params(m, i, master + off[i], &err);
+    zs_dtype_t dt = !strcmp(a->dtype, "bf16") ? ZS_DTYPE_BF16
+                    : !strcmp(a->dtype, "fp16") ? ZS_DTYPE_F16 : ZS_DTYPE_F32;
+    int64_t tbs = cfg->train_batch_size, chunk = 4, t = 0;
+    for (int s = 1; s <= a->steps; s++) {
+        /* compute with the parameters as the workers hold them */
+        zs_cast(w, dt, master, ZS_DTYPE_F32, P); /* round trip through dt */
+        zs_cast(g32, ZS_DTYPE_F32, w, dt, P);
+        memcpy(w, g32, P * 4);
+        memset(g, 0, P * sizeof *g);
+        for (int64_t first = (s - 1) * tbs; first < s * tbs; first += chunk) {
+            zs_mlp_load_samples(m, first, (int)chunk);
+            float *p[2];
+            for (int i = 0; i < 4; i++) {
+                p[0] = w + off[i];
+                p[1] = w;
+                m->model.forward(m, i, p, &err);
+            }
+            memset(g32, 0, P * 4);
+            float *gp[2];
+            for (int i = 3; i >= 0; i--) {
+                p[0] = w + off[i];
+                p[1] = w;
+                gp[0] = g32 + off[i];
+                gp[1] = g32;
+                m->model.backward(m, i, p, gp, 1.0f, &err);
+            }
+            for (uint64_t j = 0; j < P; j++)
+                g[j] += (double)g32[j] * chunk / tbs;
+        }
+        double ss = 0;
+        for (uint64_t j = 0; j < P; j++) {
+            g32[j] = (float)g[j];
+            ss += g[j] * g[j];
+        }
+        double norm = sqrt(ss);
+        float coef = a->clip > 0 && a->clip / (norm + 1e-6) < 1 ? (float)(a->clip / (norm + 1e-6))
+                                                                : 1.0f;
+        double lr = zs_sched_lr(&cfg->sched, cfg->adam.lr, t);
+        zs_adam_step_t st = {(float)lr, ++t, 1.0f, coef};
+        zs_adam_update_ref(&cfg->adam, &st, master, mm, vv, g32, ZS_DTYPE_F32, NULL,
+                           ZS_DTYPE_NONE, P);
+    }
+    free(mm);
+    free(vv);
+    free(w);
+    free(g32);
+    free(g);
+    free(m);
+    return master;
+}
+
+int main(int argc, char **argv)
+{
+    int provided;
+    MPI_Init_thread(&argc, &argv, MPI_THREAD_FUNNELED, &provided);
+    args_t a;
+    parse(argc, argv, &a);
+    zs_err_t err;
+    zs_coll_t *coll;
+    if (zs_coll_mpi_create(&coll, &err))
+        fail(-1, "collectives", &err);
+    int rank = coll->rank, W = coll->size;
+    zs_config_t cfg;
+    make_config(&a, W, &cfg);
+    zs_mlp_t *m = malloc(sizeof *m);
+    zs_mlp_init(m);
+    m->inject_nan_step = a.inject_nan;
+    m->inject_nan_count = a.inject_count ? a.inject_count : 1;
+    m->inject_rank = 0;
+    zs_engine_opts_t eo = {&cfg, coll, a.servers, NULL, "mlp-test", a.timeout_ms};
+    zs_engine_t *e;
+    if (zs_engine_create(&eo, &m->model, &e, &err))
+        fail(rank, "engine create", &err);
+    uint64_t P = zs_engine_num_params(e);
+    if (a.resume) {
+        uint64_t at;
+        if (zs_engine_resume(e, (uint64_t)a.resume_step, &at, &err))
+            fail(rank, "resume", &err);
+        if (rank == 0)
+            printf("resumed at step %llu\n", (unsigned long long)at);
+    } else if (zs_engine_start(e, &err)) {
+        fail(rank, "start", &err);
+    }
+    if (a.mem_check) {
+        zs_mem_t got, want;
+        zs_engine_mem(e, &got);
+        zs_engine_mem_expected(e, &want);
+        if (got.params != want.params || got.grads != want.grads ||
+            got.optimizer != want.optimizer) {
+            fprintf(stderr,
+                    "FAIL rank %d: memory params/grads/optimizer %llu/%llu/%llu != formula "
+                    "%llu/%llu/%llu\n",
+                    rank, (unsigned long long)got.params, (unsigned long long)got.grads,
+                    (unsigned long long)got.optimizer, (unsigned long long)want.params,
+                    (unsigned long long)want.grads, (unsigned long long)want.optimizer);
+            MPI_Abort(MPI_COMM_WORLD, 4);
+        }
+        if (zs_engine_print_mem(e, stdout, &err))
+            fail(rank, "print mem", &err);
+    }
+    while (zs_engine_step_count(e) < (uint64_t)a.steps) {
+        uint64_t next = zs_engine_step_count(e) + 1;
+        if (a.kill_at && (int)next == a.kill_at && rank == a.kill_rank) {
+            fflush(NULL);
+            raise(SIGKILL); /* a worker dies mid-run */
+        }
+        zs_step_stats_t st;
+        if (zs_engine_step(e, &st, &err))
+            fail(rank, "step", &err);
+        if (rank == 0)
+            printf("stat step=%llu loss=%.7f scale=%g skipped=%d lr=%.6g norm=%.6g\n",
+                   (unsigned long long)st.step, st.loss, st.loss_scale, st.skipped, st.lr,
+                   st.grad_norm);
+        if (a.ckpt_every && st.step % (uint64_t)a.ckpt_every == 0 && zs_engine_checkpoint(e, &err))
+            fail(rank, "checkpoint", &err);
+    }
+    float *w = malloc(P * 4);
+    if (zs_engine_get_params(e, w, &err))
+        fail(rank, "get params", &err);
+    if (rank == 0 && a.out) {
+        FILE *f = fopen(a.out, "wb");
+        if (!f || fwrite(w, 4, P, f) != P || fclose(f))
+            fail(rank, "write --out", NULL);
+    }
+    if (rank == 0 && a.ref) {
+        float *r = reference(&a, &cfg, P);
+        double maxerr = 0;
+        uint64_t bad = 0;
+        for (uint64_t j = 0; j < P; j++) {
+            double d = fabs((double)w[j] - r[j]);
+            if (d > maxerr)
+                maxerr = d;
+            bad += d > a.atol + a.rtol * fabs((double)r[j]);
+        }
+        printf("maxerr %.3g over %llu params (atol %g, rtol %g): %s\n", maxerr,
+               (unsigned long long)P, a.atol, a.rtol, bad ? "FAIL" : "ok");
+        if (bad) {
+            fflush(stdout);
+            MPI_Abort(MPI_COMM_WORLD, 5);
+        }
+        free(r);
+    }
+    free(w);
+    zs_engine_destroy(e);
+    zs_coll_destroy(coll);
+    free(m);
+    MPI_Finalize();
+    return 0;
+}

@@ -1,0 +1,268 @@
+/*
+ * test_engine.c - the ZeRO engine on CPU workers, proven against a
+ * single-process reference. Starts 2 real zs-server processes, then runs
+ * tests/engine_worker.c under mpirun (oversubscribed on 2 cores):
+ *
+ *  1. Equivalence: stages 0-3 x W in {1,2,4} x offload off/on x fp32/bf16:
+ *     parameters after 10 steps match single-process AdamW on the same
+ *     global batches (the worker checks with abs+rel tolerances and prints
+ *     the max error), and the memory accounting equals the ZeRO formulas.
+ *     For each (stage, W, dtype), offload on and off are bitwise equal.
+ *  2. Kill and resume: a worker is killed with SIGKILL at step 25 after
+ *     checkpoint 20; the resumed run (same W) ends bitwise equal to the
+ *     uninterrupted one; resumed with W = 1 and 4 it matches within
+ *     tolerance. With and without offload.
+ *  3. fp16: injected overflows at steps 5 and 6 skip those steps on every
+ *     worker and server, and the loss scale follows DeepSpeed's hysteresis
+ *     (2) and window (4) rules.
+ *  4. A server killed mid-run gives the workers a clear error naming it
+ *     within the deadline, not a hang.
+ */
+#include <errno.h>
+#include <stdarg.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "zs_proc.h"
+#include "zs_test.h"
+
+static char g_tmp[256], g_servers[256];
+static zs_test_server_t g_srv[2];
+static int g_runs;
+
+/* Run the worker under mpirun with np ranks; output to `log`. Returns the
+ * exit status (0 = success). */
+static int run(int np, const char *log, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+static int run(int np, const char *log, const char *fmt, ...)
+{
+    char args[1024], cmd[2048];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(args, sizeof args, fmt, ap);
+    va_end(ap);
+    snprintf(cmd, sizeof cmd,
+             "%s --allow-run-as-root --oversubscribe --bind-to none -np %d %s %s > %s 2>&1",
+             ZS_MPIEXEC, np, ZS_ENGINE_WORKER, args, log);
+    g_runs++;
+    int st = system(cmd);
+    return WIFEXITED(st) ? WEXITSTATUS(st) : 128;
+}
+
+static void show(const char *log, const char *grep)
+{
+    char cmd[600];
+    snprintf(cmd, sizeof cmd, "grep -E '%s' %s | sed 's/^/    /'", grep, log);
+    if (system(cmd) < 0)
+        perror("system");
+}
+
+static void must(int rc, const char *log, const char *what)
+{
+    if (rc != 0) {
+        fprintf(stderr, "FAIL: %s (exit %d); log %s:\n", what, rc, log);
+        char cmd[600];
+        snprintf(cmd, sizeof cmd, "tail -n 40 %s >&2", log);
+        if (system(cmd) < 0)
+            perror("system");
+        exit(1);
+    }
+}
+
+static long file_size(const char *p)
+{
+    FILE *f = fopen(p, "rb");
+    if (!f)
+        return -1;
+    fseek(f, 0, SEEK_END);
+    long n = ftell(f);
+    fclose(f);
+    return n;
+}
+
+static int same_file(const char *a, const char *b)
+{
+    long n = file_size(a);
+    if (n <= 0 || n != file_size(b))
+        return 0;
+    char *x = malloc((size_t)n), *y = malloc((size_t)n);
+    FILE *fa = fopen(a, "rb"), *fb = fopen(b, "rb");
+    int same = x && y && fa && fb && fread(x, 1, (size_t)n, fa) == (size_t)n &&
+               fread(y, 1, (size_t)n, fb) == (size_t)n && memcmp(x, y, (size_t)n) == 0;
+    if (fa)
+        fclose(fa);
+    if (fb)
+        fclose(fb);
+    free(x);
+    free(y);
+    return same;
+}
+
+static void equivalence(void)
+{
+    static const char *dtypes[] = {"fp32", "bf16"};
+    static const int Ws[] = {1, 2, 4};
+    printf("1. equivalence with single-process AdamW (10 steps), memory formulas\n");
+    for (int s = 0; s <= 3; s++)
+        for (int wi = 0; wi < 3; wi++)
+            for (int d = 0; d < 2; d++) {
+                char out[2][300], log[300];
+                for (int off = 0; off < 2; off++) {
+                    snprintf(out[off], sizeof out[off], "%s/eq-s%d-w%d-%s-o%d.bin", g_tmp, s,
+                             Ws[wi], dtypes[d], off);
+                    snprintf(log, sizeof log, "%s/eq-s%d-w%d-%s-o%d.log", g_tmp, s, Ws[wi],
+                             dtypes[d], off);
+                    int rc = run(Ws[wi], log,
+                                 "--stage %d --dtype %s --offload %d --servers %s --steps 10 "
+                                 "--clip 1.0 --ref --mem-check --out %s %s",
+                                 s, dtypes[d], off, g_servers, out[off],
+                                 d ? "--atol 2e-3 --rtol 2e-2" : "--atol 2e-6 --rtol 1e-4");
+                    must(rc, log, "equivalence run");
+                    printf("  stage %d W=%d %s offload=%d: ", s, Ws[wi], dtypes[d], off);
+                    fflush(stdout);
+                    show(log, "^maxerr");
+                }
+                TEST_CHECKF(same_file(out[0], out[1]),
+                            "stage %d W=%d %s: offload on/off differ", s, Ws[wi], dtypes[d]);
+                printf("  stage %d W=%d %s: offload on == off, bitwise\n", s, Ws[wi], dtypes[d]);
+            }
+}
+
+static void kill_and_resume(int offload, int stage)
+{
+    printf("2. kill -9 and resume (stage %d, offload %d)\n", stage, offload);
+    char full[300], resumed[300], log[300], other[300];
+    snprintf(full, sizeof full, "%s/kr-full-%d.bin", g_tmp, offload);
+    snprintf(log, sizeof log, "%s/kr-full-%d.log", g_tmp, offload);
+    must(run(2, log, "--stage %d --offload %d --servers %s --steps 30 --out %s", stage, offload,
+             g_servers, full),
+         log, "uninterrupted run");
+    snprintf(log, sizeof log, "%s/kr-killed-%d.log", g_tmp, offload);
+    int rc = run(2, log, "--stage %d --offload %d --servers %s --steps 30 --ckpt-every 10 "
+                         "--kill-at 25 --kill-rank 1",
+                 stage, offload, g_servers);
+    TEST_CHECKF(rc != 0, "the killed run should fail");
+    printf("  run killed at step 25 (exit %d), checkpoints 10 and 20 written\n", rc);
+    snprintf(resumed, sizeof resumed, "%s/kr-resumed-%d.bin", g_tmp, offload);
+    snprintf(log, sizeof log, "%s/kr-resumed-%d.log", g_tmp, offload);
+    must(run(2, log, "--stage %d --offload %d --servers %s --steps 30 --resume --out %s", stage,
+             offload, g_servers, resumed),
+         log, "resume W=2");
+    show(log, "^resumed");
+    TEST_CHECKF(same_file(full, resumed), "resumed run differs from the uninterrupted one");
+    printf("  resumed with W=2: bitwise equal to the uninterrupted run\n");
+    static const int Ws[] = {1, 4};
+    for (int i = 0; i < 2; i++) {
+        snprintf(other, sizeof other, "%s/kr-w%d-%d.log", g_tmp, Ws[i], offload);
+        /* The worker compares with its single-process reference. */
+        must(run(Ws[i], other,
+                 "--stage %d --offload %d --servers %s --steps 30 --resume --resume-step 20 --ref "
+                 "--atol 2e-6 --rtol 1e-4",
+                 stage, offload, g_servers),
+             other, "resume with another W");
+        printf("  resumed from 20 with W=%d: ", Ws[i]);
+        fflush(stdout);
+        show(other, "^maxerr");
+    }
+}
+
+static void fp16_overflow(void)
+{
+    printf("3. fp16 overflow: skip everywhere, DeepSpeed loss-scale rules\n");
+    char log[300];
+    snprintf(log, sizeof log, "%s/fp16.log", g_tmp);
+    must(run(2, log, "--stage 2 --dtype fp16 --offload 1 --servers %s --steps 12 --inject-nan 5 --inject-count 2",
+             g_servers),
+         log, "fp16 run");
+    /* initial_scale_power 10, window 4, hysteresis 2, overflows injected at
+     * steps 5 and 6. */
+    FILE *f = fopen(log, "r");
+    TEST_CHECK(f);
+    char line[512];
+    double scale[16] = {0};
+    int skipped[16] = {0}, n = 0;
+    while (fgets(line, sizeof line, f)) {
+        unsigned step;
+        double sc;
+        int sk;
+        if (sscanf(line, "stat step=%u loss=%*f scale=%lf skipped=%d", &step, &sc, &sk) == 3 &&
+            step < 16) {
+            scale[step] = sc;
+            skipped[step] = sk;
+            n++;
+        }
+    }
+    fclose(f);
+    TEST_CHECK(n == 12);
+    show(log, "^stat");
+    /* DeepSpeed DynamicLossScaler: a clean step at iter i (from 0) doubles
+     * the scale when s = i - last_overflow_iter - 1 > 0 and s % window == 0
+     * (last starts at -1), i.e. first at step 5 - but step 5 (iter 4)
+     * overflows: hysteresis 2 -> 1, scale kept; step 6 (iter 5) overflows
+     * again: hysteresis exhausted, scale halved to 512. Clean from iter 6:
+     * s reaches 4 at iter 10, so the scale doubles after step 11. */
+    double want[13] = {0, 1024, 1024, 1024, 1024, 1024, 1024, 512, 512, 512, 512, 512, 1024};
+    for (int s = 1; s <= 12; s++) {
+        TEST_CHECKF(scale[s] == want[s], "step %d used scale %g, DeepSpeed's rule gives %g", s,
+                    scale[s], want[s]);
+        TEST_CHECKF(skipped[s] == (s == 5 || s == 6), "step %d skipped=%d", s, skipped[s]);
+    }
+    printf("  steps 5, 6 skipped on every worker; scales follow hysteresis and window\n");
+}
+
+static void server_gone(void)
+{
+    printf("4. a server killed mid-run: clear error naming it, no hang\n");
+    char log[300];
+    snprintf(log, sizeof log, "%s/gone.log", g_tmp);
+    char cmd[1024];
+    snprintf(cmd, sizeof cmd,
+             "%s --allow-run-as-root --oversubscribe --bind-to none -np 2 %s --stage 2 "
+             "--offload 1 --servers %s --steps 100000 --timeout-ms 3000 > %s 2>&1",
+             ZS_MPIEXEC, ZS_ENGINE_WORKER, g_servers, log);
+    pid_t pid = fork();
+    TEST_CHECK(pid >= 0);
+    if (pid == 0) {
+        execl("/bin/sh", "sh", "-c", cmd, (char *)NULL);
+        _exit(127);
+    }
+    sleep(3);
+    zs_test_server_stop(&g_srv[1], SIGKILL);
+    time_t t0 = time(NULL);
+    int st;
+    waitpid(pid, &st, 0);
+    long secs = (long)(time(NULL) - t0);
+    TEST_CHECKF(WIFEXITED(st) && WEXITSTATUS(st) != 0, "workers should fail");
+    TEST_CHECKF(secs < 60, "workers took %ld s to give up", secs);
+    snprintf(cmd, sizeof cmd, "grep -q '%s' %s", g_srv[1].addr, log);
+    TEST_CHECKF(system(cmd) == 0, "the error does not name server %s", g_srv[1].addr);
+    show(log, "^FAIL");
+    printf("  workers stopped after %ld s with an error naming %s\n", secs, g_srv[1].addr);
+}
+
+int main(void)
+{
+    setvbuf(stdout, NULL, _IONBF, 0);
+    snprintf(g_tmp, sizeof g_tmp, "%s", zs_test_tmpdir("engine"));
+    for (int i = 0; i < 2; i++) {
+        snprintf(g_srv[i].data_dir, sizeof g_srv[i].data_dir, "%s/s%d", g_tmp, i);
+        snprintf(g_srv[i].extra, sizeof g_srv[i].extra, "--keep 3");
+        zs_test_server_start(&g_srv[i]);
+    }
+    zs_test_server_list(g_srv, 2, g_servers, sizeof g_servers);
+    setenv("ZS_LOG_LEVEL", "warn", 1);
+    equivalence();
+    kill_and_resume(1, 2);
+    kill_and_resume(0, 1);
+    fp16_overflow();
+    server_gone();
+    for (int i = 0; i < 2; i++)
+        zs_test_server_stop(&g_srv[i], SIGTERM);
+    printf("PASS test_engine (%d mpirun runs)\n", g_runs);
+    return 0;
+}

@@ -1,0 +1,214 @@
+/*
+ * zs_engine_ckpt.c - the engine and the shard servers outside the step:
+ * fresh start (Initialize the servers), checkpoint, and resume with any
+ * world size.
+ *
+ * Checkpoints always live on the servers. With offload the servers already
+ * hold the optimizer state; without it every worker first writes its
+ * partition of master / exp_avg / exp_avg_sq with SetState (after rank 0
+ * sets the servers' step counters). The engine's own state (Adam t, loss
+ * scaler) travels as the checkpoint's user_meta. Because the servers keep
+ * state by parameter range, a resume with another W just maps the new
+ * partitions onto the same ranges.
+ */
+#include <stdlib.h>
+#include <string.h>
+
+#include "zs_cast.h"
+#include "zs_engine_internal.h"
+#include "zs_log.h"
+
+#define META_MAGIC 0x3145535au /* "ZSE1" */
+#define META_BYTES (4 + 8 + 8 + ZS_LOSS_SCALE_BYTES)
+
+static int agree(zs_engine_t *e, int rc, zs_err_t *err)
+{
+    float f = rc ? 1.0f : 0.0f;
+    int r2 = zs_coll_all_reduce(e->coll, &f, &f, 1, ZS_DTYPE_F32, ZS_OP_MAX, NULL,
+                                rc ? NULL : err);
+    if (rc)
+        return rc;
+    if (r2)
+        return r2;
+    return f > 0 ? zs_err_set(err, ZS_ERR_INTERNAL, "another worker failed (see its log)")
+                 : ZS_OK;
+}
+
+static void put64(uint8_t *p, uint64_t v)
+{
+    for (int i = 0; i < 8; i++)
+        p[i] = (uint8_t)(v >> (8 * i));
+}
+
+static uint64_t get64(const uint8_t *p)
+{
+    uint64_t v = 0;
+    for (int i = 0; i < 8; i++)
+        v |= (uint64_t)p[i] << (8 * i);
+    return v;
+}
+
+static int need_servers(zs_engine_t *e, const char *what, zs_err_t *err)
+{
+    return e->client ? ZS_OK
+                     : zs_err_set(err, ZS_ERR_STATE, "%s needs shard servers (--servers)", what);
+}
+
+int zs_engine_start(zs_engine_t *e, zs_err_t *err)
+{
+    e->step = 0;
+    e->t = 0;
+    if (!e->client)
+        return ZS_OK;
+    int rc = ZS_OK;
+    if (e->rank == 0) {
+        float *w = malloc((e->P ? e->P : 1) * 4);
+        if (!w)
+            rc = zs_err_set(err, ZS_ERR_NOMEM, "out of memory");
+        for (int i = 0; i < e->nlayers && !rc; i++)
+            if (e->m.nparams[i])
+                rc = e->m.init_params(e->m.self, i, w + e->layer_off[i], err);
+        if (!rc)
+            rc = zs_client_init(e->client, e->model_name, e->P, &e->cfg.adam, w, 0, 1, err);
+        free(w);
+    }
+    ZS_ENG_TRY(agree(e, rc, err));
+    rc = zs_client_hello(e->client, e->model_name, e->P, NULL, err);
+    return agree(e, rc, err);
+}
+
+/* The three state tensors of bucket b's slice that this worker owns: where
+ * they live locally, and their flat range. */
+static void slice(zs_engine_t *e, const zs__bucket_t *b, uint64_t *lo, uint64_t *hi,
+                  uint64_t *local)
+{
+    *lo = b->off + b->vb;
+    *hi = b->off + b->ve;
+    *local = e->stage == 0 ? b->pbase + b->vb : b->qbase;
+}
+
+int zs_engine_checkpoint(zs_engine_t *e, zs_err_t *err)
+{
+    ZS_ENG_TRY(need_servers(e, "checkpoint", err));
+    uint8_t meta[META_BYTES];
+    uint32_t magic = META_MAGIC;
+    memcpy(meta, &magic, 4);
+    put64(meta + 4, e->step);
+    put64(meta + 12, e->t);
+    zs_loss_scale_save(&e->ls, meta + 20);
+    int rc = ZS_OK;
+    if (!e->offload) {
+        if (e->rank == 0)
+            rc = zs_client_set_step(e->client, e->step, e->t, err);
+        ZS_ENG_TRY(agree(e, rc, err));
+        float *t[3] = {e->master, e->exp_avg, e->exp_avg_sq};
+        for (int k = 0; k < e->nb && !rc; k++) {
+            uint64_t lo, hi, at;
+            slice(e, &e->b[k], &lo, &hi, &at);
+            for (int x = 0; x < 3 && !rc && hi > lo; x++)
+                rc = zs_client_set_state(e->client, x, lo, hi, t[x] + at, err);
+        }
+        ZS_ENG_TRY(agree(e, rc, err));
+    }
+    if (e->rank == 0)
+        rc = zs_client_checkpoint_meta(e->client, e->step, 0, meta, sizeof meta, err);
+    return agree(e, rc, err);
+}
+
+int zs_engine_resume(zs_engine_t *e, uint64_t want, uint64_t *step_out, zs_err_t *err)
+{
+    ZS_ENG_TRY(need_servers(e, "resume", err));
+    /* Rank 0 picks the checkpoint and restores it; everyone gets its meta. */
+    float msg[1 + (META_BYTES + 3) / 4];
+    memset(msg, 0, sizeof msg);
+    int rc = ZS_OK;
+    if (e->rank == 0) {
+        uint64_t steps[ZS_CLIENT_MAX_CKPTS];
+        size_t n = 0, len = 0;
+        rc = zs_client_hello(e->client, e->model_name, e->P, NULL, err);
+        if (!rc)
+            rc = zs_client_checkpoints(e->client, steps, ZS_CLIENT_MAX_CKPTS, &n, err);
+        uint64_t step = 0;
+        if (!rc && n == 0)
+            rc = zs_err_set(err, ZS_ERR_NOTFOUND,
+                            "no checkpoint is complete on every server: nothing to resume");
+        if (!rc) {
+            step = steps[(n < ZS_CLIENT_MAX_CKPTS ? n : ZS_CLIENT_MAX_CKPTS) - 1];
+            if (want) {
+                int found = 0;
+                for (size_t i = 0; i < n && i < ZS_CLIENT_MAX_CKPTS; i++)
+                    found |= steps[i] == want;
+                if (!found)
+                    rc = zs_err_set(err, ZS_ERR_NOTFOUND,
+                                    "checkpoint %llu is not complete on every server",
+                                    (unsigned long long)want);
+                step = want;
+            }
+        }
+        uint8_t meta[META_BYTES];
+        if (!rc)
+            rc = zs_client_restore_meta(e->client, step, meta, sizeof meta, &len, err);
+        uint32_t magic = 0;
+        memcpy(&magic, meta, 4);
+        if (!rc && (len != META_BYTES || magic != META_MAGIC || get64(meta + 4) != step))
+            rc = zs_err_set(err, ZS_ERR_CORRUPT,
+                            "checkpoint %llu was not written by the zeroshard engine (no engine "
+                            "state stored with it)",
+                            (unsigned long long)step);
+        if (!rc) {
+            msg[0] = 1.0f;
+            memcpy(&msg[1], meta, META_BYTES);
+        }
+    }
+    ZS_ENG_TRY(agree(e, rc, err));
+    ZS_ENG_TRY(zs_coll_broadcast(e->coll, msg, sizeof msg / 4, ZS_DTYPE_F32, 0, NULL, err));
+    const uint8_t *meta = (const uint8_t *)&msg[1];
+    uint64_t step = get64(meta + 4), t = get64(meta + 12);
+    rc = zs_loss_scale_load(&e->ls, meta + 20);
+    if (rc)
+        rc = zs_err_set(err, ZS_ERR_CORRUPT, "checkpoint %llu: bad loss-scaler state",
+                        (unsigned long long)step);
+    if (!rc && e->rank != 0)
+        rc = zs_client_hello(e->client, e->model_name, e->P, NULL, err);
+    ZS_ENG_TRY(agree(e, rc, err));
+
+    /* Pull this worker's partition back. */
+    for (int k = 0; k < e->nb && !rc; k++) {
+        zs__bucket_t *b = &e->b[k];
+        uint64_t lo, hi, at;
+        slice(e, b, &lo, &hi, &at);
+        if (hi <= lo)
+            continue;
+        void *dst = e->stage < 3 ? zs__at(e, e->params, b->pbase + b->vb)
+                                 : zs__at(e, e->params, b->qbase);
+        if (e->offload) {
+            rc = zs_client_pull(e->client, step, lo, hi, dst, e->dt, NULL, err);
+            continue;
+        }
+        float *t3[3] = {e->master, e->exp_avg, e->exp_avg_sq};
+        for (int x = 0; x < 3 && !rc; x++)
+            rc = zs_client_get_state(e->client, x, lo, hi, t3[x] + at, err);
+        if (!rc)
+            zs_cast(dst, e->dt, e->master + at, ZS_DTYPE_F32, hi - lo);
+    }
+    ZS_ENG_TRY(agree(e, rc, err));
+    /* Stage 0 without offload keeps the whole optimizer state everywhere. */
+    if (e->stage == 0 && !e->offload)
+        for (int k = 0; k < e->nb && !rc; k++) {
+            zs__bucket_t *b = &e->b[k];
+            float *t3[3] = {e->master, e->exp_avg, e->exp_avg_sq};
+            for (int x = 0; x < 3 && !rc; x++)
+                rc = zs_coll_all_gather(e->coll, t3[x] + b->pbase + (uint64_t)e->rank * b->part,
+                                        t3[x] + b->pbase, b->part, ZS_DTYPE_F32, NULL, err);
+        }
+    ZS_ENG_TRY(agree(e, rc, err));
+    e->step = step;
+    e->t = t;
+    ZS_ENG_TRY(zs__eng_after_update(e, err));
+    if (step_out)
+        *step_out = step;
+    if (e->rank == 0)
+        ZS_INFO("resumed at step %llu (Adam t=%llu, loss scale %g) with %d workers",
+                (unsigned long long)step, (unsigned long long)t, e->ls.scale, e->W);
+    return ZS_OK;
+}
