@@ -1,0 +1,47 @@
+/*
+ * zs_data.h - token files and deterministic sampling.
+ *
+ * File format (little-endian): a 64-byte header
+ *   magic "ZSTOKENS" (8 bytes), version u32 (=1), vocab u32 (1..65536),
+ *   count u64 (tokens), token_bytes u32 (2), reserved (36 bytes, zero)
+ * followed by `count` u16 tokens, each < vocab.
+ *
+ * Sampling: sample j (a global sample index, zs_batch_sample in zs_engine.h)
+ * is the window of T+1 tokens starting at zs_data_offset(j), inputs the
+ * first T, targets the last T. The offset is a pure function of (j, count,
+ * T), so the global batch of a step is the same for any worker count and a
+ * resumed run sees exactly the batches it would have seen.
+ */
+#ifndef ZS_DATA_H
+#define ZS_DATA_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "zs_status.h"
+
+#define ZS_DATA_HEADER_BYTES 64
+
+typedef struct zs_data zs_data_t;
+
+/* Open and validate a token file (mmap, read-only). *out freed with
+ * zs_data_close. Refuses bad magic/version, a size that disagrees with
+ * count, and (checked lazily per sample) tokens >= vocab. */
+int zs_data_open(const char *path, zs_data_t **out, zs_err_t *err);
+void zs_data_close(zs_data_t *d);
+
+uint32_t zs_data_vocab(const zs_data_t *d);
+uint64_t zs_data_count(const zs_data_t *d);
+
+/* First token of sample j's window (needs count >= T + 1). */
+uint64_t zs_data_offset(const zs_data_t *d, int64_t j, int T);
+
+/* inputs[T], targets[T] of sample j. */
+int zs_data_sample(const zs_data_t *d, int64_t j, int T, int32_t *inputs, int32_t *targets,
+                   zs_err_t *err);
+
+/* Write `count` tokens (each < vocab) as a token file. */
+int zs_data_write(const char *path, uint32_t vocab, const uint16_t *tokens, uint64_t count,
+                  zs_err_t *err);
+
+#endif

@@ -1,0 +1,61 @@
+/*
+ * zs_gpt.h - the reference GPT-2-style model on CPU, as a zs_model_t for
+ * the engine: token + position embedding, pre-LayerNorm blocks with causal
+ * multi-head self-attention and a GELU (tanh approximation) MLP, final
+ * LayerNorm, LM head tied to the token embedding, mean cross-entropy loss.
+ * Same math as GPT-2 / llm.c's train_gpt2.c.
+ *
+ * Engine layers (zs_engine.h): 0 = embeddings (wte [V, C], wpe [T, C]);
+ * 1..L = blocks; L+1 = final LayerNorm + tied head (deps {0}) + loss.
+ * Parameter order inside a block: ln1_w, ln1_b [C]; qkv_w [C, 3C], qkv_b
+ * [3C]; attn_proj_w [C, C], attn_proj_b [C]; ln2_w, ln2_b [C]; fc_w
+ * [C, 4C], fc_b [4C]; fc_proj_w [4C, C], fc_proj_b [C]. Weights are stored
+ * [in, out] row-major (y = x W + b). Initialisation: GPT-2's (normal 0.02,
+ * residual projections 0.02/sqrt(2L), biases 0, LayerNorm 1/0) from a seed.
+ *
+ * Batches come from a zs_data_t (zs_gpt_set_data) through the engine's
+ * load_batch, or directly with zs_gpt_set_tokens (tests). CPU compute is
+ * multithreaded (BLAS for the GEMMs).
+ */
+#ifndef ZS_GPT_H
+#define ZS_GPT_H
+
+#include <stdint.h>
+
+#include "zs_data.h"
+#include "zs_engine.h"
+
+typedef struct zs_gpt_config {
+    int layers; /* L */
+    int heads;  /* NH; width % heads == 0 */
+    int width;  /* C */
+    int ctx;    /* T: maximum (and training) sequence length */
+    int vocab;  /* V */
+} zs_gpt_config_t;
+
+typedef struct zs_gpt zs_gpt_t;
+
+/* Parameters of the whole model (the tied head adds none). */
+uint64_t zs_gpt_num_params(const zs_gpt_config_t *c);
+
+/* Model for micro-batches of up to max_batch sequences; parameters are
+ * initialised from `seed` by the engine through init_params. *out freed
+ * with zs_gpt_destroy. */
+int zs_gpt_create(const zs_gpt_config_t *c, int max_batch, uint64_t seed, zs_gpt_t **out,
+                  zs_err_t *err);
+void zs_gpt_destroy(zs_gpt_t *g);
+
+/* The engine-facing model (owned by g). */
+const zs_model_t *zs_gpt_model(zs_gpt_t *g);
+
+/* Use `data` for load_batch (not owned; vocab must match). */
+int zs_gpt_set_data(zs_gpt_t *g, const zs_data_t *data, zs_err_t *err);
+
+/* Set the current batch directly: inputs/targets [B, T] token ids. */
+int zs_gpt_set_tokens(zs_gpt_t *g, const int32_t *inputs, const int32_t *targets, int B, int T,
+                      zs_err_t *err);
+
+/* Logits [B, T, V] of the last forward (valid until the next forward). */
+const float *zs_gpt_logits(const zs_gpt_t *g);
+
+#endif
