@@ -35,7 +35,8 @@ struct zs_store {
     rocksdb_column_family_handle_t *cf[2];
     rocksdb_writeoptions_t *wo_nowal; /* chunks: WAL off, made durable by flush */
     rocksdb_writeoptions_t *wo_sync;  /* markers and deletes: WAL on, fsync */
-    rocksdb_readoptions_t *ro;        /* point reads: checksums on, no cache fill */
+    rocksdb_readoptions_t *ro;        /* marker reads: block checksums on */
+    rocksdb_readoptions_t *ro_chunk;  /* chunk reads: own XXH3 instead, no cache fill */
     rocksdb_flushoptions_t *fo;       /* wait=1 */
     char dir[256];                    /* for log lines only (may be truncated) */
 };
