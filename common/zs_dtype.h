@@ -26,11 +26,16 @@ static inline size_t zs_dtype_size(int dt)
 static inline const char *zs_dtype_name(int dt)
 {
     switch (dt) {
-    case ZS_DTYPE_F32: return "fp32";
-    case ZS_DTYPE_BF16: return "bf16";
-    case ZS_DTYPE_F16: return "fp16";
-    case ZS_DTYPE_NONE: return "none";
-    default: return "?";
+    case ZS_DTYPE_F32:
+        return "fp32";
+    case ZS_DTYPE_BF16:
+        return "bf16";
+    case ZS_DTYPE_F16:
+        return "fp16";
+    case ZS_DTYPE_NONE:
+        return "none";
+    default:
+        return "?";
     }
 }
 

@@ -16,7 +16,7 @@
 #include <stdint.h>
 
 #define ZS_LAYOUT_ALIGN 64
-#define ZS_MAX_SERVERS 1024
+#define ZS_MAX_SERVERS  1024
 
 /* First element owned by server `index` (index == S gives P). Requires
  * S >= 1 and index <= S. */

@@ -9,7 +9,12 @@
 #ifndef ZS_LOG_H
 #define ZS_LOG_H
 
-typedef enum { ZS_LOG_DEBUG = 0, ZS_LOG_INFO = 1, ZS_LOG_WARN = 2, ZS_LOG_ERROR = 3 } zs_log_level_t;
+typedef enum {
+    ZS_LOG_DEBUG = 0,
+    ZS_LOG_INFO = 1,
+    ZS_LOG_WARN = 2,
+    ZS_LOG_ERROR = 3
+} zs_log_level_t;
 
 /* Set the process tag shown on every line (copied; at most 47 chars). */
 void zs_log_set_tag(const char *tag);

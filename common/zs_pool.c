@@ -18,8 +18,8 @@ struct zs_pool {
     int nthreads; /* including the caller */
     pthread_t *threads;
     pthread_mutex_t mu;
-    pthread_cond_t wake; /* new job or shutdown */
-    pthread_cond_t done; /* a thread finished its share */
+    pthread_cond_t wake;    /* new job or shutdown */
+    pthread_cond_t done;    /* a thread finished its share */
     pthread_mutex_t run_mu; /* serialises zs_pool_run callers */
     unsigned long generation;
     int busy; /* spawned threads still working on the current job */

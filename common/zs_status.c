@@ -11,23 +11,40 @@
 const char *zs_status_name(int code)
 {
     switch (code) {
-    case ZS_OK: return "ZS_OK";
-    case ZS_ERR_INVALID: return "ZS_ERR_INVALID";
-    case ZS_ERR_RANGE: return "ZS_ERR_RANGE";
-    case ZS_ERR_STATE: return "ZS_ERR_STATE";
-    case ZS_ERR_NOMEM: return "ZS_ERR_NOMEM";
-    case ZS_ERR_IO: return "ZS_ERR_IO";
-    case ZS_ERR_CORRUPT: return "ZS_ERR_CORRUPT";
-    case ZS_ERR_NOTFOUND: return "ZS_ERR_NOTFOUND";
-    case ZS_ERR_UNAVAILABLE: return "ZS_ERR_UNAVAILABLE";
-    case ZS_ERR_TIMEOUT: return "ZS_ERR_TIMEOUT";
-    case ZS_ERR_INTERNAL: return "ZS_ERR_INTERNAL";
-    case ZS_ERR_EXISTS: return "ZS_ERR_EXISTS";
-    case ZS_ERR_UNAUTH: return "ZS_ERR_UNAUTH";
-    case ZS_ERR_BUSY: return "ZS_ERR_BUSY";
-    case ZS_ERR_CANCELLED: return "ZS_ERR_CANCELLED";
-    case ZS_ERR_UNIMPLEMENTED: return "ZS_ERR_UNIMPLEMENTED";
-    default: return "ZS_ERR_UNKNOWN";
+    case ZS_OK:
+        return "ZS_OK";
+    case ZS_ERR_INVALID:
+        return "ZS_ERR_INVALID";
+    case ZS_ERR_RANGE:
+        return "ZS_ERR_RANGE";
+    case ZS_ERR_STATE:
+        return "ZS_ERR_STATE";
+    case ZS_ERR_NOMEM:
+        return "ZS_ERR_NOMEM";
+    case ZS_ERR_IO:
+        return "ZS_ERR_IO";
+    case ZS_ERR_CORRUPT:
+        return "ZS_ERR_CORRUPT";
+    case ZS_ERR_NOTFOUND:
+        return "ZS_ERR_NOTFOUND";
+    case ZS_ERR_UNAVAILABLE:
+        return "ZS_ERR_UNAVAILABLE";
+    case ZS_ERR_TIMEOUT:
+        return "ZS_ERR_TIMEOUT";
+    case ZS_ERR_INTERNAL:
+        return "ZS_ERR_INTERNAL";
+    case ZS_ERR_EXISTS:
+        return "ZS_ERR_EXISTS";
+    case ZS_ERR_UNAUTH:
+        return "ZS_ERR_UNAUTH";
+    case ZS_ERR_BUSY:
+        return "ZS_ERR_BUSY";
+    case ZS_ERR_CANCELLED:
+        return "ZS_ERR_CANCELLED";
+    case ZS_ERR_UNIMPLEMENTED:
+        return "ZS_ERR_UNIMPLEMENTED";
+    default:
+        return "ZS_ERR_UNKNOWN";
     }
 }
 
@@ -95,42 +112,73 @@ enum {
 int zs_status_to_grpc(int code)
 {
     switch (code) {
-    case ZS_OK: return G_OK;
-    case ZS_ERR_INVALID: return G_INVALID_ARGUMENT;
-    case ZS_ERR_RANGE: return G_OUT_OF_RANGE;
-    case ZS_ERR_STATE: return G_FAILED_PRECONDITION;
-    case ZS_ERR_NOMEM: return G_RESOURCE_EXHAUSTED;
-    case ZS_ERR_BUSY: return G_RESOURCE_EXHAUSTED;
-    case ZS_ERR_IO: return G_INTERNAL;
-    case ZS_ERR_CORRUPT: return G_DATA_LOSS;
-    case ZS_ERR_NOTFOUND: return G_NOT_FOUND;
-    case ZS_ERR_UNAVAILABLE: return G_UNAVAILABLE;
-    case ZS_ERR_TIMEOUT: return G_DEADLINE_EXCEEDED;
-    case ZS_ERR_EXISTS: return G_ALREADY_EXISTS;
-    case ZS_ERR_UNAUTH: return G_UNAUTHENTICATED;
-    case ZS_ERR_CANCELLED: return G_CANCELLED;
-    case ZS_ERR_UNIMPLEMENTED: return G_UNIMPLEMENTED;
-    default: return G_INTERNAL;
+    case ZS_OK:
+        return G_OK;
+    case ZS_ERR_INVALID:
+        return G_INVALID_ARGUMENT;
+    case ZS_ERR_RANGE:
+        return G_OUT_OF_RANGE;
+    case ZS_ERR_STATE:
+        return G_FAILED_PRECONDITION;
+    case ZS_ERR_NOMEM:
+        return G_RESOURCE_EXHAUSTED;
+    case ZS_ERR_BUSY:
+        return G_RESOURCE_EXHAUSTED;
+    case ZS_ERR_IO:
+        return G_INTERNAL;
+    case ZS_ERR_CORRUPT:
+        return G_DATA_LOSS;
+    case ZS_ERR_NOTFOUND:
+        return G_NOT_FOUND;
+    case ZS_ERR_UNAVAILABLE:
+        return G_UNAVAILABLE;
+    case ZS_ERR_TIMEOUT:
+        return G_DEADLINE_EXCEEDED;
+    case ZS_ERR_EXISTS:
+        return G_ALREADY_EXISTS;
+    case ZS_ERR_UNAUTH:
+        return G_UNAUTHENTICATED;
+    case ZS_ERR_CANCELLED:
+        return G_CANCELLED;
+    case ZS_ERR_UNIMPLEMENTED:
+        return G_UNIMPLEMENTED;
+    default:
+        return G_INTERNAL;
     }
 }
 
 int zs_status_from_grpc(int g)
 {
     switch (g) {
-    case G_OK: return ZS_OK;
-    case G_INVALID_ARGUMENT: return ZS_ERR_INVALID;
-    case G_OUT_OF_RANGE: return ZS_ERR_RANGE;
-    case G_FAILED_PRECONDITION: return ZS_ERR_STATE;
-    case G_RESOURCE_EXHAUSTED: return ZS_ERR_BUSY;
-    case G_DATA_LOSS: return ZS_ERR_CORRUPT;
-    case G_NOT_FOUND: return ZS_ERR_NOTFOUND;
-    case G_UNAVAILABLE: return ZS_ERR_UNAVAILABLE;
-    case G_DEADLINE_EXCEEDED: return ZS_ERR_TIMEOUT;
-    case G_ALREADY_EXISTS: return ZS_ERR_EXISTS;
-    case G_UNAUTHENTICATED: return ZS_ERR_UNAUTH;
-    case G_PERMISSION_DENIED: return ZS_ERR_UNAUTH;
-    case G_CANCELLED: return ZS_ERR_CANCELLED;
-    case G_UNIMPLEMENTED: return ZS_ERR_UNIMPLEMENTED;
-    default: return ZS_ERR_INTERNAL;
+    case G_OK:
+        return ZS_OK;
+    case G_INVALID_ARGUMENT:
+        return ZS_ERR_INVALID;
+    case G_OUT_OF_RANGE:
+        return ZS_ERR_RANGE;
+    case G_FAILED_PRECONDITION:
+        return ZS_ERR_STATE;
+    case G_RESOURCE_EXHAUSTED:
+        return ZS_ERR_BUSY;
+    case G_DATA_LOSS:
+        return ZS_ERR_CORRUPT;
+    case G_NOT_FOUND:
+        return ZS_ERR_NOTFOUND;
+    case G_UNAVAILABLE:
+        return ZS_ERR_UNAVAILABLE;
+    case G_DEADLINE_EXCEEDED:
+        return ZS_ERR_TIMEOUT;
+    case G_ALREADY_EXISTS:
+        return ZS_ERR_EXISTS;
+    case G_UNAUTHENTICATED:
+        return ZS_ERR_UNAUTH;
+    case G_PERMISSION_DENIED:
+        return ZS_ERR_UNAUTH;
+    case G_CANCELLED:
+        return ZS_ERR_CANCELLED;
+    case G_UNIMPLEMENTED:
+        return ZS_ERR_UNIMPLEMENTED;
+    default:
+        return ZS_ERR_INTERNAL;
     }
 }

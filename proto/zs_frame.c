@@ -19,7 +19,7 @@
 #include "zs_rpc.h"
 
 #define PAYLOAD_FIELD 15
-#define PAYLOAD_KEY 0x7Au /* (15 << 3) | 2 */
+#define PAYLOAD_KEY   0x7Au /* (15 << 3) | 2 */
 
 static size_t put_varint(uint8_t *p, uint64_t v)
 {

@@ -35,21 +35,21 @@
 #include "zs_status.h"
 #include "zeroshard.pb-c.h"
 
-#define ZS_PROTOCOL_VERSION 1
-#define ZS_RPC_MAX_MESSAGE (64u << 20) /* bytes: largest message either side accepts */
-#define ZS_RPC_MAX_META (64u << 10)    /* bytes: largest non-payload part of a message */
-#define ZS_RPC_CHUNK_BYTES (1u << 20)  /* bulk chunk size: 1 MiB measured best */
+#define ZS_PROTOCOL_VERSION    1
+#define ZS_RPC_MAX_MESSAGE     (64u << 20) /* bytes: largest message either side accepts */
+#define ZS_RPC_MAX_META        (64u << 10) /* bytes: largest non-payload part of a message */
+#define ZS_RPC_CHUNK_BYTES     (1u << 20)  /* bulk chunk size: 1 MiB measured best */
 #define ZS_RPC_MAX_CHUNK_BYTES (4u << 20)
 
 /* Check macro for gRPC call results: on failure fills err with the gRPC error
  * name, file and line, and a hint, then returns ZS_ERR_INTERNAL. */
-#define ZS_GRPC_CHECK(expr, err)                                                             \
-    do {                                                                                    \
-        grpc_call_error e_ = (expr);                                                        \
-        if (e_ != GRPC_CALL_OK)                                                             \
-            return zs_err_set((err), ZS_ERR_INTERNAL,                                       \
-                              "grpc %s at %s:%d: %s (hint: one batch per op type in flight)", \
-                              #expr, __FILE__, __LINE__, grpc_call_error_to_string(e_));    \
+#define ZS_GRPC_CHECK(expr, err)                                                                   \
+    do {                                                                                           \
+        grpc_call_error e_ = (expr);                                                               \
+        if (e_ != GRPC_CALL_OK)                                                                    \
+            return zs_err_set((err), ZS_ERR_INTERNAL,                                              \
+                              "grpc %s at %s:%d: %s (hint: one batch per op type in flight)",      \
+                              #expr, __FILE__, __LINE__, grpc_call_error_to_string(e_));           \
     } while (0)
 
 /* ---- framing ---------------------------------------------------------- */
@@ -135,8 +135,7 @@ void zs_ccall_destroy(zs_ccall_t *c);
 /* One unary call: request -> *reply (unpacked, caller frees). */
 int zs_unary(grpc_channel *ch, const char *method, const char *token, int timeout_ms,
              const char *peer, const ProtobufCMessage *req,
-             const ProtobufCMessageDescriptor *reply_desc, ProtobufCMessage **reply,
-             zs_err_t *err);
+             const ProtobufCMessageDescriptor *reply_desc, ProtobufCMessage **reply, zs_err_t *err);
 
 /* Channel to `target` ("host:port"); TLS when ca_pem (PEM text) is not NULL.
  * Sets the receive limit to ZS_RPC_MAX_MESSAGE and a private subchannel so

@@ -54,8 +54,8 @@ static int status_to_err(zs_ccall_t *c, zs_err_t *err)
         return ZS_OK;
     int code = zs_status_from_grpc((int)c->status);
     size_t dl = GRPC_SLICE_LENGTH(c->details);
-    return zs_err_set(err, code, "%s: %.*s%s", c->peer ? c->peer : "server", (int)(dl > 240 ? 240 : dl),
-                      (const char *)GRPC_SLICE_START_PTR(c->details),
+    return zs_err_set(err, code, "%s: %.*s%s", c->peer ? c->peer : "server",
+                      (int)(dl > 240 ? 240 : dl), (const char *)GRPC_SLICE_START_PTR(c->details),
                       c->status == GRPC_STATUS_DEADLINE_EXCEEDED ? " (deadline passed)" : "");
 }
 
@@ -102,8 +102,8 @@ int zs_ccall_start(zs_ccall_t *c, grpc_channel *ch, const char *method, const ch
     if (run_batch(c, ops, 1, TAG_START) != 1) {
         zs_ccall_destroy(c);
         return zs_err_set(err, ZS_ERR_UNAVAILABLE,
-                          "%s: unreachable: cannot start %s (server down or address wrong?)",
-                          peer, method);
+                          "%s: unreachable: cannot start %s (server down or address wrong?)", peer,
+                          method);
     }
     grpc_op st;
     memset(&st, 0, sizeof st);
@@ -164,8 +164,8 @@ int zs_ccall_recv(zs_ccall_t *c, grpc_byte_buffer **bb, zs_err_t *err)
 {
     *bb = NULL;
     if (!half_close(c))
-        return wait_status(c, err) ?: zs_err_set(err, ZS_ERR_UNAVAILABLE, "%s: stream broke",
-                                                 c->peer);
+        return wait_status(c, err)
+                   ?: zs_err_set(err, ZS_ERR_UNAVAILABLE, "%s: stream broke", c->peer);
     grpc_op op;
     memset(&op, 0, sizeof op);
     op.op = GRPC_OP_RECV_MESSAGE;

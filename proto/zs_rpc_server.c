@@ -27,7 +27,7 @@
 #include "zs_rpc.h"
 
 #define SLOTS_PER_METHOD 4
-#define SHUTDOWN_TAG ((void *)(intptr_t)-1)
+#define SHUTDOWN_TAG     ((void *)(intptr_t)-1)
 
 enum { TAG_OP = 1 };
 
@@ -52,8 +52,8 @@ struct zs_rpc_server {
 typedef struct slot {
     zs_rpc_server_t *srv;
     zs_scall_t call;
-    int generic;                 /* an unregistered method */
-    grpc_call_details details;   /* generic calls only */
+    int generic;               /* an unregistered method */
+    grpc_call_details details; /* generic calls only */
 } slot_t;
 
 static int run_batch(zs_scall_t *c, const grpc_op *ops, size_t n)
@@ -240,8 +240,8 @@ static void *dispatcher_main(void *arg)
 {
     zs_rpc_server_t *srv = arg;
     for (;;) {
-        grpc_event ev = grpc_completion_queue_next(srv->cq, gpr_inf_future(GPR_CLOCK_REALTIME),
-                                                   NULL);
+        grpc_event ev =
+            grpc_completion_queue_next(srv->cq, gpr_inf_future(GPR_CLOCK_REALTIME), NULL);
         if (ev.type == GRPC_QUEUE_SHUTDOWN)
             break;
         if (ev.type != GRPC_OP_COMPLETE)
@@ -349,8 +349,8 @@ int zs_rpc_server_create(const zs_rpc_server_opts_t *opts, const zs_rpc_method_t
                             "cannot listen on %s (address in use or not local?)", opts->listen);
         grpc_server_destroy(srv->server);
         grpc_completion_queue_shutdown(srv->cq);
-        while (grpc_completion_queue_next(srv->cq, gpr_inf_future(GPR_CLOCK_REALTIME), NULL)
-                   .type != GRPC_QUEUE_SHUTDOWN)
+        while (grpc_completion_queue_next(srv->cq, gpr_inf_future(GPR_CLOCK_REALTIME), NULL).type !=
+               GRPC_QUEUE_SHUTDOWN)
             ;
         grpc_completion_queue_destroy(srv->cq);
         free(srv->handles);

@@ -89,27 +89,53 @@ int main(int argc, char **argv)
     const char *listen = NULL, *data = NULL, *token_file = NULL, *cert = NULL, *key = NULL,
                *ready = NULL;
     int threads = 0, keep = 2, max_calls = 64;
-    static const struct option opts[] = {
-        {"listen", required_argument, 0, 'l'},   {"data", required_argument, 0, 'd'},
-        {"threads", required_argument, 0, 't'},  {"keep", required_argument, 0, 'k'},
-        {"token-file", required_argument, 0, 'T'}, {"tls-cert", required_argument, 0, 'c'},
-        {"tls-key", required_argument, 0, 'K'},  {"max-calls", required_argument, 0, 'm'},
-        {"ready-file", required_argument, 0, 'r'}, {"help", no_argument, 0, 'h'},
-        {0, 0, 0, 0}};
+    static const struct option opts[] = {{"listen", required_argument, 0, 'l'},
+                                         {"data", required_argument, 0, 'd'},
+                                         {"threads", required_argument, 0, 't'},
+                                         {"keep", required_argument, 0, 'k'},
+                                         {"token-file", required_argument, 0, 'T'},
+                                         {"tls-cert", required_argument, 0, 'c'},
+                                         {"tls-key", required_argument, 0, 'K'},
+                                         {"max-calls", required_argument, 0, 'm'},
+                                         {"ready-file", required_argument, 0, 'r'},
+                                         {"help", no_argument, 0, 'h'},
+                                         {0, 0, 0, 0}};
     int ch;
     while ((ch = getopt_long(argc, argv, "h", opts, NULL)) != -1) {
         switch (ch) {
-        case 'l': listen = optarg; break;
-        case 'd': data = optarg; break;
-        case 't': threads = atoi(optarg); break;
-        case 'k': keep = atoi(optarg); break;
-        case 'T': token_file = optarg; break;
-        case 'c': cert = optarg; break;
-        case 'K': key = optarg; break;
-        case 'm': max_calls = atoi(optarg); break;
-        case 'r': ready = optarg; break;
-        case 'h': usage(stdout); return 0;
-        default: usage(stderr); return 2;
+        case 'l':
+            listen = optarg;
+            break;
+        case 'd':
+            data = optarg;
+            break;
+        case 't':
+            threads = atoi(optarg);
+            break;
+        case 'k':
+            keep = atoi(optarg);
+            break;
+        case 'T':
+            token_file = optarg;
+            break;
+        case 'c':
+            cert = optarg;
+            break;
+        case 'K':
+            key = optarg;
+            break;
+        case 'm':
+            max_calls = atoi(optarg);
+            break;
+        case 'r':
+            ready = optarg;
+            break;
+        case 'h':
+            usage(stdout);
+            return 0;
+        default:
+            usage(stderr);
+            return 2;
         }
     }
     if (!listen || !data || optind != argc) {

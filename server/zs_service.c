@@ -41,7 +41,8 @@ static int check_payload(const zs_frame_t *fr, uint64_t count, zs_dtype_t dt, zs
     if (count == 0)
         return zs_err_set(err, ZS_ERR_INVALID, "chunk with count 0");
     if (count > ZS_RPC_MAX_CHUNK_BYTES / esz)
-        return zs_err_set(err, ZS_ERR_INVALID, "chunk of %llu %s elements exceeds the %u-byte limit",
+        return zs_err_set(err, ZS_ERR_INVALID,
+                          "chunk of %llu %s elements exceeds the %u-byte limit",
                           (unsigned long long)count, zs_dtype_name(dt), ZS_RPC_MAX_CHUNK_BYTES);
     if (fr->pay_len != count * esz)
         return zs_err_set(err, ZS_ERR_INVALID,
@@ -144,8 +145,10 @@ static int h_init(void *ctx, zs_scall_t *call, zs_err_t *err)
             if (!q)
                 rc = zs_err_set(err, ZS_ERR_INVALID, "first Initialize message lacks `init`");
             else if (q->protocol_version != ZS_PROTOCOL_VERSION)
-                rc = zs_err_set(err, ZS_ERR_STATE, "protocol version %u not supported (server "
-                                "speaks %u)", q->protocol_version, ZS_PROTOCOL_VERSION);
+                rc = zs_err_set(err, ZS_ERR_STATE,
+                                "protocol version %u not supported (server "
+                                "speaks %u)",
+                                q->protocol_version, ZS_PROTOCOL_VERSION);
             else if (!q->adam)
                 rc = zs_err_set(err, ZS_ERR_INVALID, "Initialize lacks adam hyperparameters");
             else if (strlen(q->model_name) >= ZS_MODEL_NAME_MAX)
@@ -158,9 +161,12 @@ static int h_init(void *ctx, zs_scall_t *call, zs_err_t *err)
                 id.num_params = q->num_params;
                 id.num_servers = q->num_servers;
                 id.server_index = q->server_index;
-                zs_adam_hparams_t hp = {q->adam->lr,           q->adam->beta1,
-                                        q->adam->beta2,        q->adam->eps,
-                                        q->adam->weight_decay, q->adam->adam_w_mode,
+                zs_adam_hparams_t hp = {q->adam->lr,
+                                        q->adam->beta1,
+                                        q->adam->beta2,
+                                        q->adam->eps,
+                                        q->adam->weight_decay,
+                                        q->adam->adam_w_mode,
                                         q->adam->bias_correction};
                 rc = zs_shard_init_begin(sh, &id, &hp, q->start_step, q->overwrite, &in, err);
             }
@@ -223,8 +229,8 @@ static int h_push(void *ctx, zs_scall_t *call, zs_err_t *err)
         void *dst;
         rc = check_payload(&fr, m->count, (zs_dtype_t)m->dtype, err);
         if (!rc)
-            rc = zs_shard_push_reserve(sh, m->step, m->offset, m->count, (zs_dtype_t)m->dtype,
-                                       &dst, err);
+            rc = zs_shard_push_reserve(sh, m->step, m->offset, m->count, (zs_dtype_t)m->dtype, &dst,
+                                       err);
         if (!rc) {
             zs_frame_copy(&fr, dst);
             bytes += fr.pay_len;
@@ -253,8 +259,8 @@ static int h_commit(void *ctx, zs_scall_t *call, zs_err_t *err)
                           (ProtobufCMessage **)&q, err);
     if (rc)
         return refuse(sh, rc);
-    zs_commit_t c = {q->step, q->grad_scale, q->clip_coef, q->lr, q->skip,
-                     (zs_dtype_t)q->param_dtype};
+    zs_commit_t c = {q->step, q->grad_scale, q->clip_coef,
+                     q->lr,   q->skip,       (zs_dtype_t)q->param_dtype};
     zeroshard__commit_request__free_unpacked(q, NULL);
     Zeroshard__CommitReply r = ZEROSHARD__COMMIT_REPLY__INIT;
     rc = zs_shard_commit(sh, &c, &r.applied_step, &r.optimizer_step, err);
@@ -355,8 +361,8 @@ static int h_pull(void *ctx, zs_scall_t *call, zs_err_t *err)
     if (esz == 0)
         return refuse(sh, zs_err_set(err, ZS_ERR_INVALID, "unknown pull dtype %d", (int)dt));
     if (cb < 4096 || cb > ZS_RPC_MAX_CHUNK_BYTES)
-        return refuse(sh, zs_err_set(err, ZS_ERR_INVALID, "chunk_bytes %zu outside 4096..%u",
-                                     cb, ZS_RPC_MAX_CHUNK_BYTES));
+        return refuse(sh, zs_err_set(err, ZS_ERR_INVALID, "chunk_bytes %zu outside 4096..%u", cb,
+                                     ZS_RPC_MAX_CHUNK_BYTES));
     rc = zs_shard_check_range(sh, off, count, err);
     if (rc)
         return refuse(sh, rc);
@@ -459,8 +465,8 @@ static int h_set_state(void *ctx, zs_scall_t *call, zs_err_t *err)
             break;
         Zeroshard__StateChunk *m;
         zs_frame_t fr;
-        rc = zs_frame_parse(bb, &zeroshard__state_chunk__descriptor, (ProtobufCMessage **)&m,
-                            &fr, err);
+        rc = zs_frame_parse(bb, &zeroshard__state_chunk__descriptor, (ProtobufCMessage **)&m, &fr,
+                            err);
         grpc_byte_buffer_destroy(bb);
         if (rc)
             break;

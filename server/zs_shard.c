@@ -125,8 +125,8 @@ static int hparams_check(const zs_adam_hparams_t *hp, zs_err_t *err)
     if (!(hp->lr >= 0 && isfinite(hp->lr)))
         return zs_err_set(err, ZS_ERR_INVALID, "adam lr %g must be finite and >= 0", hp->lr);
     if (!(hp->beta1 >= 0 && hp->beta1 < 1) || !(hp->beta2 >= 0 && hp->beta2 < 1))
-        return zs_err_set(err, ZS_ERR_INVALID, "adam betas (%g, %g) must be in [0, 1)",
-                          hp->beta1, hp->beta2);
+        return zs_err_set(err, ZS_ERR_INVALID, "adam betas (%g, %g) must be in [0, 1)", hp->beta1,
+                          hp->beta2);
     if (!(hp->eps > 0 && isfinite(hp->eps)))
         return zs_err_set(err, ZS_ERR_INVALID, "adam eps %g must be finite and > 0", hp->eps);
     if (!(hp->weight_decay >= 0 && isfinite(hp->weight_decay)))
@@ -374,8 +374,7 @@ static int identity_matches_locked(zs_shard_t *sh, const char *name, uint64_t P,
         return zs_err_set(err, ZS_ERR_STATE, "this server holds model '%s', not '%s'",
                           sh->id.model_name, name);
     if (P && P != sh->id.num_params)
-        return zs_err_set(err, ZS_ERR_STATE,
-                          "this server holds %llu parameters of '%s', not %llu",
+        return zs_err_set(err, ZS_ERR_STATE, "this server holds %llu parameters of '%s', not %llu",
                           (unsigned long long)sh->id.num_params, sh->id.model_name,
                           (unsigned long long)P);
     return ZS_OK;
@@ -415,9 +414,8 @@ struct zs_shard_init {
     zs__state_t st;
 };
 
-int zs_shard_init_begin(zs_shard_t *sh, const zs_shard_identity_t *id,
-                        const zs_adam_hparams_t *hp, uint64_t start_step, int overwrite,
-                        zs_shard_init_t **out, zs_err_t *err)
+int zs_shard_init_begin(zs_shard_t *sh, const zs_shard_identity_t *id, const zs_adam_hparams_t *hp,
+                        uint64_t start_step, int overwrite, zs_shard_init_t **out, zs_err_t *err)
 {
     *out = NULL;
     uint64_t rb, re;
@@ -572,10 +570,9 @@ int zs_shard_push_reserve(zs_shard_t *sh, uint64_t step, uint64_t offset, uint64
             ranges_clear(&sh->stage[p].cov);
         }
         if (sh->stage[p].has_dtype && sh->stage[p].dtype != dt)
-            rc = zs_err_set(err, ZS_ERR_INVALID,
-                            "step %llu is staged in %s; a chunk in %s cannot be mixed in",
-                            (unsigned long long)step, zs_dtype_name(sh->stage[p].dtype),
-                            zs_dtype_name(dt));
+            rc = zs_err_set(
+                err, ZS_ERR_INVALID, "step %llu is staged in %s; a chunk in %s cannot be mixed in",
+                (unsigned long long)step, zs_dtype_name(sh->stage[p].dtype), zs_dtype_name(dt));
         if (!rc) {
             sh->stage[p].has_dtype = 1;
             sh->stage[p].dtype = dt;
@@ -587,8 +584,7 @@ int zs_shard_push_reserve(zs_shard_t *sh, uint64_t step, uint64_t offset, uint64
     return rc;
 }
 
-uint64_t zs_shard_push_done(zs_shard_t *sh, uint64_t step, uint64_t offset, uint64_t count,
-                            int ok)
+uint64_t zs_shard_push_done(zs_shard_t *sh, uint64_t step, uint64_t offset, uint64_t count, int ok)
 {
     int p = (int)(step & 1);
     pthread_mutex_lock(&sh->mu);
@@ -606,9 +602,8 @@ uint64_t zs_shard_push_done(zs_shard_t *sh, uint64_t step, uint64_t offset, uint
 
 static int same_commit(const zs_commit_t *a, const zs_commit_t *b)
 {
-    return a->step == b->step && a->grad_scale == b->grad_scale &&
-           a->clip_coef == b->clip_coef && a->lr == b->lr && !a->skip == !b->skip &&
-           a->param_dtype == b->param_dtype;
+    return a->step == b->step && a->grad_scale == b->grad_scale && a->clip_coef == b->clip_coef &&
+           a->lr == b->lr && !a->skip == !b->skip && a->param_dtype == b->param_dtype;
 }
 
 int zs_shard_commit(zs_shard_t *sh, const zs_commit_t *c, uint64_t *applied,

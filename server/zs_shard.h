@@ -37,18 +37,18 @@
 #include "zs_status.h"
 
 #define ZS_MODEL_NAME_MAX 128
-#define ZS_MAX_PARAMS (1ull << 44) /* 17.6 T elements: far beyond any real model */
-#define ZS_OPT_CHUNK (1u << 16)    /* elements per optimizer chunk (256 KiB fp32) */
-#define ZS_USER_META_MAX (32u << 10) /* bytes of opaque client state per checkpoint */
+#define ZS_MAX_PARAMS     (1ull << 44) /* 17.6 T elements: far beyond any real model */
+#define ZS_OPT_CHUNK      (1u << 16)   /* elements per optimizer chunk (256 KiB fp32) */
+#define ZS_USER_META_MAX  (32u << 10)  /* bytes of opaque client state per checkpoint */
 
 typedef enum { ZS_TENSOR_MASTER = 0, ZS_TENSOR_EXP_AVG = 1, ZS_TENSOR_EXP_AVG_SQ = 2 } zs_tensor_t;
 
 typedef struct zs_shard zs_shard_t;
 
 typedef struct zs_shard_opts {
-    const char *data_dir; /* RocksDB directory (created if missing) */
-    int threads;          /* optimizer threads; <= 0: all CPUs */
-    int keep;             /* checkpoints kept after each new one (>= 1; default 2) */
+    const char *data_dir;  /* RocksDB directory (created if missing) */
+    int threads;           /* optimizer threads; <= 0: all CPUs */
+    int keep;              /* checkpoints kept after each new one (>= 1; default 2) */
     const char *server_id; /* shown in Hello, e.g. the listen address */
 } zs_shard_opts_t;
 
@@ -112,9 +112,8 @@ typedef struct zs_shard_init zs_shard_init_t;
 
 /* Validate identity and layout and allocate the new state. If the shard holds
  * a different model, ZS_ERR_EXISTS unless overwrite. */
-int zs_shard_init_begin(zs_shard_t *sh, const zs_shard_identity_t *id,
-                        const zs_adam_hparams_t *hp, uint64_t start_step, int overwrite,
-                        zs_shard_init_t **out, zs_err_t *err);
+int zs_shard_init_begin(zs_shard_t *sh, const zs_shard_identity_t *id, const zs_adam_hparams_t *hp,
+                        uint64_t start_step, int overwrite, zs_shard_init_t **out, zs_err_t *err);
 
 /* Where `count` fp32 master weights starting at global element `offset` go.
  * Chunks must arrive in order: offset equals the end of the previous one. */
@@ -137,8 +136,7 @@ int zs_shard_push_reserve(zs_shard_t *sh, uint64_t step, uint64_t offset, uint64
 
 /* End a reserved chunk: if ok, record [offset, offset+count) as staged for
  * `step`. Returns the elements of the range staged for that step so far. */
-uint64_t zs_shard_push_done(zs_shard_t *sh, uint64_t step, uint64_t offset, uint64_t count,
-                            int ok);
+uint64_t zs_shard_push_done(zs_shard_t *sh, uint64_t step, uint64_t offset, uint64_t count, int ok);
 
 /* ---- Commit ------------------------------------------------------------ */
 
@@ -155,13 +153,13 @@ int zs_shard_check_range(zs_shard_t *sh, uint64_t offset, uint64_t count, zs_err
 /* Copy parameters [offset, offset+count) converted to `dt` into dst once
  * every element holds step >= min_step; waits up to deadline_ms (absolute,
  * CLOCK_MONOTONIC milliseconds). *step gets the step the data reflects. */
-int zs_shard_pull(zs_shard_t *sh, uint64_t min_step, uint64_t offset, uint64_t count,
-                  zs_dtype_t dt, void *dst, int64_t deadline_ms, uint64_t *step, zs_err_t *err);
+int zs_shard_pull(zs_shard_t *sh, uint64_t min_step, uint64_t offset, uint64_t count, zs_dtype_t dt,
+                  void *dst, int64_t deadline_ms, uint64_t *step, zs_err_t *err);
 
 /* Copy fp32 state `t` of [offset, offset+count) into dst (after any running
  * optimizer pass finished). */
-int zs_shard_get_state(zs_shard_t *sh, zs_tensor_t t, uint64_t offset, uint64_t count,
-                       float *dst, uint64_t *step, zs_err_t *err);
+int zs_shard_get_state(zs_shard_t *sh, zs_tensor_t t, uint64_t offset, uint64_t count, float *dst,
+                       uint64_t *step, zs_err_t *err);
 
 /* Overwrite fp32 state `t` of [offset, offset+count) from src. */
 int zs_shard_set_state(zs_shard_t *sh, zs_tensor_t t, uint64_t offset, uint64_t count,
@@ -171,8 +169,7 @@ int zs_shard_set_state(zs_shard_t *sh, zs_tensor_t t, uint64_t offset, uint64_t 
 
 /* Durably write checkpoint `step` (== applied_step), then keep the newest
  * `keep` (0: the shard's default). Idempotent for an existing step. */
-int zs_shard_checkpoint(zs_shard_t *sh, uint64_t step, int keep, double *seconds,
-                        zs_err_t *err);
+int zs_shard_checkpoint(zs_shard_t *sh, uint64_t step, int keep, double *seconds, zs_err_t *err);
 
 /* As zs_shard_checkpoint, storing `user_meta` (<= ZS_USER_META_MAX bytes,
  * opaque) with the checkpoint. */

@@ -103,9 +103,9 @@ int zs_shard_checkpoint_meta(zs_shard_t *sh, uint64_t step, int keep, const void
     else if (!sh->initialized)
         rc = zs_err_set(err, ZS_ERR_STATE, "nothing to checkpoint: server holds no model");
     else if (step != sh->applied_step)
-        rc = zs_err_set(err, ZS_ERR_STATE,
-                        "checkpoint of step %llu refused: server is at step %llu",
-                        (unsigned long long)step, (unsigned long long)sh->applied_step);
+        rc =
+            zs_err_set(err, ZS_ERR_STATE, "checkpoint of step %llu refused: server is at step %llu",
+                       (unsigned long long)step, (unsigned long long)sh->applied_step);
     if (rc) {
         pthread_mutex_unlock(&sh->mu);
         return rc;
@@ -249,12 +249,12 @@ static int restore_step(zs_shard_t *sh, uint64_t step, int check_id, zs_err_t *e
         if (sh->initialized &&
             (strcmp(sh->id.model_name, id.model_name) || sh->id.num_params != id.num_params ||
              sh->id.num_servers != id.num_servers || sh->id.server_index != id.server_index))
-            rc = zs_err_set(err, ZS_ERR_STATE,
-                            "checkpoint %llu is of model '%s' (server %u of %u), but this "
-                            "server holds '%s' (server %u of %u)",
-                            (unsigned long long)step, id.model_name, id.server_index,
-                            id.num_servers, sh->id.model_name, sh->id.server_index,
-                            sh->id.num_servers);
+            rc =
+                zs_err_set(err, ZS_ERR_STATE,
+                           "checkpoint %llu is of model '%s' (server %u of %u), but this "
+                           "server holds '%s' (server %u of %u)",
+                           (unsigned long long)step, id.model_name, id.server_index, id.num_servers,
+                           sh->id.model_name, sh->id.server_index, sh->id.num_servers);
         pthread_mutex_unlock(&sh->mu);
         if (rc) {
             free(um);
@@ -292,8 +292,7 @@ static int restore_step(zs_shard_t *sh, uint64_t step, int check_id, zs_err_t *e
     if (rc == ZS_OK)
         ZS_INFO("restore: step %llu (Adam t=%llu) of model '%s', server %u of %u, [%llu, %llu)",
                 (unsigned long long)applied, (unsigned long long)ostep, id.model_name,
-                id.server_index, id.num_servers, (unsigned long long)rb,
-                (unsigned long long)re);
+                id.server_index, id.num_servers, (unsigned long long)rb, (unsigned long long)re);
     return rc;
 }
 
@@ -325,8 +324,8 @@ int zs__shard_load_newest(zs_shard_t *sh, zs_err_t *err)
     if (n == 0)
         ZS_INFO("no checkpoint in %s: waiting for Initialize", sh->data_dir);
     else if (!sh->initialized)
-        ZS_ERROR("none of the %zu checkpoints in %s loads: waiting for Initialize or Restore",
-                 n, sh->data_dir);
+        ZS_ERROR("none of the %zu checkpoints in %s loads: waiting for Initialize or Restore", n,
+                 sh->data_dir);
     free(steps);
     return ZS_OK;
 }

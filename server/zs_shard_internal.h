@@ -44,9 +44,9 @@ struct zs_shard {
     zs__state_t st;
 
     size_t nchunks;
-    pthread_mutex_t *chunk_mu;  /* held while a chunk is updated or read */
-    _Atomic uint64_t *done;     /* step each chunk reflects (written under chunk_mu) */
-    unsigned char *lowp_ok;     /* 1 + dtype of lowp if it matches master, else 0 (chunk_mu) */
+    pthread_mutex_t *chunk_mu; /* held while a chunk is updated or read */
+    _Atomic uint64_t *done;    /* step each chunk reflects (written under chunk_mu) */
+    unsigned char *lowp_ok;    /* 1 + dtype of lowp if it matches master, else 0 (chunk_mu) */
     zs_dtype_t lowp_dtype;
 
     struct {

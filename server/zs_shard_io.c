@@ -65,8 +65,8 @@ static void end_read(zs_shard_t *sh)
     pthread_mutex_unlock(&sh->mu);
 }
 
-int zs_shard_pull(zs_shard_t *sh, uint64_t min_step, uint64_t offset, uint64_t count,
-                  zs_dtype_t dt, void *dst, int64_t deadline_ms, uint64_t *step, zs_err_t *err)
+int zs_shard_pull(zs_shard_t *sh, uint64_t min_step, uint64_t offset, uint64_t count, zs_dtype_t dt,
+                  void *dst, int64_t deadline_ms, uint64_t *step, zs_err_t *err)
 {
     size_t esz = zs_dtype_size(dt);
     if (esz == 0)
@@ -116,8 +116,8 @@ int zs_shard_pull(zs_shard_t *sh, uint64_t min_step, uint64_t offset, uint64_t c
     return ZS_OK;
 }
 
-int zs_shard_get_state(zs_shard_t *sh, zs_tensor_t t, uint64_t offset, uint64_t count,
-                       float *dst, uint64_t *step, zs_err_t *err)
+int zs_shard_get_state(zs_shard_t *sh, zs_tensor_t t, uint64_t offset, uint64_t count, float *dst,
+                       uint64_t *step, zs_err_t *err)
 {
     if ((unsigned)t > 2)
         return zs_err_set(err, ZS_ERR_INVALID, "unknown tensor %d", (int)t);

@@ -31,7 +31,7 @@ typedef struct {
     int64_t inject_nan, resume_step;
     const char *dtype, *servers, *out;
     double clip, atol, rtol;
-    int timeout_ms, bucket, inject_count;
+    int timeout_ms, bucket, inject_count, persist, offload_param;
 } args_t;
 
 static void fail(int rank, const char *what, const zs_err_t *err)
@@ -55,27 +55,52 @@ static void parse(int argc, char **argv, args_t *a)
     for (int i = 1; i < argc; i++) {
         const char *k = argv[i], *v = i + 1 < argc ? argv[i + 1] : "";
 #define OPT(name) (!strcmp(k, name) && ++i)
-        if (OPT("--stage")) a->stage = atoi(v);
-        else if (OPT("--offload")) a->offload = atoi(v);
-        else if (OPT("--dtype")) a->dtype = v;
-        else if (OPT("--steps")) a->steps = atoi(v);
-        else if (OPT("--servers")) a->servers = v;
-        else if (OPT("--ckpt-every")) a->ckpt_every = atoi(v);
-        else if (OPT("--kill-at")) a->kill_at = atoi(v);
-        else if (OPT("--kill-rank")) a->kill_rank = atoi(v);
-        else if (OPT("--gas")) a->gas = atoi(v);
-        else if (OPT("--out")) a->out = v;
-        else if (OPT("--inject-nan")) a->inject_nan = atoll(v);
-        else if (OPT("--resume-step")) a->resume_step = atoll(v);
-        else if (OPT("--inject-count")) a->inject_count = atoi(v);
-        else if (OPT("--clip")) a->clip = atof(v);
-        else if (OPT("--atol")) a->atol = atof(v);
-        else if (OPT("--rtol")) a->rtol = atof(v);
-        else if (OPT("--timeout-ms")) a->timeout_ms = atoi(v);
-        else if (OPT("--bucket")) a->bucket = atoi(v);
-        else if (!strcmp(k, "--resume")) a->resume = 1;
-        else if (!strcmp(k, "--ref")) a->ref = 1;
-        else if (!strcmp(k, "--mem-check")) a->mem_check = 1;
+        if (OPT("--stage"))
+            a->stage = atoi(v);
+        else if (OPT("--offload"))
+            a->offload = atoi(v);
+        else if (OPT("--dtype"))
+            a->dtype = v;
+        else if (OPT("--steps"))
+            a->steps = atoi(v);
+        else if (OPT("--servers"))
+            a->servers = v;
+        else if (OPT("--ckpt-every"))
+            a->ckpt_every = atoi(v);
+        else if (OPT("--kill-at"))
+            a->kill_at = atoi(v);
+        else if (OPT("--kill-rank"))
+            a->kill_rank = atoi(v);
+        else if (OPT("--gas"))
+            a->gas = atoi(v);
+        else if (OPT("--out"))
+            a->out = v;
+        else if (OPT("--inject-nan"))
+            a->inject_nan = atoll(v);
+        else if (OPT("--resume-step"))
+            a->resume_step = atoll(v);
+        else if (OPT("--inject-count"))
+            a->inject_count = atoi(v);
+        else if (OPT("--persist"))
+            a->persist = atoi(v);
+        else if (OPT("--offload-param"))
+            a->offload_param = atoi(v);
+        else if (OPT("--clip"))
+            a->clip = atof(v);
+        else if (OPT("--atol"))
+            a->atol = atof(v);
+        else if (OPT("--rtol"))
+            a->rtol = atof(v);
+        else if (OPT("--timeout-ms"))
+            a->timeout_ms = atoi(v);
+        else if (OPT("--bucket"))
+            a->bucket = atoi(v);
+        else if (!strcmp(k, "--resume"))
+            a->resume = 1;
+        else if (!strcmp(k, "--ref"))
+            a->ref = 1;
+        else if (!strcmp(k, "--mem-check"))
+            a->mem_check = 1;
         else {
             fprintf(stderr, "engine_worker: unknown flag %s\n", k);
             exit(2);
@@ -100,10 +125,12 @@ static void make_config(const args_t *a, int W, zs_config_t *cfg)
              "   \"hysteresis\": 2, \"min_loss_scale\": 1},"
              " \"bf16\": {\"enabled\": %s},"
              " \"zero_optimization\": {\"stage\": %d, \"reduce_bucket_size\": %d,"
-             "   \"allgather_bucket_size\": %d, \"stage3_param_persistence_threshold\": 0,"
+             "   \"allgather_bucket_size\": %d, \"stage3_param_persistence_threshold\": %d,"
+             "   \"stage3_prefetch_bucket_size\": 4000,"
+             "   \"offload_param\": {\"device\": \"%s\"},"
              "   \"offload_optimizer\": {\"device\": \"%s\"}}}",
              a->gas, a->clip, f16 ? "true" : "false", b16 ? "true" : "false", a->stage, a->bucket,
-             a->bucket, a->offload ? "cpu" : "none");
+             a->bucket, a->persist, a->offload_param ? "cpu" : "none", a->offload ? "cpu" : "none");
     zs_err_t err;
     zs_config_defaults(cfg);
     if (zs_config_parse(json, cfg, NULL, NULL, &err) || zs_config_resolve(cfg, W, &err))
@@ -124,8 +151,9 @@ static float *reference(const args_t *a, const zs_config_t *cfg, uint64_t P)
     zs_err_t err;
     for (int i = 0; i < 3; i++)
         m->model.init_params(m, i, master + off[i], &err);
-    zs_dtype_t dt = !strcmp(a->dtype, "bf16") ? ZS_DTYPE_BF16
-                    : !strcmp(a->dtype, "fp16") ? ZS_DTYPE_F16 : ZS_DTYPE_F32;
+    zs_dtype_t dt = !strcmp(a->dtype, "bf16")   ? ZS_DTYPE_BF16
+                    : !strcmp(a->dtype, "fp16") ? ZS_DTYPE_F16
+                                                : ZS_DTYPE_F32;
     int64_t tbs = cfg->train_batch_size, chunk = 4, t = 0;
     for (int s = 1; s <= a->steps; s++) {
         /* compute with the parameters as the workers hold them */
@@ -159,12 +187,12 @@ static float *reference(const args_t *a, const zs_config_t *cfg, uint64_t P)
             ss += g[j] * g[j];
         }
         double norm = sqrt(ss);
-        float coef = a->clip > 0 && a->clip / (norm + 1e-6) < 1 ? (float)(a->clip / (norm + 1e-6))
-                                                                : 1.0f;
+        float coef =
+            a->clip > 0 && a->clip / (norm + 1e-6) < 1 ? (float)(a->clip / (norm + 1e-6)) : 1.0f;
         double lr = zs_sched_lr(&cfg->sched, cfg->adam.lr, t);
         zs_adam_step_t st = {(float)lr, ++t, 1.0f, coef};
-        zs_adam_update_ref(&cfg->adam, &st, master, mm, vv, g32, ZS_DTYPE_F32, NULL,
-                           ZS_DTYPE_NONE, P);
+        zs_adam_update_ref(&cfg->adam, &st, master, mm, vv, g32, ZS_DTYPE_F32, NULL, ZS_DTYPE_NONE,
+                           P);
     }
     free(mm);
     free(vv);
@@ -212,7 +240,7 @@ int main(int argc, char **argv)
         zs_engine_mem(e, &got);
         zs_engine_mem_expected(e, &want);
         if (got.params != want.params || got.grads != want.grads ||
-            got.optimizer != want.optimizer) {
+            got.optimizer != want.optimizer || got.host_params != want.host_params) {
             fprintf(stderr,
                     "FAIL rank %d: memory params/grads/optimizer %llu/%llu/%llu != formula "
                     "%llu/%llu/%llu\n",

@@ -31,14 +31,13 @@
 #include "zs_proc.h"
 #include "zs_test.h"
 
-static char g_tmp[256], g_servers[256];
+static char g_tmp[200], g_servers[256];
 static zs_test_server_t g_srv[2];
 static int g_runs;
 
 /* Run the worker under mpirun with np ranks; output to `log`. Returns the
  * exit status (0 = success). */
-static int run(int np, const char *log, const char *fmt, ...)
-    __attribute__((format(printf, 3, 4)));
+static int run(int np, const char *log, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
 static int run(int np, const char *log, const char *fmt, ...)
 {
     char args[1024], cmd[2048];
@@ -127,10 +126,37 @@ static void equivalence(void)
                     fflush(stdout);
                     show(log, "^maxerr");
                 }
-                TEST_CHECKF(same_file(out[0], out[1]),
-                            "stage %d W=%d %s: offload on/off differ", s, Ws[wi], dtypes[d]);
+                TEST_CHECKF(same_file(out[0], out[1]), "stage %d W=%d %s: offload on/off differ", s,
+                            Ws[wi], dtypes[d]);
                 printf("  stage %d W=%d %s: offload on == off, bitwise\n", s, Ws[wi], dtypes[d]);
             }
+}
+
+/* Stage 3 with resident (persistent) buckets and offload_param bookkeeping. */
+static void stage3_options(void)
+{
+    printf("1b. stage 3: persistence threshold and offload_param\n");
+    char log[300];
+    snprintf(log, sizeof log, "%s/s3-persist.log", g_tmp);
+    /* Buckets are 1102, 1590 and 1566 elements: threshold 1200 keeps the
+     * first one resident. */
+    must(run(2, log,
+             "--stage 3 --persist 1200 --steps 10 --clip 1.0 --ref --mem-check "
+             "--atol 2e-6 --rtol 1e-4"),
+         log, "stage 3 with a persistent bucket");
+    printf("  persistent bucket: ");
+    fflush(stdout);
+    show(log, "^maxerr");
+    snprintf(log, sizeof log, "%s/s3-offload-param.log", g_tmp);
+    must(run(4, log,
+             "--stage 3 --offload-param 1 --offload 1 --servers %s --steps 10 --clip 1.0 "
+             "--ref --mem-check --atol 2e-6 --rtol 1e-4",
+             g_servers),
+         log, "stage 3 with offload_param");
+    printf("  offload_param (W=4): ");
+    fflush(stdout);
+    show(log, "^maxerr");
+    show(log, "^  0 ");
 }
 
 static void kill_and_resume(int offload, int stage)
@@ -143,8 +169,9 @@ static void kill_and_resume(int offload, int stage)
              g_servers, full),
          log, "uninterrupted run");
     snprintf(log, sizeof log, "%s/kr-killed-%d.log", g_tmp, offload);
-    int rc = run(2, log, "--stage %d --offload %d --servers %s --steps 30 --ckpt-every 10 "
-                         "--kill-at 25 --kill-rank 1",
+    int rc = run(2, log,
+                 "--stage %d --offload %d --servers %s --steps 30 --ckpt-every 10 "
+                 "--kill-at 25 --kill-rank 1",
                  stage, offload, g_servers);
     TEST_CHECKF(rc != 0, "the killed run should fail");
     printf("  run killed at step 25 (exit %d), checkpoints 10 and 20 written\n", rc);
@@ -176,7 +203,9 @@ static void fp16_overflow(void)
     printf("3. fp16 overflow: skip everywhere, DeepSpeed loss-scale rules\n");
     char log[300];
     snprintf(log, sizeof log, "%s/fp16.log", g_tmp);
-    must(run(2, log, "--stage 2 --dtype fp16 --offload 1 --servers %s --steps 12 --inject-nan 5 --inject-count 2",
+    must(run(2, log,
+             "--stage 2 --dtype fp16 --offload 1 --servers %s --steps 12 --inject-nan 5 "
+             "--inject-count 2",
              g_servers),
          log, "fp16 run");
     /* initial_scale_power 10, window 4, hysteresis 2, overflows injected at
@@ -257,6 +286,7 @@ int main(void)
     zs_test_server_list(g_srv, 2, g_servers, sizeof g_servers);
     setenv("ZS_LOG_LEVEL", "warn", 1);
     equivalence();
+    stage3_options();
     kill_and_resume(1, 2);
     kill_and_resume(0, 1);
     fp16_overflow();

@@ -37,8 +37,8 @@ static void check(uint64_t P, uint32_t S)
 
 int main(void)
 {
-    static const uint64_t Ps[] = {1, 63, 64, 65, 1000, 4096, 100003, 10000019, 124439808ull,
-                                  7000000000ull, (1ull << 44)};
+    static const uint64_t Ps[] = {
+        1, 63, 64, 65, 1000, 4096, 100003, 10000019, 124439808ull, 7000000000ull, (1ull << 44)};
     static const uint32_t Ss[] = {1, 2, 3, 4, 7, 8, 64, 1000};
     int n = 0;
     for (size_t a = 0; a < sizeof Ps / sizeof *Ps; a++)

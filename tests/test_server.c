@@ -28,10 +28,10 @@
 #include "zs_synth.h"
 #include "zs_test.h"
 
-#define NPARAM 10000019ull /* prime: nothing lines up by accident */
-#define STEPS 30
+#define NPARAM   10000019ull /* prime: nothing lines up by accident */
+#define STEPS    30
 #define NWORKERS 2
-#define MODEL "synthetic-10m"
+#define MODEL    "synthetic-10m"
 
 static int64_t zs_now_ms_test(void)
 {
@@ -135,8 +135,8 @@ static void send_cmd(child_t *ch, char cmd, uint64_t step)
         return;
     for (int w = 0; w < NWORKERS; w++) {
         char ack;
-        TEST_CHECKF(read(ch[w].from, &ack, 1) == 1 && ack == 'k', "client %d failed at %c%llu",
-                    w, cmd, (unsigned long long)step);
+        TEST_CHECKF(read(ch[w].from, &ack, 1) == 1 && ack == 'k', "client %d failed at %c%llu", w,
+                    cmd, (unsigned long long)step);
     }
 }
 
@@ -180,8 +180,8 @@ static void expect_equal_f32(const char *what, const float *a, const float *b, u
         if (memcmp(&a[i], &b[i], 4) != 0 && bad++ == 0)
             first = i;
     TEST_CHECKF(bad == 0, "%s: %llu of %llu elements differ (first %llu: %.9g vs %.9g)", what,
-                (unsigned long long)bad, (unsigned long long)n, (unsigned long long)first,
-                a[first], b[first]);
+                (unsigned long long)bad, (unsigned long long)n, (unsigned long long)first, a[first],
+                b[first]);
     printf("  %s: %llu elements bitwise equal\n", what, (unsigned long long)n);
 }
 
@@ -277,9 +277,8 @@ int main(void)
         printf("server %d: [%llu, %llu) step %llu, Adam t %llu, in %.1f MB, out %.1f MB, "
                "optimizer %.2f GB/s\n",
                i, (unsigned long long)info[i].range_begin, (unsigned long long)info[i].range_end,
-               (unsigned long long)info[i].applied_step,
-               (unsigned long long)info[i].optimizer_step, info[i].bytes_in / 1e6,
-               info[i].bytes_out / 1e6, info[i].optimizer_gbps);
+               (unsigned long long)info[i].applied_step, (unsigned long long)info[i].optimizer_step,
+               info[i].bytes_in / 1e6, info[i].bytes_out / 1e6, info[i].optimizer_gbps);
         TEST_CHECK(info[i].applied_step == STEPS && info[i].optimizer_step == STEPS - 1);
         TEST_CHECK(info[i].num_servers == 2 && info[i].server_index == (uint32_t)i);
     }
@@ -305,8 +304,8 @@ int main(void)
         fclose(f);
         TEST_CHECKF(memcmp(bf, r.lowp + b, (e - b) * 2) == 0,
                     "client %d: pulled bf16 differs from the reference", w);
-        printf("  client %d bf16 partition [%llu, %llu): bitwise equal\n", w,
-               (unsigned long long)b, (unsigned long long)e);
+        printf("  client %d bf16 partition [%llu, %llu): bitwise equal\n", w, (unsigned long long)b,
+               (unsigned long long)e);
         free(bf);
     }
 

@@ -20,8 +20,8 @@ int main(void)
             TEST_CHECKF(back == c, "%s -> grpc %d -> %s", zs_status_name(c), g,
                         zs_status_name(back));
     }
-    TEST_CHECK(zs_status_to_grpc(ZS_ERR_RANGE) == 11);  /* OUT_OF_RANGE */
-    TEST_CHECK(zs_status_to_grpc(ZS_ERR_STATE) == 9);   /* FAILED_PRECONDITION */
+    TEST_CHECK(zs_status_to_grpc(ZS_ERR_RANGE) == 11);   /* OUT_OF_RANGE */
+    TEST_CHECK(zs_status_to_grpc(ZS_ERR_STATE) == 9);    /* FAILED_PRECONDITION */
     TEST_CHECK(zs_status_to_grpc(ZS_ERR_CORRUPT) == 15); /* DATA_LOSS */
     zs_err_t e;
     TEST_CHECK(zs_err_set(&e, ZS_ERR_RANGE, "x=%d", 42) == ZS_ERR_RANGE);

@@ -76,12 +76,12 @@ static int forward(void *self, int layer, float *const *p, zs_err_t *err)
               &m->h0[0][0], ZS_MLP_H0, 1);
         break;
     case 1:
-        dense(B, ZS_MLP_H0, ZS_MLP_H1, &m->h0[0][0], ZS_MLP_H0, p[0],
-              p[0] + ZS_MLP_H0 * ZS_MLP_H1, &m->h1[0][0], ZS_MLP_H1, 1);
+        dense(B, ZS_MLP_H0, ZS_MLP_H1, &m->h0[0][0], ZS_MLP_H0, p[0], p[0] + ZS_MLP_H0 * ZS_MLP_H1,
+              &m->h1[0][0], ZS_MLP_H1, 1);
         break;
     case 2:
-        dense(B, ZS_MLP_H1, ZS_MLP_H0, &m->h1[0][0], ZS_MLP_H1, p[0],
-              p[0] + ZS_MLP_H1 * ZS_MLP_H0, &m->h2[0][0], ZS_MLP_H0, 1);
+        dense(B, ZS_MLP_H1, ZS_MLP_H0, &m->h1[0][0], ZS_MLP_H1, p[0], p[0] + ZS_MLP_H1 * ZS_MLP_H0,
+              &m->h2[0][0], ZS_MLP_H0, 1);
         break;
     case 3: { /* out = h2 W0^T, W0 = p[1] is [IN, H0] */
         const float *W0 = p[1];

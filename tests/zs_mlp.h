@@ -17,9 +17,9 @@
 
 #include "zs_engine.h"
 
-#define ZS_MLP_IN 37
-#define ZS_MLP_H0 29
-#define ZS_MLP_H1 53
+#define ZS_MLP_IN   37
+#define ZS_MLP_H0   29
+#define ZS_MLP_H1   53
 #define ZS_MLP_MAXB 64
 
 typedef struct zs_mlp {

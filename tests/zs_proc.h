@@ -13,9 +13,9 @@
 
 typedef struct zs_test_server {
     pid_t pid;
-    char addr[64];      /* "127.0.0.1:PORT" once started */
+    char addr[64]; /* "127.0.0.1:PORT" once started */
     char data_dir[256];
-    char extra[256];    /* extra flags, space-separated (e.g. "--keep 3") */
+    char extra[256]; /* extra flags, space-separated (e.g. "--keep 3") */
 } zs_test_server_t;
 
 /* mkdtemp("/tmp/zs-<tag>-XXXXXX"); removed (rm -rf) at exit. Returns a static

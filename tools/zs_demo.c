@@ -76,27 +76,53 @@ int main(int argc, char **argv)
     uint64_t P = 4194304, steps = 60, every = 20;
     float lr = 0.01f;
     int resume = 0;
-    static const struct option opts[] = {
-        {"servers", required_argument, 0, 's'}, {"params", required_argument, 0, 'p'},
-        {"steps", required_argument, 0, 'n'},   {"ckpt-every", required_argument, 0, 'k'},
-        {"lr", required_argument, 0, 'l'},      {"model", required_argument, 0, 'm'},
-        {"resume", no_argument, 0, 'r'},        {"csv", required_argument, 0, 'c'},
-        {"token-file", required_argument, 0, 't'}, {"help", no_argument, 0, 'h'},
-        {0, 0, 0, 0}};
+    static const struct option opts[] = {{"servers", required_argument, 0, 's'},
+                                         {"params", required_argument, 0, 'p'},
+                                         {"steps", required_argument, 0, 'n'},
+                                         {"ckpt-every", required_argument, 0, 'k'},
+                                         {"lr", required_argument, 0, 'l'},
+                                         {"model", required_argument, 0, 'm'},
+                                         {"resume", no_argument, 0, 'r'},
+                                         {"csv", required_argument, 0, 'c'},
+                                         {"token-file", required_argument, 0, 't'},
+                                         {"help", no_argument, 0, 'h'},
+                                         {0, 0, 0, 0}};
     int ch;
     while ((ch = getopt_long(argc, argv, "h", opts, NULL)) != -1) {
         switch (ch) {
-        case 's': servers = optarg; break;
-        case 'p': P = strtoull(optarg, NULL, 10); break;
-        case 'n': steps = strtoull(optarg, NULL, 10); break;
-        case 'k': every = strtoull(optarg, NULL, 10); break;
-        case 'l': lr = strtof(optarg, NULL); break;
-        case 'm': model = optarg; break;
-        case 'r': resume = 1; break;
-        case 'c': csv = optarg; break;
-        case 't': token_file = optarg; break;
-        case 'h': usage(stdout); return 0;
-        default: usage(stderr); return 2;
+        case 's':
+            servers = optarg;
+            break;
+        case 'p':
+            P = strtoull(optarg, NULL, 10);
+            break;
+        case 'n':
+            steps = strtoull(optarg, NULL, 10);
+            break;
+        case 'k':
+            every = strtoull(optarg, NULL, 10);
+            break;
+        case 'l':
+            lr = strtof(optarg, NULL);
+            break;
+        case 'm':
+            model = optarg;
+            break;
+        case 'r':
+            resume = 1;
+            break;
+        case 'c':
+            csv = optarg;
+            break;
+        case 't':
+            token_file = optarg;
+            break;
+        case 'h':
+            usage(stdout);
+            return 0;
+        default:
+            usage(stderr);
+            return 2;
         }
     }
     if (!servers || P == 0 || P > (1ull << 32)) {

@@ -307,8 +307,8 @@ static int init_one(zs_client_t *c, int i, void *argp, zs_err_t *err)
     init_arg_t *a = argp;
     uint64_t b = srv_begin(c, i), e = srv_begin(c, i + 1);
     zs_ccall_t call;
-    int rc = zs_ccall_start(&call, c->ch[i], M("Initialize"), c->token, c->timeout_ms,
-                            c->addr[i], err);
+    int rc =
+        zs_ccall_start(&call, c->ch[i], M("Initialize"), c->token, c->timeout_ms, c->addr[i], err);
     if (rc)
         return rc;
     Zeroshard__AdamConfig ac = ZEROSHARD__ADAM_CONFIG__INIT;
@@ -337,8 +337,7 @@ static int init_one(zs_client_t *c, int i, void *argp, zs_err_t *err)
         m.offset = off;
         m.count = k;
         m.dtype = ZEROSHARD__DTYPE__F32;
-        rc = zs_ccall_send(&call, zs_frame_build(&m.base, a->master + off, k * 4, NULL, NULL),
-                           err);
+        rc = zs_ccall_send(&call, zs_frame_build(&m.base, a->master + off, k * 4, NULL, NULL), err);
         off += k;
         first = 0;
     } while (!rc && off < e);
@@ -452,7 +451,7 @@ typedef struct {
     uint64_t min_step, begin, end;
     void *dst;
     zs_dtype_t dt;
-    int tensor; /* -1: Pull, else GetState of this tensor */
+    int tensor;      /* -1: Pull, else GetState of this tensor */
     uint64_t *steps; /* per server: lowest step seen */
 } read_arg_t;
 
@@ -496,9 +495,9 @@ static int read_one(zs_client_t *c, int i, void *argp, zs_err_t *err)
             break;
         ProtobufCMessage *m;
         zs_frame_t fr;
-        rc = zs_frame_parse(bb, pull ? &zeroshard__pull_chunk__descriptor
-                                     : &zeroshard__state_chunk__descriptor,
-                            &m, &fr, err);
+        rc = zs_frame_parse(
+            bb, pull ? &zeroshard__pull_chunk__descriptor : &zeroshard__state_chunk__descriptor, &m,
+            &fr, err);
         grpc_byte_buffer_destroy(bb);
         if (rc)
             break;
@@ -528,9 +527,8 @@ static int read_one(zs_client_t *c, int i, void *argp, zs_err_t *err)
         zs_frame_deinit(&fr);
     }
     if (!rc && next != e)
-        rc = zs_err_set(err, ZS_ERR_INVALID, "%s: stream ended at %llu of [%llu, %llu)",
-                        c->addr[i], (unsigned long long)next, (unsigned long long)b,
-                        (unsigned long long)e);
+        rc = zs_err_set(err, ZS_ERR_INVALID, "%s: stream ended at %llu of [%llu, %llu)", c->addr[i],
+                        (unsigned long long)next, (unsigned long long)b, (unsigned long long)e);
     zs_ccall_destroy(&call);
     a->steps[i] = lo;
     return rc;
@@ -593,8 +591,8 @@ static int set_one(zs_client_t *c, int i, void *argp, zs_err_t *err)
     if (b >= e)
         return ZS_OK;
     zs_ccall_t call;
-    int rc = zs_ccall_start(&call, c->ch[i], M("SetState"), c->token, c->timeout_ms, c->addr[i],
-                            err);
+    int rc =
+        zs_ccall_start(&call, c->ch[i], M("SetState"), c->token, c->timeout_ms, c->addr[i], err);
     if (rc)
         return rc;
     uint64_t per = ZS_RPC_CHUNK_BYTES / 4;
@@ -604,9 +602,8 @@ static int set_one(zs_client_t *c, int i, void *argp, zs_err_t *err)
         m.tensor = (Zeroshard__Tensor)a->tensor;
         m.offset = off;
         m.count = k;
-        rc = zs_ccall_send(&call, zs_frame_build(&m.base, a->src + (off - a->begin), k * 4, NULL,
-                                                 NULL),
-                           err);
+        rc = zs_ccall_send(
+            &call, zs_frame_build(&m.base, a->src + (off - a->begin), k * 4, NULL, NULL), err);
     }
     grpc_byte_buffer *bb = NULL;
     if (!rc)
@@ -619,8 +616,8 @@ static int set_one(zs_client_t *c, int i, void *argp, zs_err_t *err)
     return rc;
 }
 
-int zs_client_set_state(zs_client_t *c, int tensor, uint64_t begin, uint64_t end,
-                        const float *src, zs_err_t *err)
+int zs_client_set_state(zs_client_t *c, int tensor, uint64_t begin, uint64_t end, const float *src,
+                        zs_err_t *err)
 {
     if (tensor < 0 || tensor > 2)
         return zs_err_set(err, ZS_ERR_INVALID, "unknown tensor %d", tensor);
@@ -641,10 +638,10 @@ typedef struct {
     size_t *nlists;
     const void *meta; /* Checkpoint: user meta to store */
     size_t meta_len;
-    void *out;        /* Restore: per-server copies of the stored meta */
+    void *out; /* Restore: per-server copies of the stored meta */
     size_t *out_len;
     size_t cap;
-    uint64_t ostep;   /* SetStep */
+    uint64_t ostep; /* SetStep */
 } ckpt_arg_t;
 
 static void keep_list(ckpt_arg_t *a, int i, const uint64_t *steps, size_t n)
@@ -678,8 +675,8 @@ int zs_client_checkpoint(zs_client_t *c, uint64_t step, int keep, zs_err_t *err)
     return zs_client_checkpoint_meta(c, step, keep, NULL, 0, err);
 }
 
-int zs_client_checkpoint_meta(zs_client_t *c, uint64_t step, int keep, const void *meta,
-                              size_t len, zs_err_t *err)
+int zs_client_checkpoint_meta(zs_client_t *c, uint64_t step, int keep, const void *meta, size_t len,
+                              zs_err_t *err)
 {
     ckpt_arg_t a = {.step = step, .keep = keep, .meta = meta, .meta_len = len};
     return fan_out(c, 0, c->n - 1, ckpt_one, NULL, &a, err);
@@ -690,8 +687,8 @@ static int list_one(zs_client_t *c, int i, void *argp, zs_err_t *err)
     ckpt_arg_t *a = argp;
     Zeroshard__ListRequest q = ZEROSHARD__LIST_REQUEST__INIT;
     Zeroshard__ListReply *r;
-    int rc = zs_unary(c->ch[i], M("ListCheckpoints"), c->token, c->timeout_ms, c->addr[i],
-                      &q.base, &zeroshard__list_reply__descriptor, (ProtobufCMessage **)&r, err);
+    int rc = zs_unary(c->ch[i], M("ListCheckpoints"), c->token, c->timeout_ms, c->addr[i], &q.base,
+                      &zeroshard__list_reply__descriptor, (ProtobufCMessage **)&r, err);
     if (rc)
         return rc;
     keep_list(a, i, r->checkpoints, r->n_checkpoints);
@@ -772,8 +769,8 @@ int zs_client_restore_meta(zs_client_t *c, uint64_t step, void *buf, size_t cap,
     int rc = fan_out(c, 0, c->n - 1, restore_one, NULL, &a, err);
     if (rc == ZS_OK && buf) {
         for (int i = 1; i < c->n && rc == ZS_OK; i++)
-            if (a.out_len[i] != a.out_len[0] ||
-                memcmp((char *)a.out + (size_t)i * cap, a.out, a.out_len[0] < cap ? a.out_len[0] : cap))
+            if (a.out_len[i] != a.out_len[0] || memcmp((char *)a.out + (size_t)i * cap, a.out,
+                                                       a.out_len[0] < cap ? a.out_len[0] : cap))
                 rc = zs_err_set(err, ZS_ERR_CORRUPT,
                                 "checkpoint %llu: %s and %s stored different client state",
                                 (unsigned long long)step, c->addr[0], c->addr[i]);

@@ -101,8 +101,8 @@ int zs_client_checkpoint(zs_client_t *c, uint64_t step, int keep, zs_err_t *err)
 
 /* As zs_client_checkpoint, storing `meta` (<= 32 KiB, opaque) with it on
  * every server; zs_client_restore_meta gives it back. */
-int zs_client_checkpoint_meta(zs_client_t *c, uint64_t step, int keep, const void *meta,
-                              size_t len, zs_err_t *err);
+int zs_client_checkpoint_meta(zs_client_t *c, uint64_t step, int keep, const void *meta, size_t len,
+                              zs_err_t *err);
 
 /* Restore `step` everywhere; copies server 0's stored meta into buf (up to
  * cap bytes) and its length into *len (may be NULL). Fails if the servers'
@@ -116,8 +116,7 @@ int zs_client_set_step(zs_client_t *c, uint64_t step, uint64_t optimizer_step, z
 
 /* Steps complete on every server (a checkpoint counts only then),
  * ascending, into steps[0..max); *n = how many. */
-int zs_client_checkpoints(zs_client_t *c, uint64_t *steps, size_t max, size_t *n,
-                          zs_err_t *err);
+int zs_client_checkpoints(zs_client_t *c, uint64_t *steps, size_t max, size_t *n, zs_err_t *err);
 
 /* Restore checkpoint `step` on every server. */
 int zs_client_restore(zs_client_t *c, uint64_t step, zs_err_t *err);
@@ -128,7 +127,7 @@ int zs_client_delete(zs_client_t *c, uint64_t step, int keep, zs_err_t *err);
 /* fp32 state tensor (0 master, 1 exp_avg, 2 exp_avg_sq) of [begin, end). */
 int zs_client_get_state(zs_client_t *c, int tensor, uint64_t begin, uint64_t end, float *dst,
                         zs_err_t *err);
-int zs_client_set_state(zs_client_t *c, int tensor, uint64_t begin, uint64_t end,
-                        const float *src, zs_err_t *err);
+int zs_client_set_state(zs_client_t *c, int tensor, uint64_t begin, uint64_t end, const float *src,
+                        zs_err_t *err);
 
 #endif

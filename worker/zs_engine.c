@@ -258,8 +258,8 @@ static int gather_start(zs_engine_t *e, int k, zs_err_t *err)
     b->gathered = zs__eng_alloc(e, b->n_pad * e->esz);
     if (!b->gathered)
         return zs_err_set(err, ZS_ERR_NOMEM, "out of memory gathering bucket %d", k);
-    return zs_coll_all_gather(e->coll, zs__at(e, e->params, b->qbase), b->gathered, b->part,
-                              e->dt, &b->gather_req, err);
+    return zs_coll_all_gather(e->coll, zs__at(e, e->params, b->qbase), b->gathered, b->part, e->dt,
+                              &b->gather_req, err);
 }
 
 int zs__eng_gather(zs_engine_t *e, int k, int next, zs_err_t *err)
@@ -284,8 +284,19 @@ int zs__eng_gather(zs_engine_t *e, int k, int next, zs_err_t *err)
             zs_cast(b->gathered32, ZS_DTYPE_F32, b->gathered, e->dt, b->n);
         }
     }
-    if (next >= 0 && next < e->nb) /* prefetch: overlaps this bucket's compute */
-        ZS_ENG_TRY(gather_start(e, next, err));
+    /* Prefetch in the direction of `next` (forward or backward order) while
+     * the buckets fit in stage3_prefetch_bucket_size: at least one, at most
+     * four ahead, so a bounded number of requests is in flight. */
+    if (next >= 0 && next < e->nb) {
+        int dir = next > k ? 1 : -1, ahead = 0;
+        uint64_t budget = (uint64_t)e->cfg.stage3_prefetch_bucket_size, used = 0;
+        for (int j = next; j >= 0 && j < e->nb && ahead < 4; j += dir, ahead++) {
+            if (ahead > 0 && used + e->b[j].n > budget)
+                break;
+            used += e->b[j].n;
+            ZS_ENG_TRY(gather_start(e, j, err));
+        }
+    }
     return ZS_OK;
 }
 
@@ -321,6 +332,11 @@ void zs_engine_mem(const zs_engine_t *e, zs_mem_t *mem)
     mem->grads = (e->stage < 2 ? full : part) * e->esz;
     mem->optimizer = e->offload ? 0 : (e->stage == 0 ? full : part) * 12;
     mem->buffers = e->buffer_peak;
+    mem->host_params = 0;
+    if (e->stage == 3 && e->cfg.offload_param) {
+        mem->host_params = mem->params;
+        mem->params = 0;
+    }
 }
 
 void zs_engine_mem_expected(const zs_engine_t *e, zs_mem_t *mem)
@@ -333,31 +349,38 @@ void zs_engine_mem_expected(const zs_engine_t *e, zs_mem_t *mem)
     mem->grads = (uint64_t)(e->stage >= 2 ? k * psi / W : k * psi);
     mem->optimizer = e->offload ? 0 : (uint64_t)(e->stage >= 1 ? 12 * psi / W : 12 * psi);
     mem->buffers = 0;
+    mem->host_params = 0;
+    if (e->stage == 3 && e->cfg.offload_param) { /* 2 Psi / N moves to host memory */
+        mem->host_params = mem->params;
+        mem->params = 0;
+    }
 }
 
 int zs_engine_print_mem(zs_engine_t *e, FILE *f, zs_err_t *err)
 {
     zs_mem_t m;
     zs_engine_mem(e, &m);
-    float mine[4] = {(float)m.params, (float)m.grads, (float)m.optimizer, (float)m.buffers};
-    float *all = e->rank == 0 ? calloc((size_t)e->W * 4, sizeof *all) : NULL;
-    float *recv = calloc((size_t)e->W * 4, sizeof *recv);
+    float mine[5] = {(float)m.params, (float)m.grads, (float)m.optimizer, (float)m.buffers,
+                     (float)m.host_params};
+    float *all = e->rank == 0 ? calloc((size_t)e->W * 5, sizeof *all) : NULL;
+    float *recv = calloc((size_t)e->W * 5, sizeof *recv);
     if (!recv || (e->rank == 0 && !all)) {
         free(all);
         free(recv);
         return zs_err_set(err, ZS_ERR_NOMEM, "out of memory");
     }
-    int rc = zs_coll_all_gather(e->coll, mine, recv, 4, ZS_DTYPE_F32, NULL, err);
+    int rc = zs_coll_all_gather(e->coll, mine, recv, 5, ZS_DTYPE_F32, NULL, err);
     if (rc == ZS_OK && e->rank == 0) {
-        fprintf(f, "memory per worker (MB): stage %d, W=%d, %s, optimizer %s, P=%llu\n",
-                e->stage, e->W, zs_dtype_name(e->dt), e->offload ? "on servers" : "in-process",
+        fprintf(f, "memory per worker (MB): stage %d, W=%d, %s, optimizer %s, P=%llu\n", e->stage,
+                e->W, zs_dtype_name(e->dt), e->offload ? "on servers" : "in-process",
                 (unsigned long long)e->P);
-        fprintf(f, "  %-6s %10s %10s %10s %10s %10s\n", "rank", "params", "grads", "optimizer",
-                "buffers", "total");
+        fprintf(f, "  %-6s %10s %10s %10s %10s %10s %12s\n", "rank", "params", "grads", "optimizer",
+                "buffers", "total", "host params");
         for (int r = 0; r < e->W; r++) {
-            float *x = recv + 4 * r;
-            fprintf(f, "  %-6d %10.2f %10.2f %10.2f %10.2f %10.2f\n", r, x[0] / 1e6, x[1] / 1e6,
-                    x[2] / 1e6, x[3] / 1e6, (x[0] + x[1] + x[2] + x[3]) / 1e6);
+            float *x = recv + 5 * r;
+            fprintf(f, "  %-6d %10.2f %10.2f %10.2f %10.2f %10.2f %12.2f\n", r, x[0] / 1e6,
+                    x[1] / 1e6, x[2] / 1e6, x[3] / 1e6, (x[0] + x[1] + x[2] + x[3]) / 1e6,
+                    x[4] / 1e6);
         }
     }
     free(all);

@@ -16,9 +16,11 @@
  *            done (non-blocking, overlapped with the rest of backward); a
  *            worker keeps gradients for its partition only
  *   stage 3  + parameters partitioned: a bucket is all-gathered just before
- *            its forward and its backward (the next one prefetched) and
- *            freed after, unless its layers are below the persistence
- *            threshold
+ *            its forward and its backward and freed after, unless it is
+ *            not larger than stage3_param_persistence_threshold; the next
+ *            buckets in compute order are prefetched (non-blocking) while
+ *            they fit in stage3_prefetch_bucket_size elements (at least one,
+ *            at most four ahead)
  * With offload_optimizer the optimizer runs on the shard servers: each
  * worker pushes its gradient partition, the step is committed with its
  * scalars, and each worker pulls its updated partition. Without it the
@@ -52,11 +54,11 @@
  * picks samples from this so the global batch of a step is the same for any
  * world size (see zs_batch_sample). */
 typedef struct zs_batch_ctx {
-    uint64_t step;       /* 1-based training step */
-    int micro;           /* 0 .. gas-1 */
-    int gas;             /* gradient_accumulation_steps */
-    int rank, world;     /* this worker, W */
-    int micro_batch;     /* samples per micro-batch per worker */
+    uint64_t step;        /* 1-based training step */
+    int micro;            /* 0 .. gas-1 */
+    int gas;              /* gradient_accumulation_steps */
+    int rank, world;      /* this worker, W */
+    int micro_batch;      /* samples per micro-batch per worker */
     int64_t global_batch; /* train_batch_size */
 } zs_batch_ctx_t;
 
@@ -90,8 +92,8 @@ typedef struct zs_model {
     /* Backward of layer i (called from the last layer down): ACCUMULATE
      * (+=) d(dloss * loss)/d(params) into grads[0] (own) and grads[1..]
      * (deps), fp32. dloss seeds the last layer's output gradient. */
-    int (*backward)(void *self, int layer, float *const *params, float *const *grads,
-                    float dloss, zs_err_t *err);
+    int (*backward)(void *self, int layer, float *const *params, float *const *grads, float dloss,
+                    zs_err_t *err);
 } zs_model_t;
 
 typedef struct zs_engine zs_engine_t;
@@ -108,20 +110,23 @@ typedef struct zs_engine_opts {
 /* Figures of one step (all workers agree on loss, lr, scale, skipped). */
 typedef struct zs_step_stats {
     uint64_t step;
-    double loss;       /* mean over the global batch */
+    double loss; /* mean over the global batch */
     double lr;
     double loss_scale;
-    double grad_norm;  /* global, unscaled, before clipping (inf/nan on overflow) */
-    int skipped;       /* fp16 overflow: no update anywhere */
+    double grad_norm; /* global, unscaled, before clipping (inf/nan on overflow) */
+    int skipped;      /* fp16 overflow: no update anywhere */
     double ms_forward, ms_backward, ms_comm, ms_optimizer; /* this worker */
 } zs_step_stats_t;
 
 /* Bytes this worker holds, by category. */
 typedef struct zs_mem {
-    uint64_t params;    /* compute-precision parameters (full or partition) */
-    uint64_t grads;     /* gradients (full or partition) */
-    uint64_t optimizer; /* fp32 master + exp_avg + exp_avg_sq (0 with offload) */
-    uint64_t buffers;   /* scratch: fp32 compute copies, gathered buckets, comm */
+    uint64_t params;      /* compute-precision parameters (full or partition) */
+    uint64_t host_params; /* offload_param (stage 3): the partition kept in host
+                           * memory instead of device memory (then params = 0).
+                           * On CPU workers the same RAM: bookkeeping only. */
+    uint64_t grads;       /* gradients (full or partition) */
+    uint64_t optimizer;   /* fp32 master + exp_avg + exp_avg_sq (0 with offload) */
+    uint64_t buffers;     /* scratch: fp32 compute copies, gathered buckets, comm */
 } zs_mem_t;
 
 /* Lay out the model, create buffers, initialise parameters (every worker

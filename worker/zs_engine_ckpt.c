@@ -24,14 +24,12 @@
 static int agree(zs_engine_t *e, int rc, zs_err_t *err)
 {
     float f = rc ? 1.0f : 0.0f;
-    int r2 = zs_coll_all_reduce(e->coll, &f, &f, 1, ZS_DTYPE_F32, ZS_OP_MAX, NULL,
-                                rc ? NULL : err);
+    int r2 = zs_coll_all_reduce(e->coll, &f, &f, 1, ZS_DTYPE_F32, ZS_OP_MAX, NULL, rc ? NULL : err);
     if (rc)
         return rc;
     if (r2)
         return r2;
-    return f > 0 ? zs_err_set(err, ZS_ERR_INTERNAL, "another worker failed (see its log)")
-                 : ZS_OK;
+    return f > 0 ? zs_err_set(err, ZS_ERR_INTERNAL, "another worker failed (see its log)") : ZS_OK;
 }
 
 static void put64(uint8_t *p, uint64_t v)
@@ -179,8 +177,8 @@ int zs_engine_resume(zs_engine_t *e, uint64_t want, uint64_t *step_out, zs_err_t
         slice(e, b, &lo, &hi, &at);
         if (hi <= lo)
             continue;
-        void *dst = e->stage < 3 ? zs__at(e, e->params, b->pbase + b->vb)
-                                 : zs__at(e, e->params, b->qbase);
+        void *dst =
+            e->stage < 3 ? zs__at(e, e->params, b->pbase + b->vb) : zs__at(e, e->params, b->qbase);
         if (e->offload) {
             rc = zs_client_pull(e->client, step, lo, hi, dst, e->dt, NULL, err);
             continue;

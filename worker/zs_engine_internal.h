@@ -22,9 +22,9 @@ typedef struct zs__bucket {
     uint64_t off, n;      /* flat range [off, off + n) */
     uint64_t n_pad, part; /* padded size, per-worker part */
     uint64_t pbase, qbase;
-    uint64_t vb, ve;      /* valid part of this worker's partition, bucket-relative [vb, ve) */
-    int fwd_until;        /* stage 3: release after the forward of this layer */
-    int persistent;       /* stage 3: stays gathered */
+    uint64_t vb, ve; /* valid part of this worker's partition, bucket-relative [vb, ve) */
+    int fwd_until;   /* stage 3: release after the forward of this layer */
+    int persistent;  /* stage 3: stays gathered */
     /* stage 3: gathered parameters (dtype, n_pad) and their fp32 view (n) */
     void *gathered;
     float *gathered32;
@@ -49,17 +49,17 @@ struct zs_engine {
     int nlayers;
     uint64_t *layer_off; /* flat offset of each layer's own params */
     int *layer_bucket;
-    int **deps;          /* copies, -1 terminated */
-    int maxdeps;         /* most deps of one layer */
+    int **deps;  /* copies, -1 terminated */
+    int maxdeps; /* most deps of one layer */
     uint64_t P, Ppad;
 
     int nb;
     zs__bucket_t *b;
 
     /* model state */
-    void *params;     /* stages 0-2: full (Ppad); stage 3: partition (Ppad/W) */
-    void *grads;      /* stages 0-1: full; stages 2-3: partition */
-    float *cparams;   /* stages 0-2, dtype != fp32: fp32 copy of params (Ppad) */
+    void *params;   /* stages 0-2: full (Ppad); stage 3: partition (Ppad/W) */
+    void *grads;    /* stages 0-1: full; stages 2-3: partition */
+    float *cparams; /* stages 0-2, dtype != fp32: fp32 copy of params (Ppad) */
     float *master, *exp_avg, *exp_avg_sq; /* no offload: stage 0 full, else partition */
 
     zs_loss_scale_t ls;
@@ -100,11 +100,11 @@ int zs__eng_after_update(zs_engine_t *e, zs_err_t *err);
 int zs__eng_optimize(zs_engine_t *e, zs_step_stats_t *st, zs_err_t *err);
 
 /* Check macro for callbacks into the model. */
-#define ZS_ENG_TRY(expr)                                                                   \
-    do {                                                                                   \
-        int rc_ = (expr);                                                                  \
-        if (rc_ != ZS_OK)                                                                  \
-            return rc_;                                                                    \
+#define ZS_ENG_TRY(expr)                                                                           \
+    do {                                                                                           \
+        int rc_ = (expr);                                                                          \
+        if (rc_ != ZS_OK)                                                                          \
+            return rc_;                                                                            \
     } while (0)
 
 #endif

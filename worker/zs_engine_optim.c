@@ -30,8 +30,7 @@ static double now_ms(void)
 static int agree(zs_engine_t *e, int rc, zs_err_t *err)
 {
     float f = rc ? 1.0f : 0.0f;
-    int r2 = zs_coll_all_reduce(e->coll, &f, &f, 1, ZS_DTYPE_F32, ZS_OP_MAX, NULL,
-                                rc ? NULL : err);
+    int r2 = zs_coll_all_reduce(e->coll, &f, &f, 1, ZS_DTYPE_F32, ZS_OP_MAX, NULL, rc ? NULL : err);
     if (rc)
         return rc;
     if (r2)
@@ -147,8 +146,9 @@ int zs__eng_optimize(zs_engine_t *e, zs_step_stats_t *st, zs_err_t *err)
     int rc = ZS_OK;
     zs_adam_step_t as = {(float)lr, (int64_t)e->t + 1, grad_scale, clip_coef};
     if (e->offload) {
-        zs_step_scalars_t sc = {st->step, grad_scale, clip_coef, (float)lr, skip,
-                                e->dt == ZS_DTYPE_F32 ? ZS_DTYPE_NONE : e->dt};
+        zs_step_scalars_t sc = {st->step,  grad_scale,
+                                clip_coef, (float)lr,
+                                skip,      e->dt == ZS_DTYPE_F32 ? ZS_DTYPE_NONE : e->dt};
         rc = update_offload(e, &sc, err);
     } else if (!skip) {
         rc = update_in_process(e, &as);

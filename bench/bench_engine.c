@@ -1,0 +1,214 @@
+/*
+ * bench_engine.c - step time of the ZeRO engine split into forward,
+ * backward, collectives and optimizer (in-process AdamW, or push + commit +
+ * pull through shard servers with offload), on a dense stack of ~50M
+ * parameters. An MPI program: bench/bench_engine.sh starts the servers and
+ * runs it for W = 1, 2, offload off/on, and prints the comparison.
+ *
+ *   mpirun -np W bench_engine --servers a:p,b:p [--offload 0|1] [--stage S]
+ *          [--layers 8] [--width 2500] [--batch 4] [--steps 6] [--dtype bf16]
+ *
+ * Prints one line "result ..." with medians over the steps after the first
+ * (warm-up). Nothing is asserted.
+ */
+#include <math.h>
+#include <mpi.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "zs_bench.h"
+#include "zs_engine.h"
+
+#define MAXL 64
+
+typedef struct {
+    zs_model_t model;
+    int L, n, B;
+    size_t nparams[MAXL];
+    float *act[MAXL + 1]; /* [B, n] each */
+    float *dact, *dtmp;
+    double loss;
+} stack_t;
+
+static int init_params(void *self, int layer, float *p, zs_err_t *err)
+{
+    stack_t *s = self;
+    float sc = 1.0f / sqrtf((float)s->n);
+    for (size_t i = 0; i < s->nparams[layer]; i++)
+        p[i] =
+            sc * (float)((int)((i * 2654435761u + (unsigned)layer * 97u) % 2001) - 1000) / 1000.0f;
+    return ZS_OK;
+}
+
+static int load_batch(void *self, const zs_batch_ctx_t *b, zs_err_t *err)
+{
+    stack_t *s = self;
+    for (int i = 0; i < s->B * s->n; i++)
+        s->act[0][i] = (float)((zs_batch_sample(b, 0) * 31 + i) % 17) / 17.0f - 0.5f;
+    return ZS_OK;
+}
+
+/* y[B, n] = tanh(x[B, n] W[n, n] + bias) */
+static int forward(void *self, int l, float *const *p, zs_err_t *err)
+{
+    stack_t *s = self;
+    int n = s->n;
+    const float *W = p[0], *bias = p[0] + (size_t)n * n;
+    for (int b = 0; b < s->B; b++) {
+        float *y = s->act[l + 1] + (size_t)b * n;
+        const float *x = s->act[l] + (size_t)b * n;
+        memcpy(y, bias, (size_t)n * 4);
+        for (int i = 0; i < n; i++) {
+            float xi = x[i];
+            const float *w = W + (size_t)i * n;
+            for (int o = 0; o < n; o++)
+                y[o] += xi * w[o];
+        }
+        for (int o = 0; o < n; o++)
+            y[o] = tanhf(y[o]);
+    }
+    if (l == s->L - 1) {
+        double loss = 0;
+        for (int i = 0; i < s->B * n; i++)
+            loss += 0.5 * (double)s->act[s->L][i] * s->act[s->L][i];
+        s->loss = loss / s->B;
+    }
+    return ZS_OK;
+}
+
+static double loss(void *self)
+{
+    return ((stack_t *)self)->loss;
+}
+
+static int backward(void *self, int l, float *const *p, float *const *g, float dloss, zs_err_t *err)
+{
+    stack_t *s = self;
+    int n = s->n;
+    const float *W = p[0];
+    float *dW = g[0], *db = g[0] + (size_t)n * n;
+    if (l == s->L - 1)
+        for (int i = 0; i < s->B * n; i++)
+            s->dact[i] = dloss * s->act[s->L][i] / (float)s->B;
+    for (int b = 0; b < s->B; b++) {
+        float *dy = s->dact + (size_t)b * n, *dx = s->dtmp + (size_t)b * n;
+        const float *y = s->act[l + 1] + (size_t)b * n, *x = s->act[l] + (size_t)b * n;
+        for (int o = 0; o < n; o++) {
+            dy[o] *= 1.0f - y[o] * y[o];
+            db[o] += dy[o];
+        }
+        for (int i = 0; i < n; i++) {
+            float xi = x[i], acc = 0;
+            float *dw = dW + (size_t)i * n;
+            const float *w = W + (size_t)i * n;
+            for (int o = 0; o < n; o++) {
+                dw[o] += xi * dy[o];
+                acc += w[o] * dy[o];
+            }
+            dx[i] = acc;
+        }
+    }
+    float *t = s->dact;
+    s->dact = s->dtmp;
+    s->dtmp = t;
+    return ZS_OK;
+}
+
+int main(int argc, char **argv)
+{
+    int provided;
+    MPI_Init_thread(&argc, &argv, MPI_THREAD_FUNNELED, &provided);
+    const char *servers = NULL, *dtype = "bf16";
+    int offload = 0, stage = 2, L = 8, n = 2500, B = 4, steps = 6;
+    for (int i = 1; i + 1 < argc; i += 2) {
+        if (!strcmp(argv[i], "--servers"))
+            servers = argv[i + 1];
+        else if (!strcmp(argv[i], "--offload"))
+            offload = atoi(argv[i + 1]);
+        else if (!strcmp(argv[i], "--stage"))
+            stage = atoi(argv[i + 1]);
+        else if (!strcmp(argv[i], "--layers"))
+            L = atoi(argv[i + 1]);
+        else if (!strcmp(argv[i], "--width"))
+            n = atoi(argv[i + 1]);
+        else if (!strcmp(argv[i], "--batch"))
+            B = atoi(argv[i + 1]);
+        else if (!strcmp(argv[i], "--steps"))
+            steps = atoi(argv[i + 1]);
+        else if (!strcmp(argv[i], "--dtype"))
+            dtype = argv[i + 1];
+    }
+    if (L > MAXL || steps < 2 || steps > ZS_BENCH_MAX_REPS) {
+        fprintf(stderr, "bench_engine: layers <= %d, 2 <= steps <= %d\n", MAXL, ZS_BENCH_MAX_REPS);
+        return 2;
+    }
+    zs_err_t err;
+    zs_coll_t *coll;
+    if (zs_coll_mpi_create(&coll, &err)) {
+        fprintf(stderr, "%s\n", err.msg);
+        return 1;
+    }
+    stack_t *s = calloc(1, sizeof *s);
+    s->L = L;
+    s->n = n;
+    s->B = B;
+    for (int l = 0; l <= L; l++)
+        s->act[l] = calloc((size_t)B * n, 4);
+    s->dact = calloc((size_t)B * n, 4);
+    s->dtmp = calloc((size_t)B * n, 4);
+    for (int l = 0; l < L; l++)
+        s->nparams[l] = (size_t)n * n + (size_t)n;
+    s->model =
+        (zs_model_t){s, L, s->nparams, NULL, init_params, load_batch, forward, loss, backward};
+    char json[512];
+    snprintf(json, sizeof json,
+             "{\"train_micro_batch_size_per_gpu\": %d, \"gradient_accumulation_steps\": 1,"
+             " \"optimizer\": {\"type\": \"AdamW\", \"params\": {\"lr\": 1e-4}},"
+             " \"bf16\": {\"enabled\": %s}, \"zero_optimization\": {\"stage\": %d,"
+             " \"reduce_bucket_size\": 20000000, \"allgather_bucket_size\": 20000000,"
+             " \"offload_optimizer\": {\"device\": \"%s\"}}}",
+             B, strcmp(dtype, "bf16") ? "false" : "true", stage, offload ? "cpu" : "none");
+    zs_config_t cfg;
+    if (zs_config_parse(json, &cfg, NULL, NULL, &err) ||
+        zs_config_resolve(&cfg, coll->size, &err)) {
+        fprintf(stderr, "config: %s\n", err.msg);
+        return 1;
+    }
+    zs_engine_opts_t eo = {&cfg, coll, offload ? servers : NULL, NULL, "bench-stack", 300000};
+    zs_engine_t *e;
+    if (zs_engine_create(&eo, &s->model, &e, &err) || zs_engine_start(e, &err)) {
+        fprintf(stderr, "engine: %s\n", err.msg);
+        return 1;
+    }
+    double tot[ZS_BENCH_MAX_REPS], fw[ZS_BENCH_MAX_REPS], bw[ZS_BENCH_MAX_REPS],
+        cm[ZS_BENCH_MAX_REPS], op[ZS_BENCH_MAX_REPS];
+    int k = 0;
+    for (int i = 0; i < steps; i++) {
+        zs_step_stats_t st;
+        double t0 = zs_bench_now();
+        if (zs_engine_step(e, &st, &err)) {
+            fprintf(stderr, "step: %s\n", err.msg);
+            return 1;
+        }
+        double t = (zs_bench_now() - t0) * 1e3;
+        if (i == 0)
+            continue; /* warm-up */
+        tot[k] = t;
+        fw[k] = st.ms_forward;
+        bw[k] = st.ms_backward;
+        cm[k] = st.ms_comm;
+        op[k] = st.ms_optimizer;
+        k++;
+    }
+    if (coll->rank == 0)
+        printf("result W=%d stage=%d offload=%d P=%llu step_ms=%.1f fwd=%.1f bwd=%.1f comm=%.1f "
+               "opt=%.1f\n",
+               coll->size, stage, offload, (unsigned long long)zs_engine_num_params(e),
+               zs_bench_median(tot, k), zs_bench_median(fw, k), zs_bench_median(bw, k),
+               zs_bench_median(cm, k), zs_bench_median(op, k));
+    zs_engine_destroy(e);
+    zs_coll_destroy(coll);
+    MPI_Finalize();
+    return 0;
+}
