@@ -1,0 +1,321 @@
+/*
+ * zs_train_main.c - zs-train: train the reference GPT with the ZeRO engine
+ * on CPU workers under MPI, optimizer on shard servers or in-process.
+ *
+ *   mpirun -np N zs-train --data F.tok [--config ds.json] [--servers a:p,b:p]
+ *          [--layers 4 --heads 4 --width 256 --ctx 64] [--steps 200]
+ *          [--ckpt-every 50] [--resume] [--csv F] [--log-every 1]
+ *
+ * Rank 0 prints the resolved configuration, the model size, a memory table
+ * per worker, one progress line per step (or every K), and a summary; it
+ * writes the same figures as CSV (deploy/plot.sh turns them into a PNG).
+ * Without --config an embedded default is used (ZeRO stage 2, AdamW, the
+ * optimizer offloaded when --servers is given).
+ */
+#include <getopt.h>
+#include <mpi.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "zs_config.h"
+#include "zs_data.h"
+#include "zs_engine.h"
+#include "zs_gpt.h"
+#include "zs_log.h"
+
+static const char *k_default_config =
+    "{\n"
+    "  \"train_batch_size\": 16,\n"
+    "  \"train_micro_batch_size_per_gpu\": 4,\n"
+    "  \"gradient_clipping\": 1.0,\n"
+    "  \"optimizer\": {\"type\": \"AdamW\", \"params\": {\"lr\": 0.001, \"betas\": [0.9, 0.95],\n"
+    "                \"eps\": 1e-8, \"weight_decay\": 0.1}},\n"
+    "  \"scheduler\": {\"type\": \"WarmupLR\", \"params\": {\"warmup_min_lr\": 0,\n"
+    "                \"warmup_max_lr\": 0.001, \"warmup_num_steps\": 20,\n"
+    "                \"warmup_type\": \"linear\"}},\n"
+    "  \"zero_optimization\": {\"stage\": 2, \"offload_optimizer\": {\"device\": \"%s\"}}\n"
+    "}\n";
+
+typedef struct {
+    const char *config, *servers, *data, *csv, *token_file, *name;
+    zs_gpt_config_t g;
+    int steps, ckpt_every, resume, log_every, micro;
+    uint64_t seed;
+} opts_t;
+
+static void usage(FILE *f)
+{
+    fprintf(f, "usage: mpirun -np N zs-train --data FILE.tok [options]\n"
+               "\n"
+               "  --data F         token file (zs-tokenize makes one from text)\n"
+               "  --config F       DeepSpeed JSON config (default: embedded, ZeRO stage 2,\n"
+               "                   train_batch_size 16, micro batch 4, AdamW lr 1e-3)\n"
+               "  --servers LIST   shard servers host:port,... (optimizer offloaded when the\n"
+               "                   config says offload_optimizer.device = cpu; checkpoints)\n"
+               "  --layers N       transformer blocks (default 4)\n"
+               "  --heads N        attention heads (default 4)\n"
+               "  --width N        model width C (default 128)\n"
+               "  --ctx N          context length T (default 64)\n"
+               "  --steps N        train until this step (default 200)\n"
+               "  --ckpt-every K   checkpoint every K steps (needs --servers; default 0: off)\n"
+               "  --resume         continue from the newest checkpoint complete on all servers\n"
+               "                   (any worker count)\n"
+               "  --csv F          write per-step figures (appends on --resume)\n"
+               "  --log-every K    progress line every K steps (default 1)\n"
+               "  --name NAME      model name on the servers (default zs-gpt)\n"
+               "  --seed S         initialisation seed (default 1337)\n"
+               "  --token-file F   bearer token for the servers\n");
+}
+
+static int parse(int argc, char **argv, opts_t *o)
+{
+    memset(o, 0, sizeof *o);
+    o->g = (zs_gpt_config_t){4, 4, 128, 64, 256};
+    o->steps = 200;
+    o->log_every = 1;
+    o->seed = 1337;
+    o->name = "zs-gpt";
+    static const struct option lo[] = {
+        {"data", 1, 0, 'd'},   {"config", 1, 0, 'c'}, {"servers", 1, 0, 's'},
+        {"layers", 1, 0, 'L'}, {"heads", 1, 0, 'H'},  {"width", 1, 0, 'C'},
+        {"ctx", 1, 0, 'T'},    {"steps", 1, 0, 'n'},  {"ckpt-every", 1, 0, 'k'},
+        {"resume", 0, 0, 'r'}, {"csv", 1, 0, 'v'},    {"log-every", 1, 0, 'l'},
+        {"name", 1, 0, 'N'},   {"seed", 1, 0, 'S'},   {"token-file", 1, 0, 't'},
+        {"help", 0, 0, 'h'},   {0, 0, 0, 0}};
+    int ch;
+    while ((ch = getopt_long(argc, argv, "h", lo, NULL)) != -1) {
+        switch (ch) {
+        case 'd':
+            o->data = optarg;
+            break;
+        case 'c':
+            o->config = optarg;
+            break;
+        case 's':
+            o->servers = optarg;
+            break;
+        case 'L':
+            o->g.layers = atoi(optarg);
+            break;
+        case 'H':
+            o->g.heads = atoi(optarg);
+            break;
+        case 'C':
+            o->g.width = atoi(optarg);
+            break;
+        case 'T':
+            o->g.ctx = atoi(optarg);
+            break;
+        case 'n':
+            o->steps = atoi(optarg);
+            break;
+        case 'k':
+            o->ckpt_every = atoi(optarg);
+            break;
+        case 'r':
+            o->resume = 1;
+            break;
+        case 'v':
+            o->csv = optarg;
+            break;
+        case 'l':
+            o->log_every = atoi(optarg);
+            break;
+        case 'N':
+            o->name = optarg;
+            break;
+        case 'S':
+            o->seed = strtoull(optarg, NULL, 10);
+            break;
+        case 't':
+            o->token_file = optarg;
+            break;
+        case 'h':
+            usage(stdout);
+            return 1;
+        default:
+            usage(stderr);
+            return 2;
+        }
+    }
+    if (!o->data) {
+        fprintf(stderr, "zs-train: --data is required\n\n");
+        usage(stderr);
+        return 2;
+    }
+    if ((o->ckpt_every || o->resume) && !o->servers) {
+        fprintf(stderr, "zs-train: --ckpt-every and --resume need --servers\n");
+        return 2;
+    }
+    if (o->g.layers < 1 || o->g.heads < 1 || o->g.width % o->g.heads || o->g.ctx < 2 ||
+        o->steps < 1 || o->log_every < 1) {
+        fprintf(stderr, "zs-train: bad model shape or step counts (width %% heads must be 0)\n");
+        return 2;
+    }
+    return 0;
+}
+
+static void warn_key(void *ud, const char *path, const char *why)
+{
+    if (*(int *)ud == 0)
+        fprintf(stderr, "zs-train: config key %s ignored: %s\n", path, why);
+}
+
+static char *read_text(const char *path)
+{
+    FILE *f = fopen(path, "rb");
+    if (!f)
+        return NULL;
+    char *b = malloc(1 << 16);
+    size_t n = b ? fread(b, 1, (1 << 16) - 1, f) : 0;
+    fclose(f);
+    if (b) {
+        b[n] = '\0';
+        while (n && (b[n - 1] == '\n' || b[n - 1] == '\r'))
+            b[--n] = '\0';
+    }
+    return b;
+}
+
+static int die(int rank, const char *what, const zs_err_t *err)
+{
+    fprintf(stderr, "zs-train: rank %d: %s: %s\n", rank, what, err->msg);
+    fflush(stderr);
+    MPI_Abort(MPI_COMM_WORLD, 1);
+    return 1;
+}
+
+int main(int argc, char **argv)
+{
+    int provided;
+    MPI_Init_thread(&argc, &argv, MPI_THREAD_FUNNELED, &provided);
+    opts_t o;
+    int prc = parse(argc, argv, &o);
+    if (prc) {
+        MPI_Finalize();
+        return prc == 1 ? 0 : prc;
+    }
+    zs_err_t err;
+    zs_coll_t *coll;
+    if (zs_coll_mpi_create(&coll, &err))
+        return die(-1, "MPI", &err);
+    int rank = coll->rank, W = coll->size;
+    char tag[32];
+    snprintf(tag, sizeof tag, "zs-train[%d]", rank);
+    zs_log_set_tag(tag);
+
+    zs_data_t *data;
+    if (zs_data_open(o.data, &data, &err))
+        return die(rank, "data", &err);
+    o.g.vocab = (int)zs_data_vocab(data);
+    zs_config_t cfg;
+    zs_config_defaults(&cfg);
+    char json[2048];
+    int rc;
+    if (o.config) {
+        rc = zs_config_load(o.config, &cfg, warn_key, &rank, &err);
+    } else {
+        snprintf(json, sizeof json, k_default_config, o.servers ? "cpu" : "none");
+        rc = zs_config_parse(json, &cfg, warn_key, &rank, &err);
+    }
+    if (!rc)
+        rc = zs_config_resolve(&cfg, W, &err);
+    if (rc)
+        return die(rank, "config", &err);
+    zs_gpt_t *gpt;
+    if (zs_gpt_create(&o.g, (int)cfg.micro_batch_per_gpu, o.seed, &gpt, &err) ||
+        zs_gpt_set_data(gpt, data, &err))
+        return die(rank, "model", &err);
+    char *token = o.token_file ? read_text(o.token_file) : NULL;
+    zs_engine_opts_t eo = {&cfg, coll, o.servers, token, o.name, 300000};
+    zs_engine_t *e;
+    if (zs_engine_create(&eo, zs_gpt_model(gpt), &e, &err))
+        return die(rank, "engine", &err);
+    uint64_t P = zs_engine_num_params(e);
+    if (rank == 0) {
+        printf("zs-train: %d workers, data %s (%llu tokens, vocab %u)\n", W, o.data,
+               (unsigned long long)zs_data_count(data), zs_data_vocab(data));
+        printf("model: GPT L=%d H=%d C=%d T=%d V=%d: %llu parameters (%.2fM)\n", o.g.layers,
+               o.g.heads, o.g.width, o.g.ctx, o.g.vocab, (unsigned long long)P, P / 1e6);
+        printf("configuration (resolved for W=%d):\n", W);
+        zs_config_print(&cfg, stdout);
+        fflush(stdout);
+    }
+    if (zs_engine_print_mem(e, stdout, &err))
+        return die(rank, "memory table", &err);
+    uint64_t start = 0;
+    if (o.resume) {
+        if (zs_engine_resume(e, 0, &start, &err))
+            return die(rank, "resume", &err);
+        if (rank == 0)
+            printf("resumed from checkpoint %llu\n", (unsigned long long)start);
+    } else if (zs_engine_start(e, &err)) {
+        return die(rank, "start", &err);
+    }
+    FILE *csv = NULL;
+    if (rank == 0 && o.csv) {
+        csv = fopen(o.csv, o.resume ? "a" : "w");
+        if (!csv) {
+            fprintf(stderr, "zs-train: cannot write %s\n", o.csv);
+            MPI_Abort(MPI_COMM_WORLD, 1);
+        }
+        if (!o.resume)
+            fprintf(csv, "step,loss,lr,loss_scale,tokens_per_s,ms_step,ms_forward,ms_backward,"
+                         "ms_comm,ms_optimizer,skipped,workers\n");
+    }
+    double tokens_per_step = (double)cfg.train_batch_size * o.g.ctx, t_all = 0, first_loss = 0;
+    double last_loss = 0;
+    int nsteps = 0;
+    if (rank == 0)
+        printf("%6s %9s %10s %8s %9s %8s %8s %8s %8s\n", "step", "loss", "lr", "scale", "tok/s",
+               "fwd ms", "bwd ms", "comm ms", "opt ms");
+    while (zs_engine_step_count(e) < (uint64_t)o.steps) {
+        zs_step_stats_t st;
+        struct timespec a, b;
+        clock_gettime(CLOCK_MONOTONIC, &a);
+        if (zs_engine_step(e, &st, &err))
+            return die(rank, "step", &err);
+        clock_gettime(CLOCK_MONOTONIC, &b);
+        double sec = (double)(b.tv_sec - a.tv_sec) + 1e-9 * (double)(b.tv_nsec - a.tv_nsec);
+        t_all += sec;
+        if (nsteps++ == 0)
+            first_loss = st.loss;
+        last_loss = st.loss;
+        if (rank == 0 && (st.step % (uint64_t)o.log_every == 0 || st.step == (uint64_t)o.steps)) {
+            printf("%6llu %9.4f %10.3g %8g %9.0f %8.1f %8.1f %8.1f %8.1f%s\n",
+                   (unsigned long long)st.step, st.loss, st.lr, st.loss_scale,
+                   tokens_per_step / sec, st.ms_forward, st.ms_backward, st.ms_comm,
+                   st.ms_optimizer, st.skipped ? "  (skipped: overflow)" : "");
+            fflush(stdout);
+        }
+        if (csv) {
+            fprintf(csv, "%llu,%.6f,%.6g,%g,%.1f,%.2f,%.2f,%.2f,%.2f,%.2f,%d,%d\n",
+                    (unsigned long long)st.step, st.loss, st.lr, st.loss_scale,
+                    tokens_per_step / sec, sec * 1e3, st.ms_forward, st.ms_backward, st.ms_comm,
+                    st.ms_optimizer, st.skipped, W);
+            fflush(csv);
+        }
+        if (o.ckpt_every && st.step % (uint64_t)o.ckpt_every == 0) {
+            if (zs_engine_checkpoint(e, &err))
+                return die(rank, "checkpoint", &err);
+            if (rank == 0)
+                printf("       checkpoint %llu complete on all servers\n",
+                       (unsigned long long)st.step);
+        }
+    }
+    if (rank == 0 && nsteps > 0)
+        printf("done: steps %llu..%llu, loss %.4f -> %.4f, %.0f tokens/s on average, %.1f s\n",
+               (unsigned long long)start + 1, (unsigned long long)zs_engine_step_count(e),
+               first_loss, last_loss, tokens_per_step * nsteps / t_all, t_all);
+    if (csv)
+        fclose(csv);
+    zs_engine_destroy(e);
+    zs_gpt_destroy(gpt);
+    zs_data_close(data);
+    zs_coll_destroy(coll);
+    free(token);
+    MPI_Finalize();
+    return 0;
+}
