@@ -140,6 +140,41 @@ static int init_state(zs_engine_t *e, zs_err_t *err)
     return rc;
 }
 
+/* Keys the config module reads but the engine does not act on: name each
+ * one set away from its default (rank 0, once), so nothing is silently
+ * misread. */
+static void warn_unhonoured(const zs_engine_t *e)
+{
+    const zs_config_t *c = &e->cfg;
+    zs_config_t d;
+    zs_config_defaults(&d);
+    if (e->rank != 0)
+        return;
+    if (!c->reduce_scatter && e->stage >= 2)
+        ZS_WARN("zero_optimization.reduce_scatter=false not implemented: stage %d always "
+                "reduce-scatters gradients",
+                e->stage);
+    if (!c->allgather_partitions)
+        ZS_WARN("zero_optimization.allgather_partitions=false not implemented: parameters are "
+                "all-gathered");
+    if (c->round_robin_gradients)
+        ZS_WARN("zero_optimization.round_robin_gradients not implemented: ignored");
+    if (c->stage3_max_live_parameters != d.stage3_max_live_parameters ||
+        c->stage3_max_reuse_distance != d.stage3_max_reuse_distance)
+        ZS_WARN("zero_optimization.stage3_max_live_parameters / stage3_max_reuse_distance not "
+                "implemented: buckets are freed after use, prefetch is bounded by "
+                "stage3_prefetch_bucket_size");
+    if (c->stage3_gather_16bit_weights_on_model_save)
+        ZS_WARN("zero_optimization.stage3_gather_16bit_weights_on_model_save not implemented: "
+                "checkpoints keep fp32 master weights on the servers");
+    if (c->sub_group_size != d.sub_group_size)
+        ZS_WARN("zero_optimization.sub_group_size not implemented: the optimizer runs per "
+                "bucket partition");
+    if (!c->contiguous_gradients)
+        ZS_WARN("zero_optimization.contiguous_gradients=false not implemented: gradients are "
+                "always contiguous per bucket");
+}
+
 int zs_engine_create(const zs_engine_opts_t *o, const zs_model_t *model, zs_engine_t **out,
                      zs_err_t *err)
 {
@@ -156,6 +191,7 @@ int zs_engine_create(const zs_engine_opts_t *o, const zs_model_t *model, zs_engi
     e->dt = e->cfg.dtype;
     e->esz = zs_dtype_size(e->dt);
     snprintf(e->model_name, sizeof e->model_name, "%s", o->model_name ? o->model_name : "zs-model");
+    warn_unhonoured(e);
     int rc = copy_model(e, model, err);
     uint64_t cap = (uint64_t)(e->cfg.reduce_bucket_size < e->cfg.allgather_bucket_size
                                   ? e->cfg.reduce_bucket_size
