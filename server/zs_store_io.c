@@ -8,8 +8,9 @@
  * the marker with sync=1. Any failure drops the step again (best effort).
  * Read: verify the marker, then READ_THREADS threads each get (pinned; with
  * mmap reads the value points into the mapped SST, nothing is allocated),
- * verify (size, XXH3 with identity) and copy a contiguous slice of the chunks
- * into the caller's arrays; the first failing chunk in order is reported.
+ * copy a contiguous slice of the chunks into the caller's arrays, hashing
+ * each piece right after copying it (size and XXH3 with identity checked);
+ * the first failing chunk in order is reported.
  * Does not: keep any state between calls, retry, or allocate beyond one
  * marker buffer and the reader threads.
  */
@@ -24,13 +25,15 @@
 #include <time.h>
 
 #include <rocksdb/c.h>
+#define XXH_STATIC_LINKING_ONLY /* XXH3_state_t on the stack */
 #include <xxhash.h>
 
 #include "zs_log.h"
 
 #define READ_THREADS 4 /* concurrent chunk reads in zs_store_read: keeps the disk busy */
 
-static uint64_t chunk_sum(uint64_t step, int t, uint64_t c, const void *p, size_t len)
+/* Seed of a chunk's XXH3: the hash of its identity and length. */
+static uint64_t chunk_seed(uint64_t step, int t, uint64_t c, size_t len)
 {
     unsigned char id[32];
     zs__put_le64(id, step);
@@ -38,7 +41,29 @@ static uint64_t chunk_sum(uint64_t step, int t, uint64_t c, const void *p, size_
     zs__put_le32(id + 12, HDR_MAGIC);
     zs__put_le64(id + 16, c);
     zs__put_le64(id + 24, (uint64_t)len);
-    return XXH3_64bits_withSeed(p, len, XXH3_64bits(id, sizeof id));
+    return XXH3_64bits(id, sizeof id);
+}
+
+static uint64_t chunk_sum(uint64_t step, int t, uint64_t c, const void *p, size_t len)
+{
+    return XXH3_64bits_withSeed(p, len, chunk_seed(step, t, c, len));
+}
+
+/* dst := src and return chunk_sum of it, in one pass over memory: each piece
+ * is hashed from dst right after the copy, while it is still in cache
+ * (XXH3's streaming form gives the same value as the one-shot form). */
+static uint64_t copy_and_sum(uint64_t step, int t, uint64_t c, char *dst, const char *src,
+                             size_t len)
+{
+    enum { PIECE = 64 << 10 };
+    XXH3_state_t s;
+    XXH3_64bits_reset_withSeed(&s, chunk_seed(step, t, c, len));
+    for (size_t off = 0; off < len; off += PIECE) {
+        size_t m = len - off < PIECE ? len - off : PIECE;
+        memcpy(dst + off, src + off, m);
+        XXH3_64bits_update(&s, dst + off, m);
+    }
+    return XXH3_64bits_digest(&s);
 }
 
 static uint64_t n_chunks(uint64_t n)
@@ -266,7 +291,7 @@ static int read_chunk(zs_store_t *st, uint64_t step, int t, uint64_t c, char *ds
     char key[ZS__KEY_MAX], *e = NULL;
     size_t klen = zs__chunk_key(key, step, t, c), vlen = 0;
     rocksdb_pinnableslice_t *p =
-        rocksdb_get_pinned_cf(st->db, st->ro, st->cf[CF_DATA], key, klen, &e);
+        rocksdb_get_pinned_cf(st->db, st->ro_chunk, st->cf[CF_DATA], key, klen, &e);
     int rc = ZS_ROCKS_CHECK(e, err, "get chunk", "is the store directory readable?");
     if (rc)
         return zs_err_prefix(err, "step %llu %s chunk %llu: ", (unsigned long long)step,
@@ -281,13 +306,11 @@ static int read_chunk(zs_store_t *st, uint64_t step, int t, uint64_t c, char *ds
                         "store %s: step %llu: tensor %s chunk %llu has %zu bytes, expected %zu",
                         st->dir, (unsigned long long)step, zs__tensor_name[t],
                         (unsigned long long)c, vlen, len + SUM_BYTES);
-    else if (zs__get_le64((const unsigned char *)v + len) != chunk_sum(step, t, c, v, len))
+    else if (zs__get_le64((const unsigned char *)v + len) != copy_and_sum(step, t, c, dst, v, len))
         rc =
             zs_err_set(err, ZS_ERR_CORRUPT,
                        "store %s: step %llu: tensor %s chunk %llu fails its XXH3 checksum", st->dir,
                        (unsigned long long)step, zs__tensor_name[t], (unsigned long long)c);
-    else
-        memcpy(dst, v, len);
     rocksdb_pinnableslice_destroy(p);
     return rc;
 }
