@@ -229,6 +229,8 @@ int zs_engine_create(const zs_engine_opts_t *o, const zs_model_t *model, zs_engi
     if (o->servers) {
         zs_client_opts_t co = {o->servers, o->token, NULL, o->server_timeout_ms, 0};
         rc = zs_client_create(&co, &e->client, err);
+        if (!rc && e->offload)
+            rc = zs__eng_pusher_start(e, err);
         if (rc)
             goto fail;
     }
@@ -246,14 +248,16 @@ void zs_engine_destroy(zs_engine_t *e)
 {
     if (!e)
         return;
-    for (int k = 0; k < e->nb; k++) {
+    zs__eng_pusher_stop(e);
+    for (int k = 0; e->b && k < e->nb; k++) {
         zs__bucket_t *b = &e->b[k];
         if (b->gather_req)
             zs_coll_wait(e->coll, b->gather_req, NULL);
         if (b->rs_req)
             zs_coll_wait(e->coll, b->rs_req, NULL);
+        if (b->gathered32 != b->gathered)
+            free(b->gathered32);
         free(b->gathered);
-        free(b->gathered32);
         free(b->gscratch);
         free(b->rs_send);
         free(b->rs_recv);

@@ -17,6 +17,8 @@
 #include "zs_engine.h"
 #include "zs_loss_scale.h"
 
+typedef struct zs__pusher zs__pusher_t;
+
 typedef struct zs__bucket {
     int first, last;      /* layers [first, last] */
     uint64_t off, n;      /* flat range [off, off + n) */
@@ -68,6 +70,9 @@ struct zs_engine {
     int rs_inflight;
     int rs_order[2]; /* buckets whose reduce-scatter is in flight, oldest first */
 
+    zs__pusher_t *pusher; /* offload: background gradient push (zs_engine_push.c) */
+    int last_micro;       /* the current micro-batch is the step's last */
+
     uint64_t buffer_bytes; /* scratch currently allocated */
     uint64_t buffer_peak;
 };
@@ -98,6 +103,17 @@ int zs__eng_after_update(zs_engine_t *e, zs_err_t *err);
 
 /* Norm, overflow, clipping, optimizer or offload for the step. */
 int zs__eng_optimize(zs_engine_t *e, zs_step_stats_t *st, zs_err_t *err);
+
+/* Background push of final gradient partitions (offload). */
+int zs__eng_pusher_start(zs_engine_t *e, zs_err_t *err);
+void zs__eng_pusher_stop(zs_engine_t *e);
+int zs__eng_push_async(zs_engine_t *e, uint64_t step, uint64_t lo, uint64_t hi, const void *src,
+                       zs_err_t *err);
+int zs__eng_push_wait(zs_engine_t *e, zs_err_t *err);
+
+/* Bucket k's gradient partition is final for this step: with offload,
+ * queue its push. */
+int zs__eng_bucket_final(zs_engine_t *e, int k, zs_err_t *err);
 
 /* Check macro for callbacks into the model. */
 #define ZS_ENG_TRY(expr)                                                                           \

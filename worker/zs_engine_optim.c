@@ -88,13 +88,9 @@ static int update_in_process(zs_engine_t *e, const zs_adam_step_t *as)
 
 static int update_offload(zs_engine_t *e, const zs_step_scalars_t *sc, zs_err_t *err)
 {
-    int rc = ZS_OK;
-    for (int k = 0; k < e->nb && !rc && !sc->skip; k++) {
-        zs__bucket_t *b = &e->b[k];
-        if (b->ve > b->vb)
-            rc = zs_client_push(e->client, sc->step, b->off + b->vb, b->off + b->ve,
-                                grad_part(e, b), e->dt, err);
-    }
+    /* The gradient partitions were queued for push as each bucket became
+     * final (zs_engine_step.c); wait for the last of them. */
+    int rc = zs__eng_push_wait(e, err);
     ZS_ENG_TRY(agree(e, rc, err));
     if (e->rank == 0)
         rc = zs_client_commit(e->client, sc, err);

@@ -51,6 +51,8 @@ static int finish_rs(zs_engine_t *e, int k, zs_err_t *err)
     b->rs_req = NULL;
     if (rc == ZS_OK)
         accumulate(zs__at(e, e->grads, b->qbase), e->dt, b->rs_recv, e->dt, b->part);
+    if (rc == ZS_OK && e->last_micro)
+        rc = zs__eng_bucket_final(e, k, err);
     zs__eng_free(e, b->rs_send, b->n_pad * e->esz);
     zs__eng_free(e, b->rs_recv, b->part * e->esz);
     b->rs_send = b->rs_recv = NULL;
@@ -63,6 +65,16 @@ static int finish_oldest_rs(zs_engine_t *e, zs_err_t *err)
     e->rs_order[0] = e->rs_order[1];
     e->rs_inflight--;
     return finish_rs(e, k, err);
+}
+
+int zs__eng_bucket_final(zs_engine_t *e, int k, zs_err_t *err)
+{
+    zs__bucket_t *b = &e->b[k];
+    if (!e->pusher || b->ve <= b->vb)
+        return ZS_OK;
+    const void *src =
+        e->stage < 2 ? zs__at(e, e->grads, b->pbase + b->vb) : zs__at(e, e->grads, b->qbase);
+    return zs__eng_push_async(e, e->step + 1, b->off + b->vb, b->off + b->ve, src, err);
 }
 
 /* Bucket k's gradient of this micro-batch is complete (in gscratch). */
@@ -174,6 +186,7 @@ int zs_engine_step(zs_engine_t *e, zs_step_stats_t *st, zs_err_t *err)
     int gas = (int)e->cfg.gradient_accumulation_steps, rc = ZS_OK;
     double loss = 0;
     for (int micro = 0; micro < gas && !rc; micro++) {
+        e->last_micro = micro == gas - 1;
         zs_batch_ctx_t bc = {st->step,
                              micro,
                              gas,
@@ -204,10 +217,13 @@ int zs_engine_step(zs_engine_t *e, zs_step_stats_t *st, zs_err_t *err)
     if (rc)
         return rc;
     if (e->stage < 2) /* DeepSpeed stages 0-1: one all-reduce of the full gradient */
-        for (int k = 0; k < e->nb && !rc; k++)
+        for (int k = 0; k < e->nb && !rc; k++) {
             rc = zs_coll_all_reduce(e->coll, zs__at(e, e->grads, e->b[k].pbase),
                                     zs__at(e, e->grads, e->b[k].pbase), e->b[k].n_pad, e->dt,
                                     ZS_OP_SUM, NULL, err);
+            if (!rc) /* overlaps the push of bucket k with the next all-reduce */
+                rc = zs__eng_bucket_final(e, k, err);
+        }
     float l = (float)loss;
     if (!rc)
         rc = zs_coll_all_reduce(e->coll, &l, &l, 1, ZS_DTYPE_F32, ZS_OP_SUM, NULL, err);

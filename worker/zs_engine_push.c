@@ -1,0 +1,135 @@
+/*
+ * zs_engine_push.c - background gradient push for offload (ZeRO-Offload's
+ * overlap of the gradient transfer with backward).
+ *
+ * On the last micro-batch of a step, a bucket's gradient partition is final
+ * as soon as its reduction is done; the engine queues it here and one
+ * pusher thread streams it to the shard servers while backward goes on.
+ * Before committing, zs__eng_push_wait drains the queue and reports the
+ * first error. The queued memory is the engine's gradient partition, which
+ * nothing writes again until the next step starts (after the wait).
+ */
+#include <pthread.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "zs_engine_internal.h"
+
+typedef struct job {
+    struct job *next;
+    uint64_t step, lo, hi;
+    const void *src;
+} job_t;
+
+struct zs__pusher {
+    zs_engine_t *e;
+    pthread_t th;
+    pthread_mutex_t mu;
+    pthread_cond_t cv;
+    job_t *head, *tail;
+    int busy, stop;
+    int rc;
+    zs_err_t err;
+};
+
+static void *pusher_main(void *arg)
+{
+    zs__pusher_t *p = arg;
+    pthread_mutex_lock(&p->mu);
+    for (;;) {
+        while (!p->head && !p->stop)
+            pthread_cond_wait(&p->cv, &p->mu);
+        if (!p->head)
+            break;
+        job_t *j = p->head;
+        p->head = j->next;
+        if (!p->head)
+            p->tail = NULL;
+        p->busy = 1;
+        int skip = p->rc != ZS_OK; /* after an error, drop the rest */
+        pthread_mutex_unlock(&p->mu);
+        zs_err_t err;
+        int rc = skip ? ZS_OK
+                      : zs_client_push(p->e->client, j->step, j->lo, j->hi, j->src, p->e->dt, &err);
+        free(j);
+        pthread_mutex_lock(&p->mu);
+        if (rc && p->rc == ZS_OK) {
+            p->rc = rc;
+            p->err = err;
+        }
+        p->busy = 0;
+        pthread_cond_broadcast(&p->cv);
+    }
+    pthread_mutex_unlock(&p->mu);
+    return NULL;
+}
+
+int zs__eng_pusher_start(zs_engine_t *e, zs_err_t *err)
+{
+    zs__pusher_t *p = calloc(1, sizeof *p);
+    if (!p)
+        return zs_err_set(err, ZS_ERR_NOMEM, "out of memory");
+    p->e = e;
+    pthread_mutex_init(&p->mu, NULL);
+    pthread_cond_init(&p->cv, NULL);
+    if (pthread_create(&p->th, NULL, pusher_main, p) != 0) {
+        free(p);
+        return zs_err_set(err, ZS_ERR_NOMEM, "cannot start the gradient pusher thread");
+    }
+    e->pusher = p;
+    return ZS_OK;
+}
+
+void zs__eng_pusher_stop(zs_engine_t *e)
+{
+    zs__pusher_t *p = e->pusher;
+    if (!p)
+        return;
+    pthread_mutex_lock(&p->mu);
+    p->stop = 1;
+    pthread_cond_broadcast(&p->cv);
+    pthread_mutex_unlock(&p->mu);
+    pthread_join(p->th, NULL);
+    while (p->head) {
+        job_t *j = p->head;
+        p->head = j->next;
+        free(j);
+    }
+    pthread_mutex_destroy(&p->mu);
+    pthread_cond_destroy(&p->cv);
+    free(p);
+    e->pusher = NULL;
+}
+
+int zs__eng_push_async(zs_engine_t *e, uint64_t step, uint64_t lo, uint64_t hi, const void *src,
+                       zs_err_t *err)
+{
+    zs__pusher_t *p = e->pusher;
+    job_t *j = malloc(sizeof *j);
+    if (!j)
+        return zs_err_set(err, ZS_ERR_NOMEM, "out of memory");
+    *j = (job_t){NULL, step, lo, hi, src};
+    pthread_mutex_lock(&p->mu);
+    if (p->tail)
+        p->tail->next = j;
+    else
+        p->head = j;
+    p->tail = j;
+    pthread_cond_broadcast(&p->cv);
+    pthread_mutex_unlock(&p->mu);
+    return ZS_OK;
+}
+
+int zs__eng_push_wait(zs_engine_t *e, zs_err_t *err)
+{
+    zs__pusher_t *p = e->pusher;
+    pthread_mutex_lock(&p->mu);
+    while (p->head || p->busy)
+        pthread_cond_wait(&p->cv, &p->mu);
+    int rc = p->rc;
+    if (rc && err)
+        *err = p->err;
+    p->rc = ZS_OK;
+    pthread_mutex_unlock(&p->mu);
+    return rc;
+}
