@@ -6,6 +6,8 @@
  *   zs-ctl --servers ... checkpoint STEP        write checkpoint STEP now
  *   zs-ctl --servers ... restore STEP           load checkpoint STEP everywhere
  *   zs-ctl --servers ... delete STEP | --keep K remove checkpoints
+ *   zs-ctl estimate --params N --gpus G ...      model-state memory (no
+ *                                                servers: zs_estimate.c)
  *
  * Talks to the servers through the shard client (worker/zs_client.h); does
  * not modify anything except through those calls.
@@ -16,12 +18,31 @@
 #include <string.h>
 
 #include "zs_client.h"
+#include "zs_estimate.h"
 
 static void usage(FILE *f)
 {
     fprintf(f, "usage: zs-ctl --servers HOST:PORT[,...] [--token-file F] [--tls-ca F]\n"
                "              status | checkpoints | checkpoint STEP | restore STEP |\n"
-               "              delete STEP | delete --keep K\n");
+               "              delete STEP | delete --keep K\n"
+               "       zs-ctl estimate --params N --gpus G [--nodes n] [--stage S ...]\n");
+}
+
+/* Index of the first non-option argument (the subcommand), or argc.
+ * Options taking a value in the separate-argument form skip it. */
+static int command_index(int argc, char **argv)
+{
+    static const char *const with_value[] = {"--servers", "--token-file", "--tls-ca", "--keep"};
+    for (int i = 1; i < argc; i++) {
+        if (!strcmp(argv[i], "--"))
+            return i + 1;
+        if (argv[i][0] != '-')
+            return i;
+        for (size_t k = 0; k < sizeof with_value / sizeof with_value[0]; k++)
+            if (!strcmp(argv[i], with_value[k]))
+                i++;
+    }
+    return argc;
 }
 
 static char *read_file(const char *path)
@@ -84,7 +105,9 @@ int main(int argc, char **argv)
                                          {"keep", required_argument, 0, 'k'},
                                          {"help", no_argument, 0, 'h'},
                                          {0, 0, 0, 0}};
-    int ch;
+    int ch, ci = command_index(argc, argv);
+    if (ci < argc && !strcmp(argv[ci], "estimate")) /* offline: needs no --servers */
+        return zs_estimate_main(argc - ci, argv + ci);
     while ((ch = getopt_long(argc, argv, "h", opts, NULL)) != -1) {
         switch (ch) {
         case 's': servers = optarg; break;
