@@ -14,6 +14,7 @@ PKGS=(
   librocksdb-dev                   # checkpoints (C API rocksdb/c.h)
   libxxhash-dev                    # per-chunk checkpoint checksums (XXH3)
   libcjson-dev                     # DeepSpeed-style JSON configs
+  libopenblas-dev                  # GEMMs of the CPU GPT model (cblas.h)
   libopenmpi-dev openmpi-bin       # CPU collectives and launch
   python3 python3-torch python3-numpy  # reference tests (torch.optim.AdamW...)
   gnuplot-nox                      # loss / step-time plots

@@ -58,4 +58,29 @@ int zs_gpt_set_tokens(zs_gpt_t *g, const int32_t *inputs, const int32_t *targets
 /* Logits [B, T, V] of the last forward (valid until the next forward). */
 const float *zs_gpt_logits(const zs_gpt_t *g);
 
+/* A fixed batch for load_batch: inputs/targets [B, ctx]; every micro-batch
+ * then uses these tokens (B must equal the engine's micro batch) instead of
+ * the data. For tests and benchmarks; inputs == NULL clears it. */
+int zs_gpt_set_fixed_tokens(zs_gpt_t *g, const int32_t *inputs, const int32_t *targets, int B,
+                            zs_err_t *err);
+
+/* Run the kernels on n threads (n <= 0: all online CPUs). The default is
+ * $ZS_GPT_THREADS, else all online CPUs. Not while a call is running. */
+int zs_gpt_set_threads(zs_gpt_t *g, int n, zs_err_t *err);
+
+/* One parameter tensor in the flat buffer of all layers in order (layer 0's
+ * parameters first, then each layer's right after the previous one's). */
+typedef struct zs_gpt_tensor {
+    char name[32];   /* "wte", "wpe", "h0.ln1_w" .. "h{L-1}.fc_proj_b", "lnf_w", "lnf_b" */
+    int layer;       /* engine layer that owns it */
+    uint64_t offset; /* in floats from the start of the flat buffer */
+    uint64_t rows, cols, numel;
+} zs_gpt_tensor_t;
+
+/* Number of parameter tensors: 2 + 12 L + 2. */
+int zs_gpt_num_tensors(const zs_gpt_config_t *c);
+
+/* Tensor i (0 .. zs_gpt_num_tensors - 1) in flat-buffer order. */
+int zs_gpt_tensor(const zs_gpt_config_t *c, int i, zs_gpt_tensor_t *t);
+
 #endif

@@ -1,0 +1,110 @@
+/*
+ * zs_gpt_ops.h - CPU layer kernels of the reference GPT-2-style model
+ * (worker/zs_gpt.c): embedding, LayerNorm, matmul, causal multi-head
+ * attention, GELU, residual, softmax cross-entropy, each forward and backward.
+ *
+ * These are the fp32 reference the CUDA kernels must match. Math as GPT-2 /
+ * llm.c's train_gpt2.c: LayerNorm eps 1e-5 (biased variance), attention
+ * scores scaled by 1/sqrt(head_dim) with a causal mask and a max-subtracted
+ * softmax, GELU tanh approximation 0.5x(1+tanh(sqrt(2/pi)(x+0.044715x^3))),
+ * cross-entropy through a max-subtracted log-sum-exp.
+ *
+ * Layouts (row-major): activations [N, C] with N = B*T rows; weights
+ * [in, out] (y = x W + b); qkv [B, T, 3C] = (q | k | v), head h of each at
+ * columns h*hs .. h*hs+hs-1 (hs = C / NH); attention probabilities
+ * [B, NH, T, T] (row t holds zeros past column t).
+ *
+ * Gradient conventions: gradients of PARAMETERS (dw, db, dwte, dwpe)
+ * accumulate (+=), as the engine's grad buffers require. Gradients of
+ * ACTIVATIONS are written (=) unless the function says "accumulates".
+ *
+ * Threads: every function takes a zs_pool_t (NULL = run on the caller only)
+ * and splits its work into tasks that never write the same element, so the
+ * results do not depend on the thread count or on scheduling. GEMMs go to
+ * OpenBLAS's cblas_sgemm, split by rows or columns over the pool; OpenBLAS
+ * itself is set to one thread (openblas_set_num_threads(1), on the first
+ * zs_op_* call) so the pool's threads are the only ones computing: OpenBLAS's
+ * own threads busy-wait after each call and would steal the cores the pool
+ * runs the other kernels on.
+ */
+#ifndef ZS_GPT_OPS_H
+#define ZS_GPT_OPS_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "zs_pool.h"
+
+#define ZS_LN_EPS 1e-5f
+
+/* Make OpenBLAS single-threaded (idempotent; every zs_op_* calls it). */
+void zs_op_init(void);
+
+/* C[M, N] = alpha * op(A) op(B) + beta * C, row-major, op = transpose when
+ * ta / tb is non-zero (A is [K, M] / B is [N, K] then). Split over the
+ * pool's threads along the larger of M and N. */
+void zs_op_gemm(zs_pool_t *pool, int ta, int tb, int M, int N, int K, float alpha, const float *A,
+                int lda, const float *B, int ldb, float beta, float *C, int ldc);
+
+/* out[b, t, :] = wte[tok[b, t], :] + wpe[t, :]; tok [B*T] each < V (not
+ * checked here). */
+void zs_op_embed_fwd(zs_pool_t *pool, float *out, const int32_t *tok, const float *wte,
+                     const float *wpe, int B, int T, int C);
+
+/* dwte[tok[b, t], :] += dout[b, t, :]; dwpe[t, :] += sum over b of
+ * dout[b, t, :]. Deterministic (split by columns). */
+void zs_op_embed_bwd(zs_pool_t *pool, float *dwte, float *dwpe, const float *dout,
+                     const int32_t *tok, int B, int T, int C);
+
+/* out = (inp - mean) * rstd * w + b per row of C; mean, rstd [N] are kept
+ * for the backward. */
+void zs_op_layernorm_fwd(zs_pool_t *pool, float *out, float *mean, float *rstd, const float *inp,
+                         const float *w, const float *b, int N, int C);
+
+/* dinp ACCUMULATES (+=) the input gradient (a residual stream); dw, db +=. */
+void zs_op_layernorm_bwd(zs_pool_t *pool, float *dinp, float *dw, float *db, const float *dout,
+                         const float *inp, const float *w, const float *mean, const float *rstd,
+                         int N, int C);
+
+/* out[N, OC] = inp[N, IC] w[IC, OC] + bias (bias may be NULL). */
+void zs_op_matmul_fwd(zs_pool_t *pool, float *out, const float *inp, const float *w,
+                      const float *bias, int N, int IC, int OC);
+
+/* dinp = dout w^T (skipped when dinp is NULL); dw += inp^T dout; db += column
+ * sums of dout (skipped when db is NULL). */
+void zs_op_matmul_bwd(zs_pool_t *pool, float *dinp, float *dw, float *db, const float *dout,
+                      const float *inp, const float *w, int N, int IC, int OC);
+
+/* Causal self-attention: out [B, T, C] from qkv [B, T, 3C]; att
+ * [B, NH, T, T] receives the softmax probabilities (kept for backward). */
+void zs_op_attention_fwd(zs_pool_t *pool, float *out, float *att, const float *qkv, int B, int T,
+                         int C, int NH);
+
+/* dqkv [B, T, 3C] = gradient of the input; scratch [B, NH, T, T]. */
+void zs_op_attention_bwd(zs_pool_t *pool, float *dqkv, float *scratch, const float *dout,
+                         const float *qkv, const float *att, int B, int T, int C, int NH);
+
+/* out = gelu(inp), n elements (tanh approximation). out may equal inp. */
+void zs_op_gelu_fwd(zs_pool_t *pool, float *out, const float *inp, size_t n);
+
+/* dinp = gelu'(inp) * dout; dinp may equal dout. */
+void zs_op_gelu_bwd(zs_pool_t *pool, float *dinp, const float *inp, const float *dout, size_t n);
+
+/* out = a + b (n elements; out may alias a or b). */
+void zs_op_residual_fwd(zs_pool_t *pool, float *out, const float *a, const float *b, size_t n);
+
+/* da += dout; db += dout. */
+void zs_op_residual_bwd(zs_pool_t *pool, float *da, float *db, const float *dout, size_t n);
+
+/* Per row n of logits [N, V]: lse[n] = log sum exp(logits[n, :]) and
+ * losses[n] = lse[n] - logits[n, targets[n]]. targets each < V. */
+void zs_op_xent_fwd(zs_pool_t *pool, float *losses, float *lse, const float *logits,
+                    const int32_t *targets, int N, int V);
+
+/* dlogits = scale * (softmax(logits) - onehot(targets)); e.g. scale =
+ * dloss / N for the gradient of dloss * mean(losses). dlogits may equal
+ * logits. */
+void zs_op_xent_bwd(zs_pool_t *pool, float *dlogits, const float *logits, const float *lse,
+                    const int32_t *targets, int N, int V, float scale);
+
+#endif
