@@ -1,0 +1,8 @@
+# Integration tests of zs-server: bearer token and TLS (test_auth), and a
+# kill -9 of the server while a checkpoint is being written (test_server_crash).
+zs_add_test(test_auth SRCS test_auth.c LIBS zeroshard zs_testproc TIMEOUT 120
+            LABELS integration)
+zs_add_test(test_server_crash SRCS test_server_crash.c LIBS zeroshard zs_testproc TIMEOUT 180
+            LABELS integration)
+add_dependencies(test_auth zs-server)
+add_dependencies(test_server_crash zs-server)
