@@ -135,7 +135,7 @@ static void equivalence(void)
 /* Stage 3 with resident (persistent) buckets and offload_param bookkeeping. */
 static void stage3_options(void)
 {
-    printf("1b. stage 3: persistence threshold and offload_param\n");
+    printf("1b. stage 3 persistence and offload_param; one bucket with accumulation\n");
     char log[300];
     snprintf(log, sizeof log, "%s/s3-persist.log", g_tmp);
     /* Buckets are 1102, 1590 and 1566 elements: threshold 1200 keeps the
@@ -157,6 +157,16 @@ static void stage3_options(void)
     fflush(stdout);
     show(log, "^maxerr");
     show(log, "^  0 ");
+    /* One bucket for the whole model with gradient accumulation: each
+     * micro-batch's reduce-scatter of the same bucket must finish before the
+     * next starts (a regression test). */
+    snprintf(log, sizeof log, "%s/one-bucket.log", g_tmp);
+    must(run(2, log, "--stage 2 --bucket 100000 --gas 4 --steps 10 --clip 1.0 --ref --mem-check "
+                     "--atol 2e-6 --rtol 1e-4"),
+         log, "stage 2, one bucket, gas 4");
+    printf("  stage 2, one bucket, 4 micro-batches: ");
+    fflush(stdout);
+    show(log, "^maxerr");
 }
 
 static void kill_and_resume(int offload, int stage)

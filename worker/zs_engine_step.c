@@ -203,6 +203,13 @@ int zs_engine_step(zs_engine_t *e, zs_step_stats_t *st, zs_err_t *err)
         double t1 = now_ms();
         if (!rc)
             rc = backward(e, (float)e->ls.scale, ptrs, gptrs, err);
+        /* A bucket's reduce-scatter must finish before the next micro-batch
+         * starts another one for the same bucket. */
+        while (e->rs_inflight > 0) {
+            int r = finish_oldest_rs(e, err);
+            if (!rc)
+                rc = r;
+        }
         st->ms_forward += t1 - t0;
         st->ms_backward += now_ms() - t1;
     }
