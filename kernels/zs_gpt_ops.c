@@ -461,13 +461,15 @@ typedef struct {
     const float *a, *b;
 } ew_job_t;
 
+/* 0.5 x (1 + tanh(u)) = x * sigmoid(2u): one expf, and no cancellation in
+ * 1 + tanh(u) for negative u. */
 static void gelu_fwd_range(const void *arg, size_t lo, size_t hi)
 {
     const ew_job_t *j = arg;
     for (size_t i = lo; i < hi; i++) {
         float x = j->a[i];
         float u = GELU_S * (x + GELU_C * x * x * x);
-        j->out[i] = 0.5f * x * (1.0f + tanhf(u));
+        j->out[i] = x / (1.0f + expf(-2.0f * u));
     }
 }
 
@@ -477,16 +479,17 @@ void zs_op_gelu_fwd(zs_pool_t *pool, float *out, const float *inp, size_t n)
     parallel_for(pool, n, 4096, gelu_fwd_range, &j);
 }
 
+/* d/dx 0.5 x (1 + tanh u) = 0.5 (1 + tanh u) + 0.5 x (1 - tanh^2 u) u'
+ *                         = s + 2 x s (1 - s) u',  s = sigmoid(2u). */
 static void gelu_bwd_range(const void *arg, size_t lo, size_t hi)
 {
     const ew_job_t *j = arg;
     for (size_t i = lo; i < hi; i++) {
         float x = j->a[i];
         float u = GELU_S * (x + GELU_C * x * x * x);
-        float th = tanhf(u);
-        float sech2 = 1.0f - th * th;
-        float g = 0.5f * (1.0f + th) + 0.5f * x * sech2 * GELU_S * (1.0f + 3.0f * GELU_C * x * x);
-        j->out[i] = g * j->b[i];
+        float s = 1.0f / (1.0f + expf(-2.0f * u));
+        float du = GELU_S * (1.0f + 3.0f * GELU_C * x * x);
+        j->out[i] = (s + 2.0f * x * s * (1.0f - s) * du) * j->b[i];
     }
 }
 

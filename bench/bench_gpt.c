@@ -1,0 +1,269 @@
+/*
+ * bench_gpt.c - training throughput of the reference GPT model on CPU
+ * (worker/zs_gpt.h), in tokens/s of a full train step, like llm.c's
+ * train_gpt2.c: forward, zero the gradients, backward, fused AdamW on every
+ * parameter (lr 1e-4, betas 0.9/0.999, eps 1e-8, no weight decay, as
+ * train_gpt2.c calls gpt2_update).
+ *
+ * Two ways of running the step, each a table row:
+ *   model + AdamW  single process, no engine: the model's layer callbacks
+ *                  on one flat fp32 parameter/gradient buffer, then
+ *                  zs_adam_update over it in 1M-element chunks on a pool;
+ *   engine W=1     zs_engine_step at W = 1 (MPI initialised here, no
+ *                  mpirun), stage 0, fp32, no servers: the same work plus
+ *                  what the engine adds (gradient "all-reduce" over one
+ *                  rank, global norm, bookkeeping).
+ * Shapes: GPT-2 124M (L=12, NH=12, C=768, V=50257, T=64, B=4) and small
+ * (L=4, NH=4, C=256, V=256, T=64, B=8). Threads: 2 (--threads N): the
+ * model's pool and the AdamW pool; OpenBLAS single-threaded inside the pool
+ * (zs_gpt_ops.h). Rates are per step; the median of ZS_BENCH_REPS steps
+ * (default 7 for 124M, 20 for small) after one warm-up step.
+ *
+ * The baseline column is QUOTED, not measured here: llm.c's train_gpt2.c
+ * (OpenMP, 2 threads) on a machine like this one: ~40 tokens/s on 124M and
+ * ~1,700 tokens/s on the small shape.
+ *
+ * Usage: bench_gpt [--shape 124m|small|both] [--threads N] [--no-engine]
+ */
+#include <math.h>
+#include <mpi.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+
+#include "zs_adam.h"
+#include "zs_bench.h"
+#include "zs_engine.h"
+#include "zs_gpt.h"
+#include "zs_pool.h"
+
+typedef struct {
+    const char *name;
+    zs_gpt_config_t c;
+    int B, reps;
+    double llmc_tok_s; /* quoted baseline */
+} shape_t;
+
+static void die(const char *what, const zs_err_t *err)
+{
+    fprintf(stderr, "bench_gpt: %s: %s\n", what, err ? err->msg : "");
+    exit(1);
+}
+
+typedef struct {
+    const zs_adam_hparams_t *hp;
+    const zs_adam_step_t *st;
+    float *p, *m, *v;
+    const float *g;
+    size_t n, chunk;
+} adam_job_t;
+
+static void adam_task(void *arg, size_t task, int thread)
+{
+    (void)thread;
+    const adam_job_t *j = arg;
+    size_t lo = task * j->chunk, n = lo + j->chunk < j->n ? j->chunk : j->n - lo;
+    zs_adam_update(j->hp, j->st, j->p + lo, j->m + lo, j->v + lo, j->g + lo, ZS_DTYPE_F32, NULL,
+                   ZS_DTYPE_NONE, n);
+}
+
+static void make_tokens(const shape_t *s, int32_t *in, int32_t *tg)
+{
+    uint64_t x = 12345;
+    int n = s->B * s->c.ctx;
+    for (int i = 0; i <= n; i++) {
+        x = x * 6364136223846793005ull + 1442695040888963407ull;
+        int32_t t = (int32_t)((x >> 33) % (uint64_t)s->c.vocab);
+        if (i < n)
+            in[i] = t;
+        if (i > 0)
+            tg[i - 1] = t;
+    }
+}
+
+/* Model + AdamW without the engine; fills tokens/s per step. */
+static void run_model(const shape_t *s, int threads, double *rates, double ms[3])
+{
+    zs_err_t err;
+    zs_gpt_t *g;
+    const zs_gpt_config_t *c = &s->c;
+    if (zs_gpt_create(c, s->B, 1, &g, &err) || zs_gpt_set_threads(g, threads, &err))
+        die("create", &err);
+    const zs_model_t *m = zs_gpt_model(g);
+    size_t P = (size_t)zs_gpt_num_params(c);
+    int nl = m->nlayers;
+    size_t *off = calloc((size_t)nl + 1, sizeof *off);
+    for (int i = 0; i < nl; i++)
+        off[i + 1] = off[i] + m->nparams[i];
+    float *w = malloc(P * 4), *gr = malloc(P * 4), *am = calloc(P, 4), *av = calloc(P, 4);
+    int32_t *in = malloc((size_t)s->B * c->ctx * 4), *tg = malloc((size_t)s->B * c->ctx * 4);
+    if (!off || !w || !gr || !am || !av || !in || !tg)
+        die("out of memory", NULL);
+    for (int i = 0; i < nl; i++)
+        if (m->init_params(m->self, i, w + off[i], &err))
+            die("init", &err);
+    make_tokens(s, in, tg);
+    zs_pool_t *pool = zs_pool_create(threads);
+    zs_adam_hparams_t hp = {1e-4f, 0.9f, 0.999f, 1e-8f, 0.0f, 1, 1};
+    double tf[ZS_BENCH_MAX_REPS], tb[ZS_BENCH_MAX_REPS], ta[ZS_BENCH_MAX_REPS];
+    double first = 0, last = 0;
+    for (int r = -1; r < s->reps; r++) {
+        double t0 = zs_bench_now();
+        if (zs_gpt_set_tokens(g, in, tg, s->B, c->ctx, &err))
+            die("tokens", &err);
+        for (int i = 0; i < nl; i++) {
+            float *p[2] = {w + off[i], w};
+            if (m->forward(m->self, i, p, &err))
+                die("forward", &err);
+        }
+        double t1 = zs_bench_now();
+        memset(gr, 0, P * 4);
+        for (int i = nl - 1; i >= 0; i--) {
+            float *p[2] = {w + off[i], w}, *gp[2] = {gr + off[i], gr};
+            if (m->backward(m->self, i, p, gp, 1.0f, &err))
+                die("backward", &err);
+        }
+        double t2 = zs_bench_now();
+        zs_adam_step_t st = {hp.lr, r + 2, 1.0f, 1.0f};
+        adam_job_t aj = {&hp, &st, w, am, av, gr, P, 1 << 20};
+        zs_pool_run(pool, (P + aj.chunk - 1) / aj.chunk, adam_task, &aj);
+        double t3 = zs_bench_now();
+        double loss = m->loss(m->self);
+        if (r < 0)
+            first = loss;
+        last = loss;
+        if (r >= 0) {
+            rates[r] = (double)s->B * c->ctx / (t3 - t0);
+            tf[r] = 1e3 * (t1 - t0);
+            tb[r] = 1e3 * (t2 - t1);
+            ta[r] = 1e3 * (t3 - t2);
+        }
+    }
+    ms[0] = zs_bench_median(tf, s->reps);
+    ms[1] = zs_bench_median(tb, s->reps);
+    ms[2] = zs_bench_median(ta, s->reps);
+    fprintf(stderr, "bench_gpt: %s model+AdamW: loss %.4f -> %.4f over %d steps\n", s->name, first,
+            last, s->reps + 1);
+    zs_pool_destroy(pool);
+    zs_gpt_destroy(g);
+    free(off), free(w), free(gr), free(am), free(av), free(in), free(tg);
+}
+
+/* The same step through the engine at W = 1, stage 0. */
+static void run_engine(const shape_t *s, int threads, zs_coll_t *coll, double *rates)
+{
+    zs_err_t err;
+    zs_gpt_t *g;
+    const zs_gpt_config_t *c = &s->c;
+    if (zs_gpt_create(c, s->B, 1, &g, &err) || zs_gpt_set_threads(g, threads, &err))
+        die("create", &err);
+    int32_t *in = malloc((size_t)s->B * c->ctx * 4), *tg = malloc((size_t)s->B * c->ctx * 4);
+    make_tokens(s, in, tg);
+    if (zs_gpt_set_fixed_tokens(g, in, tg, s->B, &err))
+        die("tokens", &err);
+    char json[512];
+    snprintf(json, sizeof json,
+             "{\"train_batch_size\": %d, \"train_micro_batch_size_per_gpu\": %d,"
+             " \"optimizer\": {\"type\": \"AdamW\", \"params\": {\"lr\": 1e-4,"
+             " \"betas\": [0.9, 0.999], \"eps\": 1e-8, \"weight_decay\": 0.0}},"
+             " \"zero_optimization\": {\"stage\": 0}}",
+             s->B, s->B);
+    zs_config_t cfg;
+    if (zs_config_parse(json, &cfg, NULL, NULL, &err) || zs_config_resolve(&cfg, 1, &err))
+        die("config", &err);
+    zs_engine_opts_t eo = {&cfg, coll, NULL, NULL, "bench-gpt", 0};
+    zs_engine_t *e;
+    if (zs_engine_create(&eo, zs_gpt_model(g), &e, &err) || zs_engine_start(e, &err))
+        die("engine", &err);
+    double first = 0, last = 0, part[4][ZS_BENCH_MAX_REPS];
+    for (int r = -1; r < s->reps; r++) {
+        zs_step_stats_t st;
+        double t0 = zs_bench_now();
+        if (zs_engine_step(e, &st, &err))
+            die("step", &err);
+        double t1 = zs_bench_now();
+        if (r < 0)
+            first = st.loss;
+        last = st.loss;
+        if (r >= 0) {
+            rates[r] = (double)s->B * c->ctx / (t1 - t0);
+            part[0][r] = st.ms_forward;
+            part[1][r] = st.ms_backward;
+            part[2][r] = st.ms_comm;
+            part[3][r] = st.ms_optimizer;
+        }
+    }
+    fprintf(stderr,
+            "bench_gpt: %s engine: loss %.4f -> %.4f over %d steps; median ms forward %.1f "
+            "backward %.1f comm %.1f optimizer %.1f\n",
+            s->name, first, last, s->reps + 1, zs_bench_median(part[0], s->reps),
+            zs_bench_median(part[1], s->reps), zs_bench_median(part[2], s->reps),
+            zs_bench_median(part[3], s->reps));
+    zs_engine_destroy(e);
+    zs_gpt_destroy(g);
+    free(in), free(tg);
+}
+
+int main(int argc, char **argv)
+{
+    const char *which = "both";
+    int threads = 2, engine = 1;
+    for (int i = 1; i < argc; i++) {
+        if (!strcmp(argv[i], "--shape") && i + 1 < argc)
+            which = argv[++i];
+        else if (!strcmp(argv[i], "--threads") && i + 1 < argc)
+            threads = atoi(argv[++i]);
+        else if (!strcmp(argv[i], "--no-engine"))
+            engine = 0;
+        else {
+            fprintf(stderr, "usage: bench_gpt [--shape 124m|small|both] [--threads N] "
+                            "[--no-engine]\n");
+            return 2;
+        }
+    }
+    int provided;
+    MPI_Init_thread(&argc, &argv, MPI_THREAD_FUNNELED, &provided);
+    zs_err_t err;
+    zs_coll_t *coll = NULL;
+    if (engine && zs_coll_mpi_create(&coll, &err))
+        die("collectives", &err);
+    shape_t shapes[2] = {
+        {"124M", {12, 12, 768, 64, 50257}, 4, zs_bench_reps(7), 40.0},
+        {"small", {4, 4, 256, 64, 256}, 8, zs_bench_reps(20), 1700.0},
+    };
+    char title[160];
+    snprintf(title, sizeof title,
+             "GPT train step, %d threads, tokens/s (baseline: llm.c train_gpt2.c, QUOTED)",
+             threads);
+    zs_bench_header(title, "tokens/s");
+    double split[2][3];
+    for (int k = 0; k < 2; k++) {
+        const shape_t *s = &shapes[k];
+        if (strcmp(which, "both") && strcasecmp(which, s->name))
+            continue;
+        char size[96];
+        snprintf(size, sizeof size, "L%d C%d V%d T%d B%d", s->c.layers, s->c.width, s->c.vocab,
+                 s->c.ctx, s->B);
+        double rates[ZS_BENCH_MAX_REPS], base = s->llmc_tok_s;
+        char name[96];
+        run_model(s, threads, rates, split[k]);
+        snprintf(name, sizeof name, "%s model + AdamW (no engine)", s->name);
+        zs_bench_row(name, size, rates, s->reps, &base, 1);
+        if (engine) {
+            run_engine(s, threads, coll, rates);
+            snprintf(name, sizeof name, "%s engine W=1 stage 0", s->name);
+            zs_bench_row(name, size, rates, s->reps, &base, 1);
+        }
+    }
+    printf("\nMedian step split (model + AdamW, ms): ");
+    for (int k = 0; k < 2; k++)
+        if (!strcmp(which, "both") || !strcasecmp(which, shapes[k].name))
+            printf("%s forward %.1f, backward %.1f, AdamW %.1f; ", shapes[k].name, split[k][0],
+                   split[k][1], split[k][2]);
+    printf("\n");
+    if (coll)
+        zs_coll_destroy(coll);
+    MPI_Finalize();
+    return 0;
+}
