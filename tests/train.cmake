@@ -1,8 +1,6 @@
 # zs-train end to end (issue 4): needs zs-train and zs-tokenize.
-if(TARGET zs-train AND TARGET zs-tokenize)
-  zs_add_test(test_train SRCS test_train.c LIBS zs_testproc TIMEOUT 900 LABELS integration)
-  target_compile_definitions(test_train PRIVATE ZS_MPIEXEC="${MPIEXEC_EXECUTABLE}"
-                             ZS_TRAIN="$<TARGET_FILE:zs-train>"
-                             ZS_TOKENIZE="$<TARGET_FILE:zs-tokenize>")
-  add_dependencies(test_train zs-train zs-tokenize zs-server)
-endif()
+zs_add_test(test_train SRCS test_train.c LIBS zs_testproc TIMEOUT 900 LABELS integration)
+target_compile_definitions(test_train PRIVATE ZS_MPIEXEC="${MPIEXEC_EXECUTABLE}"
+                           ZS_TRAIN="$<TARGET_FILE:zs-train>"
+                           ZS_TOKENIZE="$<TARGET_FILE:zs-tokenize>")
+add_dependencies(test_train zs-train zs-tokenize zs-server)

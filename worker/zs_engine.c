@@ -13,7 +13,15 @@
 
 void *zs__eng_alloc(zs_engine_t *e, size_t bytes)
 {
-    void *p = calloc(1, bytes ? bytes : 1);
+    void *p = NULL;
+    for (int i = 0; i < 8 && !p; i++)
+        if (e->cache[i].p && e->cache[i].bytes == bytes) {
+            p = e->cache[i].p;
+            e->cache[i].p = NULL;
+            memset(p, 0, bytes);
+        }
+    if (!p)
+        p = calloc(1, bytes ? bytes : 1);
     if (p) {
         e->buffer_bytes += bytes;
         if (e->buffer_bytes > e->buffer_peak)
@@ -24,10 +32,16 @@ void *zs__eng_alloc(zs_engine_t *e, size_t bytes)
 
 void zs__eng_free(zs_engine_t *e, void *p, size_t bytes)
 {
-    if (p) {
-        free(p);
-        e->buffer_bytes -= bytes;
-    }
+    if (!p)
+        return;
+    e->buffer_bytes -= bytes;
+    for (int i = 0; i < 8; i++)
+        if (!e->cache[i].p) {
+            e->cache[i].p = p;
+            e->cache[i].bytes = bytes;
+            return;
+        }
+    free(p); /* cache full */
 }
 
 /* Group whole consecutive layers into buckets of about `cap` elements. */
@@ -249,6 +263,8 @@ void zs_engine_destroy(zs_engine_t *e)
     if (!e)
         return;
     zs__eng_pusher_stop(e);
+    for (int i = 0; i < 8; i++)
+        free(e->cache[i].p);
     for (int k = 0; e->b && k < e->nb; k++) {
         zs__bucket_t *b = &e->b[k];
         if (b->gather_req)

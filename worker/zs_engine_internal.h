@@ -73,6 +73,13 @@ struct zs_engine {
     zs__pusher_t *pusher; /* offload: background gradient push (zs_engine_push.c) */
     int last_micro;       /* the current micro-batch is the step's last */
 
+    /* Freed scratch blocks kept for reuse: buckets ask for the same sizes
+     * every micro-batch, and fresh large blocks cost a page fault per 4 KiB. */
+    struct {
+        void *p;
+        size_t bytes;
+    } cache[8];
+
     uint64_t buffer_bytes; /* scratch currently allocated */
     uint64_t buffer_peak;
 };
