@@ -16,6 +16,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "zs_file.h"
 #include "zs_log.h"
 #include "zs_rpc.h"
 #include "zs_service.h"
@@ -45,21 +46,6 @@ static void usage(FILE *f)
             "(bearer token, instead of --token-file).\n");
 }
 
-/* Read a whole small text file (PEM, token); NULL on error. Caller frees. */
-static char *read_text(const char *path)
-{
-    FILE *f = fopen(path, "rb");
-    if (!f)
-        return NULL;
-    char *buf = malloc(1 << 20);
-    size_t n = buf ? fread(buf, 1, (1 << 20) - 1, f) : 0;
-    fclose(f);
-    if (!buf)
-        return NULL;
-    buf[n] = '\0';
-    return buf;
-}
-
 /* mkdir -p: create `path` and its missing parents (mode 0755). */
 static int mkdir_p(const char *path)
 {
@@ -75,13 +61,6 @@ static int mkdir_p(const char *path)
         }
     }
     return mkdir(tmp, 0755) != 0 && errno != EEXIST ? -1 : 0;
-}
-
-static void chomp(char *s)
-{
-    size_t n = strlen(s);
-    while (n && (s[n - 1] == '\n' || s[n - 1] == '\r' || s[n - 1] == ' '))
-        s[--n] = '\0';
 }
 
 int main(int argc, char **argv)
@@ -157,15 +136,15 @@ int main(int argc, char **argv)
 
     char *token = NULL, *cert_pem = NULL, *key_pem = NULL;
     if (token_file) {
-        if (!(token = read_text(token_file))) {
+        if (!(token = zs_file_read_text(token_file, 4096, 1))) {
             fprintf(stderr, "zs-server: cannot read --token-file %s\n", token_file);
             return 1;
         }
-        chomp(token);
     } else if (getenv("ZS_TOKEN")) {
         token = strdup(getenv("ZS_TOKEN"));
     }
-    if (cert && (!(cert_pem = read_text(cert)) || !(key_pem = read_text(key)))) {
+    if (cert && (!(cert_pem = zs_file_read_text(cert, 1 << 20, 0)) ||
+                 !(key_pem = zs_file_read_text(key, 1 << 20, 0)))) {
         fprintf(stderr, "zs-server: cannot read TLS files %s / %s\n", cert, key);
         return 1;
     }

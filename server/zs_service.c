@@ -12,6 +12,7 @@
 
 #include "zs_dtype.h"
 #include "zs_log.h"
+#include "zs_pbconv.h"
 #include "zs_service.h"
 
 /* Deadline of a call in zs_now_ms() milliseconds. */
@@ -60,7 +61,7 @@ static grpc_byte_buffer *hello_reply(zs_shard_t *sh, zs_err_t *err)
     if (zs_shard_info(sh, &in, err))
         return NULL;
     Zeroshard__HelloReply r = ZEROSHARD__HELLO_REPLY__INIT;
-    Zeroshard__AdamConfig a = ZEROSHARD__ADAM_CONFIG__INIT;
+    Zeroshard__AdamConfig a;
     Zeroshard__Counters c = ZEROSHARD__COUNTERS__INIT;
     r.protocol_version = ZS_PROTOCOL_VERSION;
     r.initialized = in.initialized;
@@ -74,13 +75,7 @@ static grpc_byte_buffer *hello_reply(zs_shard_t *sh, zs_err_t *err)
     r.optimizer_step = in.optimizer_step;
     r.n_checkpoints = in.ncheckpoints;
     r.checkpoints = in.checkpoints;
-    a.lr = in.adam.lr;
-    a.beta1 = in.adam.beta1;
-    a.beta2 = in.adam.beta2;
-    a.eps = in.adam.eps;
-    a.weight_decay = in.adam.weight_decay;
-    a.adam_w_mode = in.adam.adam_w_mode;
-    a.bias_correction = in.adam.bias_correction;
+    zs_pb_adam_set(&a, &in.adam);
     r.adam = &a;
     c.bytes_in = in.counters.bytes_in;
     c.bytes_out = in.counters.bytes_out;
@@ -161,13 +156,8 @@ static int h_init(void *ctx, zs_scall_t *call, zs_err_t *err)
                 id.num_params = q->num_params;
                 id.num_servers = q->num_servers;
                 id.server_index = q->server_index;
-                zs_adam_hparams_t hp = {q->adam->lr,
-                                        q->adam->beta1,
-                                        q->adam->beta2,
-                                        q->adam->eps,
-                                        q->adam->weight_decay,
-                                        q->adam->adam_w_mode,
-                                        q->adam->bias_correction};
+                zs_adam_hparams_t hp;
+                zs_pb_adam_get(q->adam, &hp);
                 rc = zs_shard_init_begin(sh, &id, &hp, q->start_step, q->overwrite, &in, err);
             }
         } else if (m->init) {

@@ -14,31 +14,9 @@
 #include "zs_log.h"
 #include "zs_shard_internal.h"
 #include "zeroshard.pb-c.h"
+#include "zs_pbconv.h"
 
 #define META_FORMAT 1
-
-static void adam_to_pb(const zs_adam_hparams_t *hp, Zeroshard__AdamConfig *a)
-{
-    zeroshard__adam_config__init(a);
-    a->lr = hp->lr;
-    a->beta1 = hp->beta1;
-    a->beta2 = hp->beta2;
-    a->eps = hp->eps;
-    a->weight_decay = hp->weight_decay;
-    a->adam_w_mode = hp->adam_w_mode != 0;
-    a->bias_correction = hp->bias_correction != 0;
-}
-
-static void adam_from_pb(const Zeroshard__AdamConfig *a, zs_adam_hparams_t *hp)
-{
-    hp->lr = a->lr;
-    hp->beta1 = a->beta1;
-    hp->beta2 = a->beta2;
-    hp->eps = a->eps;
-    hp->weight_decay = a->weight_decay;
-    hp->adam_w_mode = a->adam_w_mode;
-    hp->bias_correction = a->bias_correction;
-}
 
 int zs_shard_list(zs_shard_t *sh, uint64_t **steps, size_t *n, zs_err_t *err)
 {
@@ -113,7 +91,7 @@ int zs_shard_checkpoint_meta(zs_shard_t *sh, uint64_t step, int keep, const void
     sh->ckpt_busy = 1; /* commits wait; pulls may still read */
     Zeroshard__CheckpointMeta m = ZEROSHARD__CHECKPOINT_META__INIT;
     Zeroshard__AdamConfig a;
-    adam_to_pb(&sh->hp, &a);
+    zs_pb_adam_set(&a, &sh->hp);
     m.format_version = META_FORMAT;
     m.model_name = sh->id.model_name;
     m.num_params = sh->id.num_params;
@@ -221,7 +199,7 @@ static int restore_step(zs_shard_t *sh, uint64_t step, int check_id, zs_err_t *e
         id.num_params = m->num_params;
         id.num_servers = m->num_servers;
         id.server_index = m->server_index;
-        adam_from_pb(m->adam, &hp);
+        zs_pb_adam_get(m->adam, &hp);
         rc = zs__identity_check(&id, &rb, &re, err);
         if (!rc && (re - rb != n || rb != m->range_begin || re != m->range_end))
             rc = zs_err_set(err, ZS_ERR_CORRUPT,

@@ -18,6 +18,7 @@
 #include <string.h>
 
 #include "zs_client.h"
+#include "zs_file.h"
 #include "zs_estimate.h"
 
 static void usage(FILE *f)
@@ -43,22 +44,6 @@ static int command_index(int argc, char **argv)
                 i++;
     }
     return argc;
-}
-
-static char *read_file(const char *path)
-{
-    FILE *f = fopen(path, "rb");
-    if (!f)
-        return NULL;
-    char *b = malloc(1 << 20);
-    size_t n = b ? fread(b, 1, (1 << 20) - 1, f) : 0;
-    fclose(f);
-    if (b) {
-        b[n] = '\0';
-        while (n && (b[n - 1] == '\n' || b[n - 1] == '\r'))
-            b[--n] = '\0';
-    }
-    return b;
 }
 
 static int status(zs_client_t *c)
@@ -88,8 +73,7 @@ static int status(zs_client_t *c)
         printf("%-22s %-5u %-16s %-24s %8llu %8llu %10.1f %10.1f %9.2f  %s\n",
                zs_client_server(c, i), in[i].server_index, in[i].model_name, range,
                (unsigned long long)in[i].applied_step, (unsigned long long)in[i].optimizer_step,
-               in[i].bytes_in / 1e6, in[i].bytes_out / 1e6, in[i].optimizer_gbps,
-               ck[0] ? ck : "-");
+               in[i].bytes_in / 1e6, in[i].bytes_out / 1e6, in[i].optimizer_gbps, ck[0] ? ck : "-");
     }
     free(in);
     return 0;
@@ -99,23 +83,33 @@ int main(int argc, char **argv)
 {
     const char *servers = NULL, *token_file = NULL, *ca_file = NULL;
     int keep = 0;
-    static const struct option opts[] = {{"servers", required_argument, 0, 's'},
-                                         {"token-file", required_argument, 0, 't'},
-                                         {"tls-ca", required_argument, 0, 'c'},
-                                         {"keep", required_argument, 0, 'k'},
-                                         {"help", no_argument, 0, 'h'},
-                                         {0, 0, 0, 0}};
+    static const struct option opts[] = {
+        {"servers", required_argument, 0, 's'}, {"token-file", required_argument, 0, 't'},
+        {"tls-ca", required_argument, 0, 'c'},  {"keep", required_argument, 0, 'k'},
+        {"help", no_argument, 0, 'h'},          {0, 0, 0, 0}};
     int ch, ci = command_index(argc, argv);
     if (ci < argc && !strcmp(argv[ci], "estimate")) /* offline: needs no --servers */
         return zs_estimate_main(argc - ci, argv + ci);
     while ((ch = getopt_long(argc, argv, "h", opts, NULL)) != -1) {
         switch (ch) {
-        case 's': servers = optarg; break;
-        case 't': token_file = optarg; break;
-        case 'c': ca_file = optarg; break;
-        case 'k': keep = atoi(optarg); break;
-        case 'h': usage(stdout); return 0;
-        default: usage(stderr); return 2;
+        case 's':
+            servers = optarg;
+            break;
+        case 't':
+            token_file = optarg;
+            break;
+        case 'c':
+            ca_file = optarg;
+            break;
+        case 'k':
+            keep = atoi(optarg);
+            break;
+        case 'h':
+            usage(stdout);
+            return 0;
+        default:
+            usage(stderr);
+            return 2;
         }
     }
     if (!servers || optind >= argc) {
@@ -123,8 +117,8 @@ int main(int argc, char **argv)
         return 2;
     }
     const char *cmd = argv[optind];
-    char *token = token_file ? read_file(token_file) : NULL;
-    char *ca = ca_file ? read_file(ca_file) : NULL;
+    char *token = token_file ? zs_file_read_text(token_file, 4096, 1) : NULL;
+    char *ca = ca_file ? zs_file_read_text(ca_file, 1 << 20, 0) : NULL;
     if ((token_file && !token) || (ca_file && !ca)) {
         fprintf(stderr, "zs-ctl: cannot read %s\n", token_file && !token ? token_file : ca_file);
         return 1;

@@ -19,6 +19,7 @@
 
 #include "zs_cast.h"
 #include "zs_client.h"
+#include "zs_file.h"
 
 static double now(void)
 {
@@ -129,17 +130,12 @@ int main(int argc, char **argv)
         usage(stderr);
         return 2;
     }
-    char token[512] = "";
-    if (token_file) {
-        FILE *f = fopen(token_file, "r");
-        if (!f || !fgets(token, sizeof token, f)) {
-            fprintf(stderr, "zs-demo: cannot read %s\n", token_file);
-            return 1;
-        }
-        fclose(f);
-        token[strcspn(token, "\r\n")] = '\0';
+    char *token = token_file ? zs_file_read_text(token_file, 4096, 1) : NULL;
+    if (token_file && !token) {
+        fprintf(stderr, "zs-demo: cannot read %s\n", token_file);
+        return 1;
     }
-    zs_client_opts_t o = {servers, token_file ? token : NULL, NULL, 120000, 0};
+    zs_client_opts_t o = {servers, token, NULL, 120000, 0};
     zs_client_t *c;
     zs_err_t err;
     if (zs_client_create(&o, &c, &err))
@@ -228,5 +224,6 @@ int main(int argc, char **argv)
     free(g);
     free(g16);
     free(target);
+    free(token);
     return 0;
 }

@@ -15,6 +15,7 @@
 
 #include "zs_client.h"
 #include "zs_layout.h"
+#include "zs_pbconv.h"
 #include "zs_rpc.h"
 
 #define MAX_ADDR 256
@@ -223,15 +224,8 @@ static void info_from_pb(const Zeroshard__HelloReply *r, zs_server_info_t *in)
     size_t k = r->n_checkpoints, skip = k > ZS_CLIENT_MAX_CKPTS ? k - ZS_CLIENT_MAX_CKPTS : 0;
     for (size_t i = skip; i < k; i++)
         in->checkpoints[in->ncheckpoints++] = r->checkpoints[i];
-    if (r->adam) {
-        in->adam.lr = r->adam->lr;
-        in->adam.beta1 = r->adam->beta1;
-        in->adam.beta2 = r->adam->beta2;
-        in->adam.eps = r->adam->eps;
-        in->adam.weight_decay = r->adam->weight_decay;
-        in->adam.adam_w_mode = r->adam->adam_w_mode;
-        in->adam.bias_correction = r->adam->bias_correction;
-    }
+    if (r->adam)
+        zs_pb_adam_get(r->adam, &in->adam);
     if (r->counters) {
         in->bytes_in = r->counters->bytes_in;
         in->bytes_out = r->counters->bytes_out;
@@ -294,53 +288,39 @@ int zs_client_hello(zs_client_t *c, const char *model, uint64_t P, zs_server_inf
 
 /* ---- Initialize ------------------------------------------------------------- */
 
-typedef struct {
-    const char *model;
-    const zs_adam_hparams_t *hp;
-    const float *master;
-    uint64_t start_step;
-    int overwrite;
-} init_arg_t;
+/* ---- client streams of bulk chunks (Initialize, Push, SetState) ----------- */
 
-static int init_one(zs_client_t *c, int i, void *argp, zs_err_t *err)
+typedef union {
+    Zeroshard__InitChunk init;
+    Zeroshard__PushChunk push;
+    Zeroshard__StateChunk state;
+} chunk_msg_t;
+
+/* Build in *m the header of the chunk holding elements [off, off + k);
+ * `first` marks the stream's first message. Returns &m->...base. */
+typedef const ProtobufCMessage *(*chunk_fn)(const void *arg, chunk_msg_t *m, uint64_t off,
+                                            uint64_t k, int first);
+
+/* Stream elements [b, e) of esz bytes each, starting at src (element b), to
+ * server i as `method` chunks of ZS_RPC_CHUNK_BYTES, then take the reply and
+ * the status. With `always`, an empty range still sends one (empty) chunk. */
+static int send_stream(zs_client_t *c, int i, const char *method, uint64_t b, uint64_t e,
+                       size_t esz, const void *src, int always, chunk_fn fn, const void *arg,
+                       zs_err_t *err)
 {
-    init_arg_t *a = argp;
-    uint64_t b = srv_begin(c, i), e = srv_begin(c, i + 1);
     zs_ccall_t call;
-    int rc =
-        zs_ccall_start(&call, c->ch[i], M("Initialize"), c->token, c->timeout_ms, c->addr[i], err);
+    int rc = zs_ccall_start(&call, c->ch[i], method, c->token, c->timeout_ms, c->addr[i], err);
     if (rc)
         return rc;
-    Zeroshard__AdamConfig ac = ZEROSHARD__ADAM_CONFIG__INIT;
-    ac.lr = a->hp->lr;
-    ac.beta1 = a->hp->beta1;
-    ac.beta2 = a->hp->beta2;
-    ac.eps = a->hp->eps;
-    ac.weight_decay = a->hp->weight_decay;
-    ac.adam_w_mode = a->hp->adam_w_mode;
-    ac.bias_correction = a->hp->bias_correction;
-    Zeroshard__InitRequest q = ZEROSHARD__INIT_REQUEST__INIT;
-    q.protocol_version = ZS_PROTOCOL_VERSION;
-    q.model_name = (char *)a->model;
-    q.num_params = c->P;
-    q.num_servers = (uint32_t)c->n;
-    q.server_index = (uint32_t)i;
-    q.adam = &ac;
-    q.start_step = a->start_step;
-    q.overwrite = a->overwrite;
-    uint64_t per = ZS_RPC_CHUNK_BYTES / 4, off = b;
-    int first = 1;
-    do { /* an empty range still sends the init message */
+    uint64_t per = ZS_RPC_CHUNK_BYTES / esz, off = b;
+    for (int first = 1; !rc && (off < e || (first && always)); first = 0) {
         uint64_t k = e - off < per ? e - off : per;
-        Zeroshard__InitChunk m = ZEROSHARD__INIT_CHUNK__INIT;
-        m.init = first ? &q : NULL;
-        m.offset = off;
-        m.count = k;
-        m.dtype = ZEROSHARD__DTYPE__F32;
-        rc = zs_ccall_send(&call, zs_frame_build(&m.base, a->master + off, k * 4, NULL, NULL), err);
+        chunk_msg_t m;
+        const ProtobufCMessage *meta = fn(arg, &m, off, k, first);
+        const char *p = (const char *)src + (off - b) * esz;
+        rc = zs_ccall_send(&call, zs_frame_build(meta, p, k * esz, NULL, NULL), err);
         off += k;
-        first = 0;
-    } while (!rc && off < e);
+    }
     grpc_byte_buffer *bb = NULL;
     if (!rc)
         rc = zs_ccall_recv(&call, &bb, err);
@@ -352,13 +332,70 @@ static int init_one(zs_client_t *c, int i, void *argp, zs_err_t *err)
     return rc;
 }
 
+/* [begin, end) clipped to server i's range into [*b, *e); 0 if empty. */
+static int clip(const zs_client_t *c, int i, uint64_t begin, uint64_t end, uint64_t *b, uint64_t *e)
+{
+    *b = srv_begin(c, i);
+    *e = srv_begin(c, i + 1);
+    if (*b < begin)
+        *b = begin;
+    if (*e > end)
+        *e = end;
+    return *b < *e;
+}
+
+/* ---- Initialize -------------------------------------------------------------- */
+
+typedef struct {
+    Zeroshard__InitRequest q;
+    Zeroshard__AdamConfig adam;
+} init_arg_t;
+
+static const ProtobufCMessage *init_chunk(const void *arg, chunk_msg_t *m, uint64_t off, uint64_t k,
+                                          int first)
+{
+    zeroshard__init_chunk__init(&m->init);
+    m->init.init = first ? (Zeroshard__InitRequest *)&((const init_arg_t *)arg)->q : NULL;
+    m->init.offset = off;
+    m->init.count = k;
+    m->init.dtype = ZEROSHARD__DTYPE__F32;
+    return &m->init.base;
+}
+
+typedef struct {
+    const char *model;
+    const zs_adam_hparams_t *hp;
+    const float *master;
+    uint64_t start_step;
+    int overwrite;
+} init_in_t;
+
+static int init_one(zs_client_t *c, int i, void *argp, zs_err_t *err)
+{
+    const init_in_t *a = argp;
+    init_arg_t ia;
+    zs_pb_adam_set(&ia.adam, a->hp);
+    zeroshard__init_request__init(&ia.q);
+    ia.q.protocol_version = ZS_PROTOCOL_VERSION;
+    ia.q.model_name = (char *)a->model;
+    ia.q.num_params = c->P;
+    ia.q.num_servers = (uint32_t)c->n;
+    ia.q.server_index = (uint32_t)i;
+    ia.q.adam = &ia.adam;
+    ia.q.start_step = a->start_step;
+    ia.q.overwrite = a->overwrite;
+    uint64_t b = srv_begin(c, i), e = srv_begin(c, i + 1);
+    /* An empty range still sends the init message. */
+    return send_stream(c, i, M("Initialize"), b, e, 4, a->master + b, 1, init_chunk, &ia, err);
+}
+
 int zs_client_init(zs_client_t *c, const char *model, uint64_t P, const zs_adam_hparams_t *hp,
                    const float *master, uint64_t start_step, int overwrite, zs_err_t *err)
 {
     if (P == 0)
         return zs_err_set(err, ZS_ERR_INVALID, "model size P must be > 0");
     c->P = P;
-    init_arg_t a = {model, hp, master, start_step, overwrite};
+    init_in_t a = {model, hp, master, start_step, overwrite};
     return fan_out(c, 0, c->n - 1, init_one, NULL, &a, err);
 }
 
@@ -370,41 +407,27 @@ typedef struct {
     zs_dtype_t dt;
 } push_arg_t;
 
+static const ProtobufCMessage *push_chunk(const void *arg, chunk_msg_t *m, uint64_t off, uint64_t k,
+                                          int first)
+{
+    const push_arg_t *a = arg;
+    zeroshard__push_chunk__init(&m->push);
+    m->push.step = a->step;
+    m->push.offset = off;
+    m->push.count = k;
+    m->push.dtype = (Zeroshard__DType)a->dt;
+    return &m->push.base;
+}
+
 static int push_one(zs_client_t *c, int i, void *argp, zs_err_t *err)
 {
-    push_arg_t *a = argp;
-    uint64_t b = srv_begin(c, i), e = srv_begin(c, i + 1);
-    if (b < a->begin)
-        b = a->begin;
-    if (e > a->end)
-        e = a->end;
-    if (b >= e)
+    const push_arg_t *a = argp;
+    uint64_t b, e;
+    if (!clip(c, i, a->begin, a->end, &b, &e))
         return ZS_OK;
     size_t esz = zs_dtype_size(a->dt);
-    zs_ccall_t call;
-    int rc = zs_ccall_start(&call, c->ch[i], M("Push"), c->token, c->timeout_ms, c->addr[i], err);
-    if (rc)
-        return rc;
-    uint64_t per = ZS_RPC_CHUNK_BYTES / esz;
-    for (uint64_t off = b; off < e && !rc; off += per) {
-        uint64_t k = e - off < per ? e - off : per;
-        Zeroshard__PushChunk m = ZEROSHARD__PUSH_CHUNK__INIT;
-        m.step = a->step;
-        m.offset = off;
-        m.count = k;
-        m.dtype = (Zeroshard__DType)a->dt;
-        const char *src = (const char *)a->grad + (off - a->begin) * esz;
-        rc = zs_ccall_send(&call, zs_frame_build(&m.base, src, k * esz, NULL, NULL), err);
-    }
-    grpc_byte_buffer *bb = NULL;
-    if (!rc)
-        rc = zs_ccall_recv(&call, &bb, err);
-    if (bb)
-        grpc_byte_buffer_destroy(bb);
-    if (!rc)
-        rc = zs_ccall_finish(&call, err);
-    zs_ccall_destroy(&call);
-    return rc;
+    const char *src = (const char *)a->grad + (b - a->begin) * esz;
+    return send_stream(c, i, M("Push"), b, e, esz, src, 0, push_chunk, a, err);
 }
 
 int zs_client_push(zs_client_t *c, uint64_t step, uint64_t begin, uint64_t end, const void *grad,
@@ -458,12 +481,8 @@ typedef struct {
 static int read_one(zs_client_t *c, int i, void *argp, zs_err_t *err)
 {
     read_arg_t *a = argp;
-    uint64_t b = srv_begin(c, i), e = srv_begin(c, i + 1);
-    if (b < a->begin)
-        b = a->begin;
-    if (e > a->end)
-        e = a->end;
-    if (b >= e)
+    uint64_t b, e;
+    if (!clip(c, i, a->begin, a->end, &b, &e))
         return ZS_OK;
     int pull = a->tensor < 0;
     zs_dtype_t dt = pull ? a->dt : ZS_DTYPE_F32;
@@ -580,40 +599,23 @@ typedef struct {
     const float *src;
 } set_arg_t;
 
+static const ProtobufCMessage *set_chunk(const void *arg, chunk_msg_t *m, uint64_t off, uint64_t k,
+                                         int first)
+{
+    zeroshard__state_chunk__init(&m->state);
+    m->state.tensor = (Zeroshard__Tensor)((const set_arg_t *)arg)->tensor;
+    m->state.offset = off;
+    m->state.count = k;
+    return &m->state.base;
+}
+
 static int set_one(zs_client_t *c, int i, void *argp, zs_err_t *err)
 {
-    set_arg_t *a = argp;
-    uint64_t b = srv_begin(c, i), e = srv_begin(c, i + 1);
-    if (b < a->begin)
-        b = a->begin;
-    if (e > a->end)
-        e = a->end;
-    if (b >= e)
+    const set_arg_t *a = argp;
+    uint64_t b, e;
+    if (!clip(c, i, a->begin, a->end, &b, &e))
         return ZS_OK;
-    zs_ccall_t call;
-    int rc =
-        zs_ccall_start(&call, c->ch[i], M("SetState"), c->token, c->timeout_ms, c->addr[i], err);
-    if (rc)
-        return rc;
-    uint64_t per = ZS_RPC_CHUNK_BYTES / 4;
-    for (uint64_t off = b; off < e && !rc; off += per) {
-        uint64_t k = e - off < per ? e - off : per;
-        Zeroshard__StateChunk m = ZEROSHARD__STATE_CHUNK__INIT;
-        m.tensor = (Zeroshard__Tensor)a->tensor;
-        m.offset = off;
-        m.count = k;
-        rc = zs_ccall_send(
-            &call, zs_frame_build(&m.base, a->src + (off - a->begin), k * 4, NULL, NULL), err);
-    }
-    grpc_byte_buffer *bb = NULL;
-    if (!rc)
-        rc = zs_ccall_recv(&call, &bb, err);
-    if (bb)
-        grpc_byte_buffer_destroy(bb);
-    if (!rc)
-        rc = zs_ccall_finish(&call, err);
-    zs_ccall_destroy(&call);
-    return rc;
+    return send_stream(c, i, M("SetState"), b, e, 4, a->src + (b - a->begin), 0, set_chunk, a, err);
 }
 
 int zs_client_set_state(zs_client_t *c, int tensor, uint64_t begin, uint64_t end, const float *src,

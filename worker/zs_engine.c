@@ -44,6 +44,17 @@ void zs__eng_free(zs_engine_t *e, void *p, size_t bytes)
     free(p); /* cache full */
 }
 
+int zs__eng_agree(zs_engine_t *e, int rc, zs_err_t *err)
+{
+    float f = rc ? 1.0f : 0.0f;
+    int r2 = zs_coll_all_reduce(e->coll, &f, &f, 1, ZS_DTYPE_F32, ZS_OP_MAX, NULL, rc ? NULL : err);
+    if (rc)
+        return rc;
+    if (r2)
+        return r2;
+    return f > 0 ? zs_err_set(err, ZS_ERR_INTERNAL, "another worker failed (see its log)") : ZS_OK;
+}
+
 /* Group whole consecutive layers into buckets of about `cap` elements. */
 static int make_buckets(zs_engine_t *e, uint64_t cap, zs_err_t *err)
 {

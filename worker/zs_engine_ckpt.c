@@ -21,17 +21,6 @@
 #define META_MAGIC 0x3145535au /* "ZSE1" */
 #define META_BYTES (4 + 8 + 8 + ZS_LOSS_SCALE_BYTES)
 
-static int agree(zs_engine_t *e, int rc, zs_err_t *err)
-{
-    float f = rc ? 1.0f : 0.0f;
-    int r2 = zs_coll_all_reduce(e->coll, &f, &f, 1, ZS_DTYPE_F32, ZS_OP_MAX, NULL, rc ? NULL : err);
-    if (rc)
-        return rc;
-    if (r2)
-        return r2;
-    return f > 0 ? zs_err_set(err, ZS_ERR_INTERNAL, "another worker failed (see its log)") : ZS_OK;
-}
-
 static void put64(uint8_t *p, uint64_t v)
 {
     for (int i = 0; i < 8; i++)
@@ -70,9 +59,9 @@ int zs_engine_start(zs_engine_t *e, zs_err_t *err)
             rc = zs_client_init(e->client, e->model_name, e->P, &e->cfg.adam, w, 0, 1, err);
         free(w);
     }
-    ZS_ENG_TRY(agree(e, rc, err));
+    ZS_ENG_TRY(zs__eng_agree(e, rc, err));
     rc = zs_client_hello(e->client, e->model_name, e->P, NULL, err);
-    return agree(e, rc, err);
+    return zs__eng_agree(e, rc, err);
 }
 
 /* The three state tensors of bucket b's slice that this worker owns: where
@@ -98,7 +87,7 @@ int zs_engine_checkpoint(zs_engine_t *e, zs_err_t *err)
     if (!e->offload) {
         if (e->rank == 0)
             rc = zs_client_set_step(e->client, e->step, e->t, err);
-        ZS_ENG_TRY(agree(e, rc, err));
+        ZS_ENG_TRY(zs__eng_agree(e, rc, err));
         float *t[3] = {e->master, e->exp_avg, e->exp_avg_sq};
         for (int k = 0; k < e->nb && !rc; k++) {
             uint64_t lo, hi, at;
@@ -106,11 +95,11 @@ int zs_engine_checkpoint(zs_engine_t *e, zs_err_t *err)
             for (int x = 0; x < 3 && !rc && hi > lo; x++)
                 rc = zs_client_set_state(e->client, x, lo, hi, t[x] + at, err);
         }
-        ZS_ENG_TRY(agree(e, rc, err));
+        ZS_ENG_TRY(zs__eng_agree(e, rc, err));
     }
     if (e->rank == 0)
         rc = zs_client_checkpoint_meta(e->client, e->step, 0, meta, sizeof meta, err);
-    return agree(e, rc, err);
+    return zs__eng_agree(e, rc, err);
 }
 
 int zs_engine_resume(zs_engine_t *e, uint64_t want, uint64_t *step_out, zs_err_t *err)
@@ -158,7 +147,7 @@ int zs_engine_resume(zs_engine_t *e, uint64_t want, uint64_t *step_out, zs_err_t
             memcpy(&msg[1], meta, META_BYTES);
         }
     }
-    ZS_ENG_TRY(agree(e, rc, err));
+    ZS_ENG_TRY(zs__eng_agree(e, rc, err));
     ZS_ENG_TRY(zs_coll_broadcast(e->coll, msg, sizeof msg / 4, ZS_DTYPE_F32, 0, NULL, err));
     const uint8_t *meta = (const uint8_t *)&msg[1];
     uint64_t step = get64(meta + 4), t = get64(meta + 12);
@@ -168,7 +157,7 @@ int zs_engine_resume(zs_engine_t *e, uint64_t want, uint64_t *step_out, zs_err_t
                         (unsigned long long)step);
     if (!rc && e->rank != 0)
         rc = zs_client_hello(e->client, e->model_name, e->P, NULL, err);
-    ZS_ENG_TRY(agree(e, rc, err));
+    ZS_ENG_TRY(zs__eng_agree(e, rc, err));
 
     /* Pull this worker's partition back. */
     for (int k = 0; k < e->nb && !rc; k++) {
@@ -189,7 +178,7 @@ int zs_engine_resume(zs_engine_t *e, uint64_t want, uint64_t *step_out, zs_err_t
         if (!rc)
             zs_cast(dst, e->dt, e->master + at, ZS_DTYPE_F32, hi - lo);
     }
-    ZS_ENG_TRY(agree(e, rc, err));
+    ZS_ENG_TRY(zs__eng_agree(e, rc, err));
     /* Stage 0 without offload keeps the whole optimizer state everywhere. */
     if (e->stage == 0 && !e->offload)
         for (int k = 0; k < e->nb && !rc; k++) {
@@ -199,7 +188,7 @@ int zs_engine_resume(zs_engine_t *e, uint64_t want, uint64_t *step_out, zs_err_t
                 rc = zs_coll_all_gather(e->coll, t3[x] + b->pbase + (uint64_t)e->rank * b->part,
                                         t3[x] + b->pbase, b->part, ZS_DTYPE_F32, NULL, err);
         }
-    ZS_ENG_TRY(agree(e, rc, err));
+    ZS_ENG_TRY(zs__eng_agree(e, rc, err));
     e->step = step;
     e->t = t;
     ZS_ENG_TRY(zs__eng_after_update(e, err));

@@ -111,6 +111,11 @@ int zs__eng_after_update(zs_engine_t *e, zs_err_t *err);
 /* Norm, overflow, clipping, optimizer or offload for the step. */
 int zs__eng_optimize(zs_engine_t *e, zs_step_stats_t *st, zs_err_t *err);
 
+/* Make every worker return an error if any worker failed (all-reduce of a
+ * failure flag): returns rc if it is an error, else a sentence about the
+ * other worker. Collective. */
+int zs__eng_agree(zs_engine_t *e, int rc, zs_err_t *err);
+
 /* Background push of final gradient partitions (offload). */
 int zs__eng_pusher_start(zs_engine_t *e, zs_err_t *err);
 void zs__eng_pusher_stop(zs_engine_t *e);

@@ -26,20 +26,6 @@ static double now_ms(void)
     return (double)ts.tv_sec * 1e3 + 1e-6 * (double)ts.tv_nsec;
 }
 
-/* Make every worker return an error if any worker failed. */
-static int agree(zs_engine_t *e, int rc, zs_err_t *err)
-{
-    float f = rc ? 1.0f : 0.0f;
-    int r2 = zs_coll_all_reduce(e->coll, &f, &f, 1, ZS_DTYPE_F32, ZS_OP_MAX, NULL, rc ? NULL : err);
-    if (rc)
-        return rc;
-    if (r2)
-        return r2;
-    if (f > 0)
-        return zs_err_set(err, ZS_ERR_INTERNAL, "another worker failed (see its log)");
-    return ZS_OK;
-}
-
 /* This worker's slice of bucket b in the gradient buffer. */
 static void *grad_part(zs_engine_t *e, const zs__bucket_t *b)
 {
@@ -91,17 +77,17 @@ static int update_offload(zs_engine_t *e, const zs_step_scalars_t *sc, zs_err_t 
     /* The gradient partitions were queued for push as each bucket became
      * final (zs_engine_step.c); wait for the last of them. */
     int rc = zs__eng_push_wait(e, err);
-    ZS_ENG_TRY(agree(e, rc, err));
+    ZS_ENG_TRY(zs__eng_agree(e, rc, err));
     if (e->rank == 0)
         rc = zs_client_commit(e->client, sc, err);
-    ZS_ENG_TRY(agree(e, rc, err));
+    ZS_ENG_TRY(zs__eng_agree(e, rc, err));
     for (int k = 0; k < e->nb && !rc && !sc->skip; k++) {
         zs__bucket_t *b = &e->b[k];
         if (b->ve > b->vb)
             rc = zs_client_pull(e->client, sc->step, b->off + b->vb, b->off + b->ve,
                                 param_part(e, b), e->dt, NULL, err);
     }
-    return agree(e, rc, err);
+    return zs__eng_agree(e, rc, err);
 }
 
 int zs__eng_optimize(zs_engine_t *e, zs_step_stats_t *st, zs_err_t *err)

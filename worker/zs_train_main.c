@@ -22,6 +22,7 @@
 #include "zs_config.h"
 #include "zs_data.h"
 #include "zs_engine.h"
+#include "zs_file.h"
 #include "zs_gpt.h"
 #include "zs_log.h"
 
@@ -163,22 +164,6 @@ static void warn_key(void *ud, const char *path, const char *why)
         fprintf(stderr, "zs-train: config key %s ignored: %s\n", path, why);
 }
 
-static char *read_text(const char *path)
-{
-    FILE *f = fopen(path, "rb");
-    if (!f)
-        return NULL;
-    char *b = malloc(1 << 16);
-    size_t n = b ? fread(b, 1, (1 << 16) - 1, f) : 0;
-    fclose(f);
-    if (b) {
-        b[n] = '\0';
-        while (n && (b[n - 1] == '\n' || b[n - 1] == '\r'))
-            b[--n] = '\0';
-    }
-    return b;
-}
-
 static int die(int rank, const char *what, const zs_err_t *err)
 {
     fprintf(stderr, "zs-train: rank %d: %s: %s\n", rank, what, err->msg);
@@ -228,7 +213,11 @@ int main(int argc, char **argv)
     if (zs_gpt_create(&o.g, (int)cfg.micro_batch_per_gpu, o.seed, &gpt, &err) ||
         zs_gpt_set_data(gpt, data, &err))
         return die(rank, "model", &err);
-    char *token = o.token_file ? read_text(o.token_file) : NULL;
+    char *token = o.token_file ? zs_file_read_text(o.token_file, 4096, 1) : NULL;
+    if (o.token_file && !token) {
+        fprintf(stderr, "zs-train: cannot read --token-file %s\n", o.token_file);
+        MPI_Abort(MPI_COMM_WORLD, 2);
+    }
     zs_engine_opts_t eo = {&cfg, coll, o.servers, token, o.name, 300000};
     zs_engine_t *e;
     if (zs_engine_create(&eo, zs_gpt_model(gpt), &e, &err))
