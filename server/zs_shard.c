@@ -514,7 +514,7 @@ int zs_shard_init_end(zs_shard_init_t *in, zs_err_t *err)
 
 /* ---- Push ------------------------------------------------------------------ */
 
-static int require_init_locked(zs_shard_t *sh, zs_err_t *err)
+int zs__shard_require_init(zs_shard_t *sh, zs_err_t *err)
 {
     if (sh->stopping)
         return zs_err_set(err, ZS_ERR_CANCELLED, "server shutting down");
@@ -524,14 +524,14 @@ static int require_init_locked(zs_shard_t *sh, zs_err_t *err)
     return ZS_OK;
 }
 
-static int range_check_locked(zs_shard_t *sh, uint64_t offset, uint64_t count, zs_err_t *err)
+int zs__shard_check_range(zs_shard_t *sh, uint64_t offset, uint64_t count, zs_err_t *err)
 {
     if (count == 0)
         return zs_err_set(err, ZS_ERR_INVALID, "empty range (count 0)");
     if (offset < sh->rb || offset >= sh->re || count > sh->re - offset)
         return zs_err_set(err, ZS_ERR_RANGE,
-                          "elements [%llu, %llu) outside this server's range [%llu, %llu)",
-                          (unsigned long long)offset, (unsigned long long)(offset + count),
+                          "%llu elements from %llu reach outside this server's range [%llu, %llu)",
+                          (unsigned long long)count, (unsigned long long)offset,
                           (unsigned long long)sh->rb, (unsigned long long)sh->re);
     return ZS_OK;
 }
@@ -539,9 +539,9 @@ static int range_check_locked(zs_shard_t *sh, uint64_t offset, uint64_t count, z
 int zs_shard_check_range(zs_shard_t *sh, uint64_t offset, uint64_t count, zs_err_t *err)
 {
     pthread_mutex_lock(&sh->mu);
-    int rc = require_init_locked(sh, err);
+    int rc = zs__shard_require_init(sh, err);
     if (!rc)
-        rc = range_check_locked(sh, offset, count, err);
+        rc = zs__shard_check_range(sh, offset, count, err);
     pthread_mutex_unlock(&sh->mu);
     return rc;
 }
@@ -552,7 +552,7 @@ int zs_shard_push_reserve(zs_shard_t *sh, uint64_t step, uint64_t offset, uint64
     if (zs_dtype_size(dt) == 0)
         return zs_err_set(err, ZS_ERR_INVALID, "unknown gradient dtype %d", (int)dt);
     pthread_mutex_lock(&sh->mu);
-    int rc = require_init_locked(sh, err);
+    int rc = zs__shard_require_init(sh, err);
     if (!rc && step != sh->applied_step + 1)
         rc = zs_err_set(err, ZS_ERR_STATE,
                         step <= sh->applied_step
@@ -561,7 +561,7 @@ int zs_shard_push_reserve(zs_shard_t *sh, uint64_t step, uint64_t offset, uint64
                               "the next step only",
                         (unsigned long long)step, (unsigned long long)sh->applied_step);
     if (!rc)
-        rc = range_check_locked(sh, offset, count, err);
+        rc = zs__shard_check_range(sh, offset, count, err);
     if (!rc) {
         int p = (int)(step & 1);
         if (sh->stage[p].step != step) {
@@ -624,7 +624,7 @@ int zs_shard_commit(zs_shard_t *sh, const zs_commit_t *c, uint64_t *applied,
     pthread_mutex_lock(&sh->mu);
     int rc;
     for (;;) {
-        rc = require_init_locked(sh, err);
+        rc = zs__shard_require_init(sh, err);
         if (rc)
             break;
         if (c->step == sh->applied_step && sh->have_last_commit) {

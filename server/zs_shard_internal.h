@@ -90,6 +90,11 @@ int zs__shard_install(zs_shard_t *sh, const zs_shard_identity_t *id, const zs_ad
 /* Validate an identity (sizes, index) and compute its range. */
 int zs__identity_check(const zs_shard_identity_t *id, uint64_t *rb, uint64_t *re, zs_err_t *err);
 
+/* With mu held: ZS_ERR_CANCELLED when stopping, ZS_ERR_STATE without a
+ * model; and a range [offset, offset+count) inside the owned range. */
+int zs__shard_require_init(zs_shard_t *sh, zs_err_t *err);
+int zs__shard_check_range(zs_shard_t *sh, uint64_t offset, uint64_t count, zs_err_t *err);
+
 /* Load the newest loadable checkpoint at start (zs_shard_ckpt.c). */
 int zs__shard_load_newest(zs_shard_t *sh, zs_err_t *err);
 

@@ -39,22 +39,11 @@ static int wait_until(zs_shard_t *sh, int64_t deadline_ms)
     return 0;
 }
 
-/* Begin a read (mu held): validates and counts the reader. */
+/* Validate a read of [offset, offset+count) (mu held). */
 static int begin_read_locked(zs_shard_t *sh, uint64_t offset, uint64_t count, zs_err_t *err)
 {
-    if (sh->stopping)
-        return zs_err_set(err, ZS_ERR_CANCELLED, "server shutting down");
-    if (!sh->initialized)
-        return zs_err_set(err, ZS_ERR_STATE,
-                          "server holds no model yet: call Initialize or Restore first");
-    if (count == 0)
-        return zs_err_set(err, ZS_ERR_INVALID, "empty range (count 0)");
-    if (offset < sh->rb || offset >= sh->re || count > sh->re - offset)
-        return zs_err_set(err, ZS_ERR_RANGE,
-                          "elements [%llu, %llu) outside this server's range [%llu, %llu)",
-                          (unsigned long long)offset, (unsigned long long)(offset + count),
-                          (unsigned long long)sh->rb, (unsigned long long)sh->re);
-    return ZS_OK;
+    int rc = zs__shard_require_init(sh, err);
+    return rc ? rc : zs__shard_check_range(sh, offset, count, err);
 }
 
 static void end_read(zs_shard_t *sh)
