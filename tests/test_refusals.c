@@ -867,7 +867,7 @@ static void *grads(uint64_t step, zs_dtype_t dt)
     void *g = malloc(P * 4);
     TEST_CHECK(tmp && g);
     for (uint64_t i = 0; i < P; i++)
-        tmp[i] = 0.5f * zs_synth_unit(step, i) + 0.01f * (float)step;
+        tmp[i] = 0.5f * zs_rand_unit(step, i) + 0.01f * (float)step;
     zs_cast(g, dt, tmp, ZS_DTYPE_F32, P);
     free(tmp);
     return g;

@@ -175,7 +175,7 @@ static void *grads(uint64_t step, zs_dtype_t dt)
     void *g = malloc(g_n * 4);
     TEST_CHECK(tmp && g);
     for (uint64_t i = 0; i < g_n; i++)
-        tmp[i] = 0.5f * zs_synth_unit(step, g_rb + i) + 0.01f * (float)(step % 7);
+        tmp[i] = 0.5f * zs_rand_unit(step, g_rb + i) + 0.01f * (float)(step % 7);
     zs_cast(g, dt, tmp, ZS_DTYPE_F32, (size_t)g_n);
     free(tmp);
     return g;
@@ -745,7 +745,7 @@ static void lowp_switch(const char *dir)
         TEST_OK(zs_shard_pull(sh, step - 1, a, k, ZS_DTYPE_F32, before, now_ms() + 5000, &st, &err),
                 err);
         for (uint64_t i = 0; i < n; i++)
-            g[i] = 0.5f * zs_synth_unit(step, i);
+            g[i] = 0.5f * zs_rand_unit(step, i);
         for (uint64_t off = 0; off < n; off += 1u << 20) {
             uint64_t c = n - off < (1u << 20) ? n - off : (1u << 20);
             void *dst;

@@ -3,22 +3,10 @@
  * Plain loops: this model checks the engine, not speed.
  */
 #include "zs_mlp.h"
+#include "zs_rand.h"
 
 #include <math.h>
 #include <string.h>
-
-static uint64_t mix(uint64_t x)
-{
-    x += 0x9E3779B97F4A7C15ull;
-    x = (x ^ (x >> 30)) * 0xBF58476D1CE4E5B9ull;
-    x = (x ^ (x >> 27)) * 0x94D049BB133111EBull;
-    return x ^ (x >> 31);
-}
-
-static float unit(uint64_t seed, uint64_t i)
-{
-    return (float)((double)(mix(seed * 0x100000001B3ull ^ i) >> 11) * 0x1p-52 - 1.0);
-}
 
 static int init_params(void *self, int layer, float *p, zs_err_t *err)
 {
@@ -26,7 +14,7 @@ static int init_params(void *self, int layer, float *p, zs_err_t *err)
     zs_mlp_t *m = self;
     float s = 1.0f / sqrtf((float)fan_in[layer]);
     for (size_t i = 0; i < m->nparams[layer]; i++)
-        p[i] = s * unit(100 + (uint64_t)layer, i);
+        p[i] = s * zs_rand_unit(100 + (uint64_t)layer, i);
     return ZS_OK;
 }
 
@@ -35,7 +23,7 @@ void zs_mlp_load_samples(zs_mlp_t *m, int64_t first, int n)
     m->batch = n;
     for (int b = 0; b < n; b++)
         for (int j = 0; j < ZS_MLP_IN; j++) {
-            float x = unit(7, (uint64_t)(first + b) * ZS_MLP_IN + (uint64_t)j);
+            float x = zs_rand_unit(7, (uint64_t)(first + b) * ZS_MLP_IN + (uint64_t)j);
             m->x[b][j] = x;
             m->y[b][ZS_MLP_IN - 1 - j] = 0.5f * sinf(2.0f * x);
         }

@@ -11,24 +11,11 @@
 
 #include "zs_adam.h"
 #include "zs_cast.h"
-
-static inline uint64_t zs_synth_mix(uint64_t x)
-{
-    x += 0x9E3779B97F4A7C15ull;
-    x = (x ^ (x >> 30)) * 0xBF58476D1CE4E5B9ull;
-    x = (x ^ (x >> 27)) * 0x94D049BB133111EBull;
-    return x ^ (x >> 31);
-}
-
-/* Uniform in [-1, 1). */
-static inline float zs_synth_unit(uint64_t seed, uint64_t i)
-{
-    return (float)((double)(zs_synth_mix(seed * 0x100000001B3ull ^ i) >> 11) * 0x1p-52 - 1.0);
-}
+#include "zs_rand.h"
 
 static inline float zs_synth_weight(uint64_t i)
 {
-    return 0.05f * zs_synth_unit(0xC0FFEE, i);
+    return 0.05f * zs_rand_unit(0xC0FFEE, i);
 }
 
 /* Gradient dtype of a step: the wire carries all three kinds. */
@@ -42,7 +29,7 @@ static inline zs_dtype_t zs_synth_dtype(uint64_t step)
 static inline void zs_synth_grad(uint64_t step, uint64_t b, uint64_t e, void *dst, float *tmp)
 {
     for (uint64_t i = b; i < e; i++)
-        tmp[i - b] = 0.5f * zs_synth_unit(step, i) + 0.01f * (float)(step % 7);
+        tmp[i - b] = 0.5f * zs_rand_unit(step, i) + 0.01f * (float)(step % 7);
     zs_cast(dst, zs_synth_dtype(step), tmp, ZS_DTYPE_F32, (size_t)(e - b));
 }
 

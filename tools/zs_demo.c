@@ -20,26 +20,13 @@
 #include "zs_cast.h"
 #include "zs_client.h"
 #include "zs_file.h"
+#include "zs_rand.h"
 
 static double now(void)
 {
     struct timespec ts;
     clock_gettime(CLOCK_MONOTONIC, &ts);
     return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
-}
-
-static uint64_t mix(uint64_t x)
-{
-    x += 0x9E3779B97F4A7C15ull;
-    x = (x ^ (x >> 30)) * 0xBF58476D1CE4E5B9ull;
-    x = (x ^ (x >> 27)) * 0x94D049BB133111EBull;
-    return x ^ (x >> 31);
-}
-
-/* Uniform in [-1, 1). */
-static float unit(uint64_t seed, uint64_t i)
-{
-    return (float)((double)(mix(seed * 0x100000001B3ull ^ i) >> 11) * 0x1p-52 - 1.0);
 }
 
 /* FNV-1a over the bytes of the weights: equal runs print equal checksums. */
@@ -147,7 +134,7 @@ int main(int argc, char **argv)
         return 1;
     }
     for (uint64_t i = 0; i < P; i++)
-        target[i] = unit(7, i);
+        target[i] = zs_rand_unit(7, i);
 
     uint64_t step = 0;
     if (resume) {
@@ -168,7 +155,7 @@ int main(int argc, char **argv)
                (unsigned long long)step, zs_client_nservers(c));
     } else {
         for (uint64_t i = 0; i < P; i++)
-            w[i] = 0.5f * unit(3, i);
+            w[i] = 0.5f * zs_rand_unit(3, i);
         zs_adam_hparams_t hp = {lr, 0.9f, 0.999f, 1e-8f, 0.01f, 1, 1};
         if (zs_client_init(c, model, P, &hp, w, 0, 1, &err))
             die("initialize", &err);
@@ -187,7 +174,7 @@ int main(int argc, char **argv)
         for (uint64_t i = 0; i < P; i++) {
             float d = w[i] - target[i];
             loss += 0.5 * (double)d * d;
-            g[i] = d + 0.1f * unit(s, i);
+            g[i] = d + 0.1f * zs_rand_unit(s, i);
         }
         loss /= (double)P;
         zs_cast(g16, ZS_DTYPE_BF16, g, ZS_DTYPE_F32, P);
