@@ -6,6 +6,7 @@
  */
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "zs_cast.h"
 #include "zs_engine_internal.h"
@@ -329,7 +330,24 @@ static int gather_start(zs_engine_t *e, int k, zs_err_t *err)
                               &b->gather_req, err);
 }
 
+static double mono_ms(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec * 1e3 + 1e-6 * (double)ts.tv_nsec;
+}
+
+static int gather(zs_engine_t *e, int k, int next, zs_err_t *err);
+
 int zs__eng_gather(zs_engine_t *e, int k, int next, zs_err_t *err)
+{
+    double t0 = mono_ms();
+    int rc = gather(e, k, next, err);
+    e->ms_gather += mono_ms() - t0;
+    return rc;
+}
+
+static int gather(zs_engine_t *e, int k, int next, zs_err_t *err)
 {
     zs__bucket_t *b = &e->b[k];
     if (b->n == 0)

@@ -72,6 +72,7 @@ struct zs_engine {
 
     zs__pusher_t *pusher; /* offload: background gradient push (zs_engine_push.c) */
     int last_micro;       /* the current micro-batch is the step's last */
+    double ms_gather;     /* stage 3: time in parameter gathers during compute */
 
     /* Freed scratch blocks kept for reuse: buckets ask for the same sizes
      * every micro-batch, and fresh large blocks cost a page fault per 4 KiB. */

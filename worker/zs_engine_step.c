@@ -195,12 +195,13 @@ int zs_engine_step(zs_engine_t *e, zs_step_stats_t *st, zs_err_t *err)
                              (int)e->cfg.micro_batch_per_gpu,
                              e->cfg.train_batch_size};
         double t0 = now_ms();
+        e->ms_gather = 0;
         rc = e->m.load_batch(e->m.self, &bc, err);
         if (!rc)
             rc = forward(e, ptrs, err);
         if (!rc)
             loss += e->m.loss(e->m.self);
-        double t1 = now_ms();
+        double t1 = now_ms(), g_fwd = e->ms_gather;
         if (!rc)
             rc = backward(e, (float)e->ls.scale, ptrs, gptrs, err);
         /* A bucket's reduce-scatter must finish before the next micro-batch
@@ -210,8 +211,10 @@ int zs_engine_step(zs_engine_t *e, zs_step_stats_t *st, zs_err_t *err)
             if (!rc)
                 rc = r;
         }
-        st->ms_forward += t1 - t0;
-        st->ms_backward += now_ms() - t1;
+        /* Stage 3 gathers inside the passes count as collectives. */
+        st->ms_forward += t1 - t0 - g_fwd;
+        st->ms_backward += now_ms() - t1 - (e->ms_gather - g_fwd);
+        st->ms_comm += e->ms_gather;
     }
     free(ptrs);
     free(gptrs);
