@@ -1,8 +1,9 @@
 /*
- * zs_config.c - DeepSpeed JSON configuration: parse (cJSON), validate,
- * resolve batch sizes, print.
+ * zs_config.c - DeepSpeed JSON configuration: the key tables, the section
+ * parsers, DeepSpeed's defaults and whole-document rules, parse and load.
  *
- * What it does: reads a DeepSpeed config file as DeepSpeed would (relaxed
+ * What the configuration (this file, zs_config_json.c, zs_config_resolve.c)
+ * does: reads a DeepSpeed config file as DeepSpeed would (relaxed
  * JSON as hjson reads it: comments, trailing commas, newline-separated
  * members; duplicate keys refused), applies DeepSpeed's defaults and its
  * rules (batch-size derivation, optimizer Adam/AdamW selection, scheduler
@@ -15,11 +16,14 @@
  * other optimizers and schedules, ...). Unknown keys are warned about, not
  * refused (DeepSpeed itself refuses unknown keys inside zero_optimization,
  * fp16 and bf16; we warn so that the run is explicit about it).
+ *
+ * This file does not read single values, warn, find duplicate keys or relax
+ * JSON (zs_config_json.c), nor derive batch sizes, cross-check or print
+ * (zs_config_resolve.c).
  */
 #include "zs_config.h"
 
 #include <errno.h>
-#include <math.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -27,21 +31,9 @@
 
 #include <cjson/cJSON.h>
 
-#include "zs_log.h"
+#include "zs_config_internal.h"
 
-#define PATH_MAX_LEN 192
-#define WARN_MAX     256
-#define VAL_MAX      72
-#define FILE_MAX     (16u << 20)
-
-/* Parse context: warning sink with de-duplication, and the error record. */
-typedef struct pctx {
-    zs_config_warn_fn warn;
-    void *ud;
-    zs_err_t *err;
-    int nwarned;
-    char warned[WARN_MAX][PATH_MAX_LEN];
-} pctx_t;
+#define FILE_MAX (16u << 20)
 
 /* What the document said, beyond the fields of zs_config_t, needed to apply
  * DeepSpeed's rules once everything is read. */
@@ -58,308 +50,6 @@ typedef struct pstate {
     int offload_par_key; /* zero_optimization.offload_param given */
     int fp16_given;      /* fp16 section given */
 } pstate_t;
-
-/* ---- small helpers ------------------------------------------------------ */
-
-static void path_join(char *out, const char *parent, const char *key)
-{
-    if (parent && parent[0])
-        snprintf(out, PATH_MAX_LEN, "%s.%s", parent, key);
-    else
-        snprintf(out, PATH_MAX_LEN, "%s", key);
-}
-
-static int ci_equal(const char *a, const char *b)
-{
-    for (; *a && *b; a++, b++) {
-        int ca = (*a >= 'A' && *a <= 'Z') ? *a + 32 : *a;
-        int cb = (*b >= 'A' && *b <= 'Z') ? *b + 32 : *b;
-        if (ca != cb)
-            return 0;
-    }
-    return *a == *b;
-}
-
-static int in_list(const char *name, const char *const *list)
-{
-    for (; *list; list++)
-        if (strcmp(name, *list) == 0)
-            return 1;
-    return 0;
-}
-
-/* The JSON text of a value, shortened to fit an error message. */
-static const char *vstr(const cJSON *v, char *buf)
-{
-    char *p = cJSON_PrintUnformatted(v);
-    if (!p) {
-        snprintf(buf, VAL_MAX, "(unprintable)");
-        return buf;
-    }
-    size_t n = strlen(p);
-    if (n < VAL_MAX) {
-        memcpy(buf, p, n + 1);
-    } else {
-        memcpy(buf, p, VAL_MAX - 4);
-        memcpy(buf + VAL_MAX - 4, "...", 4);
-    }
-    cJSON_free(p);
-    return buf;
-}
-
-static void warn_once(pctx_t *c, const char *path, const char *why)
-{
-    for (int i = 0; i < c->nwarned; i++)
-        if (strcmp(c->warned[i], path) == 0)
-            return;
-    if (c->nwarned < WARN_MAX)
-        snprintf(c->warned[c->nwarned++], PATH_MAX_LEN, "%s", path);
-    if (c->warn)
-        c->warn(c->ud, path, why);
-    else
-        ZS_WARN("config: %s: %s", path, why);
-}
-
-static void warn_key(pctx_t *c, const char *parent, const char *key, const char *why)
-{
-    char p[PATH_MAX_LEN];
-    path_join(p, parent, key);
-    warn_once(c, p, why);
-}
-
-static int is_auto(const cJSON *v)
-{
-    return cJSON_IsString(v) && v->valuestring && strcmp(v->valuestring, "auto") == 0;
-}
-
-static int err_auto(pctx_t *c, const char *path)
-{
-    return zs_err_set(c->err, ZS_ERR_INVALID,
-                      "%s: \"auto\" is a placeholder that the Hugging Face Trainer/Accelerate "
-                      "replaces before DeepSpeed reads the config; zeroshard reads the file "
-                      "as it is: write the actual value",
-                      path);
-}
-
-static int err_type(pctx_t *c, const cJSON *v, const char *path, const char *what)
-{
-    char b[VAL_MAX];
-    if (is_auto(v))
-        return err_auto(c, path);
-    return zs_err_set(c->err, ZS_ERR_INVALID, "%s: expected %s, got %s", path, what, vstr(v, b));
-}
-
-static int err_value(pctx_t *c, const cJSON *v, const char *path, const char *rule)
-{
-    char b[VAL_MAX];
-    return zs_err_set(c->err, ZS_ERR_RANGE, "%s: %s %s", path, vstr(v, b), rule);
-}
-
-/* true/false (or 0/1, which DeepSpeed's pydantic models also take). */
-static int get_bool(pctx_t *c, const cJSON *v, const char *path, int *out)
-{
-    if (cJSON_IsBool(v)) {
-        *out = cJSON_IsTrue(v) ? 1 : 0;
-        return ZS_OK;
-    }
-    if (cJSON_IsNumber(v) && (v->valuedouble == 0.0 || v->valuedouble == 1.0)) {
-        *out = v->valuedouble != 0.0;
-        return ZS_OK;
-    }
-    return err_type(c, v, path, "true or false");
-}
-
-/* An integral JSON number (5e8 is fine, 1.5 is not) within [lo, hi]. */
-static int get_int(pctx_t *c, const cJSON *v, const char *path, int64_t lo, int64_t hi,
-                   int64_t *out)
-{
-    if (!cJSON_IsNumber(v))
-        return err_type(c, v, path, "an integer");
-    double d = v->valuedouble;
-    if (!isfinite(d) || d != floor(d) || d < -9.0e18 || d > 9.0e18)
-        return err_type(c, v, path, "an integer");
-    int64_t x = (int64_t)d;
-    if (x < lo || x > hi) {
-        char rule[96];
-        if (hi >= INT64_MAX / 4)
-            snprintf(rule, sizeof rule, "must be >= %lld", (long long)lo);
-        else
-            snprintf(rule, sizeof rule, "must be between %lld and %lld", (long long)lo,
-                     (long long)hi);
-        return err_value(c, v, path, rule);
-    }
-    *out = x;
-    return ZS_OK;
-}
-
-static int get_int32(pctx_t *c, const cJSON *v, const char *path, int64_t lo, int64_t hi, int *out)
-{
-    int64_t x;
-    int rc = get_int(c, v, path, lo, hi, &x);
-    if (rc == ZS_OK)
-        *out = (int)x;
-    return rc;
-}
-
-/* A finite JSON number. */
-static int get_num(pctx_t *c, const cJSON *v, const char *path, double *out)
-{
-    if (!cJSON_IsNumber(v) || !isfinite(v->valuedouble))
-        return err_type(c, v, path, "a number");
-    *out = v->valuedouble;
-    return ZS_OK;
-}
-
-static int get_num_min(pctx_t *c, const cJSON *v, const char *path, double lo, int lo_open,
-                       double *out)
-{
-    double d = 0.0;
-    int rc = get_num(c, v, path, &d);
-    if (rc != ZS_OK)
-        return rc;
-    if (lo_open ? !(d > lo) : !(d >= lo)) {
-        char rule[64];
-        snprintf(rule, sizeof rule, "must be %s %g", lo_open ? ">" : ">=", lo);
-        return err_value(c, v, path, rule);
-    }
-    *out = d;
-    return ZS_OK;
-}
-
-static int get_string(pctx_t *c, const cJSON *v, const char *path, const char **out)
-{
-    if (!cJSON_IsString(v) || !v->valuestring)
-        return err_type(c, v, path, "a string");
-    *out = v->valuestring;
-    return ZS_OK;
-}
-
-static int expect_object(pctx_t *c, const cJSON *v, const char *path)
-{
-    if (cJSON_IsObject(v))
-        return ZS_OK;
-    return err_type(c, v, path, "an object");
-}
-
-/* DeepSpeed loads config files with object_pairs_hook =
- * dict_raise_error_on_duplicate_keys: a key given twice is an error. */
-static int check_duplicates(pctx_t *c, const cJSON *o, const char *path)
-{
-    for (const cJSON *a = o->child; a; a = a->next) {
-        char p[PATH_MAX_LEN];
-        if (cJSON_IsObject(o) && a->string) {
-            for (const cJSON *b = a->next; b; b = b->next)
-                if (b->string && strcmp(a->string, b->string) == 0) {
-                    path_join(p, path, a->string);
-                    return zs_err_set(c->err, ZS_ERR_INVALID,
-                                      "%s: duplicate key (DeepSpeed refuses duplicate keys)", p);
-                }
-            path_join(p, path, a->string);
-        } else {
-            snprintf(p, sizeof p, "%s[]", path);
-        }
-        if (cJSON_IsObject(a) || cJSON_IsArray(a)) {
-            int rc = check_duplicates(c, a, p);
-            if (rc != ZS_OK)
-                return rc;
-        }
-    }
-    return ZS_OK;
-}
-
-/* ---- relaxed JSON (the part of hjson that JSON-looking files use) -------- */
-
-/* Copy `in` to a new string that strict JSON accepts: comments removed
- * (newlines kept, so line numbers stay right), trailing commas before } or ]
- * blanked, and a comma inserted where a value ends and, after a newline, the
- * next value or member begins. Strict JSON comes out unchanged. */
-static char *relax_json(const char *in)
-{
-    size_t n = strlen(in);
-    char *out = malloc(2 * n + 2);
-    if (!out)
-        return NULL;
-    size_t o = 0;
-    int after_value = 0;  /* the last significant token ended a value */
-    int newline_seen = 0; /* a newline since that value */
-    long comma_at = -1;   /* output index of a comma not yet followed by a token */
-    size_t i = 0;
-    while (i < n) {
-        char ch = in[i];
-        if (ch == '\n') {
-            out[o++] = ch;
-            i++;
-            if (after_value)
-                newline_seen = 1;
-            continue;
-        }
-        if (ch == ' ' || ch == '\t' || ch == '\r') {
-            out[o++] = ch;
-            i++;
-            continue;
-        }
-        if (ch == '#' || (ch == '/' && i + 1 < n && in[i + 1] == '/')) {
-            while (i < n && in[i] != '\n')
-                i++;
-            continue;
-        }
-        if (ch == '/' && i + 1 < n && in[i + 1] == '*') {
-            i += 2;
-            while (i < n && !(in[i] == '*' && i + 1 < n && in[i + 1] == '/')) {
-                if (in[i] == '\n') {
-                    out[o++] = '\n';
-                    if (after_value)
-                        newline_seen = 1;
-                }
-                i++;
-            }
-            i = i + 2 <= n ? i + 2 : n;
-            continue;
-        }
-        /* a significant character */
-        if ((ch == '}' || ch == ']') && comma_at >= 0)
-            out[comma_at] = ' ';
-        comma_at = -1;
-        int starts_value = ch == '"' || ch == '{' || ch == '[' || ch == '-' ||
-                           (ch >= '0' && ch <= '9') || ch == 't' || ch == 'f' || ch == 'n';
-        if (starts_value && after_value && newline_seen)
-            out[o++] = ',';
-        after_value = 0;
-        newline_seen = 0;
-        if (ch == '"') {
-            out[o++] = in[i++];
-            while (i < n && in[i] != '"') {
-                if (in[i] == '\\' && i + 1 < n)
-                    out[o++] = in[i++];
-                out[o++] = in[i++];
-            }
-            if (i < n)
-                out[o++] = in[i++];
-            after_value = 1;
-        } else if (ch == '}' || ch == ']') {
-            out[o++] = in[i++];
-            after_value = 1;
-        } else if (ch == ',') {
-            comma_at = (long)o;
-            out[o++] = in[i++];
-        } else if (ch == '{' || ch == '[' || ch == ':') {
-            out[o++] = in[i++];
-        } else if (ch == '-' || ch == '+' || ch == '.' || ch == '_' || (ch >= '0' && ch <= '9') ||
-                   (ch >= 'a' && ch <= 'z') || (ch >= 'A' && ch <= 'Z')) {
-            /* a number or a literal (true, false, null; anything else is
-             * left for cJSON to refuse) */
-            while (i < n && (in[i] == '-' || in[i] == '+' || in[i] == '.' || in[i] == '_' ||
-                             (in[i] >= '0' && in[i] <= '9') || (in[i] >= 'a' && in[i] <= 'z') ||
-                             (in[i] >= 'A' && in[i] <= 'Z')))
-                out[o++] = in[i++];
-            after_value = 1;
-        } else {
-            out[o++] = in[i++]; /* not JSON: cJSON reports it */
-        }
-    }
-    out[o] = '\0';
-    return out;
-}
 
 /* ---- sections ------------------------------------------------------------ */
 
@@ -476,12 +166,12 @@ static int parse_batch(pctx_t *c, const cJSON *v, const char *path, int64_t *out
     }
     /* DeepSpeed's _batch_assertion refuses anything <= 0 once derived; a
      * given value is never changed by the derivation, so refuse it here. */
-    return get_int(c, v, path, 1, INT64_MAX / 4, out);
+    return zs__cfg_get_int(c, v, path, 1, INT64_MAX / 4, out);
 }
 
 static int parse_optimizer(pctx_t *c, const cJSON *o, zs_config_t *cfg, pstate_t *st)
 {
-    int rc = expect_object(c, o, "optimizer");
+    int rc = zs__cfg_expect_object(c, o, "optimizer");
     if (rc != ZS_OK)
         return rc;
     const cJSON *type = NULL, *params = NULL;
@@ -491,19 +181,19 @@ static int parse_optimizer(pctx_t *c, const cJSON *o, zs_config_t *cfg, pstate_t
         else if (strcmp(it->string, "params") == 0)
             params = it;
         else if (strcmp(it->string, "legacy_fusion") == 0)
-            warn_key(c, "optimizer", it->string, "not implemented");
+            zs__cfg_warn_key(c, "optimizer", it->string, "not implemented");
         else
-            warn_key(c, "optimizer", it->string, "unknown key");
+            zs__cfg_warn_key(c, "optimizer", it->string, "unknown key");
     }
     if (!type)
         return zs_err_set(c->err, ZS_ERR_INVALID,
                           "optimizer: no \"type\" (zeroshard implements \"Adam\" and \"AdamW\")");
     const char *tname = "";
-    if ((rc = get_string(c, type, "optimizer.type", &tname)) != ZS_OK)
+    if ((rc = zs__cfg_get_string(c, type, "optimizer.type", &tname)) != ZS_OK)
         return rc;
-    if (ci_equal(tname, "adam"))
+    if (zs__cfg_ci_equal(tname, "adam"))
         st->opt_adamw_type = 0;
-    else if (ci_equal(tname, "adamw"))
+    else if (zs__cfg_ci_equal(tname, "adamw"))
         st->opt_adamw_type = 1;
     else
         return zs_err_set(c->err, ZS_ERR_INVALID,
@@ -513,56 +203,56 @@ static int parse_optimizer(pctx_t *c, const cJSON *o, zs_config_t *cfg, pstate_t
     cfg->optimizer_given = 1;
     if (!params || cJSON_IsNull(params))
         return ZS_OK;
-    if ((rc = expect_object(c, params, "optimizer.params")) != ZS_OK)
+    if ((rc = zs__cfg_expect_object(c, params, "optimizer.params")) != ZS_OK)
         return rc;
     for (const cJSON *it = params->child; it; it = it->next) {
         char p[PATH_MAX_LEN];
         const char *k = it->string;
         double d = 0.0;
-        path_join(p, "optimizer.params", k);
+        zs__cfg_path_join(p, "optimizer.params", k);
         if (strcmp(k, "lr") == 0) {
-            if ((rc = get_num_min(c, it, p, 0.0, 0, &d)) != ZS_OK)
+            if ((rc = zs__cfg_get_num_min(c, it, p, 0.0, 0, &d)) != ZS_OK)
                 return rc;
             st->lr = d;
             cfg->adam.lr = (float)d;
         } else if (strcmp(k, "betas") == 0) {
             if (!cJSON_IsArray(it) || cJSON_GetArraySize(it) != 2)
-                return err_type(c, it, p, "[beta1, beta2]");
+                return zs__cfg_err_type(c, it, p, "[beta1, beta2]");
             double b[2] = {0.0, 0.0};
             for (int j = 0; j < 2; j++) {
                 const cJSON *e = cJSON_GetArrayItem(it, j);
-                if ((rc = get_num(c, e, p, &b[j])) != ZS_OK)
+                if ((rc = zs__cfg_get_num(c, e, p, &b[j])) != ZS_OK)
                     return rc;
                 if (!(b[j] >= 0.0 && b[j] < 1.0))
-                    return err_value(c, it, p, "must both be in [0, 1)");
+                    return zs__cfg_err_value(c, it, p, "must both be in [0, 1)");
             }
             cfg->adam.beta1 = (float)b[0];
             cfg->adam.beta2 = (float)b[1];
         } else if (strcmp(k, "eps") == 0) {
-            if ((rc = get_num_min(c, it, p, 0.0, 0, &d)) != ZS_OK)
+            if ((rc = zs__cfg_get_num_min(c, it, p, 0.0, 0, &d)) != ZS_OK)
                 return rc;
             cfg->adam.eps = (float)d;
         } else if (strcmp(k, "weight_decay") == 0) {
-            if ((rc = get_num_min(c, it, p, 0.0, 0, &d)) != ZS_OK)
+            if ((rc = zs__cfg_get_num_min(c, it, p, 0.0, 0, &d)) != ZS_OK)
                 return rc;
             cfg->adam.weight_decay = (float)d;
             st->wd_given = 1;
         } else if (strcmp(k, "adam_w_mode") == 0) {
-            if ((rc = get_bool(c, it, p, &st->adam_w_mode)) != ZS_OK)
+            if ((rc = zs__cfg_get_bool(c, it, p, &st->adam_w_mode)) != ZS_OK)
                 return rc;
         } else if (strcmp(k, "bias_correction") == 0) {
-            if ((rc = get_bool(c, it, p, &cfg->adam.bias_correction)) != ZS_OK)
+            if ((rc = zs__cfg_get_bool(c, it, p, &cfg->adam.bias_correction)) != ZS_OK)
                 return rc;
         } else if (strcmp(k, "torch_adam") == 0) {
-            if ((rc = get_bool(c, it, p, &st->torch_adam)) != ZS_OK)
+            if ((rc = zs__cfg_get_bool(c, it, p, &st->torch_adam)) != ZS_OK)
                 return rc;
-            warn_once(c, p,
-                      "not implemented: zeroshard's CPU Adam kernel runs (the same math as "
-                      "torch.optim); torch's default weight_decay (AdamW 0.01) applies if "
-                      "weight_decay is not given");
+            zs__cfg_warn_once(c, p,
+                              "not implemented: zeroshard's CPU Adam kernel runs (the same math as "
+                              "torch.optim); torch's default weight_decay (AdamW 0.01) applies if "
+                              "weight_decay is not given");
         } else if (strcmp(k, "amsgrad") == 0) {
             int a = 0;
-            if ((rc = get_bool(c, it, p, &a)) != ZS_OK)
+            if ((rc = zs__cfg_get_bool(c, it, p, &a)) != ZS_OK)
                 return rc;
             if (a)
                 return zs_err_set(c->err, ZS_ERR_INVALID,
@@ -574,10 +264,10 @@ static int parse_optimizer(pctx_t *c, const cJSON *o, zs_config_t *cfg, pstate_t
                               "%s: not supported as an optimizer parameter (DeepSpeed refuses "
                               "it too): use the top-level \"gradient_clipping\"",
                               p);
-        } else if (in_list(k, ADAM_NOT_IMPLEMENTED)) {
-            warn_once(c, p, "not implemented");
+        } else if (zs__cfg_in_list(k, ADAM_NOT_IMPLEMENTED)) {
+            zs__cfg_warn_once(c, p, "not implemented");
         } else {
-            warn_once(c, p, "unknown key");
+            zs__cfg_warn_once(c, p, "unknown key");
         }
     }
     return ZS_OK;
@@ -585,7 +275,7 @@ static int parse_optimizer(pctx_t *c, const cJSON *o, zs_config_t *cfg, pstate_t
 
 static int parse_scheduler(pctx_t *c, const cJSON *o, zs_config_t *cfg, pstate_t *st)
 {
-    int rc = expect_object(c, o, "scheduler");
+    int rc = zs__cfg_expect_object(c, o, "scheduler");
     if (rc != ZS_OK)
         return rc;
     const cJSON *type = NULL, *params = NULL;
@@ -595,14 +285,14 @@ static int parse_scheduler(pctx_t *c, const cJSON *o, zs_config_t *cfg, pstate_t
         else if (strcmp(it->string, "params") == 0)
             params = it;
         else
-            warn_key(c, "scheduler", it->string, "unknown key");
+            zs__cfg_warn_key(c, "scheduler", it->string, "unknown key");
     }
     if (!type)
         return zs_err_set(c->err, ZS_ERR_INVALID,
                           "scheduler: no \"type\" (zeroshard implements \"WarmupLR\" and "
                           "\"WarmupDecayLR\")");
     const char *tname = "";
-    if ((rc = get_string(c, type, "scheduler.type", &tname)) != ZS_OK)
+    if ((rc = zs__cfg_get_string(c, type, "scheduler.type", &tname)) != ZS_OK)
         return rc;
     /* DeepSpeed looks the class up by exact name (getattr). */
     if (strcmp(tname, "WarmupLR") == 0)
@@ -616,26 +306,27 @@ static int parse_scheduler(pctx_t *c, const cJSON *o, zs_config_t *cfg, pstate_t
                           tname);
     if (!params || cJSON_IsNull(params))
         return ZS_OK;
-    if ((rc = expect_object(c, params, "scheduler.params")) != ZS_OK)
+    if ((rc = zs__cfg_expect_object(c, params, "scheduler.params")) != ZS_OK)
         return rc;
     for (const cJSON *it = params->child; it; it = it->next) {
         char p[PATH_MAX_LEN];
         const char *k = it->string;
-        path_join(p, "scheduler.params", k);
+        zs__cfg_path_join(p, "scheduler.params", k);
         if (strcmp(k, "warmup_min_lr") == 0) {
-            if ((rc = get_num(c, it, p, &cfg->sched.warmup_min_lr)) != ZS_OK)
+            if ((rc = zs__cfg_get_num(c, it, p, &cfg->sched.warmup_min_lr)) != ZS_OK)
                 return rc;
         } else if (strcmp(k, "warmup_max_lr") == 0) {
-            if ((rc = get_num(c, it, p, &cfg->sched.warmup_max_lr)) != ZS_OK)
+            if ((rc = zs__cfg_get_num(c, it, p, &cfg->sched.warmup_max_lr)) != ZS_OK)
                 return rc;
             st->max_lr_given = 1;
         } else if (strcmp(k, "warmup_num_steps") == 0) {
             /* DeepSpeed: "warmup_num_steps must be a positive integer" */
-            if ((rc = get_int(c, it, p, 1, INT64_MAX / 4, &cfg->sched.warmup_num_steps)) != ZS_OK)
+            if ((rc = zs__cfg_get_int(c, it, p, 1, INT64_MAX / 4, &cfg->sched.warmup_num_steps)) !=
+                ZS_OK)
                 return rc;
         } else if (strcmp(k, "warmup_type") == 0) {
             const char *w = "";
-            if ((rc = get_string(c, it, p, &w)) != ZS_OK)
+            if ((rc = zs__cfg_get_string(c, it, p, &w)) != ZS_OK)
                 return rc;
             if (strcmp(w, "log") == 0) {
                 cfg->sched.warmup_type = ZS_WARMUP_LOG;
@@ -649,7 +340,7 @@ static int parse_scheduler(pctx_t *c, const cJSON *o, zs_config_t *cfg, pstate_t
                          "unknown value \"%.40s\": using \"log\", as DeepSpeed does "
                          "(valid: \"log\", \"linear\")",
                          w);
-                warn_once(c, p, why);
+                zs__cfg_warn_once(c, p, why);
             }
         } else if (strcmp(k, "total_num_steps") == 0) {
             if (cfg->sched.type != ZS_SCHED_WARMUP_DECAY_LR)
@@ -657,15 +348,17 @@ static int parse_scheduler(pctx_t *c, const cJSON *o, zs_config_t *cfg, pstate_t
                                   "%s: WarmupLR takes no total_num_steps (DeepSpeed raises "
                                   "TypeError); use \"WarmupDecayLR\" for a decay",
                                   p);
-            if ((rc = get_int(c, it, p, 1, INT64_MAX / 4, &cfg->sched.total_num_steps)) != ZS_OK)
+            if ((rc = zs__cfg_get_int(c, it, p, 1, INT64_MAX / 4, &cfg->sched.total_num_steps)) !=
+                ZS_OK)
                 return rc;
             st->total_given = 1;
         } else if (strcmp(k, "last_batch_iteration") == 0) {
-            warn_once(c, p,
-                      "not implemented: the schedule position comes from the optimizer step "
-                      "count");
+            zs__cfg_warn_once(
+                c, p,
+                "not implemented: the schedule position comes from the optimizer step "
+                "count");
         } else {
-            warn_once(c, p, "unknown key");
+            zs__cfg_warn_once(c, p, "unknown key");
         }
     }
     return ZS_OK;
@@ -673,34 +366,34 @@ static int parse_scheduler(pctx_t *c, const cJSON *o, zs_config_t *cfg, pstate_t
 
 static int parse_fp16(pctx_t *c, const cJSON *o, zs_config_t *cfg)
 {
-    int rc = expect_object(c, o, "fp16");
+    int rc = zs__cfg_expect_object(c, o, "fp16");
     if (rc != ZS_OK)
         return rc;
     zs_fp16_config_t *f = &cfg->fp16;
     for (const cJSON *it = o->child; it; it = it->next) {
         char p[PATH_MAX_LEN];
         const char *k = it->string;
-        path_join(p, "fp16", k);
+        zs__cfg_path_join(p, "fp16", k);
         if (strcmp(k, "enabled") == 0) {
-            rc = get_bool(c, it, p, &f->enabled);
+            rc = zs__cfg_get_bool(c, it, p, &f->enabled);
         } else if (strcmp(k, "loss_scale") == 0) {
-            rc = get_num_min(c, it, p, 0.0, 0, &f->loss_scale);
+            rc = zs__cfg_get_num_min(c, it, p, 0.0, 0, &f->loss_scale);
         } else if (strcmp(k, "initial_scale_power") == 0) {
-            rc = get_int32(c, it, p, -1000, 1000, &f->initial_scale_power);
+            rc = zs__cfg_get_int32(c, it, p, -1000, 1000, &f->initial_scale_power);
         } else if (strcmp(k, "loss_scale_window") == 0) {
             /* positive (DeepSpeed validate_positive_int); the checkpoint
              * format (zs_loss_scale.h) keeps 29 bits */
-            rc = get_int32(c, it, p, 1, (1 << 29) - 1, &f->loss_scale_window);
+            rc = zs__cfg_get_int32(c, it, p, 1, (1 << 29) - 1, &f->loss_scale_window);
         } else if (strcmp(k, "hysteresis") == 0) {
-            rc = get_int32(c, it, p, 1, 65535, &f->hysteresis);
+            rc = zs__cfg_get_int32(c, it, p, 1, 65535, &f->hysteresis);
         } else if (strcmp(k, "consecutive_hysteresis") == 0) {
-            rc = get_bool(c, it, p, &f->consecutive_hysteresis);
+            rc = zs__cfg_get_bool(c, it, p, &f->consecutive_hysteresis);
         } else if (strcmp(k, "min_loss_scale") == 0) {
-            rc = get_num_min(c, it, p, 0.0, 1, &f->min_loss_scale);
-        } else if (in_list(k, FP16_NOT_IMPLEMENTED)) {
-            warn_once(c, p, "not implemented");
+            rc = zs__cfg_get_num_min(c, it, p, 0.0, 1, &f->min_loss_scale);
+        } else if (zs__cfg_in_list(k, FP16_NOT_IMPLEMENTED)) {
+            zs__cfg_warn_once(c, p, "not implemented");
         } else {
-            warn_once(c, p, "unknown key");
+            zs__cfg_warn_once(c, p, "unknown key");
         }
         if (rc != ZS_OK)
             return rc;
@@ -710,19 +403,19 @@ static int parse_fp16(pctx_t *c, const cJSON *o, zs_config_t *cfg)
 
 static int parse_bf16(pctx_t *c, const cJSON *o, const char *name, zs_config_t *cfg)
 {
-    int rc = expect_object(c, o, name);
+    int rc = zs__cfg_expect_object(c, o, name);
     if (rc != ZS_OK)
         return rc;
     for (const cJSON *it = o->child; it; it = it->next) {
         char p[PATH_MAX_LEN];
-        path_join(p, name, it->string);
+        zs__cfg_path_join(p, name, it->string);
         if (strcmp(it->string, "enabled") == 0) {
-            if ((rc = get_bool(c, it, p, &cfg->bf16_enabled)) != ZS_OK)
+            if ((rc = zs__cfg_get_bool(c, it, p, &cfg->bf16_enabled)) != ZS_OK)
                 return rc;
-        } else if (in_list(it->string, BF16_NOT_IMPLEMENTED)) {
-            warn_once(c, p, "not implemented");
+        } else if (zs__cfg_in_list(it->string, BF16_NOT_IMPLEMENTED)) {
+            zs__cfg_warn_once(c, p, "not implemented");
         } else {
-            warn_once(c, p, "unknown key");
+            zs__cfg_warn_once(c, p, "unknown key");
         }
     }
     return ZS_OK;
@@ -736,15 +429,15 @@ static int parse_offload(pctx_t *c, const cJSON *o, const char *path, const char
     *out = 0;
     if (cJSON_IsNull(o)) /* DeepSpeed: Optional[...] = None */
         return ZS_OK;
-    int rc = expect_object(c, o, path);
+    int rc = zs__cfg_expect_object(c, o, path);
     if (rc != ZS_OK)
         return rc;
     for (const cJSON *it = o->child; it; it = it->next) {
         char p[PATH_MAX_LEN];
-        path_join(p, path, it->string);
+        zs__cfg_path_join(p, path, it->string);
         if (strcmp(it->string, "device") == 0) {
             const char *d = "";
-            if ((rc = get_string(c, it, p, &d)) != ZS_OK)
+            if ((rc = zs__cfg_get_string(c, it, p, &d)) != ZS_OK)
                 return rc;
             if (strcmp(d, "cpu") == 0)
                 *out = 1;
@@ -760,10 +453,10 @@ static int parse_offload(pctx_t *c, const cJSON *o, const char *path, const char
                                   "%s: \"%.40s\" is not a device (DeepSpeed: \"none\", \"cpu\", "
                                   "\"nvme\")",
                                   p, d);
-        } else if (in_list(it->string, not_impl)) {
-            warn_once(c, p, "not implemented");
+        } else if (zs__cfg_in_list(it->string, not_impl)) {
+            zs__cfg_warn_once(c, p, "not implemented");
         } else {
-            warn_once(c, p, "unknown key");
+            zs__cfg_warn_once(c, p, "unknown key");
         }
     }
     return ZS_OK;
@@ -822,12 +515,12 @@ static int parse_zero(pctx_t *c, const cJSON *o, zs_config_t *cfg, pstate_t *st)
     if (cJSON_IsBool(o)) {
         /* DeepSpeed's deprecated form: true = stage 1, false = stage 0 */
         cfg->stage = cJSON_IsTrue(o) ? 1 : 0;
-        warn_once(c, "zero_optimization",
-                  "deprecated: a boolean means stage 1 (true) or 0 (false); use "
-                  "{\"stage\": N}");
+        zs__cfg_warn_once(c, "zero_optimization",
+                          "deprecated: a boolean means stage 1 (true) or 0 (false); use "
+                          "{\"stage\": N}");
         return ZS_OK;
     }
-    int rc = expect_object(c, o, "zero_optimization");
+    int rc = zs__cfg_expect_object(c, o, "zero_optimization");
     if (rc != ZS_OK)
         return rc;
     const char *seen[NZFIELDS] = {0};
@@ -835,9 +528,9 @@ static int parse_zero(pctx_t *c, const cJSON *o, zs_config_t *cfg, pstate_t *st)
     for (const cJSON *it = o->child; it; it = it->next) {
         char p[PATH_MAX_LEN];
         const char *k = it->string;
-        path_join(p, "zero_optimization", k);
+        zs__cfg_path_join(p, "zero_optimization", k);
         if (strcmp(k, "stage") == 0) {
-            if ((rc = get_int32(c, it, p, 0, 3, &cfg->stage)) != ZS_OK)
+            if ((rc = zs__cfg_get_int32(c, it, p, 0, 3, &cfg->stage)) != ZS_OK)
                 return rc;
             continue;
         }
@@ -857,14 +550,16 @@ static int parse_zero(pctx_t *c, const cJSON *o, zs_config_t *cfg, pstate_t *st)
         }
         if (strcmp(k, "cpu_offload") == 0 || strcmp(k, "cpu_offload_param") == 0) {
             int b = 0;
-            if ((rc = get_bool(c, it, p, &b)) != ZS_OK)
+            if ((rc = zs__cfg_get_bool(c, it, p, &b)) != ZS_OK)
                 return rc;
             if (strcmp(k, "cpu_offload") == 0) {
                 cpu_offload = b;
-                warn_once(c, p, "deprecated: read as offload_optimizer.device = \"cpu\" if true");
+                zs__cfg_warn_once(c, p,
+                                  "deprecated: read as offload_optimizer.device = \"cpu\" if true");
             } else {
                 cpu_offload_param = b;
-                warn_once(c, p, "deprecated: read as offload_param.device = \"cpu\" if true");
+                zs__cfg_warn_once(c, p,
+                                  "deprecated: read as offload_param.device = \"cpu\" if true");
             }
             continue;
         }
@@ -883,22 +578,22 @@ static int parse_zero(pctx_t *c, const cJSON *o, zs_config_t *cfg, pstate_t *st)
                                   "%s: given twice, also as zero_optimization.%s", p, seen[f]);
             seen[f] = k;
             if (alias == 2)
-                warn_once(c, p, "deprecated: read as gather_16bit_weights_on_model_save");
+                zs__cfg_warn_once(c, p, "deprecated: read as gather_16bit_weights_on_model_save");
             void *dst = (char *)cfg + ZFIELDS[f].off;
             if (ZFIELDS[f].kind == ZF_SIZE)
-                rc = get_int(c, it, p, 0, INT64_MAX / 4, (int64_t *)dst);
+                rc = zs__cfg_get_int(c, it, p, 0, INT64_MAX / 4, (int64_t *)dst);
             else
-                rc = get_bool(c, it, p, (int *)dst);
+                rc = zs__cfg_get_bool(c, it, p, (int *)dst);
             if (rc != ZS_OK)
                 return rc;
             if (ZFIELDS[f].off == offsetof(zs_config_t, overlap_comm))
                 st->overlap_given = 1;
             continue;
         }
-        if (in_list(k, ZERO_NOT_IMPLEMENTED))
-            warn_once(c, p, "not implemented");
+        if (zs__cfg_in_list(k, ZERO_NOT_IMPLEMENTED))
+            zs__cfg_warn_once(c, p, "not implemented");
         else
-            warn_once(c, p, "unknown key");
+            zs__cfg_warn_once(c, p, "unknown key");
     }
     /* deprecated switches: DeepSpeed refuses them next to their replacement */
     if (cpu_offload >= 0) {
@@ -931,7 +626,7 @@ static int parse_root(pctx_t *c, const cJSON *root, zs_config_t *cfg, pstate_t *
         } else if (strcmp(k, "gradient_accumulation_steps") == 0) {
             rc = parse_batch(c, it, k, &cfg->gradient_accumulation_steps);
         } else if (strcmp(k, "gradient_clipping") == 0) {
-            rc = get_num_min(c, it, k, 0.0, 0, &cfg->gradient_clipping);
+            rc = zs__cfg_get_num_min(c, it, k, 0.0, 0, &cfg->gradient_clipping);
         } else if (strcmp(k, "optimizer") == 0) {
             rc = parse_optimizer(c, it, cfg, st);
         } else if (strcmp(k, "scheduler") == 0) {
@@ -944,17 +639,17 @@ static int parse_root(pctx_t *c, const cJSON *root, zs_config_t *cfg, pstate_t *
         } else if (strcmp(k, "bfloat16") == 0) {
             /* DeepSpeed's old name, read only when "bf16" is absent */
             if (bf16)
-                warn_once(c, k,
-                          "not implemented: ignored because \"bf16\" is given (as in "
-                          "DeepSpeed)");
+                zs__cfg_warn_once(c, k,
+                                  "not implemented: ignored because \"bf16\" is given (as in "
+                                  "DeepSpeed)");
             else
                 rc = parse_bf16(c, it, k, cfg);
         } else if (strcmp(k, "zero_optimization") == 0) {
             rc = parse_zero(c, it, cfg, st);
-        } else if (in_list(k, TOP_NOT_IMPLEMENTED)) {
-            warn_once(c, k, "not implemented");
+        } else if (zs__cfg_in_list(k, TOP_NOT_IMPLEMENTED)) {
+            zs__cfg_warn_once(c, k, "not implemented");
         } else {
-            warn_once(c, k, "unknown key");
+            zs__cfg_warn_once(c, k, "unknown key");
         }
         if (rc != ZS_OK)
             return rc;
@@ -983,7 +678,7 @@ static void finish(pctx_t *c, zs_config_t *cfg, pstate_t *st)
                      "%lld is less than warmup_num_steps %lld: the lr drops to warmup_min_lr "
                      "after warmup (as in DeepSpeed)",
                      (long long)cfg->sched.total_num_steps, (long long)n);
-            warn_once(c, "scheduler.params.total_num_steps", why);
+            zs__cfg_warn_once(c, "scheduler.params.total_num_steps", why);
         }
     }
     /* zero/config.py overlap_comm_valid: None -> stage == 3 */
@@ -1049,7 +744,7 @@ int zs_config_parse(const char *json, zs_config_t *cfg, zs_config_warn_fn warn, 
     if (!json || !cfg)
         return zs_err_set(err, ZS_ERR_INVALID, "config: no text or no config to fill");
     pctx_t *c = calloc(1, sizeof *c);
-    char *text = relax_json(json);
+    char *text = zs__cfg_relax_json(json);
     if (!c || !text) {
         free(c);
         free(text);
@@ -1085,7 +780,7 @@ int zs_config_parse(const char *json, zs_config_t *cfg, zs_config_warn_fn warn, 
         rc = zs_err_set(err, ZS_ERR_INVALID, "config: the top level must be a JSON object");
         goto out;
     }
-    if ((rc = check_duplicates(c, root, "")) != ZS_OK)
+    if ((rc = zs__cfg_check_duplicates(c, root, "")) != ZS_OK)
         goto out;
     zs_config_t tmp;
     zs_config_defaults(&tmp);
@@ -1145,225 +840,4 @@ int zs_config_load(const char *path, zs_config_t *cfg, zs_config_warn_fn warn, v
     }
     free(buf);
     return rc;
-}
-
-/* Batch derivation exactly as DeepSpeed's _set_batch_related_parameters +
- * _batch_assertion, then the cross-checks; see zs_config.h. */
-int zs_config_resolve(zs_config_t *cfg, int world_size, zs_err_t *err)
-{
-    if (world_size < 1)
-        return zs_err_set(err, ZS_ERR_INVALID, "config: world size %d must be >= 1", world_size);
-    int64_t W = world_size;
-    int64_t tbs = cfg->train_batch_size, mb = cfg->micro_batch_per_gpu;
-    int64_t gas = cfg->gradient_accumulation_steps;
-    if (tbs < 0 || mb < 0 || gas < 0)
-        return zs_err_set(err, ZS_ERR_RANGE,
-                          "config: negative batch size (train_batch_size %lld, "
-                          "train_micro_batch_size_per_gpu %lld, gradient_accumulation_steps "
-                          "%lld)",
-                          (long long)tbs, (long long)mb, (long long)gas);
-    if (tbs && mb && gas) {
-        /* all given: nothing derived */
-    } else if (tbs && mb) {
-        gas = tbs / mb / W;
-    } else if (tbs && gas) {
-        mb = tbs / W / gas;
-    } else if (mb && gas) {
-        if (__builtin_mul_overflow(mb, gas, &tbs) || __builtin_mul_overflow(tbs, W, &tbs))
-            return zs_err_set(err, ZS_ERR_RANGE, "config: train_batch_size overflows");
-    } else if (tbs) {
-        gas = 1;
-        mb = tbs / W;
-    } else if (mb) {
-        if (__builtin_mul_overflow(mb, W, &tbs))
-            return zs_err_set(err, ZS_ERR_RANGE, "config: train_batch_size overflows");
-        gas = 1;
-    } else {
-        return zs_err_set(err, ZS_ERR_INVALID,
-                          "config: either train_batch_size or train_micro_batch_size_per_gpu "
-                          "needs to be provided (as in DeepSpeed)%s",
-                          gas ? "; gradient_accumulation_steps alone is not enough" : "");
-    }
-    if (mb <= 0)
-        return zs_err_set(
-            err, ZS_ERR_INVALID,
-            "config: train_micro_batch_size_per_gpu derived as %lld (train_batch_size "
-            "%lld, gradient_accumulation_steps %lld, world size %lld): has to be "
-            "greater than 0",
-            (long long)mb, (long long)tbs, (long long)gas, (long long)W);
-    if (gas <= 0)
-        return zs_err_set(err, ZS_ERR_INVALID,
-                          "config: gradient_accumulation_steps derived as %lld (train_batch_size "
-                          "%lld, train_micro_batch_size_per_gpu %lld, world size %lld): has to "
-                          "be greater than 0",
-                          (long long)gas, (long long)tbs, (long long)mb, (long long)W);
-    int64_t prod;
-    if (__builtin_mul_overflow(mb, gas, &prod) || __builtin_mul_overflow(prod, W, &prod) ||
-        tbs != prod)
-        return zs_err_set(err, ZS_ERR_INVALID,
-                          "config: train_batch_size is not equal to "
-                          "train_micro_batch_size_per_gpu * gradient_accumulation_steps * "
-                          "world size: %lld != %lld * %lld * %lld",
-                          (long long)tbs, (long long)mb, (long long)gas, (long long)W);
-
-    if (cfg->stage < 0 || cfg->stage > 3)
-        return zs_err_set(err, ZS_ERR_RANGE, "zero_optimization.stage: %d must be 0, 1, 2 or 3",
-                          cfg->stage);
-    if (cfg->offload_param && cfg->stage != 3)
-        return zs_err_set(err, ZS_ERR_INVALID,
-                          "zero_optimization.offload_param: device \"cpu\" needs stage 3 "
-                          "(zero_optimization.stage is %d)",
-                          cfg->stage);
-    if (cfg->fp16.enabled && cfg->bf16_enabled)
-        return zs_err_set(err, ZS_ERR_INVALID,
-                          "fp16.enabled and bf16.enabled are both true: bfloat16 and fp16 "
-                          "modes cannot be simultaneously enabled (as in DeepSpeed)");
-    if (cfg->reduce_bucket_size <= 0 || cfg->allgather_bucket_size <= 0)
-        return zs_err_set(err, ZS_ERR_RANGE,
-                          "zero_optimization: reduce_bucket_size %lld and allgather_bucket_size "
-                          "%lld must be > 0",
-                          (long long)cfg->reduce_bucket_size,
-                          (long long)cfg->allgather_bucket_size);
-    if (cfg->stage3_prefetch_bucket_size < 0 || cfg->stage3_param_persistence_threshold < 0 ||
-        cfg->stage3_max_live_parameters < 0 || cfg->stage3_max_reuse_distance < 0 ||
-        cfg->sub_group_size < 0)
-        return zs_err_set(err, ZS_ERR_RANGE, "zero_optimization: stage3 sizes must be >= 0");
-    if (!(cfg->gradient_clipping >= 0.0) || !isfinite(cfg->gradient_clipping))
-        return zs_err_set(err, ZS_ERR_RANGE, "gradient_clipping: %g must be >= 0",
-                          cfg->gradient_clipping);
-    if (cfg->sched.type != ZS_SCHED_NONE) {
-        if (cfg->sched.warmup_num_steps < 1)
-            return zs_err_set(err, ZS_ERR_RANGE,
-                              "scheduler.params.warmup_num_steps: %lld must be a positive "
-                              "integer",
-                              (long long)cfg->sched.warmup_num_steps);
-        if (cfg->sched.type == ZS_SCHED_WARMUP_DECAY_LR && cfg->sched.total_num_steps <= 0)
-            return zs_err_set(err, ZS_ERR_INVALID,
-                              "scheduler.params.total_num_steps: required by WarmupDecayLR "
-                              "(DeepSpeed has no default for it)%s",
-                              cfg->sched.total_num_steps < 0 ? " and must be > 0" : "");
-    }
-    if (cfg->fp16.enabled && cfg->fp16.loss_scale == 0.0) {
-        const zs_fp16_config_t *f = &cfg->fp16;
-        if (f->loss_scale_window < 1 || f->hysteresis < 1 || f->hysteresis > 65535 ||
-            f->loss_scale_window > (1 << 29) - 1 || !(f->min_loss_scale > 0.0) ||
-            !isfinite(ldexp(1.0, f->initial_scale_power)))
-            return zs_err_set(err, ZS_ERR_RANGE,
-                              "fp16: dynamic loss scaling needs loss_scale_window >= 1 (%d), "
-                              "hysteresis >= 1 (%d), min_loss_scale > 0 (%g), a finite "
-                              "2^initial_scale_power (%d)",
-                              f->loss_scale_window, f->hysteresis, f->min_loss_scale,
-                              f->initial_scale_power);
-    }
-    if (cfg->fp16.enabled && (!(cfg->fp16.loss_scale >= 0.0) || !isfinite(cfg->fp16.loss_scale)))
-        return zs_err_set(err, ZS_ERR_RANGE, "fp16.loss_scale: %g must be >= 0",
-                          cfg->fp16.loss_scale);
-    cfg->train_batch_size = tbs;
-    cfg->micro_batch_per_gpu = mb;
-    cfg->gradient_accumulation_steps = gas;
-    cfg->dtype = cfg->fp16.enabled   ? ZS_DTYPE_F16
-                 : cfg->bf16_enabled ? ZS_DTYPE_BF16
-                                     : ZS_DTYPE_F32;
-    return ZS_OK;
-}
-
-static const char *tf(int b)
-{
-    return b ? "true" : "false";
-}
-
-/* Shortest %g form that reads back as the same float / double. */
-static const char *fmt_f(float v, char *buf)
-{
-    for (int p = 6; p <= 9; p++) {
-        snprintf(buf, 32, "%.*g", p, (double)v);
-        if (strtof(buf, NULL) == v)
-            break;
-    }
-    return buf;
-}
-
-static const char *fmt_d(double v, char *buf)
-{
-    for (int p = 6; p <= 17; p++) {
-        snprintf(buf, 32, "%.*g", p, v);
-        if (strtod(buf, NULL) == v)
-            break;
-    }
-    return buf;
-}
-
-/* Print every field under its DeepSpeed name; see zs_config.h. */
-void zs_config_print(const zs_config_t *cfg, void *fp)
-{
-    FILE *f = fp;
-    char b1[32], b2[32];
-    fprintf(f, "train_batch_size = %lld\n", (long long)cfg->train_batch_size);
-    fprintf(f, "train_micro_batch_size_per_gpu = %lld\n", (long long)cfg->micro_batch_per_gpu);
-    fprintf(f, "gradient_accumulation_steps = %lld\n", (long long)cfg->gradient_accumulation_steps);
-    fprintf(f, "gradient_clipping = %s%s\n", fmt_d(cfg->gradient_clipping, b1),
-            cfg->gradient_clipping > 0 ? "" : " (off)");
-    fprintf(f, "optimizer.type = %s%s\n",
-            cfg->adam.adam_w_mode ? "AdamW (decoupled weight decay)" : "Adam (L2 weight decay)",
-            cfg->optimizer_given ? "" : " (default: no optimizer section)");
-    fprintf(f, "optimizer.params.lr = %s\n", fmt_f(cfg->adam.lr, b1));
-    fprintf(f, "optimizer.params.betas = [%s, %s]\n", fmt_f(cfg->adam.beta1, b1),
-            fmt_f(cfg->adam.beta2, b2));
-    fprintf(f, "optimizer.params.eps = %s\n", fmt_f(cfg->adam.eps, b1));
-    fprintf(f, "optimizer.params.weight_decay = %s\n", fmt_f(cfg->adam.weight_decay, b1));
-    fprintf(f, "optimizer.params.adam_w_mode = %s\n", tf(cfg->adam.adam_w_mode));
-    fprintf(f, "optimizer.params.bias_correction = %s\n", tf(cfg->adam.bias_correction));
-    const zs_sched_config_t *s = &cfg->sched;
-    fprintf(f, "scheduler.type = %s\n",
-            s->type == ZS_SCHED_WARMUP_LR         ? "WarmupLR"
-            : s->type == ZS_SCHED_WARMUP_DECAY_LR ? "WarmupDecayLR"
-                                                  : "none (constant lr)");
-    if (s->type != ZS_SCHED_NONE) {
-        fprintf(f, "scheduler.params.warmup_min_lr = %s\n", fmt_d(s->warmup_min_lr, b1));
-        fprintf(f, "scheduler.params.warmup_max_lr = %s\n", fmt_d(s->warmup_max_lr, b1));
-        fprintf(f, "scheduler.params.warmup_num_steps = %lld\n", (long long)s->warmup_num_steps);
-        fprintf(f, "scheduler.params.warmup_type = %s\n",
-                s->warmup_type == ZS_WARMUP_LINEAR ? "linear" : "log");
-        if (s->type == ZS_SCHED_WARMUP_DECAY_LR)
-            fprintf(f, "scheduler.params.total_num_steps = %lld\n", (long long)s->total_num_steps);
-    }
-    fprintf(f, "precision = %s\n", zs_dtype_name(cfg->dtype));
-    fprintf(f, "fp16.enabled = %s\n", tf(cfg->fp16.enabled));
-    if (cfg->fp16.enabled) {
-        if (cfg->fp16.loss_scale > 0) {
-            fprintf(f, "fp16.loss_scale = %s (static)\n", fmt_d(cfg->fp16.loss_scale, b1));
-        } else {
-            fprintf(f, "fp16.loss_scale = 0 (dynamic)\n");
-            fprintf(f, "fp16.initial_scale_power = %d\n", cfg->fp16.initial_scale_power);
-            fprintf(f, "fp16.loss_scale_window = %d\n", cfg->fp16.loss_scale_window);
-            fprintf(f, "fp16.hysteresis = %d\n", cfg->fp16.hysteresis);
-            fprintf(f, "fp16.consecutive_hysteresis = %s\n", tf(cfg->fp16.consecutive_hysteresis));
-            fprintf(f, "fp16.min_loss_scale = %s\n", fmt_d(cfg->fp16.min_loss_scale, b1));
-        }
-    }
-    fprintf(f, "bf16.enabled = %s\n", tf(cfg->bf16_enabled));
-    fprintf(f, "zero_optimization.stage = %d\n", cfg->stage);
-    fprintf(f, "zero_optimization.offload_optimizer.device = %s\n",
-            cfg->offload_optimizer ? "cpu" : "none");
-    fprintf(f, "zero_optimization.offload_param.device = %s\n",
-            cfg->offload_param ? "cpu" : "none");
-    fprintf(f, "zero_optimization.reduce_bucket_size = %lld\n", (long long)cfg->reduce_bucket_size);
-    fprintf(f, "zero_optimization.allgather_bucket_size = %lld\n",
-            (long long)cfg->allgather_bucket_size);
-    fprintf(f, "zero_optimization.overlap_comm = %s\n", tf(cfg->overlap_comm));
-    fprintf(f, "zero_optimization.contiguous_gradients = %s\n", tf(cfg->contiguous_gradients));
-    fprintf(f, "zero_optimization.reduce_scatter = %s\n", tf(cfg->reduce_scatter));
-    fprintf(f, "zero_optimization.allgather_partitions = %s\n", tf(cfg->allgather_partitions));
-    fprintf(f, "zero_optimization.round_robin_gradients = %s\n", tf(cfg->round_robin_gradients));
-    fprintf(f, "zero_optimization.sub_group_size = %lld\n", (long long)cfg->sub_group_size);
-    fprintf(f, "zero_optimization.stage3_prefetch_bucket_size = %lld\n",
-            (long long)cfg->stage3_prefetch_bucket_size);
-    fprintf(f, "zero_optimization.stage3_param_persistence_threshold = %lld\n",
-            (long long)cfg->stage3_param_persistence_threshold);
-    fprintf(f, "zero_optimization.stage3_max_live_parameters = %lld\n",
-            (long long)cfg->stage3_max_live_parameters);
-    fprintf(f, "zero_optimization.stage3_max_reuse_distance = %lld\n",
-            (long long)cfg->stage3_max_reuse_distance);
-    fprintf(f, "zero_optimization.stage3_gather_16bit_weights_on_model_save = %s\n",
-            tf(cfg->stage3_gather_16bit_weights_on_model_save));
 }
