@@ -43,6 +43,7 @@
  * Tails shorter than a vector go through the portable element function.
  */
 #include "zs_adam.h"
+#include "zs_simd.h"
 
 #include <immintrin.h>
 #include <math.h>
@@ -52,9 +53,7 @@
 #include "zs_cast.h"
 #include "zs_status.h"
 
-enum { PATH_PORTABLE = 0, PATH_AVX2 = 1, PATH_AVX512 = 2 };
-
-static const char *const path_names[] = {"portable", "avx2", "avx512"};
+enum { PATH_PORTABLE = ZS_SIMD_PORTABLE, PATH_AVX2 = ZS_SIMD_AVX2, PATH_AVX512 = ZS_SIMD_AVX512 };
 
 typedef struct {
     float gscale, clip; /* grad_scale, clip_coef */
@@ -353,27 +352,11 @@ __attribute__((target("avx2,f16c"))) static void run_avx2(const adam_consts_t *c
     ADAM_SPECIALISE(adam_avx2)
 }
 
-static atomic_int forced_path = -1; /* -1: automatic */
-
-static int cpu_has(int path)
-{
-    __builtin_cpu_init();
-    switch (path) {
-    case PATH_AVX512:
-        return __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw");
-    case PATH_AVX2:
-        return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("f16c");
-    default:
-        return 1;
-    }
-}
+static zs_simd_choice_t forced_path = ZS_SIMD_AUTO;
 
 static int current_path(void)
 {
-    int f = atomic_load_explicit(&forced_path, memory_order_relaxed);
-    if (f >= 0)
-        return f;
-    return cpu_has(PATH_AVX512) ? PATH_AVX512 : cpu_has(PATH_AVX2) ? PATH_AVX2 : PATH_PORTABLE;
+    return zs__simd_path(&forced_path);
 }
 
 /* See zs_adam.h: fused step over n elements on the current path. */
@@ -438,23 +421,11 @@ void zs_adam_update_ref(const zs_adam_hparams_t *hp, const zs_adam_step_t *st, f
 /* See zs_adam.h. */
 const char *zs_adam_path(void)
 {
-    return path_names[current_path()];
+    return zs__simd_name(current_path());
 }
 
 /* See zs_adam.h: ZS_OK, or ZS_ERR_INVALID for an unknown name or missing CPU feature. */
 int zs_adam_force_path(const char *name)
 {
-    if (!name) {
-        atomic_store_explicit(&forced_path, -1, memory_order_relaxed);
-        return ZS_OK;
-    }
-    for (int p = 0; p < 3; p++) {
-        if (strcmp(name, path_names[p]) == 0) {
-            if (!cpu_has(p))
-                return ZS_ERR_INVALID;
-            atomic_store_explicit(&forced_path, p, memory_order_relaxed);
-            return ZS_OK;
-        }
-    }
-    return ZS_ERR_INVALID;
+    return zs__simd_force(&forced_path, name);
 }

@@ -31,6 +31,7 @@
  * explicit rounding immediate). Tails shorter than a vector use the scalars.
  */
 #include "zs_cast.h"
+#include "zs_simd.h"
 
 #include <immintrin.h>
 #include <stdatomic.h>
@@ -38,9 +39,7 @@
 
 #include "zs_status.h"
 
-enum { PATH_PORTABLE = 0, PATH_AVX2 = 1, PATH_AVX512 = 2 };
-
-static const char *const path_names[] = {"portable", "avx2", "avx512"};
+enum { PATH_PORTABLE = ZS_SIMD_PORTABLE, PATH_AVX2 = ZS_SIMD_AVX2, PATH_AVX512 = ZS_SIMD_AVX512 };
 
 static inline uint32_t f32_bits(float x)
 {
@@ -282,27 +281,11 @@ T256 static void cast_avx2(void *dst, zs_dtype_t ddt, const void *src, zs_dtype_
 
 /* --------------------------------------------------------------- dispatch */
 
-static atomic_int forced_path = -1; /* -1: automatic */
-
-static int cpu_has(int path)
-{
-    __builtin_cpu_init();
-    switch (path) {
-    case PATH_AVX512:
-        return __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw");
-    case PATH_AVX2:
-        return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("f16c");
-    default:
-        return 1;
-    }
-}
+static zs_simd_choice_t forced_path = ZS_SIMD_AUTO;
 
 static int current_path(void)
 {
-    int f = atomic_load_explicit(&forced_path, memory_order_relaxed);
-    if (f >= 0)
-        return f;
-    return cpu_has(PATH_AVX512) ? PATH_AVX512 : cpu_has(PATH_AVX2) ? PATH_AVX2 : PATH_PORTABLE;
+    return zs__simd_path(&forced_path);
 }
 
 /* See zs_cast.h: any pair of F32/BF16/F16, bitwise equal on every path. */
@@ -330,29 +313,17 @@ void zs_cast(void *dst, zs_dtype_t ddt, const void *src, zs_dtype_t sdt, size_t 
 /* See zs_cast.h: 1 forces the scalar loop, 0 returns to automatic. */
 void zs_cast_force_portable(int on)
 {
-    atomic_store_explicit(&forced_path, on ? PATH_PORTABLE : -1, memory_order_relaxed);
+    atomic_store_explicit(&forced_path, on ? PATH_PORTABLE : ZS_SIMD_AUTO, memory_order_relaxed);
 }
 
 /* See zs_cast.h. */
 const char *zs_cast_path(void)
 {
-    return path_names[current_path()];
+    return zs__simd_name(current_path());
 }
 
 /* See zs_cast.h: ZS_OK, or ZS_ERR_INVALID for an unknown name or missing CPU feature. */
 int zs_cast_force_path(const char *name)
 {
-    if (!name) {
-        atomic_store_explicit(&forced_path, -1, memory_order_relaxed);
-        return ZS_OK;
-    }
-    for (int p = 0; p < 3; p++) {
-        if (strcmp(name, path_names[p]) == 0) {
-            if (!cpu_has(p))
-                return ZS_ERR_INVALID;
-            atomic_store_explicit(&forced_path, p, memory_order_relaxed);
-            return ZS_OK;
-        }
-    }
-    return ZS_ERR_INVALID;
+    return zs__simd_force(&forced_path, name);
 }
