@@ -41,16 +41,11 @@
 #define ZS_RPC_CHUNK_BYTES     (1u << 20)  /* bulk chunk size: 1 MiB measured best */
 #define ZS_RPC_MAX_CHUNK_BYTES (4u << 20)
 
-/* Check macro for gRPC call results: on failure fills err with the gRPC error
- * name, file and line, and a hint, then returns ZS_ERR_INTERNAL. */
-#define ZS_GRPC_CHECK(expr, err)                                                                   \
-    do {                                                                                           \
-        grpc_call_error e_ = (expr);                                                               \
-        if (e_ != GRPC_CALL_OK)                                                                    \
-            return zs_err_set((err), ZS_ERR_INTERNAL,                                              \
-                              "grpc %s at %s:%d: %s (hint: one batch per op type in flight)",      \
-                              #expr, __FILE__, __LINE__, grpc_call_error_to_string(e_));           \
-    } while (0)
+/* The check for gRPC core call results: evaluates to ZS_OK, or to
+ * ZS_ERR_INTERNAL with err (may be NULL) naming the call, file, line, gRPC's
+ * error name and a hint. Usage: rc = ZS_GRPC_CHECK(grpc_call_start_batch(...), err). */
+#define ZS_GRPC_CHECK(expr, err) zs__grpc_check((expr), #expr, __FILE__, __LINE__, (err))
+int zs__grpc_check(grpc_call_error e, const char *what, const char *file, int line, zs_err_t *err);
 
 /* ---- framing ---------------------------------------------------------- */
 

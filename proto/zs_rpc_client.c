@@ -18,6 +18,16 @@
 
 enum { TAG_START = 1, TAG_STATUS, TAG_SEND, TAG_RECV, TAG_CLOSE, TAG_INITMD };
 
+int zs__grpc_check(grpc_call_error e, const char *what, const char *file, int line, zs_err_t *err)
+{
+    if (e == GRPC_CALL_OK)
+        return ZS_OK;
+    return zs_err_set(err, ZS_ERR_INTERNAL,
+                      "gRPC %.60s at %s:%d: %s (hint: one batch per op type in flight, and "
+                      "only on a live call)",
+                      what, file, line, grpc_call_error_to_string(e));
+}
+
 gpr_timespec zs_deadline_ms(int64_t ms)
 {
     return gpr_time_add(gpr_now(GPR_CLOCK_MONOTONIC), gpr_time_from_millis(ms, GPR_TIMESPAN));
@@ -38,12 +48,14 @@ static grpc_event pluck(zs_ccall_t *c, intptr_t tag)
     }
 }
 
-/* Run one batch and wait for it; returns the completion's success flag, or
- * -1 when the batch could not even start. */
-static int run_batch(zs_ccall_t *c, const grpc_op *ops, size_t n, intptr_t tag)
+/* Run one batch and wait for it: 1 when it completed successfully, 0 when
+ * it completed unsuccessfully (the call ended), or a negative zs status with
+ * err set when it could not start. */
+static int run_batch(zs_ccall_t *c, const grpc_op *ops, size_t n, intptr_t tag, zs_err_t *err)
 {
-    if (grpc_call_start_batch(c->call, ops, n, (void *)tag, NULL) != GRPC_CALL_OK)
-        return -1;
+    int rc = ZS_GRPC_CHECK(grpc_call_start_batch(c->call, ops, n, (void *)tag, NULL), err);
+    if (rc)
+        return rc;
     grpc_event ev = pluck(c, tag);
     return ev.type == GRPC_OP_COMPLETE && ev.success;
 }
@@ -99,34 +111,43 @@ int zs_ccall_start(zs_ccall_t *c, grpc_channel *ch, const char *method, const ch
         ops[0].data.send_initial_metadata.count = 1;
         ops[0].data.send_initial_metadata.metadata = &c->auth;
     }
-    if (run_batch(c, ops, 1, TAG_START) != 1) {
-        zs_ccall_destroy(c);
-        return zs_err_set(err, ZS_ERR_UNAVAILABLE,
-                          "%s: unreachable: cannot start %s (server down or address wrong?)", peer,
-                          method);
-    }
+    /* Arm the receives first: if the connection cannot be made, the status
+     * then carries gRPC's reason (refused, TLS handshake...). */
     grpc_op st;
     memset(&st, 0, sizeof st);
     st.op = GRPC_OP_RECV_STATUS_ON_CLIENT;
     st.data.recv_status_on_client.trailing_metadata = &c->trailing_md;
     st.data.recv_status_on_client.status = &c->status;
     st.data.recv_status_on_client.status_details = &c->details;
-    if (grpc_call_start_batch(c->call, &st, 1, (void *)(intptr_t)TAG_STATUS, NULL) !=
-        GRPC_CALL_OK) {
+    int rc = ZS_GRPC_CHECK(
+        grpc_call_start_batch(c->call, &st, 1, (void *)(intptr_t)TAG_STATUS, NULL), err);
+    if (rc) {
         zs_ccall_destroy(c);
-        return zs_err_set(err, ZS_ERR_INTERNAL, "%s: cannot arm status of %s", peer, method);
+        return rc;
     }
     c->status_pending = 1;
     grpc_op im;
     memset(&im, 0, sizeof im);
     im.op = GRPC_OP_RECV_INITIAL_METADATA;
     im.data.recv_initial_metadata.recv_initial_metadata = &c->initial_md;
-    if (grpc_call_start_batch(c->call, &im, 1, (void *)(intptr_t)TAG_INITMD, NULL) !=
-        GRPC_CALL_OK) {
+    rc = ZS_GRPC_CHECK(grpc_call_start_batch(c->call, &im, 1, (void *)(intptr_t)TAG_INITMD, NULL),
+                       err);
+    if (rc) {
         zs_ccall_destroy(c);
-        return zs_err_set(err, ZS_ERR_INTERNAL, "%s: cannot arm metadata of %s", peer, method);
+        return rc;
     }
     c->initmd_pending = 1;
+    int ok = run_batch(c, ops, 1, TAG_START, err);
+    if (ok != 1) {
+        rc = ok < 0 ? ok : wait_status(c, err);
+        if (rc == ZS_OK)
+            rc = zs_err_set(err, ZS_ERR_UNAVAILABLE, "%s: call ended before it started", peer);
+        if (rc == ZS_ERR_UNAVAILABLE)
+            zs_err_prefix(err,
+                          "unreachable (cannot start %s; server down or address wrong?): ", method);
+        zs_ccall_destroy(c);
+        return rc;
+    }
     return ZS_OK;
 }
 
@@ -138,10 +159,12 @@ int zs_ccall_send(zs_ccall_t *c, grpc_byte_buffer *bb, zs_err_t *err)
     memset(&op, 0, sizeof op);
     op.op = GRPC_OP_SEND_MESSAGE;
     op.data.send_message.send_message = bb;
-    int ok = run_batch(c, &op, 1, TAG_SEND);
+    int ok = run_batch(c, &op, 1, TAG_SEND, err);
     grpc_byte_buffer_destroy(bb);
     if (ok == 1)
         return ZS_OK;
+    if (ok < 0)
+        return ok;
     /* The server ended the call (refusal) or the connection broke. */
     int rc = wait_status(c, err);
     if (rc == ZS_OK)
@@ -157,7 +180,7 @@ static int half_close(zs_ccall_t *c)
     grpc_op op;
     memset(&op, 0, sizeof op);
     op.op = GRPC_OP_SEND_CLOSE_FROM_CLIENT;
-    return run_batch(c, &op, 1, TAG_CLOSE) == 1;
+    return run_batch(c, &op, 1, TAG_CLOSE, NULL) == 1;
 }
 
 int zs_ccall_recv(zs_ccall_t *c, grpc_byte_buffer **bb, zs_err_t *err)
@@ -170,9 +193,11 @@ int zs_ccall_recv(zs_ccall_t *c, grpc_byte_buffer **bb, zs_err_t *err)
     memset(&op, 0, sizeof op);
     op.op = GRPC_OP_RECV_MESSAGE;
     op.data.recv_message.recv_message = bb;
-    int ok = run_batch(c, &op, 1, TAG_RECV);
+    int ok = run_batch(c, &op, 1, TAG_RECV, err);
     if (ok == 1 && *bb)
         return ZS_OK;
+    if (ok < 0)
+        return ok;
     if (*bb) {
         grpc_byte_buffer_destroy(*bb);
         *bb = NULL;

@@ -58,8 +58,12 @@ typedef struct slot {
 
 static int run_batch(zs_scall_t *c, const grpc_op *ops, size_t n)
 {
-    if (grpc_call_start_batch(c->call, ops, n, (void *)(intptr_t)TAG_OP, NULL) != GRPC_CALL_OK)
+    zs_err_t err;
+    if (ZS_GRPC_CHECK(grpc_call_start_batch(c->call, ops, n, (void *)(intptr_t)TAG_OP, NULL),
+                      &err)) {
+        ZS_ERROR("%s", err.msg);
         return 0;
+    }
     grpc_event ev = grpc_completion_queue_pluck(c->cq, (void *)(intptr_t)TAG_OP,
                                                 gpr_inf_future(GPR_CLOCK_REALTIME), NULL);
     return ev.type == GRPC_OP_COMPLETE && ev.success;

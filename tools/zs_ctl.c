@@ -51,6 +51,7 @@ static int status(zs_client_t *c)
     int n = zs_client_nservers(c);
     zs_server_info_t *in = calloc((size_t)n, sizeof *in);
     zs_err_t err;
+    zs_err_clear(&err);
     if (zs_client_hello(c, "", 0, in, &err)) {
         fprintf(stderr, "zs-ctl: %s\n", err.msg);
         free(in);
@@ -158,7 +159,7 @@ int main(int argc, char **argv)
         usage(stderr);
         rc = 2;
     }
-    if (rc == 1)
+    if (rc == 1 && err.msg[0])
         fprintf(stderr, "zs-ctl %s: %s\n", cmd, err.msg);
     zs_client_destroy(c);
     free(token);
