@@ -127,6 +127,7 @@ int main(int argc, char **argv)
     zs_client_opts_t o = {servers, token, ca, 60000, 2};
     zs_client_t *c;
     zs_err_t err;
+    zs_err_clear(&err);
     if (zs_client_create(&o, &c, &err)) {
         fprintf(stderr, "zs-ctl: %s\n", err.msg);
         return 1;
