@@ -51,9 +51,9 @@ void zs_adam_update(const zs_adam_hparams_t *hp, const zs_adam_step_t *st, float
                     size_t n);
 
 /* The plain scalar loop, same contract: the reference for tests. */
-void zs_adam_update_ref(const zs_adam_hparams_t *hp, const zs_adam_step_t *st, float *p,
-                        float *m, float *v, const void *grad, zs_dtype_t gdt, void *out,
-                        zs_dtype_t pdt, size_t n);
+void zs_adam_update_ref(const zs_adam_hparams_t *hp, const zs_adam_step_t *st, float *p, float *m,
+                        float *v, const void *grad, zs_dtype_t gdt, void *out, zs_dtype_t pdt,
+                        size_t n);
 
 /* Which path zs_adam_update takes: "avx512", "avx2" or "portable". */
 const char *zs_adam_path(void);

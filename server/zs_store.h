@@ -25,16 +25,16 @@
 #include "zs_status.h"
 
 #define ZS_STORE_CHUNK_BYTES (1u << 20) /* 1 MiB values: measured sweet spot */
-#define ZS_STORE_MAX_CKPTS 4096         /* most checkpoints list() reports */
+#define ZS_STORE_MAX_CKPTS   4096       /* most checkpoints list() reports */
 
 typedef struct zs_store zs_store_t;
 
 /* What to write for one checkpoint. Caller keeps ownership of everything. */
 typedef struct zs_store_ckpt {
     uint64_t step;
-    uint64_t n;               /* elements per tensor */
-    const float *tensors[3];  /* master, exp_avg, exp_avg_sq: n floats each */
-    const void *meta;         /* opaque blob, <= 1 MiB */
+    uint64_t n;              /* elements per tensor */
+    const float *tensors[3]; /* master, exp_avg, exp_avg_sq: n floats each */
+    const void *meta;        /* opaque blob, <= 1 MiB */
     size_t meta_len;
 } zs_store_ckpt_t;
 
@@ -57,15 +57,14 @@ int zs_store_list(zs_store_t *st, uint64_t *steps, size_t max, size_t *count, zs
 
 /* Metadata of complete checkpoint `step`: *meta is malloc'd (caller frees),
  * *meta_len its size, *n the tensor length. ZS_ERR_NOTFOUND if absent. */
-int zs_store_read_meta(zs_store_t *st, uint64_t step, void **meta, size_t *meta_len,
-                       uint64_t *n, zs_err_t *err);
+int zs_store_read_meta(zs_store_t *st, uint64_t step, void **meta, size_t *meta_len, uint64_t *n,
+                       zs_err_t *err);
 
 /* Read the three tensors of complete checkpoint `step` into caller arrays
  * dst[0..2] of n floats each (n must equal the stored n). Every chunk's
  * checksum and size is verified: a mismatch gives ZS_ERR_CORRUPT naming the
  * tensor and chunk, and the caller's arrays may be partly overwritten. */
-int zs_store_read(zs_store_t *st, uint64_t step, float *const dst[3], uint64_t n,
-                  zs_err_t *err);
+int zs_store_read(zs_store_t *st, uint64_t step, float *const dst[3], uint64_t n, zs_err_t *err);
 
 /* Delete checkpoint `step` (marker first, in one synced batch with the data
  * range delete). ZS_ERR_NOTFOUND if it is not there. */

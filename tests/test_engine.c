@@ -161,8 +161,9 @@ static void stage3_options(void)
      * micro-batch's reduce-scatter of the same bucket must finish before the
      * next starts (a regression test). */
     snprintf(log, sizeof log, "%s/one-bucket.log", g_tmp);
-    must(run(2, log, "--stage 2 --bucket 100000 --gas 4 --steps 10 --clip 1.0 --ref --mem-check "
-                     "--atol 2e-6 --rtol 1e-4"),
+    must(run(2, log,
+             "--stage 2 --bucket 100000 --gas 4 --steps 10 --clip 1.0 --ref --mem-check "
+             "--atol 2e-6 --rtol 1e-4"),
          log, "stage 2, one bucket, gas 4");
     printf("  stage 2, one bucket, 4 micro-batches: ");
     fflush(stdout);

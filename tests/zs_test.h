@@ -12,33 +12,33 @@
 #include <stdio.h>
 #include <stdlib.h>
 
-#define TEST_CHECK(cond)                                                                  \
-    do {                                                                                  \
-        if (!(cond)) {                                                                    \
-            fprintf(stderr, "FAIL %s:%d: %s\n", __FILE__, __LINE__, #cond);               \
-            exit(1);                                                                      \
-        }                                                                                 \
+#define TEST_CHECK(cond)                                                                           \
+    do {                                                                                           \
+        if (!(cond)) {                                                                             \
+            fprintf(stderr, "FAIL %s:%d: %s\n", __FILE__, __LINE__, #cond);                        \
+            exit(1);                                                                               \
+        }                                                                                          \
     } while (0)
 
-#define TEST_CHECKF(cond, ...)                                                            \
-    do {                                                                                  \
-        if (!(cond)) {                                                                    \
-            fprintf(stderr, "FAIL %s:%d: %s: ", __FILE__, __LINE__, #cond);               \
-            fprintf(stderr, __VA_ARGS__);                                                 \
-            fprintf(stderr, "\n");                                                        \
-            exit(1);                                                                      \
-        }                                                                                 \
+#define TEST_CHECKF(cond, ...)                                                                     \
+    do {                                                                                           \
+        if (!(cond)) {                                                                             \
+            fprintf(stderr, "FAIL %s:%d: %s: ", __FILE__, __LINE__, #cond);                        \
+            fprintf(stderr, __VA_ARGS__);                                                          \
+            fprintf(stderr, "\n");                                                                 \
+            exit(1);                                                                               \
+        }                                                                                          \
     } while (0)
 
 /* expr returns a zs status; err is a zs_err_t (not a pointer). */
-#define TEST_OK(expr, err)                                                                \
-    do {                                                                                  \
-        int rc_ = (expr);                                                                 \
-        if (rc_ != 0) {                                                                   \
-            fprintf(stderr, "FAIL %s:%d: %s returned %d: %s\n", __FILE__, __LINE__, #expr, \
-                    rc_, (err).msg);                                                      \
-            exit(1);                                                                      \
-        }                                                                                 \
+#define TEST_OK(expr, err)                                                                         \
+    do {                                                                                           \
+        int rc_ = (expr);                                                                          \
+        if (rc_ != 0) {                                                                            \
+            fprintf(stderr, "FAIL %s:%d: %s returned %d: %s\n", __FILE__, __LINE__, #expr, rc_,    \
+                    (err).msg);                                                                    \
+            exit(1);                                                                               \
+        }                                                                                          \
     } while (0)
 
 /* |a - b| <= atol + rtol * |b|, tracking the worst absolute error seen. */

@@ -33,8 +33,8 @@ typedef struct zs_coll_vtable {
     const char *name; /* "mpi", "nccl" */
     int (*reduce_scatter)(zs_coll_t *c, const void *send, void *recv, size_t recvcount,
                           zs_dtype_t dt, zs_coll_req_t **req, zs_err_t *err);
-    int (*all_gather)(zs_coll_t *c, const void *send, void *recv, size_t sendcount,
-                      zs_dtype_t dt, zs_coll_req_t **req, zs_err_t *err);
+    int (*all_gather)(zs_coll_t *c, const void *send, void *recv, size_t sendcount, zs_dtype_t dt,
+                      zs_coll_req_t **req, zs_err_t *err);
     int (*all_reduce)(zs_coll_t *c, const void *send, void *recv, size_t count, zs_dtype_t dt,
                       zs_coll_op_t op, zs_coll_req_t **req, zs_err_t *err);
     int (*broadcast)(zs_coll_t *c, void *buf, size_t count, zs_dtype_t dt, int root,
@@ -70,9 +70,8 @@ static inline int zs_coll_reduce_scatter(zs_coll_t *c, const void *send, void *r
 
 /* recv (size * sendcount) = concatenation of every rank's send in rank
  * order. send may alias recv + rank * sendcount (in place). */
-static inline int zs_coll_all_gather(zs_coll_t *c, const void *send, void *recv,
-                                     size_t sendcount, zs_dtype_t dt, zs_coll_req_t **req,
-                                     zs_err_t *err)
+static inline int zs_coll_all_gather(zs_coll_t *c, const void *send, void *recv, size_t sendcount,
+                                     zs_dtype_t dt, zs_coll_req_t **req, zs_err_t *err)
 {
     return c->vt->all_gather(c, send, recv, sendcount, dt, req, err);
 }
@@ -85,8 +84,8 @@ static inline int zs_coll_all_reduce(zs_coll_t *c, const void *send, void *recv,
     return c->vt->all_reduce(c, send, recv, count, dt, op, req, err);
 }
 
-static inline int zs_coll_broadcast(zs_coll_t *c, void *buf, size_t count, zs_dtype_t dt,
-                                    int root, zs_coll_req_t **req, zs_err_t *err)
+static inline int zs_coll_broadcast(zs_coll_t *c, void *buf, size_t count, zs_dtype_t dt, int root,
+                                    zs_coll_req_t **req, zs_err_t *err)
 {
     return c->vt->broadcast(c, buf, count, dt, root, req, err);
 }
