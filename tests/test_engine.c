@@ -11,7 +11,7 @@
  *  2. Kill and resume: a worker is killed with SIGKILL at step 25 after
  *     checkpoint 20; the resumed run (same W) ends bitwise equal to the
  *     uninterrupted one; resumed with W = 1 and 4 it matches within
- *     tolerance. With and without offload.
+ *     tolerance. Stages 0-3, with and without offload.
  *  3. fp16: injected overflows at steps 5 and 6 skip those steps on every
  *     worker and server, and the loss scale follows DeepSpeed's hysteresis
  *     (2) and window (4) rules.
@@ -174,20 +174,20 @@ static void kill_and_resume(int offload, int stage)
 {
     printf("2. kill -9 and resume (stage %d, offload %d)\n", stage, offload);
     char full[300], resumed[300], log[300], other[300];
-    snprintf(full, sizeof full, "%s/kr-full-%d.bin", g_tmp, offload);
-    snprintf(log, sizeof log, "%s/kr-full-%d.log", g_tmp, offload);
+    snprintf(full, sizeof full, "%s/kr-full-s%d-o%d.bin", g_tmp, stage, offload);
+    snprintf(log, sizeof log, "%s/kr-full-s%d-o%d.log", g_tmp, stage, offload);
     must(run(2, log, "--stage %d --offload %d --servers %s --steps 30 --out %s", stage, offload,
              g_servers, full),
          log, "uninterrupted run");
-    snprintf(log, sizeof log, "%s/kr-killed-%d.log", g_tmp, offload);
+    snprintf(log, sizeof log, "%s/kr-killed-s%d-o%d.log", g_tmp, stage, offload);
     int rc = run(2, log,
                  "--stage %d --offload %d --servers %s --steps 30 --ckpt-every 10 "
                  "--kill-at 25 --kill-rank 1",
                  stage, offload, g_servers);
     TEST_CHECKF(rc != 0, "the killed run should fail");
     printf("  run killed at step 25 (exit %d), checkpoints 10 and 20 written\n", rc);
-    snprintf(resumed, sizeof resumed, "%s/kr-resumed-%d.bin", g_tmp, offload);
-    snprintf(log, sizeof log, "%s/kr-resumed-%d.log", g_tmp, offload);
+    snprintf(resumed, sizeof resumed, "%s/kr-resumed-s%d-o%d.bin", g_tmp, stage, offload);
+    snprintf(log, sizeof log, "%s/kr-resumed-s%d-o%d.log", g_tmp, stage, offload);
     must(run(2, log, "--stage %d --offload %d --servers %s --steps 30 --resume --out %s", stage,
              offload, g_servers, resumed),
          log, "resume W=2");
@@ -196,7 +196,7 @@ static void kill_and_resume(int offload, int stage)
     printf("  resumed with W=2: bitwise equal to the uninterrupted run\n");
     static const int Ws[] = {1, 4};
     for (int i = 0; i < 2; i++) {
-        snprintf(other, sizeof other, "%s/kr-w%d-%d.log", g_tmp, Ws[i], offload);
+        snprintf(other, sizeof other, "%s/kr-w%d-s%d-o%d.log", g_tmp, Ws[i], stage, offload);
         /* The worker compares with its single-process reference. */
         must(run(Ws[i], other,
                  "--stage %d --offload %d --servers %s --steps 30 --resume --resume-step 20 --ref "
@@ -300,6 +300,8 @@ int main(void)
     stage3_options();
     kill_and_resume(1, 2);
     kill_and_resume(0, 1);
+    kill_and_resume(0, 0);
+    kill_and_resume(1, 3);
     fp16_overflow();
     server_gone();
     for (int i = 0; i < 2; i++)

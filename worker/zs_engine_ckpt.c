@@ -179,7 +179,8 @@ int zs_engine_resume(zs_engine_t *e, uint64_t want, uint64_t *step_out, zs_err_t
             zs_cast(dst, e->dt, e->master + at, ZS_DTYPE_F32, hi - lo);
     }
     ZS_ENG_TRY(zs__eng_agree(e, rc, err));
-    /* Stage 0 without offload keeps the whole optimizer state everywhere. */
+    /* Stage 0 without offload keeps the whole optimizer state everywhere, and
+     * its parameters (which it never all-gathers) come from the full master. */
     if (e->stage == 0 && !e->offload)
         for (int k = 0; k < e->nb && !rc; k++) {
             zs__bucket_t *b = &e->b[k];
@@ -187,6 +188,9 @@ int zs_engine_resume(zs_engine_t *e, uint64_t want, uint64_t *step_out, zs_err_t
             for (int x = 0; x < 3 && !rc; x++)
                 rc = zs_coll_all_gather(e->coll, t3[x] + b->pbase + (uint64_t)e->rank * b->part,
                                         t3[x] + b->pbase, b->part, ZS_DTYPE_F32, NULL, err);
+            if (!rc)
+                zs_cast(zs__at(e, e->params, b->pbase), e->dt, e->master + b->pbase, ZS_DTYPE_F32,
+                        b->n);
         }
     ZS_ENG_TRY(zs__eng_agree(e, rc, err));
     e->step = step;
