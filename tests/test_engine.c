@@ -170,38 +170,75 @@ static void stage3_options(void)
     show(log, "^maxerr");
 }
 
-static void kill_and_resume(int offload, int stage)
+/* Loss scale of `step` in a worker log's stat lines (0 if absent). */
+static double stat_scale(const char *log, int step)
 {
-    printf("2. kill -9 and resume (stage %d, offload %d)\n", stage, offload);
-    char full[300], resumed[300], log[300], other[300];
-    snprintf(full, sizeof full, "%s/kr-full-s%d-o%d.bin", g_tmp, stage, offload);
-    snprintf(log, sizeof log, "%s/kr-full-s%d-o%d.log", g_tmp, stage, offload);
-    must(run(2, log, "--stage %d --offload %d --servers %s --steps 30 --out %s", stage, offload,
-             g_servers, full),
+    FILE *f = fopen(log, "r");
+    char line[512];
+    double scale = 0;
+    while (f && fgets(line, sizeof line, f)) {
+        unsigned s;
+        double sc;
+        if (sscanf(line, "stat step=%u loss=%*f scale=%lf", &s, &sc) == 2 && (int)s == step)
+            scale = sc;
+    }
+    if (f)
+        fclose(f);
+    return scale;
+}
+
+static void kill_and_resume(int offload, int stage, const char *dtype)
+{
+    printf("2. kill -9 and resume (stage %d, offload %d, %s)\n", stage, offload, dtype);
+    char full[300], resumed[300], log[300], other[300], log_full[300];
+    snprintf(full, sizeof full, "%s/kr-full-s%d-o%d-%s.bin", g_tmp, stage, offload, dtype);
+    snprintf(log, sizeof log, "%s/kr-full-s%d-o%d-%s.log", g_tmp, stage, offload, dtype);
+    snprintf(log_full, sizeof log_full, "%s", log);
+    must(run(2, log, "--dtype %s --stage %d --offload %d --servers %s --steps 30 --out %s", dtype,
+             stage, offload, g_servers, full),
          log, "uninterrupted run");
-    snprintf(log, sizeof log, "%s/kr-killed-s%d-o%d.log", g_tmp, stage, offload);
+    snprintf(log, sizeof log, "%s/kr-killed-s%d-o%d-%s.log", g_tmp, stage, offload, dtype);
     int rc = run(2, log,
-                 "--stage %d --offload %d --servers %s --steps 30 --ckpt-every 10 "
+                 "--dtype %s --stage %d --offload %d --servers %s --steps 30 --ckpt-every 10 "
                  "--kill-at 25 --kill-rank 1",
-                 stage, offload, g_servers);
+                 dtype, stage, offload, g_servers);
     TEST_CHECKF(rc != 0, "the killed run should fail");
     printf("  run killed at step 25 (exit %d), checkpoints 10 and 20 written\n", rc);
-    snprintf(resumed, sizeof resumed, "%s/kr-resumed-s%d-o%d.bin", g_tmp, stage, offload);
-    snprintf(log, sizeof log, "%s/kr-resumed-s%d-o%d.log", g_tmp, stage, offload);
-    must(run(2, log, "--stage %d --offload %d --servers %s --steps 30 --resume --out %s", stage,
-             offload, g_servers, resumed),
+    snprintf(resumed, sizeof resumed, "%s/kr-resumed-s%d-o%d-%s.bin", g_tmp, stage, offload, dtype);
+    snprintf(log, sizeof log, "%s/kr-resumed-s%d-o%d-%s.log", g_tmp, stage, offload, dtype);
+    must(run(2, log, "--dtype %s --stage %d --offload %d --servers %s --steps 30 --resume --out %s",
+             dtype, stage, offload, g_servers, resumed),
          log, "resume W=2");
     show(log, "^resumed");
     TEST_CHECKF(same_file(full, resumed), "resumed run differs from the uninterrupted one");
     printf("  resumed with W=2: bitwise equal to the uninterrupted run\n");
     static const int Ws[] = {1, 4};
     for (int i = 0; i < 2; i++) {
-        snprintf(other, sizeof other, "%s/kr-w%d-s%d-o%d.log", g_tmp, Ws[i], stage, offload);
+        snprintf(other, sizeof other, "%s/kr-w%d-s%d-o%d-%s.log", g_tmp, Ws[i], stage, offload,
+                 dtype);
+        if (strcmp(dtype, "fp16") == 0) {
+            /* fp16 at another W may overflow on other steps than the
+             * single-process reference (which never skips), so compare the
+             * loss scale instead: step 21 must use the scale the
+             * uninterrupted run used (restored from the checkpoint). */
+            must(run(Ws[i], other,
+                     "--dtype %s --stage %d --offload %d --servers %s --steps 21 --resume "
+                     "--resume-step 20",
+                     dtype, stage, offload, g_servers),
+                 other, "resume with another W");
+            double a = stat_scale(other, 21), b = stat_scale(log_full, 21);
+            TEST_CHECKF(a > 0 && a == b, "W=%d step 21 used loss scale %g, uninterrupted %g", Ws[i],
+                        a, b);
+            printf("  resumed from 20 with W=%d: loss scale %g at step 21, as uninterrupted\n",
+                   Ws[i], a);
+            continue;
+        }
         /* The worker compares with its single-process reference. */
         must(run(Ws[i], other,
-                 "--stage %d --offload %d --servers %s --steps 30 --resume --resume-step 20 --ref "
-                 "--atol 2e-6 --rtol 1e-4",
-                 stage, offload, g_servers),
+                 "--dtype %s --stage %d --offload %d --servers %s --steps 30 --resume "
+                 "--resume-step 20 --ref %s",
+                 dtype, stage, offload, g_servers,
+                 strcmp(dtype, "fp32") ? "--atol 2e-3 --rtol 2e-2" : "--atol 2e-6 --rtol 1e-4"),
              other, "resume with another W");
         printf("  resumed from 20 with W=%d: ", Ws[i]);
         fflush(stdout);
@@ -298,10 +335,11 @@ int main(void)
     setenv("ZS_LOG_LEVEL", "warn", 1);
     equivalence();
     stage3_options();
-    kill_and_resume(1, 2);
-    kill_and_resume(0, 1);
-    kill_and_resume(0, 0);
-    kill_and_resume(1, 3);
+    kill_and_resume(1, 2, "fp32");
+    kill_and_resume(0, 1, "fp32");
+    kill_and_resume(0, 0, "fp32");
+    kill_and_resume(1, 3, "fp32");
+    kill_and_resume(1, 2, "fp16"); /* the loss scaler comes back with the checkpoint */
     fp16_overflow();
     server_gone();
     for (int i = 0; i < 2; i++)
