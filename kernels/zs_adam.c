@@ -44,6 +44,7 @@
  */
 #include "zs_adam.h"
 #include "zs_simd.h"
+#include "zs_simd_cvt.h"
 
 #include <immintrin.h>
 #include <math.h>
@@ -155,51 +156,6 @@ static inline __attribute__((always_inline)) void adam_portable(const adam_const
 
 #define T512 __attribute__((target("avx512f,avx512bw"), always_inline))
 
-/* Same bits as zs_f32_to_bf16 (copy of the helper in zs_cast.c). */
-T512 static inline __m256i f32x16_to_bf16(__m512 x)
-{
-    __m512i u = _mm512_castps_si512(x);
-    __m512i lsb = _mm512_and_si512(_mm512_srli_epi32(u, 16), _mm512_set1_epi32(1));
-    __m512i r = _mm512_add_epi32(u, _mm512_add_epi32(lsb, _mm512_set1_epi32(0x7FFF)));
-    r = _mm512_srli_epi32(r, 16);
-    __m512i a = _mm512_and_si512(u, _mm512_set1_epi32(0x7FFFFFFF));
-    __mmask16 nan = _mm512_cmpgt_epu32_mask(a, _mm512_set1_epi32(0x7F800000));
-    __m512i q = _mm512_or_si512(_mm512_srli_epi32(u, 16), _mm512_set1_epi32(0x40));
-    return _mm512_cvtepi32_epi16(_mm512_mask_mov_epi32(r, nan, q));
-}
-
-T512 static inline __m512 load_grad16(const void *grad, zs_dtype_t gdt, size_t i)
-{
-    const __m256i *h = (const __m256i *)((const uint16_t *)grad + i);
-    switch (gdt) {
-    case ZS_DTYPE_F32:
-        return _mm512_loadu_ps((const float *)grad + i);
-    case ZS_DTYPE_BF16:
-        return _mm512_castsi512_ps(
-            _mm512_slli_epi32(_mm512_cvtepu16_epi32(_mm256_loadu_si256(h)), 16));
-    default:
-        return _mm512_cvtph_ps(_mm256_loadu_si256(h));
-    }
-}
-
-T512 static inline void store_out16(void *out, zs_dtype_t pdt, size_t i, __m512 x)
-{
-    __m256i *h = (__m256i *)((uint16_t *)out + i);
-    switch (pdt) {
-    case ZS_DTYPE_F32:
-        _mm512_storeu_ps((float *)out + i, x);
-        break;
-    case ZS_DTYPE_BF16:
-        _mm256_storeu_si256(h, f32x16_to_bf16(x));
-        break;
-    case ZS_DTYPE_F16:
-        _mm256_storeu_si256(h, _mm512_cvtps_ph(x, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC));
-        break;
-    default:
-        break;
-    }
-}
-
 T512 static inline void adam_avx512(const adam_consts_t *c, float *p, float *m, float *v,
                                     const void *grad, zs_dtype_t gdt, void *out, zs_dtype_t pdt,
                                     size_t n)
@@ -212,7 +168,7 @@ T512 static inline void adam_avx512(const adam_consts_t *c, float *p, float *m, 
     const __m512 decay = _mm512_set1_ps(c->decay);
     size_t i = 0;
     for (; i + 16 <= n; i += 16) {
-        __m512 g = _mm512_mul_ps(_mm512_mul_ps(load_grad16(grad, gdt, i), gs), cc);
+        __m512 g = _mm512_mul_ps(_mm512_mul_ps(zs__load16(grad, gdt, i), gs), cc);
         __m512 pi = _mm512_loadu_ps(p + i);
         if (c->l2)
             g = _mm512_add_ps(g, _mm512_mul_ps(wd, pi));
@@ -227,7 +183,7 @@ T512 static inline void adam_avx512(const adam_consts_t *c, float *p, float *m, 
         _mm512_storeu_ps(p + i, pi);
         _mm512_storeu_ps(m + i, mi);
         _mm512_storeu_ps(v + i, vi);
-        store_out16(out, pdt, i, pi);
+        zs__store16(out, pdt, i, pi);
     }
     adam_portable_range(c, p, m, v, grad, gdt, out, pdt, i, n);
 }
@@ -235,52 +191,6 @@ T512 static inline void adam_avx512(const adam_consts_t *c, float *p, float *m, 
 /* ------------------------------------------------------------ AVX2 + F16C */
 
 #define T256 __attribute__((target("avx2,f16c"), always_inline))
-
-/* Same bits as zs_f32_to_bf16 (copy of the helper in zs_cast.c). */
-T256 static inline __m128i f32x8_to_bf16(__m256 x)
-{
-    __m256i u = _mm256_castps_si256(x);
-    __m256i lsb = _mm256_and_si256(_mm256_srli_epi32(u, 16), _mm256_set1_epi32(1));
-    __m256i r = _mm256_add_epi32(u, _mm256_add_epi32(lsb, _mm256_set1_epi32(0x7FFF)));
-    r = _mm256_srli_epi32(r, 16);
-    __m256i a = _mm256_and_si256(u, _mm256_set1_epi32(0x7FFFFFFF));
-    __m256i nan = _mm256_cmpgt_epi32(a, _mm256_set1_epi32(0x7F800000));
-    __m256i q = _mm256_or_si256(_mm256_srli_epi32(u, 16), _mm256_set1_epi32(0x40));
-    r = _mm256_blendv_epi8(r, q, nan);
-    return _mm_packus_epi32(_mm256_castsi256_si128(r), _mm256_extracti128_si256(r, 1));
-}
-
-T256 static inline __m256 load_grad8(const void *grad, zs_dtype_t gdt, size_t i)
-{
-    const __m128i *h = (const __m128i *)((const uint16_t *)grad + i);
-    switch (gdt) {
-    case ZS_DTYPE_F32:
-        return _mm256_loadu_ps((const float *)grad + i);
-    case ZS_DTYPE_BF16:
-        return _mm256_castsi256_ps(
-            _mm256_slli_epi32(_mm256_cvtepu16_epi32(_mm_loadu_si128(h)), 16));
-    default:
-        return _mm256_cvtph_ps(_mm_loadu_si128(h));
-    }
-}
-
-T256 static inline void store_out8(void *out, zs_dtype_t pdt, size_t i, __m256 x)
-{
-    __m128i *h = (__m128i *)((uint16_t *)out + i);
-    switch (pdt) {
-    case ZS_DTYPE_F32:
-        _mm256_storeu_ps((float *)out + i, x);
-        break;
-    case ZS_DTYPE_BF16:
-        _mm_storeu_si128(h, f32x8_to_bf16(x));
-        break;
-    case ZS_DTYPE_F16:
-        _mm_storeu_si128(h, _mm256_cvtps_ph(x, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC));
-        break;
-    default:
-        break;
-    }
-}
 
 T256 static inline void adam_avx2(const adam_consts_t *c, float *p, float *m, float *v,
                                   const void *grad, zs_dtype_t gdt, void *out, zs_dtype_t pdt,
@@ -294,7 +204,7 @@ T256 static inline void adam_avx2(const adam_consts_t *c, float *p, float *m, fl
     const __m256 decay = _mm256_set1_ps(c->decay);
     size_t i = 0;
     for (; i + 8 <= n; i += 8) {
-        __m256 g = _mm256_mul_ps(_mm256_mul_ps(load_grad8(grad, gdt, i), gs), cc);
+        __m256 g = _mm256_mul_ps(_mm256_mul_ps(zs__load8(grad, gdt, i), gs), cc);
         __m256 pi = _mm256_loadu_ps(p + i);
         if (c->l2)
             g = _mm256_add_ps(g, _mm256_mul_ps(wd, pi));
@@ -309,7 +219,7 @@ T256 static inline void adam_avx2(const adam_consts_t *c, float *p, float *m, fl
         _mm256_storeu_ps(p + i, pi);
         _mm256_storeu_ps(m + i, mi);
         _mm256_storeu_ps(v + i, vi);
-        store_out8(out, pdt, i, pi);
+        zs__store8(out, pdt, i, pi);
     }
     adam_portable_range(c, p, m, v, grad, gdt, out, pdt, i, n);
 }

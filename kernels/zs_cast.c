@@ -32,6 +32,7 @@
  */
 #include "zs_cast.h"
 #include "zs_simd.h"
+#include "zs_simd_cvt.h"
 
 #include <immintrin.h>
 #include <stdatomic.h>
@@ -167,56 +168,11 @@ static void cast_range(void *dst, zs_dtype_t ddt, const void *src, zs_dtype_t sd
 
 #define T512 __attribute__((target("avx512f,avx512bw")))
 
-T512 static inline __m512 bf16x16_to_f32(__m256i h)
-{
-    return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(h), 16));
-}
-
-T512 static inline __m256i f32x16_to_bf16(__m512 x)
-{
-    __m512i u = _mm512_castps_si512(x);
-    __m512i lsb = _mm512_and_si512(_mm512_srli_epi32(u, 16), _mm512_set1_epi32(1));
-    __m512i r = _mm512_add_epi32(u, _mm512_add_epi32(lsb, _mm512_set1_epi32(0x7FFF)));
-    r = _mm512_srli_epi32(r, 16);
-    __m512i a = _mm512_and_si512(u, _mm512_set1_epi32(0x7FFFFFFF));
-    __mmask16 nan = _mm512_cmpgt_epu32_mask(a, _mm512_set1_epi32(0x7F800000));
-    __m512i q = _mm512_or_si512(_mm512_srli_epi32(u, 16), _mm512_set1_epi32(0x40));
-    return _mm512_cvtepi32_epi16(_mm512_mask_mov_epi32(r, nan, q));
-}
-
-T512 static inline __m512 load16(const void *src, zs_dtype_t sdt, size_t i)
-{
-    switch (sdt) {
-    case ZS_DTYPE_F32:
-        return _mm512_loadu_ps((const float *)src + i);
-    case ZS_DTYPE_BF16:
-        return bf16x16_to_f32(_mm256_loadu_si256((const __m256i *)((const uint16_t *)src + i)));
-    default:
-        return _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)((const uint16_t *)src + i)));
-    }
-}
-
-T512 static inline void store16(void *dst, zs_dtype_t ddt, size_t i, __m512 x)
-{
-    switch (ddt) {
-    case ZS_DTYPE_F32:
-        _mm512_storeu_ps((float *)dst + i, x);
-        break;
-    case ZS_DTYPE_BF16:
-        _mm256_storeu_si256((__m256i *)((uint16_t *)dst + i), f32x16_to_bf16(x));
-        break;
-    default:
-        _mm256_storeu_si256((__m256i *)((uint16_t *)dst + i),
-                            _mm512_cvtps_ph(x, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC));
-        break;
-    }
-}
-
 T512 static void cast_avx512(void *dst, zs_dtype_t ddt, const void *src, zs_dtype_t sdt, size_t n)
 {
     size_t i = 0;
     for (; i + 16 <= n; i += 16)
-        store16(dst, ddt, i, load16(src, sdt, i));
+        zs__store16(dst, ddt, i, zs__load16(src, sdt, i));
     cast_range(dst, ddt, src, sdt, i, n);
 }
 
@@ -224,58 +180,11 @@ T512 static void cast_avx512(void *dst, zs_dtype_t ddt, const void *src, zs_dtyp
 
 #define T256 __attribute__((target("avx2,f16c")))
 
-T256 static inline __m256 bf16x8_to_f32(__m128i h)
-{
-    return _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(h), 16));
-}
-
-T256 static inline __m128i f32x8_to_bf16(__m256 x)
-{
-    __m256i u = _mm256_castps_si256(x);
-    __m256i lsb = _mm256_and_si256(_mm256_srli_epi32(u, 16), _mm256_set1_epi32(1));
-    __m256i r = _mm256_add_epi32(u, _mm256_add_epi32(lsb, _mm256_set1_epi32(0x7FFF)));
-    r = _mm256_srli_epi32(r, 16);
-    __m256i a = _mm256_and_si256(u, _mm256_set1_epi32(0x7FFFFFFF));
-    __m256i nan = _mm256_cmpgt_epi32(a, _mm256_set1_epi32(0x7F800000)); /* a >= 0: signed ok */
-    __m256i q = _mm256_or_si256(_mm256_srli_epi32(u, 16), _mm256_set1_epi32(0x40));
-    r = _mm256_blendv_epi8(r, q, nan);
-    /* Every lane is <= 0xFFFF, so the unsigned saturating pack is exact. */
-    return _mm_packus_epi32(_mm256_castsi256_si128(r), _mm256_extracti128_si256(r, 1));
-}
-
-T256 static inline __m256 load8(const void *src, zs_dtype_t sdt, size_t i)
-{
-    switch (sdt) {
-    case ZS_DTYPE_F32:
-        return _mm256_loadu_ps((const float *)src + i);
-    case ZS_DTYPE_BF16:
-        return bf16x8_to_f32(_mm_loadu_si128((const __m128i *)((const uint16_t *)src + i)));
-    default:
-        return _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)((const uint16_t *)src + i)));
-    }
-}
-
-T256 static inline void store8(void *dst, zs_dtype_t ddt, size_t i, __m256 x)
-{
-    switch (ddt) {
-    case ZS_DTYPE_F32:
-        _mm256_storeu_ps((float *)dst + i, x);
-        break;
-    case ZS_DTYPE_BF16:
-        _mm_storeu_si128((__m128i *)((uint16_t *)dst + i), f32x8_to_bf16(x));
-        break;
-    default:
-        _mm_storeu_si128((__m128i *)((uint16_t *)dst + i),
-                         _mm256_cvtps_ph(x, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC));
-        break;
-    }
-}
-
 T256 static void cast_avx2(void *dst, zs_dtype_t ddt, const void *src, zs_dtype_t sdt, size_t n)
 {
     size_t i = 0;
     for (; i + 8 <= n; i += 8)
-        store8(dst, ddt, i, load8(src, sdt, i));
+        zs__store8(dst, ddt, i, zs__load8(src, sdt, i));
     cast_range(dst, ddt, src, sdt, i, n);
 }
 
