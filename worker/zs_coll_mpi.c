@@ -359,6 +359,27 @@ static int req_done_starting(coll_mpi_t *m, struct zs_coll_req *r, zs_coll_req_t
     return ZS_OK;
 }
 
+/* The refusals every collective starts with: a broken communicator, an
+ * unknown dtype. */
+static int coll_begin(coll_mpi_t *m, zs_dtype_t dt, const char *what, zs_err_t *err)
+{
+    if (m->broken)
+        return refuse_broken(m, err);
+    return check_dtype(dt, what, err);
+}
+
+/* req_acquire + req_init for nreq MPI requests; on failure nothing is held. */
+static int req_start(coll_mpi_t *m, zs_coll_req_t **req, struct zs_coll_req *local,
+                     struct zs_coll_req **r, size_t nreq, const char *what, zs_err_t *err)
+{
+    int rc = req_acquire(m, req, local, r, what, err);
+    if (rc)
+        return rc;
+    if ((rc = req_init(*r, nreq, what, err)))
+        req_release(*r);
+    return rc;
+}
+
 /* ---- collectives ------------------------------------------------------------ */
 
 static int mpi_reduce_scatter(zs_coll_t *c, const void *send, void *recv, size_t recvcount,
@@ -369,9 +390,7 @@ static int mpi_reduce_scatter(zs_coll_t *c, const void *send, void *recv, size_t
     zs_err_t own;
     if (!err)
         err = &own; /* keep the message for mark_broken */
-    if (m->broken)
-        return refuse_broken(m, err);
-    int rc = check_dtype(dt, what, err);
+    int rc = coll_begin(m, dt, what, err);
     if (rc)
         return rc;
     size_t es = zs_dtype_size(dt), sbytes = 0, rbytes;
@@ -395,12 +414,8 @@ static int mpi_reduce_scatter(zs_coll_t *c, const void *send, void *recv, size_t
         nreq = (size_t)INT_MAX + 1; /* refused by req_init */
 
     struct zs_coll_req local, *r;
-    if ((rc = req_acquire(m, req, &local, &r, what, err)))
+    if ((rc = req_start(m, req, &local, &r, nreq, what, err)))
         return rc;
-    if ((rc = req_init(r, nreq, what, err))) {
-        req_release(r);
-        return rc;
-    }
     MPI_Datatype t = mpi_type(m, dt);
     MPI_Op op = mpi_op(m, dt, ZS_OP_SUM);
     if (one_call && pieces) {
@@ -437,9 +452,7 @@ static int mpi_all_gather(zs_coll_t *c, const void *send, void *recv, size_t sen
     zs_err_t own;
     if (!err)
         err = &own; /* keep the message for mark_broken */
-    if (m->broken)
-        return refuse_broken(m, err);
-    int rc = check_dtype(dt, what, err);
+    int rc = coll_begin(m, dt, what, err);
     if (rc)
         return rc;
     size_t es = zs_dtype_size(dt), rbytes = 0, sbytes;
@@ -460,12 +473,8 @@ static int mpi_all_gather(zs_coll_t *c, const void *send, void *recv, size_t sen
     size_t pieces = sendcount == 0 ? 0 : one_call ? 1 : div_up(sendcount, chunk);
 
     struct zs_coll_req local, *r;
-    if ((rc = req_acquire(m, req, &local, &r, what, err)))
+    if ((rc = req_start(m, req, &local, &r, pieces, what, err)))
         return rc;
-    if ((rc = req_init(r, pieces, what, err))) {
-        req_release(r);
-        return rc;
-    }
     MPI_Datatype t = mpi_type(m, dt);
     if (one_call && pieces) {
         rc = ZS_MPI_CHECK(err, c->rank, HINT_COLL, MPI_Iallgather, in_place ? MPI_IN_PLACE : send,
@@ -512,9 +521,7 @@ static int mpi_all_reduce(zs_coll_t *c, const void *send, void *recv, size_t cou
     zs_err_t own;
     if (!err)
         err = &own; /* keep the message for mark_broken */
-    if (m->broken)
-        return refuse_broken(m, err);
-    int rc = check_dtype(dt, what, err);
+    int rc = coll_begin(m, dt, what, err);
     if (rc)
         return rc;
     if (op != ZS_OP_SUM && op != ZS_OP_MAX)
@@ -533,12 +540,8 @@ static int mpi_all_reduce(zs_coll_t *c, const void *send, void *recv, size_t cou
     size_t chunk = piece_limit(m, 1);
     size_t pieces = div_up(count, chunk);
     struct zs_coll_req local, *r;
-    if ((rc = req_acquire(m, req, &local, &r, what, err)))
+    if ((rc = req_start(m, req, &local, &r, pieces, what, err)))
         return rc;
-    if ((rc = req_init(r, pieces, what, err))) {
-        req_release(r);
-        return rc;
-    }
     MPI_Datatype t = mpi_type(m, dt);
     MPI_Op mop = mpi_op(m, dt, op);
     for (size_t off = 0; off < count; off += chunk) {
@@ -561,9 +564,7 @@ static int mpi_broadcast(zs_coll_t *c, void *buf, size_t count, zs_dtype_t dt, i
     zs_err_t own;
     if (!err)
         err = &own; /* keep the message for mark_broken */
-    if (m->broken)
-        return refuse_broken(m, err);
-    int rc = check_dtype(dt, what, err);
+    int rc = coll_begin(m, dt, what, err);
     if (rc)
         return rc;
     if (root < 0 || root >= c->size)
@@ -578,12 +579,8 @@ static int mpi_broadcast(zs_coll_t *c, void *buf, size_t count, zs_dtype_t dt, i
     size_t chunk = piece_limit(m, 1);
     size_t pieces = div_up(count, chunk);
     struct zs_coll_req local, *r;
-    if ((rc = req_acquire(m, req, &local, &r, what, err)))
+    if ((rc = req_start(m, req, &local, &r, pieces, what, err)))
         return rc;
-    if ((rc = req_init(r, pieces, what, err))) {
-        req_release(r);
-        return rc;
-    }
     MPI_Datatype t = mpi_type(m, dt);
     for (size_t off = 0; off < count; off += chunk) {
         size_t len = count - off < chunk ? count - off : chunk;
