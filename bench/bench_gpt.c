@@ -1,6 +1,6 @@
 /*
  * bench_gpt.c - training throughput of the reference GPT model on CPU
- * (worker/zs_gpt.h), in tokens/s of a full train step, like llm.c's
+ * (worker/model/zs_gpt.h), in tokens/s of a full train step, like llm.c's
  * train_gpt2.c: forward, zero the gradients, backward, fused AdamW on every
  * parameter (lr 1e-4, betas 0.9/0.999, eps 1e-8, no weight decay, as
  * train_gpt2.c calls gpt2_update).

@@ -1,4 +1,4 @@
-# Collectives over Open MPI (worker/zs_coll_mpi.c): test_coll under mpirun
+# Collectives over Open MPI (worker/coll/zs_coll_mpi.c): test_coll under mpirun
 # with 1, 2 and 4 ranks, oversubscribed (CI machines have 2 CPUs) and allowed
 # to run as root (CI runs as root; Open MPI refuses it otherwise).
 add_executable(test_coll test_coll.c)

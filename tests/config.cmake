@@ -1,5 +1,5 @@
 # Unit tests of the DeepSpeed configuration, LR schedules and fp16 loss
-# scaling (worker/zs_config.c, zs_sched.c, zs_loss_scale.c). test_config reads
+# scaling (worker/config/zs_config.c, worker/engine/zs_sched.c, zs_loss_scale.c). test_config reads
 # tests/fixtures/ds_*.json (the seeds' DeepSpeed configs).
 zs_add_test(test_config SRCS test_config.c LIBS zeroshard LABELS unit TIMEOUT 60)
 zs_add_test(test_sched SRCS test_sched.c LIBS zeroshard LABELS unit TIMEOUT 60)

@@ -1,4 +1,4 @@
-# Token data (worker/zs_data.c), the byte-level tokenizer (zs-tokenize) and
+# Token data (worker/model/zs_data.c), the byte-level tokenizer (zs-tokenize) and
 # the memory estimator (zs-ctl estimate).
 zs_add_test(test_data SRCS test_data.c LIBS zeroshard LABELS unit)
 zs_add_test(test_tokenize SRCS test_tokenize.c LIBS zeroshard LABELS unit)

@@ -1,5 +1,5 @@
 /*
- * test_coll.c - the MPI collectives (worker/zs_coll_mpi.c) under mpirun with
+ * test_coll.c - the MPI collectives (worker/coll/zs_coll_mpi.c) under mpirun with
  * 1, 2 and 4 ranks (tests/coll.cmake).
  *
  * Exactness: inputs are small integers, so every partial sum is exactly

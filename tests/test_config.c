@@ -1,5 +1,5 @@
 /*
- * test_config.c - DeepSpeed JSON configuration (worker/zs_config.c).
+ * test_config.c - DeepSpeed JSON configuration (worker/config/zs_config.c).
  *
  * Loads the seed configs (seeds/000 and every JSON example of seeds/004,
  * kept in tests/fixtures/ds_*.json as printed there, minus the "..." lines)

@@ -1,5 +1,5 @@
 /*
- * test_data.c - token files and deterministic sampling (worker/zs_data.c).
+ * test_data.c - token files and deterministic sampling (worker/model/zs_data.c).
  *
  * Round trip through zs_data_write / zs_data_open / zs_data_sample; every
  * validation error of zs_data_open on a crafted bad file (code, file name

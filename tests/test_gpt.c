@@ -1,5 +1,5 @@
 /*
- * test_gpt.c - the reference GPT model (worker/zs_gpt.h) as a whole:
+ * test_gpt.c - the reference GPT model (worker/model/zs_gpt.h) as a whole:
  *
  *   1. finite differences through the whole tiny model (L=2, NH=2, C=16,
  *      T=8, V=32, B=2) on a sample of every parameter tensor, with the

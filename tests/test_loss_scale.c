@@ -1,5 +1,5 @@
 /*
- * test_loss_scale.c - fp16 loss scaling (worker/zs_loss_scale.c).
+ * test_loss_scale.c - fp16 loss scaling (worker/engine/zs_loss_scale.c).
  *
  * Scripted overflow sequences with scales derived by hand from DeepSpeed's
  * DynamicLossScaler.update_scale: hysteresis 2 (the first overflow keeps the

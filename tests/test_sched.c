@@ -1,5 +1,5 @@
 /*
- * test_sched.c - learning-rate schedules (worker/zs_sched.c).
+ * test_sched.c - learning-rate schedules (worker/engine/zs_sched.c).
  *
  * 1. Hand-computed tables (closed forms: log10 values for a log warmup of 10
  *    steps, simple fractions for linear warmup and decay), written in terms
