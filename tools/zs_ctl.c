@@ -9,7 +9,7 @@
  *   zs-ctl estimate --params N --gpus G ...      model-state memory (no
  *                                                servers: zs_estimate.c)
  *
- * Talks to the servers through the shard client (worker/zs_client.h); does
+ * Talks to the servers through the shard client (worker/client/zs_client.h); does
  * not modify anything except through those calls.
  */
 #include <getopt.h>

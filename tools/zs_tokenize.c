@@ -7,7 +7,7 @@
  * (UTF-8 text or not) is encoded losslessly and nothing needs training.
  * The files are concatenated in the order given, with nothing between
  * them. The output is written atomically (zs_data_write: temporary file,
- * fsync, rename) in the format of worker/zs_data.h. One progress line per
+ * fsync, rename) in the format of worker/model/zs_data.h. One progress line per
  * input goes to stderr, the summary "N bytes -> N tokens, vocab 256" to
  * stdout.
  */
