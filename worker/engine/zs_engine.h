@@ -48,6 +48,7 @@
 
 #include "zs_coll.h"
 #include "zs_config.h"
+#include "zs_dev.h"
 #include "zs_status.h"
 
 /* Where a micro-batch sits in the global batch: the model's data loader
@@ -70,7 +71,11 @@ static inline int64_t zs_batch_sample(const zs_batch_ctx_t *b, int k)
            ((int64_t)b->micro * b->world + b->rank) * b->micro_batch + k;
 }
 
-/* A model as the engine sees it. All callbacks return a zs status. */
+/* A model as the engine sees it. All callbacks return a zs status and run
+ * on the thread that calls the engine. Tensor work is never done inside a
+ * callback: it is ENQUEUED on the compute stream given to bind (kernels on
+ * CUDA, host functions or CPU ops on the CPU device), so it runs in order
+ * with the engine's own copies, gathers and reductions. */
 typedef struct zs_model {
     void *self;
     int nlayers;
@@ -79,19 +84,27 @@ typedef struct zs_model {
      * terminated, or NULL for none. A layer may only depend on lower
      * layers. */
     const int *const *deps;
-    /* Initial values of layer i's own parameters (fp32, deterministic: every
-     * worker calls it and must get the same numbers). */
+    /* Initial values of layer i's own parameters into HOST memory (fp32,
+     * deterministic: every worker calls it and must get the same numbers). */
     int (*init_params)(void *self, int layer, float *params, zs_err_t *err);
-    /* Load the samples of micro-batch b (called before the forward pass). */
+    /* First call after init_params: the device every tensor lives on and
+     * the compute stream every later call enqueues on (neither owned). The
+     * model allocates activations and scratch through zs_dev_alloc with
+     * categories ZS_MEM_ACTIVATIONS / ZS_MEM_SCRATCH so they are counted. */
+    int (*bind)(void *self, zs_dev_t *dev, zs_stream_t *compute, zs_err_t *err);
+    /* Load the samples of micro-batch b (enqueue their upload). */
     int (*load_batch)(void *self, const zs_batch_ctx_t *b, zs_err_t *err);
-    /* Forward of layer i: params[0] = its own (fp32), params[1..] = its
-     * deps' in order. Activations live in self. */
+    /* Forward of layer i: params[0] = its own, params[1..] = its deps' in
+     * order; fp32 DEVICE pointers, valid until the work enqueued now has
+     * run. Activations live in self. */
     int (*forward)(void *self, int layer, float *const *params, zs_err_t *err);
-    /* Mean loss of the micro-batch after the last forward. */
-    double (*loss)(void *self);
-    /* Backward of layer i (called from the last layer down): ACCUMULATE
-     * (+=) d(dloss * loss)/d(params) into grads[0] (own) and grads[1..]
-     * (deps), fp32. dloss seeds the last layer's output gradient. */
+    /* Mean loss of the micro-batch after the last forward; waits for the
+     * compute stream. */
+    int (*loss)(void *self, double *loss, zs_err_t *err);
+    /* Backward of layer i (called from the last layer down): enqueue work
+     * that ACCUMULATES (+=) d(dloss * loss)/d(params) into grads[0] (own)
+     * and grads[1..] (deps), fp32 device pointers. dloss seeds the last
+     * layer's output gradient. */
     int (*backward)(void *self, int layer, float *const *params, float *const *grads, float dloss,
                     zs_err_t *err);
 } zs_model_t;
