@@ -4,40 +4,43 @@
  * Model-agnostic: a model is a list of layers, each declaring how many
  * parameters it owns and which other layers' parameters it also reads (a
  * tied LM head reads the token embedding: the "external parameter" case).
- * The engine owns the flat parameter and gradient buffers, groups whole
- * consecutive layers into buckets, partitions every bucket evenly over the W
- * workers, and calls the collectives (zs_coll.h) and the shard client
- * (zs_client.h) at the right moments for ZeRO stages 0-3:
+ * The engine owns the parameter, gradient and optimizer buffers on the
+ * worker's device (zs_dev.h: CPU now, CUDA next; the engine never touches
+ * tensor memory directly), partitions them over the W workers, and
+ * enqueues the collectives (zs_coll.h) and the shard client's transfers at
+ * the right moments for ZeRO stages 0-3:
  *
  *   stage 0  all-reduce gradients; every worker updates all parameters
  *   stage 1  all-reduce gradients; each worker updates its partition, then
  *            all-gather parameters
- *   stage 2  each bucket is reduce-scattered as soon as its backward is
- *            done (non-blocking, overlapped with the rest of backward); a
- *            worker keeps gradients for its partition only
- *   stage 3  + parameters partitioned: a bucket is all-gathered just before
- *            its forward and its backward and freed after, unless it is
- *            not larger than stage3_param_persistence_threshold; the next
- *            buckets in compute order are prefetched (non-blocking) while
- *            they fit in stage3_prefetch_bucket_size elements (at least one,
- *            at most four ahead)
+ *   stage 2  each gradient bucket is reduce-scattered on the communication
+ *            stream as soon as its backward is done (overlapping the rest of
+ *            backward); a worker keeps gradients for its partition only
+ *   stage 3  + parameters partitioned per layer (DeepSpeed's module
+ *            granularity): a layer is all-gathered before its forward and
+ *            backward, prefetched ahead within stage3_prefetch_bucket_size,
+ *            kept while reused within stage3_max_reuse_distance and
+ *            stage3_max_live_parameters, freed otherwise; layers of at most
+ *            stage3_param_persistence_threshold elements stay gathered;
+ *            offload_param keeps the partition in pinned host memory
  * With offload_optimizer the optimizer runs on the shard servers: each
- * worker pushes its gradient partition, the step is committed with its
- * scalars, and each worker pulls its updated partition. Without it the
- * worker runs the same CPU AdamW kernel on its partition, and the servers
- * (if given) only receive checkpoints.
+ * bucket's reduced gradient partition is copied to pinned memory on a copy
+ * stream and pushed while backward goes on, the step is committed with its
+ * scalars, and the updated partition is pulled into pinned memory, copied
+ * to the device and gathered. Without it the worker runs AdamW on its
+ * partition on the device, and the servers (if given) only keep checkpoints.
  *
- * Partition rule (one for every stage): a bucket of n elements is padded to
- * n_pad = ceil(n / W) * W; worker r owns [r * n_pad/W, (r+1) * n_pad/W) of
- * it, clipped to n (the padding is zeros, never sent to servers).
+ * Layout and streams: see zs_engine_internal.h (segments, buckets, events).
  *
  * Numbers: parameters and gradients are stored in the configured dtype
- * (fp32, bf16 or fp16) and computed in fp32 on CPU; fp32 master weights and
- * Adam moments live with the optimizer. The gradient of a step is
+ * (fp32, bf16 or fp16); layers compute on fp32 copies; fp32 master weights
+ * and Adam moments live with the optimizer. The gradient of a step is
  *   sum over workers and micro-batches of d(loss_micro * loss_scale)/dtheta,
  * unscaled in the optimizer by grad_scale = 1 / (loss_scale * W * gas).
  *
- * Threading: one thread per worker process calls the engine (MPI FUNNELED).
+ * Threading: one thread per worker process calls the engine; the device's
+ * streams and the pusher run beside it. MPI must be initialised with
+ * MPI_THREAD_SERIALIZED or higher (collectives run on the comm stream).
  */
 #ifndef ZS_ENGINE_H
 #define ZS_ENGINE_H
@@ -111,13 +114,20 @@ typedef struct zs_model {
 
 typedef struct zs_engine zs_engine_t;
 
+/* Test-only faults, to prove that the checks guarding them can fail. */
+#define ZS_ENGINE_DEBUG_DROP_WAIT   1u /* skip one event wait: the reduce-scatter
+                                        * does not wait for the backward */
+#define ZS_ENGINE_DEBUG_LEAK        2u /* leak a scratch block every step */
+#define ZS_ENGINE_DEBUG_GRAD_SCALE2 4u /* unscale gradients by 2x the right factor */
+
 typedef struct zs_engine_opts {
     const zs_config_t *cfg; /* resolved for coll->size; copied */
-    zs_coll_t *coll;        /* not owned */
+    zs_coll_t *coll;        /* not owned; its device is the engine's */
     const char *servers;    /* "a:p,b:p" or NULL (required for offload/checkpoints) */
     const char *token;      /* bearer token or NULL */
     const char *model_name; /* identity on the servers (default "zs-model") */
     int server_timeout_ms;  /* deadline of each server call (default 120000) */
+    unsigned debug;         /* ZS_ENGINE_DEBUG_* (tests only; 0) */
 } zs_engine_opts_t;
 
 /* Figures of one step (all workers agree on loss, lr, scale, skipped). */
@@ -131,16 +141,14 @@ typedef struct zs_step_stats {
     double ms_forward, ms_backward, ms_comm, ms_optimizer; /* this worker */
 } zs_step_stats_t;
 
-/* Bytes this worker holds, by category. */
-typedef struct zs_mem {
-    uint64_t params;      /* compute-precision parameters (full or partition) */
-    uint64_t host_params; /* offload_param (stage 3): the partition kept in host
-                           * memory instead of device memory (then params = 0).
-                           * On CPU workers the same RAM: bookkeeping only. */
-    uint64_t grads;       /* gradients (full or partition) */
-    uint64_t optimizer;   /* fp32 master + exp_avg + exp_avg_sq (0 with offload) */
-    uint64_t buffers;     /* scratch: fp32 compute copies, gathered buckets, comm */
-} zs_mem_t;
+/* Memory of this worker, measured by the device allocator, beside what the
+ * ZeRO formulas and the configuration say it should be. */
+typedef struct zs_engine_mem {
+    zs_dev_mem_t measured;         /* every allocation of this process's device */
+    uint64_t formula[ZS_MEM_NCATS]; /* seed formulas: params, grads, optimizer (bytes) */
+    uint64_t working[ZS_MEM_NCATS]; /* buffers the configuration allows on top (bytes) */
+    uint64_t rss;                   /* process resident set (bytes; 0 if unknown) */
+} zs_engine_mem_t;
 
 /* Lay out the model, create buffers, initialise parameters (every worker
  * computes the same init), connect to the servers. Does not talk to the
@@ -172,18 +180,22 @@ uint64_t zs_engine_step_count(const zs_engine_t *e);
 /* Total parameters P (sum of layers' own). */
 uint64_t zs_engine_num_params(const zs_engine_t *e);
 
-/* Bytes this worker holds, and what the seed formulas predict for this
- * stage and W with the engine's padded size (see zs_engine_mem_expected). */
-void zs_engine_mem(const zs_engine_t *e, zs_mem_t *mem);
+/* Measured memory, formulas and working set (see zs_engine_mem_t). The
+ * formulas for mixed precision + Adam with Psi = padded parameters, bytes
+ * per parameter (k = 2 for bf16/fp16, 4 for fp32): params k (stage 3: k/W),
+ * grads k (stages 2-3: k/W), optimizer 12 (stages 1-3: 12/W; 0 with
+ * offload_optimizer). The working set: fp32 compute copies (4 Psi, stages
+ * 0-2 in 16-bit), stage-3 gathers within stage3_max_live_parameters +
+ * stage3_prefetch_bucket_size + the largest layer, gradient scratch and
+ * reduce buffers of the largest bucket, offload staging of one partition. */
+void zs_engine_mem(zs_engine_t *e, zs_engine_mem_t *out);
 
-/* Model-state bytes per worker predicted by the ZeRO formulas for mixed
- * precision + Adam with Psi parameters, stage, W, offload: stage 0: 2+2+12,
- * 1: 2+2+12/W, 2: 2+(2+12)/W, 3: (2+2+12)/W (bytes per parameter; fp32
- * params: 4+4+12 likewise); with offload the 12 moves to the servers. */
-void zs_engine_mem_expected(const zs_engine_t *e, zs_mem_t *mem);
+/* Check every category: measured peak <= formula + working set. Returns
+ * ZS_OK or ZS_ERR_RANGE naming the first category over it. */
+int zs_engine_mem_check(zs_engine_t *e, zs_err_t *err);
 
-/* Print a table of zs_engine_mem for every worker (collective; rank 0
- * prints to f). */
+/* Print the memory table of every worker (collective; rank 0 prints to
+ * f): measured peak per category and space, formula, working set, RSS. */
 int zs_engine_print_mem(zs_engine_t *e, FILE *f, zs_err_t *err);
 
 /* Full fp32 parameters (P floats) as this worker would compute with them:
