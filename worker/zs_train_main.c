@@ -4,10 +4,13 @@
  *
  *   mpirun -np N zs-train --data F.tok [--config ds.json] [--servers a:p,b:p]
  *          [--layers 4 --heads 4 --width 256 --ctx 64] [--steps 200]
- *          [--ckpt-every 50] [--resume] [--csv F] [--log-every 1]
+ *          [--ckpt-every 50] [--resume] [--csv F] [--log-every 1] [--mem-every K]
  *
- * Rank 0 prints the resolved configuration, the model size, a memory table
- * per worker, one progress line per step (or every K), and a summary; it
+ * Rank 0 prints the resolved configuration, the model size, one progress
+ * line per step (or every K), the memory table of every worker after step 1
+ * (measured by the device allocator, beside the ZeRO formula and the
+ * working set the configuration allows; and every --mem-every steps), and a
+ * summary; it
  * writes the same figures as CSV (deploy/plot.sh turns them into a PNG).
  * Without --config an embedded default is used (ZeRO stage 2, AdamW, the
  * optimizer offloaded when --servers is given).
@@ -42,7 +45,7 @@ static const char *k_default_config =
 typedef struct {
     const char *config, *servers, *data, *csv, *token_file, *name;
     zs_gpt_config_t g;
-    int steps, ckpt_every, resume, log_every, micro;
+    int steps, ckpt_every, resume, log_every, micro, mem_every;
     uint64_t seed;
 } opts_t;
 
@@ -65,6 +68,7 @@ static void usage(FILE *f)
                "                   (any worker count)\n"
                "  --csv F          write per-step figures (appends on --resume)\n"
                "  --log-every K    progress line every K steps (default 1)\n"
+               "  --mem-every K    memory table every K steps (default: after the first only)\n"
                "  --name NAME      model name on the servers (default zs-gpt)\n"
                "  --seed S         initialisation seed (default 1337)\n"
                "  --token-file F   bearer token for the servers\n");
@@ -84,7 +88,7 @@ static int parse(int argc, char **argv, opts_t *o)
         {"ctx", 1, 0, 'T'},    {"steps", 1, 0, 'n'},  {"ckpt-every", 1, 0, 'k'},
         {"resume", 0, 0, 'r'}, {"csv", 1, 0, 'v'},    {"log-every", 1, 0, 'l'},
         {"name", 1, 0, 'N'},   {"seed", 1, 0, 'S'},   {"token-file", 1, 0, 't'},
-        {"help", 0, 0, 'h'},   {0, 0, 0, 0}};
+        {"mem-every", 1, 0, 'm'}, {"help", 0, 0, 'h'},   {0, 0, 0, 0}};
     int ch;
     while ((ch = getopt_long(argc, argv, "h", lo, NULL)) != -1) {
         switch (ch) {
@@ -133,6 +137,9 @@ static int parse(int argc, char **argv, opts_t *o)
         case 't':
             o->token_file = optarg;
             break;
+        case 'm':
+            o->mem_every = atoi(optarg);
+            break;
         case 'h':
             usage(stdout);
             return 1;
@@ -151,7 +158,7 @@ static int parse(int argc, char **argv, opts_t *o)
         return 2;
     }
     if (o->g.layers < 1 || o->g.heads < 1 || o->g.width % o->g.heads || o->g.ctx < 2 ||
-        o->steps < 1 || o->log_every < 1) {
+        o->steps < 1 || o->log_every < 1 || o->mem_every < 0) {
         fprintf(stderr, "zs-train: bad model shape or step counts (width %% heads must be 0)\n");
         return 2;
     }
@@ -175,7 +182,8 @@ static int die(int rank, const char *what, const zs_err_t *err)
 int main(int argc, char **argv)
 {
     int provided;
-    MPI_Init_thread(&argc, &argv, MPI_THREAD_FUNNELED, &provided);
+    /* collectives run on the communicator's stream thread: SERIALIZED */
+    MPI_Init_thread(&argc, &argv, MPI_THREAD_SERIALIZED, &provided);
     opts_t o;
     int prc = parse(argc, argv, &o);
     if (prc) {
@@ -183,8 +191,11 @@ int main(int argc, char **argv)
         return prc == 1 ? 0 : prc;
     }
     zs_err_t err;
+    zs_dev_t *dev;
+    if (zs_dev_cpu_create(1, &dev, &err))
+        return die(-1, "device", &err);
     zs_coll_t *coll;
-    if (zs_coll_mpi_create(&coll, &err))
+    if (zs_coll_mpi_create(dev, &coll, &err))
         return die(-1, "MPI", &err);
     int rank = coll->rank, W = coll->size;
     char tag[32];
@@ -218,7 +229,7 @@ int main(int argc, char **argv)
         fprintf(stderr, "zs-train: cannot read --token-file %s\n", o.token_file);
         MPI_Abort(MPI_COMM_WORLD, 2);
     }
-    zs_engine_opts_t eo = {&cfg, coll, o.servers, token, o.name, 300000};
+    zs_engine_opts_t eo = {&cfg, coll, o.servers, token, o.name, 300000, 0};
     zs_engine_t *e;
     if (zs_engine_create(&eo, zs_gpt_model(gpt), &e, &err))
         return die(rank, "engine", &err);
@@ -230,10 +241,9 @@ int main(int argc, char **argv)
                o.g.heads, o.g.width, o.g.ctx, o.g.vocab, (unsigned long long)P, P / 1e6);
         printf("configuration (resolved for W=%d):\n", W);
         zs_config_print(&cfg, stdout);
+        printf("device: %s\n", dev->desc);
         fflush(stdout);
     }
-    if (zs_engine_print_mem(e, stdout, &err))
-        return die(rank, "memory table", &err);
     uint64_t start = 0;
     if (o.resume) {
         if (zs_engine_resume(e, 0, &start, &err))
@@ -286,6 +296,11 @@ int main(int argc, char **argv)
                     st.ms_optimizer, st.skipped, W);
             fflush(csv);
         }
+        if (nsteps == 1 || (o.mem_every && st.step % (uint64_t)o.mem_every == 0)) {
+            if (zs_engine_print_mem(e, stdout, &err))
+                return die(rank, "memory table", &err);
+            fflush(stdout);
+        }
         if (o.ckpt_every && st.step % (uint64_t)o.ckpt_every == 0) {
             if (zs_engine_checkpoint(e, &err))
                 return die(rank, "checkpoint", &err);
@@ -304,6 +319,7 @@ int main(int argc, char **argv)
     zs_gpt_destroy(gpt);
     zs_data_close(data);
     zs_coll_destroy(coll);
+    zs_dev_destroy(dev);
     free(token);
     MPI_Finalize();
     return 0;

@@ -115,8 +115,9 @@ typedef struct zs_model {
 typedef struct zs_engine zs_engine_t;
 
 /* Test-only faults, to prove that the checks guarding them can fail. */
-#define ZS_ENGINE_DEBUG_DROP_WAIT   1u /* skip one event wait: the reduce-scatter
-                                        * does not wait for the backward */
+#define ZS_ENGINE_DEBUG_DROP_WAIT   1u /* skip event waits: the reduce-scatter does
+                                        * not wait for the backward, nor compute for
+                                        * a stage-3 gather */
 #define ZS_ENGINE_DEBUG_LEAK        2u /* leak a scratch block every step */
 #define ZS_ENGINE_DEBUG_GRAD_SCALE2 4u /* unscale gradients by 2x the right factor */
 

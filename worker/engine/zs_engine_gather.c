@@ -205,7 +205,9 @@ int zs__eng_gather_layer(zs_engine_t *e, int pos, zs_err_t *err)
             s->prefetched = 0;
             e->prefetch_elems -= s->n_pad;
         }
-        ZS_ENG_TRY(zs_dev_stream_wait(e->compute, s->gev, err));
+        /* (the debug knob drops this wait to prove the tests catch it) */
+        if (!(e->debug & ZS_ENGINE_DEBUG_DROP_WAIT))
+            ZS_ENG_TRY(zs_dev_stream_wait(e->compute, s->gev, err));
     }
     /* Prefetch the next layers' segments while they fit the budgets. */
     uint64_t budget = (uint64_t)e->cfg.stage3_prefetch_bucket_size;
