@@ -3,7 +3,7 @@
 # to run as root (CI runs as root; Open MPI refuses it otherwise).
 add_executable(test_coll test_coll.c)
 target_include_directories(test_coll PRIVATE ${CMAKE_CURRENT_SOURCE_DIR})
-target_link_libraries(test_coll PRIVATE zeroshard)
+target_link_libraries(test_coll PRIVATE zs_coll)
 foreach(np 1 2 4)
   add_test(NAME test_coll_np${np}
            COMMAND ${MPIEXEC_EXECUTABLE} ${MPIEXEC_NUMPROC_FLAG} ${np} --oversubscribe
