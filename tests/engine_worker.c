@@ -141,13 +141,13 @@ static void make_config(const args_t *a, int W, zs_config_t *cfg)
              "   \"hysteresis\": 2, \"min_loss_scale\": 1},"
              " \"bf16\": {\"enabled\": %s},"
              " \"zero_optimization\": {\"stage\": %d, \"reduce_bucket_size\": %d,"
-             "   \"allgather_bucket_size\": %d, \"stage3_param_persistence_threshold\": %d,"
+             "   \"stage3_param_persistence_threshold\": %d,"
              "   \"stage3_prefetch_bucket_size\": %lld, \"stage3_max_live_parameters\": %lld,"
              "   \"stage3_max_reuse_distance\": %lld,"
              "   \"offload_param\": {\"device\": \"%s\"},"
              "   \"offload_optimizer\": {\"device\": \"%s\"}}}",
              a->gas, a->clip, f16 ? "true" : "false", b16 ? "true" : "false", a->stage, a->bucket,
-             a->bucket, a->persist, (long long)a->prefetch, (long long)a->live,
+             a->persist, (long long)a->prefetch, (long long)a->live,
              (long long)a->reuse, a->offload_param ? "cpu" : "none", a->offload ? "cpu" : "none");
     zs_err_t err;
     zs_config_defaults(cfg);
@@ -155,8 +155,11 @@ static void make_config(const args_t *a, int W, zs_config_t *cfg)
         fail(0, "config", &err);
 }
 
-/* Single-process reference: returns final fp32 params (P floats). */
-static float *reference(const args_t *a, const zs_config_t *cfg, uint64_t P)
+#define MAX_STEPS 256
+
+/* Single-process reference: returns final fp32 params (P floats) and the
+ * global gradient norm of every step in norms[1..steps]. */
+static float *reference(const args_t *a, const zs_config_t *cfg, uint64_t P, double *norms)
 {
     zs_mlp_t *m = malloc(sizeof *m);
     zs_mlp_init(m);
@@ -205,6 +208,8 @@ static float *reference(const args_t *a, const zs_config_t *cfg, uint64_t P)
             ss += g[j] * g[j];
         }
         double norm = sqrt(ss);
+        if (s < MAX_STEPS)
+            norms[s] = norm;
         float coef =
             a->clip > 0 && a->clip / (norm + 1e-6) < 1 ? (float)(a->clip / (norm + 1e-6)) : 1.0f;
         double lr = zs_sched_lr(&cfg->sched, cfg->adam.lr, t);
@@ -247,6 +252,9 @@ int main(int argc, char **argv)
     if (zs_engine_create(&eo, &m->model, &e, &err))
         fail(rank, "engine create", &err);
     uint64_t P = zs_engine_num_params(e), rss5 = 0, held5 = 0;
+    double norms[MAX_STEPS] = {0}, ref_norms[MAX_STEPS] = {0};
+    if (a.ref && a.steps >= MAX_STEPS)
+        fail(rank, "--ref needs --steps below 256", NULL);
     if (a.resume) {
         uint64_t at;
         if (zs_engine_resume(e, (uint64_t)a.resume_step, &at, &err))
@@ -265,6 +273,8 @@ int main(int argc, char **argv)
         zs_step_stats_t st;
         if (zs_engine_step(e, &st, &err))
             fail(rank, "step", &err);
+        if (st.step < MAX_STEPS)
+            norms[st.step] = st.grad_norm;
         if (rank == 0)
             printf("stat step=%llu loss=%.7f scale=%g skipped=%d lr=%.6g norm=%.6g\n",
                    (unsigned long long)st.step, st.loss, st.loss_scale, st.skipped, st.lr,
@@ -324,7 +334,23 @@ int main(int argc, char **argv)
             fail(rank, "write --out", NULL);
     }
     if (rank == 0 && a.ref) {
-        float *r = reference(&a, &cfg, P);
+        float *r = reference(&a, &cfg, P, ref_norms);
+        /* The engine's global gradient norm of each step it ran (unscaled:
+         * a wrong grad_scale shows here even where Adam's scale invariance
+         * hides it in the parameters). */
+        double nerr = 0;
+        int nbad = 0;
+        for (int s = 1; s <= a.steps; s++)
+            if (norms[s] > 0) {
+                double d = fabs(norms[s] - ref_norms[s]);
+                nerr = d / ref_norms[s] > nerr ? d / ref_norms[s] : nerr;
+                nbad += d > 10 * a.rtol * ref_norms[s];
+            }
+        printf("normerr %.3g (relative, limit %g)%s\n", nerr, 10 * a.rtol, nbad ? ": FAIL" : "");
+        if (nbad) {
+            fflush(stdout);
+            MPI_Abort(MPI_COMM_WORLD, 5);
+        }
         double maxerr = 0;
         uint64_t bad = 0;
         for (uint64_t j = 0; j < P; j++) {

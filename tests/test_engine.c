@@ -33,7 +33,7 @@
 
 /* bf16 parameters vs the fp32 single-process reference after 10 steps:
  * tight enough that a 2x error in grad_scale fails at every stage (1d). */
-#define BF16_TOL "--atol 2e-3 --rtol 2e-2"
+#define BF16_TOL "--atol 1e-3 --rtol 5e-3"
 
 static char g_tmp[200], g_servers[256];
 static zs_test_server_t g_srv[2];
@@ -194,8 +194,7 @@ static unsigned long long model_state(const char *log)
  * and stage 2 less than stage 1; RSS is flat over 50 steps. */
 static void memory(void)
 {
-    printf("1c. measured memory within formula + working set; stage 3 < 2 < 1; RSS flat
-");
+    printf("1c. measured memory within formula + working set; stage 3 < 2 < 1; RSS flat\n");
     static const int Ws[] = {1, 2, 4};
     static const char *sizes[2] = {"--bucket 2000 --live 3000 --prefetch 2000",
                                    "--bucket 500000000 --live 1000000000 --prefetch 50000000 "
@@ -211,8 +210,7 @@ static void memory(void)
                      log, "memory run");
                 ms[st] = model_state(log);
             }
-            printf("  W=%d %s buckets: model state bytes stage 0..3: %llu %llu %llu %llu
-",
+            printf("  W=%d %s buckets: model state bytes stage 0..3: %llu %llu %llu %llu\n",
                    Ws[wi], z ? "default" : "small", ms[0], ms[1], ms[2], ms[3]);
             if (Ws[wi] > 1)
                 TEST_CHECKF(ms[3] < ms[2] && ms[2] < ms[1] && ms[1] < ms[0],
@@ -237,8 +235,7 @@ static void memory(void)
 /* Each fault a debug knob injects must make its check fail. */
 static void checks_fail(void)
 {
-    printf("1d. the checks fail when what they guard is broken
-");
+    printf("1d. the checks fail when what they guard is broken\n");
     char log[300];
     int rc;
     /* 1: the compute stream does not wait for a stage-3 gather, and the
@@ -248,7 +245,7 @@ static void checks_fail(void)
     TEST_CHECKF(rc != 0, "a dropped event wait went unnoticed (exit %d)", rc);
     printf("  dropped event wait: run fails (exit %d): ", rc);
     fflush(stdout);
-    show(log, "^maxerr");
+    show(log, "^maxerr|^normerr");
     /* 2: a scratch block leaked every step */
     snprintf(log, sizeof log, "%s/fault-leak.log", g_tmp);
     rc = run(2, log, "--stage 2 --steps 10 --mem-check --debug 2");
@@ -268,7 +265,7 @@ static void checks_fail(void)
         TEST_CHECKF(rc != 0, "stage %d: a 2x grad_scale error passed the bf16 tolerance", st);
         printf("  stage %d, grad_scale x2, bf16: ", st);
         fflush(stdout);
-        show(log, "^maxerr");
+        show(log, "^normerr");
     }
 }
 
