@@ -29,8 +29,11 @@
  * deterministic for a fixed world size. MAX is exact; a NaN wins.
  *
  * Threads: one thread feeds a communicator. The MPI implementation calls MPI
- * only from the communicator's stream thread, so MPI must be initialised
- * with MPI_THREAD_SERIALIZED or higher (checked at create).
+ * from the communicator's stream thread (and from the caller's thread in
+ * create and destroy), so MPI must be initialised with
+ * MPI_THREAD_SERIALIZED or higher (checked at create); under SERIALIZED the
+ * program must not call MPI itself while work is queued on the
+ * communicator's stream (zs_coll_sync first).
  */
 #ifndef ZS_COLL_H
 #define ZS_COLL_H
@@ -75,7 +78,8 @@ int zs_coll_mpi_create(zs_dev_t *dev, zs_coll_t **out, zs_err_t *err);
 
 /* MPI only: the most elements one MPI call carries (default and maximum
  * 1 << 30); larger collectives are split into pieces. Same value on every
- * rank, nothing enqueued. Tests lower it to reach the split paths. */
+ * rank; applies to collectives enqueued after the call (queued ones keep
+ * theirs); enqueues nothing. Tests lower it to reach the split paths. */
 int zs_coll_mpi_set_max_chunk(zs_coll_t *c, size_t elems, zs_err_t *err);
 
 /* The communicator's stream (owned by it). */
