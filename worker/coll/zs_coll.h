@@ -57,8 +57,7 @@ typedef struct zs_coll_vtable {
     int (*all_gather)(zs_coll_t *c, void *buf, size_t count, zs_dtype_t dt, zs_err_t *err);
     int (*all_reduce)(zs_coll_t *c, void *buf, size_t count, zs_dtype_t dt, zs_coll_op_t op,
                       zs_err_t *err);
-    int (*broadcast)(zs_coll_t *c, void *buf, size_t count, zs_dtype_t dt, int root,
-                     zs_err_t *err);
+    int (*broadcast)(zs_coll_t *c, void *buf, size_t count, zs_dtype_t dt, int root, zs_err_t *err);
     int (*barrier)(zs_coll_t *c, zs_err_t *err);
     void (*destroy)(zs_coll_t *c);
 } zs_coll_vtable_t;
@@ -66,8 +65,8 @@ typedef struct zs_coll_vtable {
 struct zs_coll {
     const zs_coll_vtable_t *vt;
     int rank, size;
-    zs_dev_t *dev;       /* not owned */
-    zs_stream_t *stream; /* owned: where the collectives run */
+    zs_dev_t *dev;        /* not owned */
+    zs_stream_t *stream;  /* owned: where the collectives run */
     zs_event_t *after_ev; /* owned: recorded on `after` streams */
 };
 
@@ -144,8 +143,8 @@ int zs_coll_sync(zs_coll_t *c, zs_err_t *err);
 /* Blocking convenience for small host values (loss, flags, norms): copies
  * `count` elements from host memory into a device buffer of c, all-reduces,
  * copies back and waits. */
-int zs_coll_all_reduce_host(zs_coll_t *c, void *host, size_t count, zs_dtype_t dt,
-                            zs_coll_op_t op, zs_err_t *err);
+int zs_coll_all_reduce_host(zs_coll_t *c, void *host, size_t count, zs_dtype_t dt, zs_coll_op_t op,
+                            zs_err_t *err);
 
 /* Likewise a broadcast of host memory from root. */
 int zs_coll_broadcast_host(zs_coll_t *c, void *host, size_t count, zs_dtype_t dt, int root,
