@@ -95,12 +95,28 @@ static size_t count_sum_of(const float *buf, size_t n, float (*f)(int, size_t))
     return k;
 }
 
+/* Snapshot (on a consumer or the communicator's stream): copy the
+ * collective's result out of the device buffer as it is at that point. */
+typedef struct {
+    const float *src;
+    float *dst;
+    size_t n;
+} snap_args_t;
+
+static int snap_fn(void *args, zs_err_t *err)
+{
+    const snap_args_t *a = args;
+    memcpy(a->dst, a->src, a->n * sizeof(float));
+    return ZS_OK;
+}
+
 /* `after`: a producer stream writes the data 30 ms late; the all-reduce
- * with after = producer must reduce the new data. Negative control
- * (rank-local, deterministic): without `after`, the collective does not wait
- * for the producer, whose write is held back by a gate until the
- * collective has finished, so it reduces the old data. `after` = the
- * communicator's own stream is a no-op. */
+ * with after = producer must reduce the new data (seen by a snapshot taken
+ * on the communicator's stream right after it, so also with 1 rank).
+ * Negative control (rank-local, deterministic): without `after`, the
+ * collective does not wait for the producer, whose write is held back by a
+ * gate until the collective has finished, so it reduces the old data.
+ * `after` = the communicator's own stream is a no-op. */
 void test_after(zs_coll_t *c)
 {
     zs_err_t err;
@@ -108,20 +124,23 @@ void test_after(zs_coll_t *c)
     zs_stream_t *prod = NULL;
     OK(zs_dev_stream_create(g_dev, 0, "producer", &prod, &err), err);
     dbuf_t b = dbuf_new(n, ZS_DTYPE_F32);
-    float *p = b.p;
+    float *p = b.p, *out = calloc(n, sizeof(float));
+    CHECK(out, "calloc");
 
     for (size_t i = 0; i < n; i++)
         p[i] = old_val(g_rank, i);
     produce_args_t pa = {.buf = p, .n = n, .sleep_ms = 30};
     OK(zs_dev_host_fn(prod, produce_fn, &pa, sizeof pa, &err), err);
     OK(zs_coll_all_reduce(c, p, n, ZS_DTYPE_F32, ZS_OP_SUM, prod, NULL, &err), err);
+    snap_args_t sa = {p, out, n}; /* the result as the collective left it (also with 1 rank) */
+    OK(zs_dev_host_fn(zs_coll_stream(c), snap_fn, &sa, sizeof sa, &err), err);
     OK(zs_coll_sync(c, &err), err);
     OK(zs_dev_stream_sync(prod, &err), err);
-    size_t got_new = count_sum_of(p, n, new_val);
+    size_t got_new = count_sum_of(out, n, new_val);
     CHECK(got_new == n,
           "after=producer: %zu of %zu elements are the sum of the producer's new "
           "data (%zu the sum of the old data)",
-          got_new, n, count_sum_of(p, n, old_val));
+          got_new, n, count_sum_of(out, n, old_val));
 
     /* negative control */
     int gate = 0;
@@ -146,22 +165,9 @@ void test_after(zs_coll_t *c)
     OK(zs_coll_sync(c, &err), err);
     CHECK(count_sum_of(p, n, old_val) == n, "after = own stream");
 
+    free(out);
     dbuf_free(&b, "after");
     zs_dev_stream_destroy(prod);
-}
-
-/* Consumer: copy the collective's result out of the device buffer. */
-typedef struct {
-    const float *src;
-    float *dst;
-    size_t n;
-} snap_args_t;
-
-static int snap_fn(void *args, zs_err_t *err)
-{
-    const snap_args_t *a = args;
-    memcpy(a->dst, a->src, a->n * sizeof(float));
-    return ZS_OK;
 }
 
 /* `done`: the collective is held back behind a gate on the communicator's
