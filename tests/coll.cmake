@@ -3,7 +3,7 @@
 # oversubscribed (CI machines have 2 CPUs) and allowed to run as root (CI runs
 # as root; Open MPI refuses it otherwise). test_coll links zs_coll only (the
 # device layer, kernels, common and MPI come with it), not libzeroshard.
-add_executable(test_coll test_coll.c)
+add_executable(test_coll test_coll.c test_coll_stream.c)
 target_include_directories(test_coll PRIVATE ${CMAKE_CURRENT_SOURCE_DIR})
 target_link_libraries(test_coll PRIVATE zs_coll)
 foreach(np 1 2 4)
