@@ -4,7 +4,9 @@
  *
  *   mpirun -np N zs-train --data F.tok [--config ds.json] [--servers a:p,b:p]
  *          [--layers 4 --heads 4 --width 256 --ctx 64] [--steps 200]
- *          [--ckpt-every 50] [--resume] [--csv F] [--log-every 1] [--mem-every K]
+ *          [--ckpt-every 50] [--resume | --resume-auto] [--csv F] [--log-every 1]
+ *          [--mem-every K] [--server-timeout S] [--server-wait S]
+ *          [--max-recoveries N] [--save-params F]
  *
  * Rank 0 prints the resolved configuration, the model size, one progress
  * line per step (or every K), the memory table of every worker after step 1
@@ -14,6 +16,14 @@
  * writes the same figures as CSV (deploy/plot.sh turns them into a PNG).
  * Without --config an embedded default is used (ZeRO stage 2, AdamW, the
  * optimizer offloaded when --servers is given).
+ *
+ * A lost shard server does not end the run: the step fails on every worker,
+ * the engine waits for the server to come back on its address (up to
+ * --server-wait), restores the newest checkpoint complete on every server
+ * and goes on from there (zs_engine_recover), at most --max-recoveries
+ * times. A lost worker ends mpirun; zs-launch reruns the job with
+ * --resume-auto. The CSV never holds a step twice: on resume and recovery
+ * rows after the step resumed at are dropped.
  */
 #include <getopt.h>
 #include <mpi.h>
@@ -43,9 +53,10 @@ static const char *k_default_config =
     "}\n";
 
 typedef struct {
-    const char *config, *servers, *data, *csv, *token_file, *name;
+    const char *config, *servers, *data, *csv, *token_file, *name, *save_params;
     zs_gpt_config_t g;
     int steps, ckpt_every, resume, log_every, micro, mem_every;
+    int resume_auto, server_timeout, server_wait, max_recoveries;
     uint64_t seed;
 } opts_t;
 
@@ -66,9 +77,15 @@ static void usage(FILE *f)
                "  --ckpt-every K   checkpoint every K steps (needs --servers; default 0: off)\n"
                "  --resume         continue from the newest checkpoint complete on all servers\n"
                "                   (any worker count)\n"
-               "  --csv F          write per-step figures (appends on --resume)\n"
+               "  --resume-auto    resume when a checkpoint is complete on all servers, else\n"
+               "                   start fresh (what zs-launch passes on a rerun)\n"
+               "  --csv F          write per-step figures (appends on resume, without repeats)\n"
                "  --log-every K    progress line every K steps (default 1)\n"
                "  --mem-every K    memory table every K steps (default: after the first only)\n"
+               "  --server-timeout S  deadline of one server call in seconds (default 60)\n"
+               "  --server-wait S  how long to wait for a lost server to come back (default 300)\n"
+               "  --max-recoveries N  lost-server recoveries before giving up (default 20)\n"
+               "  --save-params F  write the final fp32 parameters (P floats, little-endian)\n"
                "  --name NAME      model name on the servers (default zs-gpt)\n"
                "  --seed S         initialisation seed (default 1337)\n"
                "  --token-file F   bearer token for the servers\n");
@@ -82,13 +99,18 @@ static int parse(int argc, char **argv, opts_t *o)
     o->log_every = 1;
     o->seed = 1337;
     o->name = "zs-gpt";
+    o->server_timeout = 60;
+    o->server_wait = 300;
+    o->max_recoveries = 20;
     static const struct option lo[] = {
         {"data", 1, 0, 'd'},   {"config", 1, 0, 'c'}, {"servers", 1, 0, 's'},
         {"layers", 1, 0, 'L'}, {"heads", 1, 0, 'H'},  {"width", 1, 0, 'C'},
         {"ctx", 1, 0, 'T'},    {"steps", 1, 0, 'n'},  {"ckpt-every", 1, 0, 'k'},
         {"resume", 0, 0, 'r'}, {"csv", 1, 0, 'v'},    {"log-every", 1, 0, 'l'},
         {"name", 1, 0, 'N'},   {"seed", 1, 0, 'S'},   {"token-file", 1, 0, 't'},
-        {"mem-every", 1, 0, 'm'}, {"help", 0, 0, 'h'},   {0, 0, 0, 0}};
+        {"mem-every", 1, 0, 'm'}, {"resume-auto", 0, 0, 'R'}, {"server-timeout", 1, 0, 'o'},
+        {"server-wait", 1, 0, 'w'}, {"max-recoveries", 1, 0, 'x'}, {"save-params", 1, 0, 'p'},
+        {"help", 0, 0, 'h'},   {0, 0, 0, 0}};
     int ch;
     while ((ch = getopt_long(argc, argv, "h", lo, NULL)) != -1) {
         switch (ch) {
@@ -140,6 +162,21 @@ static int parse(int argc, char **argv, opts_t *o)
         case 'm':
             o->mem_every = atoi(optarg);
             break;
+        case 'R':
+            o->resume_auto = 1;
+            break;
+        case 'o':
+            o->server_timeout = atoi(optarg);
+            break;
+        case 'w':
+            o->server_wait = atoi(optarg);
+            break;
+        case 'x':
+            o->max_recoveries = atoi(optarg);
+            break;
+        case 'p':
+            o->save_params = optarg;
+            break;
         case 'h':
             usage(stdout);
             return 1;
@@ -153,12 +190,13 @@ static int parse(int argc, char **argv, opts_t *o)
         usage(stderr);
         return 2;
     }
-    if ((o->ckpt_every || o->resume) && !o->servers) {
+    if ((o->ckpt_every || o->resume || o->resume_auto) && !o->servers) {
         fprintf(stderr, "zs-train: --ckpt-every and --resume need --servers\n");
         return 2;
     }
     if (o->g.layers < 1 || o->g.heads < 1 || o->g.width % o->g.heads || o->g.ctx < 2 ||
-        o->steps < 1 || o->log_every < 1 || o->mem_every < 0) {
+        o->steps < 1 || o->log_every < 1 || o->mem_every < 0 || o->server_timeout < 1 ||
+        o->server_wait < 0 || o->max_recoveries < 0) {
         fprintf(stderr, "zs-train: bad model shape or step counts (width %% heads must be 0)\n");
         return 2;
     }
@@ -171,12 +209,87 @@ static void warn_key(void *ud, const char *path, const char *why)
         fprintf(stderr, "zs-train: config key %s ignored: %s\n", path, why);
 }
 
+/* Open the CSV for rank 0. On a resume (at > 0) keep the header and the
+ * rows of steps <= at, so a step is never listed twice; a fresh run starts
+ * the file. NULL (with a message) on failure. */
+static FILE *csv_open(const char *path, int resumed, uint64_t at)
+{
+    static const char *header = "step,loss,lr,loss_scale,tokens_per_s,ms_step,ms_forward,"
+                                "ms_backward,ms_comm,ms_optimizer,skipped,workers\n";
+    char *old = resumed ? zs_file_read_text(path, (size_t)1 << 30, 0) : NULL;
+    FILE *f = fopen(path, "w");
+    if (!f) {
+        fprintf(stderr, "zs-train: cannot write %s\n", path);
+        free(old);
+        return NULL;
+    }
+    fputs(header, f);
+    /* old: the header line, then one row per step ("step,loss,..."). */
+    char *line = old ? strchr(old, '\n') : NULL;
+    while (line && *++line) {
+        char *end = strchr(line, '\n');
+        size_t len = end ? (size_t)(end - line) : strlen(line);
+        unsigned long long step = strtoull(line, NULL, 10);
+        if (step >= 1 && step <= at)
+            fprintf(f, "%.*s\n", (int)len, line);
+        line = end;
+    }
+    free(old);
+    fflush(f);
+    return f;
+}
+
 static int die(int rank, const char *what, const zs_err_t *err)
 {
     fprintf(stderr, "zs-train: rank %d: %s: %s\n", rank, what, err->msg);
     fflush(stderr);
     MPI_Abort(MPI_COMM_WORLD, 1);
     return 1;
+}
+
+/* A step or checkpoint failed on every worker: try to go on after a lost
+ * server (zs_engine_recover). Returns ZS_OK when training can continue
+ * (the CSV then lists steps up to the one recovered at), else the error. */
+static int recover(zs_engine_t *e, const opts_t *o, int rank, int *count, FILE **csv, zs_err_t *err)
+{
+    if (!o->servers || *count >= o->max_recoveries)
+        return err->code;
+    if (rank == 0)
+        fprintf(stderr, "zs-train: %s; recovering (%d of at most %d)\n", err->msg, *count + 1,
+                o->max_recoveries);
+    (*count)++;
+    uint64_t at = 0;
+    zs_err_t rerr;
+    if (zs_engine_recover(e, o->server_wait * 1000, &at, &rerr)) {
+        *err = rerr;
+        return rerr.code;
+    }
+    if (rank == 0) {
+        printf("       recovered: rolled back to step %llu\n", (unsigned long long)at);
+        if (*csv) {
+            fclose(*csv);
+            *csv = csv_open(o->csv, 1, at);
+        }
+    }
+    return ZS_OK;
+}
+
+/* Rank 0 writes the final fp32 parameters (collective: stage 3 gathers). */
+static int save_params(zs_engine_t *e, const char *path, int rank, zs_err_t *err)
+{
+    uint64_t P = zs_engine_num_params(e);
+    float *w = malloc((P ? P : 1) * sizeof *w);
+    if (!w)
+        return zs_err_set(err, ZS_ERR_NOMEM, "out of memory for %llu parameters",
+                          (unsigned long long)P);
+    int rc = zs_engine_get_params(e, w, err);
+    if (!rc && rank == 0) {
+        FILE *f = fopen(path, "wb");
+        if (!f || fwrite(w, sizeof *w, P, f) != P || fclose(f) != 0)
+            rc = zs_err_set(err, ZS_ERR_IO, "cannot write %s", path);
+    }
+    free(w);
+    return rc;
 }
 
 int main(int argc, char **argv)
@@ -229,7 +342,7 @@ int main(int argc, char **argv)
         fprintf(stderr, "zs-train: cannot read --token-file %s\n", o.token_file);
         MPI_Abort(MPI_COMM_WORLD, 2);
     }
-    zs_engine_opts_t eo = {&cfg, coll, o.servers, token, o.name, 300000, 0};
+    zs_engine_opts_t eo = {&cfg, coll, o.servers, token, o.name, o.server_timeout * 1000, 0};
     zs_engine_t *e;
     if (zs_engine_create(&eo, zs_gpt_model(gpt), &e, &err))
         return die(rank, "engine", &err);
@@ -245,37 +358,43 @@ int main(int argc, char **argv)
         fflush(stdout);
     }
     uint64_t start = 0;
-    if (o.resume) {
-        if (zs_engine_resume(e, 0, &start, &err))
+    int resumed = 0;
+    if (o.resume || o.resume_auto) {
+        int rc2 = zs_engine_resume(e, 0, &start, &err);
+        if (rc2 == ZS_OK) {
+            resumed = 1;
+            if (rank == 0)
+                printf("resumed from checkpoint %llu\n", (unsigned long long)start);
+        } else if (rc2 == ZS_ERR_NOTFOUND && o.resume_auto) {
+            if (rank == 0)
+                printf("no checkpoint complete on every server: starting fresh\n");
+            if (zs_engine_start(e, &err))
+                return die(rank, "start", &err);
+        } else {
             return die(rank, "resume", &err);
-        if (rank == 0)
-            printf("resumed from checkpoint %llu\n", (unsigned long long)start);
+        }
     } else if (zs_engine_start(e, &err)) {
         return die(rank, "start", &err);
     }
     FILE *csv = NULL;
-    if (rank == 0 && o.csv) {
-        csv = fopen(o.csv, o.resume ? "a" : "w");
-        if (!csv) {
-            fprintf(stderr, "zs-train: cannot write %s\n", o.csv);
-            MPI_Abort(MPI_COMM_WORLD, 1);
-        }
-        if (!o.resume)
-            fprintf(csv, "step,loss,lr,loss_scale,tokens_per_s,ms_step,ms_forward,ms_backward,"
-                         "ms_comm,ms_optimizer,skipped,workers\n");
-    }
+    if (rank == 0 && o.csv && !(csv = csv_open(o.csv, resumed, start)))
+        MPI_Abort(MPI_COMM_WORLD, 1);
     double tokens_per_step = (double)cfg.train_batch_size * o.g.ctx, t_all = 0, first_loss = 0;
     double last_loss = 0;
     int nsteps = 0;
     if (rank == 0)
         printf("%6s %9s %10s %8s %9s %8s %8s %8s %8s\n", "step", "loss", "lr", "scale", "tok/s",
                "fwd ms", "bwd ms", "comm ms", "opt ms");
+    int recoveries = 0;
     while (zs_engine_step_count(e) < (uint64_t)o.steps) {
         zs_step_stats_t st;
         struct timespec a, b;
         clock_gettime(CLOCK_MONOTONIC, &a);
-        if (zs_engine_step(e, &st, &err))
-            return die(rank, "step", &err);
+        if (zs_engine_step(e, &st, &err)) {
+            if (recover(e, &o, rank, &recoveries, &csv, &err))
+                return die(rank, "step", &err);
+            continue;
+        }
         clock_gettime(CLOCK_MONOTONIC, &b);
         double sec = (double)(b.tv_sec - a.tv_sec) + 1e-9 * (double)(b.tv_nsec - a.tv_nsec);
         t_all += sec;
@@ -302,8 +421,11 @@ int main(int argc, char **argv)
             fflush(stdout);
         }
         if (o.ckpt_every && st.step % (uint64_t)o.ckpt_every == 0) {
-            if (zs_engine_checkpoint(e, &err))
-                return die(rank, "checkpoint", &err);
+            if (zs_engine_checkpoint(e, &err)) {
+                if (recover(e, &o, rank, &recoveries, &csv, &err))
+                    return die(rank, "checkpoint", &err);
+                continue;
+            }
             if (rank == 0)
                 printf("       checkpoint %llu complete on all servers\n",
                        (unsigned long long)st.step);
@@ -315,6 +437,8 @@ int main(int argc, char **argv)
                first_loss, last_loss, tokens_per_step * nsteps / t_all, t_all);
     if (csv)
         fclose(csv);
+    if (o.save_params && save_params(e, o.save_params, rank, &err))
+        return die(rank, "--save-params", &err);
     zs_engine_destroy(e);
     zs_gpt_destroy(gpt);
     zs_data_close(data);
