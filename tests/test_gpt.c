@@ -28,9 +28,12 @@
  * python3 with torch is a required test dependency (deploy/install-deps.sh).
  */
 #include <math.h>
+#include <pthread.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 #include <unistd.h>
 
 #ifdef ZS_TEST_GPT_ENGINE
@@ -259,6 +262,82 @@ static void test_bind(void)
     zs_dev_mem_get(dev, &m);
     TEST_CHECK(memcmp(m.cur, m0.cur, sizeof m.cur) == 0); /* destroy frees all of it */
     printf("  bind: state checks refuse out-of-order calls; destroy frees everything\n");
+}
+
+/* A host function that holds its stream until *open is set. */
+static int gate_fn(void *args, zs_err_t *e)
+{
+    atomic_int *open = *(atomic_int **)args;
+    while (!atomic_load(open)) {
+        struct timespec ts = {0, 1000000};
+        nanosleep(&ts, NULL);
+    }
+    return ZS_OK;
+}
+
+static void *open_gate_later(void *arg)
+{
+    struct timespec ts = {0, 100000000}; /* 100 ms */
+    nanosleep(&ts, NULL);
+    atomic_store((atomic_int *)arg, 1);
+    return NULL;
+}
+
+/* Two batches A and B back to back without waiting, while the stream is held
+ * at a gate so A's token upload has not run when B is set: the gradients
+ * must be those of A then B (as when each batch is waited for). If B's
+ * tokens overwrote the pinned staging buffer before A's upload ran, both
+ * backward passes would see B. */
+static void test_staging(void)
+{
+    zs_gpt_config_t c = {2, 2, 16, 8, 32};
+    fixture_t f;
+    uint64_t rng_saved = rng_state; /* parts 1-2 see the same numbers as without this */
+    fixture_init(&f, c, 2, 8, 5);
+    perturb(&f, 0.3f);
+    rng_state = rng_saved;
+    int n = f.B * f.T;
+    int32_t *inB = malloc((size_t)n * sizeof(int32_t)), *tgB = malloc((size_t)n * sizeof(int32_t));
+    for (int i = 0; i < n; i++) {
+        inB[i] = (int32_t)((i * 11 + 1) % c.vocab);
+        tgB[i] = (int32_t)((i * 3 + 2) % c.vocab);
+    }
+    float *ref = malloc(f.P * sizeof(float));
+    for (int pass = 0; pass < 2; pass++) {
+        zs_err_t err;
+        memset(f.grad, 0, f.P * sizeof(float));
+        push(f.dgrad, f.grad, 0, f.P);
+        atomic_int open = pass == 0; /* pass 0: reference, nothing held */
+        atomic_int *openp = &open;
+        pthread_t th;
+        TEST_OK(zs_dev_host_fn(stream, gate_fn, &openp, sizeof openp, &err), err);
+        if (pass == 1)
+            TEST_CHECK(pthread_create(&th, NULL, open_gate_later, &open) == 0);
+        TEST_OK(zs_gpt_set_tokens(f.g, f.in, f.tg, f.B, f.T, &err), err);
+        for (int i = 0; i < f.m->nlayers; i++) {
+            float *p[2] = {f.dw + f.off[i], f.dw};
+            TEST_OK(f.m->forward(f.m->self, i, p, &err), err);
+        }
+        run_backward(&f, 1.0f);
+        if (pass == 0)
+            wait_stream();
+        TEST_OK(zs_gpt_set_tokens(f.g, inB, tgB, f.B, f.T, &err), err);
+        for (int i = 0; i < f.m->nlayers; i++) {
+            float *p[2] = {f.dw + f.off[i], f.dw};
+            TEST_OK(f.m->forward(f.m->self, i, p, &err), err);
+        }
+        run_backward(&f, 1.0f);
+        pull_grad(&f);
+        if (pass == 0) {
+            memcpy(ref, f.grad, f.P * sizeof(float));
+        } else {
+            pthread_join(th, NULL);
+            TEST_CHECK(memcmp(ref, f.grad, f.P * sizeof(float)) == 0);
+        }
+    }
+    printf("  two batches queued behind a held stream: same gradients as waiting for each\n");
+    free(ref), free(inB), free(tgB);
+    fixture_free(&f);
 }
 
 /* ---- 1. finite differences through the whole model ---- */
@@ -586,6 +665,7 @@ int main(int argc, char **argv)
     TEST_OK(zs_dev_stream_create(dev, 0, "compute", &stream, &err), err);
     printf("test_gpt: 0. binding to the CPU device\n");
     test_bind();
+    test_staging();
     printf("test_gpt: 1. finite differences through the model\n");
     test_fd();
     printf("test_gpt: 2. against PyTorch\n");
