@@ -220,12 +220,12 @@ static void test_cross_stream(zs_dev_t *d, int with_wait)
     TEST_OK(zs_dev_stream_sync(cons, &err), err);
     int seen = *out;
     TEST_OK(zs_dev_event_sync(ev, &err), err);
-    TEST_CHECK(zs_dev_event_query(ev) == 1);
-    TEST_CHECK(*buf == 2);
     if (with_wait)
         TEST_CHECKF(seen == 2, "consumer saw %d after waiting for the producer's event", seen);
     else
         TEST_CHECKF(seen == 1, "consumer saw %d without waiting: streams are not concurrent", seen);
+    TEST_CHECK(zs_dev_event_query(ev) == 1);
+    TEST_CHECK(*buf == 2);
     TEST_OK(zs_dev_stream_sync(prod, &err), err);
     zs_dev_free(d, buf);
     zs_dev_free(d, out);
@@ -647,13 +647,21 @@ static void test_adamw(zs_dev_t *d, zs_stream_t *s)
                 float *rp = dup_buf(p, n * 4), *rm = dup_buf(m, n * 4), *rv = dup_buf(v, n * 4);
                 void *rout = out ? dup_buf(out, n * osz) : NULL;
                 hp.adam_w_mode = (int)(k + g) % 2;
+                /* behind a closed gate, so the task surely runs after the
+                 * caller changed its structs: it must use its own copies */
+                atomic_int open = 0;
+                gate(s, &open);
                 TEST_OK(zs_dev_adamw(s, &hp, &stp, p, m, v, gr, gdt, out, odt, n, &err), err);
                 zs_adam_hparams_t hp_run = hp;
-                hp.lr = 99.0f; /* the queued task keeps its copy */
+                zs_adam_step_t st_run = stp;
+                hp.beta1 = 0.5f;
+                hp.eps = 1.0f;
+                stp.lr = 1.0f;
                 stp.t += 100;
+                atomic_store(&open, 1);
                 TEST_OK(zs_dev_stream_sync(s, &err), err);
-                hp.lr = hp_run.lr;
-                stp.t -= 100;
+                hp = hp_run;
+                stp = st_run;
                 zs_adam_update_ref(&hp, &stp, rp, rm, rv, gr, gdt, rout, odt, n);
                 long bad = first_diff(p, rp, n, 4);
                 if (bad < 0)

@@ -42,6 +42,7 @@
 typedef struct cpu_dev {
     zs_dev_t base;
     int threads;
+    uint64_t ram;    /* bytes of physical memory: no single block may exceed it */
     zs_pool_t *pool; /* NULL when threads == 1: vector ops run on the stream thread */
     pthread_mutex_t mem_mu;
     zs_dev_mem_t mem;      /* under mem_mu */
@@ -74,7 +75,10 @@ static void mem_add(zs_dev_mem_t *m, int space, int cat, uint64_t bytes)
         m->held_peak[space] = m->held[space];
 }
 
-/* See zs_dev_alloc. Errors: ZS_ERR_INVALID (space, category, out), ZS_ERR_NOMEM. */
+/* See zs_dev_alloc. Errors: ZS_ERR_INVALID (space, category, out);
+ * ZS_ERR_NOMEM when posix_memalign fails or one block would exceed the
+ * machine's physical RAM (the CPU twin of exceeding device memory, refused
+ * before asking the OS so sanitizers and overcommit do not get a say). */
 static int cpu_alloc(zs_dev_t *d, int space, int cat, size_t bytes, void **out, zs_err_t *err)
 {
     cpu_dev_t *dev = (cpu_dev_t *)d;
@@ -91,6 +95,12 @@ static int cpu_alloc(zs_dev_t *d, int space, int cat, size_t bytes, void **out, 
     if (bytes > SIZE_MAX - HDR_BYTES)
         return zs_err_set(err, ZS_ERR_NOMEM, "zs_dev_alloc: %zu bytes of %s memory (%s) overflow",
                           bytes, zs_space_name(space), zs_memcat_name(cat));
+    if (bytes > dev->ram)
+        return zs_err_set(err, ZS_ERR_NOMEM,
+                          "zs_dev_alloc: %zu bytes of %s memory for %s exceed the machine's %llu "
+                          "bytes of RAM",
+                          bytes, zs_space_name(space), zs_memcat_name(cat),
+                          (unsigned long long)dev->ram);
     void *raw = NULL;
     int rc = posix_memalign(&raw, 64, HDR_BYTES + bytes);
     if (rc != 0 || !raw)
@@ -934,6 +944,8 @@ int zs_dev_cpu_create(int threads, zs_dev_t **out, zs_err_t *err)
         return zs_err_set(err, ZS_ERR_NOMEM, "zs_dev_cpu_create: out of memory");
     dev->base.vt = &cpu_vt;
     dev->threads = threads;
+    long pages = sysconf(_SC_PHYS_PAGES), psz = sysconf(_SC_PAGESIZE);
+    dev->ram = pages > 0 && psz > 0 ? (uint64_t)pages * (uint64_t)psz : UINT64_MAX;
     if (threads > 1) {
         dev->pool = zs_pool_create(threads);
         if (!dev->pool) {
