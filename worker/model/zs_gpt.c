@@ -80,6 +80,7 @@ struct zs_gpt {
     zs_stream_t *stream; /* compute stream, not owned */
     zs_gpt_ops_t *ops;   /* owned */
     zs_event_t *tok_ev;  /* recorded after each token upload (owned) */
+    zs_event_t *done_ev; /* recorded after each forward/backward's work (owned) */
     int32_t *tok_pin;    /* pinned [2 * maxN]: inputs | targets staging */
     float *loss_pin;     /* pinned [maxN]: per-row losses read back */
     float *act_arena;    /* device, ZS_MEM_ACTIVATIONS */
@@ -458,6 +459,16 @@ static int head_forward(zs_gpt_t *g, const float *p, const float *wte, zs_err_t 
     return ZS_OK;
 }
 
+/* Record done_ev after the work a forward or backward has just enqueued
+ * (also after a partial enqueue that failed), so destroy can wait for the
+ * model's work without the stream, which may be gone by then. Returns rc,
+ * or the record's error where rc is ZS_OK. */
+static int mark(zs_gpt_t *g, int rc, zs_err_t *err)
+{
+    int mrc = zs_dev_event_record(g->done_ev, g->stream, rc ? NULL : err);
+    return rc ? rc : mrc;
+}
+
 static int forward(void *self, int layer, float *const *params, zs_err_t *err)
 {
     zs_gpt_t *g = self;
@@ -473,16 +484,18 @@ static int forward(void *self, int layer, float *const *params, zs_err_t *err)
         return zs_err_set(err, ZS_ERR_STATE, "gpt: forward of layer %d, expected layer %d", layer,
                           g->next_fwd);
     const float *p = params[0];
+    int rc;
     if (layer == 0) {
         g->have_head = 0;
-        TRY(g->ops->embed_fwd(g->ops->ctx, g->stream, g->resid, g->inputs, p, p + (size_t)V * C,
-                              g->B, g->T, C, err));
+        rc = g->ops->embed_fwd(g->ops->ctx, g->stream, g->resid, g->inputs, p, p + (size_t)V * C,
+                               g->B, g->T, C, err);
     } else if (layer <= L) {
-        TRY(block_forward(g, layer, p, err));
+        rc = block_forward(g, layer, p, err);
     } else {
-        TRY(head_forward(g, p, params[1], err));
-        g->have_head = 1;
+        rc = head_forward(g, p, params[1], err);
     }
+    TRY(mark(g, rc, err));
+    g->have_head = layer == L + 1;
     g->next_fwd = layer + 1;
     g->next_bwd = layer == L + 1 ? L + 1 : -1;
     return ZS_OK;
@@ -591,14 +604,16 @@ static int backward(void *self, int layer, float *const *params, float *const *g
                           layer, g->next_bwd);
     const float *p = params[0];
     float *gr = grads[0];
+    int rc;
     if (layer == L + 1) {
-        TRY(head_backward(g, p, gr, params[1], grads[1], dloss, err));
+        rc = head_backward(g, p, gr, params[1], grads[1], dloss, err);
     } else if (layer >= 1) {
-        TRY(block_backward(g, layer, p, gr, err));
+        rc = block_backward(g, layer, p, gr, err);
     } else {
-        TRY(g->ops->embed_bwd(g->ops->ctx, g->stream, gr, gr + (size_t)V * C, g->dres, g->inputs,
-                              g->B, g->T, C, err));
+        rc = g->ops->embed_bwd(g->ops->ctx, g->stream, gr, gr + (size_t)V * C, g->dres, g->inputs,
+                               g->B, g->T, C, err);
     }
+    TRY(mark(g, rc, err));
     g->next_bwd = layer - 1;
     return ZS_OK;
 }
@@ -690,18 +705,26 @@ static int alloc_buffers(zs_gpt_t *g, zs_err_t *err)
     TRY(zs_dev_alloc(g->dev, ZS_SPACE_PINNED, ZS_MEM_SCRATCH, N * sizeof(float), &pin, err));
     g->loss_pin = pin;
     TRY(zs_dev_event_create(g->dev, &g->tok_ev, err));
+    TRY(zs_dev_event_create(g->dev, &g->done_ev, err));
     return ZS_OK;
 }
 
-/* Free what bind made (after the queued work has run) and forget the
- * device. */
+/* Free what bind made, once the work the model queued has run, and forget
+ * the device. Waits through the model's own events, not the stream: the
+ * stream's owner (the engine) may have destroyed it already (a destroyed
+ * stream has run its work; the events outlive it). loss() and
+ * zs_gpt_copy_logits synchronise the stream themselves. */
 static void unbind(zs_gpt_t *g)
 {
     if (!g->dev)
         return;
-    zs_dev_stream_sync(g->stream, NULL); /* the token event was recorded there too */
-    if (g->tok_ev)
-        zs_dev_event_destroy(g->tok_ev);
+    zs_event_t *evs[2] = {g->tok_ev, g->done_ev};
+    for (int i = 0; i < 2; i++)
+        if (evs[i]) {
+            zs_dev_event_sync(evs[i], NULL);
+            zs_dev_event_destroy(evs[i]);
+        }
+    g->done_ev = NULL;
     zs_dev_free(g->dev, g->act_arena);
     zs_dev_free(g->dev, g->scr_arena);
     zs_dev_free(g->dev, g->tok_pin);
