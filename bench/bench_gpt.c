@@ -225,8 +225,8 @@ static void run_engine(const shape_t *s, int threads, zs_coll_t *coll, double *r
             s->name, first, last, s->reps + 1, zs_bench_median(part[0], s->reps),
             zs_bench_median(part[1], s->reps), zs_bench_median(part[2], s->reps),
             zs_bench_median(part[3], s->reps));
-    zs_gpt_destroy(g); /* waits for the engine's compute stream it was bound to */
     zs_engine_destroy(e);
+    zs_gpt_destroy(g);
     free(in), free(tg);
 }
 

@@ -686,10 +686,10 @@ static void test_engine(void)
     }
     TEST_CHECKF(last < 0.8 * first, "loss %.5f -> %.5f did not decrease", first, last);
     printf("  engine W=1 stage 0: loss %.5f -> %.5f\n", first, last);
-    /* the model's queued work may reference the engine's buffers: the model
-     * goes first (it waits for its stream), then the engine */
-    zs_gpt_destroy(g);
+    /* the engine destroys its compute stream; the model then waits for its
+     * work through its own events (test_destroy) */
     zs_engine_destroy(e);
+    zs_gpt_destroy(g);
     zs_coll_destroy(coll);
 }
 #endif
