@@ -27,7 +27,9 @@
  * pointers, read and written only by that queued work. Tokens are written
  * to the pinned buffer on the host and copied to the device on the stream;
  * an event recorded after that copy is waited for before the pinned buffer
- * is written again. Only loss() and zs_gpt_copy_logits wait for the stream.
+ * is written again. Only loss(), zs_gpt_copy_logits and zs_gpt_set_threads
+ * wait for the stream; destroy waits for an event recorded after each
+ * forward/backward instead, so it may come after the stream's destruction.
  *
  * Calls must follow the engine's order: forward 0, 1, ..., L+1 on a loaded
  * batch, then backward L+1, ..., 0. Anything else is refused with

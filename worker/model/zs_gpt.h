@@ -52,8 +52,9 @@ uint64_t zs_gpt_num_params(const zs_gpt_config_t *c);
 /* Model for micro-batches of up to max_batch sequences; parameters are
  * initialised from `seed` by the engine through init_params. Allocates no
  * tensors yet (bind does). *out freed with zs_gpt_destroy, which waits for
- * the work queued on the compute stream: destroy the model before that
- * stream and its device. */
+ * the work the model queued (through its own events, so the compute stream
+ * may already be destroyed, as the engine does) and frees its device
+ * memory: destroy the model before its device. */
 int zs_gpt_create(const zs_gpt_config_t *c, int max_batch, uint64_t seed, zs_gpt_t **out,
                   zs_err_t *err);
 void zs_gpt_destroy(zs_gpt_t *g);
