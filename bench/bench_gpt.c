@@ -19,8 +19,9 @@
  * Shapes: GPT-2 124M (L=12, NH=12, C=768, V=50257, T=64, B=4) and small
  * (L=4, NH=4, C=256, V=256, T=64, B=8). Threads: 2 (--threads N): the
  * model's pool and the CPU device's threads (AdamW); OpenBLAS
- * single-threaded inside the pool (zs_gpt_ops.h). Rates are per step; the median of ZS_BENCH_REPS steps
- * (default 7 for 124M, 20 for small) after one warm-up step.
+ * single-threaded inside the pool (zs_gpt_ops.h). Rates are per step; the
+ * median of ZS_BENCH_REPS steps (default 7 for 124M, 20 for small) after
+ * one warm-up step.
  *
  * The baseline column is QUOTED, not measured here: llm.c's train_gpt2.c
  * (OpenMP, 2 threads) on a machine like this one: ~40 tokens/s on 124M and
