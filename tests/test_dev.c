@@ -32,12 +32,16 @@ static void sleep_ms(int ms)
 
 /* ---- host functions used by the tests ----------------------------------- */
 
-/* Blocks its stream until *open becomes 1. */
+/* Blocks its stream until *open becomes 1; gives up after 10 s (a test
+ * that never opens it then fails instead of hanging). */
 static int fn_gate(void *args, zs_err_t *e)
 {
     atomic_int *open = *(atomic_int **)args;
-    while (!atomic_load(open))
+    for (int ms = 0; !atomic_load(open); ms++) {
+        if (ms == 10000)
+            return zs_err_set(e, ZS_ERR_TIMEOUT, "gate not opened within 10 s");
         sleep_ms(1);
+    }
     return ZS_OK;
 }
 
@@ -197,9 +201,15 @@ static void test_order(zs_dev_t *d)
     printf("order of %d tasks: ok\n", N);
 }
 
-/* Producer writes 2 into buf after 50 ms; the consumer copies buf. With the
- * event wait it must see 2; without it, 1 (the old value): the consumer's
- * thread does not wait for the sleeping producer. */
+/* The producer stream waits at a gate, sleeps 20 ms and writes 2 into buf
+ * (old value 1), then records ev; the consumer stream copies buf.
+ *   with the wait: the consumer must not run while the gate is closed, and
+ *     sees 2 once it opens;
+ *   without it (negative control): the consumer's copy completes while the
+ *     producer is still held at the gate, so it sees the old 1. This proves
+ *     streams run concurrently: a missing wait gives a wrong result on CPU.
+ * No sleeps decide the outcome, so the check holds on a loaded machine (and
+ * has no data race for ThreadSanitizer). */
 static void test_cross_stream(zs_dev_t *d, int with_wait)
 {
     zs_stream_t *prod, *cons;
@@ -212,13 +222,24 @@ static void test_cross_stream(zs_dev_t *d, int with_wait)
     TEST_OK(zs_dev_alloc(d, ZS_SPACE_HOST, ZS_MEM_COMM, sizeof(int), (void **)&out, &err), err);
     *buf = 1;
     *out = 0;
-    write_int(prod, buf, 2, 50);
+    atomic_int open = 0;
+    gate(prod, &open);
+    write_int(prod, buf, 2, 20);
     TEST_OK(zs_dev_event_record(ev, prod, &err), err);
     if (with_wait)
         TEST_OK(zs_dev_stream_wait(cons, ev, &err), err);
     TEST_OK(zs_dev_memcpy(cons, out, buf, sizeof(int), &err), err);
+    if (with_wait) {
+        sleep_ms(20);
+        TEST_CHECKF(*(volatile int *)out == 0, "consumer copied before the producer's event");
+        TEST_CHECK(zs_dev_event_query(ev) == 0);
+        atomic_store(&open, 1);
+    }
     TEST_OK(zs_dev_stream_sync(cons, &err), err);
     int seen = *out;
+    if (!with_wait) /* the producer is still held at its gate */
+        TEST_CHECKF(zs_dev_event_query(ev) == 0, "consumer finished only after the producer");
+    atomic_store(&open, 1);
     TEST_OK(zs_dev_event_sync(ev, &err), err);
     if (with_wait)
         TEST_CHECKF(seen == 2, "consumer saw %d after waiting for the producer's event", seen);

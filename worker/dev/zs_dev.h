@@ -223,9 +223,11 @@ int zs_dev_adamw(zs_stream_t *s, const zs_adam_hparams_t *hp, const zs_adam_step
                  float *m, float *v, const void *grad, zs_dtype_t gdt, void *out, zs_dtype_t odt,
                  size_t n, zs_err_t *err);
 
-/* The device a stream or event belongs to. */
+/* The device a stream belongs to (an event's is e->dev). */
 zs_dev_t *zs_dev_of_stream(const zs_stream_t *s);
 
+/* Free the device. Destroy its streams and events first; memory still
+ * allocated is reported in the log, not freed. NULL is a no-op. */
 static inline void zs_dev_destroy(zs_dev_t *d)
 {
     if (d)

@@ -14,10 +14,8 @@
  *            re-recording never changes what an earlier wait waits for, and
  *            records completing out of order on different streams are right.
  *            Nodes are under one device-wide mutex and condition variable.
- *   vector   cast, accumulate, scale and AdamW are elementwise: split in
- *            fixed chunks over a zs_pool (bitwise identical to one thread).
- *            sumsq is one sequential loop so its fp64 sum never depends on
- *            the thread count.
+ *   vector   ops are queued and run by zs_dev_cpu_ops.c (chunked over the
+ *            device's zs_pool); their tasks run on the stream thread too.
  * What it does not do: timing, priorities (high_priority only names the
  * thread), detect use of freed memory by queued work (the caller orders frees
  * after the work with events, as on CUDA).
@@ -25,30 +23,14 @@
 #define _GNU_SOURCE
 #include "zs_dev.h"
 
-#include <errno.h>
-#include <math.h>
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
 
-#include "zs_cast.h"
+#include "zs_dev_cpu_internal.h"
 #include "zs_log.h"
-#include "zs_pool.h"
-
-/* ---- device -------------------------------------------------------------- */
-
-typedef struct cpu_dev {
-    zs_dev_t base;
-    int threads;
-    uint64_t ram;    /* bytes of physical memory: no single block may exceed it */
-    zs_pool_t *pool; /* NULL when threads == 1: vector ops run on the stream thread */
-    pthread_mutex_t mem_mu;
-    zs_dev_mem_t mem;      /* under mem_mu */
-    pthread_mutex_t ev_mu; /* every rec_t and every cpu_event_t.last */
-    pthread_cond_t ev_cv;  /* broadcast when a record completes */
-} cpu_dev_t;
 
 /* ---- memory ---------------------------------------------------------------- */
 
@@ -59,7 +41,7 @@ typedef struct cpu_dev {
 typedef struct blk_hdr {
     uint64_t magic;
     uint64_t bytes;
-    cpu_dev_t *dev;
+    zs_cpu_dev_t *dev;
     int32_t space, cat;
 } blk_hdr_t;
 
@@ -81,7 +63,7 @@ static void mem_add(zs_dev_mem_t *m, int space, int cat, uint64_t bytes)
  * before asking the OS so sanitizers and overcommit do not get a say). */
 static int cpu_alloc(zs_dev_t *d, int space, int cat, size_t bytes, void **out, zs_err_t *err)
 {
-    cpu_dev_t *dev = (cpu_dev_t *)d;
+    zs_cpu_dev_t *dev = (zs_cpu_dev_t *)d;
     if (!out)
         return zs_err_set(err, ZS_ERR_INVALID, "zs_dev_alloc: out is NULL");
     *out = NULL;
@@ -126,7 +108,7 @@ static int cpu_alloc(zs_dev_t *d, int space, int cat, size_t bytes, void **out, 
  * is logged and left alone: free cannot return an error. */
 static void cpu_free(zs_dev_t *d, void *p)
 {
-    cpu_dev_t *dev = (cpu_dev_t *)d;
+    zs_cpu_dev_t *dev = (zs_cpu_dev_t *)d;
     if (!p)
         return;
     blk_hdr_t *h = (blk_hdr_t *)((char *)p - HDR_BYTES);
@@ -145,7 +127,7 @@ static void cpu_free(zs_dev_t *d, void *p)
 
 static void cpu_mem(zs_dev_t *d, zs_dev_mem_t *out)
 {
-    cpu_dev_t *dev = (cpu_dev_t *)d;
+    zs_cpu_dev_t *dev = (zs_cpu_dev_t *)d;
     pthread_mutex_lock(&dev->mem_mu);
     *out = dev->mem;
     pthread_mutex_unlock(&dev->mem_mu);
@@ -153,7 +135,7 @@ static void cpu_mem(zs_dev_t *d, zs_dev_mem_t *out)
 
 static void cpu_mem_reset_peak(zs_dev_t *d)
 {
-    cpu_dev_t *dev = (cpu_dev_t *)d;
+    zs_cpu_dev_t *dev = (zs_cpu_dev_t *)d;
     pthread_mutex_lock(&dev->mem_mu);
     memcpy(dev->mem.peak, dev->mem.cur, sizeof dev->mem.peak);
     memcpy(dev->mem.held_peak, dev->mem.held, sizeof dev->mem.held_peak);
@@ -162,19 +144,19 @@ static void cpu_mem_reset_peak(zs_dev_t *d)
 
 /* ---- events: one node per record ---------------------------------------- */
 
-typedef struct rec {
+typedef struct zs_cpu_rec {
     int refs;     /* the event's `last` and each task or waiter holding it */
     int done;     /* the recording stream reached it */
     zs_err_t err; /* that stream's sticky error at that point */
-} rec_t;
+} zs_cpu_rec_t;
 
 typedef struct cpu_event {
     zs_event_t base;
-    rec_t *last; /* NULL: never recorded */
+    zs_cpu_rec_t *last; /* NULL: never recorded */
 } cpu_event_t;
 
 /* Drop one reference; caller holds ev_mu. */
-static void rec_release(rec_t *r)
+static void rec_release(zs_cpu_rec_t *r)
 {
     if (r && --r->refs == 0)
         free(r);
@@ -182,211 +164,32 @@ static void rec_release(rec_t *r)
 
 /* ---- tasks and streams ------------------------------------------------------- */
 
-enum {
-    T_HOST,
-    T_MEMCPY,
-    T_MEMSET,
-    T_RECORD,
-    T_WAIT,
-    T_CAST,
-    T_ACC,
-    T_SCALE,
-    T_SUMSQ,
-    T_ADAMW,
-};
-
-typedef struct task {
-    struct task *next;
-    int kind;
-    union {
-        struct {
-            zs_host_fn_t fn;
-        } host;
-        struct {
-            void *dst;
-            const void *src;
-            size_t bytes;
-        } copy;
-        struct {
-            void *dst;
-            int byte;
-            size_t bytes;
-        } set;
-        rec_t *rec; /* T_RECORD, T_WAIT: one reference owned by the task */
-        struct {
-            void *dst;
-            const void *src;
-            zs_dtype_t ddt, sdt;
-            float alpha; /* T_SCALE: dst is x, src unused */
-            size_t n;
-            double *acc; /* T_SUMSQ: src is x */
-        } vec;
-        struct {
-            zs_adam_hparams_t hp;
-            zs_adam_step_t st;
-            float *p, *m, *v;
-            const void *grad;
-            zs_dtype_t gdt, odt;
-            void *out;
-            size_t n;
-        } adam;
-    } u;
-    _Alignas(16) unsigned char args[]; /* T_HOST: the copied arguments */
-} task_t;
-
 typedef struct cpu_stream {
     zs_stream_t base;
-    cpu_dev_t *dev;
+    zs_cpu_dev_t *dev;
     char name[32];
     pthread_t thread;
     pthread_mutex_t mu;
-    pthread_cond_t work;     /* a task was queued, or stop */
-    pthread_cond_t idle;     /* `done` advanced */
-    task_t *head, *tail;     /* under mu */
-    uint64_t enqueued, done; /* tasks queued / finished so far, under mu */
-    int stop;                /* under mu: destroy asked the thread to drain and exit */
-    zs_err_t err;            /* sticky error, under mu; code 0 = none */
+    pthread_cond_t work;        /* a task was queued, or stop */
+    pthread_cond_t idle;        /* `done` advanced */
+    zs_cpu_task_t *head, *tail; /* under mu */
+    uint64_t enqueued, done;    /* tasks queued / finished so far, under mu */
+    int stop;                   /* under mu: destroy asked the thread to drain and exit */
+    zs_err_t err;               /* sticky error, under mu; code 0 = none */
 } cpu_stream_t;
-
-/* Vector ops run [i0, i1) of a task on one thread; elementwise ops split a
- * task into chunks of VEC_CHUNK elements (a multiple of BLK) over the pool. */
-#define VEC_CHUNK ((size_t)32768)
-#define BLK       256 /* elements converted at a time through stack buffers */
-
-static void vec_range(const task_t *t, size_t i0, size_t i1)
-{
-    size_t n = i1 - i0;
-    switch (t->kind) {
-    case T_CAST: {
-        size_t ds = zs_dtype_size(t->u.vec.ddt), ss = zs_dtype_size(t->u.vec.sdt);
-        zs_cast((char *)t->u.vec.dst + i0 * ds, t->u.vec.ddt, (const char *)t->u.vec.src + i0 * ss,
-                t->u.vec.sdt, n);
-        break;
-    }
-    case T_ACC: {
-        zs_dtype_t ddt = t->u.vec.ddt, sdt = t->u.vec.sdt;
-        char *dst = (char *)t->u.vec.dst + i0 * zs_dtype_size(ddt);
-        const char *src = (const char *)t->u.vec.src + i0 * zs_dtype_size(sdt);
-        if (ddt == ZS_DTYPE_F32 && sdt == ZS_DTYPE_F32) {
-            float *d = (float *)dst;
-            const float *s = (const float *)src;
-            for (size_t i = 0; i < n; i++)
-                d[i] += s[i];
-            break;
-        }
-        float a[BLK], b[BLK];
-        for (size_t k = 0; k < n; k += BLK) {
-            size_t m = n - k < BLK ? n - k : BLK;
-            float *pa = ddt == ZS_DTYPE_F32 ? (float *)dst + k : a;
-            const float *pb = b;
-            if (ddt != ZS_DTYPE_F32)
-                zs_cast(a, ZS_DTYPE_F32, dst + k * 2, ddt, m);
-            if (sdt == ZS_DTYPE_F32)
-                pb = (const float *)src + k;
-            else
-                zs_cast(b, ZS_DTYPE_F32, src + k * 2, sdt, m);
-            for (size_t i = 0; i < m; i++)
-                pa[i] += pb[i];
-            if (ddt != ZS_DTYPE_F32)
-                zs_cast(dst + k * 2, ddt, a, ZS_DTYPE_F32, m);
-        }
-        break;
-    }
-    case T_SCALE: {
-        zs_dtype_t dt = t->u.vec.ddt;
-        float alpha = t->u.vec.alpha;
-        char *x = (char *)t->u.vec.dst + i0 * zs_dtype_size(dt);
-        if (dt == ZS_DTYPE_F32) {
-            float *f = (float *)x;
-            for (size_t i = 0; i < n; i++)
-                f[i] *= alpha;
-            break;
-        }
-        float a[BLK];
-        for (size_t k = 0; k < n; k += BLK) {
-            size_t m = n - k < BLK ? n - k : BLK;
-            zs_cast(a, ZS_DTYPE_F32, x + k * 2, dt, m);
-            for (size_t i = 0; i < m; i++)
-                a[i] *= alpha;
-            zs_cast(x + k * 2, dt, a, ZS_DTYPE_F32, m);
-        }
-        break;
-    }
-    case T_ADAMW: {
-        size_t gs = zs_dtype_size(t->u.adam.gdt), os = zs_dtype_size(t->u.adam.odt);
-        void *out = t->u.adam.out ? (char *)t->u.adam.out + i0 * os : NULL;
-        zs_adam_update(&t->u.adam.hp, &t->u.adam.st, t->u.adam.p + i0, t->u.adam.m + i0,
-                       t->u.adam.v + i0, (const char *)t->u.adam.grad + i0 * gs, t->u.adam.gdt, out,
-                       out ? t->u.adam.odt : ZS_DTYPE_NONE, n);
-        break;
-    }
-    }
-}
-
-typedef struct vjob {
-    const task_t *t;
-    size_t n;
-} vjob_t;
-
-static void vjob_fn(void *arg, size_t chunk, int thread)
-{
-    const vjob_t *j = arg;
-    size_t i0 = chunk * VEC_CHUNK;
-    size_t i1 = j->n - i0 < VEC_CHUNK ? j->n : i0 + VEC_CHUNK;
-    vec_range(j->t, i0, i1);
-}
-
-/* An elementwise op over all its n elements, chunked over the pool. */
-static void vec_run(cpu_dev_t *dev, const task_t *t, size_t n)
-{
-    if (!dev->pool || n <= VEC_CHUNK) {
-        vec_range(t, 0, n);
-        return;
-    }
-    vjob_t j = {t, n};
-    zs_pool_run(dev->pool, (n + VEC_CHUNK - 1) / VEC_CHUNK, vjob_fn, &j);
-}
-
-/* acc[0] += sum of x^2 in one sequential fp64 loop (x rounded to fp32 first,
- * as the reference). Every finite fp32 square is below 1.2e77 so a finite
- * sum of any practical length never overflows fp64: the sum is non-finite
- * exactly when some element is, which gives the flag without a second test
- * per element. */
-static void sumsq_run(const task_t *t)
-{
-    size_t n = t->u.vec.n;
-    zs_dtype_t dt = t->u.vec.sdt;
-    double s = 0.0;
-    if (dt == ZS_DTYPE_F32) {
-        const float *x = t->u.vec.src;
-        for (size_t i = 0; i < n; i++)
-            s += (double)x[i] * x[i];
-    } else {
-        const char *x = t->u.vec.src;
-        float a[BLK];
-        for (size_t k = 0; k < n; k += BLK) {
-            size_t m = n - k < BLK ? n - k : BLK;
-            zs_cast(a, ZS_DTYPE_F32, x + k * 2, dt, m);
-            for (size_t i = 0; i < m; i++)
-                s += (double)a[i] * a[i];
-        }
-    }
-    t->u.vec.acc[0] += s;
-    if (!isfinite(s))
-        t->u.vec.acc[1] = 1.0;
-}
 
 /* Run one task on stream s's thread. `failed`: the stream already has a
  * sticky error (work is skipped; records and waits still happen);
  * `snap` is that error. Returns ZS_OK or the error (filled into *e). */
-static int task_run(cpu_stream_t *s, task_t *t, int failed, const zs_err_t *snap, zs_err_t *e)
+static int task_run(cpu_stream_t *s, zs_cpu_task_t *t, int failed, const zs_err_t *snap,
+                    zs_err_t *e)
 {
-    cpu_dev_t *dev = s->dev;
+    zs_cpu_dev_t *dev = s->dev;
     int rc = ZS_OK;
-    if (t->kind == T_RECORD || t->kind == T_WAIT) {
-        rec_t *r = t->u.rec;
+    if (t->kind == ZS_CPU_T_RECORD || t->kind == ZS_CPU_T_WAIT) {
+        zs_cpu_rec_t *r = t->u.rec;
         pthread_mutex_lock(&dev->ev_mu);
-        if (t->kind == T_RECORD) {
+        if (t->kind == ZS_CPU_T_RECORD) {
             if (failed)
                 r->err = *snap;
             r->done = 1;
@@ -405,7 +208,7 @@ static int task_run(cpu_stream_t *s, task_t *t, int failed, const zs_err_t *snap
     if (failed)
         return ZS_OK;
     switch (t->kind) {
-    case T_HOST:
+    case ZS_CPU_T_HOST:
         rc = t->u.host.fn(t->args, e);
         if (rc != ZS_OK) {
             if (e->code == ZS_OK)
@@ -415,20 +218,14 @@ static int task_run(cpu_stream_t *s, task_t *t, int failed, const zs_err_t *snap
             zs_err_prefix(e, "stream \"%s\": ", s->name);
         }
         break;
-    case T_MEMCPY:
+    case ZS_CPU_T_MEMCPY:
         memcpy(t->u.copy.dst, t->u.copy.src, t->u.copy.bytes);
         break;
-    case T_MEMSET:
+    case ZS_CPU_T_MEMSET:
         memset(t->u.set.dst, t->u.set.byte, t->u.set.bytes);
         break;
-    case T_SUMSQ:
-        sumsq_run(t);
-        break;
-    case T_ADAMW:
-        vec_run(dev, t, t->u.adam.n);
-        break;
     default:
-        vec_run(dev, t, t->u.vec.n);
+        zs__cpu_vec_exec(dev, t);
         break;
     }
     return rc;
@@ -441,7 +238,7 @@ static void *stream_main(void *arg)
     for (;;) {
         while (!s->head && !s->stop)
             pthread_cond_wait(&s->work, &s->mu);
-        task_t *t = s->head;
+        zs_cpu_task_t *t = s->head;
         if (!t)
             break; /* stop and drained */
         s->head = t->next;
@@ -449,7 +246,7 @@ static void *stream_main(void *arg)
             s->tail = NULL;
         int failed = s->err.code != ZS_OK;
         zs_err_t snap;
-        if (failed && t->kind == T_RECORD)
+        if (failed && t->kind == ZS_CPU_T_RECORD)
             snap = s->err;
         pthread_mutex_unlock(&s->mu);
 
@@ -468,10 +265,10 @@ static void *stream_main(void *arg)
     return NULL;
 }
 
-/* A zeroed task with `extra` bytes of arguments, or NULL (error set). */
-static task_t *task_new(int kind, size_t extra, zs_err_t *err)
+/* See zs_dev_cpu_internal.h. */
+zs_cpu_task_t *zs__cpu_task_new(int kind, size_t extra, zs_err_t *err)
 {
-    task_t *t = calloc(1, sizeof *t + extra);
+    zs_cpu_task_t *t = calloc(1, sizeof *t + extra);
     if (!t) {
         zs_err_set(err, ZS_ERR_NOMEM, "zs_dev: out of memory queueing a task");
         return NULL;
@@ -480,9 +277,10 @@ static task_t *task_new(int kind, size_t extra, zs_err_t *err)
     return t;
 }
 
-/* Append t to s's queue; takes ownership of t. */
-static int enqueue(cpu_stream_t *s, task_t *t, zs_err_t *err)
+/* See zs_dev_cpu_internal.h. */
+int zs__cpu_enqueue(zs_stream_t *sb, zs_cpu_task_t *t, zs_err_t *err)
 {
+    cpu_stream_t *s = (cpu_stream_t *)sb;
     pthread_mutex_lock(&s->mu);
     if (s->stop) {
         pthread_mutex_unlock(&s->mu);
@@ -510,7 +308,7 @@ static int cpu_stream_create(zs_dev_t *d, int high_priority, const char *name, z
     if (!s)
         return zs_err_set(err, ZS_ERR_NOMEM, "zs_dev_stream_create: out of memory");
     s->base.dev = d;
-    s->dev = (cpu_dev_t *)d;
+    s->dev = (zs_cpu_dev_t *)d;
     snprintf(s->name, sizeof s->name, "%s", name ? name : "stream");
     pthread_mutex_init(&s->mu, NULL);
     pthread_cond_init(&s->work, NULL);
@@ -581,7 +379,7 @@ static int cpu_event_create(zs_dev_t *d, zs_event_t **out, zs_err_t *err)
 static void cpu_event_destroy(zs_event_t *base)
 {
     cpu_event_t *e = (cpu_event_t *)base;
-    cpu_dev_t *dev = (cpu_dev_t *)base->dev;
+    zs_cpu_dev_t *dev = (zs_cpu_dev_t *)base->dev;
     pthread_mutex_lock(&dev->ev_mu);
     rec_release(e->last);
     pthread_mutex_unlock(&dev->ev_mu);
@@ -592,9 +390,9 @@ static int cpu_event_record(zs_event_t *base, zs_stream_t *sb, zs_err_t *err)
 {
     cpu_event_t *e = (cpu_event_t *)base;
     cpu_stream_t *s = (cpu_stream_t *)sb;
-    cpu_dev_t *dev = s->dev;
-    rec_t *r = calloc(1, sizeof *r);
-    task_t *t = task_new(T_RECORD, 0, err);
+    zs_cpu_dev_t *dev = s->dev;
+    zs_cpu_rec_t *r = calloc(1, sizeof *r);
+    zs_cpu_task_t *t = zs__cpu_task_new(ZS_CPU_T_RECORD, 0, err);
     if (!r || !t) {
         free(r);
         free(t);
@@ -605,7 +403,7 @@ static int cpu_event_record(zs_event_t *base, zs_stream_t *sb, zs_err_t *err)
     /* Swap and queue under ev_mu so a concurrent stream_wait sees either the
      * old record or the new one already queued. */
     pthread_mutex_lock(&dev->ev_mu);
-    int rc = enqueue(s, t, err);
+    int rc = zs__cpu_enqueue(&s->base, t, err);
     if (rc == ZS_OK) {
         rec_release(e->last);
         e->last = r;
@@ -620,12 +418,12 @@ static int cpu_stream_wait(zs_stream_t *sb, zs_event_t *base, zs_err_t *err)
 {
     cpu_event_t *e = (cpu_event_t *)base;
     cpu_stream_t *s = (cpu_stream_t *)sb;
-    cpu_dev_t *dev = s->dev;
-    task_t *t = task_new(T_WAIT, 0, err);
+    zs_cpu_dev_t *dev = s->dev;
+    zs_cpu_task_t *t = zs__cpu_task_new(ZS_CPU_T_WAIT, 0, err);
     if (!t)
         return ZS_ERR_NOMEM;
     pthread_mutex_lock(&dev->ev_mu);
-    rec_t *r = e->last;
+    zs_cpu_rec_t *r = e->last;
     if (!r || r->done) {
         /* Never recorded, or complete: nothing to wait for, but a failed
          * record still fails the stream, so only a clean one is skipped. */
@@ -640,7 +438,7 @@ static int cpu_stream_wait(zs_stream_t *sb, zs_event_t *base, zs_err_t *err)
     pthread_mutex_unlock(&dev->ev_mu);
     /* Queued outside ev_mu: r is already captured and the stream thread
      * needs ev_mu to complete records. */
-    int rc = enqueue(s, t, err);
+    int rc = zs__cpu_enqueue(&s->base, t, err);
     if (rc != ZS_OK) {
         pthread_mutex_lock(&dev->ev_mu);
         rec_release(r);
@@ -652,7 +450,7 @@ static int cpu_stream_wait(zs_stream_t *sb, zs_event_t *base, zs_err_t *err)
 static int cpu_event_query(zs_event_t *base)
 {
     cpu_event_t *e = (cpu_event_t *)base;
-    cpu_dev_t *dev = (cpu_dev_t *)base->dev;
+    zs_cpu_dev_t *dev = (zs_cpu_dev_t *)base->dev;
     pthread_mutex_lock(&dev->ev_mu);
     int done = !e->last || e->last->done;
     pthread_mutex_unlock(&dev->ev_mu);
@@ -662,9 +460,9 @@ static int cpu_event_query(zs_event_t *base)
 static int cpu_event_sync(zs_event_t *base, zs_err_t *err)
 {
     cpu_event_t *e = (cpu_event_t *)base;
-    cpu_dev_t *dev = (cpu_dev_t *)base->dev;
+    zs_cpu_dev_t *dev = (zs_cpu_dev_t *)base->dev;
     pthread_mutex_lock(&dev->ev_mu);
-    rec_t *r = e->last;
+    zs_cpu_rec_t *r = e->last;
     int rc = ZS_OK;
     if (r) {
         r->refs++;
@@ -688,13 +486,13 @@ static int cpu_memcpy(zs_stream_t *sb, void *dst, const void *src, size_t bytes,
     if (!dst || !src)
         return zs_err_set(err, ZS_ERR_INVALID, "zs_dev_memcpy: %s is NULL (%zu bytes)",
                           dst ? "src" : "dst", bytes);
-    task_t *t = task_new(T_MEMCPY, 0, err);
+    zs_cpu_task_t *t = zs__cpu_task_new(ZS_CPU_T_MEMCPY, 0, err);
     if (!t)
         return ZS_ERR_NOMEM;
     t->u.copy.dst = dst;
     t->u.copy.src = src;
     t->u.copy.bytes = bytes;
-    return enqueue((cpu_stream_t *)sb, t, err);
+    return zs__cpu_enqueue(sb, t, err);
 }
 
 static int cpu_memset(zs_stream_t *sb, void *dst, int byte, size_t bytes, zs_err_t *err)
@@ -703,13 +501,13 @@ static int cpu_memset(zs_stream_t *sb, void *dst, int byte, size_t bytes, zs_err
         return ZS_OK;
     if (!dst)
         return zs_err_set(err, ZS_ERR_INVALID, "zs_dev_memset: dst is NULL (%zu bytes)", bytes);
-    task_t *t = task_new(T_MEMSET, 0, err);
+    zs_cpu_task_t *t = zs__cpu_task_new(ZS_CPU_T_MEMSET, 0, err);
     if (!t)
         return ZS_ERR_NOMEM;
     t->u.set.dst = dst;
     t->u.set.byte = byte;
     t->u.set.bytes = bytes;
-    return enqueue((cpu_stream_t *)sb, t, err);
+    return zs__cpu_enqueue(sb, t, err);
 }
 
 static int cpu_host_fn(zs_stream_t *sb, zs_host_fn_t fn, const void *args, size_t argbytes,
@@ -724,159 +522,13 @@ static int cpu_host_fn(zs_stream_t *sb, zs_host_fn_t fn, const void *args, size_
     if (argbytes && !args)
         return zs_err_set(err, ZS_ERR_INVALID, "zs_dev_host_fn: args is NULL (%zu bytes)",
                           argbytes);
-    task_t *t = task_new(T_HOST, argbytes, err);
+    zs_cpu_task_t *t = zs__cpu_task_new(ZS_CPU_T_HOST, argbytes, err);
     if (!t)
         return ZS_ERR_NOMEM;
     t->u.host.fn = fn;
     if (argbytes)
         memcpy(t->args, args, argbytes);
-    return enqueue((cpu_stream_t *)sb, t, err);
-}
-
-/* ZS_OK when dt is F32, BF16 or F16 (and, with allow_none, NONE). */
-static int check_dtype(const char *fn, const char *what, int dt, int allow_none, zs_err_t *err)
-{
-    if (dt == ZS_DTYPE_F32 || dt == ZS_DTYPE_BF16 || dt == ZS_DTYPE_F16 ||
-        (allow_none && dt == ZS_DTYPE_NONE))
-        return ZS_OK;
-    return zs_err_set(err, ZS_ERR_INVALID, "%s: %s dtype %d is not fp32, bf16 or fp16%s", fn, what,
-                      dt, allow_none ? " or none" : "");
-}
-
-/* n elements of 4 bytes must fit in size_t (so every byte offset does). */
-static int check_n(const char *fn, size_t n, zs_err_t *err)
-{
-    if (n > SIZE_MAX / 4)
-        return zs_err_set(err, ZS_ERR_RANGE, "%s: %zu elements overflow the address space", fn, n);
-    return ZS_OK;
-}
-
-static int cpu_cast(zs_stream_t *sb, void *dst, zs_dtype_t ddt, const void *src, zs_dtype_t sdt,
-                    size_t n, zs_err_t *err)
-{
-    static const char fn[] = "zs_dev_cast";
-    int rc;
-    if ((rc = check_dtype(fn, "destination", ddt, 0, err)) ||
-        (rc = check_dtype(fn, "source", sdt, 0, err)) || (rc = check_n(fn, n, err)))
-        return rc;
-    if (n == 0)
-        return ZS_OK;
-    if (!dst || !src)
-        return zs_err_set(err, ZS_ERR_INVALID, "%s: %s is NULL", fn, dst ? "src" : "dst");
-    uintptr_t d0 = (uintptr_t)dst, d1 = d0 + n * zs_dtype_size(ddt);
-    uintptr_t s0 = (uintptr_t)src, s1 = s0 + n * zs_dtype_size(sdt);
-    if (d0 < s1 && s0 < d1)
-        return zs_err_set(err, ZS_ERR_INVALID, "%s: dst and src overlap", fn);
-    task_t *t = task_new(T_CAST, 0, err);
-    if (!t)
-        return ZS_ERR_NOMEM;
-    t->u.vec.dst = dst;
-    t->u.vec.ddt = ddt;
-    t->u.vec.src = src;
-    t->u.vec.sdt = sdt;
-    t->u.vec.n = n;
-    return enqueue((cpu_stream_t *)sb, t, err);
-}
-
-static int cpu_accumulate(zs_stream_t *sb, void *dst, zs_dtype_t ddt, const void *src,
-                          zs_dtype_t sdt, size_t n, zs_err_t *err)
-{
-    static const char fn[] = "zs_dev_accumulate";
-    int rc;
-    if ((rc = check_dtype(fn, "destination", ddt, 0, err)) ||
-        (rc = check_dtype(fn, "source", sdt, 0, err)) || (rc = check_n(fn, n, err)))
-        return rc;
-    if (n == 0)
-        return ZS_OK;
-    if (!dst || !src)
-        return zs_err_set(err, ZS_ERR_INVALID, "%s: %s is NULL", fn, dst ? "src" : "dst");
-    task_t *t = task_new(T_ACC, 0, err);
-    if (!t)
-        return ZS_ERR_NOMEM;
-    t->u.vec.dst = dst;
-    t->u.vec.ddt = ddt;
-    t->u.vec.src = src;
-    t->u.vec.sdt = sdt;
-    t->u.vec.n = n;
-    return enqueue((cpu_stream_t *)sb, t, err);
-}
-
-static int cpu_scale(zs_stream_t *sb, void *x, zs_dtype_t dt, float alpha, size_t n, zs_err_t *err)
-{
-    static const char fn[] = "zs_dev_scale";
-    int rc;
-    if ((rc = check_dtype(fn, "x", dt, 0, err)) || (rc = check_n(fn, n, err)))
-        return rc;
-    if (n == 0)
-        return ZS_OK;
-    if (!x)
-        return zs_err_set(err, ZS_ERR_INVALID, "%s: x is NULL", fn);
-    task_t *t = task_new(T_SCALE, 0, err);
-    if (!t)
-        return ZS_ERR_NOMEM;
-    t->u.vec.dst = x;
-    t->u.vec.ddt = dt;
-    t->u.vec.alpha = alpha;
-    t->u.vec.n = n;
-    return enqueue((cpu_stream_t *)sb, t, err);
-}
-
-static int cpu_sumsq(zs_stream_t *sb, const void *x, zs_dtype_t dt, size_t n, double *acc,
-                     zs_err_t *err)
-{
-    static const char fn[] = "zs_dev_sumsq";
-    int rc;
-    if ((rc = check_dtype(fn, "x", dt, 0, err)) || (rc = check_n(fn, n, err)))
-        return rc;
-    if (!acc)
-        return zs_err_set(err, ZS_ERR_INVALID, "%s: acc is NULL", fn);
-    if (n == 0)
-        return ZS_OK;
-    if (!x)
-        return zs_err_set(err, ZS_ERR_INVALID, "%s: x is NULL", fn);
-    task_t *t = task_new(T_SUMSQ, 0, err);
-    if (!t)
-        return ZS_ERR_NOMEM;
-    t->u.vec.src = x;
-    t->u.vec.sdt = dt;
-    t->u.vec.acc = acc;
-    t->u.vec.n = n;
-    return enqueue((cpu_stream_t *)sb, t, err);
-}
-
-static int cpu_adamw(zs_stream_t *sb, const zs_adam_hparams_t *hp, const zs_adam_step_t *st,
-                     float *p, float *m, float *v, const void *grad, zs_dtype_t gdt, void *out,
-                     zs_dtype_t odt, size_t n, zs_err_t *err)
-{
-    static const char fn[] = "zs_dev_adamw";
-    int rc;
-    if (!hp || !st)
-        return zs_err_set(err, ZS_ERR_INVALID, "%s: %s is NULL", fn, hp ? "step" : "hparams");
-    if ((rc = check_dtype(fn, "gradient", gdt, 0, err)) ||
-        (rc = check_dtype(fn, "output", odt, 1, err)) || (rc = check_n(fn, n, err)))
-        return rc;
-    if (n == 0)
-        return ZS_OK;
-    if (!p || !m || !v || !grad)
-        return zs_err_set(err, ZS_ERR_INVALID, "%s: %s is NULL", fn,
-                          !p   ? "p"
-                          : !m ? "m"
-                          : !v ? "v"
-                               : "grad");
-    task_t *t = task_new(T_ADAMW, 0, err);
-    if (!t)
-        return ZS_ERR_NOMEM;
-    t->u.adam.hp = *hp; /* copied: the caller's structs may change before the task runs */
-    t->u.adam.st = *st;
-    t->u.adam.p = p;
-    t->u.adam.m = m;
-    t->u.adam.v = v;
-    t->u.adam.grad = grad;
-    t->u.adam.gdt = gdt;
-    t->u.adam.out = odt == ZS_DTYPE_NONE ? NULL : out;
-    t->u.adam.odt = out ? odt : ZS_DTYPE_NONE;
-    t->u.adam.n = n;
-    return enqueue((cpu_stream_t *)sb, t, err);
+    return zs__cpu_enqueue(sb, t, err);
 }
 
 /* ---- the device ------------------------------------------------------------------ */
@@ -885,7 +537,7 @@ static int cpu_adamw(zs_stream_t *sb, const zs_adam_hparams_t *hp, const zs_adam
  * (they stay valid memory but are no longer counted). */
 static void cpu_destroy(zs_dev_t *d)
 {
-    cpu_dev_t *dev = (cpu_dev_t *)d;
+    zs_cpu_dev_t *dev = (zs_cpu_dev_t *)d;
     uint64_t live = 0;
     for (int s = 0; s < ZS_NSPACES; s++)
         live += dev->mem.held[s];
@@ -917,11 +569,11 @@ static const zs_dev_vtable_t cpu_vt = {
     .memcpy_async = cpu_memcpy,
     .memset_async = cpu_memset,
     .host_fn = cpu_host_fn,
-    .cast = cpu_cast,
-    .accumulate = cpu_accumulate,
-    .scale = cpu_scale,
-    .sumsq = cpu_sumsq,
-    .adamw = cpu_adamw,
+    .cast = zs__cpu_cast,
+    .accumulate = zs__cpu_accumulate,
+    .scale = zs__cpu_scale,
+    .sumsq = zs__cpu_sumsq,
+    .adamw = zs__cpu_adamw,
     .destroy = cpu_destroy,
 };
 
@@ -939,7 +591,7 @@ int zs_dev_cpu_create(int threads, zs_dev_t **out, zs_err_t *err)
     if (threads > MAX_THREADS)
         return zs_err_set(err, ZS_ERR_INVALID, "zs_dev_cpu_create: %d threads, at most %d", threads,
                           MAX_THREADS);
-    cpu_dev_t *dev = calloc(1, sizeof *dev);
+    zs_cpu_dev_t *dev = calloc(1, sizeof *dev);
     if (!dev)
         return zs_err_set(err, ZS_ERR_NOMEM, "zs_dev_cpu_create: out of memory");
     dev->base.vt = &cpu_vt;
