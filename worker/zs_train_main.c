@@ -254,9 +254,9 @@ static int recover(zs_engine_t *e, const opts_t *o, int rank, int *count, FILE *
 {
     if (!o->servers || *count >= o->max_recoveries)
         return err->code;
-    if (rank == 0)
-        fprintf(stderr, "zs-train: %s; recovering (%d of at most %d)\n", err->msg, *count + 1,
-                o->max_recoveries);
+    if (strstr(err->msg, "another worker failed") == NULL) /* the worker that saw it */
+        fprintf(stderr, "zs-train: rank %d: %s; recovering (%d of at most %d)\n", rank, err->msg,
+                *count + 1, o->max_recoveries);
     (*count)++;
     uint64_t at = 0;
     zs_err_t rerr;

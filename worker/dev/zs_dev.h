@@ -57,7 +57,7 @@ typedef enum {
     ZS_MEM_GATHERED,     /* stage 3 gathered parameters, fp32 compute copies */
     ZS_MEM_COMM,         /* communication buffers and offload staging */
     ZS_MEM_ACTIVATIONS,  /* the model's saved activations */
-    ZS_MEM_SCRATCH,      /* gradient accumulation scratch, model scratch */
+    ZS_MEM_SCRATCH,      /* gradient accumulation scratch, the model's scratch */
     ZS_MEM_NCATS
 } zs_memcat_t;
 

@@ -359,8 +359,14 @@ int zs_engine_create(const zs_engine_opts_t *o, const zs_model_t *model, zs_engi
         rc = zs_dev_stream_create(e->dev, 0, "copy", &e->copy, err);
     if (!rc)
         rc = alloc_state(e, err);
-    if (!rc)
+    if (!rc) { /* what the model allocates as scratch at bind is its own */
+        zs_dev_mem_t m0, m1;
+        zs_dev_mem_get(e->dev, &m0);
         rc = e->m.bind(e->m.self, e->dev, e->compute, err);
+        zs_dev_mem_get(e->dev, &m1);
+        for (int sp = 0; sp < ZS_NSPACES; sp++)
+            e->model_scratch += m1.cur[sp][ZS_MEM_SCRATCH] - m0.cur[sp][ZS_MEM_SCRATCH];
+    }
     if (rc)
         goto fail;
     zs_loss_scale_init(&e->ls, e->dt == ZS_DTYPE_F16 ? &e->cfg.fp16 : NULL);

@@ -190,6 +190,14 @@ int zs_engine_resume(zs_engine_t *e, uint64_t want, uint64_t *step_out, zs_err_t
             memcpy(&msg[1], meta, META_BYTES);
         }
     }
+    /* "Nothing to resume" is an answer every worker must get alike (a caller
+     * may then start fresh), not a failure of rank 0. */
+    float code = (float)rc;
+    ZS_ENG_TRY(zs_coll_broadcast_host(e->coll, &code, 1, ZS_DTYPE_F32, 0, err));
+    if ((int)code == ZS_ERR_NOTFOUND)
+        return e->rank == 0 ? rc
+                            : zs_err_set(err, ZS_ERR_NOTFOUND,
+                                         "no checkpoint is complete on every server (rank 0)");
     ZS_ENG_TRY(zs__eng_agree(e, rc, err));
     ZS_ENG_TRY(zs_coll_broadcast_host(e->coll, msg, sizeof msg / 4, ZS_DTYPE_F32, 0, err));
     const uint8_t *meta = (const uint8_t *)&msg[1];

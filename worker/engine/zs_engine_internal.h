@@ -141,6 +141,7 @@ struct zs_engine {
     int last_micro;       /* the current micro-batch is the step's last */
     void *leak;           /* ZS_ENGINE_DEBUG_LEAK: the last leaked block */
     int last_rc;          /* this worker's status of the last failed step/checkpoint */
+    uint64_t model_scratch; /* scratch bytes the model allocated at bind */
 };
 
 /* Bucket k's full-buffer pointer of a dtype-sized buffer. */

@@ -56,10 +56,12 @@ static void working(const zs_engine_t *e, uint64_t *w)
                          (uint64_t)e->cfg.stage3_prefetch_bucket_size + e->need_max;
         w[ZS_MEM_GATHERED] = pers + elems * (k + (half ? 4 : 0));
     }
-    /* gradient scratch slots of the largest bucket, the norm, and the
-     * one-segment fp32 buffers of init and parameter export */
+    /* gradient scratch slots of the largest bucket, the norm, the
+     * one-segment fp32 buffers of init and parameter export, and what the
+     * model allocated as scratch when it was bound (measured then: the
+     * model's own working set) */
     w[ZS_MEM_SCRATCH] = (uint64_t)e->ngslot * e->max_bucket_pad * 4 + 2 * 2 * sizeof(double) +
-                        2 * e->max_seg_pad * 4;
+                        2 * e->max_seg_pad * 4 + e->model_scratch;
     /* 16-bit reduce buffers, offload staging of one partition, optimizer
      * state transfers (one fp32 segment partition), small host values of
      * the collectives */
