@@ -103,7 +103,7 @@ static int lt_matmul(cudaStream_t cs, zs_cuda_blas_t *blas, int transa, int tran
     cublasLtMatrixLayout_t la = NULL, lb = NULL, lc = NULL;
     cublasLtMatmulPreference_t pref = NULL;
     cublasLtMatmulHeuristicResult_t res;
-    int nres = 0, pedantic = 1;
+    int nres = 0, pedantic;
     cublasOperation_t ta = transa ? CUBLAS_OP_T : CUBLAS_OP_N,
                       tb = transb ? CUBLAS_OP_T : CUBLAS_OP_N;
     uint64_t ws = blas->workspace_bytes;
@@ -145,33 +145,34 @@ static int lt_matmul(cudaStream_t cs, zs_cuda_blas_t *blas, int transa, int tran
                                                 &al_c, sizeof al_c),
            "cublasLtMatmulPreferenceSetAttribute(MIN_ALIGNMENT_D)");
 
-    for (;;) {
+    /* Pedantic first; any refusal of it (descriptor, attribute, heuristic)
+     * falls back to plain fp32; only the plain attempt's failure is an error. */
+    for (pedantic = 1; pedantic >= 0; pedantic--) {
         cublasComputeType_t ct = pedantic ? CUBLAS_COMPUTE_32F_PEDANTIC : CUBLAS_COMPUTE_32F;
-        LT_TRY(cublasLtMatmulDescCreate(&op, ct, CUDA_R_32F), "cublasLtMatmulDescCreate");
-        LT_TRY(cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_TRANSA, &ta, sizeof ta),
-               "cublasLtMatmulDescSetAttribute(TRANSA)");
-        LT_TRY(cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_TRANSB, &tb, sizeof tb),
-               "cublasLtMatmulDescSetAttribute(TRANSB)");
-        cublasStatus_t s =
-            cublasLtMatmulAlgoGetHeuristic(lt, op, la, lb, lc, lc, pref, 1, &res, &nres);
+        cublasStatus_t s = cublasLtMatmulDescCreate(&op, ct, CUDA_R_32F);
+        if (s == CUBLAS_STATUS_SUCCESS)
+            s = cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_TRANSA, &ta, sizeof ta);
+        if (s == CUBLAS_STATUS_SUCCESS)
+            s = cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_TRANSB, &tb, sizeof tb);
+        nres = 0;
+        if (s == CUBLAS_STATUS_SUCCESS)
+            s = cublasLtMatmulAlgoGetHeuristic(lt, op, la, lb, lc, lc, pref, 1, &res, &nres);
         if (s == CUBLAS_STATUS_SUCCESS && nres > 0)
             break;
-        if (s != CUBLAS_STATUS_SUCCESS && s != CUBLAS_STATUS_NOT_SUPPORTED) {
-            rc = lt_fail(err, s, "cublasLtMatmulAlgoGetHeuristic", __FILE__, __LINE__);
-            goto out;
-        }
-        cublasLtMatmulDescDestroy(op);
+        if (op)
+            cublasLtMatmulDescDestroy(op);
         op = NULL;
-        if (!pedantic) {
-            rc =
-                zs_err_set(err, ZS_ERR_UNIMPLEMENTED,
-                           "cuBLASLt has no fp32 algorithm for m=%d n=%d k=%d ta=%d tb=%d batch=%d "
-                           "lda=%d ldb=%d ldc=%d align %u/%u/%u workspace %llu",
-                           m, n, k, transa, transb, batch, lda, ldb, ldc, al_a, al_b, al_c,
-                           (unsigned long long)ws);
-            goto out;
-        }
-        pedantic = 0;
+        if (pedantic)
+            continue;
+        if (s != CUBLAS_STATUS_SUCCESS)
+            rc = lt_fail(err, s, "cuBLASLt matmul descriptor / heuristic", __FILE__, __LINE__);
+        else
+            rc = zs_err_set(err, ZS_ERR_UNIMPLEMENTED,
+                            "cuBLASLt has no fp32 algorithm for m=%d n=%d k=%d ta=%d tb=%d "
+                            "batch=%d lda=%d ldb=%d ldc=%d align %u/%u/%u workspace %llu",
+                            m, n, k, transa, transb, batch, lda, ldb, ldc, al_a, al_b, al_c,
+                            (unsigned long long)ws);
+        goto out;
     }
     LT_TRY(cublasLtMatmul(lt, op, &alpha, A, la, B, lb, &beta, C, lc, C, lc, &res.algo,
                           blas->workspace, blas->workspace_bytes, cs),
