@@ -53,7 +53,7 @@ int zs_cuda_scale(void *stream, void *x, zs_dtype_t dt, float alpha, size_t n, z
  * in fp64, summed in fp64 by a fixed-shape two-pass reduction: same bits
  * every run); acc[1] = 1.0 if any element is inf or NaN, else unchanged.
  * Uses a small stream-ordered temporary (cudaMallocAsync / cudaFreeAsync,
- * 8 KiB) from the device's default memory pool. */
+ * 12 KiB) from the device's default memory pool. */
 int zs_cuda_sumsq(void *stream, const void *x, zs_dtype_t dt, size_t n, double *acc, zs_err_t *err);
 
 /* zs_adam_update (zs_adam.h) on device memory: p, m, v fp32 [n] updated in
