@@ -315,11 +315,12 @@ extern "C" int zs_cuda_bias_bwd(void *stream, float *db, const float *dout, int 
 /* ---- LayerNorm ------------------------------------------------------------------- */
 
 /* One warp per row: mean and biased variance in fp32 (lane-strided sums, a
- * butterfly), rstd and the outputs by zs_math.h. */
+ * butterfly), rstd and the outputs by zs_math.h. out may equal inp (each
+ * lane reads its elements before writing them), as on the CPU. */
 __global__ void __launch_bounds__(ROW_WARPS * 32)
-    k_layernorm_fwd(float *__restrict__ out, float *__restrict__ mean, float *__restrict__ rstd,
-                    const float *__restrict__ inp, const float *__restrict__ w,
-                    const float *__restrict__ b, int N, int C)
+    k_layernorm_fwd(float *out, float *__restrict__ mean, float *__restrict__ rstd,
+                    const float *inp, const float *__restrict__ w, const float *__restrict__ b,
+                    int N, int C)
 {
     int row = blockIdx.x * ROW_WARPS + (threadIdx.x >> 5), lane = threadIdx.x & 31;
     if (row >= N)

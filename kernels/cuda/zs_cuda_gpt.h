@@ -9,7 +9,8 @@
  * activations [N, C] row-major with N = B*T; weights [in, out]; qkv
  * [B, T, 3C]; att [B, NH, T, T]; PARAMETER gradients accumulate (+=),
  * ACTIVATION gradients are written (=) unless the function says otherwise.
- * All data pointers are device memory.
+ * All data pointers are device memory of the current device (cudaSetDevice),
+ * which must be the stream's.
  *
  * Numerics: element formulas are kernels/zs_math.h's (the CPU kernels call
  * the same functions). GEMMs are cuBLASLt in fp32 with

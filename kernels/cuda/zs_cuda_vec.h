@@ -18,7 +18,8 @@
  * on the same GPU model and launch shape, whatever the timing), equal to the
  * CPU sum up to fp64 summation order.
  *
- * Pointers: all data pointers are device memory; hp and st are host memory
+ * Pointers: all data pointers are device memory of the current device
+ * (cudaSetDevice), which must be the stream's; hp and st are host memory
  * (read before the call returns). Arrays must not overlap unless said so.
  */
 #ifndef ZS_CUDA_VEC_H
