@@ -178,6 +178,17 @@ static void slot_set(zs__cuda_stream_t *s, const zs_err_t *e)
     pthread_mutex_unlock(&s->mu);
 }
 
+/* s waited on an event that carries error e (wording as the CPU device). */
+static void slot_set_waited(zs__cuda_stream_t *s, const zs_err_t *e)
+{
+    zs_err_t w;
+    zs_err_set(&w, e->code, "stream \"%s\" waited on a failed event: %.260s", s->name, e->msg);
+    slot_set(s, &w);
+}
+
+    pthread_mutex_unlock(&s->mu);
+}
+
 /* Entry of every enqueue: device current, *skip when the slot is set. */
 static int enter(zs__cuda_stream_t *s, int *skip, zs_err_t *err)
 {
@@ -215,8 +226,9 @@ static void CUDART_CB run_hostcall(void *p)
         int rc = h->fn(h->args, &e);
         if (rc != ZS_OK) {
             if (e.code != rc || !e.msg[0])
-                zs_err_set(&e, rc, "host function on stream '%s' returned %s", s->name,
+                zs_err_set(&e, rc, "host function failed with %s and no message",
                            zs_status_name(rc));
+            zs_err_prefix(&e, "stream \"%s\": ", s->name); /* as the CPU device */
             slot_set(s, &e);
         }
     }
@@ -254,7 +266,7 @@ static void CUDART_CB run_adopt(void *p)
 {
     cell_link_t *l = p;
     if (atomic_load_explicit(&l->cell->state, memory_order_acquire) == CELL_FAILED)
-        slot_set(l->s, &l->cell->err);
+        slot_set_waited(l->s, &l->cell->err);
     pending_add(l->s, -1);
     cell_unref(l->cell);
     free(l);
@@ -520,7 +532,7 @@ static int cu_stream_wait(zs_stream_t *zs, zs_event_t *ze, zs_err_t *err)
     if (rc == ZS_OK) {
         int st = atomic_load_explicit(&c->state, memory_order_acquire);
         if (st == CELL_FAILED) {
-            slot_set(s, &c->err);
+            slot_set_waited(s, &c->err);
         } else if (st == CELL_UNKNOWN) {
             cell_link_t *l = malloc(sizeof *l);
             if (!l) {
