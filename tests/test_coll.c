@@ -1,20 +1,35 @@
 /*
- * test_coll.c - the MPI collectives (worker/coll/zs_coll_mpi.c) under mpirun with
- * 1, 2 and 4 ranks (tests/coll.cmake).
+ * test_coll.c - the stream collectives over Open MPI (worker/coll/zs_coll.c,
+ * zs_coll_mpi.c) on the CPU device, under mpirun with 1, 2 and 4 ranks
+ * (tests/coll.cmake). MPI is initialised with MPI_THREAD_SERIALIZED; the
+ * test calls MPI itself only while the communicator's stream is idle. On the
+ * CPU device, device memory is host memory, so the test fills and reads the
+ * buffers directly, and only while no stream work uses them.
  *
  * Exactness: inputs are small integers, so every partial sum is exactly
  * representable in fp32, bf16 and fp16 and any reduction order gives the
  * same exact result, which is checked element by element for every
- * collective, dtype, count (0, 1, odd, 3M), blocking and non-blocking, in
- * place and not, and on the split paths (small max chunk). Determinism is
- * checked separately on random, inexact data: the same reduction run twice
- * gives the same bits, every rank gets the same bits, with 1-2 ranks the bits
- * equal the locally computed fp32-sum-then-round, and with more ranks the
- * error stays within the per-step rounding bound. Also: MAX with NaN, +-0 and
- * Inf; broadcast from every root; several requests in flight waited in a
- * rank-dependent order; pool exhaustion, bad arguments and size overflow give
- * zs errors (no abort); our traffic does not match a user's wildcard receive
- * on MPI_COMM_WORLD; destroy with a request in flight.
+ * collective, dtype, count (0, 1, odd, 3M), synchronising after each
+ * collective and after a batch of them, and on the split paths (small max
+ * chunk). Every buffer has guard zones on both sides that must stay
+ * untouched. Layout: reduce-scatter leaves the block at buf + rank*count
+ * (single call and pieces), all-gather fills the other ranks' blocks around
+ * ours. Determinism on random, inexact data: the same reduction twice gives
+ * the same bits, every rank gets the same bits, with 1-2 ranks the bits equal
+ * the locally computed fp32-sum-then-round, with more ranks the error stays
+ * within the per-step rounding bound. MAX with NaN, +-0 and Inf; broadcast
+ * from every root.
+ *
+ * Streams: `after` (a producer stream that writes the data late: the
+ * collective reduces the new data; without `after` it does not wait for the
+ * producer); `done` (a consumer stream waiting on it sees the result; the
+ * event is pending while the collective is held back); an error in earlier
+ * stream work is sticky (collective skipped, `done` and zs_coll_sync report
+ * it) and clears after sync. Host helpers (ZS_MEM_COMM staging, freed).
+ * Refusals (bad dtype, op, root, byte overflow, NULL buffer) enqueue nothing,
+ * record no `done` and leave the communicator usable. Our traffic does not
+ * match a user's wildcard receive on MPI_COMM_WORLD; destroy waits for queued
+ * work. With --funneled: create refuses an MPI below MPI_THREAD_SERIALIZED.
  */
 #include <math.h>
 #include <stdint.h>
@@ -29,6 +44,7 @@
 #include "zs_coll.h"
 
 static int g_rank, g_size;
+static zs_dev_t *g_dev;
 
 #define CHECK(cond, ...)                                                                           \
     do {                                                                                           \
@@ -59,15 +75,57 @@ static int g_rank, g_size;
 
 static const zs_dtype_t DTYPES[] = {ZS_DTYPE_F32, ZS_DTYPE_BF16, ZS_DTYPE_F16};
 
-/* ---- buffers ------------------------------------------------------------------- */
-
-static void *xalloc(size_t n, zs_dtype_t dt)
+static void sleep_ms(int ms)
 {
-    size_t b = n * zs_dtype_size(dt);
-    void *p = malloc(b ? b : 1);
-    CHECK(p, "malloc %zu", b);
-    memset(p, 0xA5, b); /* garbage that is a finite number in every dtype */
-    return p;
+    struct timespec ts = {ms / 1000, (long)(ms % 1000) * 1000000L};
+    nanosleep(&ts, NULL);
+}
+
+static double now_s(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+/* ---- device buffers with guard zones --------------------------------------------- */
+
+#define GUARD      16   /* elements on each side of every buffer */
+#define GUARD_BYTE 0xA5 /* also the initial garbage: a finite number in every dtype */
+
+typedef struct {
+    unsigned char *base; /* the allocation: guard, n elements, guard */
+    void *p;             /* the n elements */
+    size_t n;
+    zs_dtype_t dt;
+} dbuf_t;
+
+static dbuf_t dbuf_new(size_t n, zs_dtype_t dt)
+{
+    zs_err_t err;
+    dbuf_t b = {.n = n, .dt = dt};
+    size_t es = zs_dtype_size(dt), bytes = (n + 2 * GUARD) * es;
+    void *base = NULL;
+    OK(zs_dev_alloc(g_dev, ZS_SPACE_DEVICE, ZS_MEM_SCRATCH, bytes, &base, &err), err);
+    memset(base, GUARD_BYTE, bytes);
+    b.base = base;
+    b.p = b.base + GUARD * es;
+    return b;
+}
+
+/* The guard zones are untouched; then free. */
+static void dbuf_free(dbuf_t *b, const char *what)
+{
+    size_t es = zs_dtype_size(b->dt);
+    const unsigned char *tail = b->base + (GUARD + b->n) * es;
+    for (size_t i = 0; i < GUARD * es; i++) {
+        CHECK(b->base[i] == GUARD_BYTE, "%s %s n=%zu: guard byte %zu before the buffer is %#x",
+              what, zs_dtype_name(b->dt), b->n, i, b->base[i]);
+        CHECK(tail[i] == GUARD_BYTE, "%s %s n=%zu: guard byte %zu after the buffer is %#x", what,
+              zs_dtype_name(b->dt), b->n, i, tail[i]);
+    }
+    zs_dev_free(g_dev, b->base);
+    b->base = b->p = NULL;
 }
 
 static void put(void *b, zs_dtype_t dt, size_t i, float v)
@@ -135,16 +193,15 @@ static void expect_eq(const void *b, zs_dtype_t dt, size_t i, float want, const 
 
 /* ---- exact checks of every collective -------------------------------------------- */
 
-/* A started collective (non-blocking) and what to check once it is done. */
 typedef enum { K_AR_SUM, K_AR_MAX, K_RS, K_AG, K_BC } kind_t;
 
+/* One enqueued collective and what to check once the stream has run it. */
 typedef struct {
     kind_t kind;
     zs_dtype_t dt;
-    size_t n;
-    int in_place, root;
-    void *send, *recv;
-    zs_coll_req_t *req;
+    size_t n; /* the collective's count (per-rank block for RS and AG) */
+    int root;
+    dbuf_t b;
 } job_t;
 
 static const char *kind_name(kind_t k)
@@ -154,176 +211,202 @@ static const char *kind_name(kind_t k)
     return names[k];
 }
 
-/* Allocate and fill the buffers of job j and start it (req NULL: blocking). */
-static void job_start(zs_coll_t *c, job_t *j, int nonblocking)
+/* Allocate and fill the buffer of job j and enqueue it (no after, no done). */
+static void job_start(zs_coll_t *c, job_t *j)
 {
     zs_err_t err;
-    size_t n = j->n;
-    zs_coll_req_t **req = nonblocking ? &j->req : NULL;
-    j->req = NULL;
+    size_t n = j->n, whole = n * (size_t)g_size, es = zs_dtype_size(j->dt);
     switch (j->kind) {
     case K_AR_SUM:
     case K_AR_MAX:
-        j->send = xalloc(n, j->dt);
+        j->b = dbuf_new(n, j->dt);
         for (size_t i = 0; i < n; i++)
-            put(j->send, j->dt, i, val(j->dt, g_rank, i));
-        j->recv = j->in_place ? j->send : xalloc(n, j->dt);
-        OK(zs_coll_all_reduce(c, j->send, j->recv, n, j->dt,
-                              j->kind == K_AR_SUM ? ZS_OP_SUM : ZS_OP_MAX, req, &err),
+            put(j->b.p, j->dt, i, val(j->dt, g_rank, i));
+        OK(zs_coll_all_reduce(c, j->b.p, n, j->dt, j->kind == K_AR_SUM ? ZS_OP_SUM : ZS_OP_MAX,
+                              NULL, NULL, &err),
            err);
         break;
     case K_RS:
-        j->send = xalloc(n * (size_t)g_size, j->dt);
-        for (size_t i = 0; i < n * (size_t)g_size; i++)
-            put(j->send, j->dt, i, val(j->dt, g_rank, i));
-        j->recv = xalloc(n, j->dt);
-        OK(zs_coll_reduce_scatter(c, j->send, j->recv, n, j->dt, req, &err), err);
+        j->b = dbuf_new(whole, j->dt);
+        for (size_t i = 0; i < whole; i++)
+            put(j->b.p, j->dt, i, val(j->dt, g_rank, i));
+        OK(zs_coll_reduce_scatter(c, j->b.p, n, j->dt, NULL, NULL, &err), err);
         break;
-    case K_AG:
-        j->recv = xalloc(n * (size_t)g_size, j->dt);
-        if (j->in_place) {
-            j->send = (char *)j->recv + (size_t)g_rank * n * zs_dtype_size(j->dt);
-        } else {
-            j->send = xalloc(n, j->dt);
-        }
+    case K_AG: { /* other ranks' blocks hold garbage until gathered */
+        j->b = dbuf_new(whole, j->dt);
+        char *mine = (char *)j->b.p + (size_t)g_rank * n * es;
         for (size_t i = 0; i < n; i++)
-            put(j->send, j->dt, i, val(j->dt, g_rank, i));
-        OK(zs_coll_all_gather(c, j->send, j->recv, n, j->dt, req, &err), err);
+            put(mine, j->dt, i, val(j->dt, g_rank, i));
+        OK(zs_coll_all_gather(c, j->b.p, n, j->dt, NULL, NULL, &err), err);
         break;
+    }
     case K_BC:
-        j->send = xalloc(n, j->dt);
+        j->b = dbuf_new(n, j->dt);
         if (g_rank == j->root)
             for (size_t i = 0; i < n; i++)
-                put(j->send, j->dt, i, val(j->dt, j->root, i));
-        j->recv = j->send;
-        OK(zs_coll_broadcast(c, j->send, n, j->dt, j->root, req, &err), err);
+                put(j->b.p, j->dt, i, val(j->dt, j->root, i));
+        OK(zs_coll_broadcast(c, j->b.p, n, j->dt, j->root, NULL, NULL, &err), err);
         break;
     }
 }
 
-/* Check the result of job j exactly and free its buffers. */
+/* Check the result of job j exactly (its stream work has run), its guard
+ * zones, and free it. */
 static void job_check(job_t *j)
 {
-    size_t n = j->n;
+    size_t n = j->n, es = zs_dtype_size(j->dt);
     const char *what = kind_name(j->kind);
+    const void *p = j->b.p;
     switch (j->kind) {
     case K_AR_SUM:
         for (size_t i = 0; i < n; i++)
-            expect_eq(j->recv, j->dt, i, sum_over_ranks(j->dt, i), what, n);
+            expect_eq(p, j->dt, i, sum_over_ranks(j->dt, i), what, n);
         break;
     case K_AR_MAX:
         for (size_t i = 0; i < n; i++)
-            expect_eq(j->recv, j->dt, i, max_over_ranks(j->dt, i), what, n);
+            expect_eq(p, j->dt, i, max_over_ranks(j->dt, i), what, n);
         break;
-    case K_RS:
+    case K_RS: { /* our block of the sum at buf + rank*n */
+        const char *mine = (const char *)p + (size_t)g_rank * n * es;
         for (size_t i = 0; i < n; i++)
-            expect_eq(j->recv, j->dt, i, sum_over_ranks(j->dt, (size_t)g_rank * n + i), what, n);
+            expect_eq(mine, j->dt, i, sum_over_ranks(j->dt, (size_t)g_rank * n + i), what, n);
         break;
+    }
     case K_AG:
         for (int r = 0; r < g_size; r++)
             for (size_t i = 0; i < n; i++)
-                expect_eq(j->recv, j->dt, (size_t)r * n + i, val(j->dt, r, i), what, n);
+                expect_eq(p, j->dt, (size_t)r * n + i, val(j->dt, r, i), what, n);
         break;
     case K_BC:
         for (size_t i = 0; i < n; i++)
-            expect_eq(j->recv, j->dt, i, val(j->dt, j->root, i), what, n);
+            expect_eq(p, j->dt, i, val(j->dt, j->root, i), what, n);
         break;
     }
-    if (j->kind == K_AG && j->in_place) { /* send lies inside recv */
-        free(j->recv);
-    } else {
-        if (j->recv != j->send)
-            free(j->recv);
-        free(j->send);
-    }
+    dbuf_free(&j->b, what);
 }
 
-static void run_one(zs_coll_t *c, kind_t kind, zs_dtype_t dt, size_t n, int in_place, int root,
-                    int nonblocking)
+static void run_one(zs_coll_t *c, kind_t kind, zs_dtype_t dt, size_t n, int root)
 {
     zs_err_t err;
-    job_t j = {.kind = kind, .dt = dt, .n = n, .in_place = in_place, .root = root};
-    job_start(c, &j, nonblocking);
-    if (nonblocking) {
-        CHECK(j.req != NULL, "non-blocking %s gave no request", kind_name(kind));
-        OK(zs_coll_wait(c, j.req, &err), err);
-    }
+    job_t j = {.kind = kind, .dt = dt, .n = n, .root = root};
+    job_start(c, &j);
+    OK(zs_coll_sync(c, &err), err);
     job_check(&j);
 }
 
-/* Every collective x dtype x count x blocking/non-blocking x in place. */
+/* Every collective x dtype x count, each synchronised on its own, then all of
+ * one (dtype, count) enqueued back to back and synchronised once. */
 static void test_exact(zs_coll_t *c, const size_t *counts, size_t ncounts)
 {
+    zs_err_t err;
     for (size_t d = 0; d < 3; d++) {
         zs_dtype_t dt = DTYPES[d];
         for (size_t k = 0; k < ncounts; k++) {
             size_t n = counts[k];
-            for (int nb = 0; nb < 2; nb++) {
-                for (int ip = 0; ip < 2; ip++) {
-                    run_one(c, K_AR_SUM, dt, n, ip, 0, nb);
-                    run_one(c, K_AR_MAX, dt, n, ip, 0, nb);
-                    run_one(c, K_AG, dt, n, ip, 0, nb);
-                }
-                run_one(c, K_RS, dt, n, 0, 0, nb);
-                for (int root = 0; root < g_size; root++)
-                    run_one(c, K_BC, dt, n, 0, root, nb);
+            run_one(c, K_AR_SUM, dt, n, 0);
+            run_one(c, K_AR_MAX, dt, n, 0);
+            run_one(c, K_RS, dt, n, 0);
+            run_one(c, K_AG, dt, n, 0);
+            for (int root = 0; root < g_size; root++)
+                run_one(c, K_BC, dt, n, root);
+
+            job_t jobs[4 + 4] = {
+                {.kind = K_AR_SUM}, {.kind = K_AR_MAX}, {.kind = K_RS}, {.kind = K_AG}};
+            int nj = 4;
+            for (int root = 0; root < g_size && root < 4; root++)
+                jobs[nj++] = (job_t){.kind = K_BC, .root = root};
+            for (int i = 0; i < nj; i++) {
+                jobs[i].dt = dt;
+                jobs[i].n = n;
+                job_start(c, &jobs[i]);
             }
+            OK(zs_coll_sync(c, &err), err);
+            for (int i = 0; i < nj; i++)
+                job_check(&jobs[i]);
         }
     }
 }
 
-/* Large buffers (3M elements), blocking and not, all dtypes. */
+/* Large buffers (3M elements), all dtypes. */
 static void test_large(zs_coll_t *c)
 {
     const size_t big = 3000001;
     for (size_t d = 0; d < 3; d++) {
         zs_dtype_t dt = DTYPES[d];
-        run_one(c, K_AR_SUM, dt, big, d == 1, 0, d != 0);
-        run_one(c, K_RS, dt, big / (size_t)g_size + 1, 0, 0, d == 2);
-        run_one(c, K_AG, dt, big / (size_t)g_size + 3, d != 1, 0, d == 0);
-        run_one(c, K_BC, dt, big, 0, g_size - 1, d == 1);
+        run_one(c, K_AR_SUM, dt, big, 0);
+        run_one(c, K_RS, dt, big / (size_t)g_size + 1, 0);
+        run_one(c, K_AG, dt, big / (size_t)g_size + 3, 0);
+        run_one(c, K_BC, dt, big, g_size - 1);
     }
-    run_one(c, K_AR_MAX, ZS_DTYPE_BF16, big, 0, 0, 1);
-}
-
-/* Eight collectives in flight at once, waited in an order that differs per
- * rank. */
-static void test_inflight(zs_coll_t *c)
-{
-    zs_err_t err;
-    job_t jobs[] = {
-        {.kind = K_AR_SUM, .dt = ZS_DTYPE_F32, .n = 4099, .in_place = 1},
-        {.kind = K_AR_SUM, .dt = ZS_DTYPE_BF16, .n = 77777},
-        {.kind = K_RS, .dt = ZS_DTYPE_F16, .n = 1001},
-        {.kind = K_AG, .dt = ZS_DTYPE_BF16, .n = 3, .in_place = 1},
-        {.kind = K_BC, .dt = ZS_DTYPE_F32, .n = 12345, .root = g_size - 1},
-        {.kind = K_AR_MAX, .dt = ZS_DTYPE_F16, .n = 1},
-        {.kind = K_RS, .dt = ZS_DTYPE_F32, .n = 1},
-        {.kind = K_AG, .dt = ZS_DTYPE_F32, .n = 0},
-    };
-    const int nj = (int)(sizeof jobs / sizeof jobs[0]);
-    for (int i = 0; i < nj; i++)
-        job_start(c, &jobs[i], 1);
-    for (int k = 0; k < nj; k++) {
-        job_t *j = &jobs[(k * 3 + g_rank) % nj]; /* 3 is coprime with 8: a permutation */
-        OK(zs_coll_wait(c, j->req, &err), err);
-    }
-    for (int i = 0; i < nj; i++)
-        job_check(&jobs[i]);
+    run_one(c, K_AR_MAX, ZS_DTYPE_BF16, big, 0);
 }
 
 /* Small max chunk: every split path (pieces, resized all-gather type,
- * per-rank reduces for reduce-scatter), also with 1-element pieces. */
+ * per-destination reduces for reduce-scatter), also with 1-element pieces. */
 static void test_split(zs_coll_t *c)
 {
     zs_err_t err;
     OK(zs_coll_mpi_set_max_chunk(c, 1000, &err), err);
     const size_t counts[] = {999, 1000, 1001, 2500};
     test_exact(c, counts, 4);
-    test_inflight(c); /* up to 78 pieces per request */
     OK(zs_coll_mpi_set_max_chunk(c, 1, &err), err);
     const size_t tiny[] = {1, 2, 5};
     test_exact(c, tiny, 3);
+    OK(zs_coll_mpi_set_max_chunk(c, (size_t)1 << 30, &err), err);
+}
+
+/* ---- in-place layouts -------------------------------------------------------------- */
+
+/* Reduce-scatter: block r of the input is distinct per rank and per block;
+ * after it, exactly buf + rank*count holds our block's sum (not buf, unless
+ * rank 0), and nothing outside buf (size*count) was written. All-gather: the
+ * other blocks start as NaN; after it every block is its rank's data and
+ * ours is unchanged. Single call and pieces (chunk 3), two counts. */
+static void test_layout(zs_coll_t *c)
+{
+    zs_err_t err;
+    const size_t counts[] = {5, 64};
+    for (int split = 0; split < 2; split++) {
+        OK(zs_coll_mpi_set_max_chunk(c, split ? 3 : (size_t)1 << 30, &err), err);
+        for (size_t d = 0; d < 3; d++) {
+            zs_dtype_t dt = DTYPES[d];
+            size_t es = zs_dtype_size(dt);
+            for (size_t k = 0; k < 2; k++) {
+                size_t n = counts[k], whole = n * (size_t)g_size;
+                dbuf_t rs = dbuf_new(whole, dt), ag = dbuf_new(whole, dt);
+                /* element i of block r on rank q: 16 * r + q + (i % 4), exact */
+                for (int r = 0; r < g_size; r++)
+                    for (size_t i = 0; i < n; i++)
+                        put(rs.p, dt, (size_t)r * n + i, (float)(16 * r + g_rank + (int)(i % 4)));
+                for (size_t i = 0; i < whole; i++)
+                    put(ag.p, dt, i, NAN);
+                for (size_t i = 0; i < n; i++)
+                    put(ag.p, dt, (size_t)g_rank * n + i, (float)(16 * g_rank + (int)i % 7));
+                OK(zs_coll_reduce_scatter(c, rs.p, n, dt, NULL, NULL, &err), err);
+                OK(zs_coll_all_gather(c, ag.p, n, dt, NULL, NULL, &err), err);
+                OK(zs_coll_sync(c, &err), err);
+                const char *mine = (const char *)rs.p + (size_t)g_rank * n * es;
+                for (size_t i = 0; i < n; i++) {
+                    float want = 0;
+                    for (int q = 0; q < g_size; q++)
+                        want += (float)(16 * g_rank + q + (int)(i % 4));
+                    CHECK(get(mine, dt, i) == want,
+                          "reduce_scatter %s n=%zu split=%d: buf[rank*count + %zu] = %g, want %g",
+                          zs_dtype_name(dt), n, split, i, (double)get(mine, dt, i), (double)want);
+                }
+                for (int r = 0; r < g_size; r++)
+                    for (size_t i = 0; i < n; i++) {
+                        float want = (float)(16 * r + (int)i % 7);
+                        float got = get(ag.p, dt, (size_t)r * n + i);
+                        CHECK(got == want,
+                              "all_gather %s n=%zu split=%d: block %d [%zu] = %g, want %g",
+                              zs_dtype_name(dt), n, split, r, i, (double)got, (double)want);
+                    }
+                dbuf_free(&rs, "reduce_scatter layout");
+                dbuf_free(&ag, "all_gather layout");
+            }
+        }
+    }
     OK(zs_coll_mpi_set_max_chunk(c, (size_t)1 << 30, &err), err);
 }
 
@@ -336,7 +419,8 @@ static void test_special(zs_coll_t *c)
     for (size_t d = 0; d < 3; d++) {
         zs_dtype_t dt = DTYPES[d];
         enum { N = 7 };
-        void *mx = xalloc(N, dt), *sm = xalloc(N, dt);
+        dbuf_t bm = dbuf_new(N, dt), bs = dbuf_new(N, dt);
+        void *mx = bm.p, *sm = bs.p;
         float nan_in = -__builtin_nanf("0x123"); /* non-canonical NaN */
         int last = g_size - 1;
         put(mx, dt, 0, g_rank == 0 ? nan_in : 1.0f); /* NaN wins */
@@ -346,7 +430,17 @@ static void test_special(zs_coll_t *c)
         put(mx, dt, 4, g_rank == 0 ? -5.0f : -INFINITY); /* -5 */
         put(mx, dt, 5, g_rank == last ? nan_in : -INFINITY);
         put(mx, dt, 6, g_rank == last ? 0.0f : -0.0f); /* +0 beats -0, whatever the order */
-        OK(zs_coll_all_reduce(c, mx, mx, N, dt, ZS_OP_MAX, NULL, &err), err);
+        put(sm, dt, 0, g_rank == last ? nan_in : 2.0f);
+        put(sm, dt, 1, g_rank == 0 ? INFINITY : 1.0f);
+        put(sm, dt, 2, -0.0f);
+        put(sm, dt, 3, 0.5f);
+        put(sm, dt, 4, g_rank == 0 ? INFINITY : -INFINITY);
+        put(sm, dt, 5, 1.0f);
+        put(sm, dt, 6, 3.0f);
+        OK(zs_coll_all_reduce(c, mx, N, dt, ZS_OP_MAX, NULL, NULL, &err), err);
+        OK(zs_coll_all_reduce(c, sm, N, dt, ZS_OP_SUM, NULL, NULL, &err), err);
+        OK(zs_coll_sync(c, &err), err);
+
         CHECK(isnan(get(mx, dt, 0)) && isnan(get(mx, dt, 5)), "%s max NaN", zs_dtype_name(dt));
         if (g_size > 1)
             CHECK(bits(mx, dt, 0) == canon[d] && bits(mx, dt, 5) == canon[d],
@@ -360,14 +454,6 @@ static void test_special(zs_coll_t *c)
         CHECK(get(mx, dt, 3) == INFINITY, "%s max inf", zs_dtype_name(dt));
         CHECK(get(mx, dt, 4) == -5.0f, "%s max -5: %g", zs_dtype_name(dt), (double)get(mx, dt, 4));
 
-        put(sm, dt, 0, g_rank == last ? nan_in : 2.0f);
-        put(sm, dt, 1, g_rank == 0 ? INFINITY : 1.0f);
-        put(sm, dt, 2, -0.0f);
-        put(sm, dt, 3, 0.5f);
-        put(sm, dt, 4, g_rank == 0 ? INFINITY : -INFINITY);
-        put(sm, dt, 5, 1.0f);
-        put(sm, dt, 6, 3.0f);
-        OK(zs_coll_all_reduce(c, sm, sm, N, dt, ZS_OP_SUM, NULL, &err), err);
         CHECK(isnan(get(sm, dt, 0)), "%s sum NaN", zs_dtype_name(dt));
         if (g_size > 1 && dt != ZS_DTYPE_F32) /* fp32 uses MPI_SUM: payload not canonical */
             CHECK(bits(sm, dt, 0) == canon[d], "%s sum NaN not canonical: %#x", zs_dtype_name(dt),
@@ -377,8 +463,8 @@ static void test_special(zs_coll_t *c)
         CHECK(get(sm, dt, 3) == 0.5f * (float)g_size, "%s sum 0.5", zs_dtype_name(dt));
         CHECK(g_size == 1 ? get(sm, dt, 4) == INFINITY : isnan(get(sm, dt, 4)), "%s inf - inf",
               zs_dtype_name(dt));
-        free(mx);
-        free(sm);
+        dbuf_free(&bm, "max special");
+        dbuf_free(&bs, "sum special");
     }
 }
 
@@ -413,7 +499,8 @@ static float round_to(zs_dtype_t dt, float v)
     return v;
 }
 
-/* Every rank's bits of buf (n elements of dt) are the same as rank 0's. */
+/* Every rank's bits of buf (n elements of dt) are the same as rank 0's. Calls
+ * MPI on this thread: the communicator's stream must be idle. */
 static void same_on_all_ranks(const void *buf, size_t n, zs_dtype_t dt, const char *what)
 {
     size_t bytes = n * zs_dtype_size(dt);
@@ -431,7 +518,8 @@ static void same_on_all_ranks(const void *buf, size_t n, zs_dtype_t dt, const ch
 /* Result element `got` of a sum over ranks of element gi of `inputs`: with
  * 1-2 ranks exactly the fp32-sum-then-round (one commutative step), with
  * more within (size - 1) roundings of the exact sum. */
-static void check_sum(void **inputs, zs_dtype_t dt, size_t gi, float got, const char *what)
+static void check_sum(void **inputs, zs_dtype_t dt, size_t gi, float got, const char *what,
+                      double *maxerr)
 {
     if (g_size <= 2) {
         float want = get(inputs[0], dt, gi);
@@ -451,6 +539,8 @@ static void check_sum(void **inputs, zs_dtype_t dt, size_t gi, float got, const 
         mag += fabs(x);
     }
     double bound = (g_size - 1) * u * mag * 1.01, e = fabs((double)got - exact);
+    if (e / (mag > 0 ? mag : 1) > *maxerr)
+        *maxerr = e / (mag > 0 ? mag : 1);
     CHECK(e <= bound, "%s %s element %zu: %g vs exact %g, error %g > bound %g", what,
           zs_dtype_name(dt), gi, (double)got, exact, e, bound);
 }
@@ -467,146 +557,426 @@ static void test_determinism(zs_coll_t *c)
         void **inputs = malloc(sizeof(void *) * (size_t)g_size);
         CHECK(inputs, "malloc");
         for (int r = 0; r < g_size; r++) {
-            inputs[r] = xalloc(n, dt);
+            inputs[r] = malloc(n * es);
+            CHECK(inputs[r], "malloc");
             rand_fill(inputs[r], dt, n, r);
         }
-        void *in = inputs[g_rank], *a = xalloc(n, dt), *b = xalloc(n, dt);
-        zs_coll_req_t *rq;
-        OK(zs_coll_all_reduce(c, in, a, n, dt, ZS_OP_SUM, NULL, &err), err);
-        OK(zs_coll_all_reduce(c, in, b, n, dt, ZS_OP_SUM, &rq, &err), err);
-        OK(zs_coll_wait(c, rq, &err), err);
-        CHECK(memcmp(a, b, n * es) == 0, "%s all_reduce not bitwise repeatable", zs_dtype_name(dt));
-        same_on_all_ranks(a, n, dt, "all_reduce");
-        for (size_t i = 0; i < n; i++)
-            check_sum(inputs, dt, i, get(a, dt, i), "all_reduce");
-
-        void *rs1 = xalloc(rc, dt), *rs2 = xalloc(rc, dt);
-        OK(zs_coll_reduce_scatter(c, in, rs1, rc, dt, NULL, &err), err);
-        OK(zs_coll_reduce_scatter(c, in, rs2, rc, dt, &rq, &err), err);
-        OK(zs_coll_wait(c, rq, &err), err);
-        CHECK(memcmp(rs1, rs2, rc * es) == 0, "%s reduce_scatter not bitwise repeatable",
+        const void *in = inputs[g_rank];
+        dbuf_t a = dbuf_new(n, dt), b = dbuf_new(n, dt);
+        memcpy(a.p, in, n * es);
+        memcpy(b.p, in, n * es);
+        OK(zs_coll_all_reduce(c, a.p, n, dt, ZS_OP_SUM, NULL, NULL, &err), err);
+        OK(zs_coll_all_reduce(c, b.p, n, dt, ZS_OP_SUM, NULL, NULL, &err), err);
+        OK(zs_coll_sync(c, &err), err);
+        CHECK(memcmp(a.p, b.p, n * es) == 0, "%s all_reduce not bitwise repeatable",
               zs_dtype_name(dt));
+        same_on_all_ranks(a.p, n, dt, "all_reduce");
+        double maxerr = 0;
+        for (size_t i = 0; i < n; i++)
+            check_sum(inputs, dt, i, get(a.p, dt, i), "all_reduce", &maxerr);
+
+        /* reduce-scatter over the first rc * size elements */
+        dbuf_t s1 = dbuf_new(rc * (size_t)g_size, dt), s2 = dbuf_new(rc * (size_t)g_size, dt);
+        memcpy(s1.p, in, rc * (size_t)g_size * es);
+        memcpy(s2.p, in, rc * (size_t)g_size * es);
+        OK(zs_coll_reduce_scatter(c, s1.p, rc, dt, NULL, NULL, &err), err);
+        OK(zs_coll_reduce_scatter(c, s2.p, rc, dt, NULL, NULL, &err), err);
+        OK(zs_coll_sync(c, &err), err);
+        size_t off = (size_t)g_rank * rc;
+        CHECK(memcmp((char *)s1.p + off * es, (char *)s2.p + off * es, rc * es) == 0,
+              "%s reduce_scatter not bitwise repeatable", zs_dtype_name(dt));
         for (size_t i = 0; i < rc; i++)
-            check_sum(inputs, dt, (size_t)g_rank * rc + i, get(rs1, dt, i), "reduce_scatter");
+            check_sum(inputs, dt, off + i, get(s1.p, dt, off + i), "reduce_scatter", &maxerr);
+        if (g_rank == 0 && g_size > 2)
+            printf("    determinism %s: max relative error %.3g (bound %d roundings)\n",
+                   zs_dtype_name(dt), maxerr, g_size - 1);
 
         for (int r = 0; r < g_size; r++)
             free(inputs[r]);
         free(inputs);
-        free(rs1);
-        free(rs2);
-        free(a);
-        free(b);
+        dbuf_free(&a, "determinism");
+        dbuf_free(&b, "determinism");
+        dbuf_free(&s1, "determinism");
+        dbuf_free(&s2, "determinism");
     }
+}
+
+/* ---- stream ordering ------------------------------------------------------------------ */
+
+/* A gate a host function waits on (polling, up to timeout_ms) until the main
+ * thread opens it. */
+typedef struct {
+    int *gate;
+    int timeout_ms;
+} gate_args_t;
+
+static int gate_wait(int *gate, int timeout_ms, zs_err_t *err)
+{
+    for (int t = 0; t < timeout_ms; t++) {
+        if (__atomic_load_n(gate, __ATOMIC_ACQUIRE))
+            return ZS_OK;
+        sleep_ms(1);
+    }
+    return zs_err_set(err, ZS_ERR_TIMEOUT, "gate not opened in %d ms", timeout_ms);
+}
+
+static int gate_fn(void *args, zs_err_t *err)
+{
+    const gate_args_t *a = args;
+    return gate_wait(a->gate, a->timeout_ms, err);
+}
+
+static void gate_open(int *gate)
+{
+    __atomic_store_n(gate, 1, __ATOMIC_RELEASE);
+}
+
+/* Producer: (optionally wait for a gate,) sleep, then write the new data. */
+typedef struct {
+    float *buf;
+    size_t n;
+    int sleep_ms;
+    int *gate; /* NULL: none */
+    int timeout_ms;
+} produce_args_t;
+
+static float old_val(int r, size_t i)
+{
+    return val(ZS_DTYPE_F32, r, i);
+}
+
+static float new_val(int r, size_t i)
+{
+    return val(ZS_DTYPE_F32, r + 100, i) + 0.5f;
+}
+
+static int produce_fn(void *args, zs_err_t *err)
+{
+    const produce_args_t *a = args;
+    int rc = a->gate ? gate_wait(a->gate, a->timeout_ms, err) : ZS_OK;
+    sleep_ms(a->sleep_ms);
+    for (size_t i = 0; i < a->n; i++)
+        a->buf[i] = new_val(g_rank, i);
+    return rc;
+}
+
+/* How many elements of buf (n) equal the all-reduce sum of f over ranks. */
+static size_t count_sum_of(const float *buf, size_t n, float (*f)(int, size_t))
+{
+    size_t k = 0;
+    for (size_t i = 0; i < n; i++) {
+        float s = 0;
+        for (int r = 0; r < g_size; r++)
+            s += f(r, i);
+        k += buf[i] == s;
+    }
+    return k;
+}
+
+/* `after`: a producer stream writes the data 30 ms late; the all-reduce
+ * with after = producer must reduce the new data. Negative control
+ * (rank-local, deterministic): without `after`, the collective does not wait
+ * for the producer, whose write is held back by a gate until the
+ * collective has finished, so it reduces the old data. `after` = the
+ * communicator's own stream is a no-op. */
+static void test_after(zs_coll_t *c)
+{
+    zs_err_t err;
+    const size_t n = 1000;
+    zs_stream_t *prod = NULL;
+    OK(zs_dev_stream_create(g_dev, 0, "producer", &prod, &err), err);
+    dbuf_t b = dbuf_new(n, ZS_DTYPE_F32);
+    float *p = b.p;
+
+    for (size_t i = 0; i < n; i++)
+        p[i] = old_val(g_rank, i);
+    produce_args_t pa = {.buf = p, .n = n, .sleep_ms = 30};
+    OK(zs_dev_host_fn(prod, produce_fn, &pa, sizeof pa, &err), err);
+    OK(zs_coll_all_reduce(c, p, n, ZS_DTYPE_F32, ZS_OP_SUM, prod, NULL, &err), err);
+    OK(zs_coll_sync(c, &err), err);
+    OK(zs_dev_stream_sync(prod, &err), err);
+    size_t got_new = count_sum_of(p, n, new_val);
+    CHECK(got_new == n,
+          "after=producer: %zu of %zu elements are the sum of the producer's new "
+          "data (%zu the sum of the old data)",
+          got_new, n, count_sum_of(p, n, old_val));
+
+    /* negative control */
+    int gate = 0;
+    for (size_t i = 0; i < n; i++)
+        p[i] = old_val(g_rank, i);
+    pa = (produce_args_t){.buf = p, .n = n, .gate = &gate, .timeout_ms = 5000};
+    OK(zs_dev_host_fn(prod, produce_fn, &pa, sizeof pa, &err), err);
+    OK(zs_coll_all_reduce(c, p, n, ZS_DTYPE_F32, ZS_OP_SUM, NULL, NULL, &err), err);
+    OK(zs_coll_sync(c, &err), err);
+    size_t got_old = count_sum_of(p, n, old_val);
+    gate_open(&gate);
+    OK(zs_dev_stream_sync(prod, &err), err);
+    CHECK(got_old == n,
+          "no after: %zu of %zu elements are the sum of the old data: the collective waited for "
+          "an unrelated stream",
+          got_old, n);
+
+    /* after = own stream */
+    for (size_t i = 0; i < n; i++)
+        p[i] = old_val(g_rank, i);
+    OK(zs_coll_all_reduce(c, p, n, ZS_DTYPE_F32, ZS_OP_SUM, zs_coll_stream(c), NULL, &err), err);
+    OK(zs_coll_sync(c, &err), err);
+    CHECK(count_sum_of(p, n, old_val) == n, "after = own stream");
+
+    dbuf_free(&b, "after");
+    zs_dev_stream_destroy(prod);
+}
+
+/* Consumer: copy the collective's result out of the device buffer. */
+typedef struct {
+    const float *src;
+    float *dst;
+    size_t n;
+} snap_args_t;
+
+static int snap_fn(void *args, zs_err_t *err)
+{
+    const snap_args_t *a = args;
+    memcpy(a->dst, a->src, a->n * sizeof(float));
+    return ZS_OK;
+}
+
+/* `done`: the collective is held back behind a gate on the communicator's
+ * stream; its done event must be pending then, and a consumer stream waiting
+ * on it must see the reduced data once the gate opens. */
+static void test_done(zs_coll_t *c)
+{
+    zs_err_t err;
+    const size_t n = 777;
+    zs_stream_t *cons = NULL;
+    zs_event_t *ev = NULL;
+    OK(zs_dev_stream_create(g_dev, 0, "consumer", &cons, &err), err);
+    OK(zs_dev_event_create(g_dev, &ev, &err), err);
+    dbuf_t b = dbuf_new(n, ZS_DTYPE_F32);
+    float *p = b.p, *out = calloc(n, sizeof(float));
+    CHECK(out, "calloc");
+    for (size_t i = 0; i < n; i++)
+        p[i] = old_val(g_rank, i);
+
+    int gate = 0;
+    gate_args_t ga = {&gate, 30000};
+    OK(zs_dev_host_fn(zs_coll_stream(c), gate_fn, &ga, sizeof ga, &err), err);
+    OK(zs_coll_all_reduce(c, p, n, ZS_DTYPE_F32, ZS_OP_SUM, NULL, ev, &err), err);
+    OK(zs_dev_stream_wait(cons, ev, &err), err);
+    snap_args_t sa = {p, out, n};
+    OK(zs_dev_host_fn(cons, snap_fn, &sa, sizeof sa, &err), err);
+    int early = zs_dev_event_query(ev);
+    gate_open(&gate);
+    CHECK(early == 0, "done event complete while the collective is held back");
+    OK(zs_dev_stream_sync(cons, &err), err);
+    size_t k = count_sum_of(out, n, old_val);
+    CHECK(k == n, "consumer after done: %zu of %zu elements are the reduced sum", k, n);
+    OK(zs_dev_event_sync(ev, &err), err);
+    OK(zs_coll_sync(c, &err), err);
+
+    free(out);
+    dbuf_free(&b, "done");
+    zs_dev_event_destroy(ev);
+    zs_dev_stream_destroy(cons);
+}
+
+static int fail_fn(void *args, zs_err_t *err)
+{
+    return zs_err_set(err, ZS_ERR_IO, "injected failure before the collective");
+}
+
+/* An error in earlier work on the communicator's stream (every rank): the
+ * collective behind it is skipped, its done event and zs_coll_sync report
+ * the error, the sync clears it and the next collective works. */
+static void test_sticky(zs_coll_t *c)
+{
+    zs_err_t err;
+    zs_event_t *ev = NULL;
+    OK(zs_dev_event_create(g_dev, &ev, &err), err);
+    dbuf_t b = dbuf_new(8, ZS_DTYPE_F32);
+    float *p = b.p;
+    for (int i = 0; i < 8; i++)
+        p[i] = 1.0f;
+    int unused = 0;
+    OK(zs_dev_host_fn(zs_coll_stream(c), fail_fn, &unused, sizeof unused, &err), err);
+    OK(zs_coll_all_reduce(c, p, 8, ZS_DTYPE_F32, ZS_OP_SUM, NULL, ev, &err), err);
+    REFUSED(zs_dev_event_sync(ev, &e_), ZS_ERR_IO, "injected");
+    REFUSED(zs_coll_sync(c, &e_), ZS_ERR_IO, "injected");
+    for (int i = 0; i < 8; i++)
+        CHECK(p[i] == 1.0f, "the collective behind the error ran: %g", (double)p[i]);
+    OK(zs_coll_sync(c, &err), err);
+    OK(zs_coll_all_reduce(c, p, 8, ZS_DTYPE_F32, ZS_OP_SUM, NULL, ev, &err), err);
+    OK(zs_dev_event_sync(ev, &err), err);
+    for (int i = 0; i < 8; i++)
+        CHECK(p[i] == (float)g_size, "after the error: %g", (double)p[i]);
+    dbuf_free(&b, "sticky");
+    zs_dev_event_destroy(ev);
+}
+
+/* ---- host helpers ---------------------------------------------------------------------- */
+
+static uint64_t comm_bytes(int peak)
+{
+    zs_dev_mem_t mem;
+    zs_dev_mem_get(g_dev, &mem);
+    return peak ? mem.peak[ZS_SPACE_DEVICE][ZS_MEM_COMM] : mem.cur[ZS_SPACE_DEVICE][ZS_MEM_COMM];
+}
+
+/* all_reduce_host / broadcast_host on ordinary host memory: exact results,
+ * the staging buffer is ZS_MEM_COMM device memory and is freed, refusals. */
+static void test_host(zs_coll_t *c)
+{
+    zs_err_t err;
+    const size_t counts[] = {0, 1, 7, 300};
+    CHECK(comm_bytes(0) == 0, "comm bytes before: %llu", (unsigned long long)comm_bytes(0));
+    for (size_t d = 0; d < 3; d++) {
+        zs_dtype_t dt = DTYPES[d];
+        size_t es = zs_dtype_size(dt);
+        for (size_t k = 0; k < 4; k++) {
+            size_t n = counts[k];
+            unsigned char *h = malloc(n * es + 1);
+            CHECK(h, "malloc");
+            for (int op = 0; op < 2; op++) {
+                for (size_t i = 0; i < n; i++)
+                    put(h, dt, i, val(dt, g_rank, i));
+                zs_dev_mem_reset_peak(g_dev);
+                OK(zs_coll_all_reduce_host(c, h, n, dt, (zs_coll_op_t)op, &err), err);
+                for (size_t i = 0; i < n; i++)
+                    expect_eq(h, dt, i, op ? max_over_ranks(dt, i) : sum_over_ranks(dt, i),
+                              op ? "all_reduce_host(max)" : "all_reduce_host(sum)", n);
+                CHECK(comm_bytes(0) == 0 && comm_bytes(1) >= n * es,
+                      "all_reduce_host staging: %llu bytes left, peak %llu (want >= %zu)",
+                      (unsigned long long)comm_bytes(0), (unsigned long long)comm_bytes(1), n * es);
+            }
+            for (int root = 0; root < g_size; root++) {
+                for (size_t i = 0; i < n; i++)
+                    put(h, dt, i, g_rank == root ? val(dt, root, i) : -99.0f);
+                OK(zs_coll_broadcast_host(c, h, n, dt, root, &err), err);
+                for (size_t i = 0; i < n; i++)
+                    expect_eq(h, dt, i, val(dt, root, i), "broadcast_host", n);
+                CHECK(comm_bytes(0) == 0, "broadcast_host left %llu bytes",
+                      (unsigned long long)comm_bytes(0));
+            }
+            free(h);
+        }
+    }
+    float h[4] = {1, 2, 3, 4};
+    REFUSED(zs_coll_all_reduce_host(c, h, 4, ZS_DTYPE_NONE, ZS_OP_SUM, &e_), ZS_ERR_INVALID,
+            "dtype");
+    REFUSED(zs_coll_all_reduce_host(c, NULL, 4, ZS_DTYPE_F32, ZS_OP_SUM, &e_), ZS_ERR_INVALID,
+            "NULL");
+    REFUSED(zs_coll_all_reduce_host(c, h, SIZE_MAX / 2, ZS_DTYPE_F32, ZS_OP_SUM, &e_), ZS_ERR_RANGE,
+            "overflows");
+    REFUSED(zs_coll_all_reduce_host(c, h, 4, ZS_DTYPE_F32, (zs_coll_op_t)9, &e_), ZS_ERR_INVALID,
+            "op 9");
+    REFUSED(zs_coll_broadcast_host(c, h, 4, ZS_DTYPE_F32, g_size, &e_), ZS_ERR_INVALID, "root");
+    CHECK(comm_bytes(0) == 0, "refused host helpers left %llu bytes",
+          (unsigned long long)comm_bytes(0));
+    CHECK(h[0] == 1 && h[3] == 4, "refused helper changed the host buffer");
+    OK(zs_coll_all_reduce_host(c, h, 4, ZS_DTYPE_F32, ZS_OP_SUM, &err), err);
+    CHECK(h[0] == (float)g_size && h[3] == 4.0f * (float)g_size, "host helper after refusals");
 }
 
 /* ---- errors ---------------------------------------------------------------------- */
 
+/* Refusals: checked on the calling thread, nothing enqueued. While a gate
+ * holds the stream, a refused call given a done event must not record it
+ * (it stays complete), and zs_coll_sync afterwards reports no error. */
 static void test_errors(zs_coll_t *c)
 {
     zs_err_t err;
-    float buf[64] = {0};
-    zs_coll_req_t *rq;
-    const zs_dtype_t none = ZS_DTYPE_NONE;
+    dbuf_t b = dbuf_new(64, ZS_DTYPE_F32);
+    float *buf = b.p;
+    const zs_dtype_t none = ZS_DTYPE_NONE, bad = (zs_dtype_t)42;
+    zs_event_t *ev = NULL;
+    OK(zs_dev_event_create(g_dev, &ev, &err), err);
+    int gate = 0;
+    gate_args_t ga = {&gate, 30000};
+    OK(zs_dev_host_fn(zs_coll_stream(c), gate_fn, &ga, sizeof ga, &err), err);
 
-    REFUSED(zs_coll_all_reduce(c, buf, buf, 4, none, ZS_OP_SUM, NULL, &e_), ZS_ERR_INVALID,
-            "dtype");
-    REFUSED(zs_coll_reduce_scatter(c, buf, buf + 32, 1, none, NULL, &e_), ZS_ERR_INVALID, "dtype");
-    REFUSED(zs_coll_all_gather(c, buf, buf + 32, 1, none, NULL, &e_), ZS_ERR_INVALID, "dtype");
-    REFUSED(zs_coll_broadcast(c, buf, 4, none, 0, NULL, &e_), ZS_ERR_INVALID, "dtype");
-    REFUSED(zs_coll_all_reduce(c, buf, buf, 4, ZS_DTYPE_F32, (zs_coll_op_t)7, NULL, &e_),
+    REFUSED(zs_coll_all_reduce(c, buf, 4, none, ZS_OP_SUM, NULL, ev, &e_), ZS_ERR_INVALID, "dtype");
+    REFUSED(zs_coll_all_reduce(c, buf, 4, bad, ZS_OP_SUM, NULL, ev, &e_), ZS_ERR_INVALID,
+            "dtype 42");
+    REFUSED(zs_coll_reduce_scatter(c, buf, 1, none, NULL, ev, &e_), ZS_ERR_INVALID, "dtype");
+    REFUSED(zs_coll_all_gather(c, buf, 1, none, NULL, ev, &e_), ZS_ERR_INVALID, "dtype");
+    REFUSED(zs_coll_broadcast(c, buf, 4, none, 0, NULL, ev, &e_), ZS_ERR_INVALID, "dtype");
+    REFUSED(zs_coll_all_reduce(c, buf, 4, ZS_DTYPE_F32, (zs_coll_op_t)7, NULL, ev, &e_),
             ZS_ERR_INVALID, "op 7");
-    REFUSED(zs_coll_broadcast(c, buf, 4, ZS_DTYPE_F32, g_size, &rq, &e_), ZS_ERR_INVALID, "root");
-    REFUSED(zs_coll_broadcast(c, buf, 4, ZS_DTYPE_F32, -1, NULL, &e_), ZS_ERR_INVALID, "root");
-    /* sizes whose bytes overflow size_t */
-    REFUSED(zs_coll_all_reduce(c, buf, buf, SIZE_MAX / 2, ZS_DTYPE_F32, ZS_OP_SUM, NULL, &e_),
+    REFUSED(zs_coll_broadcast(c, buf, 4, ZS_DTYPE_F32, g_size, NULL, ev, &e_), ZS_ERR_INVALID,
+            "root");
+    REFUSED(zs_coll_broadcast(c, buf, 4, ZS_DTYPE_F32, -1, NULL, ev, &e_), ZS_ERR_INVALID, "root");
+    /* counts whose bytes overflow size_t (reduce-scatter/all-gather: times size) */
+    REFUSED(zs_coll_all_reduce(c, buf, SIZE_MAX / 2, ZS_DTYPE_F32, ZS_OP_SUM, NULL, ev, &e_),
             ZS_ERR_RANGE, "overflows");
-    REFUSED(zs_coll_reduce_scatter(c, buf, buf + 32, SIZE_MAX / 3, ZS_DTYPE_F32, &rq, &e_),
-            ZS_ERR_RANGE, "overflows");
-    REFUSED(zs_coll_all_gather(c, buf, buf + 32, SIZE_MAX / 3, ZS_DTYPE_F32, NULL, &e_),
-            ZS_ERR_RANGE, "overflows");
-    REFUSED(zs_coll_broadcast(c, buf, SIZE_MAX / 3, ZS_DTYPE_F32, 0, NULL, &e_), ZS_ERR_RANGE,
+    REFUSED(zs_coll_reduce_scatter(c, buf, SIZE_MAX / 3, ZS_DTYPE_F32, NULL, ev, &e_), ZS_ERR_RANGE,
             "overflows");
+    REFUSED(zs_coll_all_gather(c, buf, SIZE_MAX / 3, ZS_DTYPE_F32, NULL, ev, &e_), ZS_ERR_RANGE,
+            "overflows");
+    REFUSED(zs_coll_broadcast(c, buf, SIZE_MAX / 3, ZS_DTYPE_F32, 0, NULL, ev, &e_), ZS_ERR_RANGE,
+            "overflows");
+    if (g_size > 1) /* fits size_t alone, not times the world size */
+        REFUSED(zs_coll_reduce_scatter(c, buf, SIZE_MAX / 2 / (size_t)g_size + 1, ZS_DTYPE_BF16,
+                                       NULL, ev, &e_),
+                ZS_ERR_RANGE, "overflows");
     /* buffers */
-    REFUSED(zs_coll_all_reduce(c, NULL, buf, 4, ZS_DTYPE_F32, ZS_OP_SUM, NULL, &e_), ZS_ERR_INVALID,
+    REFUSED(zs_coll_all_reduce(c, NULL, 4, ZS_DTYPE_F32, ZS_OP_SUM, NULL, ev, &e_), ZS_ERR_INVALID,
             "NULL");
-    REFUSED(zs_coll_broadcast(c, NULL, 4, ZS_DTYPE_F32, 0, NULL, &e_), ZS_ERR_INVALID, "NULL");
-    REFUSED(zs_coll_reduce_scatter(c, buf, buf, 1, ZS_DTYPE_F32, NULL, &e_), ZS_ERR_INVALID,
-            "send == recv");
-    REFUSED(zs_coll_reduce_scatter(c, buf + 1, buf, 2, ZS_DTYPE_F32, NULL, &e_), ZS_ERR_INVALID,
-            "overlap");
-    REFUSED(zs_coll_all_reduce(c, buf, buf + 1, 4, ZS_DTYPE_F32, ZS_OP_SUM, NULL, &e_),
-            ZS_ERR_INVALID, "overlap");
-    {
-        float *ag = calloc(4 * (size_t)g_size + 1, sizeof(float));
-        CHECK(ag, "calloc");
-        REFUSED(zs_coll_all_gather(c, ag + (size_t)g_rank * 4 + 1, ag, 4, ZS_DTYPE_F32, NULL, &e_),
-                ZS_ERR_INVALID, "in place");
-        free(ag);
-    }
-    /* requests */
-    REFUSED(zs_coll_wait(c, NULL, &e_), ZS_ERR_INVALID, "NULL request");
-    REFUSED(zs_coll_wait(c, (zs_coll_req_t *)(void *)buf, &e_), ZS_ERR_INVALID,
-            "not from this communicator");
+    REFUSED(zs_coll_reduce_scatter(c, NULL, 4, ZS_DTYPE_F32, NULL, ev, &e_), ZS_ERR_INVALID,
+            "NULL");
+    REFUSED(zs_coll_broadcast(c, NULL, 4, ZS_DTYPE_F32, 0, NULL, ev, &e_), ZS_ERR_INVALID, "NULL");
+    /* a NULL error record is allowed */
+    CHECK(zs_coll_all_reduce(c, buf, 4, none, ZS_OP_SUM, NULL, ev, NULL) == ZS_ERR_INVALID,
+          "NULL err");
+    int ev_untouched = zs_dev_event_query(ev);
+    gate_open(&gate);
+    CHECK(ev_untouched == 1, "a refused collective recorded its done event");
+    OK(zs_coll_sync(c, &err), err); /* refusals are not stream errors */
+
     REFUSED(zs_coll_mpi_set_max_chunk(c, 0, &e_), ZS_ERR_INVALID, "outside");
     REFUSED(zs_coll_mpi_set_max_chunk(c, ((size_t)1 << 30) + 1, &e_), ZS_ERR_INVALID, "outside");
-
-    /* pool exhaustion: 16 in flight, the 17th is refused, blocking calls still work */
-    enum { K = ZS_COLL_MAX_INFLIGHT };
-    float *data = malloc(sizeof(float) * K * 8);
-    zs_coll_req_t *reqs[K];
-    CHECK(data, "malloc");
-    for (int k = 0; k < K; k++) {
-        for (int i = 0; i < 8; i++)
-            data[k * 8 + i] = (float)(k + i + g_rank);
-        OK(zs_coll_all_reduce(c, data + k * 8, data + k * 8, 8, ZS_DTYPE_F32, ZS_OP_SUM, &reqs[k],
-                              &err),
-           err);
+    REFUSED(zs_coll_mpi_set_max_chunk(NULL, 10, &e_), ZS_ERR_INVALID, "not an MPI");
+    REFUSED(zs_coll_mpi_create(g_dev, NULL, &e_), ZS_ERR_INVALID, "out is NULL");
+    {
+        zs_coll_t *none_c = c;
+        REFUSED(zs_coll_mpi_create(NULL, &none_c, &e_), ZS_ERR_INVALID, "dev is NULL");
+        CHECK(none_c == NULL, "*out not cleared on refusal");
     }
-    REFUSED(zs_coll_all_reduce(c, buf, buf, 4, ZS_DTYPE_F32, ZS_OP_SUM, &rq, &e_), ZS_ERR_BUSY,
-            "in flight");
-    REFUSED(zs_coll_mpi_set_max_chunk(c, 10, &e_), ZS_ERR_STATE, "in flight");
-    run_one(c, K_AR_SUM, ZS_DTYPE_BF16, 33, 0, 0, 0); /* blocking, pool full */
-    for (int k = K - 1; k >= 0; k--)
-        OK(zs_coll_wait(c, reqs[k], &err), err);
-    REFUSED(zs_coll_wait(c, reqs[3], &e_), ZS_ERR_INVALID, "not in flight");
-    for (int k = 0; k < K; k++)
-        for (int i = 0; i < 8; i++) {
-            float want = 0;
-            for (int r = 0; r < g_size; r++)
-                want += (float)(k + i + r);
-            CHECK(data[k * 8 + i] == want, "pool all_reduce %d/%d: %g != %g", k, i,
-                  (double)data[k * 8 + i], (double)want);
-        }
-    free(data);
 
-    /* a NULL error record is allowed */
-    CHECK(zs_coll_all_reduce(c, buf, buf, 4, none, ZS_OP_SUM, NULL, NULL) == ZS_ERR_INVALID,
-          "NULL err");
     /* the communicator still works after all the refusals */
-    run_one(c, K_AR_SUM, ZS_DTYPE_F16, 5, 1, 0, 1);
+    dbuf_free(&b, "errors");
+    zs_dev_event_destroy(ev);
+    run_one(c, K_AR_SUM, ZS_DTYPE_F16, 5, 0);
+    run_one(c, K_RS, ZS_DTYPE_BF16, 3, 0);
     OK(zs_coll_barrier(c, &err), err);
 }
 
 /* ---- isolation, lifetime ------------------------------------------------------------ */
 
 /* A wildcard receive posted by the user on MPI_COMM_WORLD is not matched by
- * our collectives (they run on a dup'ed communicator). */
+ * our collectives (they run on a dup'ed communicator). The user's MPI calls
+ * are made while the communicator's stream is idle (SERIALIZED). */
 static void test_isolation(zs_coll_t *c)
 {
     MPI_Request user = MPI_REQUEST_NULL;
     int got = -1, flag = 0;
     if (g_rank == 0)
         MPI_Irecv(&got, 1, MPI_INT, MPI_ANY_SOURCE, MPI_ANY_TAG, MPI_COMM_WORLD, &user);
-    run_one(c, K_AR_SUM, ZS_DTYPE_F32, 1000, 0, 0, 1);
-    run_one(c, K_RS, ZS_DTYPE_BF16, 100, 0, 0, 0);
-    run_one(c, K_AG, ZS_DTYPE_F16, 100, 1, 0, 1);
-    run_one(c, K_BC, ZS_DTYPE_F32, 100, 0, 0, 0);
+    job_t jobs[] = {{.kind = K_AR_SUM, .dt = ZS_DTYPE_F32, .n = 1000},
+                    {.kind = K_RS, .dt = ZS_DTYPE_BF16, .n = 100},
+                    {.kind = K_AG, .dt = ZS_DTYPE_F16, .n = 100},
+                    {.kind = K_BC, .dt = ZS_DTYPE_F32, .n = 100}};
+    for (int i = 0; i < 4; i++)
+        job_start(c, &jobs[i]);
     zs_err_t err;
     OK(zs_coll_barrier(c, &err), err);
+    for (int i = 0; i < 4; i++)
+        job_check(&jobs[i]);
     if (g_rank == 0) {
         MPI_Test(&user, &flag, MPI_STATUS_IGNORE);
         CHECK(!flag, "the user's wildcard receive matched collective traffic (got %d)", got);
     }
+    MPI_Barrier(MPI_COMM_WORLD); /* the user's own message only after the test above */
     if (g_rank == g_size - 1) {
         int v = 42;
         MPI_Request s;
@@ -621,40 +991,70 @@ static void test_isolation(zs_coll_t *c)
         CHECK(got == 42, "user message %d", got);
 }
 
-/* A second communicator, destroyed with a request in flight: destroy waits. */
-static void test_destroy_inflight(void)
+/* A second communicator, destroyed with collectives queued behind a 30 ms
+ * sleep: destroy waits for them. */
+static int sleep_fn(void *args, zs_err_t *err)
+{
+    sleep_ms(*(const int *)args);
+    return ZS_OK;
+}
+
+static void test_destroy_queued(void)
 {
     zs_err_t err;
     zs_coll_t *c2 = NULL;
-    OK(zs_coll_mpi_create(&c2, &err), err);
+    OK(zs_coll_mpi_create(g_dev, &c2, &err), err);
     CHECK(c2->rank == g_rank && c2->size == g_size, "second communicator rank/size");
+    int ms = 30;
+    OK(zs_dev_host_fn(zs_coll_stream(c2), sleep_fn, &ms, sizeof ms, &err), err);
     job_t j = {.kind = K_AR_SUM, .dt = ZS_DTYPE_BF16, .n = 5000};
-    job_start(c2, &j, 1);
+    job_t k = {.kind = K_AG, .dt = ZS_DTYPE_F32, .n = 33};
+    job_start(c2, &j);
+    job_start(c2, &k);
     zs_coll_destroy(c2);
     job_check(&j);
+    job_check(&k);
 }
 
-static double now_s(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
-}
-
-int main(int argc, char **argv)
+/* --funneled: MPI at MPI_THREAD_FUNNELED is refused with a clear message. */
+static int run_funneled(int argc, char **argv)
 {
     int provided = 0;
     MPI_Init_thread(&argc, &argv, MPI_THREAD_FUNNELED, &provided);
     MPI_Comm_rank(MPI_COMM_WORLD, &g_rank);
+    zs_err_t err;
+    OK(zs_dev_cpu_create(1, &g_dev, &err), err);
+    if (provided >= MPI_THREAD_SERIALIZED) {
+        printf("SKIP test_coll --funneled: MPI gave thread level %d\n", provided);
+    } else {
+        zs_coll_t *c = NULL;
+        REFUSED(zs_coll_mpi_create(g_dev, &c, &e_), ZS_ERR_STATE, "MPI_THREAD_SERIALIZED");
+        CHECK(c == NULL, "out set on refusal");
+        printf("PASS test_coll --funneled: refused\n");
+    }
+    zs_dev_destroy(g_dev);
+    MPI_Finalize();
+    return 0;
+}
+
+int main(int argc, char **argv)
+{
+    if (argc > 1 && strcmp(argv[1], "--funneled") == 0)
+        return run_funneled(argc, argv);
+    int provided = 0;
+    MPI_Init_thread(&argc, &argv, MPI_THREAD_SERIALIZED, &provided);
+    MPI_Comm_rank(MPI_COMM_WORLD, &g_rank);
     MPI_Comm_size(MPI_COMM_WORLD, &g_size);
+    CHECK(provided >= MPI_THREAD_SERIALIZED, "MPI thread level %d", provided);
     double t0 = now_s();
 
     zs_err_t err;
+    OK(zs_dev_cpu_create(1, &g_dev, &err), err);
     zs_coll_t *c = NULL;
-    REFUSED(zs_coll_mpi_create(NULL, &e_), ZS_ERR_INVALID, "out is NULL");
-    OK(zs_coll_mpi_create(&c, &err), err);
+    OK(zs_coll_mpi_create(g_dev, &c, &err), err);
     CHECK(strcmp(c->vt->name, "mpi") == 0, "name %s", c->vt->name);
     CHECK(c->rank == g_rank && c->size == g_size, "rank %d size %d", c->rank, c->size);
+    CHECK(c->dev == g_dev && c->stream && c->after_ev, "communicator fields");
     OK(zs_coll_barrier(c, &err), err);
 
     const size_t counts[] = {0, 1, 2, 3, 5, 17, 1000, 65537};
@@ -662,22 +1062,28 @@ int main(int argc, char **argv)
 #define PHASE(call)                                                                                \
     do {                                                                                           \
         call;                                                                                      \
+        OK(zs_coll_barrier(c, &err), err);                                                         \
         if (g_rank == 0)                                                                           \
             printf("  %-28s %.2f s\n", #call, now_s() - t);                                        \
         t = now_s();                                                                               \
     } while (0)
     PHASE(test_exact(c, counts, sizeof counts / sizeof counts[0]));
+    PHASE(test_layout(c));
     PHASE(test_special(c));
-    PHASE(test_inflight(c));
     PHASE(test_large(c));
     PHASE(test_split(c));
     PHASE(test_determinism(c));
+    PHASE(test_after(c));
+    PHASE(test_done(c));
+    PHASE(test_sticky(c));
+    PHASE(test_host(c));
     PHASE(test_errors(c));
     PHASE(test_isolation(c));
-    PHASE(test_destroy_inflight());
+    PHASE(test_destroy_queued());
 
     OK(zs_coll_barrier(c, &err), err);
     zs_coll_destroy(c);
+    zs_dev_destroy(g_dev);
     double dt = now_s() - t0;
     if (g_rank == 0)
         printf("PASS test_coll: %d ranks (%.1f s)\n", g_size, dt);

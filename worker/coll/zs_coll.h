@@ -29,8 +29,11 @@
  * deterministic for a fixed world size. MAX is exact; a NaN wins.
  *
  * Threads: one thread feeds a communicator. The MPI implementation calls MPI
- * only from the communicator's stream thread, so MPI must be initialised
- * with MPI_THREAD_SERIALIZED or higher (checked at create).
+ * from the communicator's stream thread (and from the caller's thread in
+ * create and destroy), so MPI must be initialised with
+ * MPI_THREAD_SERIALIZED or higher (checked at create); under SERIALIZED the
+ * program must not call MPI itself while work is queued on the
+ * communicator's stream (zs_coll_sync first).
  */
 #ifndef ZS_COLL_H
 #define ZS_COLL_H
@@ -54,8 +57,7 @@ typedef struct zs_coll_vtable {
     int (*all_gather)(zs_coll_t *c, void *buf, size_t count, zs_dtype_t dt, zs_err_t *err);
     int (*all_reduce)(zs_coll_t *c, void *buf, size_t count, zs_dtype_t dt, zs_coll_op_t op,
                       zs_err_t *err);
-    int (*broadcast)(zs_coll_t *c, void *buf, size_t count, zs_dtype_t dt, int root,
-                     zs_err_t *err);
+    int (*broadcast)(zs_coll_t *c, void *buf, size_t count, zs_dtype_t dt, int root, zs_err_t *err);
     int (*barrier)(zs_coll_t *c, zs_err_t *err);
     void (*destroy)(zs_coll_t *c);
 } zs_coll_vtable_t;
@@ -63,8 +65,8 @@ typedef struct zs_coll_vtable {
 struct zs_coll {
     const zs_coll_vtable_t *vt;
     int rank, size;
-    zs_dev_t *dev;       /* not owned */
-    zs_stream_t *stream; /* owned: where the collectives run */
+    zs_dev_t *dev;        /* not owned */
+    zs_stream_t *stream;  /* owned: where the collectives run */
     zs_event_t *after_ev; /* owned: recorded on `after` streams */
 };
 
@@ -75,7 +77,8 @@ int zs_coll_mpi_create(zs_dev_t *dev, zs_coll_t **out, zs_err_t *err);
 
 /* MPI only: the most elements one MPI call carries (default and maximum
  * 1 << 30); larger collectives are split into pieces. Same value on every
- * rank, nothing enqueued. Tests lower it to reach the split paths. */
+ * rank; applies to collectives enqueued after the call (queued ones keep
+ * theirs); enqueues nothing. Tests lower it to reach the split paths. */
 int zs_coll_mpi_set_max_chunk(zs_coll_t *c, size_t elems, zs_err_t *err);
 
 /* The communicator's stream (owned by it). */
@@ -140,8 +143,8 @@ int zs_coll_sync(zs_coll_t *c, zs_err_t *err);
 /* Blocking convenience for small host values (loss, flags, norms): copies
  * `count` elements from host memory into a device buffer of c, all-reduces,
  * copies back and waits. */
-int zs_coll_all_reduce_host(zs_coll_t *c, void *host, size_t count, zs_dtype_t dt,
-                            zs_coll_op_t op, zs_err_t *err);
+int zs_coll_all_reduce_host(zs_coll_t *c, void *host, size_t count, zs_dtype_t dt, zs_coll_op_t op,
+                            zs_err_t *err);
 
 /* Likewise a broadcast of host memory from root. */
 int zs_coll_broadcast_host(zs_coll_t *c, void *host, size_t count, zs_dtype_t dt, int root,
