@@ -188,8 +188,7 @@ static void test_accounting(zs_dev_t *d)
     printf("  refused: %s\n", err.msg);
     TEST_CHECK(zs_dev_alloc(d, ZS_SPACE_HOST, ZS_MEM_NCATS, 8, &x, &err) == ZS_ERR_INVALID);
     TEST_CHECK(zs_dev_alloc(d, ZS_SPACE_HOST, ZS_MEM_PARAMS, 8, NULL, &err) == ZS_ERR_INVALID);
-    TEST_CHECK(zs_dev_alloc(d, ZS_SPACE_DEVICE, ZS_MEM_PARAMS, SIZE_MAX, &x, &err) ==
-               ZS_ERR_NOMEM);
+    TEST_CHECK(zs_dev_alloc(d, ZS_SPACE_DEVICE, ZS_MEM_PARAMS, SIZE_MAX, &x, &err) == ZS_ERR_NOMEM);
     printf("  refused: %s\n", err.msg);
     TEST_CHECK(zs_dev_alloc(d, ZS_SPACE_HOST, ZS_MEM_PARAMS, SIZE_MAX / 2, &x, &err) ==
                ZS_ERR_NOMEM);
@@ -652,8 +651,7 @@ static void test_cast_acc_scale(zs_dev_t *d, zs_stream_t *s)
     }
     TEST_CHECK(zs_dev_scale(s, NULL, ZS_DTYPE_F32, 1.0f, 2, &err) == ZS_ERR_INVALID);
     printf("  refused: %s\n", err.msg);
-    printf("cast/accumulate/scale: %d cases bitwise equal to the CPU twins (max error 0)\n",
-           cases);
+    printf("cast/accumulate/scale: %d cases bitwise equal to the CPU twins (max error 0)\n", cases);
 }
 
 static void test_sumsq(zs_dev_t *d, zs_stream_t *s)

@@ -186,9 +186,6 @@ static void slot_set_waited(zs__cuda_stream_t *s, const zs_err_t *e)
     slot_set(s, &w);
 }
 
-    pthread_mutex_unlock(&s->mu);
-}
-
 /* Entry of every enqueue: device current, *skip when the slot is set. */
 static int enter(zs__cuda_stream_t *s, int *skip, zs_err_t *err)
 {

@@ -367,7 +367,9 @@ int zs__cuda_alloc(zs_dev_t *d, int space, int cat, size_t bytes, void **out, zs
         b->size = block_size(bytes);
         if (b->size == 0) {
             free(b);
-            return zs_err_set(err, ZS_ERR_NOMEM, "zs_dev_alloc: %zu bytes of device memory (%s) overflow", bytes, zs_memcat_name(cat));
+            return zs_err_set(err, ZS_ERR_NOMEM,
+                              "zs_dev_alloc: %zu bytes of device memory (%s) overflow", bytes,
+                              zs_memcat_name(cat));
         }
         pthread_mutex_lock(&cd->mu);
         rc = device_block(cd, b, err);
