@@ -25,9 +25,9 @@
  * steady state of a training loop (same sizes each step); memory reuse
  * lags one allocation behind the frees while streams are busy.
  *
- * Pinned memory is not cached: cudaFreeHost (which synchronises the
- * device, so no async copy can still be using it). Host memory is
- * malloc'ed. `held` = cur + cached, per zs_dev.h; the rounding slack of
+ * Pinned memory is not cached: zs_dev_free calls cudaFreeHost at once, so
+ * (as on the CPU device, which frees at once too) the caller must have
+ * waited for the copies that use it. Host memory is posix_memalign'ed. `held` = cur + cached, per zs_dev.h; the rounding slack of
  * live device blocks (under 512 B, or under 2 MiB for blocks over 1 MiB)
  * is in neither.
  */
