@@ -27,9 +27,10 @@
  *
  * Pinned memory is not cached: zs_dev_free calls cudaFreeHost at once, so
  * (as on the CPU device, which frees at once too) the caller must have
- * waited for the copies that use it. Host memory is posix_memalign'ed. `held` = cur + cached, per zs_dev.h; the rounding slack of
- * live device blocks (under 512 B, or under 2 MiB for blocks over 1 MiB)
- * is in neither.
+ * waited for the copies that use it. Host memory is posix_memalign'ed.
+ * `held` = cur + cached, per zs_dev.h; the rounding slack of live device
+ * blocks (under 512 B, or under 2 MiB for blocks over 1 MiB) is in
+ * neither.
  */
 #include <stdint.h>
 #include <stdio.h>
