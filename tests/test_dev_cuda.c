@@ -33,6 +33,8 @@
 #include "zs_rand.h"
 #include "zs_test.h"
 
+#include <cuda_runtime.h>
+
 static zs_err_t err;
 
 static void sleep_ms(int ms)
@@ -762,11 +764,37 @@ static void test_adamw(zs_dev_t *d, zs_stream_t *s)
     printf("adamw: %d cases bitwise equal to zs_adam_update_ref (max error 0)\n", cases);
 }
 
+/* ZS_CUDA_CHECK's record (runs without a GPU too): code mapping, call,
+ * file:line, device, CUDA's text and the hint. */
+static void test_check_macro(int have_gpu)
+{
+    zs_err_t e;
+    TEST_CHECK(zs__cuda_check(0, "cudaFoo", __FILE__, __LINE__, 3, "h", &e) == ZS_OK);
+    int line = __LINE__ + 1;
+    TEST_CHECK(zs__cuda_check(2, "cudaMalloc", __FILE__, line, 3, "free some", &e) == ZS_ERR_NOMEM);
+    char want[64];
+    snprintf(want, sizeof want, "cudaMalloc at test_dev_cuda.c:%d on cuda:3: ", line);
+    TEST_CHECKF(strstr(e.msg, want) && strstr(e.msg, "cudaErrorMemoryAllocation") &&
+                    strstr(e.msg, "(hint: free some)"),
+                "%s", e.msg);
+    TEST_CHECK(zs__cuda_check(35, "cudaX", __FILE__, 1, 0, NULL, &e) == ZS_ERR_UNAVAILABLE);
+    TEST_CHECK(zs__cuda_check(700, "cudaX", __FILE__, 1, 0, NULL, &e) == ZS_ERR_INTERNAL);
+    if (!have_gpu) { /* a real call through the macro */
+        TEST_CHECK(ZS_CUDA_CHECK(&e, 0, "is there a driver?", cudaSetDevice, 0) != ZS_OK);
+        TEST_CHECKF(strstr(e.msg, "cudaSetDevice at test_dev_cuda.c:") &&
+                        strstr(e.msg, "(hint: is there a driver?)"),
+                    "%s", e.msg);
+    }
+    printf("ZS_CUDA_CHECK: %s\n", e.msg);
+}
+
 int main(void)
 {
     char why[256];
     zs_dev_t *d = NULL;
-    if (zs_dev_cuda_available(why, sizeof why) == 0) {
+    int ngpu = zs_dev_cuda_available(why, sizeof why);
+    test_check_macro(ngpu > 0);
+    if (ngpu == 0) {
         /* creating the device must fail cleanly with the same reason */
         TEST_CHECK(zs_dev_cuda_create(0, &d, &err) == ZS_ERR_UNAVAILABLE && d == NULL);
         TEST_CHECKF(strstr(err.msg, "no GPU") && strstr(err.msg, why), "%s", err.msg);

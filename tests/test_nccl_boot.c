@@ -29,6 +29,7 @@
 #include <time.h>
 
 #include <mpi.h>
+#include <nccl.h>
 
 #include "zs_cast.h"
 #include "zs_coll.h"
@@ -104,6 +105,25 @@ static void test_bootstrap(void)
     CHECK(zs_coll_nccl_bootstrap(NULL, &err) == ZS_ERR_INVALID, "NULL out accepted");
     printf("rank %d: bootstrap ok (local rank %d of %d, id broadcast from rank 0)\n", g_rank,
            b.local_rank, b.local_size);
+}
+
+/* ZS_NCCL_CHECK's record (no GPU needed): call, file:line, rank, device,
+ * NCCL's text, the hint, and the code mapping. */
+static void test_check_macro(void)
+{
+    zs_err_t e;
+    int n = 0;
+    int line = __LINE__ + 1;
+    int rc = ZS_NCCL_CHECK(&e, 5, 2, "check the comm", ncclCommCount, NULL, &n);
+    CHECK(rc == ZS_ERR_INVALID, "ncclCommCount(NULL) gave %d: %s", rc, e.msg);
+    char want[80];
+    snprintf(want, sizeof want, "ncclCommCount at test_nccl_boot.c:%d on rank 5 (cuda:2): ", line);
+    CHECK(strstr(e.msg, want) && strstr(e.msg, "(hint: check the comm)"), "%s", e.msg);
+    if (g_rank == 0)
+        printf("ZS_NCCL_CHECK: %s\n", e.msg);
+    CHECK(zs__nccl_check(6, "x", __FILE__, 1, 0, 0, NULL, &e) == ZS_ERR_UNAVAILABLE, "remote");
+    CHECK(zs__nccl_check(1, "x", __FILE__, 1, 0, 0, NULL, &e) == ZS_ERR_INTERNAL, "unhandled");
+    CHECK(zs__nccl_check(0, "x", __FILE__, 1, 0, 0, NULL, &e) == ZS_OK, "success");
 }
 
 /* Without a GPU: the create fails on every rank, fast, saying why. */
@@ -381,6 +401,7 @@ int main(int argc, char **argv)
     int ngpu = zs_dev_cuda_available(why, sizeof why);
     int status = 0;
     if (strcmp(mode, "boot") == 0) {
+        test_check_macro();
         test_bootstrap();
         if (ngpu == 0)
             test_no_gpu(why);
