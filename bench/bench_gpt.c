@@ -24,8 +24,11 @@
  * one warm-up step.
  *
  * The baseline column is QUOTED, not measured here: llm.c's train_gpt2.c
- * (OpenMP, 2 threads) on a machine like this one: ~40 tokens/s on 124M and
- * ~1,700 tokens/s on the small shape.
+ * (gcc, OpenMP, 2 threads) measured on a machine like this one on
+ * 2026-11-23 (shared/notes/anchors-measured.md): 62.7 tokens/s on 124M and
+ * 2,770 tokens/s on the small shape. The same-run ratio that matters for
+ * the engine is printed last: engine W=1 / model + AdamW, per shape
+ * (medians of the same number of steps).
  *
  * Usage: bench_gpt [--shape 124m|small|both] [--threads N] [--no-engine]
  */
@@ -261,15 +264,15 @@ int main(int argc, char **argv)
     if (engine && (zs_dev_cpu_create(threads, &dev, &err) || zs_coll_mpi_create(dev, &coll, &err)))
         die("collectives", &err);
     shape_t shapes[2] = {
-        {"124M", {12, 12, 768, 64, 50257}, 4, zs_bench_reps(7), 40.0},
-        {"small", {4, 4, 256, 64, 256}, 8, zs_bench_reps(20), 1700.0},
+        {"124M", {12, 12, 768, 64, 50257}, 4, zs_bench_reps(7), 62.7},
+        {"small", {4, 4, 256, 64, 256}, 8, zs_bench_reps(20), 2770.0},
     };
     char title[160];
     snprintf(title, sizeof title,
              "GPT train step, %d threads, tokens/s (baseline: llm.c train_gpt2.c, QUOTED)",
              threads);
     zs_bench_header(title, "tokens/s");
-    double split[2][3];
+    double split[2][3], ratio[2] = {0, 0};
     for (int k = 0; k < 2; k++) {
         const shape_t *s = &shapes[k];
         if (strcmp(which, "both") && strcasecmp(which, s->name))
@@ -282,10 +285,12 @@ int main(int argc, char **argv)
         run_model(s, threads, rates, split[k]);
         snprintf(name, sizeof name, "%s model + AdamW (no engine)", s->name);
         zs_bench_row(name, size, rates, s->reps, &base, 1);
+        double bare = zs_bench_median(rates, s->reps);
         if (engine) {
             run_engine(s, threads, coll, rates);
             snprintf(name, sizeof name, "%s engine W=1 stage 0", s->name);
             zs_bench_row(name, size, rates, s->reps, &base, 1);
+            ratio[k] = zs_bench_median(rates, s->reps) / bare;
         }
     }
     printf("\nMedian step split (model + AdamW, ms): ");
@@ -294,6 +299,10 @@ int main(int argc, char **argv)
             printf("%s forward %.1f, backward %.1f, AdamW %.1f; ", shapes[k].name, split[k][0],
                    split[k][1], split[k][2]);
     printf("\n");
+    for (int k = 0; k < 2; k++)
+        if (ratio[k] > 0)
+            printf("Same run: %s engine W=1 stage 0 / model + AdamW = %.2fx tokens/s\n",
+                   shapes[k].name, ratio[k]);
     if (coll)
         zs_coll_destroy(coll);
     zs_dev_destroy(dev);
