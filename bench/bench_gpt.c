@@ -6,18 +6,22 @@
  * train_gpt2.c calls gpt2_update).
  *
  * Two ways of running the step, each a table row:
- *   model + AdamW  single process, no engine: the model's layer callbacks
- *                  on one flat fp32 parameter/gradient buffer, then
- *                  zs_adam_update over it in 1M-element chunks on a pool;
+ *   model + AdamW  single process, no engine, on the CPU device: the
+ *                  model bound to one compute stream, its layer callbacks
+ *                  on one flat fp32 parameter/gradient device buffer, then
+ *                  zs_dev_adamw over it on the same stream (the device's
+ *                  threads); the stream is waited for after forward,
+ *                  backward and AdamW so the split is real;
  *   engine W=1     zs_engine_step at W = 1 (MPI initialised here, no
  *                  mpirun), stage 0, fp32, no servers: the same work plus
  *                  what the engine adds (gradient "all-reduce" over one
  *                  rank, global norm, bookkeeping).
  * Shapes: GPT-2 124M (L=12, NH=12, C=768, V=50257, T=64, B=4) and small
  * (L=4, NH=4, C=256, V=256, T=64, B=8). Threads: 2 (--threads N): the
- * model's pool and the AdamW pool; OpenBLAS single-threaded inside the pool
- * (zs_gpt_ops.h). Rates are per step; the median of ZS_BENCH_REPS steps
- * (default 7 for 124M, 20 for small) after one warm-up step.
+ * model's pool and the CPU device's threads (AdamW); OpenBLAS
+ * single-threaded inside the pool (zs_gpt_ops.h). Rates are per step; the
+ * median of ZS_BENCH_REPS steps (default 7 for 124M, 20 for small) after
+ * one warm-up step.
  *
  * The baseline column is QUOTED, not measured here: llm.c's train_gpt2.c
  * (OpenMP, 2 threads) on a machine like this one: ~40 tokens/s on 124M and
@@ -36,7 +40,7 @@
 #include "zs_bench.h"
 #include "zs_engine.h"
 #include "zs_gpt.h"
-#include "zs_pool.h"
+#include "zs_dev.h"
 
 typedef struct {
     const char *name;
@@ -49,23 +53,6 @@ static void die(const char *what, const zs_err_t *err)
 {
     fprintf(stderr, "bench_gpt: %s: %s\n", what, err ? err->msg : "");
     exit(1);
-}
-
-typedef struct {
-    const zs_adam_hparams_t *hp;
-    const zs_adam_step_t *st;
-    float *p, *m, *v;
-    const float *g;
-    size_t n, chunk;
-} adam_job_t;
-
-static void adam_task(void *arg, size_t task, int thread)
-{
-    (void)thread;
-    const adam_job_t *j = arg;
-    size_t lo = task * j->chunk, n = lo + j->chunk < j->n ? j->chunk : j->n - lo;
-    zs_adam_update(j->hp, j->st, j->p + lo, j->m + lo, j->v + lo, j->g + lo, ZS_DTYPE_F32, NULL,
-                   ZS_DTYPE_NONE, n);
 }
 
 static void make_tokens(const shape_t *s, int32_t *in, int32_t *tg)
@@ -82,12 +69,37 @@ static void make_tokens(const shape_t *s, int32_t *in, int32_t *tg)
     }
 }
 
-/* Model + AdamW without the engine; fills tokens/s per step. */
+static void *dev_buf(zs_dev_t *dev, int cat, size_t bytes)
+{
+    zs_err_t err;
+    void *p;
+    if (zs_dev_alloc(dev, ZS_SPACE_DEVICE, cat, bytes, &p, &err))
+        die("alloc", &err);
+    return p;
+}
+
+static void wait_stream(zs_stream_t *s)
+{
+    zs_err_t err;
+    if (zs_dev_stream_sync(s, &err))
+        die("stream", &err);
+}
+
+/* Model + AdamW without the engine, on the CPU device: parameters,
+ * gradients and Adam moments in device buffers, the model bound to one
+ * compute stream, zs_dev_adamw over the whole buffer on the same stream.
+ * The stream is waited for after each phase so the split is real. Fills
+ * tokens/s per step. */
 static void run_model(const shape_t *s, int threads, double *rates, double ms[3])
 {
     zs_err_t err;
     zs_gpt_t *g;
+    zs_dev_t *dev;
+    zs_stream_t *cs;
     const zs_gpt_config_t *c = &s->c;
+    if (zs_dev_cpu_create(threads, &dev, &err) ||
+        zs_dev_stream_create(dev, 0, "compute", &cs, &err))
+        die("device", &err);
     if (zs_gpt_create(c, s->B, 1, &g, &err) || zs_gpt_set_threads(g, threads, &err))
         die("create", &err);
     const zs_model_t *m = zs_gpt_model(g);
@@ -96,15 +108,22 @@ static void run_model(const shape_t *s, int threads, double *rates, double ms[3]
     size_t *off = calloc((size_t)nl + 1, sizeof *off);
     for (int i = 0; i < nl; i++)
         off[i + 1] = off[i] + m->nparams[i];
-    float *w = malloc(P * 4), *gr = malloc(P * 4), *am = calloc(P, 4), *av = calloc(P, 4);
+    float *hw = malloc(P * 4);
     int32_t *in = malloc((size_t)s->B * c->ctx * 4), *tg = malloc((size_t)s->B * c->ctx * 4);
-    if (!off || !w || !gr || !am || !av || !in || !tg)
+    if (!off || !hw || !in || !tg)
         die("out of memory", NULL);
     for (int i = 0; i < nl; i++)
-        if (m->init_params(m->self, i, w + off[i], &err))
+        if (m->init_params(m->self, i, hw + off[i], &err))
             die("init", &err);
+    if (m->bind(m->self, dev, cs, &err))
+        die("bind", &err);
+    float *w = dev_buf(dev, ZS_MEM_PARAMS, P * 4), *gr = dev_buf(dev, ZS_MEM_GRADS, P * 4);
+    float *am = dev_buf(dev, ZS_MEM_OPTIMIZER, P * 4), *av = dev_buf(dev, ZS_MEM_OPTIMIZER, P * 4);
+    if (zs_dev_memcpy(cs, w, hw, P * 4, &err) || zs_dev_memset(cs, am, 0, P * 4, &err) ||
+        zs_dev_memset(cs, av, 0, P * 4, &err))
+        die("upload", &err);
+    wait_stream(cs);
     make_tokens(s, in, tg);
-    zs_pool_t *pool = zs_pool_create(threads);
     zs_adam_hparams_t hp = {1e-4f, 0.9f, 0.999f, 1e-8f, 0.0f, 1, 1};
     double tf[ZS_BENCH_MAX_REPS], tb[ZS_BENCH_MAX_REPS], ta[ZS_BENCH_MAX_REPS];
     double first = 0, last = 0;
@@ -117,19 +136,24 @@ static void run_model(const shape_t *s, int threads, double *rates, double ms[3]
             if (m->forward(m->self, i, p, &err))
                 die("forward", &err);
         }
+        double loss;
+        if (m->loss(m->self, &loss, &err)) /* waits for the forward */
+            die("loss", &err);
         double t1 = zs_bench_now();
-        memset(gr, 0, P * 4);
+        if (zs_dev_memset(cs, gr, 0, P * 4, &err))
+            die("zero grads", &err);
         for (int i = nl - 1; i >= 0; i--) {
             float *p[2] = {w + off[i], w}, *gp[2] = {gr + off[i], gr};
             if (m->backward(m->self, i, p, gp, 1.0f, &err))
                 die("backward", &err);
         }
+        wait_stream(cs);
         double t2 = zs_bench_now();
         zs_adam_step_t st = {hp.lr, r + 2, 1.0f, 1.0f};
-        adam_job_t aj = {&hp, &st, w, am, av, gr, P, 1 << 20};
-        zs_pool_run(pool, (P + aj.chunk - 1) / aj.chunk, adam_task, &aj);
+        if (zs_dev_adamw(cs, &hp, &st, w, am, av, gr, ZS_DTYPE_F32, NULL, ZS_DTYPE_NONE, P, &err))
+            die("adamw", &err);
+        wait_stream(cs);
         double t3 = zs_bench_now();
-        double loss = m->loss(m->self);
         if (r < 0)
             first = loss;
         last = loss;
@@ -145,9 +169,11 @@ static void run_model(const shape_t *s, int threads, double *rates, double ms[3]
     ms[2] = zs_bench_median(ta, s->reps);
     fprintf(stderr, "bench_gpt: %s model+AdamW: loss %.4f -> %.4f over %d steps\n", s->name, first,
             last, s->reps + 1);
-    zs_pool_destroy(pool);
     zs_gpt_destroy(g);
-    free(off), free(w), free(gr), free(am), free(av), free(in), free(tg);
+    zs_dev_free(dev, w), zs_dev_free(dev, gr), zs_dev_free(dev, am), zs_dev_free(dev, av);
+    zs_dev_stream_destroy(cs);
+    zs_dev_destroy(dev);
+    free(off), free(hw), free(in), free(tg);
 }
 
 /* The same step through the engine at W = 1, stage 0. */
@@ -223,10 +249,16 @@ int main(int argc, char **argv)
         }
     }
     int provided;
-    MPI_Init_thread(&argc, &argv, MPI_THREAD_FUNNELED, &provided);
+    /* the MPI collectives call MPI from their stream's thread */
+    MPI_Init_thread(&argc, &argv, MPI_THREAD_SERIALIZED, &provided);
+    if (provided < MPI_THREAD_SERIALIZED) {
+        fprintf(stderr, "bench_gpt: MPI gives thread level %d, SERIALIZED needed\n", provided);
+        return 1;
+    }
     zs_err_t err;
+    zs_dev_t *dev = NULL; /* the engine's CPU device (the bare path makes its own) */
     zs_coll_t *coll = NULL;
-    if (engine && zs_coll_mpi_create(&coll, &err))
+    if (engine && (zs_dev_cpu_create(threads, &dev, &err) || zs_coll_mpi_create(dev, &coll, &err)))
         die("collectives", &err);
     shape_t shapes[2] = {
         {"124M", {12, 12, 768, 64, 50257}, 4, zs_bench_reps(7), 40.0},
@@ -264,6 +296,7 @@ int main(int argc, char **argv)
     printf("\n");
     if (coll)
         zs_coll_destroy(coll);
+    zs_dev_destroy(dev);
     MPI_Finalize();
     return 0;
 }

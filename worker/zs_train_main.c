@@ -4,7 +4,9 @@
  *
  *   mpirun -np N zs-train --data F.tok [--config ds.json] [--servers a:p,b:p]
  *          [--layers 4 --heads 4 --width 256 --ctx 64] [--steps 200]
- *          [--ckpt-every 50] [--resume] [--csv F] [--log-every 1] [--mem-every K]
+ *          [--ckpt-every 50] [--resume | --resume-auto] [--csv F] [--log-every 1]
+ *          [--mem-every K] [--server-timeout S] [--server-wait S]
+ *          [--max-recoveries N] [--save-params F]
  *
  * Rank 0 prints the resolved configuration, the model size, one progress
  * line per step (or every K), the memory table of every worker after step 1
@@ -15,14 +17,22 @@
  * Without --config an embedded default is used (ZeRO stage 2, AdamW, the
  * optimizer offloaded when --servers is given).
  *
+ * A lost shard server does not end the run: the step fails on every worker,
+ * the engine waits for the server to come back on its address (up to
+ * --server-wait), restores the newest checkpoint complete on every server
+ * and goes on from there (zs_engine_recover), at most --max-recoveries
+ * times. A lost worker ends mpirun; zs-launch reruns the job with
+ * --resume-auto. The CSV never holds a step twice: on resume and recovery
+ * rows after the step resumed at are dropped.
+ *
  * Before anything starts, every rank parses the command line, the config
  * and the token file and opens the data; the ranks then agree on the
  * outcome, so a mistake there is printed once (by rank 0, or by the lowest
  * rank that failed) and every rank exits through MPI_Finalize with the same
- * code, without MPI_Abort. Failures after that (engine, servers, a step) are
- * not symmetric and abort the job with their code. Exit codes (usage(),
- * README): 0 done, 1 other failure, 2 command line, 3 config, 4 data,
- * 5 engine or shard servers.
+ * code, without MPI_Abort. Failures after that (engine, servers, a step) may
+ * hit some ranks only and abort the job with their code. Exit codes
+ * (usage(), README): 0 done, 1 other failure, 2 command line, 3 config,
+ * 4 data, 5 engine or shard servers.
  */
 #include <getopt.h>
 #include <limits.h>
@@ -54,7 +64,7 @@ static const char *k_default_config =
 
 /* Exit codes; one per thing that can be wrong, documented in usage() and README. */
 enum {
-    ZS_EXIT_OTHER = 1,  /* anything not below (device, MPI, model, CSV file) */
+    ZS_EXIT_OTHER = 1,  /* anything not below (device, MPI, model, CSV or --save-params file) */
     ZS_EXIT_USAGE = 2,  /* command line, or --token-file unreadable */
     ZS_EXIT_CONFIG = 3, /* --config unreadable or refused, or not valid for this world size */
     ZS_EXIT_DATA = 4,   /* --data unreadable or not a token file */
@@ -62,9 +72,10 @@ enum {
 };
 
 typedef struct {
-    const char *config, *servers, *data, *csv, *token_file, *name;
+    const char *config, *servers, *data, *csv, *token_file, *name, *save_params;
     zs_gpt_config_t g;
     int steps, ckpt_every, resume, log_every, micro, mem_every, allow_unknown;
+    int resume_auto, server_timeout, server_wait, max_recoveries;
     uint64_t seed;
 } opts_t;
 
@@ -88,9 +99,15 @@ static void usage(FILE *f)
                "  --ckpt-every K   checkpoint every K steps (needs --servers; default 0: off)\n"
                "  --resume         continue from the newest checkpoint complete on all servers\n"
                "                   (any worker count)\n"
-               "  --csv F          write per-step figures (appends on --resume)\n"
+               "  --resume-auto    resume when a checkpoint is complete on all servers, else\n"
+               "                   start fresh (what zs-launch passes on a rerun)\n"
+               "  --csv F          write per-step figures (appends on resume, without repeats)\n"
                "  --log-every K    progress line every K steps (default 1)\n"
                "  --mem-every K    memory table every K steps (default: after the first only)\n"
+               "  --server-timeout S  deadline of one server call in seconds (default 60)\n"
+               "  --server-wait S  how long to wait for a lost server to come back (default 300)\n"
+               "  --max-recoveries N  lost-server recoveries before giving up (default 20)\n"
+               "  --save-params F  write the final fp32 parameters (P floats, little-endian)\n"
                "  --name NAME      model name on the servers (default zs-gpt)\n"
                "  --seed S         initialisation seed (default 1337)\n"
                "  --token-file F   bearer token for the servers\n"
@@ -113,25 +130,22 @@ static int parse(int argc, char **argv, opts_t *o, int loud)
     o->log_every = 1;
     o->seed = 1337;
     o->name = "zs-gpt";
-    static const struct option lo[] = {{"data", 1, 0, 'd'},
-                                       {"config", 1, 0, 'c'},
-                                       {"servers", 1, 0, 's'},
-                                       {"layers", 1, 0, 'L'},
-                                       {"heads", 1, 0, 'H'},
-                                       {"width", 1, 0, 'C'},
-                                       {"ctx", 1, 0, 'T'},
-                                       {"steps", 1, 0, 'n'},
-                                       {"ckpt-every", 1, 0, 'k'},
-                                       {"resume", 0, 0, 'r'},
-                                       {"csv", 1, 0, 'v'},
-                                       {"log-every", 1, 0, 'l'},
-                                       {"name", 1, 0, 'N'},
-                                       {"seed", 1, 0, 'S'},
-                                       {"token-file", 1, 0, 't'},
-                                       {"mem-every", 1, 0, 'm'},
-                                       {"allow-unknown-keys", 0, 0, 'u'},
-                                       {"help", 0, 0, 'h'},
-                                       {0, 0, 0, 0}};
+    o->server_timeout = 60;
+    o->server_wait = 300;
+    o->max_recoveries = 20;
+    static const struct option lo[] = {
+        {"data", 1, 0, 'd'},        {"config", 1, 0, 'c'},
+        {"servers", 1, 0, 's'},     {"layers", 1, 0, 'L'},
+        {"heads", 1, 0, 'H'},       {"width", 1, 0, 'C'},
+        {"ctx", 1, 0, 'T'},         {"steps", 1, 0, 'n'},
+        {"ckpt-every", 1, 0, 'k'},  {"resume", 0, 0, 'r'},
+        {"csv", 1, 0, 'v'},         {"log-every", 1, 0, 'l'},
+        {"name", 1, 0, 'N'},        {"seed", 1, 0, 'S'},
+        {"token-file", 1, 0, 't'},  {"mem-every", 1, 0, 'm'},
+        {"resume-auto", 0, 0, 'R'}, {"server-timeout", 1, 0, 'o'},
+        {"server-wait", 1, 0, 'w'}, {"max-recoveries", 1, 0, 'x'},
+        {"save-params", 1, 0, 'p'}, {"allow-unknown-keys", 0, 0, 'u'},
+        {"help", 0, 0, 'h'},        {0, 0, 0, 0}};
     int ch;
     opterr = 0; /* one line of our own instead, from rank 0 only */
     while ((ch = getopt_long(argc, argv, "h", lo, NULL)) != -1) {
@@ -184,6 +198,21 @@ static int parse(int argc, char **argv, opts_t *o, int loud)
         case 'm':
             o->mem_every = atoi(optarg);
             break;
+        case 'R':
+            o->resume_auto = 1;
+            break;
+        case 'o':
+            o->server_timeout = atoi(optarg);
+            break;
+        case 'w':
+            o->server_wait = atoi(optarg);
+            break;
+        case 'x':
+            o->max_recoveries = atoi(optarg);
+            break;
+        case 'p':
+            o->save_params = optarg;
+            break;
         case 'u':
             o->allow_unknown = 1;
             break;
@@ -202,10 +231,11 @@ static int parse(int argc, char **argv, opts_t *o, int loud)
         bad = "unexpected argument";
     else if (!o->data)
         bad = "--data is required";
-    else if ((o->ckpt_every || o->resume) && !o->servers)
+    else if ((o->ckpt_every || o->resume || o->resume_auto) && !o->servers)
         bad = "--ckpt-every and --resume need --servers";
     else if (o->g.layers < 1 || o->g.heads < 1 || o->g.width % o->g.heads || o->g.ctx < 2 ||
-             o->steps < 1 || o->log_every < 1 || o->mem_every < 0)
+             o->steps < 1 || o->log_every < 1 || o->mem_every < 0 || o->server_timeout < 1 ||
+             o->server_wait < 0 || o->max_recoveries < 0)
         bad = "bad model shape or step counts (width % heads must be 0)";
     if (bad && errf)
         fprintf(errf, "zs-train: %s%s%s (--help for usage)\n", bad, optind < argc ? ": " : "",
@@ -220,6 +250,36 @@ static void warn_key(void *ud, const char *path, const char *why)
         fprintf(stderr, "zs-train: warning: config key %s: %s\n", path, why);
 }
 
+/* Open the CSV for rank 0. On a resume (at > 0) keep the header and the
+ * rows of steps <= at, so a step is never listed twice; a fresh run starts
+ * the file. NULL (with a message) on failure. */
+static FILE *csv_open(const char *path, int resumed, uint64_t at)
+{
+    static const char *header = "step,loss,lr,loss_scale,tokens_per_s,ms_step,ms_forward,"
+                                "ms_backward,ms_comm,ms_optimizer,skipped,workers\n";
+    char *old = resumed ? zs_file_read_text(path, (size_t)1 << 30, 0) : NULL;
+    FILE *f = fopen(path, "w");
+    if (!f) {
+        fprintf(stderr, "zs-train: cannot write %s\n", path);
+        free(old);
+        return NULL;
+    }
+    fputs(header, f);
+    /* old: the header line, then one row per step ("step,loss,..."). */
+    char *line = old ? strchr(old, '\n') : NULL;
+    while (line && *++line) {
+        char *end = strchr(line, '\n');
+        size_t len = end ? (size_t)(end - line) : strlen(line);
+        unsigned long long step = strtoull(line, NULL, 10);
+        if (step >= 1 && step <= at)
+            fprintf(f, "%.*s\n", (int)len, line);
+        line = end;
+    }
+    free(old);
+    fflush(f);
+    return f;
+}
+
 /* A failure after the start, possibly on some ranks only: print it and
  * abort the job with `code` (mpirun exits with it). */
 static int die(int rank, const char *what, const zs_err_t *err, int code)
@@ -232,7 +292,8 @@ static int die(int rank, const char *what, const zs_err_t *err, int code)
 
 /* The checks every rank makes before anything starts: the config (parsed
  * and resolved for W), the token file, the data. Returns 0, or the exit
- * code with *what and *err saying what failed. */
+ * code with *what and *err saying what failed. *token is malloc'd (caller
+ * frees), *data opened (caller closes), also on failure. */
 static int preflight(const opts_t *o, int rank, int W, zs_config_t *cfg, char **token,
                      zs_data_t **data, const char **what, zs_err_t *err)
 {
@@ -284,6 +345,51 @@ static int agree(int rank, int code, const char *what, const zs_err_t *err)
     return code;
 }
 
+/* A step or checkpoint failed on every worker: try to go on after a lost
+ * server (zs_engine_recover). Returns ZS_OK when training can continue
+ * (the CSV then lists steps up to the one recovered at), else the error. */
+static int recover(zs_engine_t *e, const opts_t *o, int rank, int *count, FILE **csv, zs_err_t *err)
+{
+    if (!o->servers || *count >= o->max_recoveries)
+        return err->code;
+    if (rank == 0)
+        fprintf(stderr, "zs-train: %s; recovering (%d of at most %d)\n", err->msg, *count + 1,
+                o->max_recoveries);
+    (*count)++;
+    uint64_t at = 0;
+    zs_err_t rerr;
+    if (zs_engine_recover(e, o->server_wait * 1000, &at, &rerr)) {
+        *err = rerr;
+        return rerr.code;
+    }
+    if (rank == 0) {
+        printf("       recovered: rolled back to step %llu\n", (unsigned long long)at);
+        if (*csv) {
+            fclose(*csv);
+            *csv = csv_open(o->csv, 1, at);
+        }
+    }
+    return ZS_OK;
+}
+
+/* Rank 0 writes the final fp32 parameters (collective: stage 3 gathers). */
+static int save_params(zs_engine_t *e, const char *path, int rank, zs_err_t *err)
+{
+    uint64_t P = zs_engine_num_params(e);
+    float *w = malloc((P ? P : 1) * sizeof *w);
+    if (!w)
+        return zs_err_set(err, ZS_ERR_NOMEM, "out of memory for %llu parameters",
+                          (unsigned long long)P);
+    int rc = zs_engine_get_params(e, w, err);
+    if (!rc && rank == 0) {
+        FILE *f = fopen(path, "wb");
+        if (!f || fwrite(w, sizeof *w, P, f) != P || fclose(f) != 0)
+            rc = zs_err_set(err, ZS_ERR_IO, "cannot write %s", path);
+    }
+    free(w);
+    return rc;
+}
+
 int main(int argc, char **argv)
 {
     int provided;
@@ -328,7 +434,7 @@ int main(int argc, char **argv)
     if (zs_gpt_create(&o.g, (int)cfg.micro_batch_per_gpu, o.seed, &gpt, &err) ||
         zs_gpt_set_data(gpt, data, &err))
         return die(rank, "model", &err, ZS_EXIT_OTHER);
-    zs_engine_opts_t eo = {&cfg, coll, o.servers, token, o.name, 300000, 0};
+    zs_engine_opts_t eo = {&cfg, coll, o.servers, token, o.name, o.server_timeout * 1000, 0};
     zs_engine_t *e;
     if (zs_engine_create(&eo, zs_gpt_model(gpt), &e, &err))
         return die(rank, "engine", &err, ZS_EXIT_ENGINE);
@@ -344,37 +450,43 @@ int main(int argc, char **argv)
         fflush(stdout);
     }
     uint64_t start = 0;
-    if (o.resume) {
-        if (zs_engine_resume(e, 0, &start, &err))
+    int resumed = 0;
+    if (o.resume || o.resume_auto) {
+        int rc2 = zs_engine_resume(e, 0, &start, &err);
+        if (rc2 == ZS_OK) {
+            resumed = 1;
+            if (rank == 0)
+                printf("resumed from checkpoint %llu\n", (unsigned long long)start);
+        } else if (rc2 == ZS_ERR_NOTFOUND && o.resume_auto) {
+            if (rank == 0)
+                printf("no checkpoint complete on every server: starting fresh\n");
+            if (zs_engine_start(e, &err))
+                return die(rank, "start", &err, ZS_EXIT_ENGINE);
+        } else {
             return die(rank, "resume", &err, ZS_EXIT_ENGINE);
-        if (rank == 0)
-            printf("resumed from checkpoint %llu\n", (unsigned long long)start);
+        }
     } else if (zs_engine_start(e, &err)) {
         return die(rank, "start", &err, ZS_EXIT_ENGINE);
     }
     FILE *csv = NULL;
-    if (rank == 0 && o.csv) {
-        csv = fopen(o.csv, o.resume ? "a" : "w");
-        if (!csv) {
-            fprintf(stderr, "zs-train: cannot write %s\n", o.csv);
-            MPI_Abort(MPI_COMM_WORLD, ZS_EXIT_OTHER);
-        }
-        if (!o.resume)
-            fprintf(csv, "step,loss,lr,loss_scale,tokens_per_s,ms_step,ms_forward,ms_backward,"
-                         "ms_comm,ms_optimizer,skipped,workers\n");
-    }
+    if (rank == 0 && o.csv && !(csv = csv_open(o.csv, resumed, start)))
+        MPI_Abort(MPI_COMM_WORLD, ZS_EXIT_OTHER);
     double tokens_per_step = (double)cfg.train_batch_size * o.g.ctx, t_all = 0, first_loss = 0;
     double last_loss = 0;
     int nsteps = 0;
     if (rank == 0)
         printf("%6s %9s %10s %8s %9s %8s %8s %8s %8s\n", "step", "loss", "lr", "scale", "tok/s",
                "fwd ms", "bwd ms", "comm ms", "opt ms");
+    int recoveries = 0;
     while (zs_engine_step_count(e) < (uint64_t)o.steps) {
         zs_step_stats_t st;
         struct timespec a, b;
         clock_gettime(CLOCK_MONOTONIC, &a);
-        if (zs_engine_step(e, &st, &err))
-            return die(rank, "step", &err, ZS_EXIT_ENGINE);
+        if (zs_engine_step(e, &st, &err)) {
+            if (recover(e, &o, rank, &recoveries, &csv, &err))
+                return die(rank, "step", &err, ZS_EXIT_ENGINE);
+            continue;
+        }
         clock_gettime(CLOCK_MONOTONIC, &b);
         double sec = (double)(b.tv_sec - a.tv_sec) + 1e-9 * (double)(b.tv_nsec - a.tv_nsec);
         t_all += sec;
@@ -401,8 +513,11 @@ int main(int argc, char **argv)
             fflush(stdout);
         }
         if (o.ckpt_every && st.step % (uint64_t)o.ckpt_every == 0) {
-            if (zs_engine_checkpoint(e, &err))
-                return die(rank, "checkpoint", &err, ZS_EXIT_ENGINE);
+            if (zs_engine_checkpoint(e, &err)) {
+                if (recover(e, &o, rank, &recoveries, &csv, &err))
+                    return die(rank, "checkpoint", &err, ZS_EXIT_ENGINE);
+                continue;
+            }
             if (rank == 0)
                 printf("       checkpoint %llu complete on all servers\n",
                        (unsigned long long)st.step);
@@ -414,6 +529,8 @@ int main(int argc, char **argv)
                first_loss, last_loss, tokens_per_step * nsteps / t_all, t_all);
     if (csv)
         fclose(csv);
+    if (o.save_params && save_params(e, o.save_params, rank, &err))
+        return die(rank, "--save-params", &err, ZS_EXIT_OTHER);
     zs_engine_destroy(e);
     zs_gpt_destroy(gpt);
     zs_data_close(data);

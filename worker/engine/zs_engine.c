@@ -191,7 +191,7 @@ static int copy_model(zs_engine_t *e, const zs_model_t *m, zs_err_t *err)
 
 /* Fill the model state from the model's initial parameters, one segment at
  * a time through a host and a device fp32 buffer of the largest segment. */
-static int init_state(zs_engine_t *e, zs_err_t *err)
+int zs__eng_init_state(zs_engine_t *e, zs_err_t *err)
 {
     size_t bytes = (size_t)e->max_seg_pad * 4;
     float *host = NULL, *dev = NULL;
@@ -331,7 +331,7 @@ int zs_engine_create(const zs_engine_opts_t *o, const zs_model_t *model, zs_engi
     if (rc)
         goto fail;
     zs_loss_scale_init(&e->ls, e->dt == ZS_DTYPE_F16 ? &e->cfg.fp16 : NULL);
-    rc = init_state(e, err);
+    rc = zs__eng_init_state(e, err);
     if (rc)
         goto fail;
     if (o->servers) {

@@ -175,6 +175,16 @@ int zs_engine_step(zs_engine_t *e, zs_step_stats_t *stats, zs_err_t *err);
  * on every server. Collective. */
 int zs_engine_checkpoint(zs_engine_t *e, zs_err_t *err);
 
+/* After a failed zs_engine_step or zs_engine_checkpoint, on every worker
+ * (collective): if any worker lost a shard server (unreachable, past its
+ * deadline, or restarted without the step's state), wait up to wait_ms
+ * for every server to answer again, restore the newest checkpoint complete
+ * on all of them and roll every worker back to it (*step_out; 0 when none
+ * was complete: the run starts over). Other failures are refused with
+ * ZS_ERR_STATE; servers that stay away give ZS_ERR_UNAVAILABLE. See
+ * zs_engine_recover.c. */
+int zs_engine_recover(zs_engine_t *e, int wait_ms, uint64_t *step_out, zs_err_t *err);
+
 /* Current (last completed) step. */
 uint64_t zs_engine_step_count(const zs_engine_t *e);
 

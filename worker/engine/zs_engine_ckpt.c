@@ -115,7 +115,7 @@ static int upload_state(zs_engine_t *e, zs_err_t *err)
     return move_state(e, 1, err);
 }
 
-int zs_engine_checkpoint(zs_engine_t *e, zs_err_t *err)
+static int checkpoint(zs_engine_t *e, zs_err_t *err)
 {
     ZS_ENG_TRY(need_servers(e, "checkpoint", err));
     uint8_t meta[META_BYTES];
@@ -135,6 +135,14 @@ int zs_engine_checkpoint(zs_engine_t *e, zs_err_t *err)
     if (e->rank == 0)
         rc = zs_client_checkpoint_meta(e->client, e->step, 0, meta, sizeof meta, err);
     return zs__eng_agree(e, rc, err);
+}
+
+int zs_engine_checkpoint(zs_engine_t *e, zs_err_t *err)
+{
+    int rc = checkpoint(e, err);
+    if (rc)
+        e->last_rc = rc;
+    return rc;
 }
 
 int zs_engine_resume(zs_engine_t *e, uint64_t want, uint64_t *step_out, zs_err_t *err)

@@ -9,6 +9,7 @@
  *   zs_engine_optim.c   norm, clipping, optimizer or offload, parameter gather
  *   zs_engine_push.c    background push of staged gradient partitions
  *   zs_engine_ckpt.c    start, checkpoint, resume
+ *   zs_engine_recover.c going on after a lost shard server
  *
  * Two units of partitioning:
  *   segment  the unit a worker owns a slice of: padded to a multiple of
@@ -139,6 +140,7 @@ struct zs_engine {
     zs__pusher_t *pusher; /* offload: background gradient push */
     int last_micro;       /* the current micro-batch is the step's last */
     void *leak;           /* ZS_ENGINE_DEBUG_LEAK: the last leaked block */
+    int last_rc;          /* this worker's status of the last failed step/checkpoint */
 };
 
 /* Bucket k's full-buffer pointer of a dtype-sized buffer. */
@@ -194,6 +196,12 @@ int zs__eng_push_wait(zs_engine_t *e, zs_err_t *err);
  * buffers. */
 void *zs__eng_grad_part(zs_engine_t *e, const zs__seg_t *s);
 void *zs__eng_param_part(zs_engine_t *e, const zs__seg_t *s);
+
+/* Initial parameters (and master weights) from the model (zs_engine.c). */
+int zs__eng_init_state(zs_engine_t *e, zs_err_t *err);
+
+/* A status a lost or restarted shard server gives (zs_engine_recover.c). */
+int zs__eng_is_server_loss(int rc);
 
 /* Milliseconds on the monotonic clock. */
 double zs__eng_now_ms(void);

@@ -183,7 +183,7 @@ static int backward(zs_engine_t *e, float dloss, float **ptrs, float **gptrs, zs
     return ZS_OK;
 }
 
-int zs_engine_step(zs_engine_t *e, zs_step_stats_t *st, zs_err_t *err)
+static int step(zs_engine_t *e, zs_step_stats_t *st, zs_err_t *err)
 {
     memset(st, 0, sizeof *st);
     st->step = e->step + 1;
@@ -258,5 +258,13 @@ int zs_engine_step(zs_engine_t *e, zs_step_stats_t *st, zs_err_t *err)
     rc = zs__eng_optimize(e, st, err);
     if (rc == ZS_OK)
         e->step = st->step;
+    return rc;
+}
+
+int zs_engine_step(zs_engine_t *e, zs_step_stats_t *st, zs_err_t *err)
+{
+    int rc = step(e, st, err);
+    if (rc)
+        e->last_rc = rc;
     return rc;
 }
