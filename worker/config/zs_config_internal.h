@@ -97,8 +97,9 @@ int zs__cfg_check_duplicates(pctx_t *c, const cJSON *o, const char *path);
 void zs__cfg_near_init(cfg_near_t *n, const char *key);
 
 /* Consider cand (kept by pointer): it becomes the best if strictly closer
- * (case-insensitive edit distance with transpositions) and within a third
- * of the longer name's length, at least 1 edit. */
+ * (case-insensitive edit distance with transpositions, or 1 + the extra
+ * '_'-words when one name's words are all in the other, whichever is less)
+ * and within a third of the longer name's length, at least 1. */
 void zs__cfg_near_add(cfg_near_t *n, const char *cand);
 
 /* zs__cfg_near_add for each entry of a NULL-terminated list (list may be NULL). */

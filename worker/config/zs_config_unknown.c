@@ -3,6 +3,10 @@
  * known key by edit distance ("did you mean zero_optimization?"), and the
  * refusal (or, with allow_unknown, the warning) that names both.
  *
+ * Closeness is the case-insensitive edit distance (with transpositions), or
+ * for names that differ by whole '_'-separated words ("warmup_steps",
+ * "warmup_num_steps") 1 + the number of extra words, whichever is smaller.
+ *
  * A typo such as "zero_optimisation" would otherwise train at stage 0, so an
  * unknown key is an error unless the caller allows it. The parse goes on
  * after the first unknown key to name the others in the same message;
@@ -55,6 +59,71 @@ static int edit_distance(const char *a, const char *b)
     return rows[n % 3][m];
 }
 
+#define WORDS_MAX 12 /* '_'-separated words compared per name */
+
+typedef struct word {
+    const char *p;
+    size_t n;
+} word_t;
+
+/* Split name at '_' into at most WORDS_MAX non-empty words; -1 if more. */
+static int split_words(const char *name, word_t *w)
+{
+    int k = 0;
+    for (const char *p = name; *p;) {
+        size_t n = strcspn(p, "_");
+        if (n) {
+            if (k == WORDS_MAX)
+                return -1;
+            w[k++] = (word_t){p, n};
+        }
+        p += n;
+        if (*p == '_')
+            p++;
+    }
+    return k;
+}
+
+/* Whether word a is among b[0..nb), ASCII case-insensitively. */
+static int word_in(word_t a, const word_t *b, int nb)
+{
+    for (int j = 0; j < nb; j++) {
+        if (b[j].n != a.n)
+            continue;
+        size_t i = 0;
+        while (i < a.n && fold(a.p[i]) == fold(b[j].p[i]))
+            i++;
+        if (i == a.n)
+            return 1;
+    }
+    return 0;
+}
+
+/* A second measure for names that differ by whole words: when every word
+ * of one name is a word of the other ("warmup_steps" in
+ * "warmup_num_steps"), 1 + the number of extra words; else INT_MAX. Edit
+ * distance alone would prefer "warmup_type" there. */
+static int word_distance(const char *a, const char *b)
+{
+    word_t wa[WORDS_MAX], wb[WORDS_MAX];
+    int na = split_words(a, wa), nb = split_words(b, wb);
+    if (na <= 0 || nb <= 0)
+        return INT_MAX;
+    if (na > nb) {
+        word_t t[WORDS_MAX];
+        memcpy(t, wa, sizeof t);
+        memcpy(wa, wb, sizeof wa);
+        memcpy(wb, t, sizeof wb);
+        int tn = na;
+        na = nb;
+        nb = tn;
+    }
+    for (int i = 0; i < na; i++)
+        if (!word_in(wa[i], wb, nb))
+            return INT_MAX;
+    return 1 + (nb - na);
+}
+
 /* Start a search for the known key closest to key. */
 void zs__cfg_near_init(cfg_near_t *n, const char *key)
 {
@@ -65,10 +134,13 @@ void zs__cfg_near_init(cfg_near_t *n, const char *key)
 
 /* Consider one known key: kept if it is closer than the best so far (the
  * first of equals wins) and within a third of the longer name's length (at
- * least 1 edit), so that "foo" suggests nothing rather than "eps". */
+ * least 1 edit), so that "foo" suggests nothing rather than "eps". Closeness
+ * is the edit distance, or the word distance when that is smaller. */
 void zs__cfg_near_add(cfg_near_t *n, const char *cand)
 {
-    int d = edit_distance(n->key, cand);
+    int d = edit_distance(n->key, cand), wd = word_distance(n->key, cand);
+    if (wd < d)
+        d = wd;
     size_t lk = strlen(n->key), lc = strlen(cand);
     int limit = (int)((lk > lc ? lk : lc) / 3);
     if (limit < 1)
@@ -87,17 +159,19 @@ void zs__cfg_near_add_list(cfg_near_t *n, const char *const *list)
 }
 
 /* Append ", item" (just "item" first) to c->unknown; an item that does not
- * fit ends the list with ", ..." (once). */
+ * fit (room for ", ..." is always kept) ends the list with ", ..." once. */
 static void unknown_append(pctx_t *c, const char *item)
 {
-    size_t used = strlen(c->unknown), room = sizeof c->unknown - used;
+    static const char more[] = ", ...";
+    size_t used = strlen(c->unknown), room = sizeof c->unknown - sizeof more - used;
     if (c->unknown_full)
         return;
-    int k = snprintf(c->unknown + used, room, "%s%s", used ? ", " : "", item);
-    if (k < 0 || (size_t)k >= room) {
-        c->unknown[used] = '\0';
-        if (room > 5)
-            snprintf(c->unknown + used, room, ", ...");
+    size_t need = (used ? 2 : 0) + strlen(item);
+    if (need < room) {
+        snprintf(c->unknown + used, room, "%s%s", used ? ", " : "", item);
+    } else {
+        const char *m = used ? more : more + 2; /* a first item too long: just "..." */
+        memcpy(c->unknown + used, m, strlen(m) + 1);
         c->unknown_full = 1;
     }
 }
