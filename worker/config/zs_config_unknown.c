@@ -37,11 +37,11 @@ static int edit_distance(const char *a, const char *b)
     size_t n = strlen(a), m = strlen(b);
     if (n > NEAR_MAX || m > NEAR_MAX)
         return INT_MAX;
-    int rows[3][NEAR_MAX + 1]; /* rows i-2, i-1, i (rotating) */
+    int rows[3][NEAR_MAX + 1]; /* rows i-2, i-1, i at (i+1)%3, (i+2)%3, i%3 */
     for (size_t j = 0; j <= m; j++)
         rows[0][j] = (int)j;
     for (size_t i = 1; i <= n; i++) {
-        int *cur = rows[i % 3], *prev = rows[(i - 1) % 3], *pp = rows[(i - 2) % 3];
+        int *cur = rows[i % 3], *prev = rows[(i - 1) % 3], *pp = rows[(i + 1) % 3];
         cur[0] = (int)i;
         for (size_t j = 1; j <= m; j++) {
             int cost = fold(a[i - 1]) != fold(b[j - 1]);
