@@ -24,8 +24,18 @@
  * times. A lost worker ends mpirun; zs-launch reruns the job with
  * --resume-auto. The CSV never holds a step twice: on resume and recovery
  * rows after the step resumed at are dropped.
+ *
+ * Before anything starts, every rank parses the command line, the config
+ * and the token file and opens the data; the ranks then agree on the
+ * outcome, so a mistake there is printed once (by rank 0, or by the lowest
+ * rank that failed) and every rank exits through MPI_Finalize with the same
+ * code, without MPI_Abort. Failures after that (engine, servers, a step) may
+ * hit some ranks only and abort the job with their code. Exit codes
+ * (usage(), README): 0 done, 1 other failure, 2 command line, 3 config,
+ * 4 data, 5 engine or shard servers.
  */
 #include <getopt.h>
+#include <limits.h>
 #include <mpi.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -52,10 +62,19 @@ static const char *k_default_config =
     "  \"zero_optimization\": {\"stage\": 2, \"offload_optimizer\": {\"device\": \"%s\"}}\n"
     "}\n";
 
+/* Exit codes; one per thing that can be wrong, documented in usage() and README. */
+enum {
+    ZS_EXIT_OTHER = 1,  /* anything not below (device, MPI, model, CSV or --save-params file) */
+    ZS_EXIT_USAGE = 2,  /* command line, or --token-file unreadable */
+    ZS_EXIT_CONFIG = 3, /* --config unreadable or refused, or not valid for this world size */
+    ZS_EXIT_DATA = 4,   /* --data unreadable or not a token file */
+    ZS_EXIT_ENGINE = 5, /* the engine or the shard servers (connect, resume, step, checkpoint) */
+};
+
 typedef struct {
     const char *config, *servers, *data, *csv, *token_file, *name, *save_params;
     zs_gpt_config_t g;
-    int steps, ckpt_every, resume, log_every, micro, mem_every;
+    int steps, ckpt_every, resume, log_every, micro, mem_every, allow_unknown;
     int resume_auto, server_timeout, server_wait, max_recoveries;
     uint64_t seed;
 } opts_t;
@@ -67,6 +86,9 @@ static void usage(FILE *f)
                "  --data F         token file (zs-tokenize makes one from text)\n"
                "  --config F       DeepSpeed JSON config (default: embedded, ZeRO stage 2,\n"
                "                   train_batch_size 16, micro batch 4, AdamW lr 1e-3)\n"
+               "  --allow-unknown-keys  warn about unknown config keys and ignore them\n"
+               "                   (default: an unknown key is an error naming the closest\n"
+               "                   known one)\n"
                "  --servers LIST   shard servers host:port,... (optimizer offloaded when the\n"
                "                   config says offload_optimizer.device = cpu; checkpoints)\n"
                "  --layers N       transformer blocks (default 4)\n"
@@ -88,11 +110,20 @@ static void usage(FILE *f)
                "  --save-params F  write the final fp32 parameters (P floats, little-endian)\n"
                "  --name NAME      model name on the servers (default zs-gpt)\n"
                "  --seed S         initialisation seed (default 1337)\n"
-               "  --token-file F   bearer token for the servers\n");
+               "  --token-file F   bearer token for the servers\n"
+               "\n"
+               "exit codes: 0 done, 1 other failure, 2 command line (or --token-file\n"
+               "unreadable), 3 config, 4 data, 5 engine or shard servers. Command-line,\n"
+               "config, data and token-file errors are printed once (rank 0) and every\n"
+               "rank exits with the code; later failures abort the job with theirs.\n");
 }
 
-static int parse(int argc, char **argv, opts_t *o)
+/* Parse the command line into *o. Returns 0, 1 for --help (printed), or
+ * ZS_EXIT_USAGE (reason printed). Only `loud` (rank 0) prints: every rank
+ * sees the same argv. */
+static int parse(int argc, char **argv, opts_t *o, int loud)
 {
+    FILE *out = loud ? stdout : NULL, *errf = loud ? stderr : NULL;
     memset(o, 0, sizeof *o);
     o->g = (zs_gpt_config_t){4, 4, 128, 64, 256};
     o->steps = 200;
@@ -103,15 +134,20 @@ static int parse(int argc, char **argv, opts_t *o)
     o->server_wait = 300;
     o->max_recoveries = 20;
     static const struct option lo[] = {
-        {"data", 1, 0, 'd'},   {"config", 1, 0, 'c'}, {"servers", 1, 0, 's'},
-        {"layers", 1, 0, 'L'}, {"heads", 1, 0, 'H'},  {"width", 1, 0, 'C'},
-        {"ctx", 1, 0, 'T'},    {"steps", 1, 0, 'n'},  {"ckpt-every", 1, 0, 'k'},
-        {"resume", 0, 0, 'r'}, {"csv", 1, 0, 'v'},    {"log-every", 1, 0, 'l'},
-        {"name", 1, 0, 'N'},   {"seed", 1, 0, 'S'},   {"token-file", 1, 0, 't'},
-        {"mem-every", 1, 0, 'm'}, {"resume-auto", 0, 0, 'R'}, {"server-timeout", 1, 0, 'o'},
-        {"server-wait", 1, 0, 'w'}, {"max-recoveries", 1, 0, 'x'}, {"save-params", 1, 0, 'p'},
-        {"help", 0, 0, 'h'},   {0, 0, 0, 0}};
+        {"data", 1, 0, 'd'},        {"config", 1, 0, 'c'},
+        {"servers", 1, 0, 's'},     {"layers", 1, 0, 'L'},
+        {"heads", 1, 0, 'H'},       {"width", 1, 0, 'C'},
+        {"ctx", 1, 0, 'T'},         {"steps", 1, 0, 'n'},
+        {"ckpt-every", 1, 0, 'k'},  {"resume", 0, 0, 'r'},
+        {"csv", 1, 0, 'v'},         {"log-every", 1, 0, 'l'},
+        {"name", 1, 0, 'N'},        {"seed", 1, 0, 'S'},
+        {"token-file", 1, 0, 't'},  {"mem-every", 1, 0, 'm'},
+        {"resume-auto", 0, 0, 'R'}, {"server-timeout", 1, 0, 'o'},
+        {"server-wait", 1, 0, 'w'}, {"max-recoveries", 1, 0, 'x'},
+        {"save-params", 1, 0, 'p'}, {"allow-unknown-keys", 0, 0, 'u'},
+        {"help", 0, 0, 'h'},        {0, 0, 0, 0}};
     int ch;
+    opterr = 0; /* one line of our own instead, from rank 0 only */
     while ((ch = getopt_long(argc, argv, "h", lo, NULL)) != -1) {
         switch (ch) {
         case 'd':
@@ -177,36 +213,41 @@ static int parse(int argc, char **argv, opts_t *o)
         case 'p':
             o->save_params = optarg;
             break;
+        case 'u':
+            o->allow_unknown = 1;
+            break;
         case 'h':
-            usage(stdout);
+            if (out)
+                usage(out);
             return 1;
         default:
-            usage(stderr);
-            return 2;
+            if (errf)
+                fprintf(errf, "zs-train: bad option %s (--help for usage)\n", argv[optind - 1]);
+            return ZS_EXIT_USAGE;
         }
     }
-    if (!o->data) {
-        fprintf(stderr, "zs-train: --data is required\n\n");
-        usage(stderr);
-        return 2;
-    }
-    if ((o->ckpt_every || o->resume || o->resume_auto) && !o->servers) {
-        fprintf(stderr, "zs-train: --ckpt-every and --resume need --servers\n");
-        return 2;
-    }
-    if (o->g.layers < 1 || o->g.heads < 1 || o->g.width % o->g.heads || o->g.ctx < 2 ||
-        o->steps < 1 || o->log_every < 1 || o->mem_every < 0 || o->server_timeout < 1 ||
-        o->server_wait < 0 || o->max_recoveries < 0) {
-        fprintf(stderr, "zs-train: bad model shape or step counts (width %% heads must be 0)\n");
-        return 2;
-    }
-    return 0;
+    const char *bad = NULL;
+    if (optind < argc)
+        bad = "unexpected argument";
+    else if (!o->data)
+        bad = "--data is required";
+    else if ((o->ckpt_every || o->resume || o->resume_auto) && !o->servers)
+        bad = "--ckpt-every and --resume need --servers";
+    else if (o->g.layers < 1 || o->g.heads < 1 || o->g.width % o->g.heads || o->g.ctx < 2 ||
+             o->steps < 1 || o->log_every < 1 || o->mem_every < 0 || o->server_timeout < 1 ||
+             o->server_wait < 0 || o->max_recoveries < 0)
+        bad = "bad model shape or step counts (width % heads must be 0)";
+    if (bad && errf)
+        fprintf(errf, "zs-train: %s%s%s (--help for usage)\n", bad, optind < argc ? ": " : "",
+                optind < argc ? argv[optind] : "");
+    return bad ? ZS_EXIT_USAGE : 0;
 }
 
+/* Config warnings, printed by rank 0 only (every rank parses the same file). */
 static void warn_key(void *ud, const char *path, const char *why)
 {
     if (*(int *)ud == 0)
-        fprintf(stderr, "zs-train: config key %s ignored: %s\n", path, why);
+        fprintf(stderr, "zs-train: warning: config key %s: %s\n", path, why);
 }
 
 /* Open the CSV for rank 0. On a resume (at > 0) keep the header and the
@@ -239,12 +280,69 @@ static FILE *csv_open(const char *path, int resumed, uint64_t at)
     return f;
 }
 
-static int die(int rank, const char *what, const zs_err_t *err)
+/* A failure after the start, possibly on some ranks only: print it and
+ * abort the job with `code` (mpirun exits with it). */
+static int die(int rank, const char *what, const zs_err_t *err, int code)
 {
     fprintf(stderr, "zs-train: rank %d: %s: %s\n", rank, what, err->msg);
     fflush(stderr);
-    MPI_Abort(MPI_COMM_WORLD, 1);
-    return 1;
+    MPI_Abort(MPI_COMM_WORLD, code);
+    return code;
+}
+
+/* The checks every rank makes before anything starts: the config (parsed
+ * and resolved for W), the token file, the data. Returns 0, or the exit
+ * code with *what and *err saying what failed. *token is malloc'd (caller
+ * frees), *data opened (caller closes), also on failure. */
+static int preflight(const opts_t *o, int rank, int W, zs_config_t *cfg, char **token,
+                     zs_data_t **data, const char **what, zs_err_t *err)
+{
+    char json[2048];
+    zs_config_opts_t co = {warn_key, &rank, o->allow_unknown};
+    int rc;
+    if (o->config) {
+        rc = zs_config_load_opts(o->config, &co, cfg, err);
+    } else {
+        snprintf(json, sizeof json, k_default_config, o->servers ? "cpu" : "none");
+        rc = zs_config_parse_opts(json, &co, cfg, err);
+    }
+    if (!rc)
+        rc = zs_config_resolve(cfg, W, err);
+    if (rc) {
+        *what = "config";
+        return ZS_EXIT_CONFIG;
+    }
+    if (o->token_file && !(*token = zs_file_read_text(o->token_file, 4096, 1))) {
+        *what = "usage";
+        zs_err_set(err, ZS_ERR_IO, "cannot read --token-file %s", o->token_file);
+        return ZS_EXIT_USAGE;
+    }
+    if (zs_data_open(o->data, data, err)) {
+        *what = "data";
+        return ZS_EXIT_DATA;
+    }
+    return 0;
+}
+
+/* Make the ranks agree on the preflight outcome (collective on
+ * MPI_COMM_WORLD; nothing else uses MPI yet): the lowest rank that failed
+ * prints its error, once (rank 0 when all failed alike, the usual case),
+ * and every rank gets its exit code, 0 if none failed. */
+static int agree(int rank, int code, const char *what, const zs_err_t *err)
+{
+    int mine = code ? rank : INT_MAX, first = INT_MAX;
+    MPI_Allreduce(&mine, &first, 1, MPI_INT, MPI_MIN, MPI_COMM_WORLD);
+    if (first == INT_MAX)
+        return 0;
+    if (rank == first) {
+        if (rank == 0)
+            fprintf(stderr, "zs-train: %s error: %s\n", what, err->msg);
+        else
+            fprintf(stderr, "zs-train: rank %d: %s error: %s\n", rank, what, err->msg);
+        fflush(stderr);
+    }
+    MPI_Bcast(&code, 1, MPI_INT, first, MPI_COMM_WORLD);
+    return code;
 }
 
 /* A step or checkpoint failed on every worker: try to go on after a lost
@@ -297,55 +395,49 @@ int main(int argc, char **argv)
     int provided;
     /* collectives run on the communicator's stream thread: SERIALIZED */
     MPI_Init_thread(&argc, &argv, MPI_THREAD_SERIALIZED, &provided);
+    int rank = 0, W = 1;
+    MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+    MPI_Comm_size(MPI_COMM_WORLD, &W);
     opts_t o;
-    int prc = parse(argc, argv, &o);
+    int prc = parse(argc, argv, &o, rank == 0);
     if (prc) {
         MPI_Finalize();
         return prc == 1 ? 0 : prc;
     }
-    zs_err_t err;
-    zs_dev_t *dev;
-    if (zs_dev_cpu_create(1, &dev, &err))
-        return die(-1, "device", &err);
-    zs_coll_t *coll;
-    if (zs_coll_mpi_create(dev, &coll, &err))
-        return die(-1, "MPI", &err);
-    int rank = coll->rank, W = coll->size;
     char tag[32];
     snprintf(tag, sizeof tag, "zs-train[%d]", rank);
     zs_log_set_tag(tag);
 
-    zs_data_t *data;
-    if (zs_data_open(o.data, &data, &err))
-        return die(rank, "data", &err);
-    o.g.vocab = (int)zs_data_vocab(data);
+    zs_err_t err = {0};
     zs_config_t cfg;
     zs_config_defaults(&cfg);
-    char json[2048];
-    int rc;
-    if (o.config) {
-        rc = zs_config_load(o.config, &cfg, warn_key, &rank, &err);
-    } else {
-        snprintf(json, sizeof json, k_default_config, o.servers ? "cpu" : "none");
-        rc = zs_config_parse(json, &cfg, warn_key, &rank, &err);
+    zs_data_t *data = NULL;
+    char *token = NULL;
+    const char *what = "";
+    int code = preflight(&o, rank, W, &cfg, &token, &data, &what, &err);
+    if ((code = agree(rank, code, what, &err)) != 0) {
+        if (data)
+            zs_data_close(data);
+        free(token);
+        MPI_Finalize();
+        return code;
     }
-    if (!rc)
-        rc = zs_config_resolve(&cfg, W, &err);
-    if (rc)
-        return die(rank, "config", &err);
+    o.g.vocab = (int)zs_data_vocab(data);
+
+    zs_dev_t *dev;
+    if (zs_dev_cpu_create(1, &dev, &err))
+        return die(rank, "device", &err, ZS_EXIT_OTHER);
+    zs_coll_t *coll;
+    if (zs_coll_mpi_create(dev, &coll, &err))
+        return die(rank, "MPI", &err, ZS_EXIT_OTHER);
     zs_gpt_t *gpt;
     if (zs_gpt_create(&o.g, (int)cfg.micro_batch_per_gpu, o.seed, &gpt, &err) ||
         zs_gpt_set_data(gpt, data, &err))
-        return die(rank, "model", &err);
-    char *token = o.token_file ? zs_file_read_text(o.token_file, 4096, 1) : NULL;
-    if (o.token_file && !token) {
-        fprintf(stderr, "zs-train: cannot read --token-file %s\n", o.token_file);
-        MPI_Abort(MPI_COMM_WORLD, 2);
-    }
+        return die(rank, "model", &err, ZS_EXIT_OTHER);
     zs_engine_opts_t eo = {&cfg, coll, o.servers, token, o.name, o.server_timeout * 1000, 0};
     zs_engine_t *e;
     if (zs_engine_create(&eo, zs_gpt_model(gpt), &e, &err))
-        return die(rank, "engine", &err);
+        return die(rank, "engine", &err, ZS_EXIT_ENGINE);
     uint64_t P = zs_engine_num_params(e);
     if (rank == 0) {
         printf("zs-train: %d workers, data %s (%llu tokens, vocab %u)\n", W, o.data,
@@ -369,16 +461,16 @@ int main(int argc, char **argv)
             if (rank == 0)
                 printf("no checkpoint complete on every server: starting fresh\n");
             if (zs_engine_start(e, &err))
-                return die(rank, "start", &err);
+                return die(rank, "start", &err, ZS_EXIT_ENGINE);
         } else {
-            return die(rank, "resume", &err);
+            return die(rank, "resume", &err, ZS_EXIT_ENGINE);
         }
     } else if (zs_engine_start(e, &err)) {
-        return die(rank, "start", &err);
+        return die(rank, "start", &err, ZS_EXIT_ENGINE);
     }
     FILE *csv = NULL;
     if (rank == 0 && o.csv && !(csv = csv_open(o.csv, resumed, start)))
-        MPI_Abort(MPI_COMM_WORLD, 1);
+        MPI_Abort(MPI_COMM_WORLD, ZS_EXIT_OTHER);
     double tokens_per_step = (double)cfg.train_batch_size * o.g.ctx, t_all = 0, first_loss = 0;
     double last_loss = 0;
     int nsteps = 0;
@@ -392,7 +484,7 @@ int main(int argc, char **argv)
         clock_gettime(CLOCK_MONOTONIC, &a);
         if (zs_engine_step(e, &st, &err)) {
             if (recover(e, &o, rank, &recoveries, &csv, &err))
-                return die(rank, "step", &err);
+                return die(rank, "step", &err, ZS_EXIT_ENGINE);
             continue;
         }
         clock_gettime(CLOCK_MONOTONIC, &b);
@@ -417,13 +509,13 @@ int main(int argc, char **argv)
         }
         if (nsteps == 1 || (o.mem_every && st.step % (uint64_t)o.mem_every == 0)) {
             if (zs_engine_print_mem(e, stdout, &err))
-                return die(rank, "memory table", &err);
+                return die(rank, "memory table", &err, ZS_EXIT_ENGINE);
             fflush(stdout);
         }
         if (o.ckpt_every && st.step % (uint64_t)o.ckpt_every == 0) {
             if (zs_engine_checkpoint(e, &err)) {
                 if (recover(e, &o, rank, &recoveries, &csv, &err))
-                    return die(rank, "checkpoint", &err);
+                    return die(rank, "checkpoint", &err, ZS_EXIT_ENGINE);
                 continue;
             }
             if (rank == 0)
@@ -438,7 +530,7 @@ int main(int argc, char **argv)
     if (csv)
         fclose(csv);
     if (o.save_params && save_params(e, o.save_params, rank, &err))
-        return die(rank, "--save-params", &err);
+        return die(rank, "--save-params", &err, ZS_EXIT_OTHER);
     zs_engine_destroy(e);
     zs_gpt_destroy(gpt);
     zs_data_close(data);

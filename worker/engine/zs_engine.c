@@ -229,39 +229,6 @@ int zs__eng_init_state(zs_engine_t *e, zs_err_t *err)
     return rc;
 }
 
-/* Keys the config module reads but the engine does not act on: name each
- * one set away from its default (rank 0, once), so nothing is silently
- * misread. */
-static void warn_unhonoured(const zs_engine_t *e)
-{
-    const zs_config_t *c = &e->cfg;
-    zs_config_t d;
-    zs_config_defaults(&d);
-    if (e->rank != 0)
-        return;
-    if (!c->reduce_scatter && e->stage >= 2)
-        ZS_WARN("zero_optimization.reduce_scatter=false not implemented: stage %d always "
-                "reduce-scatters gradients",
-                e->stage);
-    if (!c->allgather_partitions)
-        ZS_WARN("zero_optimization.allgather_partitions=false not implemented: parameters are "
-                "all-gathered");
-    if (c->round_robin_gradients)
-        ZS_WARN("zero_optimization.round_robin_gradients not implemented: ignored");
-    if (c->stage3_gather_16bit_weights_on_model_save)
-        ZS_WARN("zero_optimization.stage3_gather_16bit_weights_on_model_save not implemented: "
-                "checkpoints keep fp32 master weights on the servers");
-    if (c->sub_group_size != d.sub_group_size)
-        ZS_WARN("zero_optimization.sub_group_size not implemented: the optimizer runs per "
-                "segment partition");
-    if (!c->contiguous_gradients)
-        ZS_WARN("zero_optimization.contiguous_gradients=false not implemented: gradients are "
-                "always contiguous per bucket");
-    if (c->allgather_bucket_size != d.allgather_bucket_size)
-        ZS_WARN("zero_optimization.allgather_bucket_size: parameters are all-gathered per "
-                "gradient bucket (reduce_bucket_size); this key has no further effect");
-}
-
 static int alloc_state(zs_engine_t *e, zs_err_t *err)
 {
     uint64_t full = e->Ppad, part = e->Ppad / (uint64_t)e->W;
@@ -343,7 +310,7 @@ int zs_engine_create(const zs_engine_opts_t *o, const zs_model_t *model, zs_engi
     e->dt = e->cfg.dtype;
     e->esz = zs_dtype_size(e->dt);
     snprintf(e->model_name, sizeof e->model_name, "%s", o->model_name ? o->model_name : "zs-model");
-    warn_unhonoured(e);
+    /* keys read but not acted on are reported by the config parser ("no effect") */
     int rc = copy_model(e, model, err);
     if (!rc && (e->stage < 0 || e->stage > 3 || e->esz == 0))
         rc = zs_err_set(err, ZS_ERR_INVALID, "stage %d / dtype %d not supported", e->stage, e->dt);
