@@ -453,6 +453,10 @@ static int job_enqueue(const job_t *j, zs_err_t *err)
     int rc = job_check(j, err);
     if (rc)
         return rc;
+    /* One rank: every in-place collective leaves buf as it is (MPI would
+     * copy 2x the bytes for nothing: 1 GB per step at 124M fp32). */
+    if (j->m->base.size == 1 && j->kind != JOB_BARRIER)
+        return ZS_OK;
     rc = zs_dev_host_fn(j->m->base.stream, run_job, j, sizeof *j, err);
     if (rc)
         zs_err_prefix(err, "%s: ", JOB_NAME[j->kind]);

@@ -6,8 +6,9 @@
  * AdamW tasks, and runs them on the stream's thread. Elementwise ops split
  * into fixed chunks over the device's zs_pool, so results are bitwise the
  * same for any thread count; sums go through fp32 stack buffers of BLK
- * elements and round once to the destination type. sumsq is one
- * sequential fp64 loop (its result must not depend on the thread count).
+ * elements and round once to the destination type. sumsq adds fp64
+ * partial sums in a fixed order (8 lanes per chunk, chunks in order), so
+ * its bits do not depend on the thread count either.
  * What it does not do: overlap checks for accumulate (dst == src is fine,
  * partial overlap is the caller's problem), any SIMD of its own (zs_cast and
  * zs_adam_update bring theirs).
@@ -117,29 +118,66 @@ static void vec_run(zs_cpu_dev_t *dev, const zs_cpu_task_t *t, size_t n)
     zs_pool_run(dev->pool, (n + VEC_CHUNK - 1) / VEC_CHUNK, vjob_fn, &j);
 }
 
-/* acc[0] += sum of x^2 in one sequential fp64 loop (x rounded to fp32 first,
- * as the reference). Every finite fp32 square is below 1.2e77 so a finite
- * sum of any practical length never overflows fp64: the sum is non-finite
- * exactly when some element is, which gives the flag without a second test
- * per element. */
-static void sumsq_run(const zs_cpu_task_t *t)
+/* Sum of squares of x[i0, i1) in fp64 (x rounded to fp32 first): 8 lanes,
+ * lane l summing the elements i with (i - i0) % 8 == l in order, the lanes
+ * then added in lane order. Eight independent chains let the loop run at
+ * memory speed instead of one fp64 add latency per element. */
+static double sumsq_range(const void *src, zs_dtype_t dt, size_t i0, size_t i1)
 {
-    size_t n = t->u.vec.n;
-    zs_dtype_t dt = t->u.vec.sdt;
+    double lane[8] = {0};
+    float a[BLK];
+    for (size_t k = i0; k < i1; k += BLK) {
+        size_t m = i1 - k < BLK ? i1 - k : BLK;
+        const float *v = a;
+        if (dt == ZS_DTYPE_F32)
+            v = (const float *)src + k;
+        else
+            zs_cast(a, ZS_DTYPE_F32, (const char *)src + k * 2, dt, m);
+        for (size_t i = 0; i < m; i++) /* BLK is a multiple of 8: lanes stay aligned */
+            lane[i & 7] += (double)v[i] * v[i];
+    }
     double s = 0.0;
-    if (dt == ZS_DTYPE_F32) {
-        const float *x = t->u.vec.src;
-        for (size_t i = 0; i < n; i++)
-            s += (double)x[i] * x[i];
-    } else {
-        const char *x = t->u.vec.src;
-        float a[BLK];
-        for (size_t k = 0; k < n; k += BLK) {
-            size_t m = n - k < BLK ? n - k : BLK;
-            zs_cast(a, ZS_DTYPE_F32, x + k * 2, dt, m);
-            for (size_t i = 0; i < m; i++)
-                s += (double)a[i] * a[i];
-        }
+    for (int l = 0; l < 8; l++)
+        s += lane[l];
+    return s;
+}
+
+#define SUMSQ_BATCH 64 /* chunks summed in parallel before their partials are added */
+
+typedef struct sjob {
+    const zs_cpu_task_t *t;
+    size_t first; /* chunk index of part[0] */
+    double part[SUMSQ_BATCH];
+} sjob_t;
+
+static void sjob_fn(void *arg, size_t j, int thread)
+{
+    sjob_t *s = arg;
+    size_t n = s->t->u.vec.n, i0 = (s->first + j) * VEC_CHUNK;
+    size_t i1 = n - i0 < VEC_CHUNK ? n : i0 + VEC_CHUNK;
+    s->part[j] = sumsq_range(s->t->u.vec.src, s->t->u.vec.sdt, i0, i1);
+}
+
+/* acc[0] += the sum of the chunks' sums (chunks of VEC_CHUNK elements, see
+ * sumsq_range), added in chunk order: the same bits for any thread count.
+ * Every finite fp32 square is below 1.2e77, so a finite sum of any
+ * practical length never overflows fp64: the sum is non-finite exactly when
+ * some element is, which gives the flag without a test per element. */
+static void sumsq_run(zs_cpu_dev_t *dev, const zs_cpu_task_t *t)
+{
+    size_t n = t->u.vec.n, nchunks = (n + VEC_CHUNK - 1) / VEC_CHUNK;
+    sjob_t job;
+    job.t = t;
+    double s = 0.0;
+    for (job.first = 0; job.first < nchunks; job.first += SUMSQ_BATCH) {
+        size_t m = nchunks - job.first < SUMSQ_BATCH ? nchunks - job.first : SUMSQ_BATCH;
+        if (dev->pool && m > 1)
+            zs_pool_run(dev->pool, m, sjob_fn, &job);
+        else
+            for (size_t j = 0; j < m; j++)
+                sjob_fn(&job, j, 0);
+        for (size_t j = 0; j < m; j++)
+            s += job.part[j];
     }
     t->u.vec.acc[0] += s;
     if (!isfinite(s))
@@ -150,7 +188,7 @@ static void sumsq_run(const zs_cpu_task_t *t)
 void zs__cpu_vec_exec(zs_cpu_dev_t *dev, const zs_cpu_task_t *t)
 {
     if (t->kind == ZS_CPU_T_SUMSQ)
-        sumsq_run(t);
+        sumsq_run(dev, t);
     else if (t->kind == ZS_CPU_T_ADAMW)
         vec_run(dev, t, t->u.adam.n);
     else

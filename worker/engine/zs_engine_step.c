@@ -4,7 +4,8 @@
  * Per micro-batch: the model's forward and backward are enqueued layer by
  * layer on the compute stream (stage 3 gathers each layer first, see
  * zs_engine_gather.c). Gradients of a bucket accumulate in an fp32 scratch
- * slot (zeroed when the bucket's first gradient arrives). When the backward
+ * slot (zeroed when the bucket's first gradient arrives; stages 0-1 in fp32
+ * accumulate straight into the full gradient instead). When the backward
  * of the bucket's first layer has been enqueued, the bucket is reduced:
  *   stages 0-1  the scratch is accumulated into the full gradient on the
  *               compute stream; the full gradient is all-reduced per bucket
@@ -48,12 +49,22 @@ static int take_slot(zs_engine_t *e, zs__slot_t *slots, int n, int *next, int k,
                       cat == ZS_MEM_COMM ? "reduce" : "gradient", k, n);
 }
 
+/* Stages 0-1 in fp32 keep the full gradient in the layers' own precision:
+ * no scratch slot and no accumulation pass are needed (the gradient is
+ * zeroed at the start of the step and the layers accumulate into it). */
+static int direct_grads(const zs_engine_t *e)
+{
+    return e->stage < 2 && e->dt == ZS_DTYPE_F32;
+}
+
 /* fp32 gradient pointer of layer i in its bucket's scratch slot (taking and
- * zeroing a slot on first use). */
+ * zeroing a slot on first use), or in the gradient itself (direct_grads). */
 static float *grad_slot(zs_engine_t *e, int layer, zs_err_t *err)
 {
     zs__seg_t *s = &e->s[e->layer_seg[layer]];
     zs__bucket_t *b = &e->b[s->bucket];
+    if (direct_grads(e)) /* the layers accumulate straight into the full gradient */
+        return (float *)e->grads + s->pbase + (e->layer_off[layer] - s->off);
     if (b->slot < 0) {
         int i;
         if (take_slot(e, e->gslot, e->ngslot, &e->gnext, s->bucket, e->compute,
