@@ -121,7 +121,7 @@ MailProg=/bin/true
 MpiDefault=none
 # heterogeneous jobs are scheduled only by the backfill scheduler
 SchedulerType=sched/backfill
-SchedulerParameters=bf_interval=1,sched_min_interval=100000
+SchedulerParameters=bf_interval=1,sched_interval=1,sched_min_interval=100000
 SelectType=select/cons_tres
 SelectTypeParameters=CR_CPU
 SlurmdParameters=config_overrides
@@ -189,7 +189,7 @@ newest_ckpt() {
 # csv_loss STEP: loss column of the last CSV row of that step
 csv_loss() { awk -F, -v s="$1" '$1 == s { l = $2 } END { print l }' "$T/train.csv"; }
 
-step "job 1: 2 nodes, 2 servers, 2 workers (srun --mpi=pmix), steps 1..100; requeue after a checkpoint"
+step "submission 1: 2 nodes, 2 servers, 2 workers (srun --mpi=pmix), steps 1..100; requeue after a checkpoint"
 J1=$("${SBATCH[@]}" -N 2 --ntasks-per-node=1 "$SRC/deploy/slurm/zeroshard.sbatch" "${ARGS[@]}" --steps 100)
 JOBS+=("$J1")
 ck=
@@ -216,7 +216,7 @@ l1=$(csv_loss 1) l100=$(csv_loss 100)
 echo "job $J1: requeued after checkpoint $ck, resumed from $r; loss step 1 $l1 -> step 100 $l100"
 awk -v a="$l1" -v b="$l100" 'BEGIN { exit !(b < a - 0.5) }' || fail "loss did not fall by 0.5 over 100 steps ($l1 -> $l100)"
 
-step "job 2: heterogeneous (servers: component 0, workers: component 1), resume 100 -> 110"
+step "submission 2: heterogeneous (servers: component 0, workers: component 1), resume 100 -> 110"
 J2=$(ZS_SERVERS=2 "${SBATCH[@]}" -N 1 -n 1 : -N 1 -n 2 "$SRC/deploy/slurm/zeroshard.sbatch" "${ARGS[@]}" --steps 110)
 JOBS+=("$J2")
 wait_done "$J2" 60
@@ -226,7 +226,7 @@ grep -q "resuming from checkpoint 100" "$out2" || fail "job $J2 did not resume f
 grep -q "done: steps 101..110" "$out2" || fail "job $J2 did not train steps 101..110"
 grep -q "W=2" "$out2" || fail "job $J2 did not run 2 workers"
 
-step "job 3: mpirun launcher, 1 worker (elastic), resume 110 -> 120"
+step "submission 3: mpirun launcher, 1 worker (elastic), resume 110 -> 120"
 J3=$(ZS_LAUNCHER=mpirun ZS_WORKERS=1 ZS_MPIRUN_ARGS="--bind-to none" \
   "${SBATCH[@]}" -N 2 --ntasks-per-node=1 "$SRC/deploy/slurm/zeroshard.sbatch" "${ARGS[@]}" --steps 120)
 JOBS+=("$J3")
