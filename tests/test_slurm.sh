@@ -15,6 +15,7 @@
 #  2. heterogeneous job (servers in component 0 on one node, 2 workers in
 #     component 1): a new submission to step 110 must resume from 100.
 #  3. plain job, ZS_LAUNCHER=mpirun, 1 worker: resume 110 -> 120 (elastic).
+#  4. a server that cannot start (bad flag): the job fails at once, no training.
 # Does not test: multi-host networking, node-local storage, preemption.
 # Usage: test_slurm.sh ZS_SERVER ZS_TRAIN ZS_CTL ZS_TOKENIZE SOURCE_DIR
 # Exit 0 pass, 1 fail, 77 skipped (the reason is printed).
@@ -158,7 +159,7 @@ ln -s "$CTL" "$T/bin/zs-ctl"
 "$TOKENIZE" -o "$T/corpus.tok" "$(find /usr/share/common-licenses -maxdepth 1 -name 'GPL-3')" \
   "$(find /usr/share/common-licenses -maxdepth 1 -name 'Apache-2.0')" >/dev/null
 export ZS_BIN=$T/bin ZS_DATA_DIR=$T/data ZS_LISTEN_HOST=127.0.0.1 ZS_SERVER_ADDR_CMD="echo 127.0.0.1"
-export ZS_GPT_THREADS=1 ZS_LOG_LEVEL=warn ZS_SERVER_ARGS="--threads 1"
+export ZS_GPT_THREADS=1 ZS_LOG_LEVEL=info ZS_SERVER_ARGS="--threads 1"
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
 ARGS=(--data "$T/corpus.tok" --config "$SRC/deploy/ds_quickstart.json" --layers 4 --heads 4
   --width 128 --ctx 64 --ckpt-every 10 --log-every 5 --csv "$T/train.csv")
@@ -186,6 +187,13 @@ newest_ckpt() {
   "$CTL" --servers "$(cat "$f")" checkpoints 2>/dev/null |
     sed -n 's/^complete on all [0-9]* servers: *//p' | awk '$0 != "none" { print $NF }'
 }
+# servers_stopped JOB N: the job's N servers ended on SIGTERM, not killed
+servers_stopped() {
+  local f=$T/work/zs-run/$1/servers.log n
+  n=$(grep -c 'stopped$' "$f" || true)
+  [ "$n" = "$2" ] || fail "job $1: $n of $2 servers stopped gracefully (see $f)"
+  ! grep -q 'Killed' "$f" || fail "job $1: a server task was killed (see $f)"
+}
 # csv_loss STEP: loss column of the last CSV row of that step
 csv_loss() { awk -F, -v s="$1" '$1 == s { l = $2 } END { print l }' "$T/train.csv"; }
 
@@ -206,10 +214,11 @@ scontrol requeue "$J1"
 # a requeued job waits cred_expire seconds before it may start again
 wait_done "$J1" 90
 out1=$T/work/job-$J1.out
+servers_stopped "$J1" 2
 [ "$(restarts "$J1")" = 1 ] || fail "job $J1: Restarts=$(restarts "$J1"), expected 1"
 grep -q "job $J1 restart 1:" "$out1" || fail "the rerun did not see SLURM_RESTART_COUNT=1"
 r=$(sed -n 's/.*resuming from checkpoint \([0-9]*\).*/\1/p' "$out1" | tail -1)
-[ -n "$r" ] && [ "$r" -ge "$ck" ] && [ "$r" -lt 100 ] || fail "job $J1 after requeue did not resume from checkpoint >= $ck (got '${r}')"
+{ [ -n "$r" ] && [ "$r" -ge "$ck" ] && [ "$r" -lt 100 ]; } || fail "job $J1 after requeue did not resume from checkpoint >= $ck (got '${r}')"
 grep -q "done: steps $((r + 1))..100" "$out1" || fail "job $J1 after requeue did not train steps $((r + 1))..100"
 grep -q "resumed from checkpoint $r" "$out1" || fail "zs-train did not report resuming from $r"
 l1=$(csv_loss 1) l100=$(csv_loss 100)
@@ -221,6 +230,7 @@ J2=$(ZS_SERVERS=2 "${SBATCH[@]}" -N 1 -n 1 : -N 1 -n 2 "$SRC/deploy/slurm/zerosh
 JOBS+=("$J2")
 wait_done "$J2" 60
 out2=$T/work/job-$J2.out
+servers_stopped "$J2" 2
 grep -q "heterogeneous job" "$out2" || fail "job $J2 did not run as a heterogeneous job"
 grep -q "resuming from checkpoint 100" "$out2" || fail "job $J2 did not resume from checkpoint 100"
 grep -q "done: steps 101..110" "$out2" || fail "job $J2 did not train steps 101..110"
@@ -232,10 +242,22 @@ J3=$(ZS_LAUNCHER=mpirun ZS_WORKERS=1 ZS_MPIRUN_ARGS="--bind-to none" \
 JOBS+=("$J3")
 wait_done "$J3" 60
 out3=$T/work/job-$J3.out
+servers_stopped "$J3" 2
 grep -q "resuming from checkpoint 110" "$out3" || fail "job $J3 did not resume from checkpoint 110"
 grep -q "done: steps 111..120" "$out3" || fail "job $J3 did not train steps 111..120"
 grep -q "W=1" "$out3" || fail "job $J3 did not run 1 worker"
 l120=$(csv_loss 120)
 echo "loss: step 1 $l1, step 100 $l100, step 120 $l120"
+
+step "submission 4: a server that cannot start fails the job at once"
+J4=$(ZS_SERVER_ARGS="--no-such-flag" "${SBATCH[@]}" -N 2 --ntasks-per-node=1 \
+  "$SRC/deploy/slurm/zeroshard.sbatch" "${ARGS[@]}" --steps 130)
+JOBS+=("$J4")
+for _ in $(seq 120); do
+  case "$(jobstate "$J4")" in PENDING | RUNNING | CONFIGURING | COMPLETING | "") sleep 0.25 ;; *) break ;; esac
+done
+[ "$(jobstate "$J4")" = FAILED ] || fail "job $J4: state $(jobstate "$J4"), expected FAILED"
+grep -q "did not start" "$T/work/job-$J4.out" || fail "job $J4 did not report the server that failed"
+! grep -q "steps 121" "$T/work/job-$J4.out" || fail "job $J4 trained without its servers"
 
 echo "PASS test_slurm in ${SECONDS}s"
