@@ -34,6 +34,7 @@ cleanup() {
   rm -rf "$T"
 }
 trap cleanup EXIT
+trap 'echo "FAIL: line $LINENO: $BASH_COMMAND exited with $?"' ERR
 
 step "yamllint"
 yamllint -s -c "$K8S/.yamllint" "$K8S"

@@ -16,6 +16,7 @@
 #     component 1): a new submission to step 110 must resume from 100.
 #  3. plain job, ZS_LAUNCHER=mpirun, 1 worker: resume 110 -> 120 (elastic).
 #  4. a server that cannot start (bad flag): the job fails at once, no training.
+# The servers require a bearer token throughout (ZS_SERVER_ARGS, ZS_CTL_ARGS).
 # Does not test: multi-host networking, node-local storage, preemption.
 # Usage: test_slurm.sh ZS_SERVER ZS_TRAIN ZS_CTL ZS_TOKENIZE SOURCE_DIR
 # Exit 0 pass, 1 fail, 77 skipped (the reason is printed).
@@ -68,6 +69,7 @@ cleanup() {
   if [ "${KEEP:-0}" = 1 ]; then echo "kept $T"; else rm -rf "$T"; fi
 }
 trap cleanup EXIT
+trap 'echo "FAIL: line $LINENO: $BASH_COMMAND exited with $?"; dump_logs' ERR
 
 free_ports() {
   python3 -c '
@@ -159,10 +161,14 @@ ln -s "$CTL" "$T/bin/zs-ctl"
 "$TOKENIZE" -o "$T/corpus.tok" "$(find /usr/share/common-licenses -maxdepth 1 -name 'GPL-3')" \
   "$(find /usr/share/common-licenses -maxdepth 1 -name 'Apache-2.0')" >/dev/null
 export ZS_BIN=$T/bin ZS_DATA_DIR=$T/data ZS_LISTEN_HOST=127.0.0.1 ZS_SERVER_ADDR_CMD="echo 127.0.0.1"
-export ZS_GPT_THREADS=1 ZS_LOG_LEVEL=info ZS_SERVER_ARGS="--threads 1"
+# the servers require a bearer token: the script's zs-ctl calls (ZS_CTL_ARGS)
+# and zs-train (its arguments) must pass it
+echo "zs-test-token-$RANDOM$RANDOM" >"$T/token"
+export ZS_GPT_THREADS=1 ZS_LOG_LEVEL=info ZS_SERVER_ARGS="--threads 1 --token-file $T/token"
+export ZS_CTL_ARGS="--token-file $T/token"
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
 ARGS=(--data "$T/corpus.tok" --config "$SRC/deploy/ds_quickstart.json" --layers 4 --heads 4
-  --width 128 --ctx 64 --ckpt-every 10 --log-every 5 --csv "$T/train.csv")
+  --width 128 --ctx 64 --ckpt-every 10 --log-every 5 --csv "$T/train.csv" --token-file "$T/token")
 SBATCH=(sbatch --parsable --chdir="$T/work" --output="$T/work/job-%j.out")
 
 jobstate() { scontrol -o show job "$1" 2>/dev/null | grep -o 'JobState=[A-Z_]*' | head -1 | cut -d= -f2; }
@@ -184,7 +190,7 @@ wait_done() {
 newest_ckpt() {
   local f=$T/work/zs-run/$1/servers
   [ -s "$f" ] || return 0
-  "$CTL" --servers "$(cat "$f")" checkpoints 2>/dev/null |
+  "$CTL" --servers "$(cat "$f")" --token-file "$T/token" checkpoints 2>/dev/null |
     sed -n 's/^complete on all [0-9]* servers: *//p' | awk '$0 != "none" { print $NF }'
 }
 # servers_stopped JOB N: the job's N servers ended on SIGTERM, not killed
@@ -202,12 +208,12 @@ J1=$("${SBATCH[@]}" -N 2 --ntasks-per-node=1 "$SRC/deploy/slurm/zeroshard.sbatch
 JOBS+=("$J1")
 ck=
 for _ in $(seq 240); do
-  ck=$(newest_ckpt "$J1")
+  ck=$(newest_ckpt "$J1" || true)
   [ -n "$ck" ] && break
   case "$(jobstate "$J1")" in PENDING | RUNNING | CONFIGURING) ;; *) break ;; esac
   sleep 0.25
 done
-[ -n "$ck" ] || fail "no checkpoint from job $J1 within 60 s"
+[ -n "$ck" ] || fail "no checkpoint from job $J1 (state $(jobstate "$J1"), waited up to 60 s)"
 [ "$ck" -lt 100 ] || fail "job $J1 reached its last step before the requeue (checkpoint $ck): the machine is too slow for this test"
 echo "checkpoint $ck complete on both servers: requeueing job $J1"
 scontrol requeue "$J1"
