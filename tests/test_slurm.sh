@@ -39,6 +39,8 @@ T=$(mktemp -d /tmp/zs-slurm-test.XXXXXX)
 chmod 755 "$T"
 PIDS=()
 JOBS=()
+# a test run inside a Slurm job must not hand that job's variables on
+while read -r v; do unset "$v"; done < <(compgen -e | grep '^SLURM_' || true)
 export SLURM_CONF=$T/slurm.conf
 
 dump_logs() {
