@@ -75,7 +75,7 @@ typedef struct {
     const char *config, *servers, *data, *csv, *token_file, *name, *save_params;
     zs_gpt_config_t g;
     int steps, ckpt_every, resume, log_every, micro, mem_every, allow_unknown;
-    int resume_auto, server_timeout, server_wait, max_recoveries;
+    int resume_auto, server_timeout, server_wait, max_recoveries, fresh;
     uint64_t seed;
 } opts_t;
 
@@ -99,6 +99,8 @@ static void usage(FILE *f)
                "  --ckpt-every K   checkpoint every K steps (needs --servers; default 0: off)\n"
                "  --resume         continue from the newest checkpoint complete on all servers\n"
                "                   (any worker count)\n"
+               "  --fresh          start over even though the servers hold checkpoints (they\n"
+               "                   are deleted: a run never mixes with an earlier one)\n"
                "  --resume-auto    resume when a checkpoint is complete on all servers, else\n"
                "                   start fresh (what zs-launch passes on a rerun)\n"
                "  --csv F          write per-step figures (appends on resume, without repeats)\n"
@@ -145,7 +147,8 @@ static int parse(int argc, char **argv, opts_t *o, int loud)
         {"resume-auto", 0, 0, 'R'}, {"server-timeout", 1, 0, 'o'},
         {"server-wait", 1, 0, 'w'}, {"max-recoveries", 1, 0, 'x'},
         {"save-params", 1, 0, 'p'}, {"allow-unknown-keys", 0, 0, 'u'},
-        {"help", 0, 0, 'h'},        {0, 0, 0, 0}};
+        {"fresh", 0, 0, 'F'},       {"help", 0, 0, 'h'},
+        {0, 0, 0, 0}};
     int ch;
     opterr = 0; /* one line of our own instead, from rank 0 only */
     while ((ch = getopt_long(argc, argv, "h", lo, NULL)) != -1) {
@@ -200,6 +203,9 @@ static int parse(int argc, char **argv, opts_t *o, int loud)
             break;
         case 'R':
             o->resume_auto = 1;
+            break;
+        case 'F':
+            o->fresh = 1;
             break;
         case 'o':
             o->server_timeout = atoi(optarg);
@@ -465,8 +471,28 @@ int main(int argc, char **argv)
         } else {
             return die(rank, "resume", &err, ZS_EXIT_ENGINE);
         }
-    } else if (zs_engine_start(e, &err)) {
-        return die(rank, "start", &err, ZS_EXIT_ENGINE);
+    } else {
+        /* A fresh start deletes the servers' checkpoints: not by accident. */
+        uint64_t newest = 0;
+        if (o.servers && !o.fresh && zs_engine_newest_checkpoint(e, &newest, &err))
+            return die(rank, "listing checkpoints", &err, ZS_EXIT_ENGINE);
+        if (newest) {
+            if (rank == 0)
+                fprintf(stderr,
+                        "zs-train: the servers hold checkpoint %llu: --resume continues it, "
+                        "--fresh starts over and deletes it\n",
+                        (unsigned long long)newest);
+            zs_engine_destroy(e);
+            zs_gpt_destroy(gpt);
+            zs_coll_destroy(coll);
+            zs_dev_destroy(dev);
+            zs_data_close(data);
+            free(token);
+            MPI_Finalize();
+            return ZS_EXIT_USAGE;
+        }
+        if (zs_engine_start(e, &err))
+            return die(rank, "start", &err, ZS_EXIT_ENGINE);
     }
     FILE *csv = NULL;
     if (rank == 0 && o.csv && !(csv = csv_open(o.csv, resumed, start)))

@@ -826,3 +826,25 @@ int zs_client_delete(zs_client_t *c, uint64_t step, int keep, zs_err_t *err)
     ckpt_arg_t a = {.step = step, .keep = keep};
     return fan_out(c, 0, c->n - 1, delete_one, NULL, &a, err);
 }
+
+/* Server i: list its checkpoints (complete or not elsewhere), delete each. */
+static int delete_all_one(zs_client_t *c, int i, void *argp, zs_err_t *err)
+{
+    Zeroshard__ListRequest q = ZEROSHARD__LIST_REQUEST__INIT;
+    Zeroshard__ListReply *r;
+    int rc = zs_unary(c->ch[i], M("ListCheckpoints"), c->token, c->timeout_ms, c->addr[i], &q.base,
+                      &zeroshard__list_reply__descriptor, (ProtobufCMessage **)&r, err);
+    if (rc)
+        return rc;
+    for (size_t k = 0; k < r->n_checkpoints && rc == ZS_OK; k++) {
+        ckpt_arg_t a = {.step = r->checkpoints[k]};
+        rc = delete_one(c, i, &a, err);
+    }
+    zeroshard__list_reply__free_unpacked(r, NULL);
+    return rc;
+}
+
+int zs_client_delete_all(zs_client_t *c, zs_err_t *err)
+{
+    return fan_out(c, 0, c->n - 1, delete_all_one, NULL, NULL, err);
+}

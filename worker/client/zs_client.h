@@ -124,6 +124,10 @@ int zs_client_restore(zs_client_t *c, uint64_t step, zs_err_t *err);
 /* Delete checkpoint `step` everywhere, or (step 0) keep the newest `keep`. */
 int zs_client_delete(zs_client_t *c, uint64_t step, int keep, zs_err_t *err);
 
+/* Delete every checkpoint each server lists, complete on all or not (a
+ * fresh run: nothing of an earlier run may be mixed into its restores). */
+int zs_client_delete_all(zs_client_t *c, zs_err_t *err);
+
 /* fp32 state tensor (0 master, 1 exp_avg, 2 exp_avg_sq) of [begin, end). */
 int zs_client_get_state(zs_client_t *c, int tensor, uint64_t begin, uint64_t end, float *dst,
                         zs_err_t *err);

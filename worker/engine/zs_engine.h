@@ -158,7 +158,9 @@ int zs_engine_create(const zs_engine_opts_t *opts, const zs_model_t *model, zs_e
                      zs_err_t *err);
 
 /* Fresh start at step 0: with servers, Initialize them with the initial
- * weights (overwriting what they hold). Collective. */
+ * weights (overwriting what they hold) and delete every checkpoint they
+ * hold, so nothing of an earlier run can be restored into this one (see
+ * zs_engine_newest_checkpoint to ask first). Collective. */
 int zs_engine_start(zs_engine_t *e, zs_err_t *err);
 
 /* Resume from the newest checkpoint complete on every server (or `step` if
@@ -170,6 +172,9 @@ int zs_engine_resume(zs_engine_t *e, uint64_t step, uint64_t *step_out, zs_err_t
  * reduction, overflow check, clipping, optimizer, parameter gather.
  * Collective. */
 int zs_engine_step(zs_engine_t *e, zs_step_stats_t *stats, zs_err_t *err);
+
+/* The newest checkpoint complete on every server (0: none). Collective. */
+int zs_engine_newest_checkpoint(zs_engine_t *e, uint64_t *step, zs_err_t *err);
 
 /* Checkpoint the current step on the servers; returns when it is complete
  * on every server. Collective. */

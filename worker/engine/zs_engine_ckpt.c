@@ -57,6 +57,11 @@ int zs_engine_start(zs_engine_t *e, zs_err_t *err)
                 rc = e->m.init_params(e->m.self, i, w + e->layer_off[i], err);
         if (!rc)
             rc = zs_client_init(e->client, e->model_name, e->P, &e->cfg.adam, w, 0, 1, err);
+        /* A new run: no checkpoint of an earlier one may be restored into it
+         * (a restarted server would load one; a step both runs wrote could
+         * be complete from two runs). */
+        if (!rc)
+            rc = zs_client_delete_all(e->client, err);
         free(w);
     }
     ZS_ENG_TRY(zs__eng_agree(e, rc, err));
@@ -135,6 +140,24 @@ static int checkpoint(zs_engine_t *e, zs_err_t *err)
     if (e->rank == 0)
         rc = zs_client_checkpoint_meta(e->client, e->step, 0, meta, sizeof meta, err);
     return zs__eng_agree(e, rc, err);
+}
+
+int zs_engine_newest_checkpoint(zs_engine_t *e, uint64_t *step, zs_err_t *err)
+{
+    *step = 0;
+    ZS_ENG_TRY(need_servers(e, "listing checkpoints", err));
+    uint64_t steps[ZS_CLIENT_MAX_CKPTS];
+    size_t n = 0;
+    int rc = e->rank == 0 ? zs_client_checkpoints(e->client, steps, ZS_CLIENT_MAX_CKPTS, &n, err)
+                          : ZS_OK;
+    ZS_ENG_TRY(zs__eng_agree(e, rc, err));
+    /* rank 0's answer to every rank, in 16-bit pieces (exact in fp32) */
+    uint64_t v = n ? steps[(n < ZS_CLIENT_MAX_CKPTS ? n : ZS_CLIENT_MAX_CKPTS) - 1] : 0;
+    float w[4] = {(float)(v & 0xffff), (float)((v >> 16) & 0xffff), (float)((v >> 32) & 0xffff),
+                  (float)(v >> 48)};
+    ZS_ENG_TRY(zs_coll_broadcast_host(e->coll, w, 4, ZS_DTYPE_F32, 0, err));
+    *step = (uint64_t)w[0] | (uint64_t)w[1] << 16 | (uint64_t)w[2] << 32 | (uint64_t)w[3] << 48;
+    return ZS_OK;
 }
 
 int zs_engine_checkpoint(zs_engine_t *e, zs_err_t *err)
