@@ -202,6 +202,15 @@ static void test_unit(void)
     printf("0. GPT manifest: %d tensors, %zu bytes, offsets/shapes = zs_gpt_tensor\n",
            zs_gpt_num_tensors(&k_cfg), strlen(man));
     free(man);
+    /* GPT-2 XL's manifest (48 layers, 580 tensors) fits a checkpoint beside
+     * the engine's 60 bytes of state */
+    const zs_gpt_config_t xl = {48, 25, 1600, 1024, 50257};
+    TEST_OK(zs_gpt_manifest(&xl, "gpt2-xl", &man, &err), err);
+    TEST_CHECKF(strlen(man) + 64 <= ZS_CLIENT_USER_META_MAX, "GPT-2 XL manifest: %zu bytes",
+                strlen(man));
+    printf("0. GPT-2 XL manifest: %d tensors, %zu bytes (user_meta limit %u)\n",
+           zs_gpt_num_tensors(&xl), strlen(man), ZS_CLIENT_USER_META_MAX);
+    free(man);
 
     /* Each must be refused (P = 100). */
     static const char *const bad[] = {
@@ -470,7 +479,7 @@ static void test_memory(void)
     uint64_t P = zs_gpt_num_params(&big);
     zs_test_server_t Es[2];
     char E[256];
-    start_servers(Es, 2, "e", E, sizeof E); /* --keep 4 (below): checkpoint 3 stays */
+    start_servers(Es, 2, "e", E, sizeof E); /* --keep 4: checkpoint 3 stays (below) */
     zs_err_t err;
     zs_client_opts_t o = {E, NULL, NULL, 120000, 2};
     zs_client_t *c;
@@ -531,17 +540,42 @@ static void test_memory(void)
     TEST_CHECK(access(out, F_OK) != 0 && sh("ls %s.part 2>/dev/null", out) != 0);
     printf("4. checkpoints without a manifest or with foreign client state: refused, no file\n");
 
-    /* checkpoint 3 while the servers hold 5: only with --restore, which
-     * restores 3, exports it and restores 5 back */
+    /* user_meta up to the limit goes through Checkpoint, GetCheckpointMeta
+     * and Restore (unary messages); one byte more is refused */
+    uint8_t *um = malloc(ZS_CLIENT_USER_META_MAX + 1), *back = malloc(ZS_CLIENT_USER_META_MAX);
+    for (size_t i = 0; i <= ZS_CLIENT_USER_META_MAX; i++)
+        um[i] = (uint8_t)(i * 7 + 1);
+    TEST_OK(zs_client_set_step(c, 6, 6, &err), err);
+    rc = zs_client_checkpoint_meta(c, 6, 0, um, ZS_CLIENT_USER_META_MAX + 1, &err);
+    TEST_CHECKF(rc == ZS_ERR_INVALID, "user_meta above the limit: rc %d (%s)", rc, err.msg);
+    TEST_OK(zs_client_checkpoint_meta(c, 6, 0, um, ZS_CLIENT_USER_META_MAX, &err), err);
+    size_t blen = 0;
+    TEST_OK(zs_client_checkpoint_info(c, 6, NULL, back, ZS_CLIENT_USER_META_MAX, &blen, &err), err);
+    TEST_CHECK(blen == ZS_CLIENT_USER_META_MAX && !memcmp(back, um, blen));
+    memset(back, 0, ZS_CLIENT_USER_META_MAX);
+    TEST_OK(zs_client_restore_meta(c, 6, back, ZS_CLIENT_USER_META_MAX, &blen, &err), err);
+    TEST_CHECK(blen == ZS_CLIENT_USER_META_MAX && !memcmp(back, um, blen));
+    rc = zs_client_checkpoint_info(c, 99, NULL, NULL, 0, NULL, &err);
+    TEST_CHECKF(rc == ZS_ERR_NOTFOUND, "GetCheckpointMeta of a missing step: rc %d", rc);
+    free(um);
+    free(back);
+    printf("4. user_meta of %u bytes through Checkpoint, GetCheckpointMeta, Restore; one more "
+           "refused; a missing checkpoint's metadata: NOT_FOUND\n",
+           ZS_CLIENT_USER_META_MAX);
+    rc = ctl("export --servers %s --out %s", E, out);
+    TEST_CHECKF(rc == 1 && ctl_said("not written by the zeroshard engine"), "step 6: rc %d", rc);
+
+    /* checkpoint 3 while the servers hold 6: only with --restore, which
+     * restores 3, exports it and restores 6 back */
     rc = ctl("export --servers %s --step 3 --out %s", E, out);
-    TEST_CHECKF(rc == 1 && ctl_said("hold step 5, not checkpoint 3"), "--step 3: rc %d", rc);
+    TEST_CHECKF(rc == 1 && ctl_said("hold step 6, not checkpoint 3"), "--step 3: rc %d", rc);
     ctl_ok("export --step 3 --restore", ctl("export --servers %s --step 3 --restore --out %s "
                                             "--dtype bf16",
                                             E, out));
     zs_server_info_t in[2];
     TEST_OK(zs_client_hello(c, "", 0, in, &err), err);
-    TEST_CHECKF(in[0].applied_step == 5 && in[1].applied_step == 5,
-                "after --restore the servers hold %llu/%llu, not 5 again",
+    TEST_CHECKF(in[0].applied_step == 6 && in[1].applied_step == 6,
+                "after --restore the servers hold %llu/%llu, not 6 again",
                 (unsigned long long)in[0].applied_step, (unsigned long long)in[1].applied_step);
     FILE *f = fopen(out, "rb");
     TEST_CHECK(f && fseek(f, 0, SEEK_END) == 0);
@@ -549,8 +583,8 @@ static void test_memory(void)
     fclose(f);
     TEST_CHECKF(size > (long)(P * 2) && size < (long)(P * 2) + (1 << 20),
                 "bf16 export of %llu parameters has %ld bytes", (unsigned long long)P, size);
-    printf("4. --step 3 refused while the servers hold 5; with --restore exported (bf16, %.1f "
-           "MB) and the servers hold 5 again\n",
+    printf("4. --step 3 refused while the servers hold 6; with --restore exported (bf16, %.1f "
+           "MB) and the servers hold 6 again\n",
            size / 1e6);
     unlink(out);
     free(man);
