@@ -568,7 +568,8 @@ static void test_memory(void)
     /* checkpoint 3 while the servers hold 6: only with --restore, which
      * restores 3, exports it and restores 6 back */
     rc = ctl("export --servers %s --step 3 --out %s", E, out);
-    TEST_CHECKF(rc == 1 && ctl_said("hold step 6, not checkpoint 3"), "--step 3: rc %d", rc);
+    TEST_CHECKF(rc == 1 && ctl_said("hold checkpoint 6, not 3: pass --step 6"), "--step 3: rc %d",
+                rc);
     ctl_ok("export --step 3 --restore", ctl("export --servers %s --step 3 --restore --out %s "
                                             "--dtype bf16",
                                             E, out));

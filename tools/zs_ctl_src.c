@@ -128,7 +128,13 @@ int zs_ctl_src_open(zs_client_t *c, uint64_t want, int allow_restore, zs_ctl_src
     uint64_t held = 0;
     if (!rc && !holds(s, in, &held)) {
         zs_err_t tmp;
-        if (!allow_restore)
+        if (!allow_restore && held != s->step && is_complete(c, held, &tmp))
+            rc = zs_err_set(err, ZS_ERR_STATE,
+                            "the servers hold checkpoint %llu, not %llu: pass --step %llu, or "
+                            "--restore to read %llu (only while no trainer runs)",
+                            (unsigned long long)held, (unsigned long long)s->step,
+                            (unsigned long long)held, (unsigned long long)s->step);
+        else if (!allow_restore)
             rc = zs_err_set(err, ZS_ERR_STATE,
                             "the servers hold step %llu, not checkpoint %llu: reading tensors "
                             "reads their live state. Stop training, then pass --restore (or run "
