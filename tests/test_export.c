@@ -25,8 +25,12 @@
  *  4. memory: a 25M-parameter GPT (100 MB of fp32, 100x the 1 MiB chunk)
  *     written straight onto 2 servers; the exporter's peak RSS (wait4) must
  *     stay under half the model (printed); the reader checks every value.
- *     Checkpoints without a manifest or with foreign client state are
- *     refused.
+ *     The same for reshard 2 -> 1 (master + moments) and an export of the
+ *     target. Checkpoints without a manifest or with foreign client state
+ *     are refused; user_meta at its 60 KiB limit passes Checkpoint,
+ *     GetCheckpointMeta and Restore, one byte more is refused; --step of an
+ *     older checkpoint needs --restore, after which the servers hold what
+ *     they held before.
  */
 #include <math.h>
 #include <stdarg.h>
@@ -468,6 +472,36 @@ static void test_reshard(const char *A)
 
 /* ---- 4. peak memory on a model 100x the chunk ---------------------------- */
 
+/* zs-ctl with these arguments (NULL-terminated), output to DIR/ctl.log;
+ * must succeed. Returns its peak RSS in MiB (wait4: this child only). */
+static double ctl_rss(const char *a0, ...)
+{
+    const char *argv[16] = {CTL, a0};
+    int n = 2;
+    va_list ap;
+    va_start(ap, a0);
+    while (n < 15 && (argv[n] = va_arg(ap, const char *)) != NULL)
+        n++;
+    va_end(ap);
+    argv[n] = NULL;
+    char log[300];
+    snprintf(log, sizeof log, "%s/ctl.log", g_tmp);
+    pid_t pid = fork();
+    TEST_CHECK(pid >= 0);
+    if (pid == 0) { /* exec at once: gRPC state does not survive fork */
+        if (!freopen(log, "w", stdout))
+            _exit(126);
+        dup2(1, 2);
+        execv(CTL, (char *const *)argv);
+        _exit(127);
+    }
+    int st;
+    struct rusage ru;
+    TEST_CHECK(wait4(pid, &st, 0, &ru) == pid);
+    ctl_ok(a0, WIFEXITED(st) ? WEXITSTATUS(st) : 128);
+    return (double)ru.ru_maxrss / 1024.0;
+}
+
 static float synth(uint64_t i) /* exact in fp32; export_check.py synth knows it */
 {
     return (float)((uint32_t)(i * 2654435761u) % 65536u) / 65536.0f - 0.5f;
@@ -499,32 +533,39 @@ static void test_memory(void)
     TEST_OK(zs_client_checkpoint_meta(c, 3, 0, meta, len, &err), err);
     free(meta);
 
-    char out[300], log[300];
+    char out[300];
     snprintf(out, sizeof out, "%s/big.safetensors", g_tmp);
-    snprintf(log, sizeof log, "%s/ctl.log", g_tmp);
-    pid_t pid = fork();
-    TEST_CHECK(pid >= 0);
-    if (pid == 0) { /* exec at once: gRPC state does not survive fork */
-        FILE *f = freopen(log, "w", stdout);
-        (void)f;
-        dup2(1, 2);
-        execl(CTL, CTL, "export", "--servers", E, "--out", out, (char *)NULL);
-        _exit(127);
-    }
-    int st;
-    struct rusage ru;
-    TEST_CHECK(wait4(pid, &st, 0, &ru) == pid);
-    ctl_ok("export (big)", WIFEXITED(st) ? WEXITSTATUS(st) : 128);
-    double rss = (double)ru.ru_maxrss / 1024.0, model = (double)P * 4 / (1 << 20);
+    double model = (double)P * 4 / (1 << 20);
+    double rss = ctl_rss("export", "--servers", E, "--out", out);
     printf("4. export of a %llu-parameter model (%.0f MiB fp32, %.0fx the %u KiB chunk): "
            "exporter peak RSS %.1f MiB\n",
            (unsigned long long)P, model, model * 1024 / (ZS_CTL_CHUNK * 4 / 1024),
            ZS_CTL_CHUNK * 4 / 1024, rss);
     TEST_CHECKF(rss < model / 2, "peak RSS %.1f MiB is not O(chunk) (model %.0f MiB)", rss, model);
+    sh("grep '^export: [0-9.]* s' %s/ctl.log | sed 's/^/   /'", g_tmp);
     int rc = sh("%s %s/tests/ref/export_check.py synth %s %llu", ZS_PYTHON, ZS_SOURCE_DIR, out,
                 (unsigned long long)P);
     TEST_CHECKF(rc == 0, "export_check.py synth exited %d", rc);
     unlink(out);
+
+    /* reshard it 2 -> 1 (three tensors: 3x the model moved) and export the
+     * target: the same values */
+    zs_test_server_t Fs[1];
+    char F[256];
+    start_servers(Fs, 1, "f", F, sizeof F);
+    rss = ctl_rss("reshard", "--from", E, "--to", F);
+    TEST_CHECK(ctl_said("moved from 2 to 1 servers and verified"));
+    printf("4. reshard of it, 2 -> 1 servers (%.0f MiB of master + moments): peak RSS %.1f "
+           "MiB\n",
+           3 * model, rss);
+    TEST_CHECKF(rss < model / 2, "reshard peak RSS %.1f MiB is not O(chunk)", rss);
+    sh("grep '^reshard: [0-9.]* s' %s/ctl.log | sed 's/^/   /'", g_tmp);
+    ctl_ok("export (big, resharded)", ctl("export --servers %s --out %s", F, out));
+    rc = sh("%s %s/tests/ref/export_check.py synth %s %llu", ZS_PYTHON, ZS_SOURCE_DIR, out,
+            (unsigned long long)P);
+    TEST_CHECKF(rc == 0, "export_check.py synth (resharded) exited %d", rc);
+    unlink(out);
+    zs_test_server_stop(&Fs[0], SIGTERM);
 
     /* a checkpoint without a manifest, and one of foreign client state */
     TEST_OK(zs_client_set_step(c, 4, 4, &err), err);
