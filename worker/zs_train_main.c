@@ -440,9 +440,15 @@ int main(int argc, char **argv)
     if (zs_gpt_create(&o.g, (int)cfg.micro_batch_per_gpu, o.seed, &gpt, &err) ||
         zs_gpt_set_data(gpt, data, &err))
         return die(rank, "model", &err, ZS_EXIT_OTHER);
+    char *manifest; /* stored with each checkpoint: zs-ctl export reads it */
+    if (zs_gpt_manifest(&o.g, o.name, &manifest, &err))
+        return die(rank, "model", &err, ZS_EXIT_OTHER);
     zs_engine_opts_t eo = {&cfg, coll, o.servers, token, o.name, o.server_timeout * 1000, 0};
+    eo.manifest = manifest;
     zs_engine_t *e;
-    if (zs_engine_create(&eo, zs_gpt_model(gpt), &e, &err))
+    int erc = zs_engine_create(&eo, zs_gpt_model(gpt), &e, &err);
+    free(manifest);
+    if (erc)
         return die(rank, "engine", &err, ZS_EXIT_ENGINE);
     uint64_t P = zs_engine_num_params(e);
     if (rank == 0) {

@@ -312,6 +312,8 @@ int zs_engine_create(const zs_engine_opts_t *o, const zs_model_t *model, zs_engi
     snprintf(e->model_name, sizeof e->model_name, "%s", o->model_name ? o->model_name : "zs-model");
     /* keys read but not acted on are reported by the config parser ("no effect") */
     int rc = copy_model(e, model, err);
+    if (!rc)
+        rc = zs__eng_set_manifest(e, o->manifest, err);
     if (!rc && (e->stage < 0 || e->stage > 3 || e->esz == 0))
         rc = zs_err_set(err, ZS_ERR_INVALID, "stage %d / dtype %d not supported", e->stage, e->dt);
     if (!rc && e->offload && !o->servers)
@@ -404,6 +406,7 @@ void zs_engine_destroy(zs_engine_t *e)
     for (int i = 0; e->deps && i < e->nlayers; i++)
         free(e->deps[i]);
     free(e->deps);
+    free(e->manifest);
     free(e->layer_off);
     free(e->layer_seg);
     free(e->order);

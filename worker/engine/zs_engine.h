@@ -129,6 +129,11 @@ typedef struct zs_engine_opts {
     const char *model_name; /* identity on the servers (default "zs-model") */
     int server_timeout_ms;  /* deadline of each server call (default 120000) */
     unsigned debug;         /* ZS_ENGINE_DEBUG_* (tests only; 0) */
+    /* Model manifest (JSON text, copied; NULL: none) stored with every
+     * checkpoint beside the engine's state, so tools read the model's
+     * tensors from a checkpoint without model code (zs-ctl export; the
+     * GPT's: zs_gpt_manifest). Last, so initialisers without it still work. */
+    const char *manifest;
 } zs_engine_opts_t;
 
 /* Figures of one step (all workers agree on loss, lr, scale, skipped). */
@@ -195,6 +200,24 @@ uint64_t zs_engine_step_count(const zs_engine_t *e);
 
 /* Total parameters P (sum of layers' own). */
 uint64_t zs_engine_num_params(const zs_engine_t *e);
+
+/* The engine's state as stored with a checkpoint (its user_meta on the
+ * servers), parsed: for tools that read checkpoints (zs-ctl export,
+ * reshard). manifest points into the caller's meta (not NUL-terminated;
+ * NULL with manifest_len 0 when the checkpoint carries none, e.g. one
+ * written before manifests existed). */
+typedef struct zs_engine_ckpt_meta {
+    uint64_t step;   /* the checkpoint's training step */
+    uint64_t adam_t; /* Adam steps taken */
+    const char *manifest;
+    size_t manifest_len;
+} zs_engine_ckpt_meta_t;
+
+/* Parse `len` bytes of a checkpoint's user_meta into *out. ZS_ERR_CORRUPT
+ * ("not written by the zeroshard engine") unless the layout is exactly the
+ * engine's: magic, step, Adam t, loss-scaler state, then optionally a
+ * 32-bit length and that many bytes of manifest. */
+int zs_engine_meta_parse(const void *meta, size_t len, zs_engine_ckpt_meta_t *out, zs_err_t *err);
 
 /* Measured memory, formulas and working set (see zs_engine_mem_t). The
  * formulas for mixed precision + Adam with Psi = padded parameters, bytes

@@ -92,6 +92,7 @@ struct zs_engine {
     unsigned debug; /* ZS_ENGINE_DEBUG_* */
     zs_client_t *client; /* NULL without servers */
     char model_name[128];
+    char *manifest; /* opts->manifest copied (stored with checkpoints), or NULL */
     zs_dtype_t dt;
     size_t esz;
 
@@ -214,5 +215,11 @@ double zs__eng_now_ms(void);
         if (rc_ != ZS_OK)                                                                          \
             return rc_;                                                                            \
     } while (0)
+
+/* Keep a copy of the model manifest stored with every checkpoint
+ * (zs_engine_opts_t.manifest; NULL: none). One that does not fit the
+ * checkpoint's user_meta beside the engine's state is dropped with a
+ * warning (checkpoints then carry none). zs_engine_ckpt.c. */
+int zs__eng_set_manifest(zs_engine_t *e, const char *manifest, zs_err_t *err);
 
 #endif

@@ -110,4 +110,12 @@ int zs_gpt_num_tensors(const zs_gpt_config_t *c);
 /* Tensor i (0 .. zs_gpt_num_tensors - 1) in flat-buffer order. */
 int zs_gpt_tensor(const zs_gpt_config_t *c, int i, zs_gpt_tensor_t *t);
 
+/* The model manifest for zs_engine_opts_t.manifest (zs_gpt_manifest.c):
+ * JSON naming every parameter tensor as Hugging Face's GPT-2 does
+ * (transformer.wte.weight, transformer.h.0.attn.c_attn.weight [C, 3C], ...,
+ * transformer.ln_f.bias; the LM head is tied to wte and not listed), with
+ * its shape and flat offset, the storage dtype (F32), the model `name`
+ * (NULL: "zs-gpt") and the config. *out is malloc'd (caller frees). */
+int zs_gpt_manifest(const zs_gpt_config_t *c, const char *name, char **out, zs_err_t *err);
+
 #endif
