@@ -10,6 +10,10 @@
 if(ZS_WITH_CUDA)
   zs_add_test(test_dev_cuda SRCS test_dev_cuda.c LIBS zs_dev LABELS "gpu" TIMEOUT 300)
   set_tests_properties(test_dev_cuda PROPERTIES SKIP_RETURN_CODE 77)
+  # The whole GPT on CUDA (zs_gpt_ops_cuda.c) against the CPU model: one
+  # step on three shapes, 10 AdamW steps, two CUDA runs bitwise equal.
+  zs_add_test(test_gpt_cuda SRCS test_gpt_cuda.c LIBS zeroshard LABELS "gpu" TIMEOUT 300)
+  set_tests_properties(test_gpt_cuda PROPERTIES SKIP_RETURN_CODE 77)
 endif()
 if(ZS_WITH_NCCL)
   add_executable(test_nccl_boot test_nccl_boot.c)
