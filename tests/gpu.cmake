@@ -31,4 +31,14 @@ if(ZS_WITH_NCCL)
                    $<TARGET_FILE:test_nccl_boot> gpu ${MPIEXEC_POSTFLAGS})
   set_tests_properties(test_nccl_np1 PROPERTIES
     TIMEOUT 180 LABELS "gpu;mpi" SKIP_RETURN_CODE 77 ENVIRONMENT "${ZS_NCCL_TEST_ENV}")
+  # The engine on one GPU through zs-train --device cuda (NCCL, W = 1) vs
+  # --device cpu: stages 0-3 x offload off/on with 2 real zs-servers, and
+  # kill -9 + resume bitwise. Prebuilt binaries: ZS_TRAIN_BIN, ZS_MPIEXEC_BIN,
+  # ZS_SERVER_BIN (tests/gpu.sh run).
+  zs_add_test(test_train_cuda SRCS test_train_cuda.c LIBS zeroshard zs_testproc LABELS "gpu;mpi"
+              TIMEOUT 900)
+  target_compile_definitions(test_train_cuda PRIVATE ZS_MPIEXEC="${MPIEXEC_EXECUTABLE}"
+                             ZS_TRAIN="$<TARGET_FILE:zs-train>")
+  add_dependencies(test_train_cuda zs-train zs-server)
+  set_tests_properties(test_train_cuda PROPERTIES SKIP_RETURN_CODE 77)
 endif()
