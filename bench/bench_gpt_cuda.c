@@ -555,8 +555,8 @@ int zs__bench_gpt_cuda(int argc, char **argv)
     printf("\nModel FLOPs utilisation (FLOPs per token 6P + 6LCT, llm.c's estimate; fp32 "
            "pedantic GEMMs: no TF32, no tensor cores):\n");
     static const char *mode_name[3] = {"model + AdamW", "engine stage 0 (AdamW on the GPU)",
-                                       "engine stage 2 (AdamW on 2 servers; collectives = "
-                                       "offload push/pull wait)"};
+                                       "engine stage 2 (AdamW on 2 servers: optimizer = "
+                                       "commit, the servers' AdamW and the pull)"};
     for (int k = 0; k < 2; k++)
         for (int mode = 0; mode < 3; mode++)
             if (rows[k][mode].ok) {
