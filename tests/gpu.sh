@@ -11,7 +11,7 @@
 #   Debian packages of every shared library they load that a GPU machine
 #   lacks: found with ldd on the binaries and dpkg -S (libc, libstdc++,
 #   libgcc and zlib are left to the machine; CUDA's libraries are the
-#   machine's), plus Open MPI's launcher and plugins. About 25 MiB; the
+#   machine's), plus Open MPI's launcher and plugins. About 27 MiB; the
 #   script refuses to pack more than 64 MiB.
 #
 #   there (a machine with a GPU, CUDA 13 and a driver, no package registry):
