@@ -32,6 +32,9 @@
  * of the per-step ratios (robust to load changes on a shared machine).
  *
  * Usage: bench_gpt [--shape 124m|small|both] [--threads N] [--no-engine]
+ *        bench_gpt --device cuda [...]: the GPU benchmark (bench_gpt_cuda.c:
+ *        GPT-2 124M and 1.5B at T = 1024, tokens/s and MFU; exit 77 with
+ *        "SKIPPED: <reason>" where no GPU is usable)
  */
 #include <math.h>
 #include <mpi.h>
@@ -40,6 +43,7 @@
 #include <string.h>
 #include <strings.h>
 
+#include "bench_gpt_cuda.h"
 #include "zs_adam.h"
 #include "zs_bench.h"
 #include "zs_engine.h"
@@ -267,6 +271,9 @@ int main(int argc, char **argv)
 {
     const char *which = "both";
     int threads = 2, engine = 1;
+    for (int i = 1; i + 1 < argc; i++)
+        if (!strcmp(argv[i], "--device") && !strcmp(argv[i + 1], "cuda"))
+            return zs__bench_gpt_cuda(argc, argv);
     for (int i = 1; i < argc; i++) {
         if (!strcmp(argv[i], "--shape") && i + 1 < argc)
             which = argv[++i];
@@ -274,9 +281,13 @@ int main(int argc, char **argv)
             threads = atoi(argv[++i]);
         else if (!strcmp(argv[i], "--no-engine"))
             engine = 0;
+        else if (!strcmp(argv[i], "--device") && i + 1 < argc && !strcmp(argv[i + 1], "cpu"))
+            i++;
         else {
-            fprintf(stderr, "usage: bench_gpt [--shape 124m|small|both] [--threads N] "
-                            "[--no-engine]\n");
+            fprintf(stderr, "usage: bench_gpt [--device cpu] [--shape 124m|small|both] "
+                            "[--threads N] [--no-engine]\n"
+                            "       bench_gpt --device cuda [--shape 124m|1.5b|both] "
+                            "[--server-bin PATH] [--no-engine] [--peak-tflops F32,BF16]\n");
             return 2;
         }
     }

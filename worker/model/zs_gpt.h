@@ -16,8 +16,8 @@
  *
  * Device: the model runs on the device it is bound to (model->bind or
  * zs_gpt_bind: a zs_dev_t and its compute stream). Binding picks the op
- * table of that device kind (zs_gpt_ops_table.h; CPU now, CUDA when its
- * kernels exist) and allocates activations and scratch in device memory
+ * table of that device kind (zs_gpt_ops_table.h: CPU, or CUDA in builds
+ * with ZS_WITH_CUDA) and allocates activations and scratch in device memory
  * (counted as ZS_MEM_ACTIVATIONS / ZS_MEM_SCRATCH) plus pinned staging for
  * tokens and losses. forward/backward take fp32 device pointers and only
  * ENQUEUE work on the compute stream; loss() and zs_gpt_copy_logits wait
@@ -91,8 +91,9 @@ int zs_gpt_set_fixed_tokens(zs_gpt_t *g, const int32_t *inputs, const int32_t *t
                             zs_err_t *err);
 
 /* Run the kernels on n threads (n <= 0: all online CPUs). The default is
- * $ZS_GPT_THREADS, else all online CPUs. When bound, waits for the compute
- * stream first (and returns its error, if any). */
+ * $ZS_GPT_THREADS, else all online CPUs. When bound to the CPU device,
+ * waits for the compute stream first (and returns its error, if any); on
+ * CUDA the threads only run init_params. */
 int zs_gpt_set_threads(zs_gpt_t *g, int n, zs_err_t *err);
 
 /* One parameter tensor in the flat buffer of all layers in order (layer 0's
