@@ -140,8 +140,8 @@ static void bare_setup(bare_t *b, const shape_t *s, int threads)
     b->w = dev_buf(b->dev, ZS_MEM_PARAMS, P * 4), b->gr = dev_buf(b->dev, ZS_MEM_GRADS, P * 4);
     b->am = dev_buf(b->dev, ZS_MEM_OPTIMIZER, P * 4);
     b->av = dev_buf(b->dev, ZS_MEM_OPTIMIZER, P * 4);
-    if (zs_dev_memcpy(b->cs, b->w, hw, P * 4, &err) || zs_dev_memset(b->cs, b->am, 0, P * 4, &err) ||
-        zs_dev_memset(b->cs, b->av, 0, P * 4, &err))
+    if (zs_dev_memcpy(b->cs, b->w, hw, P * 4, &err) ||
+        zs_dev_memset(b->cs, b->am, 0, P * 4, &err) || zs_dev_memset(b->cs, b->av, 0, P * 4, &err))
         die("upload", &err);
     wait_stream(b->cs);
     free(hw);
@@ -178,8 +178,8 @@ static double bare_step(bare_t *b, double ms[3])
     wait_stream(b->cs);
     double t2 = zs_bench_now();
     zs_adam_step_t st = {hp.lr, ++b->t, 1.0f, 1.0f};
-    if (zs_dev_adamw(b->cs, &hp, &st, b->w, b->am, b->av, b->gr, ZS_DTYPE_F32, NULL,
-                     ZS_DTYPE_NONE, b->P, &err))
+    if (zs_dev_adamw(b->cs, &hp, &st, b->w, b->am, b->av, b->gr, ZS_DTYPE_F32, NULL, ZS_DTYPE_NONE,
+                     b->P, &err))
         die("adamw", &err);
     wait_stream(b->cs);
     double t3 = zs_bench_now();
@@ -260,8 +260,8 @@ static double eng_step(eng_t *x, double part[4])
 
 static void eng_teardown(eng_t *x)
 {
-    fprintf(stderr, "bench_gpt: %s engine: loss %.4f -> %.4f over %d steps\n", x->s->name,
-            x->first, x->last, x->steps);
+    fprintf(stderr, "bench_gpt: %s engine: loss %.4f -> %.4f over %d steps\n", x->s->name, x->first,
+            x->last, x->steps);
     zs_engine_destroy(x->e);
     zs_gpt_destroy(x->g);
     free(x->in), free(x->tg);

@@ -112,9 +112,10 @@ int main(void)
                         "-np 2 %s --data %s --servers %s --layers 2 --heads 4 --width 64 --ctx 32 "
                         "--steps 20 > %s 2>&1",
                         ZS_MPIEXEC, ZS_TRAIN, g_data, g_servers, log);
-            TEST_CHECKF(rc == 2 && sh("grep -q 'hold checkpoint 20: --resume continues it, --fresh' "
-                                      "%s",
-                                      log) == 0,
+            TEST_CHECKF(rc == 2 &&
+                            sh("grep -q 'hold checkpoint 20: --resume continues it, --fresh' "
+                               "%s",
+                               log) == 0,
                         "a fresh start over checkpoints must be refused with exit 2 (got %d)", rc);
             printf("2. a fresh start over checkpoint 20 is refused without --fresh (exit 2)\n");
         }

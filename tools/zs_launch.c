@@ -175,8 +175,9 @@ int main(int argc, char **argv)
         fprintf(stderr, "zs-launch: run %d exited with status %d after %.1f s\n", attempt + 1,
                 status, now_s() - t0);
         if ((status >= 2 && status <= 4) || status == 6) {
-            fprintf(stderr, "zs-launch: status %d is a command-line, configuration, data or "
-                            "no-GPU error of zs-train: not rerunning\n",
+            fprintf(stderr,
+                    "zs-launch: status %d is a command-line, configuration, data or "
+                    "no-GPU error of zs-train: not rerunning\n",
                     status);
             return status;
         }

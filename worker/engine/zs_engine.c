@@ -24,8 +24,8 @@ int zs__eng_alloc(zs_engine_t *e, int space, int cat, size_t bytes, void **out, 
 {
     int rc = zs_dev_alloc(e->dev, space, cat, bytes, out, err);
     if (rc)
-        return zs_err_set(err, rc, "out of %s memory for %s (%zu bytes): %s",
-                          zs_space_name(space), what, bytes, err->msg);
+        return zs_err_set(err, rc, "out of %s memory for %s (%zu bytes): %s", zs_space_name(space),
+                          what, bytes, err->msg);
     return ZS_OK;
 }
 
@@ -218,8 +218,8 @@ int zs__eng_init_state(zs_engine_t *e, zs_err_t *err)
         if (!rc && e->master && e->stage == 0)
             rc = zs_dev_memcpy(e->compute, e->master + s->pbase, dev, s->n * 4, err);
         else if (!rc && e->master && s->ve > s->vb)
-            rc = zs_dev_memcpy(e->compute, e->master + s->qbase, dev + s->vb,
-                               (s->ve - s->vb) * 4, err);
+            rc = zs_dev_memcpy(e->compute, e->master + s->qbase, dev + s->vb, (s->ve - s->vb) * 4,
+                               err);
         /* the host buffer is refilled next: wait for the copy out of it */
         if (!rc)
             rc = zs_dev_stream_sync(e->compute, err);

@@ -115,8 +115,9 @@ typedef struct zs_model {
 typedef struct zs_engine zs_engine_t;
 
 /* Test-only faults, to prove that the checks guarding them can fail. */
-#define ZS_ENGINE_DEBUG_DROP_WAIT   1u /* skip event waits: the reduce-scatter does
-                                        * not wait for the backward, nor compute for
+#define ZS_ENGINE_DEBUG_DROP_WAIT                                                                  \
+    1u                                 /* skip event waits: the reduce-scatter does                \
+                                        * not wait for the backward, nor compute for               \
                                         * a stage-3 gather */
 #define ZS_ENGINE_DEBUG_LEAK        2u /* leak a scratch block every step */
 #define ZS_ENGINE_DEBUG_GRAD_SCALE2 4u /* unscale gradients by 2x the right factor */
@@ -150,7 +151,7 @@ typedef struct zs_step_stats {
 /* Memory of this worker, measured by the device allocator, beside what the
  * ZeRO formulas and the configuration say it should be. */
 typedef struct zs_engine_mem {
-    zs_dev_mem_t measured;         /* every allocation of this process's device */
+    zs_dev_mem_t measured;          /* every allocation of this process's device */
     uint64_t formula[ZS_MEM_NCATS]; /* seed formulas: params, grads, optimizer (bytes) */
     uint64_t working[ZS_MEM_NCATS]; /* buffers the configuration allows on top (bytes) */
     uint64_t rss;                   /* process resident set (bytes; 0 if unknown) */
