@@ -88,6 +88,8 @@ static grpc_byte_buffer *hello_reply(zs_shard_t *sh, zs_err_t *err)
     c.checkpoint_gbps = in.counters.checkpoint_gbps;
     r.counters = &c;
     r.server_id = (char *)in.server_id;
+    r.store_degraded = in.store_degraded;
+    r.store_error = in.store_error;
     grpc_byte_buffer *bb = zs_msg_build(&r.base);
     free(in.checkpoints);
     return bb;

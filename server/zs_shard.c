@@ -362,6 +362,8 @@ int zs_shard_info(zs_shard_t *sh, zs_shard_info_t *info, zs_err_t *err)
     info->adam = sh->hp;
     info->counters = sh->c;
     info->server_id = sh->server_id;
+    info->store_degraded = sh->store_degraded;
+    memcpy(info->store_error, sh->store_error, sizeof info->store_error);
     pthread_mutex_unlock(&sh->mu);
     return ZS_OK;
 }

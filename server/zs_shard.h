@@ -76,6 +76,8 @@ typedef struct zs_shard_info {
     uint64_t *checkpoints; /* ascending; malloc'd, caller frees */
     size_t ncheckpoints;
     const char *server_id;
+    int store_degraded;               /* the store's last write failed (zs_store.h) */
+    char store_error[ZS_ERR_MSG_MAX]; /* why, when degraded; else "" */
 } zs_shard_info_t;
 
 /* Per-step scalars sent with a commit. */

@@ -37,6 +37,18 @@ int zs_shard_list(zs_shard_t *sh, uint64_t **steps, size_t *n, zs_err_t *err)
     return ZS_OK;
 }
 
+/* With store_mu held: copy the store's health into the shard for Hello
+ * (takes mu; the lock order is store_mu, then mu). */
+static void note_store_health(zs_shard_t *sh)
+{
+    char why[ZS_ERR_MSG_MAX];
+    int bad = zs_store_health(sh->store, why, sizeof why);
+    pthread_mutex_lock(&sh->mu);
+    sh->store_degraded = bad;
+    memcpy(sh->store_error, why, sizeof why);
+    pthread_mutex_unlock(&sh->mu);
+}
+
 int zs_shard_checkpoint(zs_shard_t *sh, uint64_t step, int keep, double *seconds, zs_err_t *err)
 {
     return zs_shard_checkpoint_meta(sh, step, keep, NULL, 0, seconds, err);
@@ -153,6 +165,7 @@ int zs_shard_checkpoint_meta(zs_shard_t *sh, uint64_t step, int keep, const void
             ZS_WARN("checkpoint %llu written, but pruning old ones failed: %s",
                     (unsigned long long)step, perr.msg);
     }
+    note_store_health(sh);
     pthread_mutex_unlock(&sh->store_mu);
     clock_gettime(CLOCK_MONOTONIC, &t1);
     *seconds = (double)(t1.tv_sec - t0.tv_sec) + 1e-9 * (double)(t1.tv_nsec - t0.tv_nsec);
@@ -314,6 +327,7 @@ int zs_shard_delete(zs_shard_t *sh, uint64_t step, int keep, zs_err_t *err)
         return zs_err_set(err, ZS_ERR_INVALID, "keep must be >= 1 (got %d)", keep);
     pthread_mutex_lock(&sh->store_mu);
     int rc = step ? zs_store_delete(sh->store, step, err) : zs_store_prune(sh->store, keep, err);
+    note_store_health(sh);
     pthread_mutex_unlock(&sh->store_mu);
     if (rc == ZS_OK)
         ZS_INFO(step ? "delete: checkpoint %llu removed" : "delete: kept newest %llu",

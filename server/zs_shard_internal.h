@@ -68,6 +68,9 @@ struct zs_shard {
     int ckpt_busy; /* a checkpoint is reading the state */
     int readers;   /* pulls/gets copying without mu held */
 
+    int store_degraded;               /* copy of zs_store_health after each store write */
+    char store_error[ZS_ERR_MSG_MAX]; /* its message */
+
     uint64_t run_id;          /* new at every Initialize; restored with a checkpoint */
     unsigned char *user_meta; /* of the checkpoint last written or restored */
     size_t user_meta_len;

@@ -6,3 +6,8 @@ zs_add_test(test_server_crash SRCS test_server_crash.c LIBS zeroshard zs_testpro
             LABELS integration)
 add_dependencies(test_auth zs-server)
 add_dependencies(test_server_crash zs-server)
+# A full data disk (a small tmpfs; skipped where it cannot be mounted): the
+# store degrades, Hello says so, and checkpoints resume once there is room.
+zs_add_test(test_server_disk SRCS test_server_disk.c LIBS zeroshard zs_testproc TIMEOUT 120
+            LABELS integration)
+add_dependencies(test_server_disk zs-server)
