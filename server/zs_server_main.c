@@ -43,7 +43,31 @@ static void usage(FILE *f)
             "  --help               this text\n"
             "\n"
             "Environment: ZS_LOG_LEVEL=debug|info|warn|error (default info), ZS_TOKEN\n"
-            "(bearer token, instead of --token-file).\n");
+            "(bearer token, instead of --token-file). A token is printable ASCII without\n"
+            "spaces; an empty or blank one is refused (exit 2), never taken as 'no token'.\n");
+}
+
+/* A bearer token must be 1..4096 bytes a client can send in a header value
+ * without escaping: printable ASCII, no spaces (RFC 6750's b64token is a
+ * subset). Returns NULL if `t` is such a token, else what is wrong with it. */
+static const char *token_problem(const char *t)
+{
+    if (!t[0])
+        return "it is empty (or only blanks)";
+    for (const unsigned char *p = (const unsigned char *)t; *p; p++)
+        if (*p < 0x21 || *p > 0x7e)
+            return "it holds a character other than printable ASCII (a space, tab, control or "
+                   "non-ASCII byte)";
+    return NULL;
+}
+
+/* Drop trailing blanks (spaces, tabs, CR, LF) in place. */
+static void trim_right(char *s)
+{
+    size_t n = strlen(s);
+    while (n && (s[n - 1] == ' ' || s[n - 1] == '\t' || s[n - 1] == '\r' || s[n - 1] == '\n'))
+        n--;
+    s[n] = '\0';
 }
 
 /* mkdir -p: create `path` and its missing parents (mode 0755). */
@@ -135,6 +159,7 @@ int main(int argc, char **argv)
     zs_log_set_tag(tag);
 
     char *token = NULL, *cert_pem = NULL, *key_pem = NULL;
+    const char *token_src = token_file ? token_file : "ZS_TOKEN";
     if (token_file) {
         if (!(token = zs_file_read_text(token_file, 4096, 1))) {
             fprintf(stderr, "zs-server: cannot read --token-file %s\n", token_file);
@@ -142,6 +167,20 @@ int main(int argc, char **argv)
         }
     } else if (getenv("ZS_TOKEN")) {
         token = strdup(getenv("ZS_TOKEN"));
+    }
+    /* A token that was asked for but is empty would switch authentication
+     * off while the log says "token required": refuse to start instead. */
+    if (token) {
+        trim_right(token);
+        const char *why = token_problem(token);
+        if (why) {
+            fprintf(stderr,
+                    "zs-server: the bearer token from %s cannot be used: %s. Write the token "
+                    "(printable ASCII, no spaces) or leave authentication off.\n",
+                    token_src, why);
+            free(token);
+            return 2;
+        }
     }
     if (cert && (!(cert_pem = zs_file_read_text(cert, 1 << 20, 0)) ||
                  !(key_pem = zs_file_read_text(key, 1 << 20, 0)))) {

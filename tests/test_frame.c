@@ -19,6 +19,7 @@
  *     above ZS_RPC_MAX_META (one byte over the limit; at the limit is fine),
  *     wire types 3/4/6/7, a wrong wire type for a known field.
  *  5. zs_msg_parse: roundtrip, garbage, oversized, missing message.
+ *  6. zs__ct_equal, the token comparison: same bytes and length only.
  */
 #include <stdint.h>
 #include <stdio.h>
@@ -490,6 +491,28 @@ static void msg_parse(void)
     printf("ok  zs_msg_parse missing message: %s: %s\n", zs_status_name(rc), err.msg);
 }
 
+/* zs__ct_equal (the bearer token check): equal only for the same bytes and
+ * the same length; prefixes, extensions and a difference in the last byte
+ * are not. (Its time depends on the expected length only, by construction:
+ * no branch on the data; that is not measured here.) */
+static void ct_equal(void)
+{
+    const char *w = "Bearer s3cret";
+    size_t n = strlen(w);
+    TEST_CHECK(zs__ct_equal(w, n, "Bearer s3cret", n));
+    TEST_CHECK(!zs__ct_equal(w, n, "Bearer s3cre", n - 1));
+    TEST_CHECK(!zs__ct_equal(w, n, "Bearer s3cretX", n + 1));
+    TEST_CHECK(!zs__ct_equal(w, n, "Bearer s3creu", n));
+    TEST_CHECK(!zs__ct_equal(w, n, "bearer s3cret", n));
+    TEST_CHECK(!zs__ct_equal(w, n, "", 0));
+    TEST_CHECK(!zs__ct_equal("", 0, "x", 1));
+    TEST_CHECK(zs__ct_equal("", 0, "", 0));
+    char nul[] = "Bearer s3cret";
+    nul[12] = '\0'; /* a NUL where 't' was: compared as a byte, not as an end */
+    TEST_CHECK(!zs__ct_equal(w, n, nul, n));
+    printf("ok  zs__ct_equal: same bytes and length only\n");
+}
+
 int main(void)
 {
     setvbuf(stdout, NULL, _IONBF, 0);
@@ -503,6 +526,7 @@ int main(void)
     printf("ok  roundtrip: InitChunk with nested init, 1-byte slices\n");
     refusals();
     msg_parse();
+    ct_equal();
     grpc_shutdown();
     printf("PASS test_frame\n");
     return 0;

@@ -17,7 +17,7 @@
  * Checkpoint, Restore, DeleteCheckpoints; on server 2 a missing or wrong
  * bearer token, and requests before any model exists. Also raw-wire abuse:
  * garbage to every kind of method, a truncated chunk, an oversized header or
- * unary message, a message just below and several above the 64 MiB receive
+ * unary message, a message just below and several above the receive
  * limit, a unary call without its message; after each the server still
  * serves. Finally step 3 is pushed and committed and must equal a local
  * AdamW step on the state read at the start, bitwise: the refused pushes
@@ -796,24 +796,25 @@ static void wire_cases(void)
           "exceeds the 65536 limit", 1);
     free(h);
 
-    /* Just below the 64 MiB receive limit: gRPC delivers it, the server
+    /* Just below the receive limit (a 4 MiB chunk + 64 KiB header + 16
+     * bytes): gRPC delivers it, the server
      * refuses the chunk size without allocating anything for it. */
     size_t len = ZS_RPC_MAX_MESSAGE - 64;
     m = push_msg(3, 0, len / 4, ZS_DTYPE_F32, NULL, len);
     TEST_CHECK(grpc_byte_buffer_length(m) < ZS_RPC_MAX_MESSAGE);
     rc = raw1(0, M("Push"), m, &err);
-    check("wire: Push of 64 MiB - 64 bytes", rc, &err, ZS_ERR_INVALID, G_INVALID,
+    check("wire: Push of the receive limit - 64 bytes", rc, &err, ZS_ERR_INVALID, G_INVALID,
           "exceeds the 4194304-byte limit", 1);
     /* Above it: gRPC itself refuses before any handler reads it. */
     len = ZS_RPC_MAX_MESSAGE + 1024;
     m = push_msg(3, 0, len / 4, ZS_DTYPE_F32, NULL, len);
     rc = raw1(0, M("Push"), m, &err);
-    check("wire: Push of 64 MiB + 1 KiB (above the receive limit)", rc, &err, ZS_ERR_BUSY,
-          G_EXHAUSTED, "larger than max", -1);
+    check("wire: Push of the receive limit + 1 KiB", rc, &err, ZS_ERR_BUSY, G_EXHAUSTED,
+          "larger than max", -1);
     m = state_chunk(0, 0, len / 4, NULL, len);
     rc = raw1(1, M("SetState"), m, &err);
-    check("wire: SetState of 64 MiB + 1 KiB", rc, &err, ZS_ERR_BUSY, G_EXHAUSTED, "larger than max",
-          -1);
+    check("wire: SetState of the receive limit + 1 KiB", rc, &err, ZS_ERR_BUSY, G_EXHAUSTED,
+          "larger than max", -1);
     /* A unary request above the limit, more times than the server keeps
      * requests outstanding per method: each is refused and Hello still works
      * (check() calls it). */
@@ -827,7 +828,7 @@ static void wire_cases(void)
                     err.msg);
     }
     free(name);
-    check("wire: 6 unary Hellos of 64 MiB + 1 KiB", rc, &err, ZS_ERR_BUSY, G_EXHAUSTED,
+    check("wire: 6 unary Hellos of the receive limit + 1 KiB", rc, &err, ZS_ERR_BUSY, G_EXHAUSTED,
           "larger than max", -1);
 }
 
