@@ -16,6 +16,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "zs_budget.h"
 #include "zs_file.h"
 #include "zs_log.h"
 #include "zs_rpc.h"
@@ -39,6 +40,10 @@ static void usage(FILE *f)
             "  --tls-cert F         serve TLS with this PEM certificate chain\n"
             "  --tls-key F          and this PEM private key\n"
             "  --max-calls N        concurrent calls before RESOURCE_EXHAUSTED (default 64)\n"
+            "  --mem-budget SIZE    memory that requests may make the server allocate\n"
+            "                       (state, Initialize/Restore, SetState/Pull buffers), e.g.\n"
+            "                       64G; beyond it RESOURCE_EXHAUSTED (default: 80%% of RAM\n"
+            "                       or of the cgroup limit)\n"
             "  --ready-file F       write the bound HOST:PORT to F once serving\n"
             "  --help               this text\n"
             "\n"
@@ -92,6 +97,7 @@ int main(int argc, char **argv)
     const char *listen = NULL, *data = NULL, *token_file = NULL, *cert = NULL, *key = NULL,
                *ready = NULL;
     int threads = 0, keep = 2, max_calls = 64;
+    uint64_t mem_budget = 0;
     static const struct option opts[] = {{"listen", required_argument, 0, 'l'},
                                          {"data", required_argument, 0, 'd'},
                                          {"threads", required_argument, 0, 't'},
@@ -101,6 +107,7 @@ int main(int argc, char **argv)
                                          {"tls-key", required_argument, 0, 'K'},
                                          {"max-calls", required_argument, 0, 'm'},
                                          {"ready-file", required_argument, 0, 'r'},
+                                         {"mem-budget", required_argument, 0, 'M'},
                                          {"help", no_argument, 0, 'h'},
                                          {0, 0, 0, 0}};
     int ch;
@@ -132,6 +139,13 @@ int main(int argc, char **argv)
             break;
         case 'r':
             ready = optarg;
+            break;
+        case 'M':
+            if (zs_budget_parse(optarg, &mem_budget)) {
+                fprintf(stderr, "zs-server: --mem-budget %s: not a size (e.g. 800M, 64G)\n",
+                        optarg);
+                return 2;
+            }
             break;
         case 'h':
             usage(stdout);
@@ -204,7 +218,13 @@ int main(int argc, char **argv)
     zs_err_t err;
     zs_err_clear(&err);
     zs_shard_t *sh;
-    zs_shard_opts_t so = {data, threads, keep, listen};
+    uint64_t ram = 0, dflt = zs_budget_default(&ram);
+    if (!mem_budget)
+        mem_budget = dflt;
+    ZS_INFO("memory budget %.2f GiB%s (RAM or cgroup limit %.2f GiB)",
+            (double)mem_budget / (1 << 30), mem_budget == dflt ? " (80%)" : "",
+            (double)ram / (1 << 30));
+    zs_shard_opts_t so = {data, threads, keep, listen, mem_budget};
     if (zs_shard_create(&so, &sh, &err)) {
         ZS_ERROR("cannot start: %s", err.msg);
         grpc_shutdown();

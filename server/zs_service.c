@@ -88,6 +88,8 @@ static grpc_byte_buffer *hello_reply(zs_shard_t *sh, zs_err_t *err)
     c.checkpoint_gbps = in.counters.checkpoint_gbps;
     r.counters = &c;
     r.server_id = (char *)in.server_id;
+    r.mem_budget = in.mem_budget;
+    r.mem_reserved = in.mem_reserved;
     r.store_degraded = in.store_degraded;
     r.store_error = in.store_error;
     grpc_byte_buffer *bb = zs_msg_build(&r.base);
@@ -268,6 +270,8 @@ typedef struct {
     pthread_cond_t cv;
     void *buf[2];
     int busy[2]; /* gRPC still holds the buffer */
+    zs_budget_t *budget;
+    uint64_t reserved; /* bytes of it the two buffers hold */
 } sendbufs_t;
 
 typedef struct {
@@ -285,14 +289,28 @@ static void sendbuf_release(void *p)
     free(r);
 }
 
-static int sendbufs_init(sendbufs_t *sb, size_t bytes)
+/* Two send buffers of `bytes` each, reserved against the budget first
+ * (`what` names the call in a refusal). On error nothing is held. */
+static int sendbufs_init(sendbufs_t *sb, size_t bytes, zs_budget_t *budget, const char *what,
+                         zs_err_t *err)
 {
     memset(sb, 0, sizeof *sb);
-    pthread_mutex_init(&sb->mu, NULL);
-    pthread_cond_init(&sb->cv, NULL);
+    int rc = zs_budget_take(budget, 2 * (uint64_t)bytes, what, err);
+    if (rc)
+        return rc;
     sb->buf[0] = malloc(bytes);
     sb->buf[1] = malloc(bytes);
-    return sb->buf[0] && sb->buf[1] ? ZS_OK : ZS_ERR_NOMEM;
+    if (!sb->buf[0] || !sb->buf[1]) {
+        free(sb->buf[0]);
+        free(sb->buf[1]);
+        zs_budget_give(budget, 2 * (uint64_t)bytes);
+        return zs_err_set(err, ZS_ERR_NOMEM, "out of memory for send buffers");
+    }
+    sb->budget = budget;
+    sb->reserved = 2 * (uint64_t)bytes;
+    pthread_mutex_init(&sb->mu, NULL);
+    pthread_cond_init(&sb->cv, NULL);
+    return ZS_OK;
 }
 
 /* Wait until buffer i is free again. */
@@ -315,6 +333,7 @@ static void sendbufs_deinit(sendbufs_t *sb)
     pthread_mutex_unlock(&sb->mu);
     free(sb->buf[0]);
     free(sb->buf[1]);
+    zs_budget_give(sb->budget, sb->reserved);
     pthread_mutex_destroy(&sb->mu);
     pthread_cond_destroy(&sb->cv);
 }
@@ -359,10 +378,9 @@ static int h_pull(void *ctx, zs_scall_t *call, zs_err_t *err)
     if (rc)
         return refuse(sh, rc);
     sendbufs_t sb;
-    if (sendbufs_init(&sb, cb)) {
-        sendbufs_deinit(&sb);
-        return zs_err_set(err, ZS_ERR_NOMEM, "out of memory");
-    }
+    rc = sendbufs_init(&sb, cb, zs_shard_budget(sh), "this Pull's two send buffers", err);
+    if (rc)
+        return refuse(sh, rc);
     uint64_t per = cb / esz, sent = 0;
     int64_t deadline = call_deadline_ms(call);
     for (int i = 0; sent < count && !rc; i ^= 1) {
@@ -406,10 +424,10 @@ static int h_get_state(void *ctx, zs_scall_t *call, zs_err_t *err)
     if (rc)
         return refuse(sh, rc);
     sendbufs_t sb;
-    if (sendbufs_init(&sb, ZS_RPC_CHUNK_BYTES)) {
-        sendbufs_deinit(&sb);
-        return zs_err_set(err, ZS_ERR_NOMEM, "out of memory");
-    }
+    rc = sendbufs_init(&sb, ZS_RPC_CHUNK_BYTES, zs_shard_budget(sh),
+                       "this GetState's two send buffers", err);
+    if (rc)
+        return refuse(sh, rc);
     uint64_t per = ZS_RPC_CHUNK_BYTES / 4, sent = 0;
     for (int i = 0; sent < count && !rc; i ^= 1) {
         uint64_t k = count - sent < per ? count - sent : per;
@@ -478,8 +496,13 @@ static int h_set_state(void *ctx, zs_scall_t *call, zs_err_t *err)
         if (!rc && total + m->count > limit)
             rc = zs_err_set(err, ZS_ERR_RANGE, "SetState stream larger than 3x the range");
         piece_t *p = NULL;
-        if (!rc && !(p = malloc(sizeof *p + m->count * 4)))
+        uint64_t pbytes = sizeof *p + m->count * 4;
+        if (!rc)
+            rc = zs_budget_take(zs_shard_budget(sh), pbytes, "this SetState chunk (buffered)", err);
+        if (!rc && !(p = malloc(pbytes))) {
+            zs_budget_give(zs_shard_budget(sh), pbytes);
             rc = zs_err_set(err, ZS_ERR_NOMEM, "out of memory");
+        }
         if (!rc) {
             p->next = NULL;
             p->t = (zs_tensor_t)m->tensor;
@@ -500,6 +523,7 @@ static int h_set_state(void *ctx, zs_scall_t *call, zs_err_t *err)
         rc = zs_shard_set_state(sh, p->t, p->off, p->count, p->data, err);
     while (head) {
         piece_t *n = head->next;
+        zs_budget_give(zs_shard_budget(sh), sizeof *head + head->count * 4);
         free(head);
         head = n;
     }

@@ -4,6 +4,7 @@
  */
 #include <errno.h>
 #include <math.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
@@ -65,7 +66,57 @@ static int ranges_add(zs__ranges_t *r, uint64_t a, uint64_t b)
     return 0;
 }
 
+/* Free staging parity p's range records and return their budget (mu held;
+ * no chunk of it in flight). */
+static void stage_release(zs_shard_t *sh, int p)
+{
+    zs__ranges_t *r = &sh->stage[p].cov;
+    free(r->iv);
+    memset(r, 0, sizeof *r);
+    zs_budget_give(&sh->budget, sh->stage[p].cov_budget);
+    sh->stage[p].cov_budget = 0;
+}
+
+/* Make room for the interval every reserved chunk of parity p may add (mu
+ * held), growing the records against the budget: a client pushing many
+ * small disjoint chunks makes them grow, up to 8 B per element. */
+static int stage_room(zs_shard_t *sh, int p, zs_err_t *err)
+{
+    zs__ranges_t *r = &sh->stage[p].cov;
+    size_t need = r->n + (size_t)sh->stage[p].inflight + 1;
+    if (need <= r->cap)
+        return ZS_OK;
+    size_t cap = r->cap ? r->cap : 16;
+    while (cap < need)
+        cap *= 2;
+    uint64_t more = (uint64_t)(cap - r->cap) * sizeof *r->iv;
+    int rc = zs_budget_take(&sh->budget, more, "the staged-range records of this push", err);
+    if (rc)
+        return rc;
+    void *iv = realloc(r->iv, cap * sizeof *r->iv);
+    if (!iv) {
+        zs_budget_give(&sh->budget, more);
+        return zs_err_set(err, ZS_ERR_NOMEM, "out of memory for staged-range records");
+    }
+    r->iv = iv;
+    r->cap = cap;
+    sh->stage[p].cov_budget += more;
+    return ZS_OK;
+}
+
 /* ---- state arrays ------------------------------------------------------ */
+
+uint64_t zs_shard_state_bytes(uint64_t n)
+{
+    uint64_t nchunks = (n + ZS_OPT_CHUNK - 1) / ZS_OPT_CHUNK;
+    uint64_t tables = nchunks * (sizeof(pthread_mutex_t) + sizeof(uint64_t) + 1);
+    return 22 * n + 6 * 64 + tables; /* 6 arrays, each rounded up to 64 bytes */
+}
+
+zs_budget_t *zs_shard_budget(zs_shard_t *sh)
+{
+    return &sh->budget;
+}
 
 static void *alloc_array(uint64_t bytes)
 {
@@ -196,7 +247,7 @@ int zs__shard_install(zs_shard_t *sh, const zs_shard_identity_t *id, const zs_ad
     for (int p = 0; p < 2; p++) {
         sh->stage[p].step = 0;
         sh->stage[p].has_dtype = 0;
-        ranges_clear(&sh->stage[p].cov);
+        stage_release(sh, p);
     }
     sh->have_last_commit = 0;
     sh->initialized = 1;
@@ -282,6 +333,7 @@ int zs_shard_create(const zs_shard_opts_t *opts, zs_shard_t **out, zs_err_t *err
     sh->server_id = strdup(opts->server_id ? opts->server_id : "");
     sh->keep = opts->keep > 0 ? opts->keep : 2;
     sh->lowp_dtype = ZS_DTYPE_NONE;
+    zs_budget_init(&sh->budget, opts->mem_budget ? opts->mem_budget : zs_budget_default(NULL));
     pthread_mutex_init(&sh->mu, NULL);
     pthread_mutex_init(&sh->store_mu, NULL);
     pthread_cond_init(&sh->cv, NULL);
@@ -309,6 +361,7 @@ fail:
     zs_store_close(sh->store);
     zs__state_free(&sh->st);
     free_chunk_tables(sh);
+    zs_budget_deinit(&sh->budget);
     free(sh->data_dir);
     free(sh->server_id);
     free(sh);
@@ -336,11 +389,12 @@ void zs_shard_destroy(zs_shard_t *sh)
     zs__state_free(&sh->st);
     free_chunk_tables(sh);
     for (int p = 0; p < 2; p++)
-        free(sh->stage[p].cov.iv);
+        stage_release(sh, p);
     free(sh->user_meta);
     pthread_mutex_destroy(&sh->mu);
     pthread_mutex_destroy(&sh->store_mu);
     pthread_cond_destroy(&sh->cv);
+    zs_budget_deinit(&sh->budget);
     free(sh->data_dir);
     free(sh->server_id);
     free(sh);
@@ -362,6 +416,7 @@ int zs_shard_info(zs_shard_t *sh, zs_shard_info_t *info, zs_err_t *err)
     info->adam = sh->hp;
     info->counters = sh->c;
     info->server_id = sh->server_id;
+    zs_budget_get(&sh->budget, &info->mem_reserved, &info->mem_budget);
     info->store_degraded = sh->store_degraded;
     memcpy(info->store_error, sh->store_error, sizeof info->store_error);
     pthread_mutex_unlock(&sh->mu);
@@ -414,6 +469,7 @@ struct zs_shard_init {
     zs_adam_hparams_t hp;
     uint64_t start_step, rb, re, next;
     zs__state_t st;
+    uint64_t budget; /* bytes reserved for st */
 };
 
 int zs_shard_init_begin(zs_shard_t *sh, const zs_shard_identity_t *id, const zs_adam_hparams_t *hp,
@@ -435,17 +491,33 @@ int zs_shard_init_begin(zs_shard_t *sh, const zs_shard_identity_t *id, const zs_
                         "set overwrite to replace it",
                         sh->id.model_name, (unsigned long long)sh->id.num_params,
                         sh->id.server_index, sh->id.num_servers);
+    if (!rc && sh->initialized && overwrite &&
+        (strcmp(sh->id.model_name, id->model_name) || sh->id.num_params != id->num_params ||
+         sh->id.num_servers != id->num_servers || sh->id.server_index != id->server_index))
+        ZS_WARN("init: overwrite: replacing model '%s' (%llu params, server %u of %u) by '%s' "
+                "(%llu params, server %u of %u) once the stream completes",
+                sh->id.model_name, (unsigned long long)sh->id.num_params, sh->id.server_index,
+                sh->id.num_servers, id->model_name, (unsigned long long)id->num_params,
+                id->server_index, id->num_servers);
     pthread_mutex_unlock(&sh->mu);
+    if (rc)
+        return rc;
+    /* Both states exist until the swap: the new one must fit beside the old. */
+    uint64_t bytes = zs_shard_state_bytes(re - rb);
+    char what[96];
+    snprintf(what, sizeof what, "a new state of %llu elements for Initialize",
+             (unsigned long long)(re - rb));
+    rc = zs_budget_take(&sh->budget, bytes, what, err);
     if (rc)
         return rc;
     zs_shard_init_t *in = calloc(1, sizeof *in);
     if (!in || zs__state_alloc(&in->st, re - rb)) {
         free(in);
+        zs_budget_give(&sh->budget, bytes);
         return zs_err_set(err, ZS_ERR_NOMEM, "cannot allocate state for %llu elements (%.2f GB)",
                           (unsigned long long)(re - rb), 22.0 * (double)(re - rb) / 1e9);
     }
-    memset(in->st.t[1], 0, (re - rb) * 4);
-    memset(in->st.t[2], 0, (re - rb) * 4);
+    in->budget = bytes;
     in->sh = sh;
     in->id = *id;
     in->hp = *hp;
@@ -479,6 +551,7 @@ void zs_shard_init_abort(zs_shard_init_t *in)
     if (!in)
         return;
     zs__state_free(&in->st);
+    zs_budget_give(&in->sh->budget, in->budget);
     free(in);
 }
 
@@ -495,9 +568,17 @@ int zs_shard_init_end(zs_shard_init_t *in, zs_err_t *err)
         zs_shard_init_abort(in);
         return rc;
     }
+    /* Zeroed only now: a stream that never completes never touches them. */
+    memset(in->st.t[1], 0, (in->re - in->rb) * 4);
+    memset(in->st.t[2], 0, (in->re - in->rb) * 4);
     pthread_mutex_lock(&sh->mu);
     zs__shard_wait_idle(sh);
     rc = zs__shard_install(sh, &in->id, &in->hp, &in->st, in->start_step, 0, err);
+    if (rc == ZS_OK) { /* the new state's reservation replaces the old one's */
+        zs_budget_give(&sh->budget, sh->budget_live);
+        sh->budget_live = in->budget;
+        in->budget = 0;
+    }
     if (rc == ZS_OK) { /* a new run: its checkpoints replace same-step ones of older runs */
         struct timespec ts;
         clock_gettime(CLOCK_REALTIME, &ts);
@@ -575,6 +656,8 @@ int zs_shard_push_reserve(zs_shard_t *sh, uint64_t step, uint64_t offset, uint64
             rc = zs_err_set(
                 err, ZS_ERR_INVALID, "step %llu is staged in %s; a chunk in %s cannot be mixed in",
                 (unsigned long long)step, zs_dtype_name(sh->stage[p].dtype), zs_dtype_name(dt));
+        if (!rc)
+            rc = stage_room(sh, p, err);
         if (!rc) {
             sh->stage[p].has_dtype = 1;
             sh->stage[p].dtype = dt;
@@ -678,6 +761,7 @@ int zs_shard_commit(zs_shard_t *sh, const zs_commit_t *c, uint64_t *applied,
         }
         /* The staging of this parity is consumed by the pass. */
         sh->stage[p].step = 0;
+        stage_release(sh, p);
         pthread_cond_broadcast(&sh->cv);
         break;
     }

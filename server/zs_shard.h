@@ -23,6 +23,15 @@
  * snapshot the whole state (commit, checkpoint, restore, init, set-state)
  * first wait until no optimizer pass and no checkpoint is running.
  *
+ * Memory. Every allocation whose size a request decides is reserved against
+ * the shard's budget first (zs_budget.h): the installed state (22 B/element
+ * and the chunk tables) while it is installed, a new state while an
+ * Initialize or Restore builds it (so replacing a model needs room for two),
+ * and the staged-range records; the service layer reserves its per-call
+ * buffers (SetState, Pull, GetState) against the same budget
+ * (zs_shard_budget). A reservation that does not fit is refused with
+ * ZS_ERR_NOMEM (RESOURCE_EXHAUSTED) before anything is allocated.
+ *
  * Every refusal returns a zs status with a sentence in err and leaves the
  * state as it was.
  */
@@ -33,6 +42,7 @@
 #include <stdint.h>
 
 #include "zs_adam.h"
+#include "zs_budget.h"
 #include "zs_dtype.h"
 #include "zs_status.h"
 
@@ -50,6 +60,7 @@ typedef struct zs_shard_opts {
     int threads;           /* optimizer threads; <= 0: all CPUs */
     int keep;              /* checkpoints kept after each new one (>= 1; default 2) */
     const char *server_id; /* shown in Hello, e.g. the listen address */
+    uint64_t mem_budget;   /* bytes (zs_budget.h); 0: zs_budget_default() */
 } zs_shard_opts_t;
 
 /* Who the shard is: fixed by Initialize or by the checkpoint it resumed. */
@@ -76,8 +87,9 @@ typedef struct zs_shard_info {
     uint64_t *checkpoints; /* ascending; malloc'd, caller frees */
     size_t ncheckpoints;
     const char *server_id;
-    int store_degraded;               /* the store's last write failed (zs_store.h) */
-    char store_error[ZS_ERR_MSG_MAX]; /* why, when degraded; else "" */
+    uint64_t mem_budget, mem_reserved; /* bytes: the budget and what is reserved now */
+    int store_degraded;                /* the store's last write failed (zs_store.h) */
+    char store_error[ZS_ERR_MSG_MAX];  /* why, when degraded; else "" */
 } zs_shard_info_t;
 
 /* Per-step scalars sent with a commit. */
@@ -112,8 +124,12 @@ int zs_shard_check_identity(zs_shard_t *sh, const char *model_name, uint64_t num
 
 typedef struct zs_shard_init zs_shard_init_t;
 
-/* Validate identity and layout and allocate the new state. If the shard holds
- * a different model, ZS_ERR_EXISTS unless overwrite. */
+/* Validate identity and layout, reserve the new state against the budget
+ * (ZS_ERR_NOMEM when it does not fit beside the installed one) and allocate
+ * it; nothing is touched (zeroed) until zs_shard_init_end, so an open stream
+ * costs address space, not memory. If the shard holds a different model,
+ * ZS_ERR_EXISTS unless overwrite; with overwrite every other check still
+ * runs first. */
 int zs_shard_init_begin(zs_shard_t *sh, const zs_shard_identity_t *id, const zs_adam_hparams_t *hp,
                         uint64_t start_step, int overwrite, zs_shard_init_t **out, zs_err_t *err);
 
@@ -194,6 +210,13 @@ int zs_shard_list(zs_shard_t *sh, uint64_t **steps, size_t *n, zs_err_t *err);
 
 /* Delete checkpoint `step`, or if step == 0 keep the newest `keep`. */
 int zs_shard_delete(zs_shard_t *sh, uint64_t step, int keep, zs_err_t *err);
+
+/* The shard's memory budget, for the service layer's per-call buffers. */
+zs_budget_t *zs_shard_budget(zs_shard_t *sh);
+
+/* Bytes of budget a state of n elements holds while installed or built: its
+ * arrays (22 B/element) and its chunk tables. */
+uint64_t zs_shard_state_bytes(uint64_t n);
 
 /* Count a refused request (the service layer calls this). */
 void zs_shard_count_refusal(zs_shard_t *sh);

@@ -252,9 +252,19 @@ static int restore_step(zs_shard_t *sh, uint64_t step, int check_id, zs_err_t *e
             return rc;
         }
     }
+    /* Both states exist until the swap: the new one must fit beside the old. */
+    uint64_t bytes = zs_shard_state_bytes(n);
+    char what[96];
+    snprintf(what, sizeof what, "a new state of %llu elements for Restore", (unsigned long long)n);
+    rc = zs_budget_take(&sh->budget, bytes, what, err);
+    if (rc) {
+        free(um);
+        return rc;
+    }
     zs__state_t st;
     if (zs__state_alloc(&st, n)) {
         free(um);
+        zs_budget_give(&sh->budget, bytes);
         return zs_err_set(err, ZS_ERR_NOMEM, "cannot allocate state for %llu elements",
                           (unsigned long long)n);
     }
@@ -264,12 +274,18 @@ static int restore_step(zs_shard_t *sh, uint64_t step, int check_id, zs_err_t *e
     pthread_mutex_unlock(&sh->store_mu);
     if (rc) {
         zs__state_free(&st);
+        zs_budget_give(&sh->budget, bytes);
         free(um);
         return rc;
     }
     pthread_mutex_lock(&sh->mu);
     zs__shard_wait_idle(sh);
     rc = zs__shard_install(sh, &id, &hp, &st, applied, ostep, err);
+    if (rc == ZS_OK) { /* the new state's reservation replaces the old one's */
+        zs_budget_give(&sh->budget, sh->budget_live);
+        sh->budget_live = bytes;
+        bytes = 0;
+    }
     if (rc == ZS_OK) {
         sh->run_id = run_id; /* continuing that run: re-checkpoints are retries */
         free(sh->user_meta);
@@ -278,6 +294,7 @@ static int restore_step(zs_shard_t *sh, uint64_t step, int check_id, zs_err_t *e
         um = NULL;
     }
     pthread_mutex_unlock(&sh->mu);
+    zs_budget_give(&sh->budget, bytes);
     free(um);
     zs__state_free(&st);
     if (rc == ZS_OK)

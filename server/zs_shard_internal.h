@@ -55,6 +55,7 @@ struct zs_shard {
         zs_dtype_t dtype;
         int inflight; /* reserved chunks not yet done */
         zs__ranges_t cov;
+        uint64_t cov_budget; /* bytes of budget cov.iv holds */
     } stage[2];
 
     zs_commit_t last_commit; /* for idempotent re-commits */
@@ -76,6 +77,9 @@ struct zs_shard {
     size_t user_meta_len;
 
     zs_shard_counters_t c;
+
+    zs_budget_t budget;   /* own lock; see zs_shard.h, "Memory" */
+    uint64_t budget_live; /* bytes of it the installed state holds */
 };
 
 /* Wait (mu held) until nothing reads or rewrites the state wholesale. */

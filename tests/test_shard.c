@@ -21,9 +21,12 @@
  * of a corrupted checkpoint (DATA_LOSS, live state unchanged) and of another
  * model's checkpoint; delete refusals; reopening the data dir loads the newest
  * checkpoint, and the older one when the newest is corrupt; replay after that
- * is bitwise equal to the first run. Last, on a 4M-element shard with one
+ * is bitwise equal to the first run. Then, on a 4M-element shard with one
  * optimizer thread: pulls of step S-1 racing the pass of step S that switches
- * param_dtype between bf16 and fp16 return the right format's bits.
+ * param_dtype between bf16 and fp16 return the right format's bits. Last, the
+ * memory budget: a second state and the growth of the staged-range records
+ * past the budget are refused (RESOURCE_EXHAUSTED), and a commit returns the
+ * records' share.
  */
 #define _GNU_SOURCE
 #include <pthread.h>
@@ -774,12 +777,57 @@ static void lowp_switch(const char *dir)
     zs_shard_destroy(sh);
 }
 
+/* A shard whose budget holds its state and 4 KiB more: a second state
+ * (Initialize beside it) is refused, and so is the growth of the staged-range
+ * records past 4 KiB (256 disjoint 1-element pushes); a skip commit of that
+ * step returns their budget, and Hello's mem_reserved is the state's share
+ * again. */
+static void budget(const char *dir)
+{
+    zs_shard_opts_t o = {dir, 1, 2, "unit-budget", zs_shard_state_bytes(g_n) + 4096};
+    zs_shard_t *sh;
+    zs_err_t err;
+    TEST_OK(zs_shard_create(&o, &sh, &err), err);
+    zs_shard_identity_t id = identity(MODEL, P, S, INDEX);
+    TEST_OK(init_model(sh, &id, 0, 0, &err), err);
+    zs_shard_info_t in = info(sh);
+    free(in.checkpoints);
+    TEST_CHECK(in.mem_budget == o.mem_budget && in.mem_reserved == zs_shard_state_bytes(g_n));
+    zs_shard_init_t *pending;
+    int rc = zs_shard_init_begin(sh, &id, &g_hp, 0, 0, &pending, &err);
+    expect_refusal(rc, &err, ZS_ERR_NOMEM, "memory budget", "init beside the installed state");
+    rc = ZS_OK;
+    int k = 0;
+    for (; k < 1000 && !rc; k++) {
+        void *dst;
+        rc = zs_shard_push_reserve(sh, 1, g_rb + 2 * (uint64_t)k, 1, ZS_DTYPE_F32, &dst, &err);
+        if (!rc) {
+            memset(dst, 0, 4);
+            zs_shard_push_done(sh, 1, g_rb + 2 * (uint64_t)k, 1, 1);
+        }
+    }
+    expect_refusal(rc, &err, ZS_ERR_NOMEM, "staged-range records", "many disjoint pushes");
+    TEST_CHECKF(k - 1 == 256, "refused at push %d, want 256 (records of 16 B, 4 KiB free)", k - 1);
+    in = info(sh);
+    free(in.checkpoints);
+    TEST_CHECK(in.mem_reserved == zs_shard_state_bytes(g_n) + 4096);
+    zs_commit_t c = scalars(1, 1, ZS_DTYPE_NONE);
+    uint64_t a, os;
+    TEST_OK(zs_shard_commit(sh, &c, &a, &os, &err), err);
+    in = info(sh);
+    free(in.checkpoints);
+    TEST_CHECK(in.mem_reserved == zs_shard_state_bytes(g_n));
+    printf("ok  budget: records returned by the commit; %llu bytes reserved (the state)\n",
+           (unsigned long long)in.mem_reserved);
+    zs_shard_destroy(sh);
+}
+
 /* Our temp dirs (made by mkdtemp in main), removed at exit, failures too. */
-static char g_dirs[2][32];
+static char g_dirs[3][32];
 
 static void remove_dirs(void)
 {
-    for (int i = 0; i < 2; i++)
+    for (int i = 0; i < 3; i++)
         if (g_dirs[i][0]) {
             char cmd[128];
             snprintf(cmd, sizeof cmd, "rm -rf '%s'", g_dirs[i]);
@@ -821,6 +869,7 @@ int main(void)
     zs_shard_destroy(sh);
     state_free(&ref);
     lowp_switch(make_dir(1));
+    budget(make_dir(2));
     printf("PASS test_shard\n");
     return 0;
 }
