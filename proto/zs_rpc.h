@@ -154,7 +154,9 @@ typedef struct zs_scall {
                                   token check; NULL if none was sent; owned */
     int sent_initial_md;
     int finished;
-    int method; /* index into the method table */
+    int close_armed, close_done; /* RECV_CLOSE_ON_SERVER started early / completed */
+    int close_cancelled;         /* its result */
+    int method;                  /* index into the method table */
     char peer[96];
 } zs_scall_t;
 
@@ -196,6 +198,13 @@ int zs_scall_recv(zs_scall_t *c, grpc_byte_buffer **bb, zs_err_t *err);
 
 /* Send one message (destroys bb). */
 int zs_scall_send(zs_scall_t *c, grpc_byte_buffer *bb, zs_err_t *err);
+
+/* 1 if the call has ended from the client's side: cancelled, its
+ * connection gone, or its deadline passed; 0 while it is alive. Never
+ * blocks. The first call arms gRPC's close notification
+ * (RECV_CLOSE_ON_SERVER), which completes only when the call ends, so a
+ * handler that waits (Pull) polls this between waits. Handler thread only. */
+int zs_scall_cancelled(zs_scall_t *c);
 
 /* Send the final status; `reply` (may be NULL) goes first as the last
  * message (destroyed here). code is a zs status, msg its sentence. */

@@ -33,7 +33,7 @@
 #define SLOTS_PER_METHOD 4
 #define SHUTDOWN_TAG     ((void *)(intptr_t)-1)
 
-enum { TAG_OP = 1 };
+enum { TAG_OP = 1, TAG_CLOSE };
 
 struct zs_rpc_server {
     grpc_server *server;
@@ -109,6 +109,33 @@ int zs_scall_send(zs_scall_t *c, grpc_byte_buffer *bb, zs_err_t *err)
     return ok ? ZS_OK : zs_err_set(err, ZS_ERR_CANCELLED, "call cancelled by the client");
 }
 
+int zs_scall_cancelled(zs_scall_t *c)
+{
+    if (c->finished)
+        return 0;
+    if (!c->close_armed) {
+        grpc_op op;
+        memset(&op, 0, sizeof op);
+        op.op = GRPC_OP_RECV_CLOSE_ON_SERVER;
+        op.data.recv_close_on_server.cancelled = &c->close_cancelled;
+        zs_err_t err;
+        if (ZS_GRPC_CHECK(grpc_call_start_batch(c->call, &op, 1, (void *)(intptr_t)TAG_CLOSE, NULL),
+                          &err)) {
+            ZS_ERROR("%s", err.msg);
+            return 0;
+        }
+        c->close_armed = 1;
+    }
+    if (!c->close_done) {
+        grpc_event ev = grpc_completion_queue_pluck(c->cq, (void *)(intptr_t)TAG_CLOSE,
+                                                    gpr_inf_past(GPR_CLOCK_REALTIME), NULL);
+        if (ev.type == GRPC_OP_COMPLETE)
+            c->close_done = 1;
+    }
+    /* Closed before we sent a status: only the client's side can have done it. */
+    return c->close_done;
+}
+
 int zs_scall_finish(zs_scall_t *c, grpc_byte_buffer *reply, int code, const char *msg)
 {
     if (c->finished) {
@@ -133,9 +160,16 @@ int zs_scall_finish(zs_scall_t *c, grpc_byte_buffer *reply, int code, const char
     ops[n].op = GRPC_OP_SEND_STATUS_FROM_SERVER;
     ops[n].data.send_status_from_server.status = (grpc_status_code)zs_status_to_grpc(code);
     ops[n++].data.send_status_from_server.status_details = &details;
-    ops[n].op = GRPC_OP_RECV_CLOSE_ON_SERVER;
-    ops[n++].data.recv_close_on_server.cancelled = &cancelled;
+    if (!c->close_armed) { /* one RECV_CLOSE_ON_SERVER per call */
+        ops[n].op = GRPC_OP_RECV_CLOSE_ON_SERVER;
+        ops[n++].data.recv_close_on_server.cancelled = &cancelled;
+    }
     int ok = run_batch(c, ops, n);
+    if (c->close_armed && !c->close_done) { /* completes now that the status is out */
+        grpc_completion_queue_pluck(c->cq, (void *)(intptr_t)TAG_CLOSE,
+                                    gpr_inf_future(GPR_CLOCK_REALTIME), NULL);
+        c->close_done = 1;
+    }
     grpc_slice_unref(details);
     if (reply)
         grpc_byte_buffer_destroy(reply);

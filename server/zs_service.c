@@ -356,6 +356,12 @@ static int send_chunk(zs_scall_t *call, sendbufs_t *sb, int i, const ProtobufCMe
     return zs_scall_send(call, bb, err);
 }
 
+/* zs_shard_cancel_fn for a waiting pull: has its client gone away? */
+static int pull_cancelled(void *call)
+{
+    return zs_scall_cancelled(call);
+}
+
 static int h_pull(void *ctx, zs_scall_t *call, zs_err_t *err)
 {
     zs_shard_t *sh = ctx;
@@ -387,7 +393,8 @@ static int h_pull(void *ctx, zs_scall_t *call, zs_err_t *err)
         uint64_t k = count - sent < per ? count - sent : per;
         void *buf = sendbuf_get(&sb, i);
         Zeroshard__PullChunk m = ZEROSHARD__PULL_CHUNK__INIT;
-        rc = zs_shard_pull(sh, min_step, off + sent, k, dt, buf, deadline, &m.step, err);
+        rc = zs_shard_pull(sh, min_step, off + sent, k, dt, buf, deadline, pull_cancelled, call,
+                           &m.step, err);
         if (rc) {
             pthread_mutex_lock(&sb.mu);
             sb.busy[i] = 0;

@@ -168,11 +168,17 @@ int zs_shard_commit(zs_shard_t *sh, const zs_commit_t *c, uint64_t *applied,
 /* Validate a read of [offset, offset+count) (ZS_ERR_RANGE / ZS_ERR_STATE). */
 int zs_shard_check_range(zs_shard_t *sh, uint64_t offset, uint64_t count, zs_err_t *err);
 
+/* Polled while a pull waits: nonzero means its caller has gone away. */
+typedef int (*zs_shard_cancel_fn)(void *ud);
+
 /* Copy parameters [offset, offset+count) converted to `dt` into dst once
  * every element holds step >= min_step; waits up to deadline_ms (absolute,
- * CLOCK_MONOTONIC milliseconds). *step gets the step the data reflects. */
+ * CLOCK_MONOTONIC milliseconds: ZS_ERR_TIMEOUT) and, when cancel is not
+ * NULL, polls cancel(ud) every 100 ms while waiting (ZS_ERR_CANCELLED once
+ * it says so). *step gets the step the data reflects. */
 int zs_shard_pull(zs_shard_t *sh, uint64_t min_step, uint64_t offset, uint64_t count, zs_dtype_t dt,
-                  void *dst, int64_t deadline_ms, uint64_t *step, zs_err_t *err);
+                  void *dst, int64_t deadline_ms, zs_shard_cancel_fn cancel, void *ud,
+                  uint64_t *step, zs_err_t *err);
 
 /* Copy fp32 state `t` of [offset, offset+count) into dst (after any running
  * optimizer pass finished). */

@@ -16,3 +16,7 @@ add_dependencies(test_server_disk zs-server)
 zs_add_test(test_server_budget SRCS test_server_budget.c LIBS zeroshard zs_testproc TIMEOUT 120
             LABELS integration)
 add_dependencies(test_server_budget zs-server)
+# Pulls waiting for a future step end when their client cancels or dies.
+zs_add_test(test_server_cancel SRCS test_server_cancel.c LIBS zeroshard zs_testproc TIMEOUT 120
+            LABELS integration)
+add_dependencies(test_server_cancel zs-server)

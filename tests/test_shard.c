@@ -264,7 +264,7 @@ static void before_init(zs_shard_t *sh)
     expect_refusal(rc, &err, ZS_ERR_STATE, "no model", "commit before init");
     float f[4];
     uint64_t step;
-    rc = zs_shard_pull(sh, 0, g_rb, 4, ZS_DTYPE_F32, f, now_ms() + 1000, &step, &err);
+    rc = zs_shard_pull(sh, 0, g_rb, 4, ZS_DTYPE_F32, f, now_ms() + 1000, NULL, NULL, &step, &err);
     expect_refusal(rc, &err, ZS_ERR_STATE, "no model", "pull before init");
     rc = zs_shard_get_state(sh, ZS_TENSOR_MASTER, g_rb, 4, f, &step, &err);
     expect_refusal(rc, &err, ZS_ERR_STATE, "no model", "get_state before init");
@@ -498,11 +498,15 @@ static void expect_lowp_pulls(zs_shard_t *sh, uint64_t a, uint64_t k, uint64_t w
     uint16_t *h = malloc(k * 2), *c = malloc(k * 2);
     TEST_CHECK(f && h && c);
     uint64_t step;
-    TEST_OK(zs_shard_pull(sh, want_step, a, k, ZS_DTYPE_F32, f, now_ms() + 5000, &step, &err), err);
+    TEST_OK(zs_shard_pull(sh, want_step, a, k, ZS_DTYPE_F32, f, now_ms() + 5000, NULL, NULL, &step,
+                          &err),
+            err);
     TEST_CHECK(step == want_step);
     zs_dtype_t lowp[2] = {ZS_DTYPE_BF16, ZS_DTYPE_F16};
     for (int i = 0; i < 2; i++) {
-        TEST_OK(zs_shard_pull(sh, want_step, a, k, lowp[i], h, now_ms() + 5000, &step, &err), err);
+        TEST_OK(zs_shard_pull(sh, want_step, a, k, lowp[i], h, now_ms() + 5000, NULL, NULL, &step,
+                              &err),
+                err);
         zs_cast(c, lowp[i], f, ZS_DTYPE_F32, (size_t)k);
         TEST_CHECKF(memcmp(h, c, k * 2) == 0, "%s pull of [%llu, +%llu) != zs_cast(fp32 pull)",
                     zs_dtype_name(lowp[i]), (unsigned long long)a, (unsigned long long)k);
@@ -542,6 +546,12 @@ static void *commit_later(void *p)
     return NULL;
 }
 
+/* zs_shard_cancel_fn: the caller "leaves" at the third poll. */
+static int leave_after_3(void *ud)
+{
+    return ++*(int *)ud >= 3;
+}
+
 static void skip_pull_state(zs_shard_t *sh, state_t *ref)
 {
     zs_err_t err;
@@ -567,7 +577,9 @@ static void skip_pull_state(zs_shard_t *sh, state_t *ref)
     float *f = malloc(g_n * 4);
     TEST_CHECK(f);
     uint64_t step;
-    TEST_OK(zs_shard_pull(sh, 3, g_rb, g_n, ZS_DTYPE_F32, f, now_ms() + 20000, &step, &err), err);
+    TEST_OK(
+        zs_shard_pull(sh, 3, g_rb, g_n, ZS_DTYPE_F32, f, now_ms() + 20000, NULL, NULL, &step, &err),
+        err);
     int64_t waited = now_ms() - t0;
     pthread_join(th, NULL);
     TEST_CHECKF(l.rc == ZS_OK, "commit thread failed: %d", l.rc);
@@ -584,18 +596,31 @@ static void skip_pull_state(zs_shard_t *sh, state_t *ref)
 
     /* A step never committed: ZS_ERR_TIMEOUT at the deadline. */
     t0 = now_ms();
-    int rc = zs_shard_pull(sh, 4, g_rb, 10, ZS_DTYPE_F32, f, now_ms() + 300, &step, &err);
+    int rc =
+        zs_shard_pull(sh, 4, g_rb, 10, ZS_DTYPE_F32, f, now_ms() + 300, NULL, NULL, &step, &err);
     waited = now_ms() - t0;
     expect_refusal(rc, &err, ZS_ERR_TIMEOUT, "step 4 not reached before the deadline",
                    "pull of a step never committed");
     TEST_CHECKF(waited >= 280 && waited < 5000, "timed out after %lld ms", (long long)waited);
 
+    /* The same with a far deadline and a caller that leaves after ~300 ms:
+     * ZS_ERR_CANCELLED soon after, polled while waiting. */
+    int polls = 0;
+    t0 = now_ms();
+    rc = zs_shard_pull(sh, 4, g_rb, 10, ZS_DTYPE_F32, f, now_ms() + 3600 * 1000, leave_after_3,
+                       &polls, &step, &err);
+    waited = now_ms() - t0;
+    expect_refusal(rc, &err, ZS_ERR_CANCELLED, "abandoned", "pull whose caller left");
+    TEST_CHECKF(polls == 3 && waited >= 200 && waited < 2000, "cancelled after %lld ms, %d polls",
+                (long long)waited, polls);
+
     /* Read refusals. */
-    rc = zs_shard_pull(sh, 0, g_rb, 10, ZS_DTYPE_NONE, f, now_ms() + 1000, &step, &err);
+    rc = zs_shard_pull(sh, 0, g_rb, 10, ZS_DTYPE_NONE, f, now_ms() + 1000, NULL, NULL, &step, &err);
     expect_refusal(rc, &err, ZS_ERR_INVALID, "unknown pull dtype 3", "pull in dtype NONE");
-    rc = zs_shard_pull(sh, 0, g_rb - 10, 20, ZS_DTYPE_F32, f, now_ms() + 1000, &step, &err);
+    rc = zs_shard_pull(sh, 0, g_rb - 10, 20, ZS_DTYPE_F32, f, now_ms() + 1000, NULL, NULL, &step,
+                       &err);
     expect_refusal(rc, &err, ZS_ERR_RANGE, "outside", "pull below the range");
-    rc = zs_shard_pull(sh, 0, g_rb, 0, ZS_DTYPE_F32, f, now_ms() + 1000, &step, &err);
+    rc = zs_shard_pull(sh, 0, g_rb, 0, ZS_DTYPE_F32, f, now_ms() + 1000, NULL, NULL, &step, &err);
     expect_refusal(rc, &err, ZS_ERR_INVALID, "count 0", "pull of count 0");
     rc = zs_shard_get_state(sh, (zs_tensor_t)3, g_rb, 10, f, &step, &err);
     expect_refusal(rc, &err, ZS_ERR_INVALID, "unknown tensor 3", "get_state of tensor 3");
@@ -745,7 +770,8 @@ static void lowp_switch(const char *dir)
     for (uint64_t step = 1; step <= 12; step++) {
         zs_dtype_t pdt = step % 2 ? ZS_DTYPE_BF16 : ZS_DTYPE_F16;
         uint64_t st, applied, ostep;
-        TEST_OK(zs_shard_pull(sh, step - 1, a, k, ZS_DTYPE_F32, before, now_ms() + 5000, &st, &err),
+        TEST_OK(zs_shard_pull(sh, step - 1, a, k, ZS_DTYPE_F32, before, now_ms() + 5000, NULL, NULL,
+                              &st, &err),
                 err);
         for (uint64_t i = 0; i < n; i++)
             g[i] = 0.5f * zs_rand_unit(step, i);
@@ -758,9 +784,11 @@ static void lowp_switch(const char *dir)
         }
         zs_commit_t c = {step, 1.0f, 1.0f, 1e-2f, 0, pdt};
         TEST_OK(zs_shard_commit(sh, &c, &applied, &ostep, &err), err);
-        TEST_OK(zs_shard_pull(sh, step - 1, a, k, pdt, got, now_ms() + 5000, &st, &err), err);
+        TEST_OK(zs_shard_pull(sh, step - 1, a, k, pdt, got, now_ms() + 5000, NULL, NULL, &st, &err),
+                err);
         uint64_t st2;
-        TEST_OK(zs_shard_pull(sh, step, a, k, ZS_DTYPE_F32, after, now_ms() + 5000, &st2, &err),
+        TEST_OK(zs_shard_pull(sh, step, a, k, ZS_DTYPE_F32, after, now_ms() + 5000, NULL, NULL,
+                              &st2, &err),
                 err);
         TEST_CHECK(st == step - 1 || st == step);
         inside += st == step - 1;
