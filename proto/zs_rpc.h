@@ -35,7 +35,13 @@
 #include "zs_status.h"
 #include "zeroshard.pb-c.h"
 
-#define ZS_PROTOCOL_VERSION    1
+#define ZS_PROTOCOL_VERSION 1
+/* The largest training step a server accepts (Initialize start_step,
+ * SetStep, Push, Commit, Pull min_step, a checkpoint's steps): 2^53 - 1, so
+ * step + 1 never wraps, Adam's t fits an int64, and any JSON or double
+ * consumer shows it exactly. At one step a millisecond that is 285,000
+ * years. */
+#define ZS_STEP_MAX            ((1ull << 53) - 1)
 #define ZS_RPC_MAX_META        (64u << 10) /* bytes: largest non-payload part of a message */
 #define ZS_RPC_CHUNK_BYTES     (1u << 20)  /* bulk chunk size: 1 MiB measured best */
 #define ZS_RPC_MAX_CHUNK_BYTES (4u << 20)

@@ -15,6 +15,8 @@
 #include "zs_pbconv.h"
 #include "zs_service.h"
 
+_Static_assert(ZS_SHARD_STEP_MAX == ZS_STEP_MAX, "one step limit for the shard and the wire");
+
 /* Deadline of a call in zs_now_ms() milliseconds. */
 static int64_t call_deadline_ms(const zs_scall_t *c)
 {

@@ -151,6 +151,15 @@ void zs__state_free(zs__state_t *s)
     memset(s, 0, sizeof *s);
 }
 
+/* See zs_shard_internal.h. */
+int zs__step_check(uint64_t step, const char *what, zs_err_t *err)
+{
+    if (step <= ZS_SHARD_STEP_MAX)
+        return ZS_OK;
+    return zs_err_set(err, ZS_ERR_INVALID, "%s %llu is above the largest step, %llu", what,
+                      (unsigned long long)step, (unsigned long long)ZS_SHARD_STEP_MAX);
+}
+
 int zs__identity_check(const zs_shard_identity_t *id, uint64_t *rb, uint64_t *re, zs_err_t *err)
 {
     size_t nl = strnlen(id->model_name, ZS_MODEL_NAME_MAX);
@@ -480,6 +489,8 @@ int zs_shard_init_begin(zs_shard_t *sh, const zs_shard_identity_t *id, const zs_
     int rc = zs__identity_check(id, &rb, &re, err);
     if (!rc)
         rc = hparams_check(hp, err);
+    if (!rc)
+        rc = zs__step_check(start_step, "start_step", err);
     if (rc)
         return rc;
     pthread_mutex_lock(&sh->mu);
@@ -634,6 +645,9 @@ int zs_shard_push_reserve(zs_shard_t *sh, uint64_t step, uint64_t offset, uint64
 {
     if (zs_dtype_size(dt) == 0)
         return zs_err_set(err, ZS_ERR_INVALID, "unknown gradient dtype %d", (int)dt);
+    int rc0 = zs__step_check(step, "push of step", err);
+    if (rc0)
+        return rc0;
     pthread_mutex_lock(&sh->mu);
     int rc = zs__shard_require_init(sh, err);
     if (!rc && step != sh->applied_step + 1)
@@ -706,6 +720,8 @@ int zs_shard_commit(zs_shard_t *sh, const zs_commit_t *c, uint64_t *applied,
     if (c->param_dtype == ZS_DTYPE_F32)
         return zs_err_set(err, ZS_ERR_INVALID,
                           "param_dtype fp32 needs no copy: use NONE and pull fp32");
+    if (zs__step_check(c->step, "commit of step", err))
+        return ZS_ERR_INVALID;
     pthread_mutex_lock(&sh->mu);
     int rc;
     for (;;) {

@@ -50,6 +50,10 @@
 #define ZS_MAX_PARAMS     (1ull << 44) /* 17.6 T elements: far beyond any real model */
 #define ZS_OPT_CHUNK      (1u << 16)   /* elements per optimizer chunk (256 KiB fp32) */
 #define ZS_USER_META_MAX  (32u << 10)  /* bytes of opaque client state per checkpoint */
+/* The largest step the shard takes anywhere (= ZS_STEP_MAX of the protocol,
+ * zs_rpc.h; zs_service.c checks they agree): step + 1 never wraps and Adam's
+ * t fits an int64. */
+#define ZS_SHARD_STEP_MAX ((1ull << 53) - 1)
 
 typedef enum { ZS_TENSOR_MASTER = 0, ZS_TENSOR_EXP_AVG = 1, ZS_TENSOR_EXP_AVG_SQ = 2 } zs_tensor_t;
 

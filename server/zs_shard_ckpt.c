@@ -222,6 +222,12 @@ static int restore_step(zs_shard_t *sh, uint64_t step, int check_id, zs_err_t *e
                             (unsigned long long)m->range_end, (unsigned long long)n);
     }
     uint64_t applied = m ? m->applied_step : 0, ostep = m ? m->optimizer_step : 0;
+    if (!rc && (applied > ZS_SHARD_STEP_MAX || ostep > applied))
+        rc = zs_err_set(err, ZS_ERR_CORRUPT,
+                        "checkpoint %llu: steps (%llu, Adam t %llu) outside 0 <= t <= step <= "
+                        "%llu",
+                        (unsigned long long)step, (unsigned long long)applied,
+                        (unsigned long long)ostep, (unsigned long long)ZS_SHARD_STEP_MAX);
     uint64_t run_id = m ? m->run_id : 0;
     size_t umlen = m && m->user_meta.len <= ZS_USER_META_MAX ? m->user_meta.len : 0;
     unsigned char *um = umlen ? malloc(umlen) : NULL;
@@ -354,6 +360,9 @@ int zs_shard_delete(zs_shard_t *sh, uint64_t step, int keep, zs_err_t *err)
 
 int zs_shard_set_step(zs_shard_t *sh, uint64_t step, uint64_t optimizer_step, zs_err_t *err)
 {
+    int rc0 = zs__step_check(step, "set-step to", err);
+    if (rc0)
+        return rc0;
     if (optimizer_step > step)
         return zs_err_set(err, ZS_ERR_INVALID, "optimizer_step %llu above step %llu",
                           (unsigned long long)optimizer_step, (unsigned long long)step);

@@ -94,6 +94,10 @@ void zs__state_free(zs__state_t *s);
 int zs__shard_install(zs_shard_t *sh, const zs_shard_identity_t *id, const zs_adam_hparams_t *hp,
                       zs__state_t *st, uint64_t step, uint64_t optimizer_step, zs_err_t *err);
 
+/* ZS_ERR_INVALID ("<what> <step> is above the largest step") when step >
+ * ZS_SHARD_STEP_MAX. */
+int zs__step_check(uint64_t step, const char *what, zs_err_t *err);
+
 /* Validate an identity (sizes, index) and compute its range. */
 int zs__identity_check(const zs_shard_identity_t *id, uint64_t *rb, uint64_t *re, zs_err_t *err);
 

@@ -63,6 +63,8 @@ int zs_shard_pull(zs_shard_t *sh, uint64_t min_step, uint64_t offset, uint64_t c
     size_t esz = zs_dtype_size(dt);
     if (esz == 0)
         return zs_err_set(err, ZS_ERR_INVALID, "unknown pull dtype %d", (int)dt);
+    if (zs__step_check(min_step, "pull of min_step", err))
+        return ZS_ERR_INVALID;
     pthread_mutex_lock(&sh->mu);
     int rc;
     for (;;) {

@@ -14,7 +14,8 @@
  *       and Hello's `refused` counter grew by the number of servers that
  *       refused (a case cannot pass without reaching the handler it aims at).
  * Methods: Hello, Initialize, Push, Commit, Pull, GetState, SetState,
- * Checkpoint, Restore, DeleteCheckpoints; on server 2 a missing or wrong
+ * Checkpoint, Restore, DeleteCheckpoints, SetStep (steps above ZS_STEP_MAX
+ * everywhere); on server 2 a missing or wrong
  * bearer token, and requests before any model exists. Also raw-wire abuse:
  * garbage to every kind of method, a truncated chunk, an oversized header or
  * unary message, a message just below and several above the receive
@@ -692,6 +693,42 @@ static void checkpoint_cases(void)
     TEST_CHECKF(n == 1 && steps[0] == 2, "checkpoints changed: %zu", n);
 }
 
+static grpc_byte_buffer *set_step_msg(uint64_t step, uint64_t ostep)
+{
+    Zeroshard__SetStepRequest q = ZEROSHARD__SET_STEP_REQUEST__INIT;
+    q.step = step;
+    q.optimizer_step = ostep;
+    return zs_msg_build(&q.base);
+}
+
+/* Steps beyond ZS_STEP_MAX anywhere: refused before they can wrap. */
+static void step_bound_cases(void)
+{
+    zs_err_t err;
+    int rc = raw1(0, M("SetStep"), set_step_msg(UINT64_MAX, 0), &err);
+    check("SetStep: step 2^64-1", rc, &err, ZS_ERR_INVALID, G_INVALID, "above the largest step", 1);
+    rc = raw1(1, M("SetStep"), set_step_msg(ZS_STEP_MAX + 1, ZS_STEP_MAX), &err);
+    check("SetStep: ZS_STEP_MAX + 1", rc, &err, ZS_ERR_INVALID, G_INVALID, "above the largest step",
+          1);
+    rc = raw1(0, M("SetStep"), set_step_msg(5, 6), &err);
+    check("SetStep: optimizer_step above step", rc, &err, ZS_ERR_INVALID, G_INVALID,
+          "optimizer_step 6 above step 5", 1);
+    rc = raw1(0, M("Push"), push_msg(UINT64_MAX, 0, 10, ZS_DTYPE_F32, NULL, 40), &err);
+    check("Push: step 2^64-1", rc, &err, ZS_ERR_INVALID, G_INVALID, "above the largest step", 1);
+    rc = raw1(0, M("Commit"), commit_msg(UINT64_MAX, 1, 1, 1e-3f, 1, ZS_DTYPE_NONE), &err);
+    check("Commit: step 2^64-1 (skip)", rc, &err, ZS_ERR_INVALID, G_INVALID,
+          "above the largest step", 1);
+    rc = raw1(1, M("Pull"), pull_msg(UINT64_MAX, g_end0, 10, ZS_DTYPE_F32, 0), &err);
+    check("Pull: min_step 2^64-1", rc, &err, ZS_ERR_INVALID, G_INVALID, "above the largest step",
+          1);
+    Zeroshard__InitRequest q = init_req(MODEL, P, 2, 0);
+    q.start_step = UINT64_MAX;
+    grpc_byte_buffer *m = init_msg(&q, 0, 1000, ZEROSHARD__DTYPE__F32, 4000);
+    rc = raw_call(0, M("Initialize"), &m, 1, NULL, TMO_MS, &err);
+    check("Initialize: start_step 2^64-1", rc, &err, ZS_ERR_INVALID, G_INVALID,
+          "above the largest step", 1);
+}
+
 /* Server 2 requires a token and holds no model. */
 static void token_cases(void)
 {
@@ -958,6 +995,7 @@ int main(void)
     read_cases();
     set_state_cases();
     checkpoint_cases();
+    step_bound_cases();
     token_cases();
     wire_cases();
     printf("%d cases: state unchanged after each\n", g_cases);

@@ -26,7 +26,7 @@
  * param_dtype between bf16 and fp16 return the right format's bits. Last, the
  * memory budget: a second state and the growth of the staged-range records
  * past the budget are refused (RESOURCE_EXHAUSTED), and a commit returns the
- * records' share.
+ * records' share; at ZS_SHARD_STEP_MAX no later step (nor step 0) is taken.
  */
 #define _GNU_SOURCE
 #include <pthread.h>
@@ -847,6 +847,26 @@ static void budget(const char *dir)
     TEST_CHECK(in.mem_reserved == zs_shard_state_bytes(g_n));
     printf("ok  budget: records returned by the commit; %llu bytes reserved (the state)\n",
            (unsigned long long)in.mem_reserved);
+
+    /* At the last step: nothing after it is taken, nothing wraps to 0. */
+    TEST_OK(zs_shard_set_step(sh, ZS_SHARD_STEP_MAX, ZS_SHARD_STEP_MAX, &err), err);
+    void *dst;
+    rc = zs_shard_push_reserve(sh, ZS_SHARD_STEP_MAX + 1, g_rb, 1, ZS_DTYPE_F32, &dst, &err);
+    expect_refusal(rc, &err, ZS_ERR_INVALID, "above the largest step", "push after the last step");
+    rc = zs_shard_push_reserve(sh, 0, g_rb, 1, ZS_DTYPE_F32, &dst, &err);
+    expect_refusal(rc, &err, ZS_ERR_STATE, "already committed", "push of step 0 at the last step");
+    c = scalars(ZS_SHARD_STEP_MAX + 1, 1, ZS_DTYPE_NONE);
+    rc = zs_shard_commit(sh, &c, &a, &os, &err);
+    expect_refusal(rc, &err, ZS_ERR_INVALID, "above the largest step",
+                   "commit after the last step");
+    c = scalars(0, 1, ZS_DTYPE_NONE);
+    rc = zs_shard_commit(sh, &c, &a, &os, &err);
+    expect_refusal(rc, &err, ZS_ERR_STATE, "expects step", "commit of step 0 at the last step");
+    rc = zs_shard_set_step(sh, ZS_SHARD_STEP_MAX + 1, 0, &err);
+    expect_refusal(rc, &err, ZS_ERR_INVALID, "above the largest step", "set-step past the last");
+    in = info(sh);
+    free(in.checkpoints);
+    TEST_CHECK(in.applied_step == ZS_SHARD_STEP_MAX && in.optimizer_step == ZS_SHARD_STEP_MAX);
     zs_shard_destroy(sh);
 }
 
