@@ -366,6 +366,7 @@ int zs_shard_create(const zs_shard_opts_t *opts, zs_shard_t **out, zs_err_t *err
     *out = sh;
     return ZS_OK;
 fail:
+    free(sh->ckpts);
     zs_pool_destroy(sh->pool);
     zs_store_close(sh->store);
     zs__state_free(&sh->st);
@@ -400,6 +401,7 @@ void zs_shard_destroy(zs_shard_t *sh)
     for (int p = 0; p < 2; p++)
         stage_release(sh, p);
     free(sh->user_meta);
+    free(sh->ckpts);
     pthread_mutex_destroy(&sh->mu);
     pthread_mutex_destroy(&sh->store_mu);
     pthread_cond_destroy(&sh->cv);

@@ -215,7 +215,9 @@ size_t zs_shard_user_meta(zs_shard_t *sh, void *buf, size_t cap);
  * gradients; for workers that run the optimizer themselves. */
 int zs_shard_set_step(zs_shard_t *sh, uint64_t step, uint64_t optimizer_step, zs_err_t *err);
 
-/* Complete checkpoints, ascending (malloc'd; caller frees *steps). */
+/* Complete checkpoints, ascending (malloc'd; caller frees *steps), as the
+ * shard last saw them after a change of the store: answered without waiting
+ * for a checkpoint being written. */
 int zs_shard_list(zs_shard_t *sh, uint64_t **steps, size_t *n, zs_err_t *err);
 
 /* Delete checkpoint `step`, or if step == 0 keep the newest `keep`. */

@@ -18,16 +18,15 @@
 
 #define META_FORMAT 1
 
-int zs_shard_list(zs_shard_t *sh, uint64_t **steps, size_t *n, zs_err_t *err)
+/* The store's complete checkpoints into a malloc'd array (store_mu held). */
+static int store_list_locked(zs_shard_t *sh, uint64_t **steps, size_t *n, zs_err_t *err)
 {
     *steps = malloc(ZS_STORE_MAX_CKPTS * sizeof **steps);
     *n = 0;
     if (!*steps)
         return zs_err_set(err, ZS_ERR_NOMEM, "out of memory");
     size_t count;
-    pthread_mutex_lock(&sh->store_mu);
     int rc = zs_store_list(sh->store, *steps, ZS_STORE_MAX_CKPTS, &count, err);
-    pthread_mutex_unlock(&sh->store_mu);
     if (rc) {
         free(*steps);
         *steps = NULL;
@@ -37,16 +36,46 @@ int zs_shard_list(zs_shard_t *sh, uint64_t **steps, size_t *n, zs_err_t *err)
     return ZS_OK;
 }
 
-/* With store_mu held: copy the store's health into the shard for Hello
- * (takes mu; the lock order is store_mu, then mu). */
-static void note_store_health(zs_shard_t *sh)
+/* With store_mu held, after the store may have changed: publish its
+ * checkpoint list and health for Hello and ListCheckpoints (takes mu; the
+ * lock order is store_mu, then mu). A list that cannot be read (a store
+ * closed after a failed reopen) leaves the last one published. */
+static void note_store(zs_shard_t *sh)
 {
     char why[ZS_ERR_MSG_MAX];
     int bad = zs_store_health(sh->store, why, sizeof why);
+    uint64_t *steps = NULL;
+    size_t n = 0;
+    zs_err_t e;
+    int listed = store_list_locked(sh, &steps, &n, &e) == ZS_OK;
+    if (!listed)
+        ZS_WARN("cannot list checkpoints: %s", e.msg);
     pthread_mutex_lock(&sh->mu);
     sh->store_degraded = bad;
     memcpy(sh->store_error, why, sizeof why);
+    if (listed) {
+        free(sh->ckpts);
+        sh->ckpts = steps;
+        sh->nckpts = n;
+        steps = NULL;
+    }
     pthread_mutex_unlock(&sh->mu);
+    free(steps);
+}
+
+/* See zs_shard.h: the published list, never the store itself, so a
+ * checkpoint being written (store_mu held for seconds) does not hold up
+ * Hello or ListCheckpoints. */
+int zs_shard_list(zs_shard_t *sh, uint64_t **steps, size_t *n, zs_err_t *err)
+{
+    pthread_mutex_lock(&sh->mu);
+    size_t k = sh->nckpts;
+    *steps = malloc((k ? k : 1) * sizeof **steps);
+    if (*steps && k)
+        memcpy(*steps, sh->ckpts, k * sizeof **steps);
+    pthread_mutex_unlock(&sh->mu);
+    *n = *steps ? k : 0;
+    return *steps ? ZS_OK : zs_err_set(err, ZS_ERR_NOMEM, "out of memory");
 }
 
 int zs_shard_checkpoint(zs_shard_t *sh, uint64_t step, int keep, double *seconds, zs_err_t *err)
@@ -165,7 +194,7 @@ int zs_shard_checkpoint_meta(zs_shard_t *sh, uint64_t step, int keep, const void
             ZS_WARN("checkpoint %llu written, but pruning old ones failed: %s",
                     (unsigned long long)step, perr.msg);
     }
-    note_store_health(sh);
+    note_store(sh);
     pthread_mutex_unlock(&sh->store_mu);
     clock_gettime(CLOCK_MONOTONIC, &t1);
     *seconds = (double)(t1.tv_sec - t0.tv_sec) + 1e-9 * (double)(t1.tv_nsec - t0.tv_nsec);
@@ -324,7 +353,11 @@ int zs__shard_load_newest(zs_shard_t *sh, zs_err_t *err)
 {
     uint64_t *steps;
     size_t n;
-    int rc = zs_shard_list(sh, &steps, &n, err);
+    pthread_mutex_lock(&sh->store_mu);
+    int rc = store_list_locked(sh, &steps, &n, err);
+    if (rc == ZS_OK)
+        note_store(sh);
+    pthread_mutex_unlock(&sh->store_mu);
     if (rc)
         return rc;
     for (size_t i = n; i-- > 0;) {
@@ -350,7 +383,7 @@ int zs_shard_delete(zs_shard_t *sh, uint64_t step, int keep, zs_err_t *err)
         return zs_err_set(err, ZS_ERR_INVALID, "keep must be >= 1 (got %d)", keep);
     pthread_mutex_lock(&sh->store_mu);
     int rc = step ? zs_store_delete(sh->store, step, err) : zs_store_prune(sh->store, keep, err);
-    note_store_health(sh);
+    note_store(sh);
     pthread_mutex_unlock(&sh->store_mu);
     if (rc == ZS_OK)
         ZS_INFO(step ? "delete: checkpoint %llu removed" : "delete: kept newest %llu",

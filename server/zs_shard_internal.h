@@ -69,6 +69,8 @@ struct zs_shard {
     int ckpt_busy; /* a checkpoint is reading the state */
     int readers;   /* pulls/gets copying without mu held */
 
+    uint64_t *ckpts; /* complete checkpoints, ascending, as of the last store change */
+    size_t nckpts;
     int store_degraded;               /* copy of zs_store_health after each store write */
     char store_error[ZS_ERR_MSG_MAX]; /* its message */
 

@@ -16,7 +16,9 @@ add_dependencies(test_server_disk zs-server)
 zs_add_test(test_server_budget SRCS test_server_budget.c LIBS zeroshard zs_testproc TIMEOUT 120
             LABELS integration)
 add_dependencies(test_server_budget zs-server)
-# Pulls waiting for a future step end when their client cancels or dies.
-zs_add_test(test_server_cancel SRCS test_server_cancel.c LIBS zeroshard zs_testproc TIMEOUT 120
+# What waits and what must not: Pulls waiting for a future step end when
+# their client cancels or dies; Hello and ListCheckpoints answer during a
+# checkpoint write.
+zs_add_test(test_server_waits SRCS test_server_waits.c LIBS zeroshard zs_testproc TIMEOUT 120
             LABELS integration)
-add_dependencies(test_server_cancel zs-server)
+add_dependencies(test_server_waits zs-server)

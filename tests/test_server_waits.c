@@ -1,7 +1,9 @@
 /*
- * test_server_cancel.c - integration: Pulls waiting for a future step end
- * when their client goes away (issue 9, item 4), on a real zs-server started
- * with --max-calls 8 holding a small model at step 1.
+ * test_server_waits.c - integration: what waits on a zs-server, and what
+ * must not (issue 9, items 4 and 6), on a real zs-server started with
+ * --max-calls 8 and the store's test hook ZS_STORE_TEST_MARKER_DELAY_MS=3000
+ * (every checkpoint write holds 3 s before its marker), holding a small
+ * model at step 1.
  *
  * Checks:
  *  1. 8 Pulls waiting for step 99 with a far deadline take every call slot:
@@ -12,11 +14,15 @@
  *  3. Deadlines: a Pull with a 500 ms deadline ends DEADLINE_EXCEEDED in
  *     under 2 s; a Pull waiting for step 2 is answered once step 2 is
  *     committed, with that step's data.
+ *  4. While Checkpoint 2 is being written (3 s), Hello and ListCheckpoints
+ *     answer within 1 s and list only checkpoint 1; once it returned they
+ *     list 1 and 2.
  * The child is forked before this process starts gRPC (gRPC state does not
  * survive fork) and waits on a pipe.
  */
 #define _GNU_SOURCE
 #include <fcntl.h>
+#include <pthread.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -105,6 +111,39 @@ static void expect_busy(grpc_channel *ch, const char *addr)
                 zs_status_name(rc), err.msg);
 }
 
+/* Checkpoint 2 through the client library (a thread: it takes 3 s). */
+typedef struct {
+    zs_client_t *cl;
+    int rc;
+    volatile int done;
+} ckpt_t;
+
+static void *ckpt_thread(void *p)
+{
+    ckpt_t *k = p;
+    zs_err_t err;
+    zs_err_clear(&err);
+    k->rc = zs_client_checkpoint(k->cl, 2, 0, &err);
+    k->done = 1;
+    return NULL;
+}
+
+/* ListCheckpoints (raw); the steps into out[0..8), their number returned. */
+static size_t list(grpc_channel *ch, const char *addr, uint64_t *out)
+{
+    Zeroshard__ListRequest q = ZEROSHARD__LIST_REQUEST__INIT;
+    Zeroshard__ListReply *r = NULL;
+    zs_err_t err;
+    zs_err_clear(&err);
+    TEST_OK(zs_unary(ch, M("ListCheckpoints"), NULL, 10000, addr, &q.base,
+                     &zeroshard__list_reply__descriptor, (ProtobufCMessage **)&r, &err),
+            err);
+    size_t n = r->n_checkpoints < 8 ? r->n_checkpoints : 8;
+    memcpy(out, r->checkpoints, n * sizeof *out);
+    zeroshard__list_reply__free_unpacked(r, NULL);
+    return n;
+}
+
 /* The child: on 'g' from `in`, start SLOTS waiting Pulls, write 'r' to `out`,
  * and wait to be killed. */
 static void child_main(int in, int out, const char *addr)
@@ -126,7 +165,8 @@ int main(void)
 {
     setvbuf(stdout, NULL, _IONBF, 0);
     setenv("ZS_LOG_LEVEL", "error", 0);
-    const char *tmp = zs_test_tmpdir("cancel");
+    const char *tmp = zs_test_tmpdir("waits");
+    setenv("ZS_STORE_TEST_MARKER_DELAY_MS", "3000", 1); /* for the server */
     zs_test_server_t srv;
     memset(&srv, 0, sizeof srv);
     snprintf(srv.data_dir, sizeof srv.data_dir, "%s/s0", tmp);
@@ -162,6 +202,7 @@ int main(void)
     TEST_OK(zs_client_push(cl, 1, 0, NPARAM, buf, zs_synth_dtype(1), &err), err);
     zs_step_scalars_t s = {1, 0.5f, 1.0f, 1e-3f, 0, ZS_DTYPE_NONE};
     TEST_OK(zs_client_commit(cl, &s, &err), err);
+    TEST_OK(zs_client_checkpoint(cl, 1, 0, &err), err);
 
     /* 1. Cancelled by the client. */
     zs_ccall_t cs[SLOTS];
@@ -221,11 +262,35 @@ int main(void)
     TEST_CHECK(memcmp(buf, tmpf, 4000) == 0);
     printf("a Pull waiting for step 2: answered when step 2 was committed, with its data\n");
 
+    /* 4. Status while a checkpoint is written. */
+    ckpt_t k = {cl, -1, 0};
+    pthread_t th;
+    TEST_CHECK(pthread_create(&th, NULL, ckpt_thread, &k) == 0);
+    struct timespec ts = {1, 0};
+    nanosleep(&ts, NULL); /* it is inside the write now (3 s) */
+    t0 = now_s();
+    rc = hello(ch, srv.addr, &err);
+    double th_s = now_s() - t0;
+    uint64_t steps[8];
+    t0 = now_s();
+    size_t n = list(ch, srv.addr, steps);
+    double tl_s = now_s() - t0;
+    int during = !k.done;
+    printf("during checkpoint 2: Hello %s in %.3f s, ListCheckpoints in %.3f s: %zu listed\n",
+           zs_status_name(rc), th_s, tl_s, n);
+    TEST_CHECK(rc == ZS_OK && during && th_s < 1.0 && tl_s < 1.0);
+    TEST_CHECK(n == 1 && steps[0] == 1);
+    pthread_join(th, NULL);
+    TEST_CHECK(k.rc == ZS_OK);
+    n = list(ch, srv.addr, steps);
+    TEST_CHECK(n == 2 && steps[0] == 1 && steps[1] == 2);
+    printf("after it: 1 and 2 listed\n");
+
     grpc_channel_destroy(ch);
     zs_client_destroy(cl);
     zs_test_server_stop(&srv, SIGTERM);
     free(buf);
     free(tmpf);
-    printf("PASS test_server_cancel\n");
+    printf("PASS test_server_waits\n");
     return 0;
 }
