@@ -96,11 +96,15 @@ static double wait_served(grpc_channel *ch, const char *addr, double max_s, cons
     return now_s() - t0;
 }
 
-/* Hello is refused for lack of call slots: the Pulls hold them all. */
+/* Hello is refused for lack of call slots: the Pulls hold them all. Waits
+ * 0.5 s first: a Hello that reached the server before the last Pull would
+ * take that Pull's slot (and the Pull would be refused). */
 static void expect_busy(grpc_channel *ch, const char *addr)
 {
     zs_err_t err;
     int rc = ZS_OK;
+    struct timespec settle = {0, 500000000L};
+    nanosleep(&settle, NULL);
     for (int i = 0; i < 100; i++) { /* until the server has taken all of them */
         if ((rc = hello(ch, addr, &err)) == ZS_ERR_BUSY)
             break;
@@ -213,6 +217,8 @@ int main(void)
     double dt = wait_served(ch, srv.addr, 2.0, "after cancelling the Pulls");
     printf("%d waiting Pulls held every slot; cancelled, Hello served again after %.2f s\n", SLOTS,
            dt);
+    struct timespec settle = {0, 500000000L}; /* and the other seven slots free too */
+    nanosleep(&settle, NULL);
 
     /* 2. The client process dies. */
     TEST_CHECK(write(to[1], "g", 1) == 1);
