@@ -274,7 +274,13 @@ int zs_unary(grpc_channel *ch, const char *method, const char *token, int timeou
 grpc_channel *zs_channel_create(const char *target, const char *ca_pem)
 {
     /* Reconnect quickly: a restarted shard server must be reachable within
-     * the client's retry window (gRPC's default backoff grows to 120 s). */
+     * the client's retry window (gRPC's default backoff grows to 120 s).
+     * GRPC_ARG_MIN_RECONNECT_BACKOFF_MS is gRPC's MIN_CONNECT_TIMEOUT, the
+     * time one connection attempt is given (doc/connection-backoff.md): at
+     * 100 ms a handshake with a busy server (8 concurrent 32 MiB uploads on
+     * 2 cores) timed out again and again ("connection attempt timed out
+     * before receiving SETTINGS frame"). A refused connection still fails at
+     * once; the retries still start 100 ms apart. */
     static const struct {
         const char *key;
         int value;
@@ -282,7 +288,7 @@ grpc_channel *zs_channel_create(const char *target, const char *ca_pem)
         {GRPC_ARG_MAX_RECEIVE_MESSAGE_LENGTH, (int)ZS_RPC_MAX_MESSAGE},
         {GRPC_ARG_USE_LOCAL_SUBCHANNEL_POOL, 1},
         {GRPC_ARG_INITIAL_RECONNECT_BACKOFF_MS, 100},
-        {GRPC_ARG_MIN_RECONNECT_BACKOFF_MS, 100},
+        {GRPC_ARG_MIN_RECONNECT_BACKOFF_MS, 5000},
         {GRPC_ARG_MAX_RECONNECT_BACKOFF_MS, 1000},
     };
     grpc_arg args[5];

@@ -301,6 +301,8 @@ static void *big_hello(void *p)
                          &zeroshard__hello_reply__descriptor, &r, &err);
         if (b->rc != ZS_ERR_UNAVAILABLE)
             break;
+        struct timespec ts = {0, 100000000L}; /* past the channel's reconnect backoff */
+        nanosleep(&ts, NULL);
     }
     snprintf(b->msg, sizeof b->msg, "%s", err.msg);
     if (r)
