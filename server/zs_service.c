@@ -208,8 +208,11 @@ static int h_init(void *ctx, zs_scall_t *call, zs_err_t *err)
 static int h_push(void *ctx, zs_scall_t *call, zs_err_t *err)
 {
     zs_shard_t *sh = ctx;
-    int rc = ZS_OK;
     uint64_t staged = 0, bytes = 0;
+    zs_shard_push_t *ps;
+    int rc = zs_shard_push_begin(sh, &ps, err);
+    if (rc)
+        return refuse(sh, rc);
     for (;;) {
         grpc_byte_buffer *bb;
         rc = zs_scall_recv(call, &bb, err);
@@ -225,12 +228,12 @@ static int h_push(void *ctx, zs_scall_t *call, zs_err_t *err)
         void *dst;
         rc = check_payload(&fr, m->count, (zs_dtype_t)m->dtype, err);
         if (!rc)
-            rc = zs_shard_push_reserve(sh, m->step, m->offset, m->count, (zs_dtype_t)m->dtype, &dst,
-                                       err);
+            rc = zs_shard_push_chunk(ps, m->step, m->offset, m->count, (zs_dtype_t)m->dtype, &dst,
+                                     err);
         if (!rc) {
             zs_frame_copy(&fr, dst);
             bytes += fr.pay_len;
-            staged = zs_shard_push_done(sh, m->step, m->offset, m->count, 1);
+            zs_shard_push_chunk_done(ps);
         }
         zeroshard__push_chunk__free_unpacked(m, NULL);
         zs_frame_deinit(&fr);
@@ -238,6 +241,13 @@ static int h_push(void *ctx, zs_scall_t *call, zs_err_t *err)
             break;
     }
     zs_shard_count_bytes(sh, bytes, 0);
+    /* Staged only now, and only if the whole stream was good. */
+    zs_err_t e2;
+    int rc2 = zs_shard_push_end(ps, rc == ZS_OK, &staged, &e2);
+    if (!rc && rc2) {
+        rc = rc2;
+        *err = e2;
+    }
     if (rc)
         return refuse(sh, rc);
     Zeroshard__PushReply r = ZEROSHARD__PUSH_REPLY__INIT;

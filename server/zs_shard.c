@@ -1,6 +1,7 @@
 /*
- * zs_shard.c - shard state, staging, commit, pull and the optimizer driver
- * (see zs_shard.h for the model). Checkpoints live in zs_shard_ckpt.c.
+ * zs_shard.c - shard state, lifecycle, Initialize and the optimizer driver
+ * (see zs_shard.h for the model). Push and Commit live in zs_shard_push.c,
+ * Pull/GetState/SetState in zs_shard_io.c, checkpoints in zs_shard_ckpt.c.
  */
 #include <errno.h>
 #include <math.h>
@@ -20,88 +21,6 @@ int64_t zs_now_ms(void)
     struct timespec ts;
     clock_gettime(CLOCK_MONOTONIC, &ts);
     return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
-}
-
-/* ---- staged ranges ---------------------------------------------------- */
-
-static void ranges_clear(zs__ranges_t *r)
-{
-    r->n = 0;
-    r->total = 0;
-}
-
-/* Insert [a, b), merging neighbours; -1 on allocation failure. */
-static int ranges_add(zs__ranges_t *r, uint64_t a, uint64_t b)
-{
-    size_t i = 0;
-    while (i < r->n && r->iv[i][1] < a)
-        i++;
-    size_t j = i; /* intervals [i, j) touch or overlap [a, b) */
-    while (j < r->n && r->iv[j][0] <= b) {
-        if (r->iv[j][0] < a)
-            a = r->iv[j][0];
-        if (r->iv[j][1] > b)
-            b = r->iv[j][1];
-        r->total -= r->iv[j][1] - r->iv[j][0];
-        j++;
-    }
-    if (i == j) { /* pure insertion at i */
-        if (r->n == r->cap) {
-            size_t cap = r->cap ? 2 * r->cap : 16;
-            void *p = realloc(r->iv, cap * sizeof *r->iv);
-            if (!p)
-                return -1;
-            r->iv = p;
-            r->cap = cap;
-        }
-        memmove(r->iv + i + 1, r->iv + i, (r->n - i) * sizeof *r->iv);
-        r->n++;
-    } else if (j > i + 1) {
-        memmove(r->iv + i + 1, r->iv + j, (r->n - j) * sizeof *r->iv);
-        r->n -= j - i - 1;
-    }
-    r->iv[i][0] = a;
-    r->iv[i][1] = b;
-    r->total += b - a;
-    return 0;
-}
-
-/* Free staging parity p's range records and return their budget (mu held;
- * no chunk of it in flight). */
-static void stage_release(zs_shard_t *sh, int p)
-{
-    zs__ranges_t *r = &sh->stage[p].cov;
-    free(r->iv);
-    memset(r, 0, sizeof *r);
-    zs_budget_give(&sh->budget, sh->stage[p].cov_budget);
-    sh->stage[p].cov_budget = 0;
-}
-
-/* Make room for the interval every reserved chunk of parity p may add (mu
- * held), growing the records against the budget: a client pushing many
- * small disjoint chunks makes them grow, up to 8 B per element. */
-static int stage_room(zs_shard_t *sh, int p, zs_err_t *err)
-{
-    zs__ranges_t *r = &sh->stage[p].cov;
-    size_t need = r->n + (size_t)sh->stage[p].inflight + 1;
-    if (need <= r->cap)
-        return ZS_OK;
-    size_t cap = r->cap ? r->cap : 16;
-    while (cap < need)
-        cap *= 2;
-    uint64_t more = (uint64_t)(cap - r->cap) * sizeof *r->iv;
-    int rc = zs_budget_take(&sh->budget, more, "the staged-range records of this push", err);
-    if (rc)
-        return rc;
-    void *iv = realloc(r->iv, cap * sizeof *r->iv);
-    if (!iv) {
-        zs_budget_give(&sh->budget, more);
-        return zs_err_set(err, ZS_ERR_NOMEM, "out of memory for staged-range records");
-    }
-    r->iv = iv;
-    r->cap = cap;
-    sh->stage[p].cov_budget += more;
-    return ZS_OK;
 }
 
 /* ---- state arrays ------------------------------------------------------ */
@@ -253,11 +172,8 @@ int zs__shard_install(zs_shard_t *sh, const zs_shard_identity_t *id, const zs_ad
     sh->applied_step = step;
     sh->optimizer_step = optimizer_step;
     sh->lowp_dtype = ZS_DTYPE_NONE;
-    for (int p = 0; p < 2; p++) {
-        sh->stage[p].step = 0;
-        sh->stage[p].has_dtype = 0;
-        stage_release(sh, p);
-    }
+    for (int p = 0; p < 2; p++)
+        zs__stage_reset(sh, p);
     sh->have_last_commit = 0;
     sh->initialized = 1;
     pthread_cond_broadcast(&sh->cv);
@@ -399,7 +315,7 @@ void zs_shard_destroy(zs_shard_t *sh)
     zs__state_free(&sh->st);
     free_chunk_tables(sh);
     for (int p = 0; p < 2; p++)
-        stage_release(sh, p);
+        zs__stage_reset(sh, p);
     free(sh->user_meta);
     free(sh->ckpts);
     pthread_mutex_destroy(&sh->mu);
@@ -638,154 +554,6 @@ int zs_shard_check_range(zs_shard_t *sh, uint64_t offset, uint64_t count, zs_err
     int rc = zs__shard_require_init(sh, err);
     if (!rc)
         rc = zs__shard_check_range(sh, offset, count, err);
-    pthread_mutex_unlock(&sh->mu);
-    return rc;
-}
-
-int zs_shard_push_reserve(zs_shard_t *sh, uint64_t step, uint64_t offset, uint64_t count,
-                          zs_dtype_t dt, void **dst, zs_err_t *err)
-{
-    if (zs_dtype_size(dt) == 0)
-        return zs_err_set(err, ZS_ERR_INVALID, "unknown gradient dtype %d", (int)dt);
-    int rc0 = zs__step_check(step, "push of step", err);
-    if (rc0)
-        return rc0;
-    pthread_mutex_lock(&sh->mu);
-    int rc = zs__shard_require_init(sh, err);
-    if (!rc && step != sh->applied_step + 1)
-        rc = zs_err_set(err, ZS_ERR_STATE,
-                        step <= sh->applied_step
-                            ? "push for step %llu refused: step %llu is already committed"
-                            : "push for step %llu refused: server is at step %llu and expects "
-                              "the next step only",
-                        (unsigned long long)step, (unsigned long long)sh->applied_step);
-    if (!rc)
-        rc = zs__shard_check_range(sh, offset, count, err);
-    if (!rc) {
-        int p = (int)(step & 1);
-        if (sh->stage[p].step != step) {
-            sh->stage[p].step = step;
-            sh->stage[p].has_dtype = 0;
-            ranges_clear(&sh->stage[p].cov);
-        }
-        if (sh->stage[p].has_dtype && sh->stage[p].dtype != dt)
-            rc = zs_err_set(
-                err, ZS_ERR_INVALID, "step %llu is staged in %s; a chunk in %s cannot be mixed in",
-                (unsigned long long)step, zs_dtype_name(sh->stage[p].dtype), zs_dtype_name(dt));
-        if (!rc)
-            rc = stage_room(sh, p, err);
-        if (!rc) {
-            sh->stage[p].has_dtype = 1;
-            sh->stage[p].dtype = dt;
-            sh->stage[p].inflight++;
-            *dst = (char *)sh->st.staging[p] + (offset - sh->rb) * zs_dtype_size(dt);
-        }
-    }
-    pthread_mutex_unlock(&sh->mu);
-    return rc;
-}
-
-uint64_t zs_shard_push_done(zs_shard_t *sh, uint64_t step, uint64_t offset, uint64_t count, int ok)
-{
-    int p = (int)(step & 1);
-    pthread_mutex_lock(&sh->mu);
-    sh->stage[p].inflight--;
-    if (ok && ranges_add(&sh->stage[p].cov, offset, offset + count) != 0)
-        ZS_ERROR("out of memory recording staged range; step %llu will need a re-push",
-                 (unsigned long long)step);
-    uint64_t total = sh->stage[p].cov.total;
-    pthread_cond_broadcast(&sh->cv);
-    pthread_mutex_unlock(&sh->mu);
-    return total;
-}
-
-/* ---- Commit ------------------------------------------------------------------ */
-
-static int same_commit(const zs_commit_t *a, const zs_commit_t *b)
-{
-    return a->step == b->step && a->grad_scale == b->grad_scale && a->clip_coef == b->clip_coef &&
-           a->lr == b->lr && !a->skip == !b->skip && a->param_dtype == b->param_dtype;
-}
-
-int zs_shard_commit(zs_shard_t *sh, const zs_commit_t *c, uint64_t *applied,
-                    uint64_t *optimizer_step, zs_err_t *err)
-{
-    if (!isfinite(c->grad_scale) || !isfinite(c->clip_coef) || !isfinite(c->lr) ||
-        c->grad_scale < 0 || c->clip_coef < 0 || c->lr < 0)
-        return zs_err_set(err, ZS_ERR_INVALID,
-                          "commit scalars must be finite and >= 0 (grad_scale %g, clip_coef %g, "
-                          "lr %g)",
-                          c->grad_scale, c->clip_coef, c->lr);
-    if (c->param_dtype != ZS_DTYPE_NONE && c->param_dtype != ZS_DTYPE_BF16 &&
-        c->param_dtype != ZS_DTYPE_F16 && c->param_dtype != ZS_DTYPE_F32)
-        return zs_err_set(err, ZS_ERR_INVALID, "unknown param_dtype %d", (int)c->param_dtype);
-    if (c->param_dtype == ZS_DTYPE_F32)
-        return zs_err_set(err, ZS_ERR_INVALID,
-                          "param_dtype fp32 needs no copy: use NONE and pull fp32");
-    if (zs__step_check(c->step, "commit of step", err))
-        return ZS_ERR_INVALID;
-    pthread_mutex_lock(&sh->mu);
-    int rc;
-    for (;;) {
-        rc = zs__shard_require_init(sh, err);
-        if (rc)
-            break;
-        if (c->step == sh->applied_step && sh->have_last_commit) {
-            if (!same_commit(c, &sh->last_commit))
-                rc = zs_err_set(err, ZS_ERR_STATE,
-                                "step %llu was already committed with different scalars",
-                                (unsigned long long)c->step);
-            goto out; /* idempotent repeat: OK */
-        }
-        if (c->step != sh->applied_step + 1) {
-            rc = zs_err_set(err, ZS_ERR_STATE,
-                            "commit of step %llu refused: server is at step %llu and expects "
-                            "step %llu",
-                            (unsigned long long)c->step, (unsigned long long)sh->applied_step,
-                            (unsigned long long)sh->applied_step + 1);
-            break;
-        }
-        int p = (int)(c->step & 1);
-        if (sh->job_pending || sh->opt_running || sh->ckpt_busy || sh->stage[p].inflight > 0) {
-            pthread_cond_wait(&sh->cv, &sh->mu);
-            continue; /* re-validate: another commit may have won */
-        }
-        uint64_t staged = sh->stage[p].step == c->step ? sh->stage[p].cov.total : 0;
-        if (!c->skip && staged != sh->n) {
-            rc = zs_err_set(err, ZS_ERR_STATE,
-                            "commit of step %llu refused: %llu of %llu elements staged; push "
-                            "the whole range [%llu, %llu) first",
-                            (unsigned long long)c->step, (unsigned long long)staged,
-                            (unsigned long long)sh->n, (unsigned long long)sh->rb,
-                            (unsigned long long)sh->re);
-            break;
-        }
-        sh->applied_step = c->step;
-        sh->last_commit = *c;
-        sh->have_last_commit = 1;
-        if (c->skip) {
-            for (size_t k = 0; k < sh->nchunks; k++)
-                atomic_store(&sh->done[k], c->step);
-            sh->c.steps_skipped++;
-            ZS_INFO("commit: step %llu skipped (overflow)", (unsigned long long)c->step);
-        } else {
-            sh->optimizer_step++;
-            sh->job = *c;
-            sh->job_step.lr = c->lr;
-            sh->job_step.t = (int64_t)sh->optimizer_step;
-            sh->job_step.grad_scale = c->grad_scale;
-            sh->job_step.clip_coef = c->clip_coef;
-            sh->job_pending = 1;
-        }
-        /* The staging of this parity is consumed by the pass. */
-        sh->stage[p].step = 0;
-        stage_release(sh, p);
-        pthread_cond_broadcast(&sh->cv);
-        break;
-    }
-out:
-    *applied = sh->applied_step;
-    *optimizer_step = sh->optimizer_step;
     pthread_mutex_unlock(&sh->mu);
     return rc;
 }

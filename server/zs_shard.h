@@ -160,10 +160,32 @@ int zs_shard_push_reserve(zs_shard_t *sh, uint64_t step, uint64_t offset, uint64
  * `step`. Returns the elements of the range staged for that step so far. */
 uint64_t zs_shard_push_done(zs_shard_t *sh, uint64_t step, uint64_t offset, uint64_t count, int ok);
 
+/* A Push stream: its chunks count as staged only if it ends well. A stream
+ * refused half-way leaves the staged elements and their bytes as they were
+ * (chunks that re-push staged elements wait in a buffer until the end) and
+ * does not fix the step's dtype. One step per stream. See zs_shard_push.c. */
+typedef struct zs_shard_push zs_shard_push_t;
+
+/* Start a stream; *out is freed by zs_shard_push_end. */
+int zs_shard_push_begin(zs_shard_t *sh, zs_shard_push_t **out, zs_err_t *err);
+
+/* Validate a chunk as zs_shard_push_reserve does and return where its
+ * payload goes; then copy it and call zs_shard_push_chunk_done. */
+int zs_shard_push_chunk(zs_shard_push_t *ps, uint64_t step, uint64_t offset, uint64_t count,
+                        zs_dtype_t dt, void **dst, zs_err_t *err);
+void zs_shard_push_chunk_done(zs_shard_push_t *ps);
+
+/* End the stream: ok, stage what it wrote (*staged: the step's staged
+ * elements so far); not ok (a refused chunk, a broken call), unstage it.
+ * Frees ps (NULL is a no-op). ZS_ERR_STATE if its step was committed while
+ * it was open (nothing staged then). */
+int zs_shard_push_end(zs_shard_push_t *ps, int ok, uint64_t *staged, zs_err_t *err);
+
 /* ---- Commit ------------------------------------------------------------ */
 
 /* Accept step c->step and start the optimizer on it (asynchronous). Same
- * step and scalars again: OK, nothing done. Fills the resulting steps. */
+ * step and scalars again: OK, nothing done. Refused (ZS_ERR_STATE) while
+ * a Push stream of that step is open. Fills the resulting steps. */
 int zs_shard_commit(zs_shard_t *sh, const zs_commit_t *c, uint64_t *applied,
                     uint64_t *optimizer_step, zs_err_t *err);
 

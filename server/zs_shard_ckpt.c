@@ -412,7 +412,8 @@ int zs_shard_set_step(zs_shard_t *sh, uint64_t step, uint64_t optimizer_step, zs
         sh->optimizer_step = optimizer_step;
         for (size_t c = 0; c < sh->nchunks; c++)
             atomic_store(&sh->done[c], step);
-        sh->stage[0].step = sh->stage[1].step = 0;
+        zs__stage_reset(sh, 0);
+        zs__stage_reset(sh, 1);
         sh->have_last_commit = 0;
         pthread_cond_broadcast(&sh->cv);
     }

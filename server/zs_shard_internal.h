@@ -53,9 +53,13 @@ struct zs_shard {
         uint64_t step;
         int has_dtype;
         zs_dtype_t dtype;
-        int inflight; /* reserved chunks not yet done */
-        zs__ranges_t cov;
-        uint64_t cov_budget; /* bytes of budget cov.iv holds */
+        int inflight;         /* reserved chunks not yet done */
+        int open;             /* Push streams of this step that wrote a chunk and have not ended */
+        uint64_t gen;         /* bumped at every reset: streams of an older step leave it alone */
+        zs__ranges_t cov;     /* elements staged (by pushes that ended well) */
+        zs__ranges_t pend;    /* elements open streams are writing into staging */
+        uint64_t cov_budget;  /* bytes of budget cov.iv holds */
+        uint64_t pend_budget; /* and pend.iv */
     } stage[2];
 
     zs_commit_t last_commit; /* for idempotent re-commits */
@@ -83,6 +87,11 @@ struct zs_shard {
     zs_budget_t budget;   /* own lock; see zs_shard.h, "Memory" */
     uint64_t budget_live; /* bytes of it the installed state holds */
 };
+
+/* Empty staging parity p (mu held; no chunk of it in flight): no step, no
+ * dtype, no ranges (their budget returned); Push streams still open on it
+ * are cut loose (zs_shard_push.c). */
+void zs__stage_reset(zs_shard_t *sh, int p);
 
 /* Wait (mu held) until nothing reads or rewrites the state wholesale. */
 void zs__shard_wait_idle(zs_shard_t *sh);

@@ -540,12 +540,28 @@ static void push_cases(const void *g3, uint64_t pushed)
     rc = raw1(0, M("Push"), push_msg(3, 0, big / 4, ZS_DTYPE_F32, NULL, big), &err);
     check("Push: chunk of 4 MiB + 4 bytes", rc, &err, ZS_ERR_INVALID, G_INVALID,
           "exceeds the 4194304-byte limit", 1);
-    /* Valid bf16 chunk [0, pushed), then an fp32 chunk in the same stream. */
+    /* A valid fp16 chunk, then one out of range: refused, and the fp16 chunk
+     * neither stays staged nor fixes step 3's dtype (the bf16 push below is
+     * accepted; commit_cases sees only its elements staged). */
+    m[0] = push_msg(3, pushed, 10, ZS_DTYPE_F16, NULL, 20);
+    m[1] = push_msg(3, g_end0, 10, ZS_DTYPE_F16, NULL, 20);
+    rc = raw_call(0, M("Push"), m, 2, NULL, TMO_MS, &err);
+    check("Push: a valid fp16 chunk, then one out of range", rc, &err, ZS_ERR_RANGE, G_RANGE,
+          "outside this server's range", 1);
+    /* Stage [0, pushed) of step 3 in bf16: accepted. */
     m[0] = push_msg(3, 0, pushed, ZS_DTYPE_BF16, g3, pushed * 2);
+    rc = raw_call(0, M("Push"), m, 1, NULL, TMO_MS, &err);
+    check("Push: bf16 [0, 1000) of step 3 after the refused fp16 stream (accepted)", rc, &err,
+          ZS_OK, 0, "", 0);
+    /* A re-push of [0, pushed) with zeros, then an fp32 chunk: refused, and
+     * the staged g3 of [0, pushed) is left as it was (final_step does not
+     * push it again). */
+    m[0] = push_msg(3, 0, pushed, ZS_DTYPE_BF16, NULL, pushed * 2);
     m[1] = push_msg(3, pushed, 10, ZS_DTYPE_F32, NULL, 40);
     rc = raw_call(0, M("Push"), m, 2, NULL, TMO_MS, &err);
-    check("Push: dtype mixed within a step", rc, &err, ZS_ERR_INVALID, G_INVALID,
-          "step 3 is staged in bf16; a chunk in fp32 cannot be mixed in", 1);
+    check("Push: dtype mixed within a step (after re-pushing staged elements)", rc, &err,
+          ZS_ERR_INVALID, G_INVALID, "step 3 is staged in bf16; a chunk in fp32 cannot be mixed in",
+          1);
     rc = raw1(0, M("Push"), push_msg(3, pushed, 10, ZS_DTYPE_F16, NULL, 20), &err);
     check("Push: fp16 into a step staged in bf16", rc, &err, ZS_ERR_INVALID, G_INVALID,
           "cannot be mixed in", 1);
@@ -869,12 +885,15 @@ static void wire_cases(void)
           "larger than max", -1);
 }
 
-/* Step 3 after all that: must equal one AdamW step on the state read at the
- * start, bitwise, in fp32 and in the bf16 copy. */
-static void final_step(const void *g3)
+/* Step 3 after all that: the rest of g3 pushed (push_cases staged [0,
+ * pushed) and the refused pushes must have left it alone), then it must
+ * equal one AdamW step on the state read at the start, bitwise, in fp32 and
+ * in the bf16 copy. */
+static void final_step(const void *g3, uint64_t pushed)
 {
     zs_err_t err;
-    TEST_OK(zs_client_push(g_cl, 3, 0, P, g3, ZS_DTYPE_BF16, &err), err);
+    TEST_OK(zs_client_push(g_cl, 3, pushed, P, (const uint16_t *)g3 + pushed, ZS_DTYPE_BF16, &err),
+            err);
     zs_step_scalars_t s = {3, 0.5f, 1.0f, 2e-3f, 0, ZS_DTYPE_BF16};
     TEST_OK(zs_client_commit(g_cl, &s, &err), err);
     uint16_t *lowp = malloc(P * 2), *got = malloc(P * 2);
@@ -999,7 +1018,7 @@ int main(void)
     token_cases();
     wire_cases();
     printf("%d cases: state unchanged after each\n", g_cases);
-    final_step(g3);
+    final_step(g3, pushed);
     free(g3);
 
     for (int i = 0; i < 3; i++)

@@ -826,8 +826,8 @@ static void budget(const char *dir)
     expect_refusal(rc, &err, ZS_ERR_NOMEM, "memory budget", "init beside the installed state");
     rc = ZS_OK;
     int k = 0;
+    void *dst;
     for (; k < 1000 && !rc; k++) {
-        void *dst;
         rc = zs_shard_push_reserve(sh, 1, g_rb + 2 * (uint64_t)k, 1, ZS_DTYPE_F32, &dst, &err);
         if (!rc) {
             memset(dst, 0, 4);
@@ -848,9 +848,38 @@ static void budget(const char *dir)
     printf("ok  budget: records returned by the commit; %llu bytes reserved (the state)\n",
            (unsigned long long)in.mem_reserved);
 
+    /* Push streams (step 2): one stages [rb, rb+100) in fp32 and stays open:
+     * Commit is refused until it ends. A second re-pushes those elements and
+     * is refused at its next chunk: staged count and bytes unchanged. */
+    zs_shard_push_t *ps;
+    uint64_t staged;
+    float *g = calloc(g_n, 4), *got = calloc(g_n, 4);
+    TEST_CHECK(g && got);
+    for (uint64_t i = 0; i < g_n; i++)
+        g[i] = 1.0f + (float)i;
+    TEST_OK(zs_shard_push_begin(sh, &ps, &err), err);
+    TEST_OK(zs_shard_push_chunk(ps, 2, g_rb, 100, ZS_DTYPE_F32, &dst, &err), err);
+    memcpy(dst, g, 400);
+    zs_shard_push_chunk_done(ps);
+    c = scalars(2, 1, ZS_DTYPE_NONE);
+    rc = zs_shard_commit(sh, &c, &a, &os, &err);
+    expect_refusal(rc, &err, ZS_ERR_STATE, "still open", "commit while a push stream is open");
+    TEST_OK(zs_shard_push_end(ps, 1, &staged, &err), err);
+    TEST_CHECK(staged == 100);
+    TEST_OK(zs_shard_push_begin(sh, &ps, &err), err);
+    TEST_OK(zs_shard_push_chunk(ps, 2, g_rb, 100, ZS_DTYPE_F32, &dst, &err), err);
+    memset(dst, 0xFF, 400); /* must land in a buffer, not in the staged bytes */
+    zs_shard_push_chunk_done(ps);
+    rc = zs_shard_push_chunk(ps, 2, g_rb + 100, 10, ZS_DTYPE_BF16, &dst, &err);
+    expect_refusal(rc, &err, ZS_ERR_INVALID, "cannot be mixed in", "re-push, then a bf16 chunk");
+    TEST_CHECK(zs_shard_push_end(ps, 0, &staged, &err) == ZS_OK && staged == 100);
+    TEST_CHECK(memcmp(sh->st.staging[0], g, 400) == 0); /* step 2: parity 0 */
+    free(g);
+    free(got);
+    printf("ok  push streams: staged at their end; a refused re-push left the staged bytes\n");
+
     /* At the last step: nothing after it is taken, nothing wraps to 0. */
     TEST_OK(zs_shard_set_step(sh, ZS_SHARD_STEP_MAX, ZS_SHARD_STEP_MAX, &err), err);
-    void *dst;
     rc = zs_shard_push_reserve(sh, ZS_SHARD_STEP_MAX + 1, g_rb, 1, ZS_DTYPE_F32, &dst, &err);
     expect_refusal(rc, &err, ZS_ERR_INVALID, "above the largest step", "push after the last step");
     rc = zs_shard_push_reserve(sh, 0, g_rb, 1, ZS_DTYPE_F32, &dst, &err);
