@@ -146,6 +146,16 @@ int zs_shard_checkpoint_meta(zs_shard_t *sh, uint64_t step, int keep, const void
     m.user_meta.data = (uint8_t *)user_meta;
     m.user_meta.len = user_meta_len;
     m.run_id = sh->run_id;
+    Zeroshard__CommitRequest lc = ZEROSHARD__COMMIT_REQUEST__INIT;
+    if (sh->have_last_commit && sh->last_commit.step == sh->applied_step) {
+        lc.step = sh->last_commit.step;
+        lc.grad_scale = sh->last_commit.grad_scale;
+        lc.clip_coef = sh->last_commit.clip_coef;
+        lc.lr = sh->last_commit.lr;
+        lc.skip = sh->last_commit.skip;
+        lc.param_dtype = (Zeroshard__DType)sh->last_commit.param_dtype;
+        m.last_commit = &lc;
+    }
     uint64_t run_id = sh->run_id;
     struct timespec now;
     clock_gettime(CLOCK_REALTIME, &now);
@@ -258,6 +268,12 @@ static int restore_step(zs_shard_t *sh, uint64_t step, int check_id, zs_err_t *e
                         (unsigned long long)step, (unsigned long long)applied,
                         (unsigned long long)ostep, (unsigned long long)ZS_SHARD_STEP_MAX);
     uint64_t run_id = m ? m->run_id : 0;
+    zs_commit_t lc = {0};
+    int have_lc = m && m->last_commit && m->last_commit->step == applied;
+    if (have_lc)
+        lc = (zs_commit_t){m->last_commit->step,      m->last_commit->grad_scale,
+                           m->last_commit->clip_coef, m->last_commit->lr,
+                           m->last_commit->skip,      (zs_dtype_t)m->last_commit->param_dtype};
     size_t umlen = m && m->user_meta.len <= ZS_USER_META_MAX ? m->user_meta.len : 0;
     unsigned char *um = umlen ? malloc(umlen) : NULL;
     if (um)
@@ -322,7 +338,9 @@ static int restore_step(zs_shard_t *sh, uint64_t step, int check_id, zs_err_t *e
         bytes = 0;
     }
     if (rc == ZS_OK) {
-        sh->run_id = run_id; /* continuing that run: re-checkpoints are retries */
+        sh->run_id = run_id;  /* continuing that run: re-checkpoints are retries */
+        sh->last_commit = lc; /* a repeated Commit of this step is recognised */
+        sh->have_last_commit = have_lc;
         free(sh->user_meta);
         sh->user_meta = um;
         sh->user_meta_len = umlen;

@@ -464,6 +464,14 @@ int zs_shard_commit(zs_shard_t *sh, const zs_commit_t *c, uint64_t *applied,
                                 (unsigned long long)c->step);
             goto out; /* idempotent repeat: OK */
         }
+        if (c->step == sh->applied_step && c->step > 0) {
+            rc = zs_err_set(err, ZS_ERR_STATE,
+                            "commit of step %llu refused: it is the applied step, but it was set "
+                            "by SetStep or Initialize (or restored from a checkpoint that does "
+                            "not record its commit), so a repeat cannot be checked",
+                            (unsigned long long)c->step);
+            break;
+        }
         if (c->step != sh->applied_step + 1) {
             rc = zs_err_set(err, ZS_ERR_STATE,
                             "commit of step %llu refused: server is at step %llu and expects "

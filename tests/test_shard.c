@@ -664,6 +664,22 @@ static void corrupt(zs_shard_t *sh, uint64_t step, int tensor)
     TEST_OK(rc, err);
 }
 
+/* Commit is idempotent across restarts and restores: step 4 again with its
+ * scalars is OK and changes nothing; with another lr it is refused. */
+static void expect_recommit(zs_shard_t *sh, const state_t *s4, const char *when)
+{
+    zs_err_t err;
+    uint64_t a, o;
+    zs_commit_t c = scalars(4, 0, ZS_DTYPE_NONE);
+    TEST_OK(zs_shard_commit(sh, &c, &a, &o, &err), err);
+    TEST_CHECK(a == 4 && o == s4->ostep);
+    expect_state(sh, s4, when);
+    c.lr *= 2;
+    int rc = zs_shard_commit(sh, &c, &a, &o, &err);
+    expect_refusal(rc, &err, ZS_ERR_STATE, "already committed with different scalars", when);
+    printf("ok  commit of step 4 repeated %s: OK, nothing applied\n", when);
+}
+
 static void checkpoints(zs_shard_t **shp, const char *dir, state_t *ref)
 {
     zs_shard_t *sh = *shp;
@@ -692,6 +708,7 @@ static void checkpoints(zs_shard_t **shp, const char *dir, state_t *ref)
     TEST_OK(zs_shard_restore(sh, 4, &err), err);
     expect_state(sh, &s4, "after restore 4");
     printf("ok  checkpoint + restore roundtrips (steps 3 and 4) bitwise\n");
+    expect_recommit(sh, &s4, "after restore 4");
 
     rc = zs_shard_restore(sh, 99, &err);
     expect_refusal(rc, &err, ZS_ERR_NOTFOUND, "99", "restore of a missing step");
@@ -711,6 +728,7 @@ static void checkpoints(zs_shard_t **shp, const char *dir, state_t *ref)
     sh = *shp = open_shard(dir);
     expect_state(sh, &s4, "after reopening");
     printf("ok  reopened shard loaded the newest checkpoint (4)\n");
+    expect_recommit(sh, &s4, "after reopening");
 
     /* A corrupted checkpoint is refused and the live state stays. */
     state_t s5;
