@@ -44,7 +44,12 @@
 #define ZS_STEP_MAX            ((1ull << 53) - 1)
 #define ZS_RPC_MAX_META        (64u << 10) /* bytes: largest non-payload part of a message */
 #define ZS_RPC_CHUNK_BYTES     (1u << 20)  /* bulk chunk size: 1 MiB measured best */
-#define ZS_RPC_MAX_CHUNK_BYTES (4u << 20)
+#define ZS_RPC_MAX_CHUNK_BYTES (4u << 20)  /* bytes of payload in a chunk we receive */
+/* Bytes of payload in a pulled chunk: PullRequest.chunk_bytes at most. A
+ * PullChunk's header and field-15 framing take < 64 bytes, so with 4 KiB
+ * to spare every message fits the 4 MiB receive limit stock gRPC clients
+ * have by default. */
+#define ZS_RPC_MAX_PULL_CHUNK_BYTES ((4u << 20) - 4096u)
 /* Bytes: the largest message either side accepts (gRPC's receive limit): a
  * chunk of the largest payload with the largest header, and a little for
  * field 15's key and length. Anything bigger is never valid, so gRPC refuses

@@ -107,7 +107,8 @@ static int h_hello(void *ctx, zs_scall_t *call, zs_err_t *err)
                           (ProtobufCMessage **)&q, err);
     if (rc)
         return refuse(sh, rc);
-    if (q->protocol_version != ZS_PROTOCOL_VERSION)
+    /* 0 is proto3's "not set": a client asking which version we speak. */
+    if (q->protocol_version != 0 && q->protocol_version != ZS_PROTOCOL_VERSION)
         rc = zs_err_set(err, ZS_ERR_STATE, "protocol version %u not supported (server speaks %u)",
                         q->protocol_version, ZS_PROTOCOL_VERSION);
     if (!rc)
@@ -145,7 +146,7 @@ static int h_init(void *ctx, zs_scall_t *call, zs_err_t *err)
             Zeroshard__InitRequest *q = m->init;
             if (!q)
                 rc = zs_err_set(err, ZS_ERR_INVALID, "first Initialize message lacks `init`");
-            else if (q->protocol_version != ZS_PROTOCOL_VERSION)
+            else if (q->protocol_version != 0 && q->protocol_version != ZS_PROTOCOL_VERSION)
                 rc = zs_err_set(err, ZS_ERR_STATE,
                                 "protocol version %u not supported (server "
                                 "speaks %u)",
@@ -389,9 +390,9 @@ static int h_pull(void *ctx, zs_scall_t *call, zs_err_t *err)
     zeroshard__pull_request__free_unpacked(q, NULL);
     if (esz == 0)
         return refuse(sh, zs_err_set(err, ZS_ERR_INVALID, "unknown pull dtype %d", (int)dt));
-    if (cb < 4096 || cb > ZS_RPC_MAX_CHUNK_BYTES)
+    if (cb < 4096 || cb > ZS_RPC_MAX_PULL_CHUNK_BYTES)
         return refuse(sh, zs_err_set(err, ZS_ERR_INVALID, "chunk_bytes %zu outside 4096..%u", cb,
-                                     ZS_RPC_MAX_CHUNK_BYTES));
+                                     ZS_RPC_MAX_PULL_CHUNK_BYTES));
     rc = zs_shard_check_range(sh, off, count, err);
     if (rc)
         return refuse(sh, rc);

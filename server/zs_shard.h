@@ -101,7 +101,7 @@ typedef struct zs_commit {
     uint64_t step;
     float grad_scale, clip_coef, lr;
     int skip;
-    zs_dtype_t param_dtype; /* low-precision copy to produce, or ZS_DTYPE_NONE */
+    zs_dtype_t param_dtype; /* low-precision copy to produce; ZS_DTYPE_NONE or F32: none */
 } zs_commit_t;
 
 /* Open the store in opts->data_dir and, if it holds checkpoints, load the

@@ -434,9 +434,15 @@ static int same_commit(const zs_commit_t *a, const zs_commit_t *b)
            a->lr == b->lr && !a->skip == !b->skip && a->param_dtype == b->param_dtype;
 }
 
-int zs_shard_commit(zs_shard_t *sh, const zs_commit_t *c, uint64_t *applied,
+int zs_shard_commit(zs_shard_t *sh, const zs_commit_t *c_in, uint64_t *applied,
                     uint64_t *optimizer_step, zs_err_t *err)
 {
+    /* F32, proto3's default for an unset param_dtype, means what NONE says:
+     * no low-precision copy (pulls in fp32 read the master weights). */
+    zs_commit_t cn = *c_in;
+    if (cn.param_dtype == ZS_DTYPE_F32)
+        cn.param_dtype = ZS_DTYPE_NONE;
+    const zs_commit_t *c = &cn;
     if (!isfinite(c->grad_scale) || !isfinite(c->clip_coef) || !isfinite(c->lr) ||
         c->grad_scale < 0 || c->clip_coef < 0 || c->lr < 0)
         return zs_err_set(err, ZS_ERR_INVALID,
@@ -446,9 +452,6 @@ int zs_shard_commit(zs_shard_t *sh, const zs_commit_t *c, uint64_t *applied,
     if (c->param_dtype != ZS_DTYPE_NONE && c->param_dtype != ZS_DTYPE_BF16 &&
         c->param_dtype != ZS_DTYPE_F16 && c->param_dtype != ZS_DTYPE_F32)
         return zs_err_set(err, ZS_ERR_INVALID, "unknown param_dtype %d", (int)c->param_dtype);
-    if (c->param_dtype == ZS_DTYPE_F32)
-        return zs_err_set(err, ZS_ERR_INVALID,
-                          "param_dtype fp32 needs no copy: use NONE and pull fp32");
     if (zs__step_check(c->step, "commit of step", err))
         return ZS_ERR_INVALID;
     pthread_mutex_lock(&sh->mu);

@@ -460,6 +460,35 @@ static void msg_parse(void)
     TEST_CHECK(rc == ZS_ERR_INVALID && u == NULL && strstr(err.msg, "malformed HelloRequest"));
     printf("ok  zs_msg_parse garbage: %s: %s\n", zs_status_name(rc), err.msg);
 
+    /* A string with a NUL byte: refused, top level and nested (InitChunk
+     * {init {model_name}}), not read as its prefix; a NUL in bytes is fine. */
+    static const uint8_t nul_name[] = {0x08, 0x01, 0x12, 0x03, 'a', 0x00, 'b'};
+    bb = whole(nul_name, sizeof nul_name);
+    u = (Zeroshard__HelloRequest *)&g_poison;
+    rc = zs_msg_parse(bb, &zeroshard__hello_request__descriptor, (ProtobufCMessage **)&u, &err);
+    grpc_byte_buffer_destroy(bb);
+    TEST_CHECK(rc == ZS_ERR_INVALID && u == NULL && strstr(err.msg, "model_name") &&
+               strstr(err.msg, "NUL byte"));
+    printf("ok  zs_msg_parse name 'a\\0b': %s: %s\n", zs_status_name(rc), err.msg);
+    static const uint8_t nul_nested[] = {0x0A, 0x07, 0x08, 0x01, 0x12, 0x03, 'a', 0x00, 'b'};
+    zs_frame_t fr;
+    Zeroshard__InitChunk *ic = (Zeroshard__InitChunk *)&g_poison;
+    bb = whole(nul_nested, sizeof nul_nested);
+    rc =
+        zs_frame_parse(bb, &zeroshard__init_chunk__descriptor, (ProtobufCMessage **)&ic, &fr, &err);
+    grpc_byte_buffer_destroy(bb);
+    TEST_CHECK(rc == ZS_ERR_INVALID && ic == NULL && strstr(err.msg, "InitRequest"));
+    printf("ok  zs_frame_parse nested name 'a\\0b': %s: %s\n", zs_status_name(rc), err.msg);
+    static const uint8_t nul_bytes[] = {0x1A, 0x03, 'a', 0x00, 'b'}; /* user_meta */
+    bb = whole(nul_bytes, sizeof nul_bytes);
+    Zeroshard__CheckpointRequest *cq;
+    TEST_OK(zs_msg_parse(bb, &zeroshard__checkpoint_request__descriptor, (ProtobufCMessage **)&cq,
+                         &err),
+            err);
+    TEST_CHECK(cq->user_meta.len == 3 && cq->user_meta.data[1] == 0);
+    zeroshard__checkpoint_request__free_unpacked(cq, NULL);
+    grpc_byte_buffer_destroy(bb);
+
     /* A valid HelloRequest of exactly ZS_RPC_MAX_META bytes parses; one byte
      * more is refused before anything is unpacked. */
     for (size_t total = ZS_RPC_MAX_META; total <= ZS_RPC_MAX_META + 1; total++) {

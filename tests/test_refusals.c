@@ -382,8 +382,11 @@ static void hello_cases(void)
     check("Hello: protocol version 2", rc, &err, ZS_ERR_STATE, G_PRECOND,
           "protocol version 2 not supported", 1);
     rc = raw1(0, M("Hello"), hello_msg(0, "", 0), &err);
-    check("Hello: protocol version 0", rc, &err, ZS_ERR_STATE, G_PRECOND,
-          "protocol version 0 not supported", 1);
+    check("Hello: no protocol version (proto3's 0) is accepted", rc, &err, ZS_OK, 0, "", 0);
+    /* A name with a NUL byte (protobuf-c would stop at it: "refusals"). */
+    static const char nul_hello[] = "\x08\x01\x12\x0crefusals\0evi";
+    rc = raw1(0, M("Hello"), raw_bytes(nul_hello, sizeof nul_hello - 1), &err);
+    check("Hello: model name 'refusals\\0evi'", rc, &err, ZS_ERR_INVALID, G_INVALID, "NUL byte", 1);
     rc = zs_client_hello(g_cl, "other-model", P, NULL, &err);
     check("Hello: model name mismatch", rc, &err, ZS_ERR_STATE, -1,
           "holds model 'refusals', not 'other-model'", 2);
@@ -432,6 +435,30 @@ static void init_cases(void)
     rc = raw_call(0, M("Initialize"), m, 1, NULL, TMO_MS, &err);
     check("Initialize: model name of 199 characters", rc, &err, ZS_ERR_INVALID, G_INVALID,
           "model name longer than 127", 1);
+    /* InitChunk{init: InitRequest{version 1, name "refusals\0evil", P, S 2}}, by hand:
+     * protobuf-c cannot pack a string with a NUL. */
+    uint8_t ib[64];
+    size_t in = 0;
+    static const char nm[] = "refusals\0evil";
+    ib[in++] = 0x0A; /* InitChunk.init */
+    size_t lenpos = in++;
+    ib[in++] = 0x08; /* protocol_version 1 */
+    ib[in++] = 1;
+    ib[in++] = 0x12; /* model_name */
+    ib[in++] = (uint8_t)(sizeof nm - 1);
+    memcpy(ib + in, nm, sizeof nm - 1);
+    in += sizeof nm - 1;
+    ib[in++] = 0x18; /* num_params 100003 = 0x186A3 */
+    ib[in++] = 0xA3;
+    ib[in++] = 0x8D;
+    ib[in++] = 0x06;
+    ib[in++] = 0x20; /* num_servers 2 */
+    ib[in++] = 2;
+    ib[lenpos] = (uint8_t)(in - lenpos - 1);
+    m[0] = raw_bytes(ib, in);
+    rc = raw_call(0, M("Initialize"), m, 1, NULL, TMO_MS, &err);
+    check("Initialize: model name 'refusals\\0evil'", rc, &err, ZS_ERR_INVALID, G_INVALID,
+          "NUL byte", 1);
     q = init_req(MODEL, P, 2, 0);
     q.protocol_version = 7;
     m[0] = init_msg(&q, 0, 1000, ZEROSHARD__DTYPE__F32, 4000);
@@ -592,7 +619,8 @@ static void commit_cases(const zs_step_scalars_t *s2, uint64_t pushed)
     rc = raw1(0, M("Commit"), commit_msg(3, 1, 1, 1e-3f, 0, 9), &err);
     check("Commit: param_dtype 9", rc, &err, ZS_ERR_INVALID, G_INVALID, "unknown param_dtype 9", 1);
     rc = raw1(0, M("Commit"), commit_msg(3, 1, 1, 1e-3f, 0, ZS_DTYPE_F32), &err);
-    check("Commit: param_dtype fp32", rc, &err, ZS_ERR_INVALID, G_INVALID, "use NONE", 1);
+    check("Commit: param_dtype F32 (proto3's default) means no copy: only the staging is missing",
+          rc, &err, ZS_ERR_STATE, G_PRECOND, "elements staged", 1);
     zs_step_scalars_t d = *s2;
     d.lr *= 0.5f;
     rc = zs_client_commit(g_cl, &d, &err);
@@ -620,10 +648,11 @@ static void read_cases(void)
     check("Pull: count 0", rc, &err, ZS_ERR_INVALID, G_INVALID, "count 0", 1);
     rc = raw1(0, M("Pull"), pull_msg(0, 0, 10, ZS_DTYPE_F32, 4095), &err);
     check("Pull: chunk_bytes 4095", rc, &err, ZS_ERR_INVALID, G_INVALID,
-          "chunk_bytes 4095 outside 4096..4194304", 1);
-    rc = raw1(0, M("Pull"), pull_msg(0, 0, 10, ZS_DTYPE_F32, ZS_RPC_MAX_CHUNK_BYTES + 1), &err);
-    check("Pull: chunk_bytes 4 MiB + 1", rc, &err, ZS_ERR_INVALID, G_INVALID,
-          "chunk_bytes 4194305 outside", 1);
+          "chunk_bytes 4095 outside 4096..", 1);
+    rc =
+        raw1(0, M("Pull"), pull_msg(0, 0, 10, ZS_DTYPE_F32, ZS_RPC_MAX_PULL_CHUNK_BYTES + 1), &err);
+    check("Pull: chunk_bytes above 4 MiB - 4 KiB", rc, &err, ZS_ERR_INVALID, G_INVALID,
+          "chunk_bytes 4190209 outside 4096..4190208", 1);
     grpc_byte_buffer *m = pull_msg(9, 0, 10, ZS_DTYPE_F32, 0);
     rc = raw_call(0, M("Pull"), &m, 1, NULL, 700, &err);
     check("Pull: a step never committed", rc, &err, ZS_ERR_TIMEOUT, G_DEADLINE, "deadline", -1);

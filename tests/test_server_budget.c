@@ -20,6 +20,8 @@
  *     fit, the sixth is refused; after step 2 is committed the five stream
  *     their data, bitwise equal to a GetState.
  *  5. The state is bitwise what it was before the refusals (GetState).
+ *  6. A stock gRPC client (4 MiB receive limit) pulls with the largest
+ *     chunk_bytes: every message fits.
  * The refusals go through raw calls (zs_rpc.h); the client library does
  * the setup.
  */
@@ -235,16 +237,17 @@ static void pull_cases(zs_client_t *cl, float *buf, float *tmp)
     q.min_step = 2;
     q.count = NPARAM;
     q.dtype = ZEROSHARD__DTYPE__F32;
-    q.chunk_bytes = ZS_RPC_MAX_CHUNK_BYTES;
+    q.chunk_bytes = ZS_RPC_MAX_PULL_CHUNK_BYTES;
     for (int i = 0; i <= N; i++) {
         TEST_OK(zs_ccall_start(&cs[i], g_ch, M("Pull"), NULL, TMO_MS, g_srv.addr, &err), err);
         TEST_OK(zs_ccall_send(&cs[i], zs_msg_build(&q.base), &err), err);
         if (i < N)
-            expect_reserved(g_r0 + (uint64_t)(i + 1) * 2 * ZS_RPC_MAX_CHUNK_BYTES, "waiting pulls");
+            expect_reserved(g_r0 + (uint64_t)(i + 1) * 2 * ZS_RPC_MAX_PULL_CHUNK_BYTES,
+                            "waiting pulls");
     }
     int rc = drain(&cs[N], &err);
-    printf("a 6th waiting Pull (2 x %u KiB buffers each): %s: %s\n", ZS_RPC_MAX_CHUNK_BYTES >> 10,
-           zs_status_name(rc), err.msg);
+    printf("a 6th waiting Pull (2 x %u KiB buffers each): %s: %s\n",
+           ZS_RPC_MAX_PULL_CHUNK_BYTES >> 10, zs_status_name(rc), err.msg);
     TEST_CHECK(exhausted(rc) && strstr(err.msg, "Pull"));
     zs_synth_grad(2, 0, NPARAM, buf, tmp);
     TEST_OK(zs_client_push(cl, 2, 0, NPARAM, buf, zs_synth_dtype(2), &err), err);
@@ -277,6 +280,54 @@ static void pull_cases(zs_client_t *cl, float *buf, float *tmp)
     TEST_OK(zs_client_get_state(cl, 0, 0, NPARAM, tmp, &err), err);
     TEST_CHECK(memcmp(buf, tmp, NPARAM * 4) == 0);
     printf("the %d waiting pulls streamed step 2, bitwise equal to GetState\n", N);
+}
+
+/* A stock gRPC client (a channel with gRPC's defaults: 4 MiB receive limit)
+ * pulls all 1M fp32 elements with the largest chunk_bytes: every message
+ * fits, and the data equals GetState. */
+static void stock_client_pull(zs_client_t *cl, float *buf, float *ref)
+{
+    grpc_channel_credentials *cr = grpc_insecure_credentials_create();
+    grpc_channel *ch = grpc_channel_create(g_srv.addr, cr, NULL);
+    grpc_channel_credentials_release(cr);
+    zs_err_t err;
+    zs_err_clear(&err);
+    TEST_OK(zs_client_get_state(cl, 0, 0, NPARAM, ref, &err), err);
+    Zeroshard__PullRequest q = ZEROSHARD__PULL_REQUEST__INIT;
+    q.count = NPARAM;
+    q.dtype = ZEROSHARD__DTYPE__F32;
+    q.chunk_bytes = ZS_RPC_MAX_PULL_CHUNK_BYTES;
+    zs_ccall_t c;
+    TEST_OK(zs_ccall_start(&c, ch, M("Pull"), NULL, TMO_MS, g_srv.addr, &err), err);
+    TEST_OK(zs_ccall_send(&c, zs_msg_build(&q.base), &err), err);
+    uint64_t got = 0;
+    size_t largest = 0;
+    for (;;) {
+        grpc_byte_buffer *bb;
+        TEST_OK(zs_ccall_recv(&c, &bb, &err), err);
+        if (!bb)
+            break;
+        size_t len = grpc_byte_buffer_length(bb);
+        largest = len > largest ? len : largest;
+        Zeroshard__PullChunk *m;
+        zs_frame_t fr;
+        TEST_OK(zs_frame_parse(bb, &zeroshard__pull_chunk__descriptor, (ProtobufCMessage **)&m, &fr,
+                               &err),
+                err);
+        TEST_CHECK(m->offset == got && fr.pay_len == m->count * 4);
+        zs_frame_copy(&fr, buf + got);
+        got += m->count;
+        zeroshard__pull_chunk__free_unpacked(m, NULL);
+        zs_frame_deinit(&fr);
+        grpc_byte_buffer_destroy(bb);
+    }
+    zs_ccall_destroy(&c);
+    grpc_channel_destroy(ch);
+    TEST_CHECK(got == NPARAM && memcmp(buf, ref, NPARAM * 4) == 0);
+    printf("a stock gRPC client pulled 4 MiB with chunk_bytes %u: largest message %zu bytes "
+           "(limit 4194304)\n",
+           ZS_RPC_MAX_PULL_CHUNK_BYTES, largest);
+    TEST_CHECK(largest <= (4u << 20));
 }
 
 int main(void)
@@ -331,6 +382,7 @@ int main(void)
     }
     printf("state bitwise unchanged by the refusals\n");
     pull_cases(cl, buf, tmpf);
+    stock_client_pull(cl, buf, tmpf);
 
     grpc_channel_destroy(g_ch);
     zs_client_destroy(cl);

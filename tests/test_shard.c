@@ -446,9 +446,10 @@ static void push_and_commit(zs_shard_t *sh, state_t *ref)
         rc = zs_shard_commit(sh, &b, &applied, &ostep, &err);
         expect_refusal(rc, &err, ZS_ERR_INVALID, "finite and >= 0", sc[k].what);
     }
-    c = scalars(1, 0, ZS_DTYPE_F32);
+    c = scalars(1, 0, ZS_DTYPE_F32); /* proto3's default: means no copy, like NONE */
     rc = zs_shard_commit(sh, &c, &applied, &ostep, &err);
-    expect_refusal(rc, &err, ZS_ERR_INVALID, "use NONE", "commit with param_dtype fp32");
+    expect_refusal(rc, &err, ZS_ERR_STATE, "elements staged",
+                   "commit with param_dtype fp32 (no copy): only the staging is missing");
     c.param_dtype = (zs_dtype_t)7;
     rc = zs_shard_commit(sh, &c, &applied, &ostep, &err);
     expect_refusal(rc, &err, ZS_ERR_INVALID, "unknown param_dtype 7", "commit with param_dtype 7");
@@ -859,6 +860,8 @@ static void budget(const char *dir)
     TEST_CHECK(in.mem_reserved == zs_shard_state_bytes(g_n) + 4096);
     zs_commit_t c = scalars(1, 1, ZS_DTYPE_NONE);
     uint64_t a, os;
+    TEST_OK(zs_shard_commit(sh, &c, &a, &os, &err), err);
+    c.param_dtype = ZS_DTYPE_F32; /* the same commit: F32 means no copy */
     TEST_OK(zs_shard_commit(sh, &c, &a, &os, &err), err);
     in = info(sh);
     free(in.checkpoints);
