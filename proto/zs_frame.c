@@ -191,6 +191,60 @@ static void tune_malloc(void)
     mallopt(M_TRIM_THRESHOLD, 64 << 20);
 }
 
+/* Read a varint from p[*pos..len); -1 if truncated or longer than 10 bytes. */
+static int get_varint(const uint8_t *p, size_t len, size_t *pos, uint64_t *v)
+{
+    uint64_t x = 0;
+    for (int shift = 0; shift < 64 && *pos < len; shift += 7) {
+        uint8_t b = p[(*pos)++];
+        x |= (uint64_t)(b & 0x7F) << shift;
+        if (!(b & 0x80)) {
+            *v = x;
+            return 0;
+        }
+    }
+    return -1;
+}
+
+/* Refuse string fields holding a NUL byte, in p[0..len) (a message of type
+ * desc that protobuf-c already unpacked) and its nested messages: protobuf-c
+ * hands strings over NUL-terminated, so "a\0b" would be read as "a" (a
+ * model name equal to a prefix of another). */
+static int check_strings(const uint8_t *p, size_t len, const ProtobufCMessageDescriptor *desc,
+                         int depth, zs_err_t *err)
+{
+    size_t pos = 0;
+    while (pos < len) {
+        uint64_t key, v;
+        if (get_varint(p, len, &pos, &key))
+            return ZS_OK; /* unpack accepted it: nothing more to see here */
+        unsigned wt = (unsigned)(key & 7);
+        const ProtobufCFieldDescriptor *fd =
+            protobuf_c_message_descriptor_get_field(desc, (unsigned)(key >> 3));
+        if (wt == 0) {
+            if (get_varint(p, len, &pos, &v))
+                return ZS_OK;
+        } else if (wt == 1 || wt == 5) {
+            pos += wt == 1 ? 8 : 4;
+        } else if (wt == 2) {
+            if (get_varint(p, len, &pos, &v) || v > len - pos)
+                return ZS_OK;
+            if (fd && fd->type == PROTOBUF_C_TYPE_STRING && memchr(p + pos, 0, (size_t)v))
+                return zs_err_set(err, ZS_ERR_INVALID, "field %s of %s holds a NUL byte", fd->name,
+                                  desc->short_name);
+            if (fd && fd->type == PROTOBUF_C_TYPE_MESSAGE && depth < 8) {
+                int rc = check_strings(p + pos, (size_t)v, fd->descriptor, depth + 1, err);
+                if (rc)
+                    return rc;
+            }
+            pos += (size_t)v;
+        } else {
+            return ZS_OK;
+        }
+    }
+    return ZS_OK;
+}
+
 int zs_frame_parse(grpc_byte_buffer *bb, const ProtobufCMessageDescriptor *desc,
                    ProtobufCMessage **out, zs_frame_t *fr, zs_err_t *err)
 {
@@ -286,6 +340,10 @@ int zs_frame_parse(grpc_byte_buffer *bb, const ProtobufCMessageDescriptor *desc,
         *out = protobuf_c_message_unpack(desc, NULL, mlen, meta);
         if (!*out)
             rc = zs_err_set(err, ZS_ERR_INVALID, "malformed %s header", desc->short_name);
+        else if ((rc = check_strings(meta, mlen, desc, 0, err))) {
+            protobuf_c_message_free_unpacked(*out, NULL);
+            *out = NULL;
+        }
     }
     free(meta);
     if (rc == ZS_OK)
@@ -325,8 +383,12 @@ int zs_msg_parse(grpc_byte_buffer *bb, const ProtobufCMessageDescriptor *desc,
     grpc_slice s = grpc_byte_buffer_reader_readall(&rd);
     grpc_byte_buffer_reader_destroy(&rd);
     *out = protobuf_c_message_unpack(desc, NULL, GRPC_SLICE_LENGTH(s), GRPC_SLICE_START_PTR(s));
+    int rc = *out ? check_strings(GRPC_SLICE_START_PTR(s), GRPC_SLICE_LENGTH(s), desc, 0, err)
+                  : zs_err_set(err, ZS_ERR_INVALID, "malformed %s message", desc->short_name);
     grpc_slice_unref(s);
-    if (!*out)
-        return zs_err_set(err, ZS_ERR_INVALID, "malformed %s message", desc->short_name);
-    return ZS_OK;
+    if (rc && *out) {
+        protobuf_c_message_free_unpacked(*out, NULL);
+        *out = NULL;
+    }
+    return rc;
 }

@@ -35,11 +35,26 @@
 #include "zs_status.h"
 #include "zeroshard.pb-c.h"
 
-#define ZS_PROTOCOL_VERSION    1
-#define ZS_RPC_MAX_MESSAGE     (64u << 20) /* bytes: largest message either side accepts */
+#define ZS_PROTOCOL_VERSION 1
+/* The largest training step a server accepts (Initialize start_step,
+ * SetStep, Push, Commit, Pull min_step, a checkpoint's steps): 2^53 - 1, so
+ * step + 1 never wraps, Adam's t fits an int64, and any JSON or double
+ * consumer shows it exactly. At one step a millisecond that is 285,000
+ * years. */
+#define ZS_STEP_MAX            ((1ull << 53) - 1)
 #define ZS_RPC_MAX_META        (64u << 10) /* bytes: largest non-payload part of a message */
 #define ZS_RPC_CHUNK_BYTES     (1u << 20)  /* bulk chunk size: 1 MiB measured best */
-#define ZS_RPC_MAX_CHUNK_BYTES (4u << 20)
+#define ZS_RPC_MAX_CHUNK_BYTES (4u << 20)  /* bytes of payload in a chunk we receive */
+/* Bytes of payload in a pulled chunk: PullRequest.chunk_bytes at most. A
+ * PullChunk's header and field-15 framing take < 64 bytes, so with 4 KiB
+ * to spare every message fits the 4 MiB receive limit stock gRPC clients
+ * have by default. */
+#define ZS_RPC_MAX_PULL_CHUNK_BYTES ((4u << 20) - 4096u)
+/* Bytes: the largest message either side accepts (gRPC's receive limit): a
+ * chunk of the largest payload with the largest header, and a little for
+ * field 15's key and length. Anything bigger is never valid, so gRPC refuses
+ * it before a handler sees it. Unary requests are held to ZS_RPC_MAX_META. */
+#define ZS_RPC_MAX_MESSAGE (ZS_RPC_MAX_CHUNK_BYTES + ZS_RPC_MAX_META + 16u)
 
 /* The check for gRPC core call results: evaluates to ZS_OK, or to
  * ZS_ERR_INTERNAL with err (may be NULL) naming the call, file, line, gRPC's
@@ -146,10 +161,13 @@ typedef struct zs_scall {
     grpc_completion_queue *cq; /* pluck queue bound to this call */
     gpr_timespec deadline;
     grpc_metadata_array request_md;
-    grpc_byte_buffer *request; /* first message (unary, server streaming); owned */
+    grpc_byte_buffer *request; /* the request (unary, server streaming), received after the
+                                  token check; NULL if none was sent; owned */
     int sent_initial_md;
     int finished;
-    int method; /* index into the method table */
+    int close_armed, close_done; /* RECV_CLOSE_ON_SERVER started early / completed */
+    int close_cancelled;         /* its result */
+    int method;                  /* index into the method table */
     char peer[96];
 } zs_scall_t;
 
@@ -166,7 +184,7 @@ typedef struct zs_rpc_method {
 
 typedef struct zs_rpc_server_opts {
     const char *listen;       /* "host:port"; port 0 picks a free one */
-    const char *token;        /* required bearer token, or NULL */
+    const char *token;        /* required bearer token, or NULL or "": none */
     const char *tls_cert_pem; /* server certificate chain (PEM text) or NULL */
     const char *tls_key_pem;  /* its private key (PEM text) */
     int max_calls;            /* concurrent handler threads (default 64) */
@@ -192,9 +210,20 @@ int zs_scall_recv(zs_scall_t *c, grpc_byte_buffer **bb, zs_err_t *err);
 /* Send one message (destroys bb). */
 int zs_scall_send(zs_scall_t *c, grpc_byte_buffer *bb, zs_err_t *err);
 
+/* 1 if the call has ended from the client's side: cancelled, its
+ * connection gone, or its deadline passed; 0 while it is alive. Never
+ * blocks. The first call arms gRPC's close notification
+ * (RECV_CLOSE_ON_SERVER), which completes only when the call ends, so a
+ * handler that waits (Pull) polls this between waits. Handler thread only. */
+int zs_scall_cancelled(zs_scall_t *c);
+
 /* Send the final status; `reply` (may be NULL) goes first as the last
  * message (destroyed here). code is a zs status, msg its sentence. */
 int zs_scall_finish(zs_scall_t *c, grpc_byte_buffer *reply, int code, const char *msg);
+
+/* 1 if want[0..want_len) equals got[0..got_len), comparing in time that
+ * depends on want_len only (the bearer token check). */
+int zs__ct_equal(const void *want, size_t want_len, const void *got, size_t got_len);
 
 /* gpr_timespec `ms` milliseconds from now (monotonic clock). */
 gpr_timespec zs_deadline_ms(int64_t ms);

@@ -14,7 +14,11 @@
  *  - One generic request is kept outstanding too: a call to a method that is
  *    not registered is answered UNIMPLEMENTED at once (gRPC core would
  *    otherwise leave it unanswered until the client's deadline).
- * The bearer token (if configured) is checked before the handler runs.
+ *  - Every method is registered without payload pre-reading: the handler
+ *    thread checks the bearer token (if configured) from the call's
+ *    metadata first, in constant time, and only then receives the request
+ *    message of a unary or server-streaming call. A caller without the token
+ *    never makes the server read a message body.
  */
 #include <pthread.h>
 #include <stdio.h>
@@ -29,7 +33,7 @@
 #define SLOTS_PER_METHOD 4
 #define SHUTDOWN_TAG     ((void *)(intptr_t)-1)
 
-enum { TAG_OP = 1 };
+enum { TAG_OP = 1, TAG_CLOSE };
 
 struct zs_rpc_server {
     grpc_server *server;
@@ -38,7 +42,8 @@ struct zs_rpc_server {
     int nmethods;
     void **handles; /* registered method handles */
     void *ctx;
-    char *token;
+    char *auth; /* "Bearer <token>", or NULL: no token required */
+    size_t auth_len;
     int port;
     int max_calls;
     pthread_t dispatcher;
@@ -104,6 +109,33 @@ int zs_scall_send(zs_scall_t *c, grpc_byte_buffer *bb, zs_err_t *err)
     return ok ? ZS_OK : zs_err_set(err, ZS_ERR_CANCELLED, "call cancelled by the client");
 }
 
+int zs_scall_cancelled(zs_scall_t *c)
+{
+    if (c->finished)
+        return 0;
+    if (!c->close_armed) {
+        grpc_op op;
+        memset(&op, 0, sizeof op);
+        op.op = GRPC_OP_RECV_CLOSE_ON_SERVER;
+        op.data.recv_close_on_server.cancelled = &c->close_cancelled;
+        zs_err_t err;
+        if (ZS_GRPC_CHECK(grpc_call_start_batch(c->call, &op, 1, (void *)(intptr_t)TAG_CLOSE, NULL),
+                          &err)) {
+            ZS_ERROR("%s", err.msg);
+            return 0;
+        }
+        c->close_armed = 1;
+    }
+    if (!c->close_done) {
+        grpc_event ev = grpc_completion_queue_pluck(c->cq, (void *)(intptr_t)TAG_CLOSE,
+                                                    gpr_inf_past(GPR_CLOCK_REALTIME), NULL);
+        if (ev.type == GRPC_OP_COMPLETE)
+            c->close_done = 1;
+    }
+    /* Closed before we sent a status: only the client's side can have done it. */
+    return c->close_done;
+}
+
 int zs_scall_finish(zs_scall_t *c, grpc_byte_buffer *reply, int code, const char *msg)
 {
     if (c->finished) {
@@ -128,9 +160,16 @@ int zs_scall_finish(zs_scall_t *c, grpc_byte_buffer *reply, int code, const char
     ops[n].op = GRPC_OP_SEND_STATUS_FROM_SERVER;
     ops[n].data.send_status_from_server.status = (grpc_status_code)zs_status_to_grpc(code);
     ops[n++].data.send_status_from_server.status_details = &details;
-    ops[n].op = GRPC_OP_RECV_CLOSE_ON_SERVER;
-    ops[n++].data.recv_close_on_server.cancelled = &cancelled;
+    if (!c->close_armed) { /* one RECV_CLOSE_ON_SERVER per call */
+        ops[n].op = GRPC_OP_RECV_CLOSE_ON_SERVER;
+        ops[n++].data.recv_close_on_server.cancelled = &cancelled;
+    }
     int ok = run_batch(c, ops, n);
+    if (c->close_armed && !c->close_done) { /* completes now that the status is out */
+        grpc_completion_queue_pluck(c->cq, (void *)(intptr_t)TAG_CLOSE,
+                                    gpr_inf_future(GPR_CLOCK_REALTIME), NULL);
+        c->close_done = 1;
+    }
     grpc_slice_unref(details);
     if (reply)
         grpc_byte_buffer_destroy(reply);
@@ -162,11 +201,9 @@ static int request_slot(zs_rpc_server_t *srv, int m)
     s->call.method = m;
     s->call.cq = grpc_completion_queue_create_for_pluck(NULL);
     grpc_metadata_array_init(&s->call.request_md);
-    grpc_byte_buffer **payload =
-        srv->methods[m].kind == ZS_RPC_CLIENT_STREAM ? NULL : &s->call.request;
     grpc_call_error e = grpc_server_request_registered_call(
-        srv->server, srv->handles[m], &s->call.call, &s->call.deadline, &s->call.request_md,
-        payload, s->call.cq, srv->cq, s);
+        srv->server, srv->handles[m], &s->call.call, &s->call.deadline, &s->call.request_md, NULL,
+        s->call.cq, srv->cq, s);
     if (e != GRPC_CALL_OK) {
         ZS_ERROR("grpc_server_request_registered_call(%s): %s", srv->methods[m].path,
                  grpc_call_error_to_string(e));
@@ -198,18 +235,27 @@ static int request_generic(zs_rpc_server_t *srv)
     return 0;
 }
 
+/* See zs_rpc.h. Every byte of `want` is compared whatever `got` holds: the
+ * time depends on want_len only, never on where a guess goes wrong. */
+int zs__ct_equal(const void *want, size_t want_len, const void *got, size_t got_len)
+{
+    const volatile unsigned char *w = want, *g = got;
+    unsigned diff = want_len != got_len;
+    for (size_t i = 0; i < want_len; i++)
+        diff |= (unsigned)(w[i] ^ (i < got_len ? g[i] : (unsigned char)~w[i]));
+    return diff == 0;
+}
+
+/* The first `authorization` header must be "Bearer <token>" (srv->auth). */
 static int token_ok(zs_rpc_server_t *srv, const grpc_metadata_array *md)
 {
-    if (!srv->token)
+    if (!srv->auth)
         return 1;
-    size_t tl = strlen(srv->token);
     for (size_t i = 0; i < md->count; i++) {
         const grpc_metadata *m = &md->metadata[i];
-        if (!grpc_slice_str_cmp(m->key, "authorization")) {
-            size_t vl = GRPC_SLICE_LENGTH(m->value);
-            const char *v = (const char *)GRPC_SLICE_START_PTR(m->value);
-            return vl == tl + 7 && !memcmp(v, "Bearer ", 7) && !memcmp(v + 7, srv->token, tl);
-        }
+        if (!grpc_slice_str_cmp(m->key, "authorization"))
+            return zs__ct_equal(srv->auth, srv->auth_len, GRPC_SLICE_START_PTR(m->value),
+                                GRPC_SLICE_LENGTH(m->value));
     }
     return 0;
 }
@@ -223,10 +269,12 @@ static void *handler_main(void *arg)
     char *peer = grpc_call_get_peer(s->call.call);
     snprintf(s->call.peer, sizeof s->call.peer, "%s", peer ? peer : "?");
     gpr_free(peer);
-    int rc;
+    int rc = ZS_OK;
     if (!token_ok(srv, &s->call.request_md))
         rc = zs_err_set(&err, ZS_ERR_UNAUTH, "missing or wrong bearer token");
-    else
+    else if (srv->methods[s->call.method].kind != ZS_RPC_CLIENT_STREAM)
+        rc = zs_scall_recv(&s->call, &s->call.request, &err); /* NULL if none was sent */
+    if (rc == ZS_OK)
         rc = srv->methods[s->call.method].fn(srv->ctx, &s->call, &err);
     if (rc != ZS_OK && rc != ZS_ERR_CANCELLED)
         ZS_WARN("refused %s from %s: %s (%s)", srv->methods[s->call.method].path, s->call.peer,
@@ -318,7 +366,15 @@ int zs_rpc_server_create(const zs_rpc_server_opts_t *opts, const zs_rpc_method_t
     srv->nmethods = nmethods;
     srv->ctx = ctx;
     srv->max_calls = opts->max_calls > 0 ? opts->max_calls : 64;
-    srv->token = opts->token && opts->token[0] ? strdup(opts->token) : NULL;
+    if (opts->token && opts->token[0]) {
+        srv->auth_len = 7 + strlen(opts->token);
+        srv->auth = malloc(srv->auth_len + 1);
+        if (!srv->auth) { /* never serve without the token that was asked for */
+            free(srv);
+            return zs_err_set(err, ZS_ERR_NOMEM, "out of memory");
+        }
+        snprintf(srv->auth, srv->auth_len + 1, "Bearer %s", opts->token);
+    }
     srv->handles = calloc((size_t)nmethods, sizeof *srv->handles);
     pthread_mutex_init(&srv->mu, NULL);
     pthread_cond_init(&srv->cv, NULL);
@@ -332,12 +388,10 @@ int zs_rpc_server_create(const zs_rpc_server_opts_t *opts, const zs_rpc_method_t
     srv->server = grpc_server_create(&ca, NULL);
     srv->cq = grpc_completion_queue_create_for_next(NULL);
     grpc_server_register_completion_queue(srv->server, srv->cq, NULL);
-    for (int m = 0; m < nmethods; m++) {
-        grpc_server_register_method_payload_handling ph =
-            methods[m].kind == ZS_RPC_CLIENT_STREAM ? GRPC_SRM_PAYLOAD_NONE
-                                                    : GRPC_SRM_PAYLOAD_READ_INITIAL_BYTE_BUFFER;
-        srv->handles[m] = grpc_server_register_method(srv->server, methods[m].path, NULL, ph, 0);
-    }
+    /* No payload pre-reading: the token is checked before any body is read. */
+    for (int m = 0; m < nmethods; m++)
+        srv->handles[m] = grpc_server_register_method(srv->server, methods[m].path, NULL,
+                                                      GRPC_SRM_PAYLOAD_NONE, 0);
     grpc_server_credentials *cr;
     if (opts->tls_cert_pem) {
         grpc_ssl_pem_key_cert_pair pair = {opts->tls_key_pem, opts->tls_cert_pem};
@@ -358,7 +412,7 @@ int zs_rpc_server_create(const zs_rpc_server_opts_t *opts, const zs_rpc_method_t
             ;
         grpc_completion_queue_destroy(srv->cq);
         free(srv->handles);
-        free(srv->token);
+        free(srv->auth);
         free(srv);
         return rc;
     }
@@ -397,6 +451,6 @@ void zs_rpc_server_destroy(zs_rpc_server_t *srv)
     pthread_mutex_destroy(&srv->mu);
     pthread_cond_destroy(&srv->cv);
     free(srv->handles);
-    free(srv->token);
+    free(srv->auth);
     free(srv);
 }

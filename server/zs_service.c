@@ -5,10 +5,12 @@
  * straight into the shard's arrays (push, init) or from the shard into a
  * per-call buffer that gRPC sends without another copy (pull, get-state).
  */
+#include <malloc.h>
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "zs_dtype.h"
 #include "zs_log.h"
@@ -19,6 +21,7 @@
  * few hundred bytes of other fields; both must fit a unary message. */
 _Static_assert(ZS_USER_META_MAX + 4096u <= ZS_RPC_MAX_META,
                "user_meta must fit a unary message with its other fields");
+_Static_assert(ZS_SHARD_STEP_MAX == ZS_STEP_MAX, "one step limit for the shard and the wire");
 
 /* Deadline of a call in zs_now_ms() milliseconds. */
 static int64_t call_deadline_ms(const zs_scall_t *c)
@@ -60,6 +63,21 @@ static int check_payload(const zs_frame_t *fr, uint64_t count, zs_dtype_t dt, zs
 
 /* ---- Hello --------------------------------------------------------------- */
 
+/* Resident set (bytes) and glibc's heap in use / kept free. */
+static void mem_stats(uint64_t *rss, uint64_t *in_use, uint64_t *kept)
+{
+    *rss = *in_use = *kept = 0;
+    FILE *f = fopen("/proc/self/statm", "r");
+    unsigned long long size, res;
+    if (f && fscanf(f, "%llu %llu", &size, &res) == 2)
+        *rss = (uint64_t)res * (uint64_t)sysconf(_SC_PAGESIZE);
+    if (f)
+        fclose(f);
+    struct mallinfo2 mi = mallinfo2();
+    *in_use = (uint64_t)mi.uordblks + (uint64_t)mi.hblkhd;
+    *kept = (uint64_t)mi.fordblks;
+}
+
 static grpc_byte_buffer *hello_reply(zs_shard_t *sh, zs_err_t *err)
 {
     zs_shard_info_t in;
@@ -91,8 +109,13 @@ static grpc_byte_buffer *hello_reply(zs_shard_t *sh, zs_err_t *err)
     c.refused = in.counters.refused;
     c.checkpoints_written = in.counters.checkpoints_written;
     c.checkpoint_gbps = in.counters.checkpoint_gbps;
+    mem_stats(&c.rss_bytes, &c.heap_in_use, &c.heap_free);
     r.counters = &c;
     r.server_id = (char *)in.server_id;
+    r.mem_budget = in.mem_budget;
+    r.mem_reserved = in.mem_reserved;
+    r.store_degraded = in.store_degraded;
+    r.store_error = in.store_error;
     grpc_byte_buffer *bb = zs_msg_build(&r.base);
     free(in.checkpoints);
     return bb;
@@ -106,7 +129,8 @@ static int h_hello(void *ctx, zs_scall_t *call, zs_err_t *err)
                           (ProtobufCMessage **)&q, err);
     if (rc)
         return refuse(sh, rc);
-    if (q->protocol_version != ZS_PROTOCOL_VERSION)
+    /* 0 is proto3's "not set": a client asking which version we speak. */
+    if (q->protocol_version != 0 && q->protocol_version != ZS_PROTOCOL_VERSION)
         rc = zs_err_set(err, ZS_ERR_STATE, "protocol version %u not supported (server speaks %u)",
                         q->protocol_version, ZS_PROTOCOL_VERSION);
     if (!rc)
@@ -144,7 +168,7 @@ static int h_init(void *ctx, zs_scall_t *call, zs_err_t *err)
             Zeroshard__InitRequest *q = m->init;
             if (!q)
                 rc = zs_err_set(err, ZS_ERR_INVALID, "first Initialize message lacks `init`");
-            else if (q->protocol_version != ZS_PROTOCOL_VERSION)
+            else if (q->protocol_version != 0 && q->protocol_version != ZS_PROTOCOL_VERSION)
                 rc = zs_err_set(err, ZS_ERR_STATE,
                                 "protocol version %u not supported (server "
                                 "speaks %u)",
@@ -207,8 +231,11 @@ static int h_init(void *ctx, zs_scall_t *call, zs_err_t *err)
 static int h_push(void *ctx, zs_scall_t *call, zs_err_t *err)
 {
     zs_shard_t *sh = ctx;
-    int rc = ZS_OK;
     uint64_t staged = 0, bytes = 0;
+    zs_shard_push_t *ps;
+    int rc = zs_shard_push_begin(sh, &ps, err);
+    if (rc)
+        return refuse(sh, rc);
     for (;;) {
         grpc_byte_buffer *bb;
         rc = zs_scall_recv(call, &bb, err);
@@ -224,12 +251,12 @@ static int h_push(void *ctx, zs_scall_t *call, zs_err_t *err)
         void *dst;
         rc = check_payload(&fr, m->count, (zs_dtype_t)m->dtype, err);
         if (!rc)
-            rc = zs_shard_push_reserve(sh, m->step, m->offset, m->count, (zs_dtype_t)m->dtype, &dst,
-                                       err);
+            rc = zs_shard_push_chunk(ps, m->step, m->offset, m->count, (zs_dtype_t)m->dtype, &dst,
+                                     err);
         if (!rc) {
             zs_frame_copy(&fr, dst);
             bytes += fr.pay_len;
-            staged = zs_shard_push_done(sh, m->step, m->offset, m->count, 1);
+            zs_shard_push_chunk_done(ps);
         }
         zeroshard__push_chunk__free_unpacked(m, NULL);
         zs_frame_deinit(&fr);
@@ -237,6 +264,13 @@ static int h_push(void *ctx, zs_scall_t *call, zs_err_t *err)
             break;
     }
     zs_shard_count_bytes(sh, bytes, 0);
+    /* Staged only now, and only if the whole stream was good. */
+    zs_err_t e2;
+    int rc2 = zs_shard_push_end(ps, rc == ZS_OK, &staged, &e2);
+    if (!rc && rc2) {
+        rc = rc2;
+        *err = e2;
+    }
     if (rc)
         return refuse(sh, rc);
     Zeroshard__PushReply r = ZEROSHARD__PUSH_REPLY__INIT;
@@ -271,6 +305,8 @@ typedef struct {
     pthread_cond_t cv;
     void *buf[2];
     int busy[2]; /* gRPC still holds the buffer */
+    zs_budget_t *budget;
+    uint64_t reserved; /* bytes of it the two buffers hold */
 } sendbufs_t;
 
 typedef struct {
@@ -288,14 +324,28 @@ static void sendbuf_release(void *p)
     free(r);
 }
 
-static int sendbufs_init(sendbufs_t *sb, size_t bytes)
+/* Two send buffers of `bytes` each, reserved against the budget first
+ * (`what` names the call in a refusal). On error nothing is held. */
+static int sendbufs_init(sendbufs_t *sb, size_t bytes, zs_budget_t *budget, const char *what,
+                         zs_err_t *err)
 {
     memset(sb, 0, sizeof *sb);
-    pthread_mutex_init(&sb->mu, NULL);
-    pthread_cond_init(&sb->cv, NULL);
+    int rc = zs_budget_take(budget, 2 * (uint64_t)bytes, what, err);
+    if (rc)
+        return rc;
     sb->buf[0] = malloc(bytes);
     sb->buf[1] = malloc(bytes);
-    return sb->buf[0] && sb->buf[1] ? ZS_OK : ZS_ERR_NOMEM;
+    if (!sb->buf[0] || !sb->buf[1]) {
+        free(sb->buf[0]);
+        free(sb->buf[1]);
+        zs_budget_give(budget, 2 * (uint64_t)bytes);
+        return zs_err_set(err, ZS_ERR_NOMEM, "out of memory for send buffers");
+    }
+    sb->budget = budget;
+    sb->reserved = 2 * (uint64_t)bytes;
+    pthread_mutex_init(&sb->mu, NULL);
+    pthread_cond_init(&sb->cv, NULL);
+    return ZS_OK;
 }
 
 /* Wait until buffer i is free again. */
@@ -318,6 +368,7 @@ static void sendbufs_deinit(sendbufs_t *sb)
     pthread_mutex_unlock(&sb->mu);
     free(sb->buf[0]);
     free(sb->buf[1]);
+    zs_budget_give(sb->budget, sb->reserved);
     pthread_mutex_destroy(&sb->mu);
     pthread_cond_destroy(&sb->cv);
 }
@@ -340,6 +391,12 @@ static int send_chunk(zs_scall_t *call, sendbufs_t *sb, int i, const ProtobufCMe
     return zs_scall_send(call, bb, err);
 }
 
+/* zs_shard_cancel_fn for a waiting pull: has its client gone away? */
+static int pull_cancelled(void *call)
+{
+    return zs_scall_cancelled(call);
+}
+
 static int h_pull(void *ctx, zs_scall_t *call, zs_err_t *err)
 {
     zs_shard_t *sh = ctx;
@@ -355,24 +412,24 @@ static int h_pull(void *ctx, zs_scall_t *call, zs_err_t *err)
     zeroshard__pull_request__free_unpacked(q, NULL);
     if (esz == 0)
         return refuse(sh, zs_err_set(err, ZS_ERR_INVALID, "unknown pull dtype %d", (int)dt));
-    if (cb < 4096 || cb > ZS_RPC_MAX_CHUNK_BYTES)
+    if (cb < 4096 || cb > ZS_RPC_MAX_PULL_CHUNK_BYTES)
         return refuse(sh, zs_err_set(err, ZS_ERR_INVALID, "chunk_bytes %zu outside 4096..%u", cb,
-                                     ZS_RPC_MAX_CHUNK_BYTES));
+                                     ZS_RPC_MAX_PULL_CHUNK_BYTES));
     rc = zs_shard_check_range(sh, off, count, err);
     if (rc)
         return refuse(sh, rc);
     sendbufs_t sb;
-    if (sendbufs_init(&sb, cb)) {
-        sendbufs_deinit(&sb);
-        return zs_err_set(err, ZS_ERR_NOMEM, "out of memory");
-    }
+    rc = sendbufs_init(&sb, cb, zs_shard_budget(sh), "this Pull's two send buffers", err);
+    if (rc)
+        return refuse(sh, rc);
     uint64_t per = cb / esz, sent = 0;
     int64_t deadline = call_deadline_ms(call);
     for (int i = 0; sent < count && !rc; i ^= 1) {
         uint64_t k = count - sent < per ? count - sent : per;
         void *buf = sendbuf_get(&sb, i);
         Zeroshard__PullChunk m = ZEROSHARD__PULL_CHUNK__INIT;
-        rc = zs_shard_pull(sh, min_step, off + sent, k, dt, buf, deadline, &m.step, err);
+        rc = zs_shard_pull(sh, min_step, off + sent, k, dt, buf, deadline, pull_cancelled, call,
+                           &m.step, err);
         if (rc) {
             pthread_mutex_lock(&sb.mu);
             sb.busy[i] = 0;
@@ -409,10 +466,10 @@ static int h_get_state(void *ctx, zs_scall_t *call, zs_err_t *err)
     if (rc)
         return refuse(sh, rc);
     sendbufs_t sb;
-    if (sendbufs_init(&sb, ZS_RPC_CHUNK_BYTES)) {
-        sendbufs_deinit(&sb);
-        return zs_err_set(err, ZS_ERR_NOMEM, "out of memory");
-    }
+    rc = sendbufs_init(&sb, ZS_RPC_CHUNK_BYTES, zs_shard_budget(sh),
+                       "this GetState's two send buffers", err);
+    if (rc)
+        return refuse(sh, rc);
     uint64_t per = ZS_RPC_CHUNK_BYTES / 4, sent = 0;
     for (int i = 0; sent < count && !rc; i ^= 1) {
         uint64_t k = count - sent < per ? count - sent : per;
@@ -481,8 +538,13 @@ static int h_set_state(void *ctx, zs_scall_t *call, zs_err_t *err)
         if (!rc && total + m->count > limit)
             rc = zs_err_set(err, ZS_ERR_RANGE, "SetState stream larger than 3x the range");
         piece_t *p = NULL;
-        if (!rc && !(p = malloc(sizeof *p + m->count * 4)))
+        uint64_t pbytes = sizeof *p + m->count * 4;
+        if (!rc)
+            rc = zs_budget_take(zs_shard_budget(sh), pbytes, "this SetState chunk (buffered)", err);
+        if (!rc && !(p = malloc(pbytes))) {
+            zs_budget_give(zs_shard_budget(sh), pbytes);
             rc = zs_err_set(err, ZS_ERR_NOMEM, "out of memory");
+        }
         if (!rc) {
             p->next = NULL;
             p->t = (zs_tensor_t)m->tensor;
@@ -503,6 +565,7 @@ static int h_set_state(void *ctx, zs_scall_t *call, zs_err_t *err)
         rc = zs_shard_set_state(sh, p->t, p->off, p->count, p->data, err);
     while (head) {
         piece_t *n = head->next;
+        zs_budget_give(zs_shard_budget(sh), sizeof *head + head->count * 4);
         free(head);
         head = n;
     }

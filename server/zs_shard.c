@@ -1,9 +1,11 @@
 /*
- * zs_shard.c - shard state, staging, commit, pull and the optimizer driver
- * (see zs_shard.h for the model). Checkpoints live in zs_shard_ckpt.c.
+ * zs_shard.c - shard state, lifecycle, Initialize and the optimizer driver
+ * (see zs_shard.h for the model). Push and Commit live in zs_shard_push.c,
+ * Pull/GetState/SetState in zs_shard_io.c, checkpoints in zs_shard_ckpt.c.
  */
 #include <errno.h>
 #include <math.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
@@ -21,51 +23,19 @@ int64_t zs_now_ms(void)
     return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
 }
 
-/* ---- staged ranges ---------------------------------------------------- */
-
-static void ranges_clear(zs__ranges_t *r)
-{
-    r->n = 0;
-    r->total = 0;
-}
-
-/* Insert [a, b), merging neighbours; -1 on allocation failure. */
-static int ranges_add(zs__ranges_t *r, uint64_t a, uint64_t b)
-{
-    size_t i = 0;
-    while (i < r->n && r->iv[i][1] < a)
-        i++;
-    size_t j = i; /* intervals [i, j) touch or overlap [a, b) */
-    while (j < r->n && r->iv[j][0] <= b) {
-        if (r->iv[j][0] < a)
-            a = r->iv[j][0];
-        if (r->iv[j][1] > b)
-            b = r->iv[j][1];
-        r->total -= r->iv[j][1] - r->iv[j][0];
-        j++;
-    }
-    if (i == j) { /* pure insertion at i */
-        if (r->n == r->cap) {
-            size_t cap = r->cap ? 2 * r->cap : 16;
-            void *p = realloc(r->iv, cap * sizeof *r->iv);
-            if (!p)
-                return -1;
-            r->iv = p;
-            r->cap = cap;
-        }
-        memmove(r->iv + i + 1, r->iv + i, (r->n - i) * sizeof *r->iv);
-        r->n++;
-    } else if (j > i + 1) {
-        memmove(r->iv + i + 1, r->iv + j, (r->n - j) * sizeof *r->iv);
-        r->n -= j - i - 1;
-    }
-    r->iv[i][0] = a;
-    r->iv[i][1] = b;
-    r->total += b - a;
-    return 0;
-}
-
 /* ---- state arrays ------------------------------------------------------ */
+
+uint64_t zs_shard_state_bytes(uint64_t n)
+{
+    uint64_t nchunks = (n + ZS_OPT_CHUNK - 1) / ZS_OPT_CHUNK;
+    uint64_t tables = nchunks * (sizeof(pthread_mutex_t) + sizeof(uint64_t) + 1);
+    return 22 * n + 6 * 64 + tables; /* 6 arrays, each rounded up to 64 bytes */
+}
+
+zs_budget_t *zs_shard_budget(zs_shard_t *sh)
+{
+    return &sh->budget;
+}
 
 static void *alloc_array(uint64_t bytes)
 {
@@ -98,6 +68,15 @@ void zs__state_free(zs__state_t *s)
     free(s->staging[1]);
     free(s->lowp);
     memset(s, 0, sizeof *s);
+}
+
+/* See zs_shard_internal.h. */
+int zs__step_check(uint64_t step, const char *what, zs_err_t *err)
+{
+    if (step <= ZS_SHARD_STEP_MAX)
+        return ZS_OK;
+    return zs_err_set(err, ZS_ERR_INVALID, "%s %llu is above the largest step, %llu", what,
+                      (unsigned long long)step, (unsigned long long)ZS_SHARD_STEP_MAX);
 }
 
 int zs__identity_check(const zs_shard_identity_t *id, uint64_t *rb, uint64_t *re, zs_err_t *err)
@@ -193,11 +172,8 @@ int zs__shard_install(zs_shard_t *sh, const zs_shard_identity_t *id, const zs_ad
     sh->applied_step = step;
     sh->optimizer_step = optimizer_step;
     sh->lowp_dtype = ZS_DTYPE_NONE;
-    for (int p = 0; p < 2; p++) {
-        sh->stage[p].step = 0;
-        sh->stage[p].has_dtype = 0;
-        ranges_clear(&sh->stage[p].cov);
-    }
+    for (int p = 0; p < 2; p++)
+        zs__stage_reset(sh, p);
     sh->have_last_commit = 0;
     sh->initialized = 1;
     pthread_cond_broadcast(&sh->cv);
@@ -282,6 +258,7 @@ int zs_shard_create(const zs_shard_opts_t *opts, zs_shard_t **out, zs_err_t *err
     sh->server_id = strdup(opts->server_id ? opts->server_id : "");
     sh->keep = opts->keep > 0 ? opts->keep : 2;
     sh->lowp_dtype = ZS_DTYPE_NONE;
+    zs_budget_init(&sh->budget, opts->mem_budget ? opts->mem_budget : zs_budget_default(NULL));
     pthread_mutex_init(&sh->mu, NULL);
     pthread_mutex_init(&sh->store_mu, NULL);
     pthread_cond_init(&sh->cv, NULL);
@@ -305,10 +282,12 @@ int zs_shard_create(const zs_shard_opts_t *opts, zs_shard_t **out, zs_err_t *err
     *out = sh;
     return ZS_OK;
 fail:
+    free(sh->ckpts);
     zs_pool_destroy(sh->pool);
     zs_store_close(sh->store);
     zs__state_free(&sh->st);
     free_chunk_tables(sh);
+    zs_budget_deinit(&sh->budget);
     free(sh->data_dir);
     free(sh->server_id);
     free(sh);
@@ -336,11 +315,13 @@ void zs_shard_destroy(zs_shard_t *sh)
     zs__state_free(&sh->st);
     free_chunk_tables(sh);
     for (int p = 0; p < 2; p++)
-        free(sh->stage[p].cov.iv);
+        zs__stage_reset(sh, p);
     free(sh->user_meta);
+    free(sh->ckpts);
     pthread_mutex_destroy(&sh->mu);
     pthread_mutex_destroy(&sh->store_mu);
     pthread_cond_destroy(&sh->cv);
+    zs_budget_deinit(&sh->budget);
     free(sh->data_dir);
     free(sh->server_id);
     free(sh);
@@ -362,6 +343,9 @@ int zs_shard_info(zs_shard_t *sh, zs_shard_info_t *info, zs_err_t *err)
     info->adam = sh->hp;
     info->counters = sh->c;
     info->server_id = sh->server_id;
+    zs_budget_get(&sh->budget, &info->mem_reserved, &info->mem_budget);
+    info->store_degraded = sh->store_degraded;
+    memcpy(info->store_error, sh->store_error, sizeof info->store_error);
     pthread_mutex_unlock(&sh->mu);
     return ZS_OK;
 }
@@ -412,6 +396,7 @@ struct zs_shard_init {
     zs_adam_hparams_t hp;
     uint64_t start_step, rb, re, next;
     zs__state_t st;
+    uint64_t budget; /* bytes reserved for st */
 };
 
 int zs_shard_init_begin(zs_shard_t *sh, const zs_shard_identity_t *id, const zs_adam_hparams_t *hp,
@@ -422,6 +407,8 @@ int zs_shard_init_begin(zs_shard_t *sh, const zs_shard_identity_t *id, const zs_
     int rc = zs__identity_check(id, &rb, &re, err);
     if (!rc)
         rc = hparams_check(hp, err);
+    if (!rc)
+        rc = zs__step_check(start_step, "start_step", err);
     if (rc)
         return rc;
     pthread_mutex_lock(&sh->mu);
@@ -433,17 +420,33 @@ int zs_shard_init_begin(zs_shard_t *sh, const zs_shard_identity_t *id, const zs_
                         "set overwrite to replace it",
                         sh->id.model_name, (unsigned long long)sh->id.num_params,
                         sh->id.server_index, sh->id.num_servers);
+    if (!rc && sh->initialized && overwrite &&
+        (strcmp(sh->id.model_name, id->model_name) || sh->id.num_params != id->num_params ||
+         sh->id.num_servers != id->num_servers || sh->id.server_index != id->server_index))
+        ZS_WARN("init: overwrite: replacing model '%s' (%llu params, server %u of %u) by '%s' "
+                "(%llu params, server %u of %u) once the stream completes",
+                sh->id.model_name, (unsigned long long)sh->id.num_params, sh->id.server_index,
+                sh->id.num_servers, id->model_name, (unsigned long long)id->num_params,
+                id->server_index, id->num_servers);
     pthread_mutex_unlock(&sh->mu);
+    if (rc)
+        return rc;
+    /* Both states exist until the swap: the new one must fit beside the old. */
+    uint64_t bytes = zs_shard_state_bytes(re - rb);
+    char what[96];
+    snprintf(what, sizeof what, "a new state of %llu elements for Initialize",
+             (unsigned long long)(re - rb));
+    rc = zs_budget_take(&sh->budget, bytes, what, err);
     if (rc)
         return rc;
     zs_shard_init_t *in = calloc(1, sizeof *in);
     if (!in || zs__state_alloc(&in->st, re - rb)) {
         free(in);
+        zs_budget_give(&sh->budget, bytes);
         return zs_err_set(err, ZS_ERR_NOMEM, "cannot allocate state for %llu elements (%.2f GB)",
                           (unsigned long long)(re - rb), 22.0 * (double)(re - rb) / 1e9);
     }
-    memset(in->st.t[1], 0, (re - rb) * 4);
-    memset(in->st.t[2], 0, (re - rb) * 4);
+    in->budget = bytes;
     in->sh = sh;
     in->id = *id;
     in->hp = *hp;
@@ -477,6 +480,7 @@ void zs_shard_init_abort(zs_shard_init_t *in)
     if (!in)
         return;
     zs__state_free(&in->st);
+    zs_budget_give(&in->sh->budget, in->budget);
     free(in);
 }
 
@@ -493,9 +497,17 @@ int zs_shard_init_end(zs_shard_init_t *in, zs_err_t *err)
         zs_shard_init_abort(in);
         return rc;
     }
+    /* Zeroed only now: a stream that never completes never touches them. */
+    memset(in->st.t[1], 0, (in->re - in->rb) * 4);
+    memset(in->st.t[2], 0, (in->re - in->rb) * 4);
     pthread_mutex_lock(&sh->mu);
     zs__shard_wait_idle(sh);
     rc = zs__shard_install(sh, &in->id, &in->hp, &in->st, in->start_step, 0, err);
+    if (rc == ZS_OK) { /* the new state's reservation replaces the old one's */
+        zs_budget_give(&sh->budget, sh->budget_live);
+        sh->budget_live = in->budget;
+        in->budget = 0;
+    }
     if (rc == ZS_OK) { /* a new run: its checkpoints replace same-step ones of older runs */
         struct timespec ts;
         clock_gettime(CLOCK_REALTIME, &ts);
@@ -542,146 +554,6 @@ int zs_shard_check_range(zs_shard_t *sh, uint64_t offset, uint64_t count, zs_err
     int rc = zs__shard_require_init(sh, err);
     if (!rc)
         rc = zs__shard_check_range(sh, offset, count, err);
-    pthread_mutex_unlock(&sh->mu);
-    return rc;
-}
-
-int zs_shard_push_reserve(zs_shard_t *sh, uint64_t step, uint64_t offset, uint64_t count,
-                          zs_dtype_t dt, void **dst, zs_err_t *err)
-{
-    if (zs_dtype_size(dt) == 0)
-        return zs_err_set(err, ZS_ERR_INVALID, "unknown gradient dtype %d", (int)dt);
-    pthread_mutex_lock(&sh->mu);
-    int rc = zs__shard_require_init(sh, err);
-    if (!rc && step != sh->applied_step + 1)
-        rc = zs_err_set(err, ZS_ERR_STATE,
-                        step <= sh->applied_step
-                            ? "push for step %llu refused: step %llu is already committed"
-                            : "push for step %llu refused: server is at step %llu and expects "
-                              "the next step only",
-                        (unsigned long long)step, (unsigned long long)sh->applied_step);
-    if (!rc)
-        rc = zs__shard_check_range(sh, offset, count, err);
-    if (!rc) {
-        int p = (int)(step & 1);
-        if (sh->stage[p].step != step) {
-            sh->stage[p].step = step;
-            sh->stage[p].has_dtype = 0;
-            ranges_clear(&sh->stage[p].cov);
-        }
-        if (sh->stage[p].has_dtype && sh->stage[p].dtype != dt)
-            rc = zs_err_set(
-                err, ZS_ERR_INVALID, "step %llu is staged in %s; a chunk in %s cannot be mixed in",
-                (unsigned long long)step, zs_dtype_name(sh->stage[p].dtype), zs_dtype_name(dt));
-        if (!rc) {
-            sh->stage[p].has_dtype = 1;
-            sh->stage[p].dtype = dt;
-            sh->stage[p].inflight++;
-            *dst = (char *)sh->st.staging[p] + (offset - sh->rb) * zs_dtype_size(dt);
-        }
-    }
-    pthread_mutex_unlock(&sh->mu);
-    return rc;
-}
-
-uint64_t zs_shard_push_done(zs_shard_t *sh, uint64_t step, uint64_t offset, uint64_t count, int ok)
-{
-    int p = (int)(step & 1);
-    pthread_mutex_lock(&sh->mu);
-    sh->stage[p].inflight--;
-    if (ok && ranges_add(&sh->stage[p].cov, offset, offset + count) != 0)
-        ZS_ERROR("out of memory recording staged range; step %llu will need a re-push",
-                 (unsigned long long)step);
-    uint64_t total = sh->stage[p].cov.total;
-    pthread_cond_broadcast(&sh->cv);
-    pthread_mutex_unlock(&sh->mu);
-    return total;
-}
-
-/* ---- Commit ------------------------------------------------------------------ */
-
-static int same_commit(const zs_commit_t *a, const zs_commit_t *b)
-{
-    return a->step == b->step && a->grad_scale == b->grad_scale && a->clip_coef == b->clip_coef &&
-           a->lr == b->lr && !a->skip == !b->skip && a->param_dtype == b->param_dtype;
-}
-
-int zs_shard_commit(zs_shard_t *sh, const zs_commit_t *c, uint64_t *applied,
-                    uint64_t *optimizer_step, zs_err_t *err)
-{
-    if (!isfinite(c->grad_scale) || !isfinite(c->clip_coef) || !isfinite(c->lr) ||
-        c->grad_scale < 0 || c->clip_coef < 0 || c->lr < 0)
-        return zs_err_set(err, ZS_ERR_INVALID,
-                          "commit scalars must be finite and >= 0 (grad_scale %g, clip_coef %g, "
-                          "lr %g)",
-                          c->grad_scale, c->clip_coef, c->lr);
-    if (c->param_dtype != ZS_DTYPE_NONE && c->param_dtype != ZS_DTYPE_BF16 &&
-        c->param_dtype != ZS_DTYPE_F16 && c->param_dtype != ZS_DTYPE_F32)
-        return zs_err_set(err, ZS_ERR_INVALID, "unknown param_dtype %d", (int)c->param_dtype);
-    if (c->param_dtype == ZS_DTYPE_F32)
-        return zs_err_set(err, ZS_ERR_INVALID,
-                          "param_dtype fp32 needs no copy: use NONE and pull fp32");
-    pthread_mutex_lock(&sh->mu);
-    int rc;
-    for (;;) {
-        rc = zs__shard_require_init(sh, err);
-        if (rc)
-            break;
-        if (c->step == sh->applied_step && sh->have_last_commit) {
-            if (!same_commit(c, &sh->last_commit))
-                rc = zs_err_set(err, ZS_ERR_STATE,
-                                "step %llu was already committed with different scalars",
-                                (unsigned long long)c->step);
-            goto out; /* idempotent repeat: OK */
-        }
-        if (c->step != sh->applied_step + 1) {
-            rc = zs_err_set(err, ZS_ERR_STATE,
-                            "commit of step %llu refused: server is at step %llu and expects "
-                            "step %llu",
-                            (unsigned long long)c->step, (unsigned long long)sh->applied_step,
-                            (unsigned long long)sh->applied_step + 1);
-            break;
-        }
-        int p = (int)(c->step & 1);
-        if (sh->job_pending || sh->opt_running || sh->ckpt_busy || sh->stage[p].inflight > 0) {
-            pthread_cond_wait(&sh->cv, &sh->mu);
-            continue; /* re-validate: another commit may have won */
-        }
-        uint64_t staged = sh->stage[p].step == c->step ? sh->stage[p].cov.total : 0;
-        if (!c->skip && staged != sh->n) {
-            rc = zs_err_set(err, ZS_ERR_STATE,
-                            "commit of step %llu refused: %llu of %llu elements staged; push "
-                            "the whole range [%llu, %llu) first",
-                            (unsigned long long)c->step, (unsigned long long)staged,
-                            (unsigned long long)sh->n, (unsigned long long)sh->rb,
-                            (unsigned long long)sh->re);
-            break;
-        }
-        sh->applied_step = c->step;
-        sh->last_commit = *c;
-        sh->have_last_commit = 1;
-        if (c->skip) {
-            for (size_t k = 0; k < sh->nchunks; k++)
-                atomic_store(&sh->done[k], c->step);
-            sh->c.steps_skipped++;
-            ZS_INFO("commit: step %llu skipped (overflow)", (unsigned long long)c->step);
-        } else {
-            sh->optimizer_step++;
-            sh->job = *c;
-            sh->job_step.lr = c->lr;
-            sh->job_step.t = (int64_t)sh->optimizer_step;
-            sh->job_step.grad_scale = c->grad_scale;
-            sh->job_step.clip_coef = c->clip_coef;
-            sh->job_pending = 1;
-        }
-        /* The staging of this parity is consumed by the pass. */
-        sh->stage[p].step = 0;
-        pthread_cond_broadcast(&sh->cv);
-        break;
-    }
-out:
-    *applied = sh->applied_step;
-    *optimizer_step = sh->optimizer_step;
     pthread_mutex_unlock(&sh->mu);
     return rc;
 }

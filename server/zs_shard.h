@@ -23,6 +23,15 @@
  * snapshot the whole state (commit, checkpoint, restore, init, set-state)
  * first wait until no optimizer pass and no checkpoint is running.
  *
+ * Memory. Every allocation whose size a request decides is reserved against
+ * the shard's budget first (zs_budget.h): the installed state (22 B/element
+ * and the chunk tables) while it is installed, a new state while an
+ * Initialize or Restore builds it (so replacing a model needs room for two),
+ * and the staged-range records; the service layer reserves its per-call
+ * buffers (SetState, Pull, GetState) against the same budget
+ * (zs_shard_budget). A reservation that does not fit is refused with
+ * ZS_ERR_NOMEM (RESOURCE_EXHAUSTED) before anything is allocated.
+ *
  * Every refusal returns a zs status with a sentence in err and leaves the
  * state as it was.
  */
@@ -33,6 +42,7 @@
 #include <stdint.h>
 
 #include "zs_adam.h"
+#include "zs_budget.h"
 #include "zs_dtype.h"
 #include "zs_status.h"
 
@@ -44,6 +54,10 @@
  * CheckpointMeta (a few hundred bytes) it stays within a unary message's
  * limit, ZS_RPC_MAX_META (asserted in zs_service.c). */
 #define ZS_USER_META_MAX (60u << 10)
+/* The largest step the shard takes anywhere (= ZS_STEP_MAX of the protocol,
+ * zs_rpc.h; zs_service.c checks they agree): step + 1 never wraps and Adam's
+ * t fits an int64. */
+#define ZS_SHARD_STEP_MAX ((1ull << 53) - 1)
 
 typedef enum { ZS_TENSOR_MASTER = 0, ZS_TENSOR_EXP_AVG = 1, ZS_TENSOR_EXP_AVG_SQ = 2 } zs_tensor_t;
 
@@ -54,6 +68,7 @@ typedef struct zs_shard_opts {
     int threads;           /* optimizer threads; <= 0: all CPUs */
     int keep;              /* checkpoints kept after each new one (>= 1; default 2) */
     const char *server_id; /* shown in Hello, e.g. the listen address */
+    uint64_t mem_budget;   /* bytes (zs_budget.h); 0: zs_budget_default() */
 } zs_shard_opts_t;
 
 /* Who the shard is: fixed by Initialize or by the checkpoint it resumed. */
@@ -80,6 +95,9 @@ typedef struct zs_shard_info {
     uint64_t *checkpoints; /* ascending; malloc'd, caller frees */
     size_t ncheckpoints;
     const char *server_id;
+    uint64_t mem_budget, mem_reserved; /* bytes: the budget and what is reserved now */
+    int store_degraded;                /* the store's last write failed (zs_store.h) */
+    char store_error[ZS_ERR_MSG_MAX];  /* why, when degraded; else "" */
 } zs_shard_info_t;
 
 /* Per-step scalars sent with a commit. */
@@ -87,7 +105,7 @@ typedef struct zs_commit {
     uint64_t step;
     float grad_scale, clip_coef, lr;
     int skip;
-    zs_dtype_t param_dtype; /* low-precision copy to produce, or ZS_DTYPE_NONE */
+    zs_dtype_t param_dtype; /* low-precision copy to produce; ZS_DTYPE_NONE or F32: none */
 } zs_commit_t;
 
 /* Open the store in opts->data_dir and, if it holds checkpoints, load the
@@ -114,8 +132,12 @@ int zs_shard_check_identity(zs_shard_t *sh, const char *model_name, uint64_t num
 
 typedef struct zs_shard_init zs_shard_init_t;
 
-/* Validate identity and layout and allocate the new state. If the shard holds
- * a different model, ZS_ERR_EXISTS unless overwrite. */
+/* Validate identity and layout, reserve the new state against the budget
+ * (ZS_ERR_NOMEM when it does not fit beside the installed one) and allocate
+ * it; nothing is touched (zeroed) until zs_shard_init_end, so an open stream
+ * costs address space, not memory. If the shard holds a different model,
+ * ZS_ERR_EXISTS unless overwrite; with overwrite every other check still
+ * runs first. */
 int zs_shard_init_begin(zs_shard_t *sh, const zs_shard_identity_t *id, const zs_adam_hparams_t *hp,
                         uint64_t start_step, int overwrite, zs_shard_init_t **out, zs_err_t *err);
 
@@ -132,20 +154,45 @@ void zs_shard_init_abort(zs_shard_init_t *in);
 
 /* ---- Push: stage gradients for step applied_step + 1 ----------------- */
 
-/* Validate a chunk and return where its count elements of dtype `dt` go.
- * On ZS_OK the caller must call zs_shard_push_done once (commit of this step
- * waits for it). */
+/* A single chunk, written straight into staging (for tests and tools; the
+ * service uses the stream API below, which is what keeps a refused request
+ * from changing staged bytes). Validate a chunk and return where its count
+ * elements of dtype `dt` go. On ZS_OK the caller must call zs_shard_push_done
+ * once (commit of this step waits for it). */
 int zs_shard_push_reserve(zs_shard_t *sh, uint64_t step, uint64_t offset, uint64_t count,
                           zs_dtype_t dt, void **dst, zs_err_t *err);
 
 /* End a reserved chunk: if ok, record [offset, offset+count) as staged for
- * `step`. Returns the elements of the range staged for that step so far. */
+ * `step`; if not, unstage it (its bytes were written). Returns the elements
+ * of the range staged for that step so far. */
 uint64_t zs_shard_push_done(zs_shard_t *sh, uint64_t step, uint64_t offset, uint64_t count, int ok);
+
+/* A Push stream: its chunks count as staged only if it ends well. A stream
+ * refused half-way leaves the staged elements and their bytes as they were
+ * (chunks that re-push staged elements wait in a buffer until the end) and
+ * does not fix the step's dtype. One step per stream. See zs_shard_push.c. */
+typedef struct zs_shard_push zs_shard_push_t;
+
+/* Start a stream; *out is freed by zs_shard_push_end. */
+int zs_shard_push_begin(zs_shard_t *sh, zs_shard_push_t **out, zs_err_t *err);
+
+/* Validate a chunk as zs_shard_push_reserve does and return where its
+ * payload goes; then copy it and call zs_shard_push_chunk_done. */
+int zs_shard_push_chunk(zs_shard_push_t *ps, uint64_t step, uint64_t offset, uint64_t count,
+                        zs_dtype_t dt, void **dst, zs_err_t *err);
+void zs_shard_push_chunk_done(zs_shard_push_t *ps);
+
+/* End the stream: ok, stage what it wrote (*staged: the step's staged
+ * elements so far); not ok (a refused chunk, a broken call), unstage it.
+ * Frees ps (NULL is a no-op). ZS_ERR_STATE if its step was committed while
+ * it was open (nothing staged then). */
+int zs_shard_push_end(zs_shard_push_t *ps, int ok, uint64_t *staged, zs_err_t *err);
 
 /* ---- Commit ------------------------------------------------------------ */
 
 /* Accept step c->step and start the optimizer on it (asynchronous). Same
- * step and scalars again: OK, nothing done. Fills the resulting steps. */
+ * step and scalars again: OK, nothing done. Refused (ZS_ERR_STATE) while
+ * a Push stream of that step is open. Fills the resulting steps. */
 int zs_shard_commit(zs_shard_t *sh, const zs_commit_t *c, uint64_t *applied,
                     uint64_t *optimizer_step, zs_err_t *err);
 
@@ -154,11 +201,17 @@ int zs_shard_commit(zs_shard_t *sh, const zs_commit_t *c, uint64_t *applied,
 /* Validate a read of [offset, offset+count) (ZS_ERR_RANGE / ZS_ERR_STATE). */
 int zs_shard_check_range(zs_shard_t *sh, uint64_t offset, uint64_t count, zs_err_t *err);
 
+/* Polled while a pull waits: nonzero means its caller has gone away. */
+typedef int (*zs_shard_cancel_fn)(void *ud);
+
 /* Copy parameters [offset, offset+count) converted to `dt` into dst once
  * every element holds step >= min_step; waits up to deadline_ms (absolute,
- * CLOCK_MONOTONIC milliseconds). *step gets the step the data reflects. */
+ * CLOCK_MONOTONIC milliseconds: ZS_ERR_TIMEOUT) and, when cancel is not
+ * NULL, polls cancel(ud) every 100 ms while waiting (ZS_ERR_CANCELLED once
+ * it says so). *step gets the step the data reflects. */
 int zs_shard_pull(zs_shard_t *sh, uint64_t min_step, uint64_t offset, uint64_t count, zs_dtype_t dt,
-                  void *dst, int64_t deadline_ms, uint64_t *step, zs_err_t *err);
+                  void *dst, int64_t deadline_ms, zs_shard_cancel_fn cancel, void *ud,
+                  uint64_t *step, zs_err_t *err);
 
 /* Copy fp32 state `t` of [offset, offset+count) into dst (after any running
  * optimizer pass finished). */
@@ -199,11 +252,20 @@ int zs_shard_checkpoint_meta_get(zs_shard_t *sh, uint64_t step, void **meta, siz
  * gradients; for workers that run the optimizer themselves. */
 int zs_shard_set_step(zs_shard_t *sh, uint64_t step, uint64_t optimizer_step, zs_err_t *err);
 
-/* Complete checkpoints, ascending (malloc'd; caller frees *steps). */
+/* Complete checkpoints, ascending (malloc'd; caller frees *steps), as the
+ * shard last saw them after a change of the store: answered without waiting
+ * for a checkpoint being written. */
 int zs_shard_list(zs_shard_t *sh, uint64_t **steps, size_t *n, zs_err_t *err);
 
 /* Delete checkpoint `step`, or if step == 0 keep the newest `keep`. */
 int zs_shard_delete(zs_shard_t *sh, uint64_t step, int keep, zs_err_t *err);
+
+/* The shard's memory budget, for the service layer's per-call buffers. */
+zs_budget_t *zs_shard_budget(zs_shard_t *sh);
+
+/* Bytes of budget a state of n elements holds while installed or built: its
+ * arrays (22 B/element) and its chunk tables. */
+uint64_t zs_shard_state_bytes(uint64_t n);
 
 /* Count a refused request (the service layer calls this). */
 void zs_shard_count_refusal(zs_shard_t *sh);

@@ -18,16 +18,15 @@
 
 #define META_FORMAT 1
 
-int zs_shard_list(zs_shard_t *sh, uint64_t **steps, size_t *n, zs_err_t *err)
+/* The store's complete checkpoints into a malloc'd array (store_mu held). */
+static int store_list_locked(zs_shard_t *sh, uint64_t **steps, size_t *n, zs_err_t *err)
 {
     *steps = malloc(ZS_STORE_MAX_CKPTS * sizeof **steps);
     *n = 0;
     if (!*steps)
         return zs_err_set(err, ZS_ERR_NOMEM, "out of memory");
     size_t count;
-    pthread_mutex_lock(&sh->store_mu);
     int rc = zs_store_list(sh->store, *steps, ZS_STORE_MAX_CKPTS, &count, err);
-    pthread_mutex_unlock(&sh->store_mu);
     if (rc) {
         free(*steps);
         *steps = NULL;
@@ -35,6 +34,48 @@ int zs_shard_list(zs_shard_t *sh, uint64_t **steps, size_t *n, zs_err_t *err)
     }
     *n = count < ZS_STORE_MAX_CKPTS ? count : ZS_STORE_MAX_CKPTS;
     return ZS_OK;
+}
+
+/* With store_mu held, after the store may have changed: publish its
+ * checkpoint list and health for Hello and ListCheckpoints (takes mu; the
+ * lock order is store_mu, then mu). A list that cannot be read (a store
+ * closed after a failed reopen) leaves the last one published. */
+static void note_store(zs_shard_t *sh)
+{
+    char why[ZS_ERR_MSG_MAX];
+    int bad = zs_store_health(sh->store, why, sizeof why);
+    uint64_t *steps = NULL;
+    size_t n = 0;
+    zs_err_t e;
+    int listed = store_list_locked(sh, &steps, &n, &e) == ZS_OK;
+    if (!listed)
+        ZS_WARN("cannot list checkpoints: %s", e.msg);
+    pthread_mutex_lock(&sh->mu);
+    sh->store_degraded = bad;
+    memcpy(sh->store_error, why, sizeof why);
+    if (listed) {
+        free(sh->ckpts);
+        sh->ckpts = steps;
+        sh->nckpts = n;
+        steps = NULL;
+    }
+    pthread_mutex_unlock(&sh->mu);
+    free(steps);
+}
+
+/* See zs_shard.h: the published list, never the store itself, so a
+ * checkpoint being written (store_mu held for seconds) does not hold up
+ * Hello or ListCheckpoints. */
+int zs_shard_list(zs_shard_t *sh, uint64_t **steps, size_t *n, zs_err_t *err)
+{
+    pthread_mutex_lock(&sh->mu);
+    size_t k = sh->nckpts;
+    *steps = malloc((k ? k : 1) * sizeof **steps);
+    if (*steps && k)
+        memcpy(*steps, sh->ckpts, k * sizeof **steps);
+    pthread_mutex_unlock(&sh->mu);
+    *n = *steps ? k : 0;
+    return *steps ? ZS_OK : zs_err_set(err, ZS_ERR_NOMEM, "out of memory");
 }
 
 int zs_shard_checkpoint(zs_shard_t *sh, uint64_t step, int keep, double *seconds, zs_err_t *err)
@@ -105,6 +146,16 @@ int zs_shard_checkpoint_meta(zs_shard_t *sh, uint64_t step, int keep, const void
     m.user_meta.data = (uint8_t *)user_meta;
     m.user_meta.len = user_meta_len;
     m.run_id = sh->run_id;
+    Zeroshard__CommitRequest lc = ZEROSHARD__COMMIT_REQUEST__INIT;
+    if (sh->have_last_commit && sh->last_commit.step == sh->applied_step) {
+        lc.step = sh->last_commit.step;
+        lc.grad_scale = sh->last_commit.grad_scale;
+        lc.clip_coef = sh->last_commit.clip_coef;
+        lc.lr = sh->last_commit.lr;
+        lc.skip = sh->last_commit.skip;
+        lc.param_dtype = (Zeroshard__DType)sh->last_commit.param_dtype;
+        m.last_commit = &lc;
+    }
     uint64_t run_id = sh->run_id;
     struct timespec now;
     clock_gettime(CLOCK_REALTIME, &now);
@@ -153,6 +204,7 @@ int zs_shard_checkpoint_meta(zs_shard_t *sh, uint64_t step, int keep, const void
             ZS_WARN("checkpoint %llu written, but pruning old ones failed: %s",
                     (unsigned long long)step, perr.msg);
     }
+    note_store(sh);
     pthread_mutex_unlock(&sh->store_mu);
     clock_gettime(CLOCK_MONOTONIC, &t1);
     *seconds = (double)(t1.tv_sec - t0.tv_sec) + 1e-9 * (double)(t1.tv_nsec - t0.tv_nsec);
@@ -209,7 +261,19 @@ static int restore_step(zs_shard_t *sh, uint64_t step, int check_id, zs_err_t *e
                             (unsigned long long)m->range_end, (unsigned long long)n);
     }
     uint64_t applied = m ? m->applied_step : 0, ostep = m ? m->optimizer_step : 0;
+    if (!rc && (applied > ZS_SHARD_STEP_MAX || ostep > applied))
+        rc = zs_err_set(err, ZS_ERR_CORRUPT,
+                        "checkpoint %llu: steps (%llu, Adam t %llu) outside 0 <= t <= step <= "
+                        "%llu",
+                        (unsigned long long)step, (unsigned long long)applied,
+                        (unsigned long long)ostep, (unsigned long long)ZS_SHARD_STEP_MAX);
     uint64_t run_id = m ? m->run_id : 0;
+    zs_commit_t lc = {0};
+    int have_lc = m && m->last_commit && m->last_commit->step == applied;
+    if (have_lc)
+        lc = (zs_commit_t){m->last_commit->step,      m->last_commit->grad_scale,
+                           m->last_commit->clip_coef, m->last_commit->lr,
+                           m->last_commit->skip,      (zs_dtype_t)m->last_commit->param_dtype};
     size_t umlen = m && m->user_meta.len <= ZS_USER_META_MAX ? m->user_meta.len : 0;
     unsigned char *um = umlen ? malloc(umlen) : NULL;
     if (um)
@@ -239,9 +303,19 @@ static int restore_step(zs_shard_t *sh, uint64_t step, int check_id, zs_err_t *e
             return rc;
         }
     }
+    /* Both states exist until the swap: the new one must fit beside the old. */
+    uint64_t bytes = zs_shard_state_bytes(n);
+    char what[96];
+    snprintf(what, sizeof what, "a new state of %llu elements for Restore", (unsigned long long)n);
+    rc = zs_budget_take(&sh->budget, bytes, what, err);
+    if (rc) {
+        free(um);
+        return rc;
+    }
     zs__state_t st;
     if (zs__state_alloc(&st, n)) {
         free(um);
+        zs_budget_give(&sh->budget, bytes);
         return zs_err_set(err, ZS_ERR_NOMEM, "cannot allocate state for %llu elements",
                           (unsigned long long)n);
     }
@@ -251,20 +325,29 @@ static int restore_step(zs_shard_t *sh, uint64_t step, int check_id, zs_err_t *e
     pthread_mutex_unlock(&sh->store_mu);
     if (rc) {
         zs__state_free(&st);
+        zs_budget_give(&sh->budget, bytes);
         free(um);
         return rc;
     }
     pthread_mutex_lock(&sh->mu);
     zs__shard_wait_idle(sh);
     rc = zs__shard_install(sh, &id, &hp, &st, applied, ostep, err);
+    if (rc == ZS_OK) { /* the new state's reservation replaces the old one's */
+        zs_budget_give(&sh->budget, sh->budget_live);
+        sh->budget_live = bytes;
+        bytes = 0;
+    }
     if (rc == ZS_OK) {
-        sh->run_id = run_id; /* continuing that run: re-checkpoints are retries */
+        sh->run_id = run_id;  /* continuing that run: re-checkpoints are retries */
+        sh->last_commit = lc; /* a repeated Commit of this step is recognised */
+        sh->have_last_commit = have_lc;
         free(sh->user_meta);
         sh->user_meta = um;
         sh->user_meta_len = umlen;
         um = NULL;
     }
     pthread_mutex_unlock(&sh->mu);
+    zs_budget_give(&sh->budget, bytes);
     free(um);
     zs__state_free(&st);
     if (rc == ZS_OK)
@@ -288,7 +371,11 @@ int zs__shard_load_newest(zs_shard_t *sh, zs_err_t *err)
 {
     uint64_t *steps;
     size_t n;
-    int rc = zs_shard_list(sh, &steps, &n, err);
+    pthread_mutex_lock(&sh->store_mu);
+    int rc = store_list_locked(sh, &steps, &n, err);
+    if (rc == ZS_OK)
+        note_store(sh);
+    pthread_mutex_unlock(&sh->store_mu);
     if (rc)
         return rc;
     for (size_t i = n; i-- > 0;) {
@@ -340,6 +427,7 @@ int zs_shard_delete(zs_shard_t *sh, uint64_t step, int keep, zs_err_t *err)
         return zs_err_set(err, ZS_ERR_INVALID, "keep must be >= 1 (got %d)", keep);
     pthread_mutex_lock(&sh->store_mu);
     int rc = step ? zs_store_delete(sh->store, step, err) : zs_store_prune(sh->store, keep, err);
+    note_store(sh);
     pthread_mutex_unlock(&sh->store_mu);
     if (rc == ZS_OK)
         ZS_INFO(step ? "delete: checkpoint %llu removed" : "delete: kept newest %llu",
@@ -349,6 +437,9 @@ int zs_shard_delete(zs_shard_t *sh, uint64_t step, int keep, zs_err_t *err)
 
 int zs_shard_set_step(zs_shard_t *sh, uint64_t step, uint64_t optimizer_step, zs_err_t *err)
 {
+    int rc0 = zs__step_check(step, "set-step to", err);
+    if (rc0)
+        return rc0;
     if (optimizer_step > step)
         return zs_err_set(err, ZS_ERR_INVALID, "optimizer_step %llu above step %llu",
                           (unsigned long long)optimizer_step, (unsigned long long)step);
@@ -365,7 +456,8 @@ int zs_shard_set_step(zs_shard_t *sh, uint64_t step, uint64_t optimizer_step, zs
         sh->optimizer_step = optimizer_step;
         for (size_t c = 0; c < sh->nchunks; c++)
             atomic_store(&sh->done[c], step);
-        sh->stage[0].step = sh->stage[1].step = 0;
+        zs__stage_reset(sh, 0);
+        zs__stage_reset(sh, 1);
         sh->have_last_commit = 0;
         pthread_cond_broadcast(&sh->cv);
     }

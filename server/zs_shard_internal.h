@@ -53,8 +53,13 @@ struct zs_shard {
         uint64_t step;
         int has_dtype;
         zs_dtype_t dtype;
-        int inflight; /* reserved chunks not yet done */
-        zs__ranges_t cov;
+        int inflight;         /* reserved chunks not yet done */
+        int open;             /* Push streams of this step that wrote a chunk and have not ended */
+        uint64_t gen;         /* bumped at every reset: streams of an older step leave it alone */
+        zs__ranges_t cov;     /* elements staged (by pushes that ended well) */
+        zs__ranges_t pend;    /* elements open streams are writing into staging */
+        uint64_t cov_budget;  /* bytes of budget cov.iv holds */
+        uint64_t pend_budget; /* and pend.iv */
     } stage[2];
 
     zs_commit_t last_commit; /* for idempotent re-commits */
@@ -68,12 +73,25 @@ struct zs_shard {
     int ckpt_busy; /* a checkpoint is reading the state */
     int readers;   /* pulls/gets copying without mu held */
 
+    uint64_t *ckpts; /* complete checkpoints, ascending, as of the last store change */
+    size_t nckpts;
+    int store_degraded;               /* copy of zs_store_health after each store write */
+    char store_error[ZS_ERR_MSG_MAX]; /* its message */
+
     uint64_t run_id;          /* new at every Initialize; restored with a checkpoint */
     unsigned char *user_meta; /* of the checkpoint last written or restored */
     size_t user_meta_len;
 
     zs_shard_counters_t c;
+
+    zs_budget_t budget;   /* own lock; see zs_shard.h, "Memory" */
+    uint64_t budget_live; /* bytes of it the installed state holds */
 };
+
+/* Empty staging parity p (mu held; no chunk of it in flight): no step, no
+ * dtype, no ranges (their budget returned); Push streams still open on it
+ * are cut loose (zs_shard_push.c). */
+void zs__stage_reset(zs_shard_t *sh, int p);
 
 /* Wait (mu held) until nothing reads or rewrites the state wholesale. */
 void zs__shard_wait_idle(zs_shard_t *sh);
@@ -86,6 +104,10 @@ void zs__state_free(zs__state_t *s);
  * chunk tables, marks every chunk as holding `step`. */
 int zs__shard_install(zs_shard_t *sh, const zs_shard_identity_t *id, const zs_adam_hparams_t *hp,
                       zs__state_t *st, uint64_t step, uint64_t optimizer_step, zs_err_t *err);
+
+/* ZS_ERR_INVALID ("<what> <step> is above the largest step") when step >
+ * ZS_SHARD_STEP_MAX. */
+int zs__step_check(uint64_t step, const char *what, zs_err_t *err);
 
 /* Validate an identity (sizes, index) and compute its range. */
 int zs__identity_check(const zs_shard_identity_t *id, uint64_t *rb, uint64_t *re, zs_err_t *err);

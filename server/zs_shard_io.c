@@ -19,6 +19,8 @@ static int chunks_ready(zs_shard_t *sh, uint64_t a, uint64_t b, uint64_t s)
     return 1;
 }
 
+#define WAIT_SLICE_MS 100 /* how soon a waiting pull notices its caller left */
+
 static int wait_until(zs_shard_t *sh, int64_t deadline_ms)
 {
     struct timespec now;
@@ -26,8 +28,8 @@ static int wait_until(zs_shard_t *sh, int64_t deadline_ms)
     int64_t left = deadline_ms - zs_now_ms();
     if (left <= 0)
         return -1;
-    if (left > 1000)
-        left = 1000; /* re-check periodically */
+    if (left > WAIT_SLICE_MS)
+        left = WAIT_SLICE_MS; /* re-check the caller and the deadline */
     struct timespec ts = now;
     ts.tv_sec += left / 1000;
     ts.tv_nsec += (left % 1000) * 1000000;
@@ -55,11 +57,14 @@ static void end_read(zs_shard_t *sh)
 }
 
 int zs_shard_pull(zs_shard_t *sh, uint64_t min_step, uint64_t offset, uint64_t count, zs_dtype_t dt,
-                  void *dst, int64_t deadline_ms, uint64_t *step, zs_err_t *err)
+                  void *dst, int64_t deadline_ms, zs_shard_cancel_fn cancel, void *ud,
+                  uint64_t *step, zs_err_t *err)
 {
     size_t esz = zs_dtype_size(dt);
     if (esz == 0)
         return zs_err_set(err, ZS_ERR_INVALID, "unknown pull dtype %d", (int)dt);
+    if (zs__step_check(min_step, "pull of min_step", err))
+        return ZS_ERR_INVALID;
     pthread_mutex_lock(&sh->mu);
     int rc;
     for (;;) {
@@ -74,6 +79,15 @@ int zs_shard_pull(zs_shard_t *sh, uint64_t min_step, uint64_t offset, uint64_t c
                             "step %llu not reached before the deadline (server at step %llu)",
                             (unsigned long long)min_step, (unsigned long long)sh->applied_step);
             break;
+        }
+        if (cancel) { /* asked without mu: it may call into gRPC */
+            pthread_mutex_unlock(&sh->mu);
+            int gone = cancel(ud);
+            pthread_mutex_lock(&sh->mu);
+            if (gone) {
+                rc = zs_err_set(err, ZS_ERR_CANCELLED, "pull abandoned by the client");
+                break;
+            }
         }
     }
     if (rc) {

@@ -33,7 +33,9 @@
  *
  * Split: this file has open/close, cleanup, list, delete, prune and the
  * corruption hook; zs_store_io.c writes and reads checkpoints;
- * zs_store_internal.h holds what both share.
+ * zs_store_recover.c marks the store degraded after a failed write and
+ * reopens it once there is room again; zs_store_internal.h holds what they
+ * share.
  *
  * Test hook: ZS_STORE_TEST_MARKER_DELAY_MS=<ms> in the environment makes
  * zs_store_write log a WARN line and sleep that long between the durable
@@ -61,6 +63,10 @@ int zs__rocks_fail(char **errstr, zs_err_t *err, const char *op, const char *fil
 {
     const char *base = strrchr(file, '/');
     int code = strncmp(*errstr, "Corruption", 10) == 0 ? ZS_ERR_CORRUPT : ZS_ERR_IO;
+    if (strstr(*errstr, "No space left") || strstr(*errstr, "NoSpace")) { /* ENOSPC, EDQUOT */
+        code = ZS_ERR_NOMEM; /* RESOURCE_EXHAUSTED: gRPC's code for a full file system */
+        hint = "the disk is full: free space; the store recovers on the next write";
+    }
     zs_err_set(err, code, "rocksdb %s at %s:%d: %s (hint: %s)", op, base ? base + 1 : file, line,
                *errstr, hint);
     rocksdb_free(*errstr);
@@ -114,6 +120,8 @@ static int parse_step(const char *key, size_t len, char prefix, uint64_t *step)
 int zs__load_marker(zs_store_t *st, uint64_t step, zs__marker_t *m, rocksdb_pinnableslice_t **pin,
                     const unsigned char **meta, zs_err_t *err)
 {
+    if (!st->db)
+        return zs__store_closed(st, err);
     char key[ZS__KEY_MAX], *e = NULL;
     size_t klen = zs__marker_key(key, step), vlen = 0;
     rocksdb_pinnableslice_t *p =
@@ -376,6 +384,12 @@ static void set_options(zs_store_t *st)
     rocksdb_options_set_allow_mmap_reads(o, 1);
     rocksdb_options_set_keep_log_file_num(o, 4);
     rocksdb_options_set_max_log_file_size(o, 4u << 20);
+    /* RocksDB's LOG gets its header only. Debian's RocksDB 7.8 has assertions
+     * compiled in: once a write to the LOG file failed (ENOSPC), its next line
+     * aborts the process (WritableFileWriter::AssertFalseAndGetStatusForPrevError).
+     * Measured: on a full disk the process died within seconds, from RocksDB's own
+     * retry messages. Our errors carry RocksDB's message instead (docs/storage.md). */
+    rocksdb_options_set_info_log_level(o, 5 /* HEADER_LEVEL */);
     st->bbo = rocksdb_block_based_options_create();
     rocksdb_block_based_options_set_checksum(st->bbo, 4); /* kXXH3: crc32c is software here */
     rocksdb_options_set_block_based_table_factory(o, st->bbo);
@@ -408,6 +422,40 @@ static void set_options(zs_store_t *st)
     rocksdb_flushoptions_set_wait(st->fo, 1);
 }
 
+/* See zs_store_internal.h. */
+int zs__store_open_db(zs_store_t *st, zs_err_t *err)
+{
+    int rc = zs__store_check_space(st, 0, "open", err);
+    if (rc)
+        return rc;
+    const char *names[2] = {"default", "chunks"};
+    const rocksdb_options_t *cfo[2] = {st->opts, st->data_opts};
+    char *e = NULL;
+    st->db = rocksdb_open_column_families(st->opts, st->path, 2, names, cfo, st->cf, &e);
+    rc = ZS_ROCKS_CHECK(e, err, "open",
+                        "does the parent directory exist and is it writable? is another "
+                        "process using this store (LOCK)?");
+    if (rc == ZS_OK)
+        rc = cleanup_incomplete(st, err);
+    if (rc)
+        zs__store_close_db(st);
+    return rc;
+}
+
+/* See zs_store_internal.h. Column family handles go before the DB (the
+ * package's RocksDB has assertions compiled in). */
+void zs__store_close_db(zs_store_t *st)
+{
+    for (int i = 0; i < 2; i++)
+        if (st->cf[i]) {
+            rocksdb_column_family_handle_destroy(st->cf[i]);
+            st->cf[i] = NULL;
+        }
+    if (st->db)
+        rocksdb_close(st->db);
+    st->db = NULL;
+}
+
 /* See zs_store.h. */
 int zs_store_open(const char *dir, zs_store_t **out, zs_err_t *err)
 {
@@ -417,20 +465,13 @@ int zs_store_open(const char *dir, zs_store_t **out, zs_err_t *err)
     if (!dir || !*dir)
         return zs_err_set(err, ZS_ERR_INVALID, "zs_store_open: empty directory name");
     zs_store_t *st = calloc(1, sizeof *st);
-    if (!st)
+    if (!st || !(st->path = strdup(dir))) {
+        free(st);
         return zs_err_set(err, ZS_ERR_NOMEM, "zs_store_open: out of memory");
+    }
     snprintf(st->dir, sizeof st->dir, "%s", dir);
     set_options(st);
-
-    const char *names[2] = {"default", "chunks"};
-    const rocksdb_options_t *cfo[2] = {st->opts, st->data_opts};
-    char *e = NULL;
-    st->db = rocksdb_open_column_families(st->opts, dir, 2, names, cfo, st->cf, &e);
-    int rc = ZS_ROCKS_CHECK(e, err, "open",
-                            "does the parent directory exist and is it writable? is another "
-                            "process using this store (LOCK)?");
-    if (rc == ZS_OK)
-        rc = cleanup_incomplete(st, err);
+    int rc = zs__store_open_db(st, err);
     if (rc) {
         zs_store_close(st);
         return rc;
@@ -439,17 +480,12 @@ int zs_store_open(const char *dir, zs_store_t **out, zs_err_t *err)
     return ZS_OK;
 }
 
-/* See zs_store.h. Column family handles go before the DB (the package's
- * RocksDB has assertions compiled in), options after it. */
+/* See zs_store.h. Options go after the DB. */
 void zs_store_close(zs_store_t *st)
 {
     if (!st)
         return;
-    for (int i = 0; i < 2; i++)
-        if (st->cf[i])
-            rocksdb_column_family_handle_destroy(st->cf[i]);
-    if (st->db)
-        rocksdb_close(st->db);
+    zs__store_close_db(st);
     rocksdb_writeoptions_destroy(st->wo_nowal);
     rocksdb_writeoptions_destroy(st->wo_sync);
     rocksdb_readoptions_destroy(st->ro);
@@ -458,6 +494,7 @@ void zs_store_close(zs_store_t *st)
     rocksdb_options_destroy(st->opts);
     rocksdb_options_destroy(st->data_opts);
     rocksdb_block_based_options_destroy(st->bbo);
+    free(st->path);
     free(st);
 }
 
@@ -468,6 +505,9 @@ int zs_store_list(zs_store_t *st, uint64_t *steps, size_t max, size_t *count, zs
 {
     if (!st || !count || (max > 0 && !steps))
         return zs_err_set(err, ZS_ERR_INVALID, "zs_store_list: NULL argument");
+    *count = 0;
+    if (!st->db)
+        return zs__store_closed(st, err);
     rocksdb_readoptions_t *ro = rocksdb_readoptions_create();
     rocksdb_readoptions_set_iterate_upper_bound(ro, "m0", 2);
     rocksdb_iterator_t *it = rocksdb_create_iterator_cf(st->db, ro, st->cf[CF_META]);
@@ -499,13 +539,16 @@ int zs_store_delete(zs_store_t *st, uint64_t step, zs_err_t *err)
 {
     if (!st)
         return zs_err_set(err, ZS_ERR_INVALID, "zs_store_delete: store is NULL");
+    int rc = zs__store_recover(st, 0, err);
+    if (rc)
+        return rc;
     zs__marker_t m;
-    int rc = zs__load_marker(st, step, &m, NULL, NULL, err);
+    rc = zs__load_marker(st, step, &m, NULL, NULL, err);
     if (rc != ZS_OK && rc != ZS_ERR_CORRUPT) /* a corrupt checkpoint may still be deleted */
         return rc;
     zs_err_clear(err);
     if ((rc = zs__delete_steps(st, &step, 1, err)))
-        return rc;
+        return zs__store_failed(st, rc, err);
     zs__reclaim(st, step, step);
     ZS_INFO("store %s: deleted checkpoint of step %llu", st->dir, (unsigned long long)step);
     return ZS_OK;
@@ -518,8 +561,11 @@ int zs_store_prune(zs_store_t *st, int keep, zs_err_t *err)
         return zs_err_set(err, ZS_ERR_INVALID, "zs_store_prune: store is NULL");
     if (keep < 1)
         return zs_err_set(err, ZS_ERR_INVALID, "zs_store_prune: keep=%d must be >= 1", keep);
+    int rc = zs__store_recover(st, 0, err);
+    if (rc)
+        return rc;
     size_t count = 0;
-    int rc = zs_store_list(st, NULL, 0, &count, err);
+    rc = zs_store_list(st, NULL, 0, &count, err);
     if (rc || count <= (size_t)keep)
         return rc;
     uint64_t *steps = malloc(count * sizeof *steps);
@@ -530,8 +576,8 @@ int zs_store_prune(zs_store_t *st, int keep, zs_err_t *err)
     if (rc == ZS_OK && again != count)
         rc = zs_err_set(err, ZS_ERR_INTERNAL, "zs_store_prune: list changed under us");
     size_t drop = count - (size_t)keep;
-    if (rc == ZS_OK)
-        rc = zs__delete_steps(st, steps, drop, err);
+    if (rc == ZS_OK && (rc = zs__delete_steps(st, steps, drop, err)))
+        zs__store_failed(st, rc, err);
     if (rc == ZS_OK) {
         /* Steps are ascending and the kept ones are newer: one range covers the dropped. */
         zs__reclaim(st, steps[0], steps[drop - 1]);
@@ -549,6 +595,8 @@ int zs__store_corrupt_chunk(zs_store_t *st, uint64_t step, int tensor, uint64_t 
 {
     if (!st || tensor < 0 || tensor > 2)
         return zs_err_set(err, ZS_ERR_INVALID, "zs__store_corrupt_chunk: bad store or tensor");
+    if (!st->db)
+        return zs__store_closed(st, err);
     char key[ZS__KEY_MAX], *e = NULL;
     size_t klen = zs__chunk_key(key, step, tensor, chunk), vlen = 0;
     rocksdb_pinnableslice_t *p =

@@ -13,6 +13,14 @@
  * A checkpoint without its marker does not exist for list/read and is removed
  * by zs_store_open's cleanup. Writing S never touches another step's keys.
  *
+ * Degraded. A write, delete or prune that fails with an I/O error or a full
+ * disk (ZS_ERR_NOMEM: RESOURCE_EXHAUSTED, "No space") marks the store
+ * degraded (zs_store_health). The next write, delete or prune first checks
+ * the free space: with less than it needs (a write: its 12 bytes per element,
+ * plus 16 MiB) it is refused at once with ZS_ERR_NOMEM; with enough, the DB is
+ * closed and reopened (which is what brings RocksDB back after a failed
+ * flush) and the mark is cleared. Reads and lists work while degraded.
+ *
  * Not thread-safe: one caller at a time (the server serialises checkpoint,
  * restore and prune).
  */
@@ -39,8 +47,9 @@ typedef struct zs_store_ckpt {
 } zs_store_ckpt_t;
 
 /* Open (creating if needed) the store in directory `dir`. Removes the keys of
- * any incomplete checkpoint left by a crash (logged). On success *out owns the
- * DB; close with zs_store_close. */
+ * any incomplete checkpoint left by a crash (logged). Refuses (ZS_ERR_NOMEM)
+ * when the disk has less than 16 MiB free: RocksDB cannot open on a full
+ * disk. On success *out owns the DB; close with zs_store_close. */
 int zs_store_open(const char *dir, zs_store_t **out, zs_err_t *err);
 
 /* Close the DB and free the handle. NULL is a no-op. */
@@ -72,6 +81,10 @@ int zs_store_delete(zs_store_t *st, uint64_t step, zs_err_t *err);
 
 /* Keep the newest `keep` (>= 1) complete checkpoints, delete the older. */
 int zs_store_prune(zs_store_t *st, int keep, zs_err_t *err);
+
+/* 1 if the store is degraded (a write failed; see above), with the failure's
+ * message copied into why[0..cap) (may be NULL); 0 and "" if healthy. */
+int zs_store_health(const zs_store_t *st, char *why, size_t cap);
 
 /* Test hook: corrupt one byte of chunk `chunk` of tensor `tensor` (0..2) of
  * checkpoint `step` so a later read fails its checksum. */

@@ -1,8 +1,9 @@
 /*
- * zs_store_internal.h - what the two halves of the checkpoint store share:
+ * zs_store_internal.h - what the parts of the checkpoint store share:
  * the handle, the key and marker layout, and the one RocksDB error check.
  * zs_store.c: open/close, cleanup, list, delete, prune, test hook.
  * zs_store_io.c: write and read of checkpoints.
+ * zs_store_recover.c: the degraded mark and the reopen after a failed write.
  * Not part of the contract (zs_store.h); nothing outside server/zs_store*.c
  * includes it.
  */
@@ -39,6 +40,9 @@ struct zs_store {
     rocksdb_readoptions_t *ro_chunk;  /* chunk reads: own XXH3 instead, no cache fill */
     rocksdb_flushoptions_t *fo;       /* wait=1 */
     char dir[256];                    /* for log lines only (may be truncated) */
+    char *path;                       /* the directory, in full (for reopening) */
+    int degraded;                     /* a write failed; the next one reopens first */
+    char why[ZS_ERR_MSG_MAX];         /* what failed (when degraded) */
 };
 
 /* Parsed marker header. */
@@ -88,6 +92,36 @@ static inline uint64_t zs__get_le64(const unsigned char *p)
         v = (v << 8) | p[i];
     return v;
 }
+
+/* ---- open, close and recovery (zs_store.c, zs_store_recover.c) ---- */
+
+#define ZS__STORE_MIN_FREE (16ull << 20) /* bytes free below which RocksDB is not opened */
+
+/* Open st->db (and its column families) in st->path and remove incomplete
+ * checkpoints; refuses (ZS_ERR_NOMEM) when the disk has less than
+ * ZS__STORE_MIN_FREE free. On error st->db stays NULL. */
+int zs__store_open_db(zs_store_t *st, zs_err_t *err);
+
+/* Close st->db and its column families (the options stay). Idempotent. */
+void zs__store_close_db(zs_store_t *st);
+
+/* ZS_ERR_NOMEM when the file system of st->path has less than need +
+ * ZS__STORE_MIN_FREE bytes available (`what` names the operation in the
+ * message); ZS_OK if it has them or cannot tell. */
+int zs__store_check_space(const zs_store_t *st, uint64_t need, const char *what, zs_err_t *err);
+
+/* Before a write, delete or prune: ZS_OK at once if the store is healthy;
+ * if it is degraded and the disk has need + ZS__STORE_MIN_FREE bytes free,
+ * close and reopen the DB (RocksDB stays stopped after a failed flush until
+ * then) and clear the mark; else the refusal. */
+int zs__store_recover(zs_store_t *st, uint64_t need, zs_err_t *err);
+
+/* After a write, delete or prune failed with rc: mark the store degraded when
+ * rc is an I/O or no-space error (remembering err's message). Returns rc. */
+int zs__store_failed(zs_store_t *st, int rc, const zs_err_t *err);
+
+/* The error of a call on a store whose reopen failed (st->db NULL). */
+int zs__store_closed(const zs_store_t *st, zs_err_t *err);
 
 /* Keys into buf[ZS__KEY_MAX]; each returns the key length. */
 size_t zs__marker_key(char *buf, uint64_t step);

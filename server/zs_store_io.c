@@ -11,8 +11,10 @@
  * copy a contiguous slice of the chunks into the caller's arrays, hashing
  * each piece right after copying it (size and XXH3 with identity checked);
  * the first failing chunk in order is reported.
- * Does not: keep any state between calls, retry, or allocate beyond one
- * marker buffer and the reader threads.
+ * A failed write marks the store degraded; the next write reopens it first
+ * (zs_store_recover.c).
+ * Does not: keep any state between calls (but the degraded mark), retry, or
+ * allocate beyond one marker buffer and the reader threads.
  */
 #include "zs_store_internal.h"
 
@@ -188,6 +190,8 @@ static void undo_step(zs_store_t *st, uint64_t step)
 int zs_store_write(zs_store_t *st, const zs_store_ckpt_t *ck, zs_err_t *err)
 {
     int rc = check_ckpt(st, ck, err);
+    if (!rc)
+        rc = zs__store_recover(st, 3 * sizeof(float) * ck->n, err);
     if (rc)
         return rc;
     zs__marker_t m;
@@ -198,12 +202,12 @@ int zs_store_write(zs_store_t *st, const zs_store_ckpt_t *ck, zs_err_t *err)
                           st->dir, (unsigned long long)ck->step,
                           rc == ZS_OK ? "" : " (with a corrupt marker)");
     if (rc != ZS_ERR_NOTFOUND)
-        return rc;
+        return zs__store_failed(st, rc, err);
 
     /* Chunks of an earlier failed attempt at this step (n may have differed). */
     rc = range_has_keys(st, ck->step, err);
     if (rc < 0)
-        return rc;
+        return zs__store_failed(st, rc, err);
     char *e = NULL;
     if (rc == 1) {
         char lo[ZS__KEY_MAX], hi[ZS__KEY_MAX];
@@ -213,7 +217,7 @@ int zs_store_write(zs_store_t *st, const zs_store_ckpt_t *ck, zs_err_t *err)
         rocksdb_write(st->db, st->wo_nowal, b, &e);
         rocksdb_writebatch_destroy(b);
         if ((rc = ZS_ROCKS_CHECK(e, err, "drop stale chunks", "disk full or read-only?")))
-            return rc;
+            return zs__store_failed(st, rc, err);
     }
 
     rc = write_chunks(st, ck, err);
@@ -248,6 +252,7 @@ int zs_store_write(zs_store_t *st, const zs_store_ckpt_t *ck, zs_err_t *err)
         zs_err_prefix(err, "store %s: checkpoint of step %llu not written: ", st->dir,
                       (unsigned long long)ck->step);
         undo_step(st, ck->step);
+        zs__store_failed(st, rc, err);
     }
     return rc;
 }

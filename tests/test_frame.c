@@ -19,6 +19,7 @@
  *     above ZS_RPC_MAX_META (one byte over the limit; at the limit is fine),
  *     wire types 3/4/6/7, a wrong wire type for a known field.
  *  5. zs_msg_parse: roundtrip, garbage, oversized, missing message.
+ *  6. zs__ct_equal, the token comparison: same bytes and length only.
  */
 #include <stdint.h>
 #include <stdio.h>
@@ -459,6 +460,35 @@ static void msg_parse(void)
     TEST_CHECK(rc == ZS_ERR_INVALID && u == NULL && strstr(err.msg, "malformed HelloRequest"));
     printf("ok  zs_msg_parse garbage: %s: %s\n", zs_status_name(rc), err.msg);
 
+    /* A string with a NUL byte: refused, top level and nested (InitChunk
+     * {init {model_name}}), not read as its prefix; a NUL in bytes is fine. */
+    static const uint8_t nul_name[] = {0x08, 0x01, 0x12, 0x03, 'a', 0x00, 'b'};
+    bb = whole(nul_name, sizeof nul_name);
+    u = (Zeroshard__HelloRequest *)&g_poison;
+    rc = zs_msg_parse(bb, &zeroshard__hello_request__descriptor, (ProtobufCMessage **)&u, &err);
+    grpc_byte_buffer_destroy(bb);
+    TEST_CHECK(rc == ZS_ERR_INVALID && u == NULL && strstr(err.msg, "model_name") &&
+               strstr(err.msg, "NUL byte"));
+    printf("ok  zs_msg_parse name 'a\\0b': %s: %s\n", zs_status_name(rc), err.msg);
+    static const uint8_t nul_nested[] = {0x0A, 0x07, 0x08, 0x01, 0x12, 0x03, 'a', 0x00, 'b'};
+    zs_frame_t fr;
+    Zeroshard__InitChunk *ic = (Zeroshard__InitChunk *)&g_poison;
+    bb = whole(nul_nested, sizeof nul_nested);
+    rc =
+        zs_frame_parse(bb, &zeroshard__init_chunk__descriptor, (ProtobufCMessage **)&ic, &fr, &err);
+    grpc_byte_buffer_destroy(bb);
+    TEST_CHECK(rc == ZS_ERR_INVALID && ic == NULL && strstr(err.msg, "InitRequest"));
+    printf("ok  zs_frame_parse nested name 'a\\0b': %s: %s\n", zs_status_name(rc), err.msg);
+    static const uint8_t nul_bytes[] = {0x1A, 0x03, 'a', 0x00, 'b'}; /* user_meta */
+    bb = whole(nul_bytes, sizeof nul_bytes);
+    Zeroshard__CheckpointRequest *cq;
+    TEST_OK(zs_msg_parse(bb, &zeroshard__checkpoint_request__descriptor, (ProtobufCMessage **)&cq,
+                         &err),
+            err);
+    TEST_CHECK(cq->user_meta.len == 3 && cq->user_meta.data[1] == 0);
+    zeroshard__checkpoint_request__free_unpacked(cq, NULL);
+    grpc_byte_buffer_destroy(bb);
+
     /* A valid HelloRequest of exactly ZS_RPC_MAX_META bytes parses; one byte
      * more is refused before anything is unpacked. */
     for (size_t total = ZS_RPC_MAX_META; total <= ZS_RPC_MAX_META + 1; total++) {
@@ -490,6 +520,28 @@ static void msg_parse(void)
     printf("ok  zs_msg_parse missing message: %s: %s\n", zs_status_name(rc), err.msg);
 }
 
+/* zs__ct_equal (the bearer token check): equal only for the same bytes and
+ * the same length; prefixes, extensions and a difference in the last byte
+ * are not. (Its time depends on the expected length only, by construction:
+ * no branch on the data; that is not measured here.) */
+static void ct_equal(void)
+{
+    const char *w = "Bearer s3cret";
+    size_t n = strlen(w);
+    TEST_CHECK(zs__ct_equal(w, n, "Bearer s3cret", n));
+    TEST_CHECK(!zs__ct_equal(w, n, "Bearer s3cre", n - 1));
+    TEST_CHECK(!zs__ct_equal(w, n, "Bearer s3cretX", n + 1));
+    TEST_CHECK(!zs__ct_equal(w, n, "Bearer s3creu", n));
+    TEST_CHECK(!zs__ct_equal(w, n, "bearer s3cret", n));
+    TEST_CHECK(!zs__ct_equal(w, n, "", 0));
+    TEST_CHECK(!zs__ct_equal("", 0, "x", 1));
+    TEST_CHECK(zs__ct_equal("", 0, "", 0));
+    char nul[] = "Bearer s3cret";
+    nul[12] = '\0'; /* a NUL where 't' was: compared as a byte, not as an end */
+    TEST_CHECK(!zs__ct_equal(w, n, nul, n));
+    printf("ok  zs__ct_equal: same bytes and length only\n");
+}
+
 int main(void)
 {
     setvbuf(stdout, NULL, _IONBF, 0);
@@ -503,6 +555,7 @@ int main(void)
     printf("ok  roundtrip: InitChunk with nested init, 1-byte slices\n");
     refusals();
     msg_parse();
+    ct_equal();
     grpc_shutdown();
     printf("PASS test_frame\n");
     return 0;

@@ -14,10 +14,11 @@
  *       and Hello's `refused` counter grew by the number of servers that
  *       refused (a case cannot pass without reaching the handler it aims at).
  * Methods: Hello, Initialize, Push, Commit, Pull, GetState, SetState,
- * Checkpoint, Restore, DeleteCheckpoints; on server 2 a missing or wrong
+ * Checkpoint, Restore, DeleteCheckpoints, SetStep (steps above ZS_STEP_MAX
+ * everywhere); on server 2 a missing or wrong
  * bearer token, and requests before any model exists. Also raw-wire abuse:
  * garbage to every kind of method, a truncated chunk, an oversized header or
- * unary message, a message just below and several above the 64 MiB receive
+ * unary message, a message just below and several above the receive
  * limit, a unary call without its message; after each the server still
  * serves. Finally step 3 is pushed and committed and must equal a local
  * AdamW step on the state read at the start, bitwise: the refused pushes
@@ -381,8 +382,11 @@ static void hello_cases(void)
     check("Hello: protocol version 2", rc, &err, ZS_ERR_STATE, G_PRECOND,
           "protocol version 2 not supported", 1);
     rc = raw1(0, M("Hello"), hello_msg(0, "", 0), &err);
-    check("Hello: protocol version 0", rc, &err, ZS_ERR_STATE, G_PRECOND,
-          "protocol version 0 not supported", 1);
+    check("Hello: no protocol version (proto3's 0) is accepted", rc, &err, ZS_OK, 0, "", 0);
+    /* A name with a NUL byte (protobuf-c would stop at it: "refusals"). */
+    static const char nul_hello[] = "\x08\x01\x12\x0crefusals\0evi";
+    rc = raw1(0, M("Hello"), raw_bytes(nul_hello, sizeof nul_hello - 1), &err);
+    check("Hello: model name 'refusals\\0evi'", rc, &err, ZS_ERR_INVALID, G_INVALID, "NUL byte", 1);
     rc = zs_client_hello(g_cl, "other-model", P, NULL, &err);
     check("Hello: model name mismatch", rc, &err, ZS_ERR_STATE, -1,
           "holds model 'refusals', not 'other-model'", 2);
@@ -431,6 +435,30 @@ static void init_cases(void)
     rc = raw_call(0, M("Initialize"), m, 1, NULL, TMO_MS, &err);
     check("Initialize: model name of 199 characters", rc, &err, ZS_ERR_INVALID, G_INVALID,
           "model name longer than 127", 1);
+    /* InitChunk{init: InitRequest{version 1, name "refusals\0evil", P, S 2}}, by hand:
+     * protobuf-c cannot pack a string with a NUL. */
+    uint8_t ib[64];
+    size_t in = 0;
+    static const char nm[] = "refusals\0evil";
+    ib[in++] = 0x0A; /* InitChunk.init */
+    size_t lenpos = in++;
+    ib[in++] = 0x08; /* protocol_version 1 */
+    ib[in++] = 1;
+    ib[in++] = 0x12; /* model_name */
+    ib[in++] = (uint8_t)(sizeof nm - 1);
+    memcpy(ib + in, nm, sizeof nm - 1);
+    in += sizeof nm - 1;
+    ib[in++] = 0x18; /* num_params 100003 = 0x186A3 */
+    ib[in++] = 0xA3;
+    ib[in++] = 0x8D;
+    ib[in++] = 0x06;
+    ib[in++] = 0x20; /* num_servers 2 */
+    ib[in++] = 2;
+    ib[lenpos] = (uint8_t)(in - lenpos - 1);
+    m[0] = raw_bytes(ib, in);
+    rc = raw_call(0, M("Initialize"), m, 1, NULL, TMO_MS, &err);
+    check("Initialize: model name 'refusals\\0evil'", rc, &err, ZS_ERR_INVALID, G_INVALID,
+          "NUL byte", 1);
     q = init_req(MODEL, P, 2, 0);
     q.protocol_version = 7;
     m[0] = init_msg(&q, 0, 1000, ZEROSHARD__DTYPE__F32, 4000);
@@ -539,12 +567,28 @@ static void push_cases(const void *g3, uint64_t pushed)
     rc = raw1(0, M("Push"), push_msg(3, 0, big / 4, ZS_DTYPE_F32, NULL, big), &err);
     check("Push: chunk of 4 MiB + 4 bytes", rc, &err, ZS_ERR_INVALID, G_INVALID,
           "exceeds the 4194304-byte limit", 1);
-    /* Valid bf16 chunk [0, pushed), then an fp32 chunk in the same stream. */
+    /* A valid fp16 chunk, then one out of range: refused, and the fp16 chunk
+     * neither stays staged nor fixes step 3's dtype (the bf16 push below is
+     * accepted; commit_cases sees only its elements staged). */
+    m[0] = push_msg(3, pushed, 10, ZS_DTYPE_F16, NULL, 20);
+    m[1] = push_msg(3, g_end0, 10, ZS_DTYPE_F16, NULL, 20);
+    rc = raw_call(0, M("Push"), m, 2, NULL, TMO_MS, &err);
+    check("Push: a valid fp16 chunk, then one out of range", rc, &err, ZS_ERR_RANGE, G_RANGE,
+          "outside this server's range", 1);
+    /* Stage [0, pushed) of step 3 in bf16: accepted. */
     m[0] = push_msg(3, 0, pushed, ZS_DTYPE_BF16, g3, pushed * 2);
+    rc = raw_call(0, M("Push"), m, 1, NULL, TMO_MS, &err);
+    check("Push: bf16 [0, 1000) of step 3 after the refused fp16 stream (accepted)", rc, &err,
+          ZS_OK, 0, "", 0);
+    /* A re-push of [0, pushed) with zeros, then an fp32 chunk: refused, and
+     * the staged g3 of [0, pushed) is left as it was (final_step does not
+     * push it again). */
+    m[0] = push_msg(3, 0, pushed, ZS_DTYPE_BF16, NULL, pushed * 2);
     m[1] = push_msg(3, pushed, 10, ZS_DTYPE_F32, NULL, 40);
     rc = raw_call(0, M("Push"), m, 2, NULL, TMO_MS, &err);
-    check("Push: dtype mixed within a step", rc, &err, ZS_ERR_INVALID, G_INVALID,
-          "step 3 is staged in bf16; a chunk in fp32 cannot be mixed in", 1);
+    check("Push: dtype mixed within a step (after re-pushing staged elements)", rc, &err,
+          ZS_ERR_INVALID, G_INVALID, "step 3 is staged in bf16; a chunk in fp32 cannot be mixed in",
+          1);
     rc = raw1(0, M("Push"), push_msg(3, pushed, 10, ZS_DTYPE_F16, NULL, 20), &err);
     check("Push: fp16 into a step staged in bf16", rc, &err, ZS_ERR_INVALID, G_INVALID,
           "cannot be mixed in", 1);
@@ -575,7 +619,8 @@ static void commit_cases(const zs_step_scalars_t *s2, uint64_t pushed)
     rc = raw1(0, M("Commit"), commit_msg(3, 1, 1, 1e-3f, 0, 9), &err);
     check("Commit: param_dtype 9", rc, &err, ZS_ERR_INVALID, G_INVALID, "unknown param_dtype 9", 1);
     rc = raw1(0, M("Commit"), commit_msg(3, 1, 1, 1e-3f, 0, ZS_DTYPE_F32), &err);
-    check("Commit: param_dtype fp32", rc, &err, ZS_ERR_INVALID, G_INVALID, "use NONE", 1);
+    check("Commit: param_dtype F32 (proto3's default) means no copy: only the staging is missing",
+          rc, &err, ZS_ERR_STATE, G_PRECOND, "elements staged", 1);
     zs_step_scalars_t d = *s2;
     d.lr *= 0.5f;
     rc = zs_client_commit(g_cl, &d, &err);
@@ -603,10 +648,11 @@ static void read_cases(void)
     check("Pull: count 0", rc, &err, ZS_ERR_INVALID, G_INVALID, "count 0", 1);
     rc = raw1(0, M("Pull"), pull_msg(0, 0, 10, ZS_DTYPE_F32, 4095), &err);
     check("Pull: chunk_bytes 4095", rc, &err, ZS_ERR_INVALID, G_INVALID,
-          "chunk_bytes 4095 outside 4096..4194304", 1);
-    rc = raw1(0, M("Pull"), pull_msg(0, 0, 10, ZS_DTYPE_F32, ZS_RPC_MAX_CHUNK_BYTES + 1), &err);
-    check("Pull: chunk_bytes 4 MiB + 1", rc, &err, ZS_ERR_INVALID, G_INVALID,
-          "chunk_bytes 4194305 outside", 1);
+          "chunk_bytes 4095 outside 4096..", 1);
+    rc =
+        raw1(0, M("Pull"), pull_msg(0, 0, 10, ZS_DTYPE_F32, ZS_RPC_MAX_PULL_CHUNK_BYTES + 1), &err);
+    check("Pull: chunk_bytes above 4 MiB - 4 KiB", rc, &err, ZS_ERR_INVALID, G_INVALID,
+          "chunk_bytes 4190209 outside 4096..4190208", 1);
     grpc_byte_buffer *m = pull_msg(9, 0, 10, ZS_DTYPE_F32, 0);
     rc = raw_call(0, M("Pull"), &m, 1, NULL, 700, &err);
     check("Pull: a step never committed", rc, &err, ZS_ERR_TIMEOUT, G_DEADLINE, "deadline", -1);
@@ -690,6 +736,42 @@ static void checkpoint_cases(void)
     size_t n;
     TEST_OK(zs_client_checkpoints(g_cl, steps, 4, &n, &err), err);
     TEST_CHECKF(n == 1 && steps[0] == 2, "checkpoints changed: %zu", n);
+}
+
+static grpc_byte_buffer *set_step_msg(uint64_t step, uint64_t ostep)
+{
+    Zeroshard__SetStepRequest q = ZEROSHARD__SET_STEP_REQUEST__INIT;
+    q.step = step;
+    q.optimizer_step = ostep;
+    return zs_msg_build(&q.base);
+}
+
+/* Steps beyond ZS_STEP_MAX anywhere: refused before they can wrap. */
+static void step_bound_cases(void)
+{
+    zs_err_t err;
+    int rc = raw1(0, M("SetStep"), set_step_msg(UINT64_MAX, 0), &err);
+    check("SetStep: step 2^64-1", rc, &err, ZS_ERR_INVALID, G_INVALID, "above the largest step", 1);
+    rc = raw1(1, M("SetStep"), set_step_msg(ZS_STEP_MAX + 1, ZS_STEP_MAX), &err);
+    check("SetStep: ZS_STEP_MAX + 1", rc, &err, ZS_ERR_INVALID, G_INVALID, "above the largest step",
+          1);
+    rc = raw1(0, M("SetStep"), set_step_msg(5, 6), &err);
+    check("SetStep: optimizer_step above step", rc, &err, ZS_ERR_INVALID, G_INVALID,
+          "optimizer_step 6 above step 5", 1);
+    rc = raw1(0, M("Push"), push_msg(UINT64_MAX, 0, 10, ZS_DTYPE_F32, NULL, 40), &err);
+    check("Push: step 2^64-1", rc, &err, ZS_ERR_INVALID, G_INVALID, "above the largest step", 1);
+    rc = raw1(0, M("Commit"), commit_msg(UINT64_MAX, 1, 1, 1e-3f, 1, ZS_DTYPE_NONE), &err);
+    check("Commit: step 2^64-1 (skip)", rc, &err, ZS_ERR_INVALID, G_INVALID,
+          "above the largest step", 1);
+    rc = raw1(1, M("Pull"), pull_msg(UINT64_MAX, g_end0, 10, ZS_DTYPE_F32, 0), &err);
+    check("Pull: min_step 2^64-1", rc, &err, ZS_ERR_INVALID, G_INVALID, "above the largest step",
+          1);
+    Zeroshard__InitRequest q = init_req(MODEL, P, 2, 0);
+    q.start_step = UINT64_MAX;
+    grpc_byte_buffer *m = init_msg(&q, 0, 1000, ZEROSHARD__DTYPE__F32, 4000);
+    rc = raw_call(0, M("Initialize"), &m, 1, NULL, TMO_MS, &err);
+    check("Initialize: start_step 2^64-1", rc, &err, ZS_ERR_INVALID, G_INVALID,
+          "above the largest step", 1);
 }
 
 /* Server 2 requires a token and holds no model. */
@@ -796,24 +878,25 @@ static void wire_cases(void)
           "exceeds the 65536 limit", 1);
     free(h);
 
-    /* Just below the 64 MiB receive limit: gRPC delivers it, the server
+    /* Just below the receive limit (a 4 MiB chunk + 64 KiB header + 16
+     * bytes): gRPC delivers it, the server
      * refuses the chunk size without allocating anything for it. */
     size_t len = ZS_RPC_MAX_MESSAGE - 64;
     m = push_msg(3, 0, len / 4, ZS_DTYPE_F32, NULL, len);
     TEST_CHECK(grpc_byte_buffer_length(m) < ZS_RPC_MAX_MESSAGE);
     rc = raw1(0, M("Push"), m, &err);
-    check("wire: Push of 64 MiB - 64 bytes", rc, &err, ZS_ERR_INVALID, G_INVALID,
+    check("wire: Push of the receive limit - 64 bytes", rc, &err, ZS_ERR_INVALID, G_INVALID,
           "exceeds the 4194304-byte limit", 1);
     /* Above it: gRPC itself refuses before any handler reads it. */
     len = ZS_RPC_MAX_MESSAGE + 1024;
     m = push_msg(3, 0, len / 4, ZS_DTYPE_F32, NULL, len);
     rc = raw1(0, M("Push"), m, &err);
-    check("wire: Push of 64 MiB + 1 KiB (above the receive limit)", rc, &err, ZS_ERR_BUSY,
-          G_EXHAUSTED, "larger than max", -1);
+    check("wire: Push of the receive limit + 1 KiB", rc, &err, ZS_ERR_BUSY, G_EXHAUSTED,
+          "larger than max", -1);
     m = state_chunk(0, 0, len / 4, NULL, len);
     rc = raw1(1, M("SetState"), m, &err);
-    check("wire: SetState of 64 MiB + 1 KiB", rc, &err, ZS_ERR_BUSY, G_EXHAUSTED, "larger than max",
-          -1);
+    check("wire: SetState of the receive limit + 1 KiB", rc, &err, ZS_ERR_BUSY, G_EXHAUSTED,
+          "larger than max", -1);
     /* A unary request above the limit, more times than the server keeps
      * requests outstanding per method: each is refused and Hello still works
      * (check() calls it). */
@@ -827,16 +910,19 @@ static void wire_cases(void)
                     err.msg);
     }
     free(name);
-    check("wire: 6 unary Hellos of 64 MiB + 1 KiB", rc, &err, ZS_ERR_BUSY, G_EXHAUSTED,
+    check("wire: 6 unary Hellos of the receive limit + 1 KiB", rc, &err, ZS_ERR_BUSY, G_EXHAUSTED,
           "larger than max", -1);
 }
 
-/* Step 3 after all that: must equal one AdamW step on the state read at the
- * start, bitwise, in fp32 and in the bf16 copy. */
-static void final_step(const void *g3)
+/* Step 3 after all that: the rest of g3 pushed (push_cases staged [0,
+ * pushed) and the refused pushes must have left it alone), then it must
+ * equal one AdamW step on the state read at the start, bitwise, in fp32 and
+ * in the bf16 copy. */
+static void final_step(const void *g3, uint64_t pushed)
 {
     zs_err_t err;
-    TEST_OK(zs_client_push(g_cl, 3, 0, P, g3, ZS_DTYPE_BF16, &err), err);
+    TEST_OK(zs_client_push(g_cl, 3, pushed, P, (const uint16_t *)g3 + pushed, ZS_DTYPE_BF16, &err),
+            err);
     zs_step_scalars_t s = {3, 0.5f, 1.0f, 2e-3f, 0, ZS_DTYPE_BF16};
     TEST_OK(zs_client_commit(g_cl, &s, &err), err);
     uint16_t *lowp = malloc(P * 2), *got = malloc(P * 2);
@@ -957,10 +1043,11 @@ int main(void)
     read_cases();
     set_state_cases();
     checkpoint_cases();
+    step_bound_cases();
     token_cases();
     wire_cases();
     printf("%d cases: state unchanged after each\n", g_cases);
-    final_step(g3);
+    final_step(g3, pushed);
     free(g3);
 
     for (int i = 0; i < 3; i++)

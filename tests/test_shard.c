@@ -21,9 +21,12 @@
  * of a corrupted checkpoint (DATA_LOSS, live state unchanged) and of another
  * model's checkpoint; delete refusals; reopening the data dir loads the newest
  * checkpoint, and the older one when the newest is corrupt; replay after that
- * is bitwise equal to the first run. Last, on a 4M-element shard with one
+ * is bitwise equal to the first run. Then, on a 4M-element shard with one
  * optimizer thread: pulls of step S-1 racing the pass of step S that switches
- * param_dtype between bf16 and fp16 return the right format's bits.
+ * param_dtype between bf16 and fp16 return the right format's bits. Last, the
+ * memory budget: a second state and the growth of the staged-range records
+ * past the budget are refused (RESOURCE_EXHAUSTED), and a commit returns the
+ * records' share; at ZS_SHARD_STEP_MAX no later step (nor step 0) is taken.
  */
 #define _GNU_SOURCE
 #include <pthread.h>
@@ -261,7 +264,7 @@ static void before_init(zs_shard_t *sh)
     expect_refusal(rc, &err, ZS_ERR_STATE, "no model", "commit before init");
     float f[4];
     uint64_t step;
-    rc = zs_shard_pull(sh, 0, g_rb, 4, ZS_DTYPE_F32, f, now_ms() + 1000, &step, &err);
+    rc = zs_shard_pull(sh, 0, g_rb, 4, ZS_DTYPE_F32, f, now_ms() + 1000, NULL, NULL, &step, &err);
     expect_refusal(rc, &err, ZS_ERR_STATE, "no model", "pull before init");
     rc = zs_shard_get_state(sh, ZS_TENSOR_MASTER, g_rb, 4, f, &step, &err);
     expect_refusal(rc, &err, ZS_ERR_STATE, "no model", "get_state before init");
@@ -443,9 +446,10 @@ static void push_and_commit(zs_shard_t *sh, state_t *ref)
         rc = zs_shard_commit(sh, &b, &applied, &ostep, &err);
         expect_refusal(rc, &err, ZS_ERR_INVALID, "finite and >= 0", sc[k].what);
     }
-    c = scalars(1, 0, ZS_DTYPE_F32);
+    c = scalars(1, 0, ZS_DTYPE_F32); /* proto3's default: means no copy, like NONE */
     rc = zs_shard_commit(sh, &c, &applied, &ostep, &err);
-    expect_refusal(rc, &err, ZS_ERR_INVALID, "use NONE", "commit with param_dtype fp32");
+    expect_refusal(rc, &err, ZS_ERR_STATE, "elements staged",
+                   "commit with param_dtype fp32 (no copy): only the staging is missing");
     c.param_dtype = (zs_dtype_t)7;
     rc = zs_shard_commit(sh, &c, &applied, &ostep, &err);
     expect_refusal(rc, &err, ZS_ERR_INVALID, "unknown param_dtype 7", "commit with param_dtype 7");
@@ -495,11 +499,15 @@ static void expect_lowp_pulls(zs_shard_t *sh, uint64_t a, uint64_t k, uint64_t w
     uint16_t *h = malloc(k * 2), *c = malloc(k * 2);
     TEST_CHECK(f && h && c);
     uint64_t step;
-    TEST_OK(zs_shard_pull(sh, want_step, a, k, ZS_DTYPE_F32, f, now_ms() + 5000, &step, &err), err);
+    TEST_OK(zs_shard_pull(sh, want_step, a, k, ZS_DTYPE_F32, f, now_ms() + 5000, NULL, NULL, &step,
+                          &err),
+            err);
     TEST_CHECK(step == want_step);
     zs_dtype_t lowp[2] = {ZS_DTYPE_BF16, ZS_DTYPE_F16};
     for (int i = 0; i < 2; i++) {
-        TEST_OK(zs_shard_pull(sh, want_step, a, k, lowp[i], h, now_ms() + 5000, &step, &err), err);
+        TEST_OK(zs_shard_pull(sh, want_step, a, k, lowp[i], h, now_ms() + 5000, NULL, NULL, &step,
+                              &err),
+                err);
         zs_cast(c, lowp[i], f, ZS_DTYPE_F32, (size_t)k);
         TEST_CHECKF(memcmp(h, c, k * 2) == 0, "%s pull of [%llu, +%llu) != zs_cast(fp32 pull)",
                     zs_dtype_name(lowp[i]), (unsigned long long)a, (unsigned long long)k);
@@ -539,6 +547,12 @@ static void *commit_later(void *p)
     return NULL;
 }
 
+/* zs_shard_cancel_fn: the caller "leaves" at the third poll. */
+static int leave_after_3(void *ud)
+{
+    return ++*(int *)ud >= 3;
+}
+
 static void skip_pull_state(zs_shard_t *sh, state_t *ref)
 {
     zs_err_t err;
@@ -564,7 +578,9 @@ static void skip_pull_state(zs_shard_t *sh, state_t *ref)
     float *f = malloc(g_n * 4);
     TEST_CHECK(f);
     uint64_t step;
-    TEST_OK(zs_shard_pull(sh, 3, g_rb, g_n, ZS_DTYPE_F32, f, now_ms() + 20000, &step, &err), err);
+    TEST_OK(
+        zs_shard_pull(sh, 3, g_rb, g_n, ZS_DTYPE_F32, f, now_ms() + 20000, NULL, NULL, &step, &err),
+        err);
     int64_t waited = now_ms() - t0;
     pthread_join(th, NULL);
     TEST_CHECKF(l.rc == ZS_OK, "commit thread failed: %d", l.rc);
@@ -581,18 +597,31 @@ static void skip_pull_state(zs_shard_t *sh, state_t *ref)
 
     /* A step never committed: ZS_ERR_TIMEOUT at the deadline. */
     t0 = now_ms();
-    int rc = zs_shard_pull(sh, 4, g_rb, 10, ZS_DTYPE_F32, f, now_ms() + 300, &step, &err);
+    int rc =
+        zs_shard_pull(sh, 4, g_rb, 10, ZS_DTYPE_F32, f, now_ms() + 300, NULL, NULL, &step, &err);
     waited = now_ms() - t0;
     expect_refusal(rc, &err, ZS_ERR_TIMEOUT, "step 4 not reached before the deadline",
                    "pull of a step never committed");
     TEST_CHECKF(waited >= 280 && waited < 5000, "timed out after %lld ms", (long long)waited);
 
+    /* The same with a far deadline and a caller that leaves after ~300 ms:
+     * ZS_ERR_CANCELLED soon after, polled while waiting. */
+    int polls = 0;
+    t0 = now_ms();
+    rc = zs_shard_pull(sh, 4, g_rb, 10, ZS_DTYPE_F32, f, now_ms() + 3600 * 1000, leave_after_3,
+                       &polls, &step, &err);
+    waited = now_ms() - t0;
+    expect_refusal(rc, &err, ZS_ERR_CANCELLED, "abandoned", "pull whose caller left");
+    TEST_CHECKF(polls == 3 && waited >= 200 && waited < 2000, "cancelled after %lld ms, %d polls",
+                (long long)waited, polls);
+
     /* Read refusals. */
-    rc = zs_shard_pull(sh, 0, g_rb, 10, ZS_DTYPE_NONE, f, now_ms() + 1000, &step, &err);
+    rc = zs_shard_pull(sh, 0, g_rb, 10, ZS_DTYPE_NONE, f, now_ms() + 1000, NULL, NULL, &step, &err);
     expect_refusal(rc, &err, ZS_ERR_INVALID, "unknown pull dtype 3", "pull in dtype NONE");
-    rc = zs_shard_pull(sh, 0, g_rb - 10, 20, ZS_DTYPE_F32, f, now_ms() + 1000, &step, &err);
+    rc = zs_shard_pull(sh, 0, g_rb - 10, 20, ZS_DTYPE_F32, f, now_ms() + 1000, NULL, NULL, &step,
+                       &err);
     expect_refusal(rc, &err, ZS_ERR_RANGE, "outside", "pull below the range");
-    rc = zs_shard_pull(sh, 0, g_rb, 0, ZS_DTYPE_F32, f, now_ms() + 1000, &step, &err);
+    rc = zs_shard_pull(sh, 0, g_rb, 0, ZS_DTYPE_F32, f, now_ms() + 1000, NULL, NULL, &step, &err);
     expect_refusal(rc, &err, ZS_ERR_INVALID, "count 0", "pull of count 0");
     rc = zs_shard_get_state(sh, (zs_tensor_t)3, g_rb, 10, f, &step, &err);
     expect_refusal(rc, &err, ZS_ERR_INVALID, "unknown tensor 3", "get_state of tensor 3");
@@ -636,6 +665,22 @@ static void corrupt(zs_shard_t *sh, uint64_t step, int tensor)
     TEST_OK(rc, err);
 }
 
+/* Commit is idempotent across restarts and restores: step 4 again with its
+ * scalars is OK and changes nothing; with another lr it is refused. */
+static void expect_recommit(zs_shard_t *sh, const state_t *s4, const char *when)
+{
+    zs_err_t err;
+    uint64_t a, o;
+    zs_commit_t c = scalars(4, 0, ZS_DTYPE_NONE);
+    TEST_OK(zs_shard_commit(sh, &c, &a, &o, &err), err);
+    TEST_CHECK(a == 4 && o == s4->ostep);
+    expect_state(sh, s4, when);
+    c.lr *= 2;
+    int rc = zs_shard_commit(sh, &c, &a, &o, &err);
+    expect_refusal(rc, &err, ZS_ERR_STATE, "already committed with different scalars", when);
+    printf("ok  commit of step 4 repeated %s: OK, nothing applied\n", when);
+}
+
 static void checkpoints(zs_shard_t **shp, const char *dir, state_t *ref)
 {
     zs_shard_t *sh = *shp;
@@ -664,6 +709,7 @@ static void checkpoints(zs_shard_t **shp, const char *dir, state_t *ref)
     TEST_OK(zs_shard_restore(sh, 4, &err), err);
     expect_state(sh, &s4, "after restore 4");
     printf("ok  checkpoint + restore roundtrips (steps 3 and 4) bitwise\n");
+    expect_recommit(sh, &s4, "after restore 4");
 
     rc = zs_shard_restore(sh, 99, &err);
     expect_refusal(rc, &err, ZS_ERR_NOTFOUND, "99", "restore of a missing step");
@@ -683,6 +729,7 @@ static void checkpoints(zs_shard_t **shp, const char *dir, state_t *ref)
     sh = *shp = open_shard(dir);
     expect_state(sh, &s4, "after reopening");
     printf("ok  reopened shard loaded the newest checkpoint (4)\n");
+    expect_recommit(sh, &s4, "after reopening");
 
     /* A corrupted checkpoint is refused and the live state stays. */
     state_t s5;
@@ -745,7 +792,8 @@ static void lowp_switch(const char *dir)
     for (uint64_t step = 1; step <= 12; step++) {
         zs_dtype_t pdt = step % 2 ? ZS_DTYPE_BF16 : ZS_DTYPE_F16;
         uint64_t st, applied, ostep;
-        TEST_OK(zs_shard_pull(sh, step - 1, a, k, ZS_DTYPE_F32, before, now_ms() + 5000, &st, &err),
+        TEST_OK(zs_shard_pull(sh, step - 1, a, k, ZS_DTYPE_F32, before, now_ms() + 5000, NULL, NULL,
+                              &st, &err),
                 err);
         for (uint64_t i = 0; i < n; i++)
             g[i] = 0.5f * zs_rand_unit(step, i);
@@ -758,9 +806,11 @@ static void lowp_switch(const char *dir)
         }
         zs_commit_t c = {step, 1.0f, 1.0f, 1e-2f, 0, pdt};
         TEST_OK(zs_shard_commit(sh, &c, &applied, &ostep, &err), err);
-        TEST_OK(zs_shard_pull(sh, step - 1, a, k, pdt, got, now_ms() + 5000, &st, &err), err);
+        TEST_OK(zs_shard_pull(sh, step - 1, a, k, pdt, got, now_ms() + 5000, NULL, NULL, &st, &err),
+                err);
         uint64_t st2;
-        TEST_OK(zs_shard_pull(sh, step, a, k, ZS_DTYPE_F32, after, now_ms() + 5000, &st2, &err),
+        TEST_OK(zs_shard_pull(sh, step, a, k, ZS_DTYPE_F32, after, now_ms() + 5000, NULL, NULL,
+                              &st2, &err),
                 err);
         TEST_CHECK(st == step - 1 || st == step);
         inside += st == step - 1;
@@ -777,12 +827,108 @@ static void lowp_switch(const char *dir)
     zs_shard_destroy(sh);
 }
 
+/* A shard whose budget holds its state and 4 KiB more: a second state
+ * (Initialize beside it) is refused, and so is the growth of the staged-range
+ * records past 4 KiB (256 disjoint 1-element pushes); a skip commit of that
+ * step returns their budget, and Hello's mem_reserved is the state's share
+ * again. */
+static void budget(const char *dir)
+{
+    zs_shard_opts_t o = {dir, 1, 2, "unit-budget", zs_shard_state_bytes(g_n) + 4096};
+    zs_shard_t *sh;
+    zs_err_t err;
+    TEST_OK(zs_shard_create(&o, &sh, &err), err);
+    zs_shard_identity_t id = identity(MODEL, P, S, INDEX);
+    TEST_OK(init_model(sh, &id, 0, 0, &err), err);
+    zs_shard_info_t in = info(sh);
+    free(in.checkpoints);
+    TEST_CHECK(in.mem_budget == o.mem_budget && in.mem_reserved == zs_shard_state_bytes(g_n));
+    zs_shard_init_t *pending;
+    int rc = zs_shard_init_begin(sh, &id, &g_hp, 0, 0, &pending, &err);
+    expect_refusal(rc, &err, ZS_ERR_NOMEM, "memory budget", "init beside the installed state");
+    rc = ZS_OK;
+    int k = 0;
+    void *dst;
+    for (; k < 1000 && !rc; k++) {
+        rc = zs_shard_push_reserve(sh, 1, g_rb + 2 * (uint64_t)k, 1, ZS_DTYPE_F32, &dst, &err);
+        if (!rc) {
+            memset(dst, 0, 4);
+            zs_shard_push_done(sh, 1, g_rb + 2 * (uint64_t)k, 1, 1);
+        }
+    }
+    expect_refusal(rc, &err, ZS_ERR_NOMEM, "staged-range records", "many disjoint pushes");
+    TEST_CHECKF(k - 1 == 256, "refused at push %d, want 256 (records of 16 B, 4 KiB free)", k - 1);
+    in = info(sh);
+    free(in.checkpoints);
+    TEST_CHECK(in.mem_reserved == zs_shard_state_bytes(g_n) + 4096);
+    zs_commit_t c = scalars(1, 1, ZS_DTYPE_NONE);
+    uint64_t a, os;
+    TEST_OK(zs_shard_commit(sh, &c, &a, &os, &err), err);
+    c.param_dtype = ZS_DTYPE_F32; /* the same commit: F32 means no copy */
+    TEST_OK(zs_shard_commit(sh, &c, &a, &os, &err), err);
+    in = info(sh);
+    free(in.checkpoints);
+    TEST_CHECK(in.mem_reserved == zs_shard_state_bytes(g_n));
+    printf("ok  budget: records returned by the commit; %llu bytes reserved (the state)\n",
+           (unsigned long long)in.mem_reserved);
+
+    /* Push streams (step 2): one stages [rb, rb+100) in fp32 and stays open:
+     * Commit is refused until it ends. A second re-pushes those elements and
+     * is refused at its next chunk: staged count and bytes unchanged. */
+    zs_shard_push_t *ps;
+    uint64_t staged;
+    float *g = calloc(g_n, 4), *got = calloc(g_n, 4);
+    TEST_CHECK(g && got);
+    for (uint64_t i = 0; i < g_n; i++)
+        g[i] = 1.0f + (float)i;
+    TEST_OK(zs_shard_push_begin(sh, &ps, &err), err);
+    TEST_OK(zs_shard_push_chunk(ps, 2, g_rb, 100, ZS_DTYPE_F32, &dst, &err), err);
+    memcpy(dst, g, 400);
+    zs_shard_push_chunk_done(ps);
+    c = scalars(2, 1, ZS_DTYPE_NONE);
+    rc = zs_shard_commit(sh, &c, &a, &os, &err);
+    expect_refusal(rc, &err, ZS_ERR_STATE, "still open", "commit while a push stream is open");
+    TEST_OK(zs_shard_push_end(ps, 1, &staged, &err), err);
+    TEST_CHECK(staged == 100);
+    TEST_OK(zs_shard_push_begin(sh, &ps, &err), err);
+    TEST_OK(zs_shard_push_chunk(ps, 2, g_rb, 100, ZS_DTYPE_F32, &dst, &err), err);
+    memset(dst, 0xFF, 400); /* must land in a buffer, not in the staged bytes */
+    zs_shard_push_chunk_done(ps);
+    rc = zs_shard_push_chunk(ps, 2, g_rb + 100, 10, ZS_DTYPE_BF16, &dst, &err);
+    expect_refusal(rc, &err, ZS_ERR_INVALID, "cannot be mixed in", "re-push, then a bf16 chunk");
+    TEST_CHECK(zs_shard_push_end(ps, 0, &staged, &err) == ZS_OK && staged == 100);
+    TEST_CHECK(memcmp(sh->st.staging[0], g, 400) == 0); /* step 2: parity 0 */
+    free(g);
+    free(got);
+    printf("ok  push streams: staged at their end; a refused re-push left the staged bytes\n");
+
+    /* At the last step: nothing after it is taken, nothing wraps to 0. */
+    TEST_OK(zs_shard_set_step(sh, ZS_SHARD_STEP_MAX, ZS_SHARD_STEP_MAX, &err), err);
+    rc = zs_shard_push_reserve(sh, ZS_SHARD_STEP_MAX + 1, g_rb, 1, ZS_DTYPE_F32, &dst, &err);
+    expect_refusal(rc, &err, ZS_ERR_INVALID, "above the largest step", "push after the last step");
+    rc = zs_shard_push_reserve(sh, 0, g_rb, 1, ZS_DTYPE_F32, &dst, &err);
+    expect_refusal(rc, &err, ZS_ERR_STATE, "already committed", "push of step 0 at the last step");
+    c = scalars(ZS_SHARD_STEP_MAX + 1, 1, ZS_DTYPE_NONE);
+    rc = zs_shard_commit(sh, &c, &a, &os, &err);
+    expect_refusal(rc, &err, ZS_ERR_INVALID, "above the largest step",
+                   "commit after the last step");
+    c = scalars(0, 1, ZS_DTYPE_NONE);
+    rc = zs_shard_commit(sh, &c, &a, &os, &err);
+    expect_refusal(rc, &err, ZS_ERR_STATE, "expects step", "commit of step 0 at the last step");
+    rc = zs_shard_set_step(sh, ZS_SHARD_STEP_MAX + 1, 0, &err);
+    expect_refusal(rc, &err, ZS_ERR_INVALID, "above the largest step", "set-step past the last");
+    in = info(sh);
+    free(in.checkpoints);
+    TEST_CHECK(in.applied_step == ZS_SHARD_STEP_MAX && in.optimizer_step == ZS_SHARD_STEP_MAX);
+    zs_shard_destroy(sh);
+}
+
 /* Our temp dirs (made by mkdtemp in main), removed at exit, failures too. */
-static char g_dirs[2][32];
+static char g_dirs[3][32];
 
 static void remove_dirs(void)
 {
-    for (int i = 0; i < 2; i++)
+    for (int i = 0; i < 3; i++)
         if (g_dirs[i][0]) {
             char cmd[128];
             snprintf(cmd, sizeof cmd, "rm -rf '%s'", g_dirs[i]);
@@ -824,6 +970,7 @@ int main(void)
     zs_shard_destroy(sh);
     state_free(&ref);
     lowp_switch(make_dir(1));
+    budget(make_dir(2));
     printf("PASS test_shard\n");
     return 0;
 }

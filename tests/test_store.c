@@ -10,11 +10,19 @@
  * read; delete (space back at once); prune(keep=2); reopen keeps complete
  * checkpoints; chunks without a marker (written straight into RocksDB, as a
  * crash leaves them) are never listed and are removed by zs_store_open, and
- * so is the space of a delete that died after its synced batch.
+ * so is the space of a delete that died after its synced batch. A full disk
+ * (a 128 MiB tmpfs, where it can be mounted): a failed write marks the store
+ * degraded, the process survives, writes and deletes are refused while the
+ * disk stays full, and once there is room (less than RocksDB's own recovery
+ * waits for) the next write succeeds and every checkpoint reads back; open on
+ * a full disk is refused, not aborted.
  * Does not: kill processes (test_store_crash.c does) or measure speed.
  */
 #define _GNU_SOURCE
+#include <fcntl.h>
 #include <ftw.h>
+#include <sys/stat.h>
+#include <sys/statvfs.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -259,6 +267,128 @@ static void expect_meta(zs_store_t *st, uint64_t step, const void *want, size_t 
     free(meta);
 }
 
+/* ---- a full disk (a small tmpfs; skipped where it cannot be mounted) ------ */
+
+static char g_mnt[32];
+
+static void unmount_tmpfs(void)
+{
+    if (g_mnt[0]) {
+        char cmd[160];
+        snprintf(cmd, sizeof cmd, "umount -l '%s' 2>/dev/null; rmdir '%s' 2>/dev/null", g_mnt,
+                 g_mnt);
+        if (system(cmd) != 0)
+            fprintf(stderr, "warning: could not unmount %s\n", g_mnt);
+        g_mnt[0] = '\0';
+    }
+}
+
+/* Free bytes of the file system holding `path`. */
+static double free_mib(const char *path)
+{
+    struct statvfs v;
+    TEST_CHECK(statvfs(path, &v) == 0);
+    return (double)v.f_bavail * (double)v.f_frsize / (1 << 20);
+}
+
+/* Append to `path` until the disk is full (down to the last page: a few
+ * free KiB would take RocksDB's log lines); returns its size in bytes. */
+static off_t fill_disk(const char *path)
+{
+    int fd = open(path, O_WRONLY | O_CREAT | O_APPEND, 0600);
+    TEST_CHECK(fd >= 0);
+    static char block[1 << 16];
+    for (size_t bs = sizeof block; bs >= 1; bs /= 2)
+        while (write(fd, block, bs) > 0)
+            ;
+    struct stat sb;
+    TEST_CHECK(fstat(fd, &sb) == 0 && close(fd) == 0);
+    return sb.st_size;
+}
+
+/* The store on a 128 MiB tmpfs: a checkpoint, then the disk filled by another
+ * file. A write fails with RESOURCE_EXHAUSTED (ZS_ERR_NOMEM, "No space") and
+ * marks the store degraded; the process survives RocksDB's background retries
+ * (6 s); a write while the disk is still full is refused without touching
+ * RocksDB. Then the filler shrinks to leave 40 MiB free: less than the 64 MiB
+ * RocksDB's own error recovery waits for, so only the store's recovery
+ * (reopen) brings writes back. The next write succeeds, the store is healthy,
+ * the checkpoints read back bitwise, and a delete works. */
+static void test_disk_full(void)
+{
+    snprintf(g_mnt, sizeof g_mnt, "/tmp/zs-enospc-XXXXXX");
+    TEST_CHECK(mkdtemp(g_mnt));
+    char cmd[300], dir[160], filler[160];
+    snprintf(cmd, sizeof cmd, "mount -t tmpfs -o size=128m zs-enospc '%s' 2>/dev/null", g_mnt);
+    if (system(cmd) != 0) {
+        rmdir(g_mnt);
+        g_mnt[0] = '\0';
+        printf("  SKIP: cannot mount a tmpfs here (needs root and CAP_SYS_ADMIN)\n");
+        return;
+    }
+    atexit(unmount_tmpfs);
+    snprintf(dir, sizeof dir, "%s/db", g_mnt);
+    snprintf(filler, sizeof filler, "%s/filler", g_mnt);
+    const uint64_t n = 1u << 20; /* 12 MiB per checkpoint */
+    zs_err_t err = {0};
+    zs_store_t *st = NULL;
+    uint64_t steps[8];
+    TEST_OK(zs_store_open(dir, &st, &err), err);
+    write_ckpt(st, 1, n, "a", 1);
+    off_t fsize = fill_disk(filler);
+    printf("  disk full: %.0f bytes free\n", free_mib(g_mnt) * (1 << 20));
+
+    state_t s = make_state(n, 2);
+    zs_store_ckpt_t ck = {2, n, {s.t[0], s.t[1], s.t[2]}, "b", 1};
+    int rc = zs_store_write(st, &ck, &err);
+    printf("  write on a full disk: %s: %s\n", zs_status_name(rc), err.msg);
+    TEST_CHECK(rc == ZS_ERR_NOMEM && strstr(err.msg, "No space"));
+    char why[ZS_ERR_MSG_MAX];
+    TEST_CHECK(zs_store_health(st, why, sizeof why) == 1 && strstr(why, "No space"));
+    /* RocksDB drops its partial table file: keep the disk full while its
+     * recovery retries (every 5 s, logging each time; that logging used to
+     * abort the process), then top it up again. */
+    fill_disk(filler);
+    sleep(6); /* one of them (test_server_disk waits through two) */
+    fsize = fill_disk(filler);
+    printf("  disk full again: %.0f bytes free\n", free_mib(g_mnt) * (1 << 20));
+    zs_err_clear(&err);
+    rc = zs_store_write(st, &ck, &err);
+    printf("  again, still full: %s: %s\n", zs_status_name(rc), err.msg);
+    TEST_CHECK(rc == ZS_ERR_NOMEM && strstr(err.msg, "disk full: 0.0 MiB free"));
+    TEST_CHECK(zs_store_delete(st, 1, &err) == ZS_ERR_NOMEM); /* refused too: nothing deleted */
+    TEST_CHECK(zs_store_health(st, why, sizeof why) == 1);
+    TEST_CHECK(list(st, steps, 8) == 1 && steps[0] == 1);
+    expect_ckpt(st, 1, n);
+
+    TEST_CHECK(truncate(filler, fsize - (off_t)(40 << 20)) == 0);
+    printf("  filler shrunk: %.1f MiB free\n", free_mib(g_mnt));
+    zs_err_clear(&err);
+    rc = zs_store_write(st, &ck, &err);
+    TEST_CHECKF(rc == ZS_OK, "write after space came back: %s: %s", zs_status_name(rc), err.msg);
+    TEST_CHECK(zs_store_health(st, why, sizeof why) == 0 && why[0] == '\0');
+    write_ckpt(st, 3, n, "c", 1);
+    TEST_CHECK(list(st, steps, 8) == 3 && steps[1] == 2 && steps[2] == 3);
+    expect_ckpt(st, 1, n);
+    expect_ckpt(st, 2, n);
+    expect_ckpt(st, 3, n);
+    TEST_OK(zs_store_delete(st, 1, &err), err);
+    zs_store_close(st);
+    /* RocksDB cannot open on a full disk (it aborts): refused instead. */
+    fsize = fill_disk(filler);
+    zs_store_t *none = (zs_store_t *)1;
+    rc = zs_store_open(dir, &none, &err);
+    printf("  open on a full disk: %s: %s\n", zs_status_name(rc), err.msg);
+    TEST_CHECK(rc == ZS_ERR_NOMEM && none == NULL && strstr(err.msg, "disk full"));
+    TEST_CHECK(truncate(filler, fsize - (off_t)(40 << 20)) == 0);
+    TEST_OK(zs_store_open(dir, &st, &err), err);
+    TEST_CHECK(list(st, steps, 8) == 2 && steps[0] == 2);
+    expect_ckpt(st, 2, n);
+    zs_store_close(st);
+    free_state(&s);
+    unmount_tmpfs();
+}
+
 int main(void)
 {
     setvbuf(stdout, NULL, _IOLBF, 0);
@@ -476,6 +606,9 @@ int main(void)
     expect_ckpt(st, 300, 10);
     expect_ckpt(st, 1000000000000ull, 5);
     zs_store_close(st);
+
+    printf("a full disk, then space again\n");
+    test_disk_full();
 
     free(meta_max);
     char cmd[400];
