@@ -29,7 +29,40 @@ typedef struct {
     float *act[MAXL + 1]; /* [B, n] each */
     float *dact, *dtmp;
     double loss;
+    zs_stream_t *stream; /* the engine's compute stream (bind) */
+    int64_t first;       /* sample of the loaded batch */
 } stack_t;
+
+/* Each callback enqueues its work on the compute stream as a host function
+ * (the device interface's CPU path), so it runs in order with the engine's
+ * collectives and copies. */
+typedef struct {
+    stack_t *s;
+    int l, bwd;
+    float dloss;
+    float *p, *g;
+    int64_t first;
+} call_t;
+
+static int run_forward(stack_t *s, int l, const float *p);
+static int run_backward(stack_t *s, int l, const float *p, float *g, float dloss);
+
+static int call_fn(void *args, zs_err_t *err)
+{
+    call_t *c = args;
+    if (c->l < 0) { /* load the batch */
+        for (int i = 0; i < c->s->B * c->s->n; i++)
+            c->s->act[0][i] = (float)((c->first * 31 + i) % 17) / 17.0f - 0.5f;
+        return ZS_OK;
+    }
+    return c->bwd ? run_backward(c->s, c->l, c->p, c->g, c->dloss) : run_forward(c->s, c->l, c->p);
+}
+
+static int bind(void *self, zs_dev_t *dev, zs_stream_t *compute, zs_err_t *err)
+{
+    ((stack_t *)self)->stream = compute;
+    return ZS_OK;
+}
 
 static int init_params(void *self, int layer, float *p, zs_err_t *err)
 {
@@ -44,17 +77,37 @@ static int init_params(void *self, int layer, float *p, zs_err_t *err)
 static int load_batch(void *self, const zs_batch_ctx_t *b, zs_err_t *err)
 {
     stack_t *s = self;
-    for (int i = 0; i < s->B * s->n; i++)
-        s->act[0][i] = (float)((zs_batch_sample(b, 0) * 31 + i) % 17) / 17.0f - 0.5f;
-    return ZS_OK;
+    call_t c = {s, -1, 0, 0, NULL, NULL, zs_batch_sample(b, 0)};
+    return zs_dev_host_fn(s->stream, call_fn, &c, sizeof c, err);
 }
 
-/* y[B, n] = tanh(x[B, n] W[n, n] + bias) */
 static int forward(void *self, int l, float *const *p, zs_err_t *err)
 {
     stack_t *s = self;
+    call_t c = {s, l, 0, 0, p[0], NULL, 0};
+    return zs_dev_host_fn(s->stream, call_fn, &c, sizeof c, err);
+}
+
+static int backward(void *self, int l, float *const *p, float *const *g, float dloss, zs_err_t *err)
+{
+    stack_t *s = self;
+    call_t c = {s, l, 1, dloss, p[0], g[0], 0};
+    return zs_dev_host_fn(s->stream, call_fn, &c, sizeof c, err);
+}
+
+static int loss(void *self, double *out, zs_err_t *err)
+{
+    stack_t *s = self;
+    int rc = zs_dev_stream_sync(s->stream, err);
+    *out = s->loss;
+    return rc;
+}
+
+/* y[B, n] = tanh(x[B, n] W[n, n] + bias) */
+static int run_forward(stack_t *s, int l, const float *p)
+{
     int n = s->n;
-    const float *W = p[0], *bias = p[0] + (size_t)n * n;
+    const float *W = p, *bias = p + (size_t)n * n;
     for (int b = 0; b < s->B; b++) {
         float *y = s->act[l + 1] + (size_t)b * n;
         const float *x = s->act[l] + (size_t)b * n;
@@ -77,17 +130,11 @@ static int forward(void *self, int l, float *const *p, zs_err_t *err)
     return ZS_OK;
 }
 
-static double loss(void *self)
+static int run_backward(stack_t *s, int l, const float *p, float *g, float dloss)
 {
-    return ((stack_t *)self)->loss;
-}
-
-static int backward(void *self, int l, float *const *p, float *const *g, float dloss, zs_err_t *err)
-{
-    stack_t *s = self;
     int n = s->n;
-    const float *W = p[0];
-    float *dW = g[0], *db = g[0] + (size_t)n * n;
+    const float *W = p;
+    float *dW = g, *db = g + (size_t)n * n;
     if (l == s->L - 1)
         for (int i = 0; i < s->B * n; i++)
             s->dact[i] = dloss * s->act[s->L][i] / (float)s->B;
@@ -118,7 +165,7 @@ static int backward(void *self, int l, float *const *p, float *const *g, float d
 int main(int argc, char **argv)
 {
     int provided;
-    MPI_Init_thread(&argc, &argv, MPI_THREAD_FUNNELED, &provided);
+    MPI_Init_thread(&argc, &argv, MPI_THREAD_SERIALIZED, &provided);
     const char *servers = NULL, *dtype = "bf16";
     int offload = 0, stage = 2, L = 8, n = 2500, B = 4, steps = 6;
     for (int i = 1; i + 1 < argc; i += 2) {
@@ -144,8 +191,9 @@ int main(int argc, char **argv)
         return 2;
     }
     zs_err_t err;
+    zs_dev_t *dev;
     zs_coll_t *coll;
-    if (zs_coll_mpi_create(&coll, &err)) {
+    if (zs_dev_cpu_create(1, &dev, &err) || zs_coll_mpi_create(dev, &coll, &err)) {
         fprintf(stderr, "%s\n", err.msg);
         return 1;
     }
@@ -160,7 +208,7 @@ int main(int argc, char **argv)
     for (int l = 0; l < L; l++)
         s->nparams[l] = (size_t)n * n + (size_t)n;
     s->model =
-        (zs_model_t){s, L, s->nparams, NULL, init_params, load_batch, forward, loss, backward};
+        (zs_model_t){s, L, s->nparams, NULL, init_params, bind, load_batch, forward, loss, backward};
     char json[512];
     snprintf(json, sizeof json,
              "{\"train_micro_batch_size_per_gpu\": %d, \"gradient_accumulation_steps\": 1,"
@@ -175,7 +223,7 @@ int main(int argc, char **argv)
         fprintf(stderr, "config: %s\n", err.msg);
         return 1;
     }
-    zs_engine_opts_t eo = {&cfg, coll, offload ? servers : NULL, NULL, "bench-stack", 300000};
+    zs_engine_opts_t eo = {&cfg, coll, offload ? servers : NULL, NULL, "bench-stack", 300000, 0};
     zs_engine_t *e;
     if (zs_engine_create(&eo, &s->model, &e, &err) || zs_engine_start(e, &err)) {
         fprintf(stderr, "engine: %s\n", err.msg);
@@ -209,6 +257,7 @@ int main(int argc, char **argv)
                zs_bench_median(cm, k), zs_bench_median(op, k));
     zs_engine_destroy(e);
     zs_coll_destroy(coll);
+    zs_dev_destroy(dev);
     MPI_Finalize();
     return 0;
 }

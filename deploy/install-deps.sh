@@ -7,7 +7,9 @@
 # on GPU machines and the build switches it on only when nvcc is found.
 set -euo pipefail
 
-PKGS=(
+# ZS_DEPS=build installs only what building and running needs (container
+# images); the default, all, adds what the test suite uses.
+BUILD_PKGS=(
   build-essential cmake pkg-config git
   libgrpc-dev                      # gRPC C core (grpc/grpc.h)
   protobuf-c-compiler libprotobuf-c-dev
@@ -16,10 +18,21 @@ PKGS=(
   libcjson-dev                     # DeepSpeed-style JSON configs
   libopenblas-dev                  # GEMMs of the CPU GPT model (cblas.h)
   libopenmpi-dev openmpi-bin       # CPU collectives and launch
+)
+TEST_PKGS=(
   python3 python3-torch python3-numpy  # reference tests (torch.optim.AdamW...)
   gnuplot-nox                      # loss / step-time plots
   openssl                          # TLS test certificates
+  # test_slurm: a two-node Slurm cluster started by the test (~9 s to install)
+  munge slurmctld slurmd slurm-client
+  # test_k8s: deploy/k8s checked offline (yamllint; API models for the schema)
+  yamllint python3-kubernetes
 )
+case "${ZS_DEPS:-all}" in
+  build) PKGS=("${BUILD_PKGS[@]}") ;;
+  all) PKGS=("${BUILD_PKGS[@]}" "${TEST_PKGS[@]}") ;;
+  *) echo "install-deps: ZS_DEPS=${ZS_DEPS}: use build or all" >&2; exit 2 ;;
+esac
 
 missing=()
 for p in "${PKGS[@]}"; do

@@ -14,7 +14,9 @@
  * same IEEE fp32 operations in the same order (sqrt and division are
  * correctly rounded in SSE/AVX as in C); (2) no FMA: the build uses
  * -ffp-contract=off and the intrinsics use separate mul/add; (3) the per-step
- * scalars below are computed once by adam_consts() and shared; (4) the grad
+ * scalars are computed once by adam_consts() (zs_math_adam_init in zs_math.h,
+ * shared with the CUDA kernel, as is the portable element update) and shared
+ * by all paths; (4) the grad
  * and output conversions are the bitwise-identical ones of zs_cast.c (the
  * vector helpers are repeated here so they inline; tests compare both).
  *
@@ -43,6 +45,7 @@
  * Tails shorter than a vector go through the portable element function.
  */
 #include "zs_adam.h"
+#include "zs_math.h"
 #include "zs_simd.h"
 #include "zs_simd_cvt.h"
 
@@ -56,70 +59,16 @@
 
 enum { PATH_PORTABLE = ZS_SIMD_PORTABLE, PATH_AVX2 = ZS_SIMD_AVX2, PATH_AVX512 = ZS_SIMD_AVX512 };
 
-typedef struct {
-    float gscale, clip; /* grad_scale, clip_coef */
-    float b1, b2;       /* beta1, beta2 */
-    float omb1, omb2;   /* 1 - beta1, 1 - beta2 (fp32) */
-    float eps, wd;      /* eps, weight_decay */
-    float step_size;    /* (float)(lr / bc1) */
-    float bc2_sqrt;     /* (float)sqrt(bc2) */
-    float decay;        /* (float)(1 - lr * wd) */
-    int l2;             /* Adam with weight decay: g += wd * p */
-    int decoupled;      /* AdamW with weight decay: p *= decay */
-} adam_consts_t;
+/* The per-step scalars and the element update are zs_math.h's, shared with
+ * the CUDA kernel (kernels/cuda/zs_cuda_vec.cu). */
+typedef zs_math_adam_t adam_consts_t;
 
 static void adam_consts(const zs_adam_hparams_t *hp, const zs_adam_step_t *st, adam_consts_t *c)
 {
-    double bc1 = 1.0, bc2 = 1.0;
-    if (hp->bias_correction) {
-        bc1 = 1.0 - pow((double)hp->beta1, (double)st->t);
-        bc2 = 1.0 - pow((double)hp->beta2, (double)st->t);
-    }
-    c->gscale = st->grad_scale;
-    c->clip = st->clip_coef;
-    c->b1 = hp->beta1;
-    c->b2 = hp->beta2;
-    c->omb1 = 1.0f - hp->beta1;
-    c->omb2 = 1.0f - hp->beta2;
-    c->eps = hp->eps;
-    c->wd = hp->weight_decay;
-    c->step_size = (float)((double)st->lr / bc1);
-    c->bc2_sqrt = (float)sqrt(bc2);
-    c->decay = (float)(1.0 - (double)st->lr * (double)hp->weight_decay);
-    c->l2 = !hp->adam_w_mode && hp->weight_decay != 0.0f;
-    c->decoupled = hp->adam_w_mode && hp->weight_decay != 0.0f;
+    zs_math_adam_init(c, hp, st);
 }
 
 /* --------------------------------------------------------------- portable */
-
-static inline float load_grad1(const void *grad, zs_dtype_t gdt, size_t i)
-{
-    switch (gdt) {
-    case ZS_DTYPE_F32:
-        return ((const float *)grad)[i];
-    case ZS_DTYPE_BF16:
-        return zs_bf16_to_f32(((const uint16_t *)grad)[i]);
-    default:
-        return zs_f16_to_f32(((const uint16_t *)grad)[i]);
-    }
-}
-
-static inline void store_out1(void *out, zs_dtype_t pdt, size_t i, float x)
-{
-    switch (pdt) {
-    case ZS_DTYPE_F32:
-        ((float *)out)[i] = x;
-        break;
-    case ZS_DTYPE_BF16:
-        ((uint16_t *)out)[i] = zs_f32_to_bf16(x);
-        break;
-    case ZS_DTYPE_F16:
-        ((uint16_t *)out)[i] = zs_f32_to_f16(x);
-        break;
-    default:
-        break; /* ZS_DTYPE_NONE */
-    }
-}
 
 /* Elements [i, n): the portable path, and the tail of the SIMD paths. */
 static inline __attribute__((always_inline)) void
@@ -127,20 +76,8 @@ adam_portable_range(const adam_consts_t *c, float *p, float *m, float *v, const 
                     zs_dtype_t gdt, void *out, zs_dtype_t pdt, size_t i, size_t n)
 {
     for (; i < n; i++) {
-        float g = load_grad1(grad, gdt, i) * c->gscale * c->clip;
-        float pi = p[i];
-        if (c->l2)
-            g = g + c->wd * pi;
-        float mi = c->b1 * m[i] + c->omb1 * g;
-        float vi = c->b2 * v[i] + c->omb2 * g * g;
-        float denom = sqrtf(vi) / c->bc2_sqrt + c->eps;
-        if (c->decoupled)
-            pi = pi * c->decay;
-        pi = pi - (c->step_size * mi) / denom;
-        p[i] = pi;
-        m[i] = mi;
-        v[i] = vi;
-        store_out1(out, pdt, i, pi);
+        zs_math_adam_elem(c, zs_math_load(grad, gdt, i), &p[i], &m[i], &v[i]);
+        zs_math_store(out, pdt, i, p[i]);
     }
 }
 

@@ -1,7 +1,8 @@
 /*
  * zs_cast.c - fp32 <-> bf16 / fp16 conversions on the CPU (see zs_cast.h).
  *
- * What it does: scalar reference conversions, and zs_cast() over arrays with
+ * What it does: scalar reference conversions (their formulas are in zs_math.h,
+ * shared with the CUDA kernels), and zs_cast() over arrays with
  * three paths chosen at run time from CPU features (__builtin_cpu_supports):
  *
  *   avx512   AVX-512F/BW: 16 elements per step (vcvtps2ph / vcvtph2ps for fp16)
@@ -31,6 +32,7 @@
  * explicit rounding immediate). Tails shorter than a vector use the scalars.
  */
 #include "zs_cast.h"
+#include "zs_math.h"
 #include "zs_simd.h"
 #include "zs_simd_cvt.h"
 
@@ -42,89 +44,34 @@
 
 enum { PATH_PORTABLE = ZS_SIMD_PORTABLE, PATH_AVX2 = ZS_SIMD_AVX2, PATH_AVX512 = ZS_SIMD_AVX512 };
 
-static inline uint32_t f32_bits(float x)
-{
-    uint32_t u;
-    memcpy(&u, &x, sizeof u);
-    return u;
-}
-
-static inline float bits_f32(uint32_t u)
-{
-    float x;
-    memcpy(&x, &u, sizeof x);
-    return x;
-}
-
 /* ---------------------------------------------------------------- scalars */
+
+/* The formulas live in zs_math.h (shared with the CUDA kernels); these are
+ * their exported names. */
 
 /* fp32 -> bf16, round to nearest even; NaN quiet with sign kept; overflow -> Inf. */
 uint16_t zs_f32_to_bf16(float x)
 {
-    uint32_t u = f32_bits(x);
-    if ((u & 0x7FFFFFFFu) > 0x7F800000u)
-        return (uint16_t)((u >> 16) | 0x0040u);
-    return (uint16_t)((u + 0x7FFFu + ((u >> 16) & 1u)) >> 16);
+    return zs_math_f32_to_bf16(x);
 }
 
 /* bf16 -> fp32, exact (the bf16 bits become the top half). */
 float zs_bf16_to_f32(uint16_t h)
 {
-    return bits_f32((uint32_t)h << 16);
+    return zs_math_bf16_to_f32(h);
 }
 
 /* fp32 -> fp16, round to nearest even, exact subnormals, >= 65520 -> Inf,
  * NaN -> quiet NaN with sign and the top 9 payload bits kept. */
 uint16_t zs_f32_to_f16(float x)
 {
-    uint32_t u = f32_bits(x);
-    uint16_t sign = (uint16_t)((u >> 16) & 0x8000u);
-    uint32_t a = u & 0x7FFFFFFFu;
-
-    if (a > 0x7F800000u) /* NaN */
-        return (uint16_t)(sign | 0x7E00u | ((a >> 13) & 0x3FFu));
-    if (a >= 0x477FF000u) /* >= 65520 (and Inf): rounds past 65504 */
-        return (uint16_t)(sign | 0x7C00u);
-    if (a >= 0x38800000u) { /* >= 2^-14: normal fp16, rebias 127 -> 15 */
-        uint32_t r = a - (112u << 23);
-        return (uint16_t)(sign | ((r + 0xFFFu + ((r >> 13) & 1u)) >> 13));
-    }
-    /* Subnormal fp16 (or zero): value = m * 2^(e-150), unit = 2^-24, so the
-     * result is m >> (126 - e) rounded to nearest even. Below 2^-25 it is 0;
-     * exactly 2^-25 is a tie that goes to the even 0. */
-    uint32_t e = a >> 23;
-    if (e < 102)
-        return sign;
-    uint32_t m = (a & 0x7FFFFFu) | 0x800000u;
-    uint32_t shift = 126u - e; /* 14..24 */
-    uint32_t r = m >> shift;
-    uint32_t rem = m & ((1u << shift) - 1u);
-    uint32_t half = 1u << (shift - 1u);
-    if (rem > half || (rem == half && (r & 1u)))
-        r++; /* may carry to 0x400, the smallest normal: the right encoding */
-    return (uint16_t)(sign | r);
+    return zs_math_f32_to_f16(x);
 }
 
 /* fp16 -> fp32, exact; NaN is quieted (payload kept) as vcvtph2ps does. */
 float zs_f16_to_f32(uint16_t h)
 {
-    uint32_t sign = (uint32_t)(h & 0x8000u) << 16;
-    uint32_t e = (h >> 10) & 0x1Fu;
-    uint32_t m = h & 0x3FFu;
-
-    if (e == 0x1F) /* Inf or NaN */
-        return bits_f32(sign | 0x7F800000u | (m << 13) | (m ? 0x400000u : 0u));
-    if (e != 0)
-        return bits_f32(sign | ((e + 112u) << 23) | (m << 13));
-    if (m == 0)
-        return bits_f32(sign);
-    /* Subnormal: m * 2^-24; normalise so the leading 1 sits at bit 10. */
-    uint32_t exp = 113; /* biased fp32 exponent of 2^-14 */
-    while (!(m & 0x400u)) {
-        m <<= 1;
-        exp--;
-    }
-    return bits_f32(sign | (exp << 23) | ((m & 0x3FFu) << 13));
+    return zs_math_f16_to_f32(h);
 }
 
 /* --------------------------------------------------------------- portable */
@@ -132,29 +79,7 @@ float zs_f16_to_f32(uint16_t h)
 /* Element conversion through fp32; the one definition every tail uses. */
 static inline void cast_one(void *dst, zs_dtype_t ddt, const void *src, zs_dtype_t sdt, size_t i)
 {
-    float x;
-    switch (sdt) {
-    case ZS_DTYPE_F32:
-        x = ((const float *)src)[i];
-        break;
-    case ZS_DTYPE_BF16:
-        x = zs_bf16_to_f32(((const uint16_t *)src)[i]);
-        break;
-    default:
-        x = zs_f16_to_f32(((const uint16_t *)src)[i]);
-        break;
-    }
-    switch (ddt) {
-    case ZS_DTYPE_F32:
-        ((float *)dst)[i] = x;
-        break;
-    case ZS_DTYPE_BF16:
-        ((uint16_t *)dst)[i] = zs_f32_to_bf16(x);
-        break;
-    default:
-        ((uint16_t *)dst)[i] = zs_f32_to_f16(x);
-        break;
-    }
+    zs_math_store(dst, ddt, i, zs_math_load(src, sdt, i));
 }
 
 static void cast_range(void *dst, zs_dtype_t ddt, const void *src, zs_dtype_t sdt, size_t i,

@@ -6,7 +6,9 @@
  * pairs, element ranges) cut into tasks for zs_pool_run; a task owns the
  * elements it writes, so there are no atomics and no thread-count-dependent
  * reductions. Attention's four per-head products and every matmul are
- * cblas_sgemm calls on a single-threaded OpenBLAS.
+ * cblas_sgemm calls on a single-threaded OpenBLAS. The element formulas
+ * (LayerNorm, GELU, the cross-entropy gradient) are zs_math.h's, which the
+ * CUDA kernels (kernels/cuda/zs_cuda_gpt.cu) use too.
  */
 #include "zs_gpt_ops.h"
 
@@ -210,9 +212,9 @@ static void ln_fwd_rows(const void *arg, size_t lo, size_t hi)
             v += d * d;
         }
         v /= (float)C;
-        float s = 1.0f / sqrtf(v + ZS_LN_EPS);
+        float s = zs_math_ln_rstd(v);
         for (size_t c = 0; c < C; c++)
-            o[c] = (x[c] - m) * s * j->w[c] + j->b[c];
+            o[c] = zs_math_ln_out(x[c], m, s, j->w[c], j->b[c]);
         j->mean[r] = m;
         j->rstd[r] = s;
     }
@@ -236,16 +238,14 @@ static void ln_bwd_rows(const void *arg, size_t lo, size_t hi)
         float m = j->cmean[r], s = j->crstd[r];
         float dmean = 0.0f, dnmean = 0.0f;
         for (size_t c = 0; c < C; c++) {
-            float dn = j->w[c] * d[c];
+            float dn = zs_math_ln_dnorm(j->w[c], d[c]);
             dmean += dn;
-            dnmean += dn * (x[c] - m) * s;
+            dnmean += zs_math_ln_dnorm_n(dn, x[c], m, s);
         }
         dmean /= (float)C;
         dnmean /= (float)C;
-        for (size_t c = 0; c < C; c++) {
-            float n = (x[c] - m) * s;
-            dx[c] += (j->w[c] * d[c] - dmean - n * dnmean) * s;
-        }
+        for (size_t c = 0; c < C; c++)
+            dx[c] += zs_math_ln_dx(x[c], m, s, j->w[c], d[c], dmean, dnmean);
     }
 }
 
@@ -264,7 +264,7 @@ static void ln_bwd_cols(const void *arg, size_t lo, size_t hi)
             const float *x = j->inp + r * C + c0, *d = j->dout + r * C + c0;
             float m = j->cmean[r], s = j->crstd[r];
             for (size_t c = 0; c < n; c++) {
-                aw[c] += (x[c] - m) * s * d[c];
+                aw[c] += zs_math_ln_dw(x[c], m, s, d[c]);
                 ab[c] += d[c];
             }
         }
@@ -453,24 +453,17 @@ void zs_op_attention_bwd(zs_pool_t *pool, float *dqkv, float *scratch, const flo
 
 /* ---- GELU, residual ---- */
 
-#define GELU_S 0.7978845608028654f /* sqrt(2 / pi) */
-#define GELU_C 0.044715f
-
 typedef struct {
     float *out, *o2;
     const float *a, *b;
 } ew_job_t;
 
-/* 0.5 x (1 + tanh(u)) = x * sigmoid(2u): one expf, and no cancellation in
- * 1 + tanh(u) for negative u. */
+/* 0.5 x (1 + tanh(u)) = x * sigmoid(2u) (zs_math_gelu). */
 static void gelu_fwd_range(const void *arg, size_t lo, size_t hi)
 {
     const ew_job_t *j = arg;
-    for (size_t i = lo; i < hi; i++) {
-        float x = j->a[i];
-        float u = GELU_S * (x + GELU_C * x * x * x);
-        j->out[i] = x / (1.0f + expf(-2.0f * u));
-    }
+    for (size_t i = lo; i < hi; i++)
+        j->out[i] = zs_math_gelu(j->a[i]);
 }
 
 void zs_op_gelu_fwd(zs_pool_t *pool, float *out, const float *inp, size_t n)
@@ -480,17 +473,13 @@ void zs_op_gelu_fwd(zs_pool_t *pool, float *out, const float *inp, size_t n)
 }
 
 /* d/dx 0.5 x (1 + tanh u) = 0.5 (1 + tanh u) + 0.5 x (1 - tanh^2 u) u'
- *                         = s + 2 x s (1 - s) u',  s = sigmoid(2u). */
+ *                         = s + 2 x s (1 - s) u',  s = sigmoid(2u)
+ * (zs_math_gelu_grad). */
 static void gelu_bwd_range(const void *arg, size_t lo, size_t hi)
 {
     const ew_job_t *j = arg;
-    for (size_t i = lo; i < hi; i++) {
-        float x = j->a[i];
-        float u = GELU_S * (x + GELU_C * x * x * x);
-        float s = 1.0f / (1.0f + expf(-2.0f * u));
-        float du = GELU_S * (1.0f + 3.0f * GELU_C * x * x);
-        j->out[i] = (s + 2.0f * x * s * (1.0f - s) * du) * j->b[i];
-    }
+    for (size_t i = lo; i < hi; i++)
+        j->out[i] = zs_math_gelu_grad(j->a[i], j->b[i]);
 }
 
 void zs_op_gelu_bwd(zs_pool_t *pool, float *dinp, const float *inp, const float *dout, size_t n)
@@ -571,9 +560,9 @@ static void xent_bwd_rows(const void *arg, size_t lo, size_t hi)
     for (size_t r = lo; r < hi; r++) {
         const float *l = j->logits + r * V;
         float *d = j->dlogits + r * V, lse = j->clse[r];
+        size_t t = (size_t)j->targets[r];
         for (size_t v = 0; v < V; v++)
-            d[v] = j->scale * expf(l[v] - lse);
-        d[j->targets[r]] -= j->scale;
+            d[v] = zs_math_xent_dlogit(l[v], lse, j->scale, v == t);
     }
 }
 

@@ -33,9 +33,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "zs_math.h" /* ZS_LN_EPS and the element formulas shared with CUDA */
 #include "zs_pool.h"
-
-#define ZS_LN_EPS 1e-5f
 
 /* Make OpenBLAS single-threaded (idempotent; every zs_op_* calls it). */
 void zs_op_init(void);

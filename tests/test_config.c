@@ -8,7 +8,10 @@
  * hand-computed results; checks that every error names the key and the
  * value, that every warning comes once by path, DeepSpeed's optimizer and
  * scheduler defaults, aliases and deprecated keys, hjson-style relaxed JSON,
- * and the printed dump.
+ * and the printed dump. Unknown keys (top level and nested) are refused,
+ * naming every one by path with the closest known key of its level (each
+ * suggestion, put in place of the typo, parses); allow_unknown turns them
+ * into one warning each; keys read but without effect are warned once.
  */
 #define _GNU_SOURCE
 #include <math.h>
@@ -74,6 +77,23 @@ static void load_ok(const char *path, zs_config_t *cfg, warns_t *w)
     zs_err_t err = {0};
     memset(w, 0, sizeof *w);
     TEST_OK(zs_config_load(path, cfg, on_warn, w, &err), err);
+}
+
+/* parse_ok / load_ok with allow_unknown: unknown keys are warnings. */
+static void parse_ok_allow(const char *json, zs_config_t *cfg, warns_t *w)
+{
+    zs_err_t err = {0};
+    zs_config_opts_t o = {on_warn, w, 1};
+    memset(w, 0, sizeof *w);
+    TEST_OK(zs_config_parse_opts(json, &o, cfg, &err), err);
+}
+
+static void load_ok_allow(const char *path, zs_config_t *cfg, warns_t *w)
+{
+    zs_err_t err = {0};
+    zs_config_opts_t o = {on_warn, w, 1};
+    memset(w, 0, sizeof *w);
+    TEST_OK(zs_config_load_opts(path, &o, cfg, &err), err);
 }
 
 /* Parsing fails and the message holds every given substring. */
@@ -242,7 +262,11 @@ static void test_full(void)
 {
     zs_config_t c;
     warns_t w;
-    load_ok(FIXTURE("ds_full.json"), &c, &w);
+    /* my_custom_key is unknown: refused, then accepted with allow_unknown */
+    zs_err_t err = {0};
+    TEST_CHECK(zs_config_load(FIXTURE("ds_full.json"), &c, NULL, NULL, &err) == ZS_ERR_INVALID);
+    TEST_CHECKF(strstr(err.msg, "ds_full.json: unknown key my_custom_key;"), "%s", err.msg);
+    load_ok_allow(FIXTURE("ds_full.json"), &c, &w);
     TEST_CHECK(c.train_batch_size == 64 && c.micro_batch_per_gpu == 4 &&
                c.gradient_accumulation_steps == 4 && c.gradient_clipping == 1.0);
     /* "adam" (any case) with adam_w_mode false: L2 Adam */
@@ -275,15 +299,26 @@ static void test_full(void)
                              "activation_checkpointing",
                              "flops_profiler",
                              "tensorboard"};
+    /* read (the values above) but without effect in zeroshard */
+    const char *noeffect[] = {"zero_optimization.allgather_bucket_size",
+                              "zero_optimization.overlap_comm",
+                              "zero_optimization.contiguous_gradients",
+                              "zero_optimization.reduce_scatter",
+                              "zero_optimization.allgather_partitions",
+                              "zero_optimization.round_robin_gradients",
+                              "zero_optimization.sub_group_size",
+                              "zero_optimization.stage3_gather_16bit_weights_on_model_save"};
     int nn = (int)(sizeof notimpl / sizeof notimpl[0]);
+    int ne = (int)(sizeof noeffect / sizeof noeffect[0]);
     for (int i = 0; i < nn; i++)
         expect_warn(&w, notimpl[i], "not implemented");
-    expect_warn(&w, "my_custom_key", "unknown key");
-    if (w.n != nn + 1)
+    for (int i = 0; i < ne; i++)
+        expect_warn(&w, noeffect[i], "no effect: ");
+    expect_warn(&w, "my_custom_key", "unknown key, ignored");
+    if (w.n != nn + ne + 1)
         dump_warns(&w);
-    TEST_CHECK(w.n == nn + 1);
+    TEST_CHECK(w.n == nn + ne + 1);
     resolve_ok(&c, 4);
-    zs_err_t err = {0};
     TEST_CHECK(zs_config_resolve(&c, 2, &err) == ZS_ERR_INVALID);
 }
 
@@ -312,7 +347,7 @@ static void test_relaxed(void)
 {
     zs_config_t c;
     warns_t w;
-    load_ok(FIXTURE("ds_relaxed.json"), &c, &w);
+    load_ok_allow(FIXTURE("ds_relaxed.json"), &c, &w);
     TEST_CHECK(c.micro_batch_per_gpu == 2 && c.gradient_accumulation_steps == 3);
     TEST_CHECK(c.stage == 1);
     TEST_CHECK(c.adam.lr == 0.0002f && c.adam.beta1 == 0.9f && c.adam.beta2 == 0.98f);
@@ -323,8 +358,9 @@ static void test_relaxed(void)
     TEST_CHECK(c.train_batch_size == 12);
     /* escapes in strict JSON pass through untouched (a quote or a comment
      * marker after a backslash, inside a key) */
-    parse_ok("{\"a\\\"#b\": \"x\\\\\", \"c\\\\\": \"//\\\"/*\",\n \"d\\u0041\": [\"]\", \"}\"]}",
-             &c, &w);
+    parse_ok_allow(
+        "{\"a\\\"#b\": \"x\\\\\", \"c\\\\\": \"//\\\"/*\",\n \"d\\u0041\": [\"]\", \"}\"]}", &c,
+        &w);
     TEST_CHECK(w.n == 3);
     expect_warn(&w, "a\"#b", "unknown key");
     expect_warn(&w, "c\\", "unknown key");
@@ -566,27 +602,28 @@ static void test_warnings(void)
 {
     zs_config_t c;
     warns_t w;
-    parse_ok("{\"train_batch_size\": 8,\n"
-             " \"steps_per_print\": 100, \"wall_clock_breakdown\": true,\n"
-             " \"communication_data_type\": \"fp32\", \"prescale_gradients\": false,\n"
-             " \"zero_allow_untested_optimizer\": true, \"elasticity\": {\"enabled\": false},\n"
-             " \"tensorboard\": {\"enabled\": true}, \"flops_profiler\": {\"enabled\": true},\n"
-             " \"activation_checkpointing\": {\"partition_activations\": true},\n"
-             " \"traing_batch_size\": 8,\n"
-             " \"optimizer\": {\"type\": \"AdamW\", \"legacy_fusion\": false, \"params\": "
-             "{\"lr\": 1e-4, \"torch_adam\": true, \"foo\": 1}},\n"
-             " \"scheduler\": {\"type\": \"WarmupLR\", \"params\": {\"warmup_type\": \"cosine\", "
-             "\"last_batch_iteration\": -1}},\n"
-             " \"fp16\": {\"enabled\": true, \"fp16_master_weights_and_grads\": false},\n"
-             " \"bf16\": {\"immediate_grad_update\": true},\n"
-             " \"zero_optimization\": {\"stage\": 3, \"stagee\": 2,\n"
-             "   \"offload_optimizer\": {\"device\": \"cpu\", \"nvme_path\": \"/x\", "
-             "\"buffer_count\": 4, \"pipeline_read\": false, \"pipeline_write\": false, "
-             "\"fast_init\": false, \"pin_memory\": true},\n"
-             "   \"offload_param\": {\"device\": \"cpu\", \"buffer_size\": 1e8, \"max_in_cpu\": "
-             "1e9},\n"
-             "   \"elastic_checkpoint\": false, \"zero_quantized_weights\": false}}\n",
-             &c, &w);
+    parse_ok_allow(
+        "{\"train_batch_size\": 8,\n"
+        " \"steps_per_print\": 100, \"wall_clock_breakdown\": true,\n"
+        " \"communication_data_type\": \"fp32\", \"prescale_gradients\": false,\n"
+        " \"zero_allow_untested_optimizer\": true, \"elasticity\": {\"enabled\": false},\n"
+        " \"tensorboard\": {\"enabled\": true}, \"flops_profiler\": {\"enabled\": true},\n"
+        " \"activation_checkpointing\": {\"partition_activations\": true},\n"
+        " \"traing_batch_size\": 8,\n"
+        " \"optimizer\": {\"type\": \"AdamW\", \"legacy_fusion\": false, \"params\": "
+        "{\"lr\": 1e-4, \"torch_adam\": true, \"foo\": 1}},\n"
+        " \"scheduler\": {\"type\": \"WarmupLR\", \"params\": {\"warmup_type\": \"cosine\", "
+        "\"last_batch_iteration\": -1}},\n"
+        " \"fp16\": {\"enabled\": true, \"fp16_master_weights_and_grads\": false},\n"
+        " \"bf16\": {\"immediate_grad_update\": true},\n"
+        " \"zero_optimization\": {\"stage\": 3, \"stagee\": 2,\n"
+        "   \"offload_optimizer\": {\"device\": \"cpu\", \"nvme_path\": \"/x\", "
+        "\"buffer_count\": 4, \"pipeline_read\": false, \"pipeline_write\": false, "
+        "\"fast_init\": false, \"pin_memory\": true},\n"
+        "   \"offload_param\": {\"device\": \"cpu\", \"buffer_size\": 1e8, \"max_in_cpu\": "
+        "1e9},\n"
+        "   \"elastic_checkpoint\": false, \"zero_quantized_weights\": false}}\n",
+        &c, &w);
     const char *notimpl[] = {"steps_per_print",
                              "wall_clock_breakdown",
                              "communication_data_type",
@@ -618,6 +655,11 @@ static void test_warnings(void)
         expect_warn(&w, notimpl[i], "not implemented");
     for (int i = 0; i < nu; i++)
         expect_warn(&w, unknown[i], "unknown key");
+    /* with the closest known key of the level, when one is close */
+    expect_warn(&w, "traing_batch_size", "unknown key (did you mean train_batch_size?), ignored");
+    expect_warn(&w, "optimizer.params.foo", "unknown key, ignored");
+    expect_warn(&w, "zero_optimization.stagee",
+                "unknown key (did you mean zero_optimization.stage?), ignored");
     /* DeepSpeed only warns about an unknown warmup_type and uses log */
     expect_warn(&w, "scheduler.params.warmup_type", "unknown value \"cosine\"");
     TEST_CHECK(c.sched.warmup_type == ZS_WARMUP_LOG);
@@ -632,8 +674,10 @@ static void test_warnings(void)
 
     /* no callback: warnings go to the log, parsing still succeeds */
     zs_err_t err = {0};
-    TEST_OK(zs_config_parse("{\"steps_per_print\": 1, \"nonsense\": 2}", &c, NULL, NULL, &err),
+    zs_config_opts_t quiet = {NULL, NULL, 1};
+    TEST_OK(zs_config_parse_opts("{\"steps_per_print\": 1, \"nonsense\": 2}", &quiet, &c, &err),
             err);
+    TEST_OK(zs_config_parse_opts("{\"steps_per_print\": 1}", NULL, &c, &err), err);
 
     /* deprecated forms, read as DeepSpeed reads them */
     parse_ok("{\"zero_optimization\": true}", &c, &w);
@@ -646,16 +690,19 @@ static void test_warnings(void)
                c.stage3_gather_16bit_weights_on_model_save == 1 && w.n == 3);
     expect_warn(&w, "zero_optimization.cpu_offload", "deprecated");
     expect_warn(&w, "zero_optimization.cpu_offload_param", "deprecated");
-    expect_warn(&w, "zero_optimization.stage3_gather_fp16_weights_on_model_save", "deprecated");
+    /* deprecated and without effect: one warning that says both */
+    expect_warn(&w, "zero_optimization.stage3_gather_fp16_weights_on_model_save",
+                "deprecated: read as gather_16bit_weights_on_model_save; no effect: ");
     /* DeepSpeed's field names without the stage3_ prefix are aliases */
     parse_ok("{\"zero_optimization\": {\"prefetch_bucket_size\": 1e6, "
              "\"param_persistence_threshold\": 1e3, \"max_live_parameters\": 2e6, "
              "\"max_reuse_distance\": 3e6, \"gather_16bit_weights_on_model_save\": true}}",
              &c, &w);
-    TEST_CHECK(w.n == 0 && c.stage3_prefetch_bucket_size == 1000000 &&
+    TEST_CHECK(w.n == 1 && c.stage3_prefetch_bucket_size == 1000000 &&
                c.stage3_param_persistence_threshold == 1000 &&
                c.stage3_max_live_parameters == 2000000 && c.stage3_max_reuse_distance == 3000000 &&
                c.stage3_gather_16bit_weights_on_model_save == 1);
+    expect_warn(&w, "zero_optimization.gather_16bit_weights_on_model_save", "no effect: ");
     /* "bfloat16" is DeepSpeed's old name for "bf16", read only without it */
     parse_ok("{\"bfloat16\": {\"enabled\": true}}", &c, &w);
     TEST_CHECK(w.n == 0 && c.bf16_enabled && c.dtype == ZS_DTYPE_BF16);
@@ -667,6 +714,187 @@ static void test_warnings(void)
              "\"total_num_steps\": 5}}}",
              &c, &w);
     expect_warn(&w, "scheduler.params.total_num_steps", "5 is less than warmup_num_steps 10");
+}
+
+/* ---- unknown keys: refused with the closest known key, or allowed ------------ */
+
+/* A typo at some level: strict parsing refuses it naming `path` and
+ * suggesting `fix` (a full path, or NULL for no suggestion); the document
+ * with the typo's key replaced by the suggestion's last part parses. */
+typedef struct ucase {
+    const char *json; /* holds "typo" once, as a key */
+    const char *typo; /* the key as written */
+    const char *path; /* its full path */
+    const char *fix;  /* the suggested full path, NULL: none */
+} ucase_t;
+
+static const ucase_t UCASES[] = {
+    {"{\"train_batch_size\": 8, \"zero_optimisation\": {\"stage\": 2}}", "zero_optimisation",
+     "zero_optimisation", "zero_optimization"},
+    {"{\"Train_Batch_Size\": 8}", "Train_Batch_Size", "Train_Batch_Size", "train_batch_size"},
+    {"{\"traing_batch_size\": 8}", "traing_batch_size", "traing_batch_size", "train_batch_size"},
+    {"{\"steps_per_prnt\": 8}", "steps_per_prnt", "steps_per_prnt", "steps_per_print"},
+    {"{\"gradient_clip\": 1.0}", "gradient_clip", "gradient_clip", "gradient_clipping"},
+    {"{\"zero_optimization\": {\"stagee\": 2}}", "stagee", "zero_optimization.stagee",
+     "zero_optimization.stage"},
+    {"{\"zero_optimization\": {\"stgae\": 2}}", "stgae", "zero_optimization.stgae",
+     "zero_optimization.stage"},
+    {"{\"zero_optimization\": {\"prefetch_bucket_sise\": 10}}", "prefetch_bucket_sise",
+     "zero_optimization.prefetch_bucket_sise", "zero_optimization.prefetch_bucket_size"},
+    {"{\"zero_optimization\": {\"stage3_max_live_parameter\": 10}}", "stage3_max_live_parameter",
+     "zero_optimization.stage3_max_live_parameter", "zero_optimization.stage3_max_live_parameters"},
+    {"{\"zero_optimization\": {\"overlap_com\": true}}", "overlap_com",
+     "zero_optimization.overlap_com", "zero_optimization.overlap_comm"},
+    {"{\"zero_optimization\": {\"offload_optimiser\": {\"device\": \"cpu\"}}}", "offload_optimiser",
+     "zero_optimization.offload_optimiser", "zero_optimization.offload_optimizer"},
+    {"{\"zero_optimization\": {\"elastic_checkpoints\": true}}", "elastic_checkpoints",
+     "zero_optimization.elastic_checkpoints", "zero_optimization.elastic_checkpoint"},
+    {"{\"zero_optimization\": {\"offload_optimizer\": {\"devcie\": \"cpu\"}}}", "devcie",
+     "zero_optimization.offload_optimizer.devcie", "zero_optimization.offload_optimizer.device"},
+    {"{\"zero_optimization\": {\"stage\": 3, \"offload_param\": {\"device\": \"cpu\", "
+     "\"pin_memroy\": true}}}",
+     "pin_memroy", "zero_optimization.offload_param.pin_memroy",
+     "zero_optimization.offload_param.pin_memory"},
+    {"{\"optimizer\": {\"type\": \"AdamW\", \"param\": {\"lr\": 0.1}}}", "param", "optimizer.param",
+     "optimizer.params"},
+    {"{\"optimizer\": {\"type\": \"AdamW\", \"params\": {\"weight_decai\": 0.1}}}", "weight_decai",
+     "optimizer.params.weight_decai", "optimizer.params.weight_decay"},
+    {"{\"optimizer\": {\"type\": \"AdamW\", \"params\": {\"beta\": [0.9, 0.99]}}}", "beta",
+     "optimizer.params.beta", "optimizer.params.betas"},
+    {"{\"optimizer\": {\"type\": \"AdamW\", \"params\": {\"foo\": 1}}}", "foo",
+     "optimizer.params.foo", NULL},
+    {"{\"scheduler\": {\"type\": \"WarmupLR\", \"parms\": {}}}", "parms", "scheduler.parms",
+     "scheduler.params"},
+    {"{\"scheduler\": {\"type\": \"WarmupLR\", \"params\": {\"warmup_steps\": 10}}}",
+     "warmup_steps", "scheduler.params.warmup_steps", "scheduler.params.warmup_num_steps"},
+    {"{\"fp16\": {\"enabled\": true, \"initial_scale_pow\": 8}}", "initial_scale_pow",
+     "fp16.initial_scale_pow", "fp16.initial_scale_power"},
+    {"{\"bf16\": {\"enable\": true}}", "enable", "bf16.enable", "bf16.enabled"},
+    {"{\"bfloat16\": {\"enable\": true}}", "enable", "bfloat16.enable", "bfloat16.enabled"},
+    {"{\"nonsense\": 1}", "nonsense", "nonsense", NULL},
+};
+
+/* json with the key "from" (quoted, first occurrence) renamed to "to". */
+static void rename_key(const char *json, const char *from, const char *to, char *out, size_t cap)
+{
+    char q[128];
+    snprintf(q, sizeof q, "\"%s\"", from);
+    const char *at = strstr(json, q);
+    TEST_CHECK(at != NULL);
+    snprintf(out, cap, "%.*s\"%s\"%s", (int)(at - json), json, to, at + strlen(q));
+}
+
+static void test_unknown(void)
+{
+    int n = (int)(sizeof UCASES / sizeof UCASES[0]);
+    for (int i = 0; i < n; i++) {
+        const ucase_t *u = &UCASES[i];
+        char want[512], fixed[512];
+        /* strict: refused, naming the path and the suggestion */
+        if (u->fix)
+            snprintf(want, sizeof want, "unknown key %s (did you mean %s?);", u->path, u->fix);
+        else
+            snprintf(want, sizeof want, "unknown key %s;", u->path);
+        parse_err(u->json, want, "--allow-unknown-keys", NULL);
+        /* allowed: one warning, with the same suggestion */
+        zs_config_t c;
+        warns_t w;
+        parse_ok_allow(u->json, &c, &w);
+        if (u->fix)
+            snprintf(want, sizeof want, "unknown key (did you mean %s?), ignored", u->fix);
+        else
+            snprintf(want, sizeof want, "unknown key, ignored");
+        expect_warn(&w, u->path, want);
+        /* the suggestion is a key that parses where the typo was */
+        if (u->fix) {
+            const char *last = strrchr(u->fix, '.');
+            rename_key(u->json, u->typo, last ? last + 1 : u->fix, fixed, sizeof fixed);
+            zs_err_t err = {0};
+            TEST_CHECKF(zs_config_parse(fixed, &c, NULL, NULL, &err) == ZS_OK,
+                        "case %d: suggestion %s does not parse: %s (%s)", i, u->fix, err.msg,
+                        fixed);
+        }
+    }
+
+    /* a typo'd section is not read: allowed, the run would be at stage 0 */
+    zs_config_t c;
+    warns_t w;
+    parse_ok_allow("{\"zero_optimisation\": {\"stage\": 3}}", &c, &w);
+    TEST_CHECK(c.stage == 0 && w.n == 1);
+
+    /* every unknown key is named in the one error, in document order */
+    parse_err("{\"zero_optimisation\": {}, \"foo\": 1, \"optimizer\": {\"type\": \"Adam\", "
+              "\"params\": {\"lrr\": 1}}}",
+              "unknown keys zero_optimisation (did you mean zero_optimization?), foo, "
+              "optimizer.params.lrr (did you mean optimizer.params.lr?);",
+              NULL, NULL);
+    /* ... as many as fit, then "..."; the message stays whole */
+    char big[4096];
+    int o = snprintf(big, sizeof big, "{");
+    for (int i = 0; i < 40; i++)
+        o += snprintf(big + o, sizeof big - (size_t)o, "%s\"unknown_key_number_%02d\": %d",
+                      i ? ", " : "", i, i);
+    snprintf(big + o, sizeof big - (size_t)o, "}");
+    zs_err_t err = {0};
+    TEST_CHECK(zs_config_parse(big, &c, NULL, NULL, &err) == ZS_ERR_INVALID);
+    TEST_CHECKF(strstr(err.msg, "unknown keys unknown_key_number_00, unknown_key_number_01") &&
+                    strstr(err.msg, ", ...; zs-train --allow-unknown-keys") &&
+                    strlen(err.msg) < ZS_ERR_MSG_MAX - 1,
+                "%s", err.msg);
+
+    /* a type error is reported even after an unknown key */
+    parse_err("{\"foo\": 1, \"train_batch_size\": \"8\"}", "train_batch_size", "\"8\"", NULL);
+    /* inside a section zeroshard only recognises, keys are not looked at */
+    parse_ok("{\"tensorboard\": {\"enabled\": true, \"anything\": 1}}", &c, &w);
+    TEST_CHECK(w.n == 1);
+    expect_warn(&w, "tensorboard", "not implemented");
+    /* a refused parse leaves the config untouched, and warns about nothing unknown */
+    zs_config_t before;
+    parse_ok("{\"train_batch_size\": 8}", &c, &w);
+    memcpy(&before, &c, sizeof c);
+    memset(&w, 0, sizeof w);
+    TEST_CHECK(zs_config_parse("{\"train_batch_size\": 16, \"zero_optimization\": {\"stage\": 3, "
+                               "\"stagee\": 1}}",
+                               &c, on_warn, &w, &err) == ZS_ERR_INVALID);
+    TEST_CHECK(memcmp(&before, &c, sizeof c) == 0 && w.n == 0);
+}
+
+/* ---- keys read but without effect: one warning each --------------------------- */
+
+static void test_no_effect(void)
+{
+    zs_config_t c;
+    warns_t w;
+    /* the values zeroshard acts like, given explicitly: still no effect */
+    parse_ok("{\"zero_optimization\": {\"stage\": 2, \"overlap_comm\": true, "
+             "\"contiguous_gradients\": true, \"reduce_scatter\": true, \"allgather_partitions\": "
+             "true, \"round_robin_gradients\": false, \"sub_group_size\": 1e9, "
+             "\"allgather_bucket_size\": 5e8, \"stage3_gather_16bit_weights_on_model_save\": "
+             "false, \"reduce_bucket_size\": 1000, \"stage3_prefetch_bucket_size\": 10}}",
+             &c, &w);
+    const char *keys[] = {"overlap_comm",          "contiguous_gradients",
+                          "reduce_scatter",        "allgather_partitions",
+                          "round_robin_gradients", "sub_group_size",
+                          "allgather_bucket_size", "stage3_gather_16bit_weights_on_model_save"};
+    int nk = (int)(sizeof keys / sizeof keys[0]);
+    for (int i = 0; i < nk; i++) {
+        char p[128];
+        snprintf(p, sizeof p, "zero_optimization.%s", keys[i]);
+        expect_warn(&w, p, "no effect: ");
+    }
+    if (w.n != nk)
+        dump_warns(&w);
+    TEST_CHECK(w.n == nk); /* implemented keys (reduce_bucket_size, stage3_*) say nothing */
+    /* the values are still read and checked */
+    TEST_CHECK(c.overlap_comm == 1 && c.sub_group_size == 1000000000 &&
+               c.allgather_bucket_size == 500000000 && c.reduce_bucket_size == 1000);
+    expect_warn(&w, "zero_optimization.overlap_comm",
+                "no effect: stages 2-3 always overlap the gradient reduce-scatter with backward");
+    parse_err("{\"zero_optimization\": {\"overlap_comm\": 2}}", "zero_optimization.overlap_comm",
+              "2", NULL);
+    /* not given: nothing to say, DeepSpeed's default still applies */
+    parse_ok("{\"zero_optimization\": {\"stage\": 3}}", &c, &w);
+    TEST_CHECK(w.n == 0 && c.overlap_comm == 1);
 }
 
 /* ---- DeepSpeed's optimizer / scheduler / ZeRO rules -------------------------- */
@@ -783,6 +1011,8 @@ int main(void)
     test_batch();
     test_errors();
     test_warnings();
+    test_unknown();
+    test_no_effect();
     test_semantics();
     test_print();
     printf("test_config: ok\n");

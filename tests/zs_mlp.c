@@ -29,15 +29,40 @@ void zs_mlp_load_samples(zs_mlp_t *m, int64_t first, int n)
         }
 }
 
+/* ---- engine callbacks: each enqueues the host computation on the compute
+ * stream, so it runs in order with the engine's gathers and reductions ---- */
+
+typedef struct {
+    zs_mlp_t *m;
+    int64_t first;
+    int n, rank;
+    uint64_t step;
+} load_args_t;
+
+static int load_fn(void *args, zs_err_t *err)
+{
+    load_args_t *a = args;
+    zs_mlp_load_samples(a->m, a->first, a->n);
+    a->m->cur_step = a->step;
+    a->m->cur_rank = a->rank;
+    return ZS_OK;
+}
+
 static int load_batch(void *self, const zs_batch_ctx_t *bc, zs_err_t *err)
 {
     zs_mlp_t *m = self;
     if (bc->micro_batch > ZS_MLP_MAXB)
         return zs_err_set(err, ZS_ERR_INVALID, "micro batch %d above %d", bc->micro_batch,
                           ZS_MLP_MAXB);
-    zs_mlp_load_samples(m, zs_batch_sample(bc, 0), bc->micro_batch);
-    m->cur_step = bc->step;
-    m->cur_rank = bc->rank;
+    load_args_t a = {m, zs_batch_sample(bc, 0), bc->micro_batch, bc->rank, bc->step};
+    return zs_dev_host_fn(m->stream, load_fn, &a, sizeof a, err);
+}
+
+static int bind(void *self, zs_dev_t *dev, zs_stream_t *compute, zs_err_t *err)
+{
+    zs_mlp_t *m = self;
+    m->dev = dev;
+    m->stream = compute;
     return ZS_OK;
 }
 
@@ -54,9 +79,8 @@ static void dense(int B, int nin, int nout, const float *in, int ld_in, const fl
         }
 }
 
-static int forward(void *self, int layer, float *const *p, zs_err_t *err)
+int zs_mlp_forward_host(zs_mlp_t *m, int layer, float *const *p, zs_err_t *err)
 {
-    zs_mlp_t *m = self;
     int B = m->batch;
     switch (layer) {
     case 0:
@@ -92,10 +116,7 @@ static int forward(void *self, int layer, float *const *p, zs_err_t *err)
     return ZS_OK;
 }
 
-static double loss(void *self)
-{
-    return ((zs_mlp_t *)self)->loss;
-}
+
 
 /* Backward of a tanh dense layer: dout is d(loss)/d(act output); fills
  * din (may be NULL) and accumulates dW, dbias. */
@@ -121,10 +142,9 @@ static void dense_back(int B, int nin, int nout, const float *in, int ld_in, con
     }
 }
 
-static int backward(void *self, int layer, float *const *p, float *const *g, float dloss,
-                    zs_err_t *err)
+int zs_mlp_backward_host(zs_mlp_t *m, int layer, float *const *p, float *const *g, float dloss,
+                         zs_err_t *err)
 {
-    zs_mlp_t *m = self;
     int B = m->batch;
     float scale = dloss / (float)B; /* d(mean loss)/d(out) = (out - y) / B */
     switch (layer) {
@@ -168,6 +188,44 @@ static int backward(void *self, int layer, float *const *p, float *const *g, flo
     return ZS_OK;
 }
 
+typedef struct {
+    zs_mlp_t *m;
+    int layer, bwd;
+    float dloss;
+    float *p[2], *g[2];
+} layer_args_t;
+
+static int layer_fn(void *args, zs_err_t *err)
+{
+    layer_args_t *a = args;
+    return a->bwd ? zs_mlp_backward_host(a->m, a->layer, a->p, a->g, a->dloss, err)
+                  : zs_mlp_forward_host(a->m, a->layer, a->p, err);
+}
+
+static int forward(void *self, int layer, float *const *p, zs_err_t *err)
+{
+    zs_mlp_t *m = self;
+    layer_args_t a = {m, layer, 0, 0, {p[0], layer == 3 ? p[1] : NULL}, {NULL, NULL}};
+    return zs_dev_host_fn(m->stream, layer_fn, &a, sizeof a, err);
+}
+
+static int backward(void *self, int layer, float *const *p, float *const *g, float dloss,
+                    zs_err_t *err)
+{
+    zs_mlp_t *m = self;
+    int two = layer == 3;
+    layer_args_t a = {m, layer, 1, dloss, {p[0], two ? p[1] : NULL}, {g[0], two ? g[1] : NULL}};
+    return zs_dev_host_fn(m->stream, layer_fn, &a, sizeof a, err);
+}
+
+static int loss(void *self, double *out, zs_err_t *err)
+{
+    zs_mlp_t *m = self;
+    int rc = zs_dev_stream_sync(m->stream, err);
+    *out = m->loss;
+    return rc;
+}
+
 void zs_mlp_init(zs_mlp_t *m)
 {
     memset(m, 0, sizeof *m);
@@ -183,6 +241,7 @@ void zs_mlp_init(zs_mlp_t *m)
     m->model.nparams = m->nparams;
     m->model.deps = m->deps;
     m->model.init_params = init_params;
+    m->model.bind = bind;
     m->model.load_batch = load_batch;
     m->model.forward = forward;
     m->model.loss = loss;

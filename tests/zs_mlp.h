@@ -39,10 +39,20 @@ typedef struct zs_mlp {
     int inject_rank;
     uint64_t cur_step;
     int cur_rank;
+    zs_dev_t *dev;       /* from bind: the engine's device */
+    zs_stream_t *stream; /* ... and compute stream */
 } zs_mlp_t;
 
 /* Set up the model (embeds its zs_model_t in m->model). */
 void zs_mlp_init(zs_mlp_t *m);
+
+/* The layers computed right away on the calling thread, on host pointers
+ * (the single-process reference uses these; the engine's callbacks enqueue
+ * them on the compute stream). Activations live in m (tiny fixed arrays,
+ * not counted by the device allocator). */
+int zs_mlp_forward_host(zs_mlp_t *m, int layer, float *const *p, zs_err_t *err);
+int zs_mlp_backward_host(zs_mlp_t *m, int layer, float *const *p, float *const *g, float dloss,
+                         zs_err_t *err);
 
 /* Load explicit samples [first, first + n) as the current batch. */
 void zs_mlp_load_samples(zs_mlp_t *m, int64_t first, int n);

@@ -33,6 +33,11 @@ static void cleanup(void)
             waitpid(g_pids[i], NULL, 0);
             g_pids[i] = 0;
         }
+    if (getenv("ZS_TEST_KEEP")) { /* debugging a failure: keep logs and data */
+        for (int i = 0; i < g_ndirs; i++)
+            fprintf(stderr, "kept %s (ZS_TEST_KEEP)\n", g_dirs[i]);
+        return;
+    }
     for (int i = 0; i < g_ndirs; i++) {
         char cmd[8300];
         snprintf(cmd, sizeof cmd, "rm -rf '%s'", g_dirs[i]);

@@ -18,7 +18,8 @@ typedef struct zs_test_server {
     char extra[256]; /* extra flags, space-separated (e.g. "--keep 3") */
 } zs_test_server_t;
 
-/* mkdtemp("/tmp/zs-<tag>-XXXXXX"); removed (rm -rf) at exit. Returns a static
+/* mkdtemp("/tmp/zs-<tag>-XXXXXX"); removed (rm -rf) at exit unless ZS_TEST_KEEP
+ * is set in the environment. Returns a static
  * copy owned by the harness. Exits the test on failure. */
 const char *zs_test_tmpdir(const char *tag);
 

@@ -4,15 +4,38 @@
  *
  *   mpirun -np N zs-train --data F.tok [--config ds.json] [--servers a:p,b:p]
  *          [--layers 4 --heads 4 --width 256 --ctx 64] [--steps 200]
- *          [--ckpt-every 50] [--resume] [--csv F] [--log-every 1]
+ *          [--ckpt-every 50] [--resume | --resume-auto] [--csv F] [--log-every 1]
+ *          [--mem-every K] [--server-timeout S] [--server-wait S]
+ *          [--max-recoveries N] [--save-params F]
  *
- * Rank 0 prints the resolved configuration, the model size, a memory table
- * per worker, one progress line per step (or every K), and a summary; it
+ * Rank 0 prints the resolved configuration, the model size, one progress
+ * line per step (or every K), the memory table of every worker after step 1
+ * (measured by the device allocator, beside the ZeRO formula and the
+ * working set the configuration allows; and every --mem-every steps), and a
+ * summary; it
  * writes the same figures as CSV (deploy/plot.sh turns them into a PNG).
  * Without --config an embedded default is used (ZeRO stage 2, AdamW, the
  * optimizer offloaded when --servers is given).
+ *
+ * A lost shard server does not end the run: the step fails on every worker,
+ * the engine waits for the server to come back on its address (up to
+ * --server-wait), restores the newest checkpoint complete on every server
+ * and goes on from there (zs_engine_recover), at most --max-recoveries
+ * times. A lost worker ends mpirun; zs-launch reruns the job with
+ * --resume-auto. The CSV never holds a step twice: on resume and recovery
+ * rows after the step resumed at are dropped.
+ *
+ * Before anything starts, every rank parses the command line, the config
+ * and the token file and opens the data; the ranks then agree on the
+ * outcome, so a mistake there is printed once (by rank 0, or by the lowest
+ * rank that failed) and every rank exits through MPI_Finalize with the same
+ * code, without MPI_Abort. Failures after that (engine, servers, a step) may
+ * hit some ranks only and abort the job with their code. Exit codes
+ * (usage(), README): 0 done, 1 other failure, 2 command line, 3 config,
+ * 4 data, 5 engine or shard servers.
  */
 #include <getopt.h>
+#include <limits.h>
 #include <mpi.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -39,10 +62,20 @@ static const char *k_default_config =
     "  \"zero_optimization\": {\"stage\": 2, \"offload_optimizer\": {\"device\": \"%s\"}}\n"
     "}\n";
 
+/* Exit codes; one per thing that can be wrong, documented in usage() and README. */
+enum {
+    ZS_EXIT_OTHER = 1,  /* anything not below (device, MPI, model, CSV or --save-params file) */
+    ZS_EXIT_USAGE = 2,  /* command line, or --token-file unreadable */
+    ZS_EXIT_CONFIG = 3, /* --config unreadable or refused, or not valid for this world size */
+    ZS_EXIT_DATA = 4,   /* --data unreadable or not a token file */
+    ZS_EXIT_ENGINE = 5, /* the engine or the shard servers (connect, resume, step, checkpoint) */
+};
+
 typedef struct {
-    const char *config, *servers, *data, *csv, *token_file, *name;
+    const char *config, *servers, *data, *csv, *token_file, *name, *save_params;
     zs_gpt_config_t g;
-    int steps, ckpt_every, resume, log_every, micro;
+    int steps, ckpt_every, resume, log_every, micro, mem_every, allow_unknown;
+    int resume_auto, server_timeout, server_wait, max_recoveries;
     uint64_t seed;
 } opts_t;
 
@@ -53,6 +86,9 @@ static void usage(FILE *f)
                "  --data F         token file (zs-tokenize makes one from text)\n"
                "  --config F       DeepSpeed JSON config (default: embedded, ZeRO stage 2,\n"
                "                   train_batch_size 16, micro batch 4, AdamW lr 1e-3)\n"
+               "  --allow-unknown-keys  warn about unknown config keys and ignore them\n"
+               "                   (default: an unknown key is an error naming the closest\n"
+               "                   known one)\n"
                "  --servers LIST   shard servers host:port,... (optimizer offloaded when the\n"
                "                   config says offload_optimizer.device = cpu; checkpoints)\n"
                "  --layers N       transformer blocks (default 4)\n"
@@ -63,29 +99,55 @@ static void usage(FILE *f)
                "  --ckpt-every K   checkpoint every K steps (needs --servers; default 0: off)\n"
                "  --resume         continue from the newest checkpoint complete on all servers\n"
                "                   (any worker count)\n"
-               "  --csv F          write per-step figures (appends on --resume)\n"
+               "  --resume-auto    resume when a checkpoint is complete on all servers, else\n"
+               "                   start fresh (what zs-launch passes on a rerun)\n"
+               "  --csv F          write per-step figures (appends on resume, without repeats)\n"
                "  --log-every K    progress line every K steps (default 1)\n"
+               "  --mem-every K    memory table every K steps (default: after the first only)\n"
+               "  --server-timeout S  deadline of one server call in seconds (default 60)\n"
+               "  --server-wait S  how long to wait for a lost server to come back (default 300)\n"
+               "  --max-recoveries N  lost-server recoveries before giving up (default 20)\n"
+               "  --save-params F  write the final fp32 parameters (P floats, little-endian)\n"
                "  --name NAME      model name on the servers (default zs-gpt)\n"
                "  --seed S         initialisation seed (default 1337)\n"
-               "  --token-file F   bearer token for the servers\n");
+               "  --token-file F   bearer token for the servers\n"
+               "\n"
+               "exit codes: 0 done, 1 other failure, 2 command line (or --token-file\n"
+               "unreadable), 3 config, 4 data, 5 engine or shard servers. Command-line,\n"
+               "config, data and token-file errors are printed once (rank 0) and every\n"
+               "rank exits with the code; later failures abort the job with theirs.\n");
 }
 
-static int parse(int argc, char **argv, opts_t *o)
+/* Parse the command line into *o. Returns 0, 1 for --help (printed), or
+ * ZS_EXIT_USAGE (reason printed). Only `loud` (rank 0) prints: every rank
+ * sees the same argv. */
+static int parse(int argc, char **argv, opts_t *o, int loud)
 {
+    FILE *out = loud ? stdout : NULL, *errf = loud ? stderr : NULL;
     memset(o, 0, sizeof *o);
     o->g = (zs_gpt_config_t){4, 4, 128, 64, 256};
     o->steps = 200;
     o->log_every = 1;
     o->seed = 1337;
     o->name = "zs-gpt";
+    o->server_timeout = 60;
+    o->server_wait = 300;
+    o->max_recoveries = 20;
     static const struct option lo[] = {
-        {"data", 1, 0, 'd'},   {"config", 1, 0, 'c'}, {"servers", 1, 0, 's'},
-        {"layers", 1, 0, 'L'}, {"heads", 1, 0, 'H'},  {"width", 1, 0, 'C'},
-        {"ctx", 1, 0, 'T'},    {"steps", 1, 0, 'n'},  {"ckpt-every", 1, 0, 'k'},
-        {"resume", 0, 0, 'r'}, {"csv", 1, 0, 'v'},    {"log-every", 1, 0, 'l'},
-        {"name", 1, 0, 'N'},   {"seed", 1, 0, 'S'},   {"token-file", 1, 0, 't'},
-        {"help", 0, 0, 'h'},   {0, 0, 0, 0}};
+        {"data", 1, 0, 'd'},        {"config", 1, 0, 'c'},
+        {"servers", 1, 0, 's'},     {"layers", 1, 0, 'L'},
+        {"heads", 1, 0, 'H'},       {"width", 1, 0, 'C'},
+        {"ctx", 1, 0, 'T'},         {"steps", 1, 0, 'n'},
+        {"ckpt-every", 1, 0, 'k'},  {"resume", 0, 0, 'r'},
+        {"csv", 1, 0, 'v'},         {"log-every", 1, 0, 'l'},
+        {"name", 1, 0, 'N'},        {"seed", 1, 0, 'S'},
+        {"token-file", 1, 0, 't'},  {"mem-every", 1, 0, 'm'},
+        {"resume-auto", 0, 0, 'R'}, {"server-timeout", 1, 0, 'o'},
+        {"server-wait", 1, 0, 'w'}, {"max-recoveries", 1, 0, 'x'},
+        {"save-params", 1, 0, 'p'}, {"allow-unknown-keys", 0, 0, 'u'},
+        {"help", 0, 0, 'h'},        {0, 0, 0, 0}};
     int ch;
+    opterr = 0; /* one line of our own instead, from rank 0 only */
     while ((ch = getopt_long(argc, argv, "h", lo, NULL)) != -1) {
         switch (ch) {
         case 'd':
@@ -133,95 +195,249 @@ static int parse(int argc, char **argv, opts_t *o)
         case 't':
             o->token_file = optarg;
             break;
+        case 'm':
+            o->mem_every = atoi(optarg);
+            break;
+        case 'R':
+            o->resume_auto = 1;
+            break;
+        case 'o':
+            o->server_timeout = atoi(optarg);
+            break;
+        case 'w':
+            o->server_wait = atoi(optarg);
+            break;
+        case 'x':
+            o->max_recoveries = atoi(optarg);
+            break;
+        case 'p':
+            o->save_params = optarg;
+            break;
+        case 'u':
+            o->allow_unknown = 1;
+            break;
         case 'h':
-            usage(stdout);
+            if (out)
+                usage(out);
             return 1;
         default:
-            usage(stderr);
-            return 2;
+            if (errf)
+                fprintf(errf, "zs-train: bad option %s (--help for usage)\n", argv[optind - 1]);
+            return ZS_EXIT_USAGE;
         }
     }
-    if (!o->data) {
-        fprintf(stderr, "zs-train: --data is required\n\n");
-        usage(stderr);
-        return 2;
+    const char *bad = NULL;
+    if (optind < argc)
+        bad = "unexpected argument";
+    else if (!o->data)
+        bad = "--data is required";
+    else if ((o->ckpt_every || o->resume || o->resume_auto) && !o->servers)
+        bad = "--ckpt-every and --resume need --servers";
+    else if (o->g.layers < 1 || o->g.heads < 1 || o->g.width % o->g.heads || o->g.ctx < 2 ||
+             o->steps < 1 || o->log_every < 1 || o->mem_every < 0 || o->server_timeout < 1 ||
+             o->server_wait < 0 || o->max_recoveries < 0)
+        bad = "bad model shape or step counts (width % heads must be 0)";
+    if (bad && errf)
+        fprintf(errf, "zs-train: %s%s%s (--help for usage)\n", bad, optind < argc ? ": " : "",
+                optind < argc ? argv[optind] : "");
+    return bad ? ZS_EXIT_USAGE : 0;
+}
+
+/* Config warnings, printed by rank 0 only (every rank parses the same file). */
+static void warn_key(void *ud, const char *path, const char *why)
+{
+    if (*(int *)ud == 0)
+        fprintf(stderr, "zs-train: warning: config key %s: %s\n", path, why);
+}
+
+/* Open the CSV for rank 0. On a resume (at > 0) keep the header and the
+ * rows of steps <= at, so a step is never listed twice; a fresh run starts
+ * the file. NULL (with a message) on failure. */
+static FILE *csv_open(const char *path, int resumed, uint64_t at)
+{
+    static const char *header = "step,loss,lr,loss_scale,tokens_per_s,ms_step,ms_forward,"
+                                "ms_backward,ms_comm,ms_optimizer,skipped,workers\n";
+    char *old = resumed ? zs_file_read_text(path, (size_t)1 << 30, 0) : NULL;
+    FILE *f = fopen(path, "w");
+    if (!f) {
+        fprintf(stderr, "zs-train: cannot write %s\n", path);
+        free(old);
+        return NULL;
     }
-    if ((o->ckpt_every || o->resume) && !o->servers) {
-        fprintf(stderr, "zs-train: --ckpt-every and --resume need --servers\n");
-        return 2;
+    fputs(header, f);
+    /* old: the header line, then one row per step ("step,loss,..."). */
+    char *line = old ? strchr(old, '\n') : NULL;
+    while (line && *++line) {
+        char *end = strchr(line, '\n');
+        size_t len = end ? (size_t)(end - line) : strlen(line);
+        unsigned long long step = strtoull(line, NULL, 10);
+        if (step >= 1 && step <= at)
+            fprintf(f, "%.*s\n", (int)len, line);
+        line = end;
     }
-    if (o->g.layers < 1 || o->g.heads < 1 || o->g.width % o->g.heads || o->g.ctx < 2 ||
-        o->steps < 1 || o->log_every < 1) {
-        fprintf(stderr, "zs-train: bad model shape or step counts (width %% heads must be 0)\n");
-        return 2;
+    free(old);
+    fflush(f);
+    return f;
+}
+
+/* A failure after the start, possibly on some ranks only: print it and
+ * abort the job with `code` (mpirun exits with it). */
+static int die(int rank, const char *what, const zs_err_t *err, int code)
+{
+    fprintf(stderr, "zs-train: rank %d: %s: %s\n", rank, what, err->msg);
+    fflush(stderr);
+    MPI_Abort(MPI_COMM_WORLD, code);
+    return code;
+}
+
+/* The checks every rank makes before anything starts: the config (parsed
+ * and resolved for W), the token file, the data. Returns 0, or the exit
+ * code with *what and *err saying what failed. *token is malloc'd (caller
+ * frees), *data opened (caller closes), also on failure. */
+static int preflight(const opts_t *o, int rank, int W, zs_config_t *cfg, char **token,
+                     zs_data_t **data, const char **what, zs_err_t *err)
+{
+    char json[2048];
+    zs_config_opts_t co = {warn_key, &rank, o->allow_unknown};
+    int rc;
+    if (o->config) {
+        rc = zs_config_load_opts(o->config, &co, cfg, err);
+    } else {
+        snprintf(json, sizeof json, k_default_config, o->servers ? "cpu" : "none");
+        rc = zs_config_parse_opts(json, &co, cfg, err);
+    }
+    if (!rc)
+        rc = zs_config_resolve(cfg, W, err);
+    if (rc) {
+        *what = "config";
+        return ZS_EXIT_CONFIG;
+    }
+    if (o->token_file && !(*token = zs_file_read_text(o->token_file, 4096, 1))) {
+        *what = "usage";
+        zs_err_set(err, ZS_ERR_IO, "cannot read --token-file %s", o->token_file);
+        return ZS_EXIT_USAGE;
+    }
+    if (zs_data_open(o->data, data, err)) {
+        *what = "data";
+        return ZS_EXIT_DATA;
     }
     return 0;
 }
 
-static void warn_key(void *ud, const char *path, const char *why)
+/* Make the ranks agree on the preflight outcome (collective on
+ * MPI_COMM_WORLD; nothing else uses MPI yet): the lowest rank that failed
+ * prints its error, once (rank 0 when all failed alike, the usual case),
+ * and every rank gets its exit code, 0 if none failed. */
+static int agree(int rank, int code, const char *what, const zs_err_t *err)
 {
-    if (*(int *)ud == 0)
-        fprintf(stderr, "zs-train: config key %s ignored: %s\n", path, why);
+    int mine = code ? rank : INT_MAX, first = INT_MAX;
+    MPI_Allreduce(&mine, &first, 1, MPI_INT, MPI_MIN, MPI_COMM_WORLD);
+    if (first == INT_MAX)
+        return 0;
+    if (rank == first) {
+        if (rank == 0)
+            fprintf(stderr, "zs-train: %s error: %s\n", what, err->msg);
+        else
+            fprintf(stderr, "zs-train: rank %d: %s error: %s\n", rank, what, err->msg);
+        fflush(stderr);
+    }
+    MPI_Bcast(&code, 1, MPI_INT, first, MPI_COMM_WORLD);
+    return code;
 }
 
-static int die(int rank, const char *what, const zs_err_t *err)
+/* A step or checkpoint failed on every worker: try to go on after a lost
+ * server (zs_engine_recover). Returns ZS_OK when training can continue
+ * (the CSV then lists steps up to the one recovered at), else the error. */
+static int recover(zs_engine_t *e, const opts_t *o, int rank, int *count, FILE **csv, zs_err_t *err)
 {
-    fprintf(stderr, "zs-train: rank %d: %s: %s\n", rank, what, err->msg);
-    fflush(stderr);
-    MPI_Abort(MPI_COMM_WORLD, 1);
-    return 1;
+    if (!o->servers || *count >= o->max_recoveries)
+        return err->code;
+    if (strstr(err->msg, "another worker failed") == NULL) /* the worker that saw it */
+        fprintf(stderr, "zs-train: rank %d: %s; recovering (%d of at most %d)\n", rank, err->msg,
+                *count + 1, o->max_recoveries);
+    (*count)++;
+    uint64_t at = 0;
+    zs_err_t rerr;
+    if (zs_engine_recover(e, o->server_wait * 1000, &at, &rerr)) {
+        *err = rerr;
+        return rerr.code;
+    }
+    if (rank == 0) {
+        printf("       recovered: rolled back to step %llu\n", (unsigned long long)at);
+        if (*csv) {
+            fclose(*csv);
+            *csv = csv_open(o->csv, 1, at);
+        }
+    }
+    return ZS_OK;
+}
+
+/* Rank 0 writes the final fp32 parameters (collective: stage 3 gathers). */
+static int save_params(zs_engine_t *e, const char *path, int rank, zs_err_t *err)
+{
+    uint64_t P = zs_engine_num_params(e);
+    float *w = malloc((P ? P : 1) * sizeof *w);
+    if (!w)
+        return zs_err_set(err, ZS_ERR_NOMEM, "out of memory for %llu parameters",
+                          (unsigned long long)P);
+    int rc = zs_engine_get_params(e, w, err);
+    if (!rc && rank == 0) {
+        FILE *f = fopen(path, "wb");
+        if (!f || fwrite(w, sizeof *w, P, f) != P || fclose(f) != 0)
+            rc = zs_err_set(err, ZS_ERR_IO, "cannot write %s", path);
+    }
+    free(w);
+    return rc;
 }
 
 int main(int argc, char **argv)
 {
     int provided;
-    MPI_Init_thread(&argc, &argv, MPI_THREAD_FUNNELED, &provided);
+    /* collectives run on the communicator's stream thread: SERIALIZED */
+    MPI_Init_thread(&argc, &argv, MPI_THREAD_SERIALIZED, &provided);
+    int rank = 0, W = 1;
+    MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+    MPI_Comm_size(MPI_COMM_WORLD, &W);
     opts_t o;
-    int prc = parse(argc, argv, &o);
+    int prc = parse(argc, argv, &o, rank == 0);
     if (prc) {
         MPI_Finalize();
         return prc == 1 ? 0 : prc;
     }
-    zs_err_t err;
-    zs_coll_t *coll;
-    if (zs_coll_mpi_create(&coll, &err))
-        return die(-1, "MPI", &err);
-    int rank = coll->rank, W = coll->size;
     char tag[32];
     snprintf(tag, sizeof tag, "zs-train[%d]", rank);
     zs_log_set_tag(tag);
 
-    zs_data_t *data;
-    if (zs_data_open(o.data, &data, &err))
-        return die(rank, "data", &err);
-    o.g.vocab = (int)zs_data_vocab(data);
+    zs_err_t err = {0};
     zs_config_t cfg;
     zs_config_defaults(&cfg);
-    char json[2048];
-    int rc;
-    if (o.config) {
-        rc = zs_config_load(o.config, &cfg, warn_key, &rank, &err);
-    } else {
-        snprintf(json, sizeof json, k_default_config, o.servers ? "cpu" : "none");
-        rc = zs_config_parse(json, &cfg, warn_key, &rank, &err);
+    zs_data_t *data = NULL;
+    char *token = NULL;
+    const char *what = "";
+    int code = preflight(&o, rank, W, &cfg, &token, &data, &what, &err);
+    if ((code = agree(rank, code, what, &err)) != 0) {
+        if (data)
+            zs_data_close(data);
+        free(token);
+        MPI_Finalize();
+        return code;
     }
-    if (!rc)
-        rc = zs_config_resolve(&cfg, W, &err);
-    if (rc)
-        return die(rank, "config", &err);
+    o.g.vocab = (int)zs_data_vocab(data);
+
+    zs_dev_t *dev;
+    if (zs_dev_cpu_create(1, &dev, &err))
+        return die(rank, "device", &err, ZS_EXIT_OTHER);
+    zs_coll_t *coll;
+    if (zs_coll_mpi_create(dev, &coll, &err))
+        return die(rank, "MPI", &err, ZS_EXIT_OTHER);
     zs_gpt_t *gpt;
     if (zs_gpt_create(&o.g, (int)cfg.micro_batch_per_gpu, o.seed, &gpt, &err) ||
         zs_gpt_set_data(gpt, data, &err))
-        return die(rank, "model", &err);
-    char *token = o.token_file ? zs_file_read_text(o.token_file, 4096, 1) : NULL;
-    if (o.token_file && !token) {
-        fprintf(stderr, "zs-train: cannot read --token-file %s\n", o.token_file);
-        MPI_Abort(MPI_COMM_WORLD, 2);
-    }
-    zs_engine_opts_t eo = {&cfg, coll, o.servers, token, o.name, 300000};
+        return die(rank, "model", &err, ZS_EXIT_OTHER);
+    zs_engine_opts_t eo = {&cfg, coll, o.servers, token, o.name, o.server_timeout * 1000, 0};
     zs_engine_t *e;
     if (zs_engine_create(&eo, zs_gpt_model(gpt), &e, &err))
-        return die(rank, "engine", &err);
+        return die(rank, "engine", &err, ZS_EXIT_ENGINE);
     uint64_t P = zs_engine_num_params(e);
     if (rank == 0) {
         printf("zs-train: %d workers, data %s (%llu tokens, vocab %u)\n", W, o.data,
@@ -230,42 +446,47 @@ int main(int argc, char **argv)
                o.g.heads, o.g.width, o.g.ctx, o.g.vocab, (unsigned long long)P, P / 1e6);
         printf("configuration (resolved for W=%d):\n", W);
         zs_config_print(&cfg, stdout);
+        printf("device: %s\n", dev->desc);
         fflush(stdout);
     }
-    if (zs_engine_print_mem(e, stdout, &err))
-        return die(rank, "memory table", &err);
     uint64_t start = 0;
-    if (o.resume) {
-        if (zs_engine_resume(e, 0, &start, &err))
-            return die(rank, "resume", &err);
-        if (rank == 0)
-            printf("resumed from checkpoint %llu\n", (unsigned long long)start);
+    int resumed = 0;
+    if (o.resume || o.resume_auto) {
+        int rc2 = zs_engine_resume(e, 0, &start, &err);
+        if (rc2 == ZS_OK) {
+            resumed = 1;
+            if (rank == 0)
+                printf("resumed from checkpoint %llu\n", (unsigned long long)start);
+        } else if (rc2 == ZS_ERR_NOTFOUND && o.resume_auto) {
+            if (rank == 0)
+                printf("no checkpoint complete on every server: starting fresh\n");
+            if (zs_engine_start(e, &err))
+                return die(rank, "start", &err, ZS_EXIT_ENGINE);
+        } else {
+            return die(rank, "resume", &err, ZS_EXIT_ENGINE);
+        }
     } else if (zs_engine_start(e, &err)) {
-        return die(rank, "start", &err);
+        return die(rank, "start", &err, ZS_EXIT_ENGINE);
     }
     FILE *csv = NULL;
-    if (rank == 0 && o.csv) {
-        csv = fopen(o.csv, o.resume ? "a" : "w");
-        if (!csv) {
-            fprintf(stderr, "zs-train: cannot write %s\n", o.csv);
-            MPI_Abort(MPI_COMM_WORLD, 1);
-        }
-        if (!o.resume)
-            fprintf(csv, "step,loss,lr,loss_scale,tokens_per_s,ms_step,ms_forward,ms_backward,"
-                         "ms_comm,ms_optimizer,skipped,workers\n");
-    }
+    if (rank == 0 && o.csv && !(csv = csv_open(o.csv, resumed, start)))
+        MPI_Abort(MPI_COMM_WORLD, ZS_EXIT_OTHER);
     double tokens_per_step = (double)cfg.train_batch_size * o.g.ctx, t_all = 0, first_loss = 0;
     double last_loss = 0;
     int nsteps = 0;
     if (rank == 0)
         printf("%6s %9s %10s %8s %9s %8s %8s %8s %8s\n", "step", "loss", "lr", "scale", "tok/s",
                "fwd ms", "bwd ms", "comm ms", "opt ms");
+    int recoveries = 0;
     while (zs_engine_step_count(e) < (uint64_t)o.steps) {
         zs_step_stats_t st;
         struct timespec a, b;
         clock_gettime(CLOCK_MONOTONIC, &a);
-        if (zs_engine_step(e, &st, &err))
-            return die(rank, "step", &err);
+        if (zs_engine_step(e, &st, &err)) {
+            if (recover(e, &o, rank, &recoveries, &csv, &err))
+                return die(rank, "step", &err, ZS_EXIT_ENGINE);
+            continue;
+        }
         clock_gettime(CLOCK_MONOTONIC, &b);
         double sec = (double)(b.tv_sec - a.tv_sec) + 1e-9 * (double)(b.tv_nsec - a.tv_nsec);
         t_all += sec;
@@ -286,9 +507,17 @@ int main(int argc, char **argv)
                     st.ms_optimizer, st.skipped, W);
             fflush(csv);
         }
+        if (nsteps == 1 || (o.mem_every && st.step % (uint64_t)o.mem_every == 0)) {
+            if (zs_engine_print_mem(e, stdout, &err))
+                return die(rank, "memory table", &err, ZS_EXIT_ENGINE);
+            fflush(stdout);
+        }
         if (o.ckpt_every && st.step % (uint64_t)o.ckpt_every == 0) {
-            if (zs_engine_checkpoint(e, &err))
-                return die(rank, "checkpoint", &err);
+            if (zs_engine_checkpoint(e, &err)) {
+                if (recover(e, &o, rank, &recoveries, &csv, &err))
+                    return die(rank, "checkpoint", &err, ZS_EXIT_ENGINE);
+                continue;
+            }
             if (rank == 0)
                 printf("       checkpoint %llu complete on all servers\n",
                        (unsigned long long)st.step);
@@ -300,10 +529,13 @@ int main(int argc, char **argv)
                first_loss, last_loss, tokens_per_step * nsteps / t_all, t_all);
     if (csv)
         fclose(csv);
+    if (o.save_params && save_params(e, o.save_params, rank, &err))
+        return die(rank, "--save-params", &err, ZS_EXIT_OTHER);
     zs_engine_destroy(e);
     zs_gpt_destroy(gpt);
     zs_data_close(data);
     zs_coll_destroy(coll);
+    zs_dev_destroy(dev);
     free(token);
     MPI_Finalize();
     return 0;

@@ -1,106 +1,156 @@
 /*
- * zs_coll.h - the collectives the ZeRO engine needs, behind one small
- * interface: reduce-scatter, all-gather, all-reduce, broadcast, barrier,
- * blocking or non-blocking. Implemented on Open MPI now (zs_coll_mpi.c) for
- * CPU workers; the NCCL implementation for GPU workers provides the same
- * table, with device pointers and a stream in place of host memory.
+ * zs_coll.h - the collectives the ZeRO engine needs, on a stream: in-place
+ * reduce-scatter, all-gather and all-reduce, broadcast, barrier. Open MPI
+ * implements them for CPU workers (zs_coll_mpi.c); NCCL for GPU workers
+ * (zs_coll_nccl.c, built with CUDA), with the same buffer layout.
  *
- * Buffers: `send`/`recv` are host pointers for MPI (device pointers for
- * NCCL). Counts are in elements of `dt`. Sums of bf16/fp16 are computed in
- * fp32 per pairwise step and rounded back (round to nearest even), so they
- * are deterministic for a fixed world size.
+ * Streams: a communicator owns one high-priority stream of its device
+ * (zs_coll_stream) and every collective is enqueued there, in call order.
+ * `after` (may be NULL) is a stream whose work enqueued so far must finish
+ * before the collective starts (an event is recorded on it and waited for);
+ * `done` (may be NULL) is recorded on the communicator's stream right after
+ * the collective, for the consumer to wait on. zs_coll_sync blocks until
+ * everything enqueued has run and returns the first error. Other work may
+ * be enqueued on zs_coll_stream too (e.g. accumulating a reduced partition)
+ * and runs in order with the collectives.
  *
- * Non-blocking: pass a zs_coll_req_t * to get a handle, then zs_coll_wait.
- * Pass NULL for a blocking call. At most ZS_COLL_MAX_INFLIGHT requests are
- * outstanding per communicator.
+ * Layout (NCCL's in place; buffers are device memory):
+ *   reduce-scatter  buf holds size*count elements (block r for rank r); after
+ *                   it, buf + rank*count holds this rank's block of the sum;
+ *                   the other blocks are undefined
+ *   all-gather      buf + rank*count holds this rank's block; after it, buf
+ *                   (size*count) holds every rank's block in rank order
+ *   all-reduce      buf (count) = op over ranks of buf
+ * Callers pad buckets to size * ZS_COLL_ALIGN elements' multiples where they
+ * want aligned blocks (the engine pads to a multiple of size only).
+ *
+ * Numbers: fp32, bf16 and fp16. Sums of bf16/fp16 are computed in fp32 per
+ * pairwise step and rounded back (round to nearest even); results are
+ * deterministic for a fixed world size. MAX is exact; a NaN wins.
+ *
+ * Threads: one thread feeds a communicator. The MPI implementation calls MPI
+ * from the communicator's stream thread (and from the caller's thread in
+ * create and destroy), so MPI must be initialised with
+ * MPI_THREAD_SERIALIZED or higher (checked at create); under SERIALIZED the
+ * program must not call MPI itself while work is queued on the
+ * communicator's stream (zs_coll_sync first).
  */
 #ifndef ZS_COLL_H
 #define ZS_COLL_H
 
 #include <stddef.h>
 
+#include "zs_dev.h"
 #include "zs_dtype.h"
 #include "zs_status.h"
 
-#define ZS_COLL_MAX_INFLIGHT 16
+#define ZS_COLL_ALIGN 64 /* elements; a block alignment NCCL likes (not required) */
 
 typedef enum { ZS_OP_SUM = 0, ZS_OP_MAX = 1 } zs_coll_op_t;
 
 typedef struct zs_coll zs_coll_t;
-typedef struct zs_coll_req zs_coll_req_t; /* opaque; owned by the communicator */
 
 typedef struct zs_coll_vtable {
     const char *name; /* "mpi", "nccl" */
-    int (*reduce_scatter)(zs_coll_t *c, const void *send, void *recv, size_t recvcount,
-                          zs_dtype_t dt, zs_coll_req_t **req, zs_err_t *err);
-    int (*all_gather)(zs_coll_t *c, const void *send, void *recv, size_t sendcount, zs_dtype_t dt,
-                      zs_coll_req_t **req, zs_err_t *err);
-    int (*all_reduce)(zs_coll_t *c, const void *send, void *recv, size_t count, zs_dtype_t dt,
-                      zs_coll_op_t op, zs_coll_req_t **req, zs_err_t *err);
-    int (*broadcast)(zs_coll_t *c, void *buf, size_t count, zs_dtype_t dt, int root,
-                     zs_coll_req_t **req, zs_err_t *err);
+    /* Each enqueues on c->stream; arguments are checked before enqueueing. */
+    int (*reduce_scatter)(zs_coll_t *c, void *buf, size_t count, zs_dtype_t dt, zs_err_t *err);
+    int (*all_gather)(zs_coll_t *c, void *buf, size_t count, zs_dtype_t dt, zs_err_t *err);
+    int (*all_reduce)(zs_coll_t *c, void *buf, size_t count, zs_dtype_t dt, zs_coll_op_t op,
+                      zs_err_t *err);
+    int (*broadcast)(zs_coll_t *c, void *buf, size_t count, zs_dtype_t dt, int root, zs_err_t *err);
     int (*barrier)(zs_coll_t *c, zs_err_t *err);
-    int (*wait)(zs_coll_t *c, zs_coll_req_t *req, zs_err_t *err);
     void (*destroy)(zs_coll_t *c);
 } zs_coll_vtable_t;
 
 struct zs_coll {
     const zs_coll_vtable_t *vt;
     int rank, size;
+    zs_dev_t *dev;        /* not owned */
+    zs_stream_t *stream;  /* owned: where the collectives run */
+    zs_event_t *after_ev; /* owned: recorded on `after` streams */
 };
 
-/* Communicator over MPI_COMM_WORLD (the caller has called MPI_Init, with
- * MPI_THREAD_FUNNELED or higher). Free with zs_coll_destroy. */
-int zs_coll_mpi_create(zs_coll_t **out, zs_err_t *err);
+/* Communicator over MPI_COMM_WORLD on device `dev` (the CPU device; buffers
+ * are host memory). MPI_Init_thread must have given MPI_THREAD_SERIALIZED
+ * or higher. Free with zs_coll_destroy. */
+int zs_coll_mpi_create(zs_dev_t *dev, zs_coll_t **out, zs_err_t *err);
 
 /* MPI only: the most elements one MPI call carries (default and maximum
- * 1 << 30); larger collectives are split into pieces (see zs_coll_mpi.c).
- * Same value on every rank, no request in flight. Tests lower it to reach
- * the split paths with small buffers. */
+ * 1 << 30); larger collectives are split into pieces. Same value on every
+ * rank; applies to collectives enqueued after the call (queued ones keep
+ * theirs); enqueues nothing. Tests lower it to reach the split paths. */
 int zs_coll_mpi_set_max_chunk(zs_coll_t *c, size_t elems, zs_err_t *err);
 
-/* recv (recvcount elements) = this rank's block of sum over ranks of send
- * (size * recvcount elements, block r for rank r). send == recv not allowed. */
-static inline int zs_coll_reduce_scatter(zs_coll_t *c, const void *send, void *recv,
-                                         size_t recvcount, zs_dtype_t dt, zs_coll_req_t **req,
-                                         zs_err_t *err)
+/* The communicator's stream (owned by it). */
+static inline zs_stream_t *zs_coll_stream(zs_coll_t *c)
 {
-    return c->vt->reduce_scatter(c, send, recv, recvcount, dt, req, err);
+    return c->stream;
 }
 
-/* recv (size * sendcount) = concatenation of every rank's send in rank
- * order. send may alias recv + rank * sendcount (in place). */
-static inline int zs_coll_all_gather(zs_coll_t *c, const void *send, void *recv, size_t sendcount,
-                                     zs_dtype_t dt, zs_coll_req_t **req, zs_err_t *err)
+/* Make c's stream wait for `after`'s work so far (no-op for NULL). */
+int zs__coll_after(zs_coll_t *c, zs_stream_t *after, zs_err_t *err);
+
+/* Record `done` on c's stream (no-op for NULL). */
+int zs__coll_done(zs_coll_t *c, zs_event_t *done, zs_err_t *err);
+
+/* In place (see the layout above): buf + rank*count = this rank's block of
+ * the sum of every rank's buf (size*count elements). */
+static inline int zs_coll_reduce_scatter(zs_coll_t *c, void *buf, size_t count, zs_dtype_t dt,
+                                         zs_stream_t *after, zs_event_t *done, zs_err_t *err)
 {
-    return c->vt->all_gather(c, send, recv, sendcount, dt, req, err);
+    int rc = zs__coll_after(c, after, err);
+    if (rc == ZS_OK)
+        rc = c->vt->reduce_scatter(c, buf, count, dt, err);
+    return rc == ZS_OK ? zs__coll_done(c, done, err) : rc;
 }
 
-/* recv = op over ranks of send (count elements); send == recv allowed. */
-static inline int zs_coll_all_reduce(zs_coll_t *c, const void *send, void *recv, size_t count,
-                                     zs_dtype_t dt, zs_coll_op_t op, zs_coll_req_t **req,
+/* In place: buf (size*count) = every rank's buf + r*count block. */
+static inline int zs_coll_all_gather(zs_coll_t *c, void *buf, size_t count, zs_dtype_t dt,
+                                     zs_stream_t *after, zs_event_t *done, zs_err_t *err)
+{
+    int rc = zs__coll_after(c, after, err);
+    if (rc == ZS_OK)
+        rc = c->vt->all_gather(c, buf, count, dt, err);
+    return rc == ZS_OK ? zs__coll_done(c, done, err) : rc;
+}
+
+/* In place: buf (count) = op over ranks of buf. */
+static inline int zs_coll_all_reduce(zs_coll_t *c, void *buf, size_t count, zs_dtype_t dt,
+                                     zs_coll_op_t op, zs_stream_t *after, zs_event_t *done,
                                      zs_err_t *err)
 {
-    return c->vt->all_reduce(c, send, recv, count, dt, op, req, err);
+    int rc = zs__coll_after(c, after, err);
+    if (rc == ZS_OK)
+        rc = c->vt->all_reduce(c, buf, count, dt, op, err);
+    return rc == ZS_OK ? zs__coll_done(c, done, err) : rc;
 }
 
 static inline int zs_coll_broadcast(zs_coll_t *c, void *buf, size_t count, zs_dtype_t dt, int root,
-                                    zs_coll_req_t **req, zs_err_t *err)
+                                    zs_stream_t *after, zs_event_t *done, zs_err_t *err)
 {
-    return c->vt->broadcast(c, buf, count, dt, root, req, err);
+    int rc = zs__coll_after(c, after, err);
+    if (rc == ZS_OK)
+        rc = c->vt->broadcast(c, buf, count, dt, root, err);
+    return rc == ZS_OK ? zs__coll_done(c, done, err) : rc;
 }
 
-static inline int zs_coll_barrier(zs_coll_t *c, zs_err_t *err)
-{
-    return c->vt->barrier(c, err);
-}
+/* Enqueue a barrier and wait for it (and everything before it). */
+int zs_coll_barrier(zs_coll_t *c, zs_err_t *err);
 
-/* Wait for a request from a non-blocking call and release it. */
-static inline int zs_coll_wait(zs_coll_t *c, zs_coll_req_t *req, zs_err_t *err)
-{
-    return c->vt->wait(c, req, err);
-}
+/* Block until everything enqueued on c's stream has run; first error. */
+int zs_coll_sync(zs_coll_t *c, zs_err_t *err);
 
+/* Blocking convenience for small host values (loss, flags, norms): copies
+ * `count` elements from host memory into a device buffer of c, all-reduces,
+ * copies back and waits. */
+int zs_coll_all_reduce_host(zs_coll_t *c, void *host, size_t count, zs_dtype_t dt, zs_coll_op_t op,
+                            zs_err_t *err);
+
+/* Likewise a broadcast of host memory from root. */
+int zs_coll_broadcast_host(zs_coll_t *c, void *host, size_t count, zs_dtype_t dt, int root,
+                           zs_err_t *err);
+
+/* Waits for queued work (collective: every rank), then frees. NULL ok. */
 static inline void zs_coll_destroy(zs_coll_t *c)
 {
     if (c)

@@ -2,23 +2,32 @@
  * zs_config.c - DeepSpeed JSON configuration: the key tables, the section
  * parsers, DeepSpeed's defaults and whole-document rules, parse and load.
  *
- * What the configuration (this file, zs_config_json.c, zs_config_resolve.c)
- * does: reads a DeepSpeed config file as DeepSpeed would (relaxed
- * JSON as hjson reads it: comments, trailing commas, newline-separated
- * members; duplicate keys refused), applies DeepSpeed's defaults and its
- * rules (batch-size derivation, optimizer Adam/AdamW selection, scheduler
- * defaults, ZeRO aliases and deprecated keys, overlap_comm default by
- * stage), and reports every key it does not implement once, by path.
+ * What the configuration (this file, zs_config_json.c, zs_config_unknown.c,
+ * zs_config_resolve.c) does: reads a DeepSpeed config file as DeepSpeed
+ * would (relaxed JSON as hjson reads it: comments, trailing commas,
+ * newline-separated members; duplicate keys refused), applies DeepSpeed's
+ * defaults and its rules (batch-size derivation, optimizer Adam/AdamW
+ * selection, scheduler defaults, ZeRO aliases and deprecated keys,
+ * overlap_comm default by stage), and reports once, by path, every key it
+ * recognises but does not implement ("not implemented") and every key it
+ * reads but that changes nothing in zeroshard ("no effect": overlap_comm,
+ * contiguous_gradients, ...; the engine does not warn about them again).
+ * Unknown keys, at every level it reads, are an error naming each and the
+ * closest known key of its level ("did you mean ...?"), unless the caller
+ * allows them (then one warning each). DeepSpeed itself refuses unknown keys
+ * inside zero_optimization, fp16 and bf16 (pydantic, extra=forbid); a
+ * top-level typo there is silently ignored and can train at stage 0, so we
+ * refuse it too.
  *
  * What it does not do: it never silently ignores a key, never guesses a
  * value ("auto" is refused), and does not implement the features whose keys
  * it only recognises (NVMe offload, activation checkpointing, monitors,
- * other optimizers and schedules, ...). Unknown keys are warned about, not
- * refused (DeepSpeed itself refuses unknown keys inside zero_optimization,
- * fp16 and bf16; we warn so that the run is explicit about it).
+ * other optimizers and schedules, ...); it does not look inside the
+ * sections of those features.
  *
  * This file does not read single values, warn, find duplicate keys or relax
- * JSON (zs_config_json.c), nor derive batch sizes, cross-check or print
+ * JSON (zs_config_json.c), compute suggestions or word the unknown-key error
+ * (zs_config_unknown.c), nor derive batch sizes, cross-check or print
  * (zs_config_resolve.c).
  */
 #include "zs_config.h"
@@ -52,6 +61,48 @@ typedef struct pstate {
 } pstate_t;
 
 /* ---- sections ------------------------------------------------------------ */
+
+/* Keys each section reads (beyond its *_NOT_IMPLEMENTED list): what an
+ * unknown key is compared with for "did you mean". The parsers below match
+ * the same names; test_config checks that every suggestion parses. */
+static const char *const TOP_KEYS[] = {"train_batch_size",
+                                       "train_micro_batch_size_per_gpu",
+                                       "gradient_accumulation_steps",
+                                       "gradient_clipping",
+                                       "optimizer",
+                                       "scheduler",
+                                       "fp16",
+                                       "bf16",
+                                       "bfloat16",
+                                       "zero_optimization",
+                                       NULL};
+static const char *const OPT_KEYS[] = {"type", "params", "legacy_fusion", NULL};
+static const char *const ADAM_KEYS[] = {"lr",
+                                        "betas",
+                                        "eps",
+                                        "weight_decay",
+                                        "adam_w_mode",
+                                        "bias_correction",
+                                        "torch_adam",
+                                        "amsgrad",
+                                        "max_grad_norm",
+                                        NULL};
+static const char *const SCHED_KEYS[] = {"type", "params", NULL};
+static const char *const SCHED_PARAM_KEYS[] = {"warmup_min_lr",
+                                               "warmup_max_lr",
+                                               "warmup_num_steps",
+                                               "warmup_type",
+                                               "total_num_steps",
+                                               "last_batch_iteration",
+                                               NULL};
+static const char *const FP16_KEYS[] = {"enabled",           "loss_scale", "initial_scale_power",
+                                        "loss_scale_window", "hysteresis", "consecutive_hysteresis",
+                                        "min_loss_scale",    NULL};
+static const char *const BF16_KEYS[] = {"enabled", NULL};
+static const char *const OFFLOAD_KEYS[] = {"device", NULL};
+/* zero_optimization keys besides ZFIELDS (below) */
+static const char *const ZERO_KEYS[] = {"stage",       "offload_optimizer", "offload_param",
+                                        "cpu_offload", "cpu_offload_param", NULL};
 
 /* Recognised top-level keys that zeroshard does not implement. */
 static const char *const TOP_NOT_IMPLEMENTED[] = {"steps_per_print",
@@ -183,7 +234,7 @@ static int parse_optimizer(pctx_t *c, const cJSON *o, zs_config_t *cfg, pstate_t
         else if (strcmp(it->string, "legacy_fusion") == 0)
             zs__cfg_warn_key(c, "optimizer", it->string, "not implemented");
         else
-            zs__cfg_warn_key(c, "optimizer", it->string, "unknown key");
+            zs__cfg_unknown_in(c, "optimizer", it->string, OPT_KEYS, NULL);
     }
     if (!type)
         return zs_err_set(c->err, ZS_ERR_INVALID,
@@ -267,7 +318,7 @@ static int parse_optimizer(pctx_t *c, const cJSON *o, zs_config_t *cfg, pstate_t
         } else if (zs__cfg_in_list(k, ADAM_NOT_IMPLEMENTED)) {
             zs__cfg_warn_once(c, p, "not implemented");
         } else {
-            zs__cfg_warn_once(c, p, "unknown key");
+            zs__cfg_unknown_in(c, "optimizer.params", k, ADAM_KEYS, ADAM_NOT_IMPLEMENTED);
         }
     }
     return ZS_OK;
@@ -285,7 +336,7 @@ static int parse_scheduler(pctx_t *c, const cJSON *o, zs_config_t *cfg, pstate_t
         else if (strcmp(it->string, "params") == 0)
             params = it;
         else
-            zs__cfg_warn_key(c, "scheduler", it->string, "unknown key");
+            zs__cfg_unknown_in(c, "scheduler", it->string, SCHED_KEYS, NULL);
     }
     if (!type)
         return zs_err_set(c->err, ZS_ERR_INVALID,
@@ -358,7 +409,7 @@ static int parse_scheduler(pctx_t *c, const cJSON *o, zs_config_t *cfg, pstate_t
                 "not implemented: the schedule position comes from the optimizer step "
                 "count");
         } else {
-            zs__cfg_warn_once(c, p, "unknown key");
+            zs__cfg_unknown_in(c, "scheduler.params", k, SCHED_PARAM_KEYS, NULL);
         }
     }
     return ZS_OK;
@@ -393,7 +444,7 @@ static int parse_fp16(pctx_t *c, const cJSON *o, zs_config_t *cfg)
         } else if (zs__cfg_in_list(k, FP16_NOT_IMPLEMENTED)) {
             zs__cfg_warn_once(c, p, "not implemented");
         } else {
-            zs__cfg_warn_once(c, p, "unknown key");
+            zs__cfg_unknown_in(c, "fp16", k, FP16_KEYS, FP16_NOT_IMPLEMENTED);
         }
         if (rc != ZS_OK)
             return rc;
@@ -415,7 +466,7 @@ static int parse_bf16(pctx_t *c, const cJSON *o, const char *name, zs_config_t *
         } else if (zs__cfg_in_list(it->string, BF16_NOT_IMPLEMENTED)) {
             zs__cfg_warn_once(c, p, "not implemented");
         } else {
-            zs__cfg_warn_once(c, p, "unknown key");
+            zs__cfg_unknown_in(c, name, it->string, BF16_KEYS, BF16_NOT_IMPLEMENTED);
         }
     }
     return ZS_OK;
@@ -456,11 +507,28 @@ static int parse_offload(pctx_t *c, const cJSON *o, const char *path, const char
         } else if (zs__cfg_in_list(it->string, not_impl)) {
             zs__cfg_warn_once(c, p, "not implemented");
         } else {
-            zs__cfg_warn_once(c, p, "unknown key");
+            zs__cfg_unknown_in(c, path, it->string, OFFLOAD_KEYS, not_impl);
         }
     }
     return ZS_OK;
 }
+
+/* Why a zero_optimization key that is read (type-checked, printed) changes
+ * nothing in zeroshard: the engine does one thing whatever the value says.
+ * Each is warned about once when the file gives it ("no effect: ..."); the
+ * engine does not warn about them again. */
+#define NE_OVERLAP                                                                                 \
+    "no effect: stages 2-3 always overlap the gradient reduce-scatter with backward, stages "      \
+    "0-1 always reduce after the last micro-batch"
+#define NE_CONTIGUOUS "no effect: gradients are always contiguous per bucket"
+#define NE_REDUCE_SCATTER                                                                          \
+    "no effect: stages 2-3 always reduce-scatter gradients, stages 0-1 always all-reduce them"
+#define NE_ALLGATHER_PARTITIONS "no effect: updated partitions are always all-gathered"
+#define NE_ROUND_ROBIN          "no effect: gradient partitions are always pushed in bucket order"
+#define NE_SUB_GROUP            "no effect: the optimizer runs per segment partition"
+#define NE_ALLGATHER_BUCKET                                                                        \
+    "no effect: stages 1-2 all-gather per gradient bucket (reduce_bucket_size)"
+#define NE_GATHER_16BIT "no effect: checkpoints keep the fp32 master weights on the servers"
 
 /* zero_optimization fields with their DeepSpeed aliases. */
 enum { ZF_SIZE, ZF_BOOL };
@@ -468,45 +536,54 @@ typedef struct zfield {
     const char *names[3]; /* canonical first; NULL-terminated */
     int kind;
     size_t off;
-    int deprecated_second; /* names[1] is a deprecated spelling */
+    const char *no_effect; /* NULL: implemented; else why the value changes nothing */
 } zfield_t;
 
 static const zfield_t ZFIELDS[] = {
-    {{"reduce_bucket_size", NULL, NULL}, ZF_SIZE, offsetof(zs_config_t, reduce_bucket_size), 0},
+    {{"reduce_bucket_size", NULL, NULL}, ZF_SIZE, offsetof(zs_config_t, reduce_bucket_size), NULL},
     {{"allgather_bucket_size", NULL, NULL},
      ZF_SIZE,
      offsetof(zs_config_t, allgather_bucket_size),
-     0},
-    {{"overlap_comm", NULL, NULL}, ZF_BOOL, offsetof(zs_config_t, overlap_comm), 0},
-    {{"contiguous_gradients", NULL, NULL}, ZF_BOOL, offsetof(zs_config_t, contiguous_gradients), 0},
-    {{"reduce_scatter", NULL, NULL}, ZF_BOOL, offsetof(zs_config_t, reduce_scatter), 0},
-    {{"allgather_partitions", NULL, NULL}, ZF_BOOL, offsetof(zs_config_t, allgather_partitions), 0},
+     NE_ALLGATHER_BUCKET},
+    {{"overlap_comm", NULL, NULL}, ZF_BOOL, offsetof(zs_config_t, overlap_comm), NE_OVERLAP},
+    {{"contiguous_gradients", NULL, NULL},
+     ZF_BOOL,
+     offsetof(zs_config_t, contiguous_gradients),
+     NE_CONTIGUOUS},
+    {{"reduce_scatter", NULL, NULL},
+     ZF_BOOL,
+     offsetof(zs_config_t, reduce_scatter),
+     NE_REDUCE_SCATTER},
+    {{"allgather_partitions", NULL, NULL},
+     ZF_BOOL,
+     offsetof(zs_config_t, allgather_partitions),
+     NE_ALLGATHER_PARTITIONS},
     {{"round_robin_gradients", NULL, NULL},
      ZF_BOOL,
      offsetof(zs_config_t, round_robin_gradients),
-     0},
-    {{"sub_group_size", NULL, NULL}, ZF_SIZE, offsetof(zs_config_t, sub_group_size), 0},
+     NE_ROUND_ROBIN},
+    {{"sub_group_size", NULL, NULL}, ZF_SIZE, offsetof(zs_config_t, sub_group_size), NE_SUB_GROUP},
     {{"stage3_prefetch_bucket_size", "prefetch_bucket_size", NULL},
      ZF_SIZE,
      offsetof(zs_config_t, stage3_prefetch_bucket_size),
-     0},
+     NULL},
     {{"stage3_param_persistence_threshold", "param_persistence_threshold", NULL},
      ZF_SIZE,
      offsetof(zs_config_t, stage3_param_persistence_threshold),
-     0},
+     NULL},
     {{"stage3_max_live_parameters", "max_live_parameters", NULL},
      ZF_SIZE,
      offsetof(zs_config_t, stage3_max_live_parameters),
-     0},
+     NULL},
     {{"stage3_max_reuse_distance", "max_reuse_distance", NULL},
      ZF_SIZE,
      offsetof(zs_config_t, stage3_max_reuse_distance),
-     0},
+     NULL},
     {{"stage3_gather_16bit_weights_on_model_save", "gather_16bit_weights_on_model_save",
       "stage3_gather_fp16_weights_on_model_save"},
      ZF_BOOL,
      offsetof(zs_config_t, stage3_gather_16bit_weights_on_model_save),
-     0},
+     NE_GATHER_16BIT},
 };
 #define NZFIELDS (sizeof ZFIELDS / sizeof ZFIELDS[0])
 
@@ -577,8 +654,6 @@ static int parse_zero(pctx_t *c, const cJSON *o, zs_config_t *cfg, pstate_t *st)
                 return zs_err_set(c->err, ZS_ERR_INVALID,
                                   "%s: given twice, also as zero_optimization.%s", p, seen[f]);
             seen[f] = k;
-            if (alias == 2)
-                zs__cfg_warn_once(c, p, "deprecated: read as gather_16bit_weights_on_model_save");
             void *dst = (char *)cfg + ZFIELDS[f].off;
             if (ZFIELDS[f].kind == ZF_SIZE)
                 rc = zs__cfg_get_int(c, it, p, 0, INT64_MAX / 4, (int64_t *)dst);
@@ -586,14 +661,33 @@ static int parse_zero(pctx_t *c, const cJSON *o, zs_config_t *cfg, pstate_t *st)
                 rc = zs__cfg_get_bool(c, it, p, (int *)dst);
             if (rc != ZS_OK)
                 return rc;
+            /* one warning per path: a deprecated spelling says both things */
+            if (alias == 2) {
+                char why[256];
+                snprintf(why, sizeof why,
+                         "deprecated: read as gather_16bit_weights_on_model_save%s%s",
+                         ZFIELDS[f].no_effect ? "; " : "",
+                         ZFIELDS[f].no_effect ? ZFIELDS[f].no_effect : "");
+                zs__cfg_warn_once(c, p, why);
+            } else if (ZFIELDS[f].no_effect) {
+                zs__cfg_warn_once(c, p, ZFIELDS[f].no_effect);
+            }
             if (ZFIELDS[f].off == offsetof(zs_config_t, overlap_comm))
                 st->overlap_given = 1;
             continue;
         }
-        if (zs__cfg_in_list(k, ZERO_NOT_IMPLEMENTED))
+        if (zs__cfg_in_list(k, ZERO_NOT_IMPLEMENTED)) {
             zs__cfg_warn_once(c, p, "not implemented");
-        else
-            zs__cfg_warn_once(c, p, "unknown key");
+        } else {
+            cfg_near_t n;
+            zs__cfg_near_init(&n, k);
+            zs__cfg_near_add_list(&n, ZERO_KEYS);
+            for (size_t z = 0; z < NZFIELDS; z++)
+                for (int a = 0; a < 3 && ZFIELDS[z].names[a]; a++)
+                    zs__cfg_near_add(&n, ZFIELDS[z].names[a]);
+            zs__cfg_near_add_list(&n, ZERO_NOT_IMPLEMENTED);
+            zs__cfg_unknown(c, "zero_optimization", k, &n);
+        }
     }
     /* deprecated switches: DeepSpeed refuses them next to their replacement */
     if (cpu_offload >= 0) {
@@ -649,7 +743,7 @@ static int parse_root(pctx_t *c, const cJSON *root, zs_config_t *cfg, pstate_t *
         } else if (zs__cfg_in_list(k, TOP_NOT_IMPLEMENTED)) {
             zs__cfg_warn_once(c, k, "not implemented");
         } else {
-            zs__cfg_warn_once(c, k, "unknown key");
+            rc = zs__cfg_unknown_in(c, "", k, TOP_KEYS, TOP_NOT_IMPLEMENTED);
         }
         if (rc != ZS_OK)
             return rc;
@@ -741,6 +835,14 @@ void zs_config_defaults(zs_config_t *cfg)
 int zs_config_parse(const char *json, zs_config_t *cfg, zs_config_warn_fn warn, void *ud,
                     zs_err_t *err)
 {
+    zs_config_opts_t o = {warn, ud, 0};
+    return zs_config_parse_opts(json, &o, cfg, err);
+}
+
+/* Parse a DeepSpeed config text under the given options; see zs_config.h. */
+int zs_config_parse_opts(const char *json, const zs_config_opts_t *opts, zs_config_t *cfg,
+                         zs_err_t *err)
+{
     if (!json || !cfg)
         return zs_err_set(err, ZS_ERR_INVALID, "config: no text or no config to fill");
     pctx_t *c = calloc(1, sizeof *c);
@@ -750,8 +852,11 @@ int zs_config_parse(const char *json, zs_config_t *cfg, zs_config_warn_fn warn, 
         free(text);
         return zs_err_set(err, ZS_ERR_NOMEM, "config: out of memory");
     }
-    c->warn = warn;
-    c->ud = ud;
+    if (opts) {
+        c->warn = opts->warn;
+        c->ud = opts->ud;
+        c->allow_unknown = opts->allow_unknown;
+    }
     c->err = err;
     int rc;
     const char *end = NULL;
@@ -787,6 +892,8 @@ int zs_config_parse(const char *json, zs_config_t *cfg, zs_config_warn_fn warn, 
     pstate_t st = {.adam_w_mode = 1, .lr = 1e-3};
     if ((rc = parse_root(c, root, &tmp, &st)) != ZS_OK)
         goto out;
+    if ((rc = zs__cfg_unknown_finish(c)) != ZS_OK)
+        goto out;
     finish(c, &tmp, &st);
     memcpy(cfg, &tmp, sizeof tmp);
     rc = ZS_OK;
@@ -800,6 +907,14 @@ out:
 /* Read a file and parse it; see zs_config.h. */
 int zs_config_load(const char *path, zs_config_t *cfg, zs_config_warn_fn warn, void *ud,
                    zs_err_t *err)
+{
+    zs_config_opts_t o = {warn, ud, 0};
+    return zs_config_load_opts(path, &o, cfg, err);
+}
+
+/* Read a file and parse it under the given options; see zs_config.h. */
+int zs_config_load_opts(const char *path, const zs_config_opts_t *opts, zs_config_t *cfg,
+                        zs_err_t *err)
 {
     FILE *f = fopen(path, "rb");
     if (!f)
@@ -835,7 +950,7 @@ int zs_config_load(const char *path, zs_config_t *cfg, zs_config_warn_fn warn, v
         buf[n] = '\0';
         if (strlen(buf) != n)
             rc = zs_err_set(err, ZS_ERR_INVALID, "config %s: contains a NUL byte", path);
-        else if ((rc = zs_config_parse(buf, cfg, warn, ud, err)) != ZS_OK)
+        else if ((rc = zs_config_parse_opts(buf, opts, cfg, err)) != ZS_OK)
             zs_err_prefix(err, "%s: ", path);
     }
     free(buf);

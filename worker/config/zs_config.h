@@ -4,9 +4,17 @@
  * A DeepSpeed user's config file loads as it is. Like DeepSpeed (which reads
  * files with hjson), comments (#, //, slash-star), trailing commas and
  * members separated by a newline without a comma are accepted; duplicate
- * keys are an error. Keys zeroshard implements are read into zs_config_t;
- * keys it recognises but does not implement, and unknown keys, are reported
- * once each by name through the warning callback (never silently misread).
+ * keys are an error. Keys zeroshard implements are read into zs_config_t.
+ * Keys it recognises but does not implement ("not implemented"), and keys it
+ * reads but that change nothing in zeroshard ("no effect": overlap_comm,
+ * contiguous_gradients, reduce_scatter, allgather_partitions,
+ * round_robin_gradients, sub_group_size, allgather_bucket_size,
+ * stage3_gather_16bit_weights_on_model_save), are reported once each by path
+ * through the warning callback (never silently misread). Unknown keys, at
+ * the top level and inside every section zeroshard reads, are an error that
+ * names each by path and the closest known key of its level ("unknown key
+ * zero_optimisation (did you mean zero_optimization?)"), unless
+ * zs_config_opts_t.allow_unknown lets them through with one warning each.
  * Errors name the key and the value. "auto" (a Hugging Face Trainer
  * placeholder) is an error: the file must hold the real value.
  *
@@ -92,23 +100,40 @@ typedef struct zs_config {
     int bf16_enabled;                              /* bf16.enabled (kept to refuse fp16 + bf16) */
 } zs_config_t;
 
-/* Called once per ignored key with its JSON path ("zero_optimization.foo")
- * and why: "not implemented", "unknown key" or "deprecated", possibly
- * followed by ": " and a detail. Also called (path of the value) for values
- * DeepSpeed itself only warns about (an unknown warmup_type, a
- * total_num_steps below warmup_num_steps). */
+/* Called once per path with its JSON path ("zero_optimization.foo") and
+ * why: "not implemented", "no effect", "deprecated" or (allow_unknown only)
+ * "unknown key", followed by a detail (": ...", or for unknown keys " (did
+ * you mean P?), ignored" / ", ignored"). Also called (path of the value)
+ * for values DeepSpeed itself only warns about (an unknown warmup_type, a
+ * total_num_steps below warmup_num_steps). Warnings of a parse that then
+ * fails have been delivered already. */
 typedef void (*zs_config_warn_fn)(void *ud, const char *path, const char *why);
+
+/* How to parse. Zero-initialised = strict, warnings to the log. */
+typedef struct zs_config_opts {
+    zs_config_warn_fn warn; /* may be NULL: warnings go to the log (ZS_WARN) */
+    void *ud;               /* passed to warn */
+    int allow_unknown;      /* 1: unknown keys are warned about and ignored, not refused */
+} zs_config_opts_t;
 
 /* Fill *cfg with DeepSpeed's defaults (batch sizes unset = 0). */
 void zs_config_defaults(zs_config_t *cfg);
 
 /* Parse JSON text into *cfg: *cfg is first reset to zs_config_defaults,
- * then the keys given are applied; on error *cfg is left unchanged. warn may
- * be NULL (then warnings go to the log). Batch sizes are not resolved yet. */
+ * then the keys given are applied; on error *cfg is left unchanged. opts may
+ * be NULL (strict, warnings to the log). Batch sizes are not resolved yet.
+ * An unknown key is ZS_ERR_INVALID unless opts->allow_unknown. */
+int zs_config_parse_opts(const char *json, const zs_config_opts_t *opts, zs_config_t *cfg,
+                         zs_err_t *err);
+
+/* Read and parse a file (errors are prefixed with its path). */
+int zs_config_load_opts(const char *path, const zs_config_opts_t *opts, zs_config_t *cfg,
+                        zs_err_t *err);
+
+/* zs_config_parse_opts / zs_config_load_opts with {warn, ud, allow_unknown
+ * 0}: unknown keys refused; warn may be NULL (then warnings go to the log). */
 int zs_config_parse(const char *json, zs_config_t *cfg, zs_config_warn_fn warn, void *ud,
                     zs_err_t *err);
-
-/* Read and parse a file. */
 int zs_config_load(const char *path, zs_config_t *cfg, zs_config_warn_fn warn, void *ud,
                    zs_err_t *err);
 

@@ -4,40 +4,43 @@
  * Model-agnostic: a model is a list of layers, each declaring how many
  * parameters it owns and which other layers' parameters it also reads (a
  * tied LM head reads the token embedding: the "external parameter" case).
- * The engine owns the flat parameter and gradient buffers, groups whole
- * consecutive layers into buckets, partitions every bucket evenly over the W
- * workers, and calls the collectives (zs_coll.h) and the shard client
- * (zs_client.h) at the right moments for ZeRO stages 0-3:
+ * The engine owns the parameter, gradient and optimizer buffers on the
+ * worker's device (zs_dev.h: CPU now, CUDA next; the engine never touches
+ * tensor memory directly), partitions them over the W workers, and
+ * enqueues the collectives (zs_coll.h) and the shard client's transfers at
+ * the right moments for ZeRO stages 0-3:
  *
  *   stage 0  all-reduce gradients; every worker updates all parameters
  *   stage 1  all-reduce gradients; each worker updates its partition, then
  *            all-gather parameters
- *   stage 2  each bucket is reduce-scattered as soon as its backward is
- *            done (non-blocking, overlapped with the rest of backward); a
- *            worker keeps gradients for its partition only
- *   stage 3  + parameters partitioned: a bucket is all-gathered just before
- *            its forward and its backward and freed after, unless it is
- *            not larger than stage3_param_persistence_threshold; the next
- *            buckets in compute order are prefetched (non-blocking) while
- *            they fit in stage3_prefetch_bucket_size elements (at least one,
- *            at most four ahead)
+ *   stage 2  each gradient bucket is reduce-scattered on the communication
+ *            stream as soon as its backward is done (overlapping the rest of
+ *            backward); a worker keeps gradients for its partition only
+ *   stage 3  + parameters partitioned per layer (DeepSpeed's module
+ *            granularity): a layer is all-gathered before its forward and
+ *            backward, prefetched ahead within stage3_prefetch_bucket_size,
+ *            kept while reused within stage3_max_reuse_distance and
+ *            stage3_max_live_parameters, freed otherwise; layers of at most
+ *            stage3_param_persistence_threshold elements stay gathered;
+ *            offload_param keeps the partition in pinned host memory
  * With offload_optimizer the optimizer runs on the shard servers: each
- * worker pushes its gradient partition, the step is committed with its
- * scalars, and each worker pulls its updated partition. Without it the
- * worker runs the same CPU AdamW kernel on its partition, and the servers
- * (if given) only receive checkpoints.
+ * bucket's reduced gradient partition is copied to pinned memory on a copy
+ * stream and pushed while backward goes on, the step is committed with its
+ * scalars, and the updated partition is pulled into pinned memory, copied
+ * to the device and gathered. Without it the worker runs AdamW on its
+ * partition on the device, and the servers (if given) only keep checkpoints.
  *
- * Partition rule (one for every stage): a bucket of n elements is padded to
- * n_pad = ceil(n / W) * W; worker r owns [r * n_pad/W, (r+1) * n_pad/W) of
- * it, clipped to n (the padding is zeros, never sent to servers).
+ * Layout and streams: see zs_engine_internal.h (segments, buckets, events).
  *
  * Numbers: parameters and gradients are stored in the configured dtype
- * (fp32, bf16 or fp16) and computed in fp32 on CPU; fp32 master weights and
- * Adam moments live with the optimizer. The gradient of a step is
+ * (fp32, bf16 or fp16); layers compute on fp32 copies; fp32 master weights
+ * and Adam moments live with the optimizer. The gradient of a step is
  *   sum over workers and micro-batches of d(loss_micro * loss_scale)/dtheta,
  * unscaled in the optimizer by grad_scale = 1 / (loss_scale * W * gas).
  *
- * Threading: one thread per worker process calls the engine (MPI FUNNELED).
+ * Threading: one thread per worker process calls the engine; the device's
+ * streams and the pusher run beside it. MPI must be initialised with
+ * MPI_THREAD_SERIALIZED or higher (collectives run on the comm stream).
  */
 #ifndef ZS_ENGINE_H
 #define ZS_ENGINE_H
@@ -48,6 +51,7 @@
 
 #include "zs_coll.h"
 #include "zs_config.h"
+#include "zs_dev.h"
 #include "zs_status.h"
 
 /* Where a micro-batch sits in the global batch: the model's data loader
@@ -70,7 +74,11 @@ static inline int64_t zs_batch_sample(const zs_batch_ctx_t *b, int k)
            ((int64_t)b->micro * b->world + b->rank) * b->micro_batch + k;
 }
 
-/* A model as the engine sees it. All callbacks return a zs status. */
+/* A model as the engine sees it. All callbacks return a zs status and run
+ * on the thread that calls the engine. Tensor work is never done inside a
+ * callback: it is ENQUEUED on the compute stream given to bind (kernels on
+ * CUDA, host functions or CPU ops on the CPU device), so it runs in order
+ * with the engine's own copies, gathers and reductions. */
 typedef struct zs_model {
     void *self;
     int nlayers;
@@ -79,32 +87,48 @@ typedef struct zs_model {
      * terminated, or NULL for none. A layer may only depend on lower
      * layers. */
     const int *const *deps;
-    /* Initial values of layer i's own parameters (fp32, deterministic: every
-     * worker calls it and must get the same numbers). */
+    /* Initial values of layer i's own parameters into HOST memory (fp32,
+     * deterministic: every worker calls it and must get the same numbers). */
     int (*init_params)(void *self, int layer, float *params, zs_err_t *err);
-    /* Load the samples of micro-batch b (called before the forward pass). */
+    /* First call after init_params: the device every tensor lives on and
+     * the compute stream every later call enqueues on (neither owned). The
+     * model allocates activations and scratch through zs_dev_alloc with
+     * categories ZS_MEM_ACTIVATIONS / ZS_MEM_SCRATCH so they are counted. */
+    int (*bind)(void *self, zs_dev_t *dev, zs_stream_t *compute, zs_err_t *err);
+    /* Load the samples of micro-batch b (enqueue their upload). */
     int (*load_batch)(void *self, const zs_batch_ctx_t *b, zs_err_t *err);
-    /* Forward of layer i: params[0] = its own (fp32), params[1..] = its
-     * deps' in order. Activations live in self. */
+    /* Forward of layer i: params[0] = its own, params[1..] = its deps' in
+     * order; fp32 DEVICE pointers, valid until the work enqueued now has
+     * run. Activations live in self. */
     int (*forward)(void *self, int layer, float *const *params, zs_err_t *err);
-    /* Mean loss of the micro-batch after the last forward. */
-    double (*loss)(void *self);
-    /* Backward of layer i (called from the last layer down): ACCUMULATE
-     * (+=) d(dloss * loss)/d(params) into grads[0] (own) and grads[1..]
-     * (deps), fp32. dloss seeds the last layer's output gradient. */
+    /* Mean loss of the micro-batch after the last forward; waits for the
+     * compute stream. */
+    int (*loss)(void *self, double *loss, zs_err_t *err);
+    /* Backward of layer i (called from the last layer down): enqueue work
+     * that ACCUMULATES (+=) d(dloss * loss)/d(params) into grads[0] (own)
+     * and grads[1..] (deps), fp32 device pointers. dloss seeds the last
+     * layer's output gradient. */
     int (*backward)(void *self, int layer, float *const *params, float *const *grads, float dloss,
                     zs_err_t *err);
 } zs_model_t;
 
 typedef struct zs_engine zs_engine_t;
 
+/* Test-only faults, to prove that the checks guarding them can fail. */
+#define ZS_ENGINE_DEBUG_DROP_WAIT   1u /* skip event waits: the reduce-scatter does
+                                        * not wait for the backward, nor compute for
+                                        * a stage-3 gather */
+#define ZS_ENGINE_DEBUG_LEAK        2u /* leak a scratch block every step */
+#define ZS_ENGINE_DEBUG_GRAD_SCALE2 4u /* unscale gradients by 2x the right factor */
+
 typedef struct zs_engine_opts {
     const zs_config_t *cfg; /* resolved for coll->size; copied */
-    zs_coll_t *coll;        /* not owned */
+    zs_coll_t *coll;        /* not owned; its device is the engine's */
     const char *servers;    /* "a:p,b:p" or NULL (required for offload/checkpoints) */
     const char *token;      /* bearer token or NULL */
     const char *model_name; /* identity on the servers (default "zs-model") */
     int server_timeout_ms;  /* deadline of each server call (default 120000) */
+    unsigned debug;         /* ZS_ENGINE_DEBUG_* (tests only; 0) */
 } zs_engine_opts_t;
 
 /* Figures of one step (all workers agree on loss, lr, scale, skipped). */
@@ -118,16 +142,14 @@ typedef struct zs_step_stats {
     double ms_forward, ms_backward, ms_comm, ms_optimizer; /* this worker */
 } zs_step_stats_t;
 
-/* Bytes this worker holds, by category. */
-typedef struct zs_mem {
-    uint64_t params;      /* compute-precision parameters (full or partition) */
-    uint64_t host_params; /* offload_param (stage 3): the partition kept in host
-                           * memory instead of device memory (then params = 0).
-                           * On CPU workers the same RAM: bookkeeping only. */
-    uint64_t grads;       /* gradients (full or partition) */
-    uint64_t optimizer;   /* fp32 master + exp_avg + exp_avg_sq (0 with offload) */
-    uint64_t buffers;     /* scratch: fp32 compute copies, gathered buckets, comm */
-} zs_mem_t;
+/* Memory of this worker, measured by the device allocator, beside what the
+ * ZeRO formulas and the configuration say it should be. */
+typedef struct zs_engine_mem {
+    zs_dev_mem_t measured;         /* every allocation of this process's device */
+    uint64_t formula[ZS_MEM_NCATS]; /* seed formulas: params, grads, optimizer (bytes) */
+    uint64_t working[ZS_MEM_NCATS]; /* buffers the configuration allows on top (bytes) */
+    uint64_t rss;                   /* process resident set (bytes; 0 if unknown) */
+} zs_engine_mem_t;
 
 /* Lay out the model, create buffers, initialise parameters (every worker
  * computes the same init), connect to the servers. Does not talk to the
@@ -153,24 +175,38 @@ int zs_engine_step(zs_engine_t *e, zs_step_stats_t *stats, zs_err_t *err);
  * on every server. Collective. */
 int zs_engine_checkpoint(zs_engine_t *e, zs_err_t *err);
 
+/* After a failed zs_engine_step or zs_engine_checkpoint, on every worker
+ * (collective): if any worker lost a shard server (unreachable, past its
+ * deadline, or restarted without the step's state), wait up to wait_ms
+ * for every server to answer again, restore the newest checkpoint complete
+ * on all of them and roll every worker back to it (*step_out; 0 when none
+ * was complete: the run starts over). Other failures are refused with
+ * ZS_ERR_STATE; servers that stay away give ZS_ERR_UNAVAILABLE. See
+ * zs_engine_recover.c. */
+int zs_engine_recover(zs_engine_t *e, int wait_ms, uint64_t *step_out, zs_err_t *err);
+
 /* Current (last completed) step. */
 uint64_t zs_engine_step_count(const zs_engine_t *e);
 
 /* Total parameters P (sum of layers' own). */
 uint64_t zs_engine_num_params(const zs_engine_t *e);
 
-/* Bytes this worker holds, and what the seed formulas predict for this
- * stage and W with the engine's padded size (see zs_engine_mem_expected). */
-void zs_engine_mem(const zs_engine_t *e, zs_mem_t *mem);
+/* Measured memory, formulas and working set (see zs_engine_mem_t). The
+ * formulas for mixed precision + Adam with Psi = padded parameters, bytes
+ * per parameter (k = 2 for bf16/fp16, 4 for fp32): params k (stage 3: k/W),
+ * grads k (stages 2-3: k/W), optimizer 12 (stages 1-3: 12/W; 0 with
+ * offload_optimizer). The working set: fp32 compute copies (4 Psi, stages
+ * 0-2 in 16-bit), stage-3 gathers within stage3_max_live_parameters +
+ * stage3_prefetch_bucket_size + the largest layer, gradient scratch and
+ * reduce buffers of the largest bucket, offload staging of one partition. */
+void zs_engine_mem(zs_engine_t *e, zs_engine_mem_t *out);
 
-/* Model-state bytes per worker predicted by the ZeRO formulas for mixed
- * precision + Adam with Psi parameters, stage, W, offload: stage 0: 2+2+12,
- * 1: 2+2+12/W, 2: 2+(2+12)/W, 3: (2+2+12)/W (bytes per parameter; fp32
- * params: 4+4+12 likewise); with offload the 12 moves to the servers. */
-void zs_engine_mem_expected(const zs_engine_t *e, zs_mem_t *mem);
+/* Check every category: measured peak <= formula + working set. Returns
+ * ZS_OK or ZS_ERR_RANGE naming the first category over it. */
+int zs_engine_mem_check(zs_engine_t *e, zs_err_t *err);
 
-/* Print a table of zs_engine_mem for every worker (collective; rank 0
- * prints to f). */
+/* Print the memory table of every worker (collective; rank 0 prints to
+ * f): measured peak per category and space, formula, working set, RSS. */
 int zs_engine_print_mem(zs_engine_t *e, FILE *f, zs_err_t *err);
 
 /* Full fp32 parameters (P floats) as this worker would compute with them:

@@ -66,7 +66,7 @@ int zs_engine_start(zs_engine_t *e, zs_err_t *err)
 
 /* The three state tensors of bucket b's slice that this worker owns: where
  * they live locally, and their flat range. */
-static void slice(zs_engine_t *e, const zs__bucket_t *b, uint64_t *lo, uint64_t *hi,
+static void slice(zs_engine_t *e, const zs__seg_t *b, uint64_t *lo, uint64_t *hi,
                   uint64_t *local)
 {
     *lo = b->off + b->vb;
@@ -74,7 +74,48 @@ static void slice(zs_engine_t *e, const zs__bucket_t *b, uint64_t *lo, uint64_t 
     *local = e->stage == 0 ? b->pbase + b->vb : b->qbase;
 }
 
-int zs_engine_checkpoint(zs_engine_t *e, zs_err_t *err)
+/* The optimizer state is device memory: each slice goes through a pinned
+ * buffer of one partition (fp32). to_servers: SetState; else GetState into
+ * the device state (resume). */
+static int move_state(zs_engine_t *e, int to_servers, zs_err_t *err)
+{
+    size_t bytes = (size_t)(e->max_seg_pad / (uint64_t)e->W) * 4;
+    float *pin = NULL;
+    int rc = zs__eng_alloc(e, ZS_SPACE_PINNED, ZS_MEM_COMM, bytes, (void **)&pin,
+                           "optimizer state transfer", err);
+    float *t[3] = {e->master, e->exp_avg, e->exp_avg_sq};
+    for (int k = 0; k < e->ns && !rc; k++) {
+        uint64_t lo, hi, at;
+        slice(e, &e->s[k], &lo, &hi, &at);
+        for (int x = 0; x < 3 && !rc && hi > lo; x++) {
+            size_t nb = (size_t)(hi - lo) * 4;
+            if (to_servers) {
+                rc = zs_dev_memcpy(e->compute, pin, t[x] + at, nb, err);
+                if (!rc)
+                    rc = zs_dev_stream_sync(e->compute, err);
+                if (!rc)
+                    rc = zs_client_set_state(e->client, x, lo, hi, pin, err);
+            } else {
+                rc = zs_client_get_state(e->client, x, lo, hi, pin, err);
+                if (!rc)
+                    rc = zs_dev_memcpy(e->compute, t[x] + at, pin, nb, err);
+                if (!rc) /* pin is refilled next */
+                    rc = zs_dev_stream_sync(e->compute, err);
+            }
+        }
+    }
+    if (!rc)
+        rc = zs_dev_stream_sync(e->compute, err);
+    zs_dev_free(e->dev, pin);
+    return rc;
+}
+
+static int upload_state(zs_engine_t *e, zs_err_t *err)
+{
+    return move_state(e, 1, err);
+}
+
+static int checkpoint(zs_engine_t *e, zs_err_t *err)
 {
     ZS_ENG_TRY(need_servers(e, "checkpoint", err));
     uint8_t meta[META_BYTES];
@@ -88,18 +129,20 @@ int zs_engine_checkpoint(zs_engine_t *e, zs_err_t *err)
         if (e->rank == 0)
             rc = zs_client_set_step(e->client, e->step, e->t, err);
         ZS_ENG_TRY(zs__eng_agree(e, rc, err));
-        float *t[3] = {e->master, e->exp_avg, e->exp_avg_sq};
-        for (int k = 0; k < e->nb && !rc; k++) {
-            uint64_t lo, hi, at;
-            slice(e, &e->b[k], &lo, &hi, &at);
-            for (int x = 0; x < 3 && !rc && hi > lo; x++)
-                rc = zs_client_set_state(e->client, x, lo, hi, t[x] + at, err);
-        }
+        rc = upload_state(e, err);
         ZS_ENG_TRY(zs__eng_agree(e, rc, err));
     }
     if (e->rank == 0)
         rc = zs_client_checkpoint_meta(e->client, e->step, 0, meta, sizeof meta, err);
     return zs__eng_agree(e, rc, err);
+}
+
+int zs_engine_checkpoint(zs_engine_t *e, zs_err_t *err)
+{
+    int rc = checkpoint(e, err);
+    if (rc)
+        e->last_rc = rc;
+    return rc;
 }
 
 int zs_engine_resume(zs_engine_t *e, uint64_t want, uint64_t *step_out, zs_err_t *err)
@@ -147,8 +190,16 @@ int zs_engine_resume(zs_engine_t *e, uint64_t want, uint64_t *step_out, zs_err_t
             memcpy(&msg[1], meta, META_BYTES);
         }
     }
+    /* "Nothing to resume" is an answer every worker must get alike (a caller
+     * may then start fresh), not a failure of rank 0. */
+    float code = (float)rc;
+    ZS_ENG_TRY(zs_coll_broadcast_host(e->coll, &code, 1, ZS_DTYPE_F32, 0, err));
+    if ((int)code == ZS_ERR_NOTFOUND)
+        return e->rank == 0 ? rc
+                            : zs_err_set(err, ZS_ERR_NOTFOUND,
+                                         "no checkpoint is complete on every server (rank 0)");
     ZS_ENG_TRY(zs__eng_agree(e, rc, err));
-    ZS_ENG_TRY(zs_coll_broadcast(e->coll, msg, sizeof msg / 4, ZS_DTYPE_F32, 0, NULL, err));
+    ZS_ENG_TRY(zs_coll_broadcast_host(e->coll, msg, sizeof msg / 4, ZS_DTYPE_F32, 0, err));
     const uint8_t *meta = (const uint8_t *)&msg[1];
     uint64_t step = get64(meta + 4), t = get64(meta + 12);
     rc = zs_loss_scale_load(&e->ls, meta + 20);
@@ -159,39 +210,58 @@ int zs_engine_resume(zs_engine_t *e, uint64_t want, uint64_t *step_out, zs_err_t
         rc = zs_client_hello(e->client, e->model_name, e->P, NULL, err);
     ZS_ENG_TRY(zs__eng_agree(e, rc, err));
 
-    /* Pull this worker's partition back. */
-    for (int k = 0; k < e->nb && !rc; k++) {
-        zs__bucket_t *b = &e->b[k];
-        uint64_t lo, hi, at;
-        slice(e, b, &lo, &hi, &at);
-        if (hi <= lo)
-            continue;
-        void *dst =
-            e->stage < 3 ? zs__at(e, e->params, b->pbase + b->vb) : zs__at(e, e->params, b->qbase);
-        if (e->offload) {
-            rc = zs_client_pull(e->client, step, lo, hi, dst, e->dt, NULL, err);
-            continue;
+    /* Pull this worker's partition back: parameters (offload) or the
+     * optimizer state, from which the parameters are cast. */
+    if (e->offload) {
+        int direct = e->stage == 3 && e->offload_param;
+        for (int k = 0; k < e->ns && !rc; k++) {
+            zs__seg_t *s = &e->s[k];
+            if (s->ve <= s->vb)
+                continue;
+            void *dst = direct ? zs__eng_param_part(e, s) : zs__at(e, e->staging, s->qbase);
+            rc = zs_client_pull(e->client, step, s->off + s->vb, s->off + s->ve, dst, e->dt, NULL,
+                                err);
+            if (!rc && !direct)
+                rc = zs_dev_memcpy(e->copy, zs__eng_param_part(e, s), dst,
+                                   (s->ve - s->vb) * e->esz, err);
         }
-        float *t3[3] = {e->master, e->exp_avg, e->exp_avg_sq};
-        for (int x = 0; x < 3 && !rc; x++)
-            rc = zs_client_get_state(e->client, x, lo, hi, t3[x] + at, err);
         if (!rc)
-            zs_cast(dst, e->dt, e->master + at, ZS_DTYPE_F32, hi - lo);
+            rc = zs_dev_stream_sync(e->copy, err);
+    } else {
+        rc = move_state(e, 0, err);
+        for (int k = 0; k < e->ns && !rc; k++) {
+            zs__seg_t *s = &e->s[k];
+            uint64_t lo, hi, at;
+            slice(e, s, &lo, &hi, &at);
+            if (hi > lo)
+                rc = zs_dev_cast(e->compute, zs__eng_param_part(e, s), e->dt, e->master + at,
+                                 ZS_DTYPE_F32, hi - lo, err);
+        }
+        if (!rc)
+            rc = zs_dev_stream_sync(e->compute, err);
     }
     ZS_ENG_TRY(zs__eng_agree(e, rc, err));
     /* Stage 0 without offload keeps the whole optimizer state everywhere, and
      * its parameters (which it never all-gathers) come from the full master. */
-    if (e->stage == 0 && !e->offload)
-        for (int k = 0; k < e->nb && !rc; k++) {
-            zs__bucket_t *b = &e->b[k];
-            float *t3[3] = {e->master, e->exp_avg, e->exp_avg_sq};
-            for (int x = 0; x < 3 && !rc; x++)
-                rc = zs_coll_all_gather(e->coll, t3[x] + b->pbase + (uint64_t)e->rank * b->part,
-                                        t3[x] + b->pbase, b->part, ZS_DTYPE_F32, NULL, err);
-            if (!rc)
-                zs_cast(zs__at(e, e->params, b->pbase), e->dt, e->master + b->pbase, ZS_DTYPE_F32,
-                        b->n);
+    if (e->stage == 0 && !e->offload) {
+        float *t3[3] = {e->master, e->exp_avg, e->exp_avg_sq};
+        for (int k = 0; k < e->ns && !rc; k++) {
+            zs__seg_t *s = &e->s[k];
+            for (int x = 0; x < 3 && !rc && s->n; x++)
+                rc = zs_coll_all_gather(e->coll, t3[x] + s->pbase, s->part, ZS_DTYPE_F32,
+                                        x == 0 && k == 0 ? e->compute : NULL, NULL, err);
         }
+        if (!rc)
+            rc = zs_coll_sync(e->coll, err);
+        for (int k = 0; k < e->ns && !rc; k++) {
+            zs__seg_t *s = &e->s[k];
+            if (s->n)
+                rc = zs_dev_cast(e->compute, zs__at(e, e->params, s->pbase), e->dt,
+                                 e->master + s->pbase, ZS_DTYPE_F32, s->n, err);
+        }
+        if (!rc)
+            rc = zs_dev_stream_sync(e->compute, err);
+    }
     ZS_ENG_TRY(zs__eng_agree(e, rc, err));
     e->step = step;
     e->t = t;

@@ -1,14 +1,35 @@
 /*
- * zs_engine_internal.h - the engine's struct and helpers shared by
- * zs_engine.c (layout, lifecycle, memory), zs_engine_step.c (forward,
- * backward, gradient reduction), zs_engine_optim.c (norm, clipping,
- * optimizer, parameter gather) and zs_engine_ckpt.c (start, resume,
- * checkpoint). Not a public header.
+ * zs_engine_internal.h - the engine's struct and the helpers its files
+ * share. Not a public header.
  *
- * Padded layout: bucket b (n elements) occupies n_pad = ceil(n/W)*W slots at
- * pbase[b] in "full" buffers (size Ppad) and part = n_pad/W slots at
- * qbase[b] = pbase[b]/W in "partition" buffers (size Ppad/W). Flat
- * (server) index of slot k of bucket b is off[b] + k for k < n.
+ *   zs_engine.c         layout (segments, buckets), lifecycle, initial state
+ *   zs_engine_mem.c     measured memory, formulas, the memory table
+ *   zs_engine_gather.c  stage 3: per-layer parameter fetch, prefetch, release
+ *   zs_engine_step.c    micro-batches: forward, backward, gradient reduction
+ *   zs_engine_optim.c   norm, clipping, optimizer or offload, parameter gather
+ *   zs_engine_push.c    background push of staged gradient partitions
+ *   zs_engine_ckpt.c    start, checkpoint, resume
+ *   zs_engine_recover.c going on after a lost shard server
+ *
+ * Two units of partitioning:
+ *   segment  the unit a worker owns a slice of: padded to a multiple of
+ *            W * ZS_SEG_ALIGN elements (n_pad), worker r owns [r*part,
+ *            (r+1)*part) of it (part = n_pad / W), clipped to n for the valid
+ *            part [vb, ve). Stages 0-2: a segment is a gradient bucket (whole
+ *            consecutive layers up to reduce_bucket_size elements). Stage 3:
+ *            a segment is one layer (DeepSpeed's module granularity).
+ *   bucket   the gradient reduction unit: consecutive segments reduced
+ *            together as soon as the backward of their first layer is done.
+ *            Stages 0-2: one segment each; stage 3: consecutive layers up to
+ *            reduce_bucket_size elements.
+ * Full buffers (Ppad elements) hold segment s at pbase[s]; partition
+ * buffers (Ppad / W) at qbase[s] = pbase[s] / W. Flat (server) index of slot
+ * k < n of segment s is off[s] + k.
+ *
+ * Streams: the model's compute stream, a copy stream (device <-> pinned
+ * staging for the servers) and the communicator's stream (collectives).
+ * Every cross-stream use of a buffer is ordered by an event; a buffer is
+ * reused only after its last consumer's event.
  */
 #ifndef ZS_ENGINE_INTERNAL_H
 #define ZS_ENGINE_INTERNAL_H
@@ -17,32 +38,58 @@
 #include "zs_engine.h"
 #include "zs_loss_scale.h"
 
+#define ZS_SEG_ALIGN  16 /* elements: a segment's per-worker part is a multiple */
+#define ZS_COMM_SLOTS 2  /* 16-bit reduce-scatter buffers in flight */
+
 typedef struct zs__pusher zs__pusher_t;
 
-typedef struct zs__bucket {
+typedef struct zs__seg {
     int first, last;      /* layers [first, last] */
     uint64_t off, n;      /* flat range [off, off + n) */
     uint64_t n_pad, part; /* padded size, per-worker part */
     uint64_t pbase, qbase;
-    uint64_t vb, ve; /* valid part of this worker's partition, bucket-relative [vb, ve) */
-    int fwd_until;   /* stage 3: release after the forward of this layer */
-    int persistent;  /* stage 3: stays gathered */
-    /* stage 3: gathered parameters (dtype, n_pad) and their fp32 view (n) */
-    void *gathered;
-    float *gathered32;
-    zs_coll_req_t *gather_req;
-    /* backward of one micro-batch: fp32 gradient accumulation (n) */
-    float *gscratch;
-    /* stages 2-3: reduce-scatter in flight */
-    void *rs_send, *rs_recv;
-    zs_coll_req_t *rs_req;
+    uint64_t vb, ve; /* this worker's valid part, segment-relative [vb, ve) */
+    int bucket;      /* gradient bucket it belongs to */
+    /* stage 3 */
+    int persistent;   /* n <= stage3_param_persistence_threshold: always gathered */
+    void *gbuf;       /* gathered: n_pad elements of dt, then (dt != fp32) n fp32 */
+    size_t gbytes;    /* bytes of gbuf */
+    float *g32;       /* fp32 view for the layers (== gbuf for fp32) */
+    zs_event_t *gev;  /* recorded on the comm stream when gbuf is complete */
+    int prefetched;   /* gathered ahead of use and not used yet */
+} zs__seg_t;
+
+typedef struct zs__bucket {
+    int s0, s1;           /* segments [s0, s1] */
+    int first, last;      /* layers [first, last] */
+    uint64_t gbase, npad; /* full-buffer range [gbase, gbase + npad) */
+    int slot;             /* gradient scratch slot while accumulating, else -1 */
 } zs__bucket_t;
+
+/* A reusable buffer: free for reuse once `ev` (its last consumer) passed. */
+typedef struct zs__slot {
+    void *p;
+    int owner; /* bucket using it, -1 free */
+    zs_event_t *ev;
+} zs__slot_t;
+
+/* Stage 3 gather buffers kept for reuse (exact sizes: layers repeat). */
+typedef struct zs__gfree {
+    void *p;
+    size_t bytes;
+    zs_event_t *ev; /* last use */
+} zs__gfree_t;
+
+#define ZS_GFREE_MAX 64
 
 struct zs_engine {
     zs_config_t cfg;
     zs_model_t m;
     zs_coll_t *coll;
-    int rank, W, stage, offload;
+    zs_dev_t *dev;
+    zs_stream_t *compute, *copy, *comm; /* comm is the communicator's */
+    int rank, W, stage, offload, offload_param;
+    unsigned debug; /* ZS_ENGINE_DEBUG_* */
     zs_client_t *client; /* NULL without servers */
     char model_name[128];
     zs_dtype_t dt;
@@ -50,85 +97,117 @@ struct zs_engine {
 
     int nlayers;
     uint64_t *layer_off; /* flat offset of each layer's own params */
-    int *layer_bucket;
+    int *layer_seg;
     int **deps;  /* copies, -1 terminated */
     int maxdeps; /* most deps of one layer */
     uint64_t P, Ppad;
 
-    int nb;
+    int ns, nb;
+    zs__seg_t *s;
     zs__bucket_t *b;
+    uint64_t max_bucket_pad, max_seg_pad;
 
-    /* model state */
-    void *params;   /* stages 0-2: full (Ppad); stage 3: partition (Ppad/W) */
+    /* model state (device memory unless noted) */
+    void *params;   /* stages 0-2: full (Ppad); stage 3: partition (pinned with offload_param) */
     void *grads;    /* stages 0-1: full; stages 2-3: partition */
-    float *cparams; /* stages 0-2, dtype != fp32: fp32 copy of params (Ppad) */
+    float *cparams; /* stages 0-2, dtype != fp32: fp32 compute copy (Ppad) */
     float *master, *exp_avg, *exp_avg_sq; /* no offload: stage 0 full, else partition */
+
+    /* working buffers, allocated once */
+    zs__slot_t *gslot; /* [ngslot] fp32 gradient scratch, max_bucket_pad each */
+    int ngslot, gnext;
+    zs__slot_t cslot[ZS_COMM_SLOTS]; /* dt reduce-scatter buffers (stages 2-3, dt != fp32) */
+    int cnext;
+    void *staging;  /* pinned, Ppad / W elements of dt: pushed grads, pulled params */
+    double *normacc; /* device: sum of squares, non-finite flag */
+    double *normhost; /* pinned copy */
+    zs_event_t *ev_compute, *ev_copy, *ev_reduced;
+    zs_event_t **ev_staged; /* [nb] staging of bucket k complete (offload) */
+
+    /* stage 3 fetch state (zs_engine_gather.c) */
+    uint64_t live_elems;    /* gathered, non-persistent */
+    uint64_t prefetch_elems; /* gathered ahead and not used yet */
+    uint64_t need_max;       /* most elements one layer needs at once */
+    zs__gfree_t gfree[ZS_GFREE_MAX];
+    int ngfree;
+    int *order;    /* [2 * nlayers] pass order: forward 0..L-1 then backward L-1..0 */
+    int pos;       /* current position in order */
 
     zs_loss_scale_t ls;
     uint64_t step; /* last completed step */
     uint64_t t;    /* Adam steps taken (non-skipped) */
-    int rs_inflight;
-    int rs_order[2]; /* buckets whose reduce-scatter is in flight, oldest first */
 
-    zs__pusher_t *pusher; /* offload: background gradient push (zs_engine_push.c) */
+    zs__pusher_t *pusher; /* offload: background gradient push */
     int last_micro;       /* the current micro-batch is the step's last */
-    double ms_gather;     /* stage 3: time in parameter gathers during compute */
-
-    /* Freed scratch blocks kept for reuse: buckets ask for the same sizes
-     * every micro-batch, and fresh large blocks cost a page fault per 4 KiB. */
-    struct {
-        void *p;
-        size_t bytes;
-    } cache[8];
-
-    uint64_t buffer_bytes; /* scratch currently allocated */
-    uint64_t buffer_peak;
+    void *leak;           /* ZS_ENGINE_DEBUG_LEAK: the last leaked block */
+    int last_rc;          /* this worker's status of the last failed step/checkpoint */
+    uint64_t model_scratch; /* scratch bytes the model allocated at bind */
 };
 
-/* Tracked scratch allocation (counted in zs_mem_t.buffers). */
-void *zs__eng_alloc(zs_engine_t *e, size_t bytes);
-void zs__eng_free(zs_engine_t *e, void *p, size_t bytes);
-
-/* Bucket of a flat parameter range, pointer helpers. */
+/* Bucket k's full-buffer pointer of a dtype-sized buffer. */
 static inline void *zs__at(const zs_engine_t *e, void *base, uint64_t slot)
 {
     return (char *)base + slot * e->esz;
 }
 
-/* Stage 3: make bucket b's parameters available as fp32 (blocking on a
- * prefetch if one is in flight); start a prefetch of bucket `next` (-1:
- * none). */
-int zs__eng_gather(zs_engine_t *e, int b, int next, zs_err_t *err);
-void zs__eng_release(zs_engine_t *e, int b);
-
-/* fp32 pointer to layer i's own params (stages 0-2 from params/cparams,
- * stage 3 from the gathered bucket). */
-float *zs__eng_layer_params(zs_engine_t *e, int layer);
-
-/* After the optimizer: bring every worker's parameters up to date (all-gather
- * for stages 0-2, refresh fp32 copies, re-gather persistent buckets). */
-int zs__eng_after_update(zs_engine_t *e, zs_err_t *err);
-
-/* Norm, overflow, clipping, optimizer or offload for the step. */
-int zs__eng_optimize(zs_engine_t *e, zs_step_stats_t *st, zs_err_t *err);
+/* Allocate with the engine's device; on failure fills err naming `what`. */
+int zs__eng_alloc(zs_engine_t *e, int space, int cat, size_t bytes, void **out, const char *what,
+                  zs_err_t *err);
 
 /* Make every worker return an error if any worker failed (all-reduce of a
  * failure flag): returns rc if it is an error, else a sentence about the
  * other worker. Collective. */
 int zs__eng_agree(zs_engine_t *e, int rc, zs_err_t *err);
 
-/* Background push of final gradient partitions (offload). */
+/* Stage 3 (zs_engine_gather.c): before layer use at pass position pos,
+ * make the layer's and its deps' segments available as fp32 on the compute
+ * stream (gathering what is missing, then prefetching ahead); after it,
+ * release what is not reused soon. */
+int zs__eng_gather_layer(zs_engine_t *e, int pos, zs_err_t *err);
+int zs__eng_release_layer(zs_engine_t *e, int pos, zs_err_t *err);
+/* Gather segment s now into its own buffer (persistent segments, export). */
+int zs__eng_gather_seg(zs_engine_t *e, int s, zs_err_t *err);
+void zs__eng_drop_seg(zs_engine_t *e, int s);
+/* Free every gathered buffer (destroy). */
+void zs__eng_gather_free_all(zs_engine_t *e);
+
+/* fp32 device pointer to layer i's own params. */
+float *zs__eng_layer_params(zs_engine_t *e, int layer);
+
+/* After the optimizer: bring every worker's parameters up to date (all-gather
+ * for stages 0-2, refresh fp32 copies, re-gather persistent segments). */
+int zs__eng_after_update(zs_engine_t *e, zs_err_t *err);
+
+/* Norm, overflow, clipping, optimizer or offload for the step. */
+int zs__eng_optimize(zs_engine_t *e, zs_step_stats_t *st, zs_err_t *err);
+
+/* Bucket k's gradient partition is final for this step: with offload, copy
+ * it to pinned staging on the copy stream and queue its push. */
+int zs__eng_bucket_final(zs_engine_t *e, int k, zs_err_t *err);
+
+/* Background push (zs_engine_push.c): push [lo, hi) from pinned `src` once
+ * `ready` (may be NULL) has completed. */
 int zs__eng_pusher_start(zs_engine_t *e, zs_err_t *err);
 void zs__eng_pusher_stop(zs_engine_t *e);
 int zs__eng_push_async(zs_engine_t *e, uint64_t step, uint64_t lo, uint64_t hi, const void *src,
-                       zs_err_t *err);
+                       zs_event_t *ready, zs_err_t *err);
 int zs__eng_push_wait(zs_engine_t *e, zs_err_t *err);
 
-/* Bucket k's gradient partition is final for this step: with offload,
- * queue its push. */
-int zs__eng_bucket_final(zs_engine_t *e, int k, zs_err_t *err);
+/* Where this worker's slice of segment s lives in the gradient / parameter
+ * buffers. */
+void *zs__eng_grad_part(zs_engine_t *e, const zs__seg_t *s);
+void *zs__eng_param_part(zs_engine_t *e, const zs__seg_t *s);
 
-/* Check macro for callbacks into the model. */
+/* Initial parameters (and master weights) from the model (zs_engine.c). */
+int zs__eng_init_state(zs_engine_t *e, zs_err_t *err);
+
+/* A status a lost or restarted shard server gives (zs_engine_recover.c). */
+int zs__eng_is_server_loss(int rc);
+
+/* Milliseconds on the monotonic clock. */
+double zs__eng_now_ms(void);
+
+/* Check macro for calls returning a zs status. */
 #define ZS_ENG_TRY(expr)                                                                           \
     do {                                                                                           \
         int rc_ = (expr);                                                                          \

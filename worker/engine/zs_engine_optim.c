@@ -1,75 +1,53 @@
 /*
  * zs_engine_optim.c - the optimizer part of a step: global gradient norm and
- * overflow (all-reduced), loss-scale update, clipping coefficient, learning
- * rate, then AdamW on this worker's partition (same kernel as the servers)
- * or, with offload, push / commit / pull through the shard servers; finally
- * the parameter all-gather (stages 0-2) or persistent re-gather (stage 3).
+ * overflow (sum of squares on the device, all-reduced), loss-scale update,
+ * clipping coefficient, learning rate, then AdamW on this worker's
+ * partition on the compute stream (same kernel as the servers) or, with
+ * offload, push / commit / pull through the shard servers; finally the
+ * parameter all-gather (stages 0-2) or the persistent re-gather (stage 3).
  *
- * With offload, rank 0 commits for everyone after a barrier (every worker
- * has pushed); the servers' commit is idempotent, so a retry is harmless.
- * All workers agree on every error (an all-reduce of failure flags), so no
- * rank is left waiting in a collective.
+ * With offload, rank 0 commits for everyone after every worker's pushes
+ * are done; the servers' commit is idempotent, so a retry is harmless.
+ * Pulled partitions land in pinned staging and are copied to the device on
+ * the copy stream (with offload_param the stage-3 partition is pinned host
+ * memory already and is pulled into place). All workers agree on every
+ * error (an all-reduce of failure flags), so no rank is left waiting in a
+ * collective.
  */
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 
-#include "zs_cast.h"
 #include "zs_engine_internal.h"
 #include "zs_sched.h"
 
-static double now_ms(void)
+/* Make `s` wait for everything enqueued so far on the comm stream. */
+static int wait_comm(zs_engine_t *e, zs_stream_t *s, zs_err_t *err)
 {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec * 1e3 + 1e-6 * (double)ts.tv_nsec;
+    ZS_ENG_TRY(zs_dev_event_record(e->ev_reduced, e->comm, err));
+    return zs_dev_stream_wait(s, e->ev_reduced, err);
 }
 
-/* This worker's slice of bucket b in the gradient buffer. */
-static void *grad_part(zs_engine_t *e, const zs__bucket_t *b)
+static int update_in_process(zs_engine_t *e, const zs_adam_step_t *as, zs_err_t *err)
 {
-    return e->stage < 2 ? zs__at(e, e->grads, b->pbase + b->vb) : zs__at(e, e->grads, b->qbase);
-}
-
-/* Where this worker's updated parameters of bucket b go. */
-static void *param_part(zs_engine_t *e, const zs__bucket_t *b)
-{
-    return e->stage < 3 ? zs__at(e, e->params, b->pbase + b->vb) : zs__at(e, e->params, b->qbase);
-}
-
-static double sum_squares(const void *g, zs_dtype_t dt, uint64_t n)
-{
-    float buf[512];
-    double s = 0;
-    size_t esz = zs_dtype_size(dt);
-    for (uint64_t i = 0; i < n; i += 512) {
-        size_t k = n - i < 512 ? (size_t)(n - i) : 512;
-        zs_cast(buf, ZS_DTYPE_F32, (const char *)g + i * esz, dt, k);
-        for (size_t j = 0; j < k; j++)
-            s += (double)buf[j] * buf[j];
-    }
-    return s;
-}
-
-static int update_in_process(zs_engine_t *e, const zs_adam_step_t *as)
-{
-    zs_dtype_t out_dt = e->dt;
-    for (int k = 0; k < e->nb; k++) {
-        zs__bucket_t *b = &e->b[k];
-        if (e->stage == 0) { /* replicated optimizer over the full bucket */
-            uint64_t o = b->pbase;
-            zs_adam_update(&e->cfg.adam, as, e->master + o, e->exp_avg + o, e->exp_avg_sq + o,
-                           zs__at(e, e->grads, o), e->dt, zs__at(e, e->params, o), out_dt,
-                           (size_t)b->n);
+    ZS_ENG_TRY(wait_comm(e, e->compute, err));
+    for (int k = 0; k < e->ns; k++) {
+        zs__seg_t *s = &e->s[k];
+        if (e->stage == 0) { /* replicated optimizer over the full segment */
+            uint64_t o = s->pbase;
+            if (s->n)
+                ZS_ENG_TRY(zs_dev_adamw(e->compute, &e->cfg.adam, as, e->master + o,
+                                        e->exp_avg + o, e->exp_avg_sq + o, zs__at(e, e->grads, o),
+                                        e->dt, zs__at(e, e->params, o), e->dt, (size_t)s->n, err));
             continue;
         }
-        uint64_t o = b->qbase, n = b->ve - b->vb;
+        uint64_t o = s->qbase, n = s->ve - s->vb;
         if (n)
-            zs_adam_update(&e->cfg.adam, as, e->master + o, e->exp_avg + o, e->exp_avg_sq + o,
-                           grad_part(e, b), e->dt, param_part(e, b), out_dt, (size_t)n);
+            ZS_ENG_TRY(zs_dev_adamw(e->compute, &e->cfg.adam, as, e->master + o, e->exp_avg + o,
+                                    e->exp_avg_sq + o, zs__eng_grad_part(e, s), e->dt,
+                                    zs__eng_param_part(e, s), e->dt, (size_t)n, err));
     }
-    return ZS_OK;
+    return zs_dev_stream_sync(e->compute, err);
 }
 
 static int update_offload(zs_engine_t *e, const zs_step_scalars_t *sc, zs_err_t *err)
@@ -81,31 +59,57 @@ static int update_offload(zs_engine_t *e, const zs_step_scalars_t *sc, zs_err_t 
     if (e->rank == 0)
         rc = zs_client_commit(e->client, sc, err);
     ZS_ENG_TRY(zs__eng_agree(e, rc, err));
-    for (int k = 0; k < e->nb && !rc && !sc->skip; k++) {
-        zs__bucket_t *b = &e->b[k];
-        if (b->ve > b->vb)
-            rc = zs_client_pull(e->client, sc->step, b->off + b->vb, b->off + b->ve,
-                                param_part(e, b), e->dt, NULL, err);
+    int direct = e->stage == 3 && e->offload_param; /* partition is pinned memory */
+    for (int k = 0; k < e->ns && !rc && !sc->skip; k++) {
+        zs__seg_t *s = &e->s[k];
+        if (s->ve <= s->vb)
+            continue;
+        void *dst = direct ? zs__eng_param_part(e, s) : zs__at(e, e->staging, s->qbase);
+        rc = zs_client_pull(e->client, sc->step, s->off + s->vb, s->off + s->ve, dst, e->dt, NULL,
+                            err);
+        if (!rc && !direct) /* to the device while the next segment is pulled */
+            rc = zs_dev_memcpy(e->copy, zs__eng_param_part(e, s), dst, (s->ve - s->vb) * e->esz,
+                               err);
     }
+    if (!rc)
+        rc = zs_dev_stream_sync(e->copy, err);
     return zs__eng_agree(e, rc, err);
+}
+
+/* Sum of squares of this worker's gradient partition (each worker sums its
+ * partition, stage 0 too, so nothing is counted twice) and the non-finite
+ * flag, on the comm stream after the reductions. */
+static int local_sumsq(zs_engine_t *e, double *ss, int *nonfinite, zs_err_t *err)
+{
+    ZS_ENG_TRY(zs_dev_memset(e->comm, e->normacc, 0, 2 * sizeof(double), err));
+    for (int k = 0; k < e->ns; k++) {
+        zs__seg_t *s = &e->s[k];
+        if (s->ve > s->vb)
+            ZS_ENG_TRY(zs_dev_sumsq(e->comm, zs__eng_grad_part(e, s), e->dt, s->ve - s->vb,
+                                    e->normacc, err));
+    }
+    ZS_ENG_TRY(zs_dev_memcpy(e->comm, e->normhost, e->normacc, 2 * sizeof(double), err));
+    ZS_ENG_TRY(zs_coll_sync(e->coll, err));
+    *ss = e->normhost[0];
+    *nonfinite = e->normhost[1] != 0.0;
+    return ZS_OK;
 }
 
 int zs__eng_optimize(zs_engine_t *e, zs_step_stats_t *st, zs_err_t *err)
 {
-    double t0 = now_ms();
-    /* Global norm of the summed, still scaled gradient: each worker sums
-     * its partition (stage 0 too, so nothing is counted twice). */
-    double ss = 0;
-    for (int k = 0; k < e->nb; k++)
-        ss += sum_squares(grad_part(e, &e->b[k]), e->dt, e->b[k].ve - e->b[k].vb);
-    float tot = (float)ss;
-    ZS_ENG_TRY(zs_coll_all_reduce(e->coll, &tot, &tot, 1, ZS_DTYPE_F32, ZS_OP_SUM, NULL, err));
+    double t0 = zs__eng_now_ms(), ss;
+    int nonfinite;
+    ZS_ENG_TRY(local_sumsq(e, &ss, &nonfinite, err));
+    float tot[2] = {(float)ss, (float)nonfinite};
+    ZS_ENG_TRY(zs_coll_all_reduce_host(e->coll, tot, 2, ZS_DTYPE_F32, ZS_OP_SUM, err));
     double gas = (double)e->cfg.gradient_accumulation_steps;
     float grad_scale = (float)(1.0 / (e->ls.scale * e->W * gas));
-    double norm = sqrt((double)tot) * grad_scale;
-    int overflow = !isfinite(norm);
-    st->grad_norm = norm;
-    st->ms_comm += now_ms() - t0;
+    if (e->debug & ZS_ENGINE_DEBUG_GRAD_SCALE2)
+        grad_scale *= 2.0f;
+    double norm = sqrt((double)tot[0]) * grad_scale;
+    int overflow = !isfinite(norm) || tot[1] != 0.0f;
+    st->grad_norm = overflow && isfinite(norm) ? INFINITY : norm;
+    st->ms_comm += zs__eng_now_ms() - t0;
 
     int skip = overflow;
     if (e->dt == ZS_DTYPE_F16) {
@@ -124,7 +128,7 @@ int zs__eng_optimize(zs_engine_t *e, zs_step_stats_t *st, zs_err_t *err)
     double lr = zs_sched_lr(&e->cfg.sched, e->cfg.adam.lr, (int64_t)e->t);
     st->lr = lr;
 
-    double t1 = now_ms();
+    double t1 = zs__eng_now_ms();
     int rc = ZS_OK;
     zs_adam_step_t as = {(float)lr, (int64_t)e->t + 1, grad_scale, clip_coef};
     if (e->offload) {
@@ -133,42 +137,51 @@ int zs__eng_optimize(zs_engine_t *e, zs_step_stats_t *st, zs_err_t *err)
                                 skip,      e->dt == ZS_DTYPE_F32 ? ZS_DTYPE_NONE : e->dt};
         rc = update_offload(e, &sc, err);
     } else if (!skip) {
-        rc = update_in_process(e, &as);
+        rc = update_in_process(e, &as, err);
     }
-    st->ms_optimizer += now_ms() - t1;
+    st->ms_optimizer += zs__eng_now_ms() - t1;
     if (rc)
         return rc;
     if (!skip)
         e->t++;
-    double t2 = now_ms();
+    double t2 = zs__eng_now_ms();
     rc = skip ? ZS_OK : zs__eng_after_update(e, err);
-    st->ms_comm += now_ms() - t2;
+    st->ms_comm += zs__eng_now_ms() - t2;
     return rc;
 }
 
 int zs__eng_after_update(zs_engine_t *e, zs_err_t *err)
 {
-    for (int k = 0; k < e->nb; k++) {
-        zs__bucket_t *b = &e->b[k];
-        if (e->stage == 3) {
-            if (b->persistent) { /* refresh the resident copy */
-                if (b->gathered32 && b->gathered32 != b->gathered)
-                    zs__eng_free(e, b->gathered32, b->n * 4);
-                zs__eng_free(e, b->gathered, b->n_pad * e->esz);
-                b->gathered = NULL;
-                b->gathered32 = NULL;
-                ZS_ENG_TRY(zs__eng_gather(e, k, -1, err));
+    if (e->stage == 3) { /* refresh the resident copies */
+        for (int k = 0; k < e->ns; k++)
+            if (e->s[k].persistent && e->s[k].n) {
+                zs__eng_drop_seg(e, k);
+                ZS_ENG_TRY(zs__eng_gather_seg(e, k, err));
             }
-            continue;
-        }
-        if (e->stage > 0 || e->offload) {
-            void *mine = zs__at(e, e->params, b->pbase + (uint64_t)e->rank * b->part);
-            ZS_ENG_TRY(zs_coll_all_gather(e->coll, mine, zs__at(e, e->params, b->pbase), b->part,
-                                          e->dt, NULL, err));
-        }
-        if (e->cparams)
-            zs_cast(e->cparams + b->pbase, ZS_DTYPE_F32, zs__at(e, e->params, b->pbase), e->dt,
-                    b->n);
+        return ZS_OK;
     }
-    return ZS_OK;
+    /* The partitions were written by the optimizer (compute) or by pulled
+     * parameters (copy): the gathers wait for both. */
+    ZS_ENG_TRY(zs_dev_event_record(e->ev_compute, e->compute, err));
+    ZS_ENG_TRY(zs_dev_event_record(e->ev_copy, e->copy, err));
+    ZS_ENG_TRY(zs_dev_stream_wait(e->comm, e->ev_compute, err));
+    ZS_ENG_TRY(zs_dev_stream_wait(e->comm, e->ev_copy, err));
+    if (e->stage > 0 || e->offload)
+        for (int k = 0; k < e->ns; k++) {
+            zs__seg_t *s = &e->s[k];
+            if (s->n)
+                ZS_ENG_TRY(zs_coll_all_gather(e->coll, zs__at(e, e->params, s->pbase), s->part,
+                                              e->dt, NULL, NULL, err));
+        }
+    if (e->cparams) {
+        ZS_ENG_TRY(wait_comm(e, e->compute, err));
+        for (int k = 0; k < e->ns; k++) {
+            zs__seg_t *s = &e->s[k];
+            if (s->n)
+                ZS_ENG_TRY(zs_dev_cast(e->compute, e->cparams + s->pbase, ZS_DTYPE_F32,
+                                       zs__at(e, e->params, s->pbase), e->dt, s->n, err));
+        }
+    }
+    /* The next step's forward reads the gathered parameters. */
+    return wait_comm(e, e->compute, err);
 }

@@ -3,11 +3,12 @@
  * overlap of the gradient transfer with backward).
  *
  * On the last micro-batch of a step, a bucket's gradient partition is final
- * as soon as its reduction is done; the engine queues it here and one
- * pusher thread streams it to the shard servers while backward goes on.
- * Before committing, zs__eng_push_wait drains the queue and reports the
- * first error. The queued memory is the engine's gradient partition, which
- * nothing writes again until the next step starts (after the wait).
+ * as soon as its reduction is done; the engine copies it to pinned staging
+ * on the copy stream and queues it here with the event of that copy. One
+ * pusher thread waits for the event and streams the staged bytes to the
+ * shard servers while backward goes on. Before committing,
+ * zs__eng_push_wait drains the queue and reports the first error. Nothing
+ * writes the staging again until the step's pulls (after the wait).
  */
 #include <pthread.h>
 #include <stdlib.h>
@@ -19,6 +20,7 @@ typedef struct job {
     struct job *next;
     uint64_t step, lo, hi;
     const void *src;
+    zs_event_t *ready; /* the staging copy; NULL: ready now */
 } job_t;
 
 struct zs__pusher {
@@ -49,8 +51,9 @@ static void *pusher_main(void *arg)
         int skip = p->rc != ZS_OK; /* after an error, drop the rest */
         pthread_mutex_unlock(&p->mu);
         zs_err_t err;
-        int rc = skip ? ZS_OK
-                      : zs_client_push(p->e->client, j->step, j->lo, j->hi, j->src, p->e->dt, &err);
+        int rc = skip || !j->ready ? ZS_OK : zs_dev_event_sync(j->ready, &err);
+        if (!skip && rc == ZS_OK)
+            rc = zs_client_push(p->e->client, j->step, j->lo, j->hi, j->src, p->e->dt, &err);
         free(j);
         pthread_mutex_lock(&p->mu);
         if (rc && p->rc == ZS_OK) {
@@ -102,13 +105,13 @@ void zs__eng_pusher_stop(zs_engine_t *e)
 }
 
 int zs__eng_push_async(zs_engine_t *e, uint64_t step, uint64_t lo, uint64_t hi, const void *src,
-                       zs_err_t *err)
+                       zs_event_t *ready, zs_err_t *err)
 {
     zs__pusher_t *p = e->pusher;
     job_t *j = malloc(sizeof *j);
     if (!j)
         return zs_err_set(err, ZS_ERR_NOMEM, "out of memory");
-    *j = (job_t){NULL, step, lo, hi, src};
+    *j = (job_t){NULL, step, lo, hi, src, ready};
     pthread_mutex_lock(&p->mu);
     if (p->tail)
         p->tail->next = j;

@@ -1,142 +1,168 @@
 /*
- * zs_engine_step.c - one training step's compute and gradient reduction:
- * micro-batches of forward (stage 3 gathers buckets just in time, one
- * prefetched) and backward (gradients accumulate in a per-bucket fp32
- * scratch; a bucket is reduced as soon as the backward of its first layer
- * is done: stages 0-1 accumulate it into the full gradient, stages 2-3
- * start a non-blocking reduce-scatter, at most two in flight).
+ * zs_engine_step.c - one training step's compute and gradient reduction.
+ *
+ * Per micro-batch: the model's forward and backward are enqueued layer by
+ * layer on the compute stream (stage 3 gathers each layer first, see
+ * zs_engine_gather.c). Gradients of a bucket accumulate in an fp32 scratch
+ * slot (zeroed when the bucket's first gradient arrives; stages 0-1 in fp32
+ * accumulate straight into the full gradient instead). When the backward
+ * of the bucket's first layer has been enqueued, the bucket is reduced:
+ *   stages 0-1  the scratch is accumulated into the full gradient on the
+ *               compute stream; the full gradient is all-reduced per bucket
+ *               after the last micro-batch
+ *   stages 2-3  the scratch (fp32) or its cast into a 16-bit comm slot is
+ *               reduce-scattered in place, per segment, on the communication
+ *               stream after an event of the compute stream; this worker's
+ *               block is accumulated into its gradient partition on the same
+ *               stream, overlapping the rest of backward
+ * A slot is reused only after the event recorded after its last consumer.
+ * On the step's last micro-batch a bucket's partition is then final: with
+ * offload it is copied to pinned staging on the copy stream and queued for
+ * push (zs__eng_bucket_final).
  */
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 
-#include "zs_cast.h"
 #include "zs_engine_internal.h"
 
-static double now_ms(void)
+/* Pick a free slot of `slots` (n) for owner k: round robin, waiting (on
+ * stream `s`) for the event of its last use. */
+static int take_slot(zs_engine_t *e, zs__slot_t *slots, int n, int *next, int k, zs_stream_t *s,
+                     size_t bytes, int cat, int *out, zs_err_t *err)
 {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec * 1e3 + 1e-6 * (double)ts.tv_nsec;
-}
-
-/* dst (dtype dt, n) += src (dtype sdt, n), summed in fp32, rounded to dt. */
-static void accumulate(void *dst, zs_dtype_t dt, const void *src, zs_dtype_t sdt, uint64_t n)
-{
-    if (dt == ZS_DTYPE_F32 && sdt == ZS_DTYPE_F32) {
-        float *d = dst;
-        const float *s = src;
-        for (uint64_t i = 0; i < n; i++)
-            d[i] += s[i];
-        return;
+    for (int t = 0; t < n; t++) {
+        int i = (*next + t) % n;
+        if (slots[i].owner >= 0)
+            continue;
+        if (!slots[i].p)
+            ZS_ENG_TRY(zs__eng_alloc(e, ZS_SPACE_DEVICE, cat, bytes, &slots[i].p,
+                                     cat == ZS_MEM_COMM ? "reduce buffers" : "gradient scratch",
+                                     err));
+        ZS_ENG_TRY(zs_dev_stream_wait(s, slots[i].ev, err));
+        slots[i].owner = k;
+        *next = (i + 1) % n;
+        *out = i;
+        return ZS_OK;
     }
-    float a[256], b[256];
-    for (uint64_t i = 0; i < n; i += 256) {
-        size_t k = n - i < 256 ? (size_t)(n - i) : 256;
-        size_t de = zs_dtype_size(dt), se = zs_dtype_size(sdt);
-        zs_cast(a, ZS_DTYPE_F32, (char *)dst + i * de, dt, k);
-        zs_cast(b, ZS_DTYPE_F32, (const char *)src + i * se, sdt, k);
-        for (size_t j = 0; j < k; j++)
-            a[j] += b[j];
-        zs_cast((char *)dst + i * de, dt, a, ZS_DTYPE_F32, k);
+    return zs_err_set(err, ZS_ERR_INTERNAL, "no free %s slot for bucket %d (of %d)",
+                      cat == ZS_MEM_COMM ? "reduce" : "gradient", k, n);
+}
+
+/* Stages 0-1 in fp32 keep the full gradient in the layers' own precision:
+ * no scratch slot and no accumulation pass are needed (the gradient is
+ * zeroed at the start of the step and the layers accumulate into it). */
+static int direct_grads(const zs_engine_t *e)
+{
+    return e->stage < 2 && e->dt == ZS_DTYPE_F32;
+}
+
+/* fp32 gradient pointer of layer i in its bucket's scratch slot (taking and
+ * zeroing a slot on first use), or in the gradient itself (direct_grads). */
+static float *grad_slot(zs_engine_t *e, int layer, zs_err_t *err)
+{
+    zs__seg_t *s = &e->s[e->layer_seg[layer]];
+    zs__bucket_t *b = &e->b[s->bucket];
+    if (direct_grads(e)) /* the layers accumulate straight into the full gradient */
+        return (float *)e->grads + s->pbase + (e->layer_off[layer] - s->off);
+    if (b->slot < 0) {
+        int i;
+        if (take_slot(e, e->gslot, e->ngslot, &e->gnext, s->bucket, e->compute,
+                      (size_t)e->max_bucket_pad * 4, ZS_MEM_SCRATCH, &i, err))
+            return NULL;
+        if (zs_dev_memset(e->compute, e->gslot[i].p, 0, b->npad * 4, err))
+            return NULL;
+        b->slot = i;
     }
+    return (float *)e->gslot[b->slot].p + (s->pbase - b->gbase) + (e->layer_off[layer] - s->off);
 }
 
-/* Finish bucket k's reduce-scatter: add this worker's part to its gradient. */
-static int finish_rs(zs_engine_t *e, int k, zs_err_t *err)
+/* Release slot i: its last consumer is the work enqueued on `s` so far. */
+static int free_slot(zs__slot_t *slot, zs_stream_t *s, zs_err_t *err)
 {
-    zs__bucket_t *b = &e->b[k];
-    int rc = zs_coll_wait(e->coll, b->rs_req, err);
-    b->rs_req = NULL;
-    if (rc == ZS_OK)
-        accumulate(zs__at(e, e->grads, b->qbase), e->dt, b->rs_recv, e->dt, b->part);
-    if (rc == ZS_OK && e->last_micro)
-        rc = zs__eng_bucket_final(e, k, err);
-    zs__eng_free(e, b->rs_send, b->n_pad * e->esz);
-    zs__eng_free(e, b->rs_recv, b->part * e->esz);
-    b->rs_send = b->rs_recv = NULL;
-    return rc;
-}
-
-static int finish_oldest_rs(zs_engine_t *e, zs_err_t *err)
-{
-    int k = e->rs_order[0];
-    e->rs_order[0] = e->rs_order[1];
-    e->rs_inflight--;
-    return finish_rs(e, k, err);
+    slot->owner = -1;
+    return zs_dev_event_record(slot->ev, s, err);
 }
 
 int zs__eng_bucket_final(zs_engine_t *e, int k, zs_err_t *err)
 {
     zs__bucket_t *b = &e->b[k];
-    if (!e->pusher || b->ve <= b->vb)
+    if (!e->pusher)
         return ZS_OK;
-    const void *src =
-        e->stage < 2 ? zs__at(e, e->grads, b->pbase + b->vb) : zs__at(e, e->grads, b->qbase);
-    return zs__eng_push_async(e, e->step + 1, b->off + b->vb, b->off + b->ve, src, err);
+    /* The partition was finished on the comm stream (reduce-scatter or
+     * all-reduce); the copy stream stages it once that is done. */
+    ZS_ENG_TRY(zs_dev_event_record(e->ev_reduced, e->comm, err));
+    ZS_ENG_TRY(zs_dev_stream_wait(e->copy, e->ev_reduced, err));
+    for (int j = b->s0; j <= b->s1; j++) {
+        zs__seg_t *s = &e->s[j];
+        if (s->ve > s->vb)
+            ZS_ENG_TRY(zs_dev_memcpy(e->copy, zs__at(e, e->staging, s->qbase),
+                                     zs__eng_grad_part(e, s), (s->ve - s->vb) * e->esz, err));
+    }
+    ZS_ENG_TRY(zs_dev_event_record(e->ev_staged[k], e->copy, err));
+    for (int j = b->s0; j <= b->s1; j++) {
+        zs__seg_t *s = &e->s[j];
+        if (s->ve > s->vb)
+            ZS_ENG_TRY(zs__eng_push_async(e, e->step + 1, s->off + s->vb, s->off + s->ve,
+                                          zs__at(e, e->staging, s->qbase), e->ev_staged[k], err));
+    }
+    return ZS_OK;
 }
 
-/* Bucket k's gradient of this micro-batch is complete (in gscratch). */
+/* Bucket k's gradient of this micro-batch is complete in its scratch slot. */
 static int reduce_bucket(zs_engine_t *e, int k, zs_err_t *err)
 {
     zs__bucket_t *b = &e->b[k];
-    if (!b->gscratch)
-        return ZS_OK;
-    int rc = ZS_OK;
+    if (b->slot < 0)
+        return ZS_OK; /* no gradient (no parameters) */
+    zs__slot_t *gs = &e->gslot[b->slot];
+    b->slot = -1;
     if (e->stage < 2) {
-        accumulate(zs__at(e, e->grads, b->pbase), e->dt, b->gscratch, ZS_DTYPE_F32, b->n);
-    } else {
-        if (e->rs_inflight == 2 && (rc = finish_oldest_rs(e, err)))
-            return rc;
-        b->rs_send = zs__eng_alloc(e, b->n_pad * e->esz);
-        b->rs_recv = zs__eng_alloc(e, b->part * e->esz);
-        if (!b->rs_send || !b->rs_recv)
-            return zs_err_set(err, ZS_ERR_NOMEM, "out of memory reducing bucket %d", k);
-        zs_cast(b->rs_send, e->dt, b->gscratch, ZS_DTYPE_F32, b->n); /* padding stays 0 */
-        rc = zs_coll_reduce_scatter(e->coll, b->rs_send, b->rs_recv, b->part, e->dt, &b->rs_req,
-                                    err);
-        if (rc)
-            return rc;
-        e->rs_order[e->rs_inflight++] = k;
+        ZS_ENG_TRY(zs_dev_accumulate(e->compute, zs__at(e, e->grads, b->gbase), e->dt, gs->p,
+                                     ZS_DTYPE_F32, b->npad, err));
+        return free_slot(gs, e->compute, err);
     }
-    zs__eng_free(e, b->gscratch, b->n * 4);
-    b->gscratch = NULL;
-    return rc;
-}
-
-/* fp32 gradient slot of layer i in its bucket's scratch (allocated zeroed). */
-static float *grad_slot(zs_engine_t *e, int layer, zs_err_t *err)
-{
-    zs__bucket_t *b = &e->b[e->layer_bucket[layer]];
-    if (!b->gscratch && b->n) {
-        b->gscratch = zs__eng_alloc(e, b->n * 4);
-        if (!b->gscratch) {
-            zs_err_set(err, ZS_ERR_NOMEM, "out of memory for gradients");
-            return NULL;
-        }
+    void *buf = gs->p;
+    zs__slot_t *used = gs;
+    if (e->dt != ZS_DTYPE_F32) {
+        int i;
+        ZS_ENG_TRY(take_slot(e, e->cslot, ZS_COMM_SLOTS, &e->cnext, k, e->compute,
+                             (size_t)e->max_bucket_pad * e->esz, ZS_MEM_COMM, &i, err));
+        ZS_ENG_TRY(zs_dev_cast(e->compute, e->cslot[i].p, e->dt, gs->p, ZS_DTYPE_F32, b->npad,
+                               err));
+        ZS_ENG_TRY(free_slot(gs, e->compute, err));
+        buf = e->cslot[i].p;
+        used = &e->cslot[i];
     }
-    return b->gscratch ? b->gscratch + (e->layer_off[layer] - b->off) : NULL;
+    /* The reduce-scatter waits for the backward that wrote the bucket (the
+     * debug knob drops this wait to prove the tests catch it). */
+    zs_stream_t *after = (e->debug & ZS_ENGINE_DEBUG_DROP_WAIT) ? NULL : e->compute;
+    for (int j = b->s0; j <= b->s1; j++) {
+        zs__seg_t *s = &e->s[j];
+        if (s->n == 0)
+            continue;
+        void *sbuf = zs__at(e, buf, s->pbase - b->gbase);
+        ZS_ENG_TRY(zs_coll_reduce_scatter(e->coll, sbuf, s->part, e->dt, after, NULL, err));
+        after = NULL;
+        ZS_ENG_TRY(zs_dev_accumulate(e->comm, zs__at(e, e->grads, s->qbase), e->dt,
+                                     zs__at(e, sbuf, (uint64_t)e->rank * s->part), e->dt, s->part,
+                                     err));
+    }
+    ZS_ENG_TRY(free_slot(used, e->comm, err));
+    return e->last_micro ? zs__eng_bucket_final(e, k, err) : ZS_OK;
 }
 
 static int forward(zs_engine_t *e, float **ptrs, zs_err_t *err)
 {
     for (int i = 0; i < e->nlayers; i++) {
-        int k = e->layer_bucket[i];
-        if (e->stage == 3) {
-            if (i == e->b[k].first)
-                ZS_ENG_TRY(zs__eng_gather(e, k, k + 1, err));
-            for (int d = 0; e->deps[i][d] >= 0; d++)
-                ZS_ENG_TRY(zs__eng_gather(e, e->layer_bucket[e->deps[i][d]], -1, err));
-        }
+        if (e->stage == 3)
+            ZS_ENG_TRY(zs__eng_gather_layer(e, i, err));
         ptrs[0] = zs__eng_layer_params(e, i);
         for (int d = 0; e->deps[i][d] >= 0; d++)
             ptrs[1 + d] = zs__eng_layer_params(e, e->deps[i][d]);
         ZS_ENG_TRY(e->m.forward(e->m.self, i, ptrs, err));
-        if (e->stage == 3 && i < e->nlayers - 1)
-            for (int kb = 0; kb <= k; kb++)
-                if (e->b[kb].fwd_until == i)
-                    zs__eng_release(e, kb);
+        if (e->stage == 3)
+            ZS_ENG_TRY(zs__eng_release_layer(e, i, err));
     }
     return ZS_OK;
 }
@@ -144,38 +170,45 @@ static int forward(zs_engine_t *e, float **ptrs, zs_err_t *err)
 static int backward(zs_engine_t *e, float dloss, float **ptrs, float **gptrs, zs_err_t *err)
 {
     for (int i = e->nlayers - 1; i >= 0; i--) {
-        int k = e->layer_bucket[i];
-        if (e->stage == 3) {
-            if (i == e->b[k].last)
-                ZS_ENG_TRY(zs__eng_gather(e, k, k - 1, err));
-            for (int d = 0; e->deps[i][d] >= 0; d++)
-                ZS_ENG_TRY(zs__eng_gather(e, e->layer_bucket[e->deps[i][d]], -1, err));
-        }
+        int pos = 2 * e->nlayers - 1 - i;
+        if (e->stage == 3)
+            ZS_ENG_TRY(zs__eng_gather_layer(e, pos, err));
         ptrs[0] = zs__eng_layer_params(e, i);
-        gptrs[0] = grad_slot(e, i, err);
+        gptrs[0] = e->m.nparams[i] ? grad_slot(e, i, err) : NULL;
         if (e->m.nparams[i] && !gptrs[0])
             return err->code;
         for (int d = 0; e->deps[i][d] >= 0; d++) {
-            ptrs[1 + d] = zs__eng_layer_params(e, e->deps[i][d]);
-            gptrs[1 + d] = grad_slot(e, e->deps[i][d], err);
-            if (e->m.nparams[e->deps[i][d]] && !gptrs[1 + d])
+            int dl = e->deps[i][d];
+            ptrs[1 + d] = zs__eng_layer_params(e, dl);
+            gptrs[1 + d] = e->m.nparams[dl] ? grad_slot(e, dl, err) : NULL;
+            if (e->m.nparams[dl] && !gptrs[1 + d])
                 return err->code;
         }
         ZS_ENG_TRY(e->m.backward(e->m.self, i, ptrs, gptrs, dloss, err));
-        if (i == e->b[k].first) {
+        if (e->stage == 3)
+            ZS_ENG_TRY(zs__eng_release_layer(e, pos, err));
+        int k = e->s[e->layer_seg[i]].bucket;
+        if (i == e->b[k].first)
             ZS_ENG_TRY(reduce_bucket(e, k, err));
-            zs__eng_release(e, k);
-        }
     }
     return ZS_OK;
 }
 
-int zs_engine_step(zs_engine_t *e, zs_step_stats_t *st, zs_err_t *err)
+static int step(zs_engine_t *e, zs_step_stats_t *st, zs_err_t *err)
 {
     memset(st, 0, sizeof *st);
     st->step = e->step + 1;
     st->loss_scale = e->ls.scale;
-    memset(e->grads, 0, (e->stage < 2 ? e->Ppad : e->Ppad / (uint64_t)e->W) * e->esz);
+    int rc = zs_dev_memset(e->compute, e->grads, 0,
+                           (e->stage < 2 ? e->Ppad : e->Ppad / (uint64_t)e->W) * e->esz, err);
+    if (rc)
+        return rc;
+    if (e->debug & ZS_ENGINE_DEBUG_LEAK) { /* a block nobody frees */
+        rc = zs__eng_alloc(e, ZS_SPACE_DEVICE, ZS_MEM_SCRATCH, (size_t)e->max_bucket_pad * 4,
+                           &e->leak, "debug leak", err);
+        if (rc)
+            return rc;
+    }
     float **ptrs = calloc((size_t)(e->maxdeps + 1), sizeof *ptrs);
     float **gptrs = calloc((size_t)(e->maxdeps + 1), sizeof *gptrs);
     if (!ptrs || !gptrs) {
@@ -183,7 +216,7 @@ int zs_engine_step(zs_engine_t *e, zs_step_stats_t *st, zs_err_t *err)
         free(gptrs);
         return zs_err_set(err, ZS_ERR_NOMEM, "out of memory");
     }
-    int gas = (int)e->cfg.gradient_accumulation_steps, rc = ZS_OK;
+    int gas = (int)e->cfg.gradient_accumulation_steps;
     double loss = 0;
     for (int micro = 0; micro < gas && !rc; micro++) {
         e->last_micro = micro == gas - 1;
@@ -194,55 +227,55 @@ int zs_engine_step(zs_engine_t *e, zs_step_stats_t *st, zs_err_t *err)
                              e->W,
                              (int)e->cfg.micro_batch_per_gpu,
                              e->cfg.train_batch_size};
-        double t0 = now_ms();
-        e->ms_gather = 0;
+        double t0 = zs__eng_now_ms(), l = 0;
         rc = e->m.load_batch(e->m.self, &bc, err);
         if (!rc)
             rc = forward(e, ptrs, err);
         if (!rc)
-            loss += e->m.loss(e->m.self);
-        double t1 = now_ms(), g_fwd = e->ms_gather;
+            rc = e->m.loss(e->m.self, &l, err); /* waits for the forward */
+        loss += l;
+        double t1 = zs__eng_now_ms();
         if (!rc)
             rc = backward(e, (float)e->ls.scale, ptrs, gptrs, err);
-        /* A bucket's reduce-scatter must finish before the next micro-batch
-         * starts another one for the same bucket. */
-        while (e->rs_inflight > 0) {
-            int r = finish_oldest_rs(e, err);
-            if (!rc)
-                rc = r;
-        }
-        /* Stage 3 gathers inside the passes count as collectives. */
-        st->ms_forward += t1 - t0 - g_fwd;
-        st->ms_backward += now_ms() - t1 - (e->ms_gather - g_fwd);
-        st->ms_comm += e->ms_gather;
+        if (!rc)
+            rc = zs_dev_stream_sync(e->compute, err);
+        st->ms_forward += t1 - t0;
+        st->ms_backward += zs__eng_now_ms() - t1;
     }
     free(ptrs);
     free(gptrs);
-    double t2 = now_ms();
-    while (e->rs_inflight > 0) {
-        int r = finish_oldest_rs(e, err);
-        if (!rc)
-            rc = r;
-    }
-    if (rc)
+    double t2 = zs__eng_now_ms();
+    if (rc) {
+        zs_coll_sync(e->coll, NULL);
         return rc;
+    }
     if (e->stage < 2) /* DeepSpeed stages 0-1: one all-reduce of the full gradient */
         for (int k = 0; k < e->nb && !rc; k++) {
-            rc = zs_coll_all_reduce(e->coll, zs__at(e, e->grads, e->b[k].pbase),
-                                    zs__at(e, e->grads, e->b[k].pbase), e->b[k].n_pad, e->dt,
-                                    ZS_OP_SUM, NULL, err);
+            zs__bucket_t *b = &e->b[k];
+            rc = zs_coll_all_reduce(e->coll, zs__at(e, e->grads, b->gbase), b->npad, e->dt,
+                                    ZS_OP_SUM, k == 0 ? e->compute : NULL, NULL, err);
             if (!rc) /* overlaps the push of bucket k with the next all-reduce */
                 rc = zs__eng_bucket_final(e, k, err);
         }
-    float l = (float)loss;
+    float lf = (float)loss;
     if (!rc)
-        rc = zs_coll_all_reduce(e->coll, &l, &l, 1, ZS_DTYPE_F32, ZS_OP_SUM, NULL, err);
-    st->ms_comm += now_ms() - t2;
+        rc = zs_coll_sync(e->coll, err);
+    if (!rc)
+        rc = zs_coll_all_reduce_host(e->coll, &lf, 1, ZS_DTYPE_F32, ZS_OP_SUM, err);
+    st->ms_comm += zs__eng_now_ms() - t2;
     if (rc)
         return rc;
-    st->loss = (double)l / ((double)e->W * gas);
+    st->loss = (double)lf / ((double)e->W * gas);
     rc = zs__eng_optimize(e, st, err);
     if (rc == ZS_OK)
         e->step = st->step;
+    return rc;
+}
+
+int zs_engine_step(zs_engine_t *e, zs_step_stats_t *st, zs_err_t *err)
+{
+    int rc = step(e, st, err);
+    if (rc)
+        e->last_rc = rc;
     return rc;
 }

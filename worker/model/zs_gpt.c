@@ -1,6 +1,6 @@
 /*
- * zs_gpt.c - the reference GPT-2-style model on CPU (see zs_gpt.h), built
- * from the kernels of kernels/zs_gpt_ops.h.
+ * zs_gpt.c - the reference GPT-2-style model (see zs_gpt.h): layer wiring
+ * over an op table (zs_gpt_ops_table.h) on a device (zs_dev.h).
  *
  * Engine layers: 0 embeddings, 1..L blocks, L+1 final LayerNorm + tied head
  * + loss. The forward of every layer keeps what its backward needs (per
@@ -14,12 +14,31 @@
  *   a = ln1(x); qkv = a Wqkv + bqkv; o = attn(qkv); r = x + o Wo + bo
  *   m = ln2(r); h = gelu(m Wfc + bfc); y = r + h Wp + bp
  *
- * Calls must follow the engine's order: forward 0, 1, ..., L+1 on a loaded
- * batch, then backward L+1, ..., 0. Anything else is refused with ZS_ERR_STATE.
+ * Memory and streams: create allocates only host bookkeeping. bind (the
+ * engine's first call after init_params, or zs_gpt_bind) picks the op
+ * table for the device and allocates through zs_dev_alloc, all in device
+ * space: one arena of activations (ZS_MEM_ACTIVATIONS: saved tensors,
+ * logits, per-row losses, the token ids) and one of scratch
+ * (ZS_MEM_SCRATCH: the projection output and the backward's gradients);
+ * plus pinned host staging (ZS_MEM_SCRATCH) for token uploads and for the
+ * per-row losses coming back. Every op, copy and memset is enqueued on the
+ * compute stream given to bind, in call order; nothing is computed on the
+ * calling thread, and parameters/gradients are the caller's device
+ * pointers, read and written only by that queued work. Tokens are written
+ * to the pinned buffer on the host and copied to the device on the stream;
+ * an event recorded after that copy is waited for before the pinned buffer
+ * is written again. Only loss(), zs_gpt_copy_logits and zs_gpt_set_threads
+ * wait for the stream; destroy waits for an event recorded after each
+ * forward/backward instead, so it may come after the stream's destruction.
  *
- * Threads: one zs_pool of ZS_GPT_THREADS threads (environment; default all
- * online CPUs; zs_gpt_set_threads) runs every kernel; OpenBLAS runs
- * single-threaded inside the pool's tasks (see zs_gpt_ops.h).
+ * Calls must follow the engine's order: forward 0, 1, ..., L+1 on a loaded
+ * batch, then backward L+1, ..., 0. Anything else is refused with
+ * ZS_ERR_STATE (checked on the host at enqueue time).
+ *
+ * Threads (CPU device): one zs_pool of ZS_GPT_THREADS threads (environment;
+ * default all online CPUs; zs_gpt_set_threads) runs every kernel from the
+ * stream's thread; OpenBLAS runs single-threaded inside the pool's tasks
+ * (see zs_gpt_ops.h). init_params also runs on the pool, on the caller.
  */
 #include "zs_gpt.h"
 
@@ -29,6 +48,7 @@
 #include <string.h>
 
 #include "zs_gpt_ops.h"
+#include "zs_gpt_ops_table.h"
 #include "zs_pool.h"
 
 /* Offsets (in floats) of a block's tensors, in zs_gpt.h's order. */
@@ -48,29 +68,47 @@ struct zs_gpt {
     block_off_t bo;
 
     const zs_data_t *data;
-    int32_t *fixed_in, *fixed_tg; /* zs_gpt_set_fixed_tokens */
+    int32_t *fixed_in, *fixed_tg; /* zs_gpt_set_fixed_tokens (host) */
     int fixedB;
 
     int B, T;       /* current batch */
     int have_batch; /* tokens loaded */
+    int have_head;  /* the head's forward ran on this batch: logits, losses valid */
     int next_fwd;   /* next layer forward expects (0 .. L+2) */
     int next_bwd;   /* next layer backward expects (-1 = none) */
-    double loss;
-    int32_t *inputs, *targets;
 
-    /* activations; per-block arrays hold L slices of the max size */
-    size_t maxN;      /* maxB * ctx */
-    size_t att_slice; /* maxB * NH * ctx * ctx */
-    float *resid;     /* (L+1) slices of maxN * C */
+    /* set by bind; NULL before */
+    zs_dev_t *dev;       /* not owned */
+    zs_stream_t *stream; /* compute stream, not owned */
+    zs_gpt_ops_t *ops;   /* owned */
+    zs_event_t *tok_ev;  /* recorded after each token upload (owned) */
+    zs_event_t *done_ev; /* recorded after each forward/backward's work (owned) */
+    int32_t *tok_pin;    /* pinned [2 * maxN]: inputs | targets staging */
+    float *loss_pin;     /* pinned [maxN]: per-row losses read back */
+    float *act_arena;    /* device, ZS_MEM_ACTIVATIONS */
+    float *scr_arena;    /* device, ZS_MEM_SCRATCH */
+
+    /* device tensors inside the arenas; per-block arrays hold L slices of
+     * the max size */
+    size_t maxN;               /* maxB * ctx */
+    size_t att_slice;          /* maxB * NH * ctx * ctx */
+    int32_t *inputs, *targets; /* [maxN] each */
+    float *resid;              /* (L+1) slices of maxN * C */
     float *ln1, *ln1_mean, *ln1_rstd, *qkv, *att, *atty, *res2, *ln2, *ln2_mean, *ln2_rstd;
     float *fch, *fchg;
-    float *proj;                      /* maxN * C scratch */
     float *lnf, *lnf_mean, *lnf_rstd; /* head */
     float *logits, *lse, *losses;
-    /* backward scratch */
+    /* scratch */
+    float *proj; /* maxN * C */
     float *dres, *dbuf, *dqkv, *datt, *dfch, *dlogits;
-    float *arena;
 };
+
+#define TRY(expr)                                                                                  \
+    do {                                                                                           \
+        int rc_ = (expr);                                                                          \
+        if (rc_)                                                                                   \
+            return rc_;                                                                            \
+    } while (0)
 
 uint64_t zs_gpt_num_params(const zs_gpt_config_t *c)
 {
@@ -245,58 +283,95 @@ static int check_tokens(const zs_gpt_t *g, const int32_t *tok, size_t n, const c
     return ZS_OK;
 }
 
-static int load_batch(void *self, const zs_batch_ctx_t *bc, zs_err_t *err)
+static int require_bound(const zs_gpt_t *g, const char *what, zs_err_t *err)
 {
-    zs_gpt_t *g = self;
-    int B = bc->micro_batch, T = g->c.ctx;
-    if (B < 1 || B > g->maxB)
-        return zs_err_set(err, ZS_ERR_RANGE,
-                          "gpt: micro batch %d outside 1..%d (max_batch of zs_gpt_create)", B,
-                          g->maxB);
-    if (g->fixed_in) {
-        if (B != g->fixedB)
-            return zs_err_set(err, ZS_ERR_INVALID,
-                              "gpt: micro batch %d but the fixed token batch has %d sequences", B,
-                              g->fixedB);
-        memcpy(g->inputs, g->fixed_in, (size_t)B * T * sizeof(int32_t));
-        memcpy(g->targets, g->fixed_tg, (size_t)B * T * sizeof(int32_t));
-    } else if (g->data) {
-        for (int k = 0; k < B; k++) {
-            int rc = zs_data_sample(g->data, zs_batch_sample(bc, k), T, g->inputs + (size_t)k * T,
-                                    g->targets + (size_t)k * T, err);
-            if (rc)
-                return zs_err_prefix(err, "gpt: sample %lld: ", (long long)zs_batch_sample(bc, k));
-        }
-    } else {
+    if (!g->dev)
         return zs_err_set(err, ZS_ERR_STATE,
-                          "gpt: load_batch without data: call zs_gpt_set_data (or "
-                          "zs_gpt_set_fixed_tokens) before training");
+                          "gpt: %s before bind (the engine binds the model to its device; "
+                          "tests call zs_gpt_bind)",
+                          what);
+    return ZS_OK;
+}
+
+/* The pinned staging buffer, once the upload that last read it has run. */
+static int staging(zs_gpt_t *g, int32_t **out, zs_err_t *err)
+{
+    int rc = zs_dev_event_sync(g->tok_ev, err);
+    if (rc) {
+        zs_err_prefix(err, "gpt: token upload: ");
+        return rc;
     }
+    *out = g->tok_pin;
+    return ZS_OK;
+}
+
+/* Enqueue the upload of B*T inputs and targets from the staging buffer and
+ * make (B, T) the current batch. */
+static int upload_tokens(zs_gpt_t *g, int B, int T, zs_err_t *err)
+{
+    size_t bytes = (size_t)B * T * sizeof(int32_t);
+    TRY(zs_dev_memcpy(g->stream, g->inputs, g->tok_pin, bytes, err));
+    TRY(zs_dev_memcpy(g->stream, g->targets, g->tok_pin + g->maxN, bytes, err));
+    TRY(zs_dev_event_record(g->tok_ev, g->stream, err));
     g->B = B;
     g->T = T;
     g->have_batch = 1;
+    g->have_head = 0;
     g->next_fwd = 0;
     g->next_bwd = -1;
     return ZS_OK;
 }
 
+static int load_batch(void *self, const zs_batch_ctx_t *bc, zs_err_t *err)
+{
+    zs_gpt_t *g = self;
+    int B = bc->micro_batch, T = g->c.ctx;
+    TRY(require_bound(g, "load_batch", err));
+    if (B < 1 || B > g->maxB)
+        return zs_err_set(err, ZS_ERR_RANGE,
+                          "gpt: micro batch %d outside 1..%d (max_batch of zs_gpt_create)", B,
+                          g->maxB);
+    if (g->fixed_in && B != g->fixedB)
+        return zs_err_set(err, ZS_ERR_INVALID,
+                          "gpt: micro batch %d but the fixed token batch has %d sequences", B,
+                          g->fixedB);
+    if (!g->fixed_in && !g->data)
+        return zs_err_set(err, ZS_ERR_STATE,
+                          "gpt: load_batch without data: call zs_gpt_set_data (or "
+                          "zs_gpt_set_fixed_tokens) before training");
+    int32_t *pin;
+    TRY(staging(g, &pin, err));
+    if (g->fixed_in) {
+        memcpy(pin, g->fixed_in, (size_t)B * T * sizeof(int32_t));
+        memcpy(pin + g->maxN, g->fixed_tg, (size_t)B * T * sizeof(int32_t));
+    } else {
+        for (int k = 0; k < B; k++) {
+            int rc = zs_data_sample(g->data, zs_batch_sample(bc, k), T, pin + (size_t)k * T,
+                                    pin + g->maxN + (size_t)k * T, err);
+            if (rc) {
+                zs_err_prefix(err, "gpt: sample %lld: ", (long long)zs_batch_sample(bc, k));
+                return rc;
+            }
+        }
+    }
+    return upload_tokens(g, B, T, err);
+}
+
 int zs_gpt_set_tokens(zs_gpt_t *g, const int32_t *inputs, const int32_t *targets, int B, int T,
                       zs_err_t *err)
 {
+    TRY(require_bound(g, "zs_gpt_set_tokens", err));
     if (B < 1 || B > g->maxB || T < 1 || T > g->c.ctx)
         return zs_err_set(err, ZS_ERR_RANGE, "gpt: batch %d x %d outside 1..%d x 1..%d", B, T,
                           g->maxB, g->c.ctx);
     size_t n = (size_t)B * T;
     if (check_tokens(g, inputs, n, "inputs", err) || check_tokens(g, targets, n, "targets", err))
         return err ? err->code : ZS_ERR_RANGE;
-    memcpy(g->inputs, inputs, n * sizeof(int32_t));
-    memcpy(g->targets, targets, n * sizeof(int32_t));
-    g->B = B;
-    g->T = T;
-    g->have_batch = 1;
-    g->next_fwd = 0;
-    g->next_bwd = -1;
-    return ZS_OK;
+    int32_t *pin;
+    TRY(staging(g, &pin, err));
+    memcpy(pin, inputs, n * sizeof(int32_t));
+    memcpy(pin + g->maxN, targets, n * sizeof(int32_t));
+    return upload_tokens(g, B, T, err);
 }
 
 int zs_gpt_set_fixed_tokens(zs_gpt_t *g, const int32_t *inputs, const int32_t *targets, int B,
@@ -343,9 +418,11 @@ static float *layer_slice(float *base, size_t per, int l)
     return base + (size_t)l * per;
 }
 
-static void block_forward(zs_gpt_t *g, int l, const float *p)
+static int block_forward(zs_gpt_t *g, int l, const float *p, zs_err_t *err)
 {
-    zs_pool_t *pool = g->pool;
+    const zs_gpt_ops_t *ops = g->ops;
+    void *k = ops->ctx;
+    zs_stream_t *s = g->stream;
     const block_off_t *o = &g->bo;
     int B = g->B, T = g->T, C = g->c.width, NH = g->c.heads, N = B * T;
     size_t sN = g->maxN, i = (size_t)l - 1;
@@ -356,26 +433,51 @@ static void block_forward(zs_gpt_t *g, int l, const float *p)
     float *res2 = g->res2 + i * sN * C, *ln2 = g->ln2 + i * sN * C;
     float *fch = g->fch + i * sN * 4 * C, *fchg = g->fchg + i * sN * 4 * C;
 
-    zs_op_layernorm_fwd(pool, ln1, g->ln1_mean + i * sN, g->ln1_rstd + i * sN, x, p + o->ln1w,
-                        p + o->ln1b, N, C);
-    zs_op_matmul_fwd(pool, qkv, ln1, p + o->qkvw, p + o->qkvb, N, C, 3 * C);
-    zs_op_attention_fwd(pool, atty, att, qkv, B, T, C, NH);
-    zs_op_matmul_fwd(pool, g->proj, atty, p + o->projw, p + o->projb, N, C, C);
-    zs_op_residual_fwd(pool, res2, x, g->proj, (size_t)N * C);
-    zs_op_layernorm_fwd(pool, ln2, g->ln2_mean + i * sN, g->ln2_rstd + i * sN, res2, p + o->ln2w,
-                        p + o->ln2b, N, C);
-    zs_op_matmul_fwd(pool, fch, ln2, p + o->fcw, p + o->fcb, N, C, 4 * C);
-    zs_op_gelu_fwd(pool, fchg, fch, (size_t)N * 4 * C);
-    zs_op_matmul_fwd(pool, g->proj, fchg, p + o->fcpw, p + o->fcpb, N, 4 * C, C);
-    zs_op_residual_fwd(pool, y, res2, g->proj, (size_t)N * C);
+    TRY(ops->layernorm_fwd(k, s, ln1, g->ln1_mean + i * sN, g->ln1_rstd + i * sN, x, p + o->ln1w,
+                           p + o->ln1b, N, C, err));
+    TRY(ops->matmul_fwd(k, s, qkv, ln1, p + o->qkvw, p + o->qkvb, N, C, 3 * C, err));
+    TRY(ops->attention_fwd(k, s, atty, att, qkv, B, T, C, NH, err));
+    TRY(ops->matmul_fwd(k, s, g->proj, atty, p + o->projw, p + o->projb, N, C, C, err));
+    TRY(ops->residual_fwd(k, s, res2, x, g->proj, (size_t)N * C, err));
+    TRY(ops->layernorm_fwd(k, s, ln2, g->ln2_mean + i * sN, g->ln2_rstd + i * sN, res2, p + o->ln2w,
+                           p + o->ln2b, N, C, err));
+    TRY(ops->matmul_fwd(k, s, fch, ln2, p + o->fcw, p + o->fcb, N, C, 4 * C, err));
+    TRY(ops->gelu_fwd(k, s, fchg, fch, (size_t)N * 4 * C, err));
+    TRY(ops->matmul_fwd(k, s, g->proj, fchg, p + o->fcpw, p + o->fcpb, N, 4 * C, C, err));
+    TRY(ops->residual_fwd(k, s, y, res2, g->proj, (size_t)N * C, err));
+    return ZS_OK;
+}
+
+static int head_forward(zs_gpt_t *g, const float *p, const float *wte, zs_err_t *err)
+{
+    const zs_gpt_ops_t *ops = g->ops;
+    void *k = ops->ctx;
+    zs_stream_t *s = g->stream;
+    int L = g->c.layers, C = g->c.width, V = g->c.vocab, N = g->B * g->T;
+    const float *x = layer_slice(g->resid, g->maxN * C, L);
+    TRY(ops->layernorm_fwd(k, s, g->lnf, g->lnf_mean, g->lnf_rstd, x, p, p + C, N, C, err));
+    TRY(ops->gemm(k, s, 0, 1, N, V, C, 1.0f, g->lnf, C, wte, C, 0.0f, g->logits, V, err));
+    TRY(ops->xent_fwd(k, s, g->losses, g->lse, g->logits, g->targets, N, V, err));
+    return ZS_OK;
+}
+
+/* Record done_ev after the work a forward or backward has just enqueued
+ * (also after a partial enqueue that failed), so destroy can wait for the
+ * model's work without the stream, which may be gone by then. Returns rc,
+ * or the record's error where rc is ZS_OK. */
+static int mark(zs_gpt_t *g, int rc, zs_err_t *err)
+{
+    int mrc = zs_dev_event_record(g->done_ev, g->stream, rc ? NULL : err);
+    return rc ? rc : mrc;
 }
 
 static int forward(void *self, int layer, float *const *params, zs_err_t *err)
 {
     zs_gpt_t *g = self;
-    int L = g->c.layers, C = g->c.width, V = g->c.vocab, N = g->B * g->T;
+    int L = g->c.layers, C = g->c.width, V = g->c.vocab;
     if (layer < 0 || layer > L + 1)
         return zs_err_set(err, ZS_ERR_INVALID, "gpt: no layer %d (model has %d)", layer, L + 2);
+    TRY(require_bound(g, "forward", err));
     if (!g->have_batch)
         return zs_err_set(err, ZS_ERR_STATE,
                           "gpt: forward without a batch (load_batch or "
@@ -384,36 +486,65 @@ static int forward(void *self, int layer, float *const *params, zs_err_t *err)
         return zs_err_set(err, ZS_ERR_STATE, "gpt: forward of layer %d, expected layer %d", layer,
                           g->next_fwd);
     const float *p = params[0];
+    int rc;
     if (layer == 0) {
-        zs_op_embed_fwd(g->pool, g->resid, g->inputs, p, p + (size_t)V * C, g->B, g->T, C);
+        g->have_head = 0;
+        rc = g->ops->embed_fwd(g->ops->ctx, g->stream, g->resid, g->inputs, p, p + (size_t)V * C,
+                               g->B, g->T, C, err);
     } else if (layer <= L) {
-        block_forward(g, layer, p);
+        rc = block_forward(g, layer, p, err);
     } else {
-        const float *wte = params[1];
-        const float *x = layer_slice(g->resid, g->maxN * C, L);
-        zs_op_layernorm_fwd(g->pool, g->lnf, g->lnf_mean, g->lnf_rstd, x, p, p + C, N, C);
-        zs_op_gemm(g->pool, 0, 1, N, V, C, 1.0f, g->lnf, C, wte, C, 0.0f, g->logits, V);
-        zs_op_xent_fwd(g->pool, g->losses, g->lse, g->logits, g->targets, N, V);
-        double s = 0;
-        for (int n = 0; n < N; n++)
-            s += g->losses[n];
-        g->loss = s / N;
+        rc = head_forward(g, p, params[1], err);
     }
+    TRY(mark(g, rc, err));
+    g->have_head = layer == L + 1;
     g->next_fwd = layer + 1;
     g->next_bwd = layer == L + 1 ? L + 1 : -1;
     return ZS_OK;
 }
 
-static double loss(void *self)
+/* Mean of the per-row losses, summed in row order in double on the host
+ * after the stream has run the head. */
+static int loss(void *self, double *out, zs_err_t *err)
 {
-    return ((zs_gpt_t *)self)->loss;
+    zs_gpt_t *g = self;
+    if (!g->have_head)
+        return zs_err_set(err, ZS_ERR_STATE, "gpt: loss before the forward of the head layer");
+    int N = g->B * g->T;
+    TRY(zs_dev_memcpy(g->stream, g->loss_pin, g->losses, (size_t)N * sizeof(float), err));
+    int rc = zs_dev_stream_sync(g->stream, err);
+    if (rc) {
+        zs_err_prefix(err, "gpt: loss: ");
+        return rc;
+    }
+    double s = 0;
+    for (int n = 0; n < N; n++)
+        s += g->loss_pin[n];
+    *out = s / N;
+    return ZS_OK;
+}
+
+int zs_gpt_copy_logits(zs_gpt_t *g, float *host_out, zs_err_t *err)
+{
+    if (!g->have_head)
+        return zs_err_set(err, ZS_ERR_STATE, "gpt: no logits: run the forward of every layer");
+    size_t bytes = (size_t)g->B * g->T * g->c.vocab * sizeof(float);
+    TRY(zs_dev_memcpy(g->stream, host_out, g->logits, bytes, err));
+    int rc = zs_dev_stream_sync(g->stream, err);
+    if (rc) {
+        zs_err_prefix(err, "gpt: logits: ");
+        return rc;
+    }
+    return ZS_OK;
 }
 
 /* ---- backward ---- */
 
-static void block_backward(zs_gpt_t *g, int l, const float *p, float *gr)
+static int block_backward(zs_gpt_t *g, int l, const float *p, float *gr, zs_err_t *err)
 {
-    zs_pool_t *pool = g->pool;
+    const zs_gpt_ops_t *ops = g->ops;
+    void *k = ops->ctx;
+    zs_stream_t *s = g->stream;
     const block_off_t *o = &g->bo;
     int B = g->B, T = g->T, C = g->c.width, NH = g->c.heads, N = B * T;
     size_t sN = g->maxN, i = (size_t)l - 1;
@@ -424,29 +555,48 @@ static void block_backward(zs_gpt_t *g, int l, const float *p, float *gr)
     const float *fch = g->fch + i * sN * 4 * C, *fchg = g->fchg + i * sN * 4 * C;
 
     /* dres = dL/dy on entry; y = r + h Wp + bp */
-    zs_op_matmul_bwd(pool, g->dfch, gr + o->fcpw, gr + o->fcpb, g->dres, fchg, p + o->fcpw, N,
-                     4 * C, C);
-    zs_op_gelu_bwd(pool, g->dfch, fch, g->dfch, (size_t)N * 4 * C);
-    zs_op_matmul_bwd(pool, g->dbuf, gr + o->fcw, gr + o->fcb, g->dfch, ln2, p + o->fcw, N, C,
-                     4 * C);
-    zs_op_layernorm_bwd(pool, g->dres, gr + o->ln2w, gr + o->ln2b, g->dbuf, res2, p + o->ln2w,
-                        g->ln2_mean + i * sN, g->ln2_rstd + i * sN, N, C);
+    TRY(ops->matmul_bwd(k, s, g->dfch, gr + o->fcpw, gr + o->fcpb, g->dres, fchg, p + o->fcpw, N,
+                        4 * C, C, err));
+    TRY(ops->gelu_bwd(k, s, g->dfch, fch, g->dfch, (size_t)N * 4 * C, err));
+    TRY(ops->matmul_bwd(k, s, g->dbuf, gr + o->fcw, gr + o->fcb, g->dfch, ln2, p + o->fcw, N, C,
+                        4 * C, err));
+    TRY(ops->layernorm_bwd(k, s, g->dres, gr + o->ln2w, gr + o->ln2b, g->dbuf, res2, p + o->ln2w,
+                           g->ln2_mean + i * sN, g->ln2_rstd + i * sN, N, C, err));
     /* dres = dL/dr; r = x + o Wo + bo */
-    zs_op_matmul_bwd(pool, g->dbuf, gr + o->projw, gr + o->projb, g->dres, atty, p + o->projw, N, C,
-                     C);
-    zs_op_attention_bwd(pool, g->dqkv, g->datt, g->dbuf, qkv, att, B, T, C, NH);
-    zs_op_matmul_bwd(pool, g->dbuf, gr + o->qkvw, gr + o->qkvb, g->dqkv, ln1, p + o->qkvw, N, C,
-                     3 * C);
-    zs_op_layernorm_bwd(pool, g->dres, gr + o->ln1w, gr + o->ln1b, g->dbuf, x, p + o->ln1w,
-                        g->ln1_mean + i * sN, g->ln1_rstd + i * sN, N, C);
+    TRY(ops->matmul_bwd(k, s, g->dbuf, gr + o->projw, gr + o->projb, g->dres, atty, p + o->projw, N,
+                        C, C, err));
+    TRY(ops->attention_bwd(k, s, g->dqkv, g->datt, g->dbuf, qkv, att, B, T, C, NH, err));
+    TRY(ops->matmul_bwd(k, s, g->dbuf, gr + o->qkvw, gr + o->qkvb, g->dqkv, ln1, p + o->qkvw, N, C,
+                        3 * C, err));
+    TRY(ops->layernorm_bwd(k, s, g->dres, gr + o->ln1w, gr + o->ln1b, g->dbuf, x, p + o->ln1w,
+                           g->ln1_mean + i * sN, g->ln1_rstd + i * sN, N, C, err));
     /* dres = dL/dx */
+    return ZS_OK;
+}
+
+static int head_backward(zs_gpt_t *g, const float *p, float *gr, const float *wte, float *dwte,
+                         float dloss, zs_err_t *err)
+{
+    const zs_gpt_ops_t *ops = g->ops;
+    void *k = ops->ctx;
+    zs_stream_t *s = g->stream;
+    int L = g->c.layers, C = g->c.width, V = g->c.vocab, N = g->B * g->T;
+    const float *x = layer_slice(g->resid, g->maxN * C, L);
+    TRY(ops->xent_bwd(k, s, g->dlogits, g->logits, g->lse, g->targets, N, V, dloss / (float)N,
+                      err));
+    TRY(ops->gemm(k, s, 0, 0, N, C, V, 1.0f, g->dlogits, V, wte, C, 0.0f, g->dbuf, C, err));
+    TRY(ops->gemm(k, s, 1, 0, V, C, N, 1.0f, g->dlogits, V, g->lnf, C, 1.0f, dwte, C, err));
+    TRY(zs_dev_memset(s, g->dres, 0, (size_t)N * C * sizeof(float), err));
+    TRY(ops->layernorm_bwd(k, s, g->dres, gr, gr + C, g->dbuf, x, p, g->lnf_mean, g->lnf_rstd, N, C,
+                           err));
+    return ZS_OK;
 }
 
 static int backward(void *self, int layer, float *const *params, float *const *grads, float dloss,
                     zs_err_t *err)
 {
     zs_gpt_t *g = self;
-    int L = g->c.layers, C = g->c.width, V = g->c.vocab, N = g->B * g->T;
+    int L = g->c.layers, C = g->c.width, V = g->c.vocab;
     if (layer < 0 || layer > L + 1)
         return zs_err_set(err, ZS_ERR_INVALID, "gpt: no layer %d (model has %d)", layer, L + 2);
     if (layer != g->next_bwd)
@@ -456,40 +606,194 @@ static int backward(void *self, int layer, float *const *params, float *const *g
                           layer, g->next_bwd);
     const float *p = params[0];
     float *gr = grads[0];
+    int rc;
     if (layer == L + 1) {
-        const float *wte = params[1];
-        float *dwte = grads[1];
-        const float *x = layer_slice(g->resid, g->maxN * C, L);
-        zs_op_xent_bwd(g->pool, g->dlogits, g->logits, g->lse, g->targets, N, V, dloss / (float)N);
-        zs_op_gemm(g->pool, 0, 0, N, C, V, 1.0f, g->dlogits, V, wte, C, 0.0f, g->dbuf, C);
-        zs_op_gemm(g->pool, 1, 0, V, C, N, 1.0f, g->dlogits, V, g->lnf, C, 1.0f, dwte, C);
-        memset(g->dres, 0, (size_t)N * C * sizeof(float));
-        zs_op_layernorm_bwd(g->pool, g->dres, gr, gr + C, g->dbuf, x, p, g->lnf_mean, g->lnf_rstd,
-                            N, C);
+        rc = head_backward(g, p, gr, params[1], grads[1], dloss, err);
     } else if (layer >= 1) {
-        block_backward(g, layer, p, gr);
+        rc = block_backward(g, layer, p, gr, err);
     } else {
-        zs_op_embed_bwd(g->pool, gr, gr + (size_t)V * C, g->dres, g->inputs, g->B, g->T, C);
+        rc = g->ops->embed_bwd(g->ops->ctx, g->stream, gr, gr + (size_t)V * C, g->dres, g->inputs,
+                               g->B, g->T, C, err);
     }
+    TRY(mark(g, rc, err));
     g->next_bwd = layer - 1;
     return ZS_OK;
 }
 
-/* ---- life cycle ---- */
+/* ---- device binding ---- */
 
-static int make_pool(zs_gpt_t *g, int n, zs_err_t *err)
+/* The op table for dev's kind, running on g->pool where it is the CPU's. */
+static int ops_for_device(zs_gpt_t *g, zs_dev_t *dev, zs_gpt_ops_t **out, zs_err_t *err)
 {
-    zs_pool_t *p = zs_pool_create(n);
-    if (!p)
-        return zs_err_set(err, ZS_ERR_NOMEM, "gpt: cannot start %d threads", n);
-    zs_pool_destroy(g->pool);
-    g->pool = p;
+    if (!strcmp(dev->vt->name, "cpu"))
+        return zs_gpt_ops_cpu_create(g->pool, out, err);
+    /* CUDA: zs_gpt_ops_cuda_create(dev, out, err) once its kernels exist */
+    return zs_err_set(err, ZS_ERR_INVALID, "GPT ops for device %s are not built", dev->vt->name);
+}
+
+/* One tensor of an arena: where its pointer goes and its size in floats
+ * (4-byte elements: int32 token ids too). */
+typedef struct {
+    float **ptr;
+    size_t n;
+} slot_t;
+
+/* One allocation of device memory for category `cat`, carved into the
+ * slots in order, each rounded up to 16 floats so every tensor starts
+ * 64-byte aligned. */
+static int carve(zs_gpt_t *g, int cat, const slot_t *slots, size_t nslots, float **arena,
+                 zs_err_t *err)
+{
+    size_t total = 0;
+    for (size_t k = 0; k < nslots; k++)
+        total += (slots[k].n + 15) / 16 * 16;
+    void *mem;
+    int rc = zs_dev_alloc(g->dev, ZS_SPACE_DEVICE, cat, total * sizeof(float), &mem, err);
+    if (rc) {
+        zs_err_prefix(err, "gpt: %zu MiB of %s: ", total * sizeof(float) >> 20,
+                      zs_memcat_name(cat));
+        return rc;
+    }
+    *arena = mem;
+    float *q = mem;
+    for (size_t k = 0; k < nslots; k++) {
+        *slots[k].ptr = q;
+        q += (slots[k].n + 15) / 16 * 16;
+    }
     return ZS_OK;
 }
 
+static int alloc_buffers(zs_gpt_t *g, zs_err_t *err)
+{
+    size_t L = (size_t)g->c.layers, C = (size_t)g->c.width, V = (size_t)g->c.vocab;
+    size_t N = g->maxN, NHTT = g->att_slice;
+    float *inputs, *targets;
+    /* what the backward reads (and the forward's outputs: logits, losses) */
+    const slot_t act[] = {
+        {&g->resid, (L + 1) * N * C},
+        {&g->ln1, L * N * C},
+        {&g->ln1_mean, L * N},
+        {&g->ln1_rstd, L * N},
+        {&g->qkv, L * N * 3 * C},
+        {&g->att, L * NHTT},
+        {&g->atty, L * N * C},
+        {&g->res2, L * N * C},
+        {&g->ln2, L * N * C},
+        {&g->ln2_mean, L * N},
+        {&g->ln2_rstd, L * N},
+        {&g->fch, L * N * 4 * C},
+        {&g->fchg, L * N * 4 * C},
+        {&g->lnf, N * C},
+        {&g->lnf_mean, N},
+        {&g->lnf_rstd, N},
+        {&g->logits, N * V},
+        {&g->lse, N},
+        {&g->losses, N},
+        {&inputs, N},
+        {&targets, N},
+    };
+    /* reused within a layer or by every layer's backward */
+    const slot_t scr[] = {
+        {&g->proj, N * C}, {&g->dres, N * C},     {&g->dbuf, N * C},    {&g->dqkv, N * 3 * C},
+        {&g->datt, NHTT},  {&g->dfch, N * 4 * C}, {&g->dlogits, N * V},
+    };
+    TRY(carve(g, ZS_MEM_ACTIVATIONS, act, sizeof act / sizeof act[0], &g->act_arena, err));
+    g->inputs = (int32_t *)inputs;
+    g->targets = (int32_t *)targets;
+    TRY(carve(g, ZS_MEM_SCRATCH, scr, sizeof scr / sizeof scr[0], &g->scr_arena, err));
+    void *pin;
+    TRY(zs_dev_alloc(g->dev, ZS_SPACE_PINNED, ZS_MEM_SCRATCH, 2 * N * sizeof(int32_t), &pin, err));
+    g->tok_pin = pin;
+    TRY(zs_dev_alloc(g->dev, ZS_SPACE_PINNED, ZS_MEM_SCRATCH, N * sizeof(float), &pin, err));
+    g->loss_pin = pin;
+    TRY(zs_dev_event_create(g->dev, &g->tok_ev, err));
+    TRY(zs_dev_event_create(g->dev, &g->done_ev, err));
+    return ZS_OK;
+}
+
+/* Free what bind made, once the work the model queued has run, and forget
+ * the device. Waits through the model's own events, not the stream: the
+ * stream's owner (the engine) may have destroyed it already (a destroyed
+ * stream has run its work; the events outlive it). loss() and
+ * zs_gpt_copy_logits synchronise the stream themselves. */
+static void unbind(zs_gpt_t *g)
+{
+    if (!g->dev)
+        return;
+    zs_event_t *evs[2] = {g->tok_ev, g->done_ev};
+    for (int i = 0; i < 2; i++)
+        if (evs[i]) {
+            zs_dev_event_sync(evs[i], NULL);
+            zs_dev_event_destroy(evs[i]);
+        }
+    g->done_ev = NULL;
+    zs_dev_free(g->dev, g->act_arena);
+    zs_dev_free(g->dev, g->scr_arena);
+    zs_dev_free(g->dev, g->tok_pin);
+    zs_dev_free(g->dev, g->loss_pin);
+    zs_gpt_ops_destroy(g->ops);
+    g->tok_ev = NULL;
+    g->act_arena = g->scr_arena = NULL;
+    g->tok_pin = NULL;
+    g->loss_pin = NULL;
+    g->ops = NULL;
+    g->dev = NULL;
+    g->stream = NULL;
+    g->have_batch = g->have_head = 0;
+    g->next_fwd = 0;
+    g->next_bwd = -1;
+}
+
+int zs_gpt_bind(zs_gpt_t *g, zs_dev_t *dev, zs_stream_t *compute, zs_err_t *err)
+{
+    if (g->dev)
+        return zs_err_set(err, ZS_ERR_STATE, "gpt: already bound to a device");
+    if (!dev || !compute || zs_dev_of_stream(compute) != dev)
+        return zs_err_set(err, ZS_ERR_INVALID, "gpt: bind needs a device and a stream of it");
+    zs_gpt_ops_t *ops;
+    TRY(ops_for_device(g, dev, &ops, err));
+    g->dev = dev;
+    g->stream = compute;
+    g->ops = ops;
+    int rc = alloc_buffers(g, err);
+    if (rc) {
+        unbind(g);
+        return rc;
+    }
+    return ZS_OK;
+}
+
+static int bind(void *self, zs_dev_t *dev, zs_stream_t *compute, zs_err_t *err)
+{
+    return zs_gpt_bind(self, dev, compute, err);
+}
+
+/* ---- life cycle ---- */
+
 int zs_gpt_set_threads(zs_gpt_t *g, int n, zs_err_t *err)
 {
-    return make_pool(g, n, err);
+    zs_pool_t *p = zs_pool_create(n), *old = g->pool;
+    if (!p)
+        return zs_err_set(err, ZS_ERR_NOMEM, "gpt: cannot start %d threads", n);
+    if (g->dev) {
+        /* queued work runs on the old pool through the old table: let it
+         * finish, then make a table on the new pool */
+        zs_gpt_ops_t *ops = NULL;
+        int rc = zs_dev_stream_sync(g->stream, err);
+        g->pool = p;
+        if (!rc)
+            rc = ops_for_device(g, g->dev, &ops, err);
+        if (rc) {
+            g->pool = old;
+            zs_pool_destroy(p);
+            return rc;
+        }
+        zs_gpt_ops_destroy(g->ops);
+        g->ops = ops;
+    }
+    g->pool = p;
+    zs_pool_destroy(old);
+    return ZS_OK;
 }
 
 int zs_gpt_create(const zs_gpt_config_t *c, int max_batch, uint64_t seed, zs_gpt_t **out,
@@ -514,17 +818,17 @@ int zs_gpt_create(const zs_gpt_config_t *c, int max_batch, uint64_t seed, zs_gpt
     int L = c->layers;
     size_t C = (size_t)c->width, V = (size_t)c->vocab, T = (size_t)c->ctx;
     g->bo = block_offsets(C);
+    g->maxN = (size_t)max_batch * T;
+    g->att_slice = (size_t)max_batch * c->heads * T * T;
     g->nparams = calloc((size_t)L + 2, sizeof *g->nparams);
     g->deps = calloc((size_t)L + 2, sizeof *g->deps);
     const char *env = getenv("ZS_GPT_THREADS");
-    if (!g->nparams || !g->deps) {
+    int nthreads = env ? atoi(env) : 0;
+    g->pool = zs_pool_create(nthreads);
+    if (!g->nparams || !g->deps || !g->pool) {
         zs_gpt_destroy(g);
-        return zs_err_set(err, ZS_ERR_NOMEM, "gpt: out of memory");
-    }
-    int rc = make_pool(g, env ? atoi(env) : 0, err);
-    if (rc) {
-        zs_gpt_destroy(g);
-        return rc;
+        return zs_err_set(err, ZS_ERR_NOMEM, "gpt: out of memory (or cannot start %d threads)",
+                          nthreads);
     }
     g->nparams[0] = (V + T) * C;
     for (int l = 1; l <= L; l++)
@@ -534,67 +838,12 @@ int zs_gpt_create(const zs_gpt_config_t *c, int max_batch, uint64_t seed, zs_gpt
     g->head_deps[1] = -1;
     g->deps[L + 1] = g->head_deps;
 
-    size_t N = (size_t)max_batch * T, NHTT = (size_t)max_batch * c->heads * T * T;
-    g->maxN = N;
-    g->att_slice = NHTT;
-    /* one arena; every array a multiple of 16 floats so all start 64-byte aligned */
-#define A16(x) (((x) + 15) / 16 * 16)
-    size_t sizes[] = {
-        A16((L + 1) * N * C), /* resid */
-        A16(L * N * C),
-        A16(L * N),
-        A16(L * N), /* ln1, mean, rstd */
-        A16(L * N * 3 * C),
-        A16(L * NHTT), /* qkv, att */
-        A16(L * N * C),
-        A16(L * N * C), /* atty, res2 */
-        A16(L * N * C),
-        A16(L * N),
-        A16(L * N), /* ln2, mean, rstd */
-        A16(L * N * 4 * C),
-        A16(L * N * 4 * C), /* fch, fchg */
-        A16(N * C),         /* proj */
-        A16(N * C),
-        A16(N),
-        A16(N), /* lnf, mean, rstd */
-        A16(N * V),
-        A16(N),
-        A16(N), /* logits, lse, losses */
-        A16(N * C),
-        A16(N * C),
-        A16(N * 3 * C),
-        A16(NHTT),
-        A16(N * 4 * C),
-        A16(N * V), /* dres, dbuf, dqkv, datt, dfch, dlogits */
-    };
-#undef A16
-    float **ptrs[] = {&g->resid, &g->ln1,    &g->ln1_mean, &g->ln1_rstd, &g->qkv,      &g->att,
-                      &g->atty,  &g->res2,   &g->ln2,      &g->ln2_mean, &g->ln2_rstd, &g->fch,
-                      &g->fchg,  &g->proj,   &g->lnf,      &g->lnf_mean, &g->lnf_rstd, &g->logits,
-                      &g->lse,   &g->losses, &g->dres,     &g->dbuf,     &g->dqkv,     &g->datt,
-                      &g->dfch,  &g->dlogits};
-    size_t total = 0, n = sizeof sizes / sizeof sizes[0];
-    for (size_t k = 0; k < n; k++)
-        total += sizes[k];
-    g->arena = aligned_alloc(64, total * sizeof(float));
-    g->inputs = malloc(N * sizeof(int32_t));
-    g->targets = malloc(N * sizeof(int32_t));
-    if (!g->arena || !g->inputs || !g->targets) {
-        zs_gpt_destroy(g);
-        return zs_err_set(err, ZS_ERR_NOMEM, "gpt: out of memory for %zu MiB of activations",
-                          total * sizeof(float) >> 20);
-    }
-    float *q = g->arena;
-    for (size_t k = 0; k < n; k++) {
-        *ptrs[k] = q;
-        q += sizes[k];
-    }
-
     g->model.self = g;
     g->model.nlayers = L + 2;
     g->model.nparams = g->nparams;
     g->model.deps = (const int *const *)g->deps;
     g->model.init_params = init_params;
+    g->model.bind = bind;
     g->model.load_batch = load_batch;
     g->model.forward = forward;
     g->model.loss = loss;
@@ -608,10 +857,8 @@ void zs_gpt_destroy(zs_gpt_t *g)
 {
     if (!g)
         return;
+    unbind(g);
     zs_pool_destroy(g->pool);
-    free(g->arena);
-    free(g->inputs);
-    free(g->targets);
     free(g->fixed_in);
     free(g->fixed_tg);
     free(g->nparams);
@@ -622,9 +869,4 @@ void zs_gpt_destroy(zs_gpt_t *g)
 const zs_model_t *zs_gpt_model(zs_gpt_t *g)
 {
     return &g->model;
-}
-
-const float *zs_gpt_logits(const zs_gpt_t *g)
-{
-    return g->logits;
 }

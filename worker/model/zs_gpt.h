@@ -1,6 +1,6 @@
 /*
- * zs_gpt.h - the reference GPT-2-style model on CPU, as a zs_model_t for
- * the engine: token + position embedding, pre-LayerNorm blocks with causal
+ * zs_gpt.h - the reference GPT-2-style model as a zs_model_t for the
+ * engine: token + position embedding, pre-LayerNorm blocks with causal
  * multi-head self-attention and a GELU (tanh approximation) MLP, final
  * LayerNorm, LM head tied to the token embedding, mean cross-entropy loss.
  * Same math as GPT-2 / llm.c's train_gpt2.c.
@@ -11,11 +11,22 @@
  * [3C]; attn_proj_w [C, C], attn_proj_b [C]; ln2_w, ln2_b [C]; fc_w
  * [C, 4C], fc_b [4C]; fc_proj_w [4C, C], fc_proj_b [C]. Weights are stored
  * [in, out] row-major (y = x W + b). Initialisation: GPT-2's (normal 0.02,
- * residual projections 0.02/sqrt(2L), biases 0, LayerNorm 1/0) from a seed.
+ * residual projections 0.02/sqrt(2L), biases 0, LayerNorm 1/0) from a seed,
+ * into host memory (init_params).
+ *
+ * Device: the model runs on the device it is bound to (model->bind or
+ * zs_gpt_bind: a zs_dev_t and its compute stream). Binding picks the op
+ * table of that device kind (zs_gpt_ops_table.h; CPU now, CUDA when its
+ * kernels exist) and allocates activations and scratch in device memory
+ * (counted as ZS_MEM_ACTIVATIONS / ZS_MEM_SCRATCH) plus pinned staging for
+ * tokens and losses. forward/backward take fp32 device pointers and only
+ * ENQUEUE work on the compute stream; loss() and zs_gpt_copy_logits wait
+ * for it. On the CPU device the kernels run on a thread pool (BLAS for the
+ * GEMMs) from the stream's thread.
  *
  * Batches come from a zs_data_t (zs_gpt_set_data) through the engine's
- * load_batch, or directly with zs_gpt_set_tokens (tests). CPU compute is
- * multithreaded (BLAS for the GEMMs).
+ * load_batch, or directly with zs_gpt_set_tokens (tests); both need a bound
+ * model.
  */
 #ifndef ZS_GPT_H
 #define ZS_GPT_H
@@ -39,8 +50,11 @@ typedef struct zs_gpt zs_gpt_t;
 uint64_t zs_gpt_num_params(const zs_gpt_config_t *c);
 
 /* Model for micro-batches of up to max_batch sequences; parameters are
- * initialised from `seed` by the engine through init_params. *out freed
- * with zs_gpt_destroy. */
+ * initialised from `seed` by the engine through init_params. Allocates no
+ * tensors yet (bind does). *out freed with zs_gpt_destroy, which waits for
+ * the work the model queued (through its own events, so the compute stream
+ * may already be destroyed, as the engine does) and frees its device
+ * memory: destroy the model before its device. */
 int zs_gpt_create(const zs_gpt_config_t *c, int max_batch, uint64_t seed, zs_gpt_t **out,
                   zs_err_t *err);
 void zs_gpt_destroy(zs_gpt_t *g);
@@ -48,15 +62,27 @@ void zs_gpt_destroy(zs_gpt_t *g);
 /* The engine-facing model (owned by g). */
 const zs_model_t *zs_gpt_model(zs_gpt_t *g);
 
+/* Bind to `dev` with compute stream `compute` (a stream of dev; neither
+ * owned): what model->bind calls. Chooses the op table for dev (ZS_ERR_INVALID
+ * "GPT ops for device X are not built" for a device without one) and
+ * allocates every activation and scratch buffer with zs_dev_alloc. Once
+ * only (ZS_ERR_STATE after). */
+int zs_gpt_bind(zs_gpt_t *g, zs_dev_t *dev, zs_stream_t *compute, zs_err_t *err);
+
 /* Use `data` for load_batch (not owned; vocab must match). */
 int zs_gpt_set_data(zs_gpt_t *g, const zs_data_t *data, zs_err_t *err);
 
-/* Set the current batch directly: inputs/targets [B, T] token ids. */
+/* Set the current batch directly: inputs/targets [B, T] token ids in host
+ * memory (copied before return; their upload is enqueued on the compute
+ * stream). Needs a bound model. */
 int zs_gpt_set_tokens(zs_gpt_t *g, const int32_t *inputs, const int32_t *targets, int B, int T,
                       zs_err_t *err);
 
-/* Logits [B, T, V] of the last forward (valid until the next forward). */
-const float *zs_gpt_logits(const zs_gpt_t *g);
+/* Copy the logits [B, T, V] of the last full forward into host_out (B*T*V
+ * floats of host memory) and wait for the compute stream. ZS_ERR_STATE
+ * before the head's forward on the current batch; a queued error of the
+ * stream is returned. */
+int zs_gpt_copy_logits(zs_gpt_t *g, float *host_out, zs_err_t *err);
 
 /* A fixed batch for load_batch: inputs/targets [B, ctx]; every micro-batch
  * then uses these tokens (B must equal the engine's micro batch) instead of
@@ -65,7 +91,8 @@ int zs_gpt_set_fixed_tokens(zs_gpt_t *g, const int32_t *inputs, const int32_t *t
                             zs_err_t *err);
 
 /* Run the kernels on n threads (n <= 0: all online CPUs). The default is
- * $ZS_GPT_THREADS, else all online CPUs. Not while a call is running. */
+ * $ZS_GPT_THREADS, else all online CPUs. When bound, waits for the compute
+ * stream first (and returns its error, if any). */
 int zs_gpt_set_threads(zs_gpt_t *g, int n, zs_err_t *err);
 
 /* One parameter tensor in the flat buffer of all layers in order (layer 0's

@@ -1,0 +1,215 @@
+/*
+ * zs_cuda_attn.cu - causal multi-head self-attention on CUDA, fp32 (see
+ * zs_cuda_gpt.h): the twin of zs_op_attention_fwd / _bwd.
+ *
+ * Per (b, h) pair, exactly the CPU's sequence of products:
+ *   forward   att = scale q k^T (full T x T), causal softmax in place
+ *             (zeros past the diagonal), out = att v
+ *   backward  D = dout v^T, dv = att^T dout, D <- scale att (D - rowsum(att D))
+ *             (zeros past the diagonal), dq = D k, dk = D^T q
+ * The products are cuBLASLt strided batched GEMMs reading q, k, v straight
+ * out of qkv [B, T, 3C] (no permute copies): the (b, h) slices are not one
+ * uniform stride apart, so one loop index runs on the host and the other is
+ * the batch (heads within a sequence when B <= NH, else sequences for one
+ * head). The softmax kernels run one warp per row of T with fixed-order
+ * reductions, so the results repeat bitwise.
+ *
+ * What it does not do: flash attention, a fused score/softmax kernel,
+ * skipping the masked half of the products (the CPU computes it too).
+ */
+#include <cuda_runtime.h>
+#include <math.h>
+
+#include "zs_cuda_blas.cuh"
+#include "zs_cuda_gpt.h"
+#include "zs_cuda_util.cuh"
+
+#define SM_WARPS 8 /* rows (warps) per block of the softmax kernels */
+
+/* In place over rows of att [rows, T]; row r is query position r % T. */
+__global__ void __launch_bounds__(SM_WARPS * 32) k_causal_softmax(float *att, int T, size_t rows)
+{
+    size_t row = (size_t)blockIdx.x * SM_WARPS + (threadIdx.x >> 5);
+    int lane = threadIdx.x & 31;
+    if (row >= rows)
+        return;
+    int t = (int)(row % (size_t)T);
+    float *p = att + row * T;
+    float mx = -INFINITY;
+    for (int u = lane; u <= t; u += 32)
+        mx = fmaxf(mx, p[u]);
+    mx = zs__warp_max(mx);
+    float s = 0.0f;
+    for (int u = lane; u <= t; u += 32) {
+        float e = expf(p[u] - mx);
+        p[u] = e;
+        s = s + e;
+    }
+    float inv = 1.0f / zs__warp_sum(s);
+    for (int u = lane; u <= t; u += 32)
+        p[u] = p[u] * inv;
+    for (int u = t + 1 + lane; u < T; u += 32)
+        p[u] = 0.0f;
+}
+
+/* D <- scale * att * (D - sum_u att D) on u <= t, 0 past t; rows as above. */
+__global__ void __launch_bounds__(SM_WARPS * 32)
+    k_causal_softmax_bwd(float *__restrict__ D, const float *__restrict__ att, float scale, int T,
+                         size_t rows)
+{
+    size_t row = (size_t)blockIdx.x * SM_WARPS + (threadIdx.x >> 5);
+    int lane = threadIdx.x & 31;
+    if (row >= rows)
+        return;
+    int t = (int)(row % (size_t)T);
+    const float *a = att + row * T;
+    float *d = D + row * T;
+    float s = 0.0f;
+    for (int u = lane; u <= t; u += 32)
+        s = s + a[u] * d[u];
+    s = zs__warp_sum(s);
+    for (int u = lane; u <= t; u += 32)
+        d[u] = a[u] * (d[u] - s) * scale;
+    for (int u = t + 1 + lane; u < T; u += 32)
+        d[u] = 0.0f;
+}
+
+/* How the B x NH slices map to host loops and GEMM batches: slice (i, j)
+ * with i the loop index and j the batch index starts at i * *_off + j *
+ * *_st elements into qkv-like [B, T, 3C], tc-like [B, T, C] and tt-like
+ * [B, NH, T, T] arrays. */
+typedef struct {
+    int loops, batch;
+    long long qkv_off, qkv_st, tc_off, tc_st, tt_off, tt_st;
+} attn_plan_t;
+
+static attn_plan_t attn_plan(int B, int T, int C, int NH)
+{
+    long long hs = C / NH, tt = (long long)T * T;
+    attn_plan_t p;
+    if (B <= NH) { /* loop over sequences, batch the heads */
+        p.loops = B;
+        p.batch = NH;
+        p.qkv_off = (long long)T * 3 * C;
+        p.qkv_st = hs;
+        p.tc_off = (long long)T * C;
+        p.tc_st = hs;
+        p.tt_off = NH * tt;
+        p.tt_st = tt;
+    } else { /* loop over heads, batch the sequences */
+        p.loops = NH;
+        p.batch = B;
+        p.qkv_off = hs;
+        p.qkv_st = (long long)T * 3 * C;
+        p.tc_off = hs;
+        p.tc_st = (long long)T * C;
+        p.tt_off = tt;
+        p.tt_st = NH * tt;
+    }
+    return p;
+}
+
+static int attn_args(const char *fn, int B, int T, int C, int NH, zs_err_t *err)
+{
+    if (B < 0 || T < 0 || C <= 0 || NH <= 0 || C % NH != 0)
+        return zs_err_set(err, ZS_ERR_INVALID, "%s: bad shape B=%d T=%d C=%d NH=%d", fn, B, T, C,
+                          NH);
+    if ((long long)B * NH * T > INT32_MAX || (long long)T * 3 * C > INT32_MAX)
+        return zs_err_set(err, ZS_ERR_RANGE, "%s: shape too large B=%d T=%d C=%d NH=%d", fn, B, T,
+                          C, NH);
+    return ZS_OK;
+}
+
+static unsigned sm_blocks(size_t rows)
+{
+    return (unsigned)((rows + SM_WARPS - 1) / SM_WARPS);
+}
+
+/* See zs_cuda_gpt.h. */
+extern "C" int zs_cuda_attention_fwd(void *stream, zs_cuda_blas_t *blas, float *out, float *att,
+                                     const float *qkv, int B, int T, int C, int NH, zs_err_t *err)
+{
+    cudaStream_t cs = (cudaStream_t)stream;
+    int rc = attn_args("zs_cuda_attention_fwd", B, T, C, NH, err);
+    if (rc != ZS_OK || B == 0 || T == 0)
+        return rc;
+    if (!out || !att || !qkv)
+        return zs_err_set(err, ZS_ERR_INVALID, "zs_cuda_attention_fwd: NULL buffer");
+    int hs = C / NH, ld = 3 * C;
+    float scale = 1.0f / sqrtf((float)hs);
+    attn_plan_t p = attn_plan(B, T, C, NH);
+    for (int i = 0; i < p.loops; i++) {
+        const float *q = qkv + i * p.qkv_off, *k = q + C;
+        rc = zs__cuda_gemm_batched(cs, blas, 0, 1, T, T, hs, scale, q, ld, p.qkv_st, k, ld,
+                                   p.qkv_st, 0.0f, att + i * p.tt_off, T, p.tt_st, p.batch, err);
+        if (rc != ZS_OK) {
+            zs_err_prefix(err, "zs_cuda_attention_fwd scores: ");
+            return rc;
+        }
+    }
+    size_t rows = (size_t)B * NH * T;
+    k_causal_softmax<<<sm_blocks(rows), SM_WARPS * 32, 0, cs>>>(att, T, rows);
+    ZS_CUDA_LAUNCHED("k_causal_softmax");
+    for (int i = 0; i < p.loops; i++) {
+        const float *v = qkv + i * p.qkv_off + 2 * C;
+        rc =
+            zs__cuda_gemm_batched(cs, blas, 0, 0, T, hs, T, 1.0f, att + i * p.tt_off, T, p.tt_st, v,
+                                  ld, p.qkv_st, 0.0f, out + i * p.tc_off, C, p.tc_st, p.batch, err);
+        if (rc != ZS_OK) {
+            zs_err_prefix(err, "zs_cuda_attention_fwd att v: ");
+            return rc;
+        }
+    }
+    return ZS_OK;
+}
+
+/* See zs_cuda_gpt.h. */
+extern "C" int zs_cuda_attention_bwd(void *stream, zs_cuda_blas_t *blas, float *dqkv,
+                                     float *scratch, const float *dout, const float *qkv,
+                                     const float *att, int B, int T, int C, int NH, zs_err_t *err)
+{
+    cudaStream_t cs = (cudaStream_t)stream;
+    int rc = attn_args("zs_cuda_attention_bwd", B, T, C, NH, err);
+    if (rc != ZS_OK || B == 0 || T == 0)
+        return rc;
+    if (!dqkv || !scratch || !dout || !qkv || !att)
+        return zs_err_set(err, ZS_ERR_INVALID, "zs_cuda_attention_bwd: NULL buffer");
+    int hs = C / NH, ld = 3 * C;
+    float scale = 1.0f / sqrtf((float)hs);
+    attn_plan_t p = attn_plan(B, T, C, NH);
+    for (int i = 0; i < p.loops; i++) {
+        const float *v = qkv + i * p.qkv_off + 2 * C, *d = dout + i * p.tc_off;
+        const float *a = att + i * p.tt_off;
+        float *D = scratch + i * p.tt_off, *dv = dqkv + i * p.qkv_off + 2 * C;
+        /* D = dout v^T */
+        rc = zs__cuda_gemm_batched(cs, blas, 0, 1, T, T, hs, 1.0f, d, C, p.tc_st, v, ld, p.qkv_st,
+                                   0.0f, D, T, p.tt_st, p.batch, err);
+        /* dv = att^T dout */
+        if (rc == ZS_OK)
+            rc = zs__cuda_gemm_batched(cs, blas, 1, 0, T, hs, T, 1.0f, a, T, p.tt_st, d, C, p.tc_st,
+                                       0.0f, dv, ld, p.qkv_st, p.batch, err);
+        if (rc != ZS_OK) {
+            zs_err_prefix(err, "zs_cuda_attention_bwd D / dv: ");
+            return rc;
+        }
+    }
+    size_t rows = (size_t)B * NH * T;
+    k_causal_softmax_bwd<<<sm_blocks(rows), SM_WARPS * 32, 0, cs>>>(scratch, att, scale, T, rows);
+    ZS_CUDA_LAUNCHED("k_causal_softmax_bwd");
+    for (int i = 0; i < p.loops; i++) {
+        const float *q = qkv + i * p.qkv_off, *k = q + C, *D = scratch + i * p.tt_off;
+        float *dq = dqkv + i * p.qkv_off, *dk = dq + C;
+        /* dq = D k */
+        rc = zs__cuda_gemm_batched(cs, blas, 0, 0, T, hs, T, 1.0f, D, T, p.tt_st, k, ld, p.qkv_st,
+                                   0.0f, dq, ld, p.qkv_st, p.batch, err);
+        /* dk = D^T q */
+        if (rc == ZS_OK)
+            rc = zs__cuda_gemm_batched(cs, blas, 1, 0, T, hs, T, 1.0f, D, T, p.tt_st, q, ld,
+                                       p.qkv_st, 0.0f, dk, ld, p.qkv_st, p.batch, err);
+        if (rc != ZS_OK) {
+            zs_err_prefix(err, "zs_cuda_attention_bwd dq / dk: ");
+            return rc;
+        }
+    }
+    return ZS_OK;
+}

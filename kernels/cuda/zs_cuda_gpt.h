@@ -1,0 +1,162 @@
+/*
+ * zs_cuda_gpt.h - the layer kernels of the reference GPT on CUDA: the twins
+ * of kernels/zs_gpt_ops.h, op for op, with the same arguments in the same
+ * order, plus `void *stream` (a cudaStream_t; NULL = legacy default stream)
+ * first, a zs_cuda_blas_t context after it for the ops that run GEMMs, and
+ * `zs_err_t *err` last. fp32 only.
+ *
+ * Shapes, layouts and gradient conventions are exactly zs_gpt_ops.h's:
+ * activations [N, C] row-major with N = B*T; weights [in, out]; qkv
+ * [B, T, 3C]; att [B, NH, T, T]; PARAMETER gradients accumulate (+=),
+ * ACTIVATION gradients are written (=) unless the function says otherwise.
+ * All data pointers are device memory of the current device (cudaSetDevice),
+ * which must be the stream's.
+ *
+ * Numerics: element formulas are kernels/zs_math.h's (the CPU kernels call
+ * the same functions). GEMMs are cuBLASLt in fp32 with
+ * CUBLAS_COMPUTE_32F_PEDANTIC (no TF32 or other reduced precision; plain
+ * CUBLAS_COMPUTE_32F, which also excludes TF32 in cuBLASLt, only if no
+ * pedantic algorithm exists for a shape, counted in zs_cuda_blas_t).
+ * Row reductions (LayerNorm statistics, softmax sums) use fixed warp / block
+ * trees, column reductions (dweight, dbias) a fixed two-pass split, and the
+ * token-embedding backward sorts positions by token (a stable radix sort)
+ * and adds each token's rows in position order: no atomics anywhere, so
+ * every op gives the same bits on every run on the same GPU model. Against
+ * the CPU: the embedding ops, GELU, residual and the cross-entropy gradient
+ * are bitwise equal to the CPU's up to the exp implementation (expf on the
+ * GPU and in glibc are each ~1 ulp, not identical); the column reductions are
+ * bitwise equal when N <= ZS_CUDA_COLSUM_ROWS; the rest agree to fp32
+ * rounding of a different summation order.
+ *
+ * Temporary memory: embed_bwd, layernorm_bwd, matmul_bwd (with db) and
+ * bias_bwd take a small stream-ordered temporary (cudaMallocAsync /
+ * cudaFreeAsync from the device's default memory pool): 12 bytes per token
+ * plus the radix sort's scratch, or 8 bytes per column per
+ * ZS_CUDA_COLSUM_ROWS rows.
+ *
+ * Each launcher checks its arguments, enqueues on the stream, checks the
+ * launch and returns ZS_OK or a negative zs status with err filled (kernel
+ * name, file:line, the CUDA or cuBLAS error and a hint). Errors raised while
+ * kernels run show at the next synchronisation.
+ */
+#ifndef ZS_CUDA_GPT_H
+#define ZS_CUDA_GPT_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#include "zs_status.h"
+
+/* Rows per chunk of the two-pass column reductions (dweight, dbias). */
+#define ZS_CUDA_COLSUM_ROWS 128
+
+/* cuBLASLt context for the GEMM ops. Embedded by the caller; one per stream
+ * that runs GEMMs concurrently (the workspace is shared by its calls). */
+typedef struct zs_cuda_blas {
+    void *lt;               /* cublasLtHandle_t, made by zs_cuda_blas_init */
+    void *workspace;        /* device memory the caller owns (may be NULL) */
+    size_t workspace_bytes; /* its size; 32 MiB is plenty for these shapes */
+    long long gemms;        /* GEMMs enqueued */
+    long long non_pedantic; /* of which ran with CUBLAS_COMPUTE_32F (no pedantic algorithm) */
+} zs_cuda_blas_t;
+
+/* Create the cuBLASLt handle; workspace (device memory, may be NULL with
+ * bytes 0) stays the caller's and must outlive the context. Fails with
+ * ZS_ERR_UNAVAILABLE and cuBLAS's reason when there is no usable GPU. */
+int zs_cuda_blas_init(zs_cuda_blas_t *b, void *workspace, size_t workspace_bytes, zs_err_t *err);
+
+/* Destroy the handle (not the workspace). Safe on a zeroed struct. */
+void zs_cuda_blas_deinit(zs_cuda_blas_t *b);
+
+/* C[M, N] = alpha * op(A) op(B) + beta * C, row-major, op = transpose when
+ * ta / tb is non-zero (A is [K, M] / B is [N, K] then): zs_op_gemm's
+ * contract. beta == 0 does not read C. */
+int zs_cuda_gemm(void *stream, zs_cuda_blas_t *blas, int ta, int tb, int M, int N, int K,
+                 float alpha, const float *A, int lda, const float *B, int ldb, float beta,
+                 float *C, int ldc, zs_err_t *err);
+
+/* out[b, t, :] = wte[tok[b, t], :] + wpe[t, :]; tok [B*T] each in [0, V)
+ * (not checked: an out-of-range token reads out of bounds, as on CPU). */
+int zs_cuda_embed_fwd(void *stream, float *out, const int32_t *tok, const float *wte,
+                      const float *wpe, int B, int T, int C, zs_err_t *err);
+
+/* dwte[tok[b, t], :] += dout[b, t, :] and dwpe[t, :] += sum over b, each
+ * element's additions in position order (bitwise the CPU's). */
+int zs_cuda_embed_bwd(void *stream, float *dwte, float *dwpe, const float *dout, const int32_t *tok,
+                      int B, int T, int C, zs_err_t *err);
+
+/* out = (inp - mean) * rstd * w + b per row of C; mean, rstd [N] kept. */
+int zs_cuda_layernorm_fwd(void *stream, float *out, float *mean, float *rstd, const float *inp,
+                          const float *w, const float *b, int N, int C, zs_err_t *err);
+
+/* dinp ACCUMULATES (+=); dw, db +=. */
+int zs_cuda_layernorm_bwd(void *stream, float *dinp, float *dw, float *db, const float *dout,
+                          const float *inp, const float *w, const float *mean, const float *rstd,
+                          int N, int C, zs_err_t *err);
+
+/* out[N, OC] = inp[N, IC] w[IC, OC] + bias (bias may be NULL). */
+int zs_cuda_matmul_fwd(void *stream, zs_cuda_blas_t *blas, float *out, const float *inp,
+                       const float *w, const float *bias, int N, int IC, int OC, zs_err_t *err);
+
+/* dinp = dout w^T (skipped when dinp is NULL); dw += inp^T dout; db +=
+ * column sums of dout (skipped when db is NULL). */
+int zs_cuda_matmul_bwd(void *stream, zs_cuda_blas_t *blas, float *dinp, float *dw, float *db,
+                       const float *dout, const float *inp, const float *w, int N, int IC, int OC,
+                       zs_err_t *err);
+
+/* Causal self-attention: out [B, T, C] from qkv [B, T, 3C]; att
+ * [B, NH, T, T] receives the probabilities (zeros past the diagonal). */
+int zs_cuda_attention_fwd(void *stream, zs_cuda_blas_t *blas, float *out, float *att,
+                          const float *qkv, int B, int T, int C, int NH, zs_err_t *err);
+
+/* dqkv [B, T, 3C] = gradient of the input (written); scratch
+ * [B, NH, T, T]. */
+int zs_cuda_attention_bwd(void *stream, zs_cuda_blas_t *blas, float *dqkv, float *scratch,
+                          const float *dout, const float *qkv, const float *att, int B, int T,
+                          int C, int NH, zs_err_t *err);
+
+/* out = gelu(inp), n elements (tanh approximation); out may equal inp. */
+int zs_cuda_gelu_fwd(void *stream, float *out, const float *inp, size_t n, zs_err_t *err);
+
+/* dinp = gelu'(inp) * dout; dinp may equal dout. */
+int zs_cuda_gelu_bwd(void *stream, float *dinp, const float *inp, const float *dout, size_t n,
+                     zs_err_t *err);
+
+/* out = a + b (out may alias a or b). */
+int zs_cuda_residual_fwd(void *stream, float *out, const float *a, const float *b, size_t n,
+                         zs_err_t *err);
+
+/* da += dout; db += dout (da and db distinct). */
+int zs_cuda_residual_bwd(void *stream, float *da, float *db, const float *dout, size_t n,
+                         zs_err_t *err);
+
+/* Per row n of logits [N, V]: lse[n] = log sum exp(logits[n, :]),
+ * losses[n] = lse[n] - logits[n, targets[n]]. A target outside [0, V) gives
+ * a NaN loss (the CPU would read out of bounds). */
+int zs_cuda_xent_fwd(void *stream, float *losses, float *lse, const float *logits,
+                     const int32_t *targets, int N, int V, zs_err_t *err);
+
+/* dlogits = scale * (softmax(logits) - onehot(targets)); dlogits may equal
+ * logits. */
+int zs_cuda_xent_bwd(void *stream, float *dlogits, const float *logits, const float *lse,
+                     const int32_t *targets, int N, int V, float scale, zs_err_t *err);
+
+/* Both in one pass over the logits (the fused classifier): losses, lse as
+ * zs_cuda_xent_fwd, then dlogits as zs_cuda_xent_bwd with that lse.
+ * dlogits may equal logits. Same bits as the two calls. */
+int zs_cuda_xent_fused(void *stream, float *losses, float *lse, float *dlogits, const float *logits,
+                       const int32_t *targets, int N, int V, float scale, zs_err_t *err);
+
+/* db[OC] += column sums of dout [N, OC] (the bias gradient; deterministic
+ * two-pass reduction, bitwise the CPU's when N <= ZS_CUDA_COLSUM_ROWS). */
+int zs_cuda_bias_bwd(void *stream, float *db, const float *dout, int N, int OC, zs_err_t *err);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif

@@ -1,0 +1,9 @@
+# A run that survives kill -9s (issue 9): zs-launch + zs-train + 2 zs-server,
+# 20 random kills of servers and workers, bitwise equal to an undisturbed run.
+zs_add_test(test_chaos SRCS test_chaos.c LIBS zs_testproc TIMEOUT 600 LABELS integration)
+target_compile_definitions(test_chaos PRIVATE ZS_MPIEXEC="${MPIEXEC_EXECUTABLE}"
+                           ZS_TRAIN="$<TARGET_FILE:zs-train>"
+                           ZS_TOKENIZE="$<TARGET_FILE:zs-tokenize>"
+                           ZS_LAUNCH="$<TARGET_FILE:zs-launch>"
+                           ZS_CTL="$<TARGET_FILE:zs-ctl>")
+add_dependencies(test_chaos zs-train zs-tokenize zs-server zs-launch zs-ctl)

@@ -1,0 +1,246 @@
+/*
+ * test_chaos.c - a training run that survives kill -9s of servers and
+ * workers, and ends where an undisturbed run ends.
+ *
+ *  1. Reference: zs-train, 2 shard servers, 2 MPI workers, a small GPT,
+ *     200 steps with a checkpoint every 10; final parameters saved.
+ *  2. Chaos: the same job under zs-launch (--max-restarts), while this test
+ *     sends 20 kill -9s at random times (fixed seed) to a random shard
+ *     server (restarted on its address after a random pause: the role of
+ *     systemd or Kubernetes) or a random zs-train worker (mpirun ends, the
+ *     launcher reruns the job with --resume-auto). A lost server is waited
+ *     for and recovered from inside zs-train (zs_engine_recover).
+ *  The job must finish by itself, with final parameters bitwise equal to
+ *  the reference, the CSV listing each step once, and the newest checkpoint
+ *  complete on both servers never going backwards (sampled after each kill:
+ *  no complete checkpoint is lost).
+ */
+#include <dirent.h>
+#include <signal.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "zs_proc.h"
+#include "zs_test.h"
+
+#define KILLS 20
+#define STEPS 200
+
+static char g_tmp[200], g_data[300];
+
+static int sh(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+static int sh(const char *fmt, ...)
+{
+    char cmd[4096];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(cmd, sizeof cmd, fmt, ap);
+    va_end(ap);
+    int st = system(cmd);
+    return WIFEXITED(st) ? WEXITSTATUS(st) : 128;
+}
+
+static void start_servers(zs_test_server_t *srv, const char *tag, char *list, size_t n)
+{
+    memset(srv, 0, 2 * sizeof *srv);
+    for (int i = 0; i < 2; i++) {
+        snprintf(srv[i].data_dir, sizeof srv[i].data_dir, "%s/%s%d", g_tmp, tag, i);
+        snprintf(srv[i].extra, sizeof srv[i].extra, "--keep 2");
+        zs_test_server_start(&srv[i]);
+    }
+    zs_test_server_list(srv, 2, list, n);
+}
+
+/* The zs-train arguments both runs share. */
+static void train_args(char *buf, size_t n, const char *servers, const char *params,
+                       const char *csv)
+{
+    snprintf(buf, n,
+             "%s --data %s --servers %s --layers 2 --heads 4 --width 64 --ctx 64 --steps %d "
+             "--ckpt-every 10 --log-every 50 --server-timeout 10 --server-wait 60 "
+             "--max-recoveries 40 --save-params %s --csv %s",
+             ZS_TRAIN, g_data, servers, STEPS, params, csv);
+}
+
+/* pid of a random zs-train process of this test (its args name `tag`), or
+ * 0 when none runs (the launcher is between runs). */
+static pid_t random_worker(const char *tag, unsigned *seed)
+{
+    pid_t found[16];
+    int n = 0;
+    DIR *d = opendir("/proc");
+    struct dirent *de;
+    while (d && (de = readdir(d)) && n < 16) {
+        char path[300], cmd[4096];
+        pid_t pid = (pid_t)atoi(de->d_name);
+        if (pid <= 0)
+            continue;
+        snprintf(path, sizeof path, "/proc/%d/cmdline", (int)pid);
+        FILE *f = fopen(path, "rb");
+        if (!f)
+            continue;
+        size_t len = fread(cmd, 1, sizeof cmd - 1, f);
+        fclose(f);
+        for (size_t i = 0; i < len; i++)
+            if (cmd[i] == 0)
+                cmd[i] = ' ';
+        cmd[len] = 0;
+        if (strstr(cmd, ZS_TRAIN) == cmd && strstr(cmd, tag))
+            found[n++] = pid;
+    }
+    if (d)
+        closedir(d);
+    return n ? found[rand_r(seed) % n] : 0;
+}
+
+/* Newest checkpoint complete on both servers (0: none or unreachable). */
+static unsigned long long newest_complete(const char *servers)
+{
+    char cmd[600], line[512];
+    snprintf(cmd, sizeof cmd, "%s --servers %s checkpoints 2>/dev/null", ZS_CTL, servers);
+    FILE *p = popen(cmd, "r");
+    unsigned long long newest = 0;
+    while (p && fgets(line, sizeof line, p)) {
+        char *colon = strchr(line, ':');
+        for (char *t = colon ? strtok(colon + 1, " \n") : NULL; t; t = strtok(NULL, " \n"))
+            newest = strtoull(t, NULL, 10);
+    }
+    if (p)
+        pclose(p);
+    return newest;
+}
+
+static int csv_rows_unique(const char *path, int *rows)
+{
+    FILE *f = fopen(path, "r");
+    char line[512];
+    static char seen[STEPS + 1];
+    memset(seen, 0, sizeof seen);
+    int ok = f != NULL, n = 0;
+    while (f && fgets(line, sizeof line, f)) {
+        long s = strtol(line, NULL, 10);
+        if (s < 1)
+            continue; /* header */
+        if (s > STEPS || seen[s])
+            ok = 0;
+        else
+            seen[s] = 1;
+        n++;
+    }
+    if (f)
+        fclose(f);
+    *rows = n;
+    return ok;
+}
+
+int main(void)
+{
+    setvbuf(stdout, NULL, _IONBF, 0);
+    snprintf(g_tmp, sizeof g_tmp, "%s", zs_test_tmpdir("chaos"));
+    snprintf(g_data, sizeof g_data, "%s/corpus.tok", g_tmp);
+    TEST_CHECKF(sh("%s -o %s $(find /usr/share/common-licenses -maxdepth 1 -type f | sort) > "
+                   "%s/tok.log 2>&1",
+                   ZS_TOKENIZE, g_data, g_tmp) == 0,
+                "zs-tokenize failed");
+    setenv("ZS_LOG_LEVEL", "warn", 1);
+    const char *mpi = "--allow-run-as-root --oversubscribe --bind-to none";
+
+    /* 1. the undisturbed run */
+    zs_test_server_t ref[2];
+    char servers[256], args[2048], ref_bin[300], ref_csv[300];
+    start_servers(ref, "ref", servers, sizeof servers);
+    snprintf(ref_bin, sizeof ref_bin, "%s/ref.bin", g_tmp);
+    snprintf(ref_csv, sizeof ref_csv, "%s/ref.csv", g_tmp);
+    train_args(args, sizeof args, servers, ref_bin, ref_csv);
+    time_t t0 = time(NULL);
+    int rc = sh("%s %s -np 2 %s > %s/ref.log 2>&1", ZS_MPIEXEC, mpi, args, g_tmp);
+    TEST_CHECKF(rc == 0, "reference run failed (exit %d), see %s/ref.log", rc, g_tmp);
+    printf("1. reference: %d steps, 2 servers, 2 workers in %ld s\n", STEPS,
+           (long)(time(NULL) - t0));
+    for (int i = 0; i < 2; i++)
+        zs_test_server_stop(&ref[i], SIGTERM);
+
+    /* 2. the same job under kill -9s */
+    zs_test_server_t srv[2];
+    char chaos_bin[300], chaos_csv[300], log[300];
+    start_servers(srv, "chaos", servers, sizeof servers);
+    snprintf(chaos_bin, sizeof chaos_bin, "%s/chaos.bin", g_tmp);
+    snprintf(chaos_csv, sizeof chaos_csv, "%s/chaos.csv", g_tmp);
+    snprintf(log, sizeof log, "%s/chaos.log", g_tmp);
+    train_args(args, sizeof args, servers, chaos_bin, chaos_csv);
+    char cmd[4096];
+    snprintf(cmd, sizeof cmd,
+             "ZS_LOG_LEVEL=info exec %s --max-restarts %d --np 2 --backoff 200 --mpirun %s --mpirun-arg "
+             "--allow-run-as-root --mpirun-arg --oversubscribe --mpirun-arg --bind-to "
+             "--mpirun-arg none -- %s > %s 2>&1",
+             ZS_LAUNCH, KILLS + 10, ZS_MPIEXEC, args, log);
+    pid_t launcher = fork();
+    TEST_CHECK(launcher >= 0);
+    if (launcher == 0) {
+        execl("/bin/sh", "sh", "-c", cmd, (char *)NULL);
+        _exit(127);
+    }
+    unsigned seed = 20261123u;
+    int kills = 0, server_kills = 0, worker_kills = 0, done = 0, status = 0;
+    unsigned long long newest = 0;
+    t0 = time(NULL);
+    while (kills < KILLS && !done) {
+        usleep((useconds_t)(300000 + rand_r(&seed) % 900000)); /* 0.3 .. 1.2 s */
+        if (waitpid(launcher, &status, WNOHANG) == launcher) {
+            done = 1;
+            break;
+        }
+        pid_t w = rand_r(&seed) % 2 ? random_worker(chaos_csv, &seed) : 0;
+        if (w > 0) {
+            kill(w, SIGKILL);
+            worker_kills++;
+            printf("  kill %2d: worker pid %d\n", kills + 1, (int)w);
+        } else {
+            int i = (int)(rand_r(&seed) % 2);
+            zs_test_server_stop(&srv[i], SIGKILL);
+            usleep((useconds_t)(200000 + rand_r(&seed) % 1300000)); /* back after 0.2 .. 1.5 s */
+            zs_test_server_start(&srv[i]);
+            server_kills++;
+            printf("  kill %2d: server %s (restarted)\n", kills + 1, srv[i].addr);
+        }
+        kills++;
+        unsigned long long now = newest_complete(servers);
+        if (now) {
+            TEST_CHECKF(now >= newest,
+                        "the newest complete checkpoint went back from %llu to %llu: lost", newest,
+                        now);
+            newest = now;
+        }
+    }
+    if (!done)
+        while (waitpid(launcher, &status, 0) < 0)
+            ;
+    long secs = (long)(time(NULL) - t0);
+    sh("grep -E 'zs-launch|recovered|recovering' %s | sed 's/^/    /' | tail -n 12", log);
+    TEST_CHECKF(WIFEXITED(status) && WEXITSTATUS(status) == 0,
+                "the job did not finish by itself (status %d), see %s", status, log);
+    printf("2. %d kill -9s (%d servers, %d workers); the job finished by itself in %ld s\n", kills,
+           server_kills, worker_kills, secs);
+    TEST_CHECKF(kills == KILLS, "the job finished before all %d kills (%d sent): too fast to test",
+                KILLS, kills);
+    TEST_CHECKF(sh("cmp -s %s %s", ref_bin, chaos_bin) == 0,
+                "final parameters differ from the undisturbed run");
+    printf("   final parameters bitwise equal to the undisturbed run\n");
+    int rows = 0;
+    TEST_CHECKF(csv_rows_unique(chaos_csv, &rows) && rows == STEPS,
+                "the CSV must list each of %d steps once (%d rows)", STEPS, rows);
+    unsigned long long last = newest_complete(servers);
+    TEST_CHECKF(last == STEPS, "newest complete checkpoint at the end is %llu, not %d", last,
+                STEPS);
+    printf("   CSV lists each step once; newest complete checkpoint never went back (%llu)\n",
+           last);
+    for (int i = 0; i < 2; i++)
+        zs_test_server_stop(&srv[i], SIGTERM);
+    printf("PASS test_chaos\n");
+    return 0;
+}

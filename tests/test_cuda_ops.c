@@ -1,0 +1,815 @@
+/*
+ * test_cuda_ops.c - every CUDA kernel of kernels/cuda against its CPU twin,
+ * on a GPU. Without a usable GPU it prints "SKIPPED: <reason>" and exits 77
+ * (registered with SKIP_RETURN_CODE 77: ctest shows it as skipped, never as
+ * passed); the argument checks of the launchers, which touch no GPU, run
+ * first in every case.
+ *
+ * On a GPU:
+ *   vector ops  zs_cuda_cast / accumulate / scale / adamw bitwise against the
+ *               CPU (zs_cast, zs_adam_update, and the zs_dev element
+ *               semantics written with zs_math.h) for every dtype pair;
+ *               zs_cuda_sumsq against a long double CPU sum (rel 1e-12), the
+ *               non-finite flag, and bitwise repeats
+ *   GPT ops     each zs_cuda_* op against zs_op_* (kernels/zs_gpt_ops.h) on
+ *               the test model's shapes and a GPT-2-width one: bitwise where
+ *               zs_cuda_gpt.h promises it (embedding, residual, the column
+ *               sums when N <= ZS_CUDA_COLSUM_ROWS, fused vs separate
+ *               cross-entropy), else |gpu - cpu| <= atol * max|cpu| +
+ *               rtol * |cpu| with the figures printed; and every op run
+ *               twice from the same inputs is bitwise equal (determinism)
+ */
+#include <cuda_runtime_api.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "zs_adam.h"
+#include "zs_cast.h"
+#include "zs_cuda_gpt.h"
+#include "zs_cuda_vec.h"
+#include "zs_gpt_ops.h"
+#include "zs_math.h"
+#include "zs_test.h"
+
+#define CK(call)                                                                                   \
+    do {                                                                                           \
+        cudaError_t e_ = (call);                                                                   \
+        TEST_CHECKF(e_ == cudaSuccess, "%s: %s", #call, cudaGetErrorString(e_));                   \
+    } while (0)
+
+static cudaStream_t cs;
+static zs_err_t err;
+static zs_cuda_blas_t blas;
+static void *workspace;
+
+/* ---- host / device buffers ------------------------------------------------------- */
+
+static uint64_t rng = 0x243F6A8885A308D3ull;
+
+static uint32_t rnd32(void)
+{
+    rng = rng * 6364136223846793005ull + 1442695040888963407ull;
+    return (uint32_t)(rng >> 32);
+}
+
+static float urand(void) /* [-1, 1) */
+{
+    return (float)((double)rnd32() / 2147483648.0 - 1.0);
+}
+
+static void *xmalloc(size_t bytes)
+{
+    void *p = malloc(bytes ? bytes : 1);
+    TEST_CHECK(p != NULL);
+    return p;
+}
+
+static float *rnd(size_t n, float scale)
+{
+    float *p = xmalloc(n * sizeof *p);
+    for (size_t i = 0; i < n; i++)
+        p[i] = scale * urand();
+    return p;
+}
+
+static void *dev(size_t bytes)
+{
+    void *d = NULL;
+    CK(cudaMalloc(&d, bytes ? bytes : 1));
+    return d;
+}
+
+static void *up(const void *h, size_t bytes)
+{
+    void *d = dev(bytes);
+    CK(cudaMemcpy(d, h, bytes, cudaMemcpyHostToDevice));
+    return d;
+}
+
+static void put(void *d, const void *h, size_t bytes)
+{
+    CK(cudaMemcpy(d, h, bytes, cudaMemcpyHostToDevice));
+}
+
+static void *down(const void *d, size_t bytes)
+{
+    void *h = xmalloc(bytes);
+    CK(cudaMemcpy(h, d, bytes, cudaMemcpyDeviceToHost));
+    return h;
+}
+
+static void *dupb(const void *h, size_t bytes)
+{
+    void *p = xmalloc(bytes);
+    memcpy(p, h, bytes);
+    return p;
+}
+
+static void sync_ok(void)
+{
+    CK(cudaStreamSynchronize(cs));
+    CK(cudaGetLastError());
+}
+
+/* ---- comparisons ----------------------------------------------------------------- */
+
+static void cmp_bits(const char *what, const void *g, const void *c, size_t bytes)
+{
+    const unsigned char *a = g, *b = c;
+    for (size_t i = 0; i < bytes; i++)
+        TEST_CHECKF(a[i] == b[i], "%s: GPU and CPU differ at byte %zu of %zu", what, i, bytes);
+    printf("  %-34s %9zu bytes bitwise equal\n", what, bytes);
+}
+
+/* |g - c| <= atol * max|c| + rtol * |c| for all elements. */
+static void cmp_tol(const char *what, const float *g, const float *c, size_t n, double atol,
+                    double rtol)
+{
+    double mx = 0, emax = 0;
+    size_t same = 0;
+    for (size_t i = 0; i < n; i++)
+        mx = fabs(c[i]) > mx ? fabs(c[i]) : mx;
+    for (size_t i = 0; i < n; i++) {
+        double e = fabs((double)g[i] - c[i]);
+        TEST_CHECKF(e <= atol * mx + rtol * fabs(c[i]),
+                    "%s[%zu]: GPU %.9g CPU %.9g (err %.3g > %.3g * max|cpu| %.3g + %.3g rel)", what,
+                    i, g[i], c[i], e, atol, mx, rtol);
+        emax = e > emax ? e : emax;
+        same += g[i] == c[i];
+    }
+    printf("  %-34s n=%8zu max abs err %.3g (max|cpu| %.3g, %.3g of it), %zu bitwise\n", what, n,
+           emax, mx, mx > 0 ? emax / mx : 0.0, same);
+}
+
+static void cmp_repeat(const char *what, const void *a, const void *b, size_t bytes)
+{
+    TEST_CHECKF(memcmp(a, b, bytes) == 0, "%s: two GPU runs differ (not deterministic)", what);
+}
+
+/* ---- argument checks (no GPU needed) ---------------------------------------------- */
+
+static void test_args(void)
+{
+    zs_err_t e;
+    float x = 0.0f;
+    TEST_CHECK(zs_cuda_cast(NULL, &x, ZS_DTYPE_NONE, &x, ZS_DTYPE_F32, 4, &e) == ZS_ERR_INVALID);
+    TEST_CHECK(zs_cuda_cast(NULL, &x, ZS_DTYPE_F32, NULL, ZS_DTYPE_BF16, 4, &e) == ZS_ERR_INVALID);
+    TEST_CHECK(zs_cuda_cast(NULL, NULL, ZS_DTYPE_F32, NULL, ZS_DTYPE_BF16, 0, &e) == ZS_OK);
+    TEST_CHECK(zs_cuda_accumulate(NULL, &x, ZS_DTYPE_F32, &x, ZS_DTYPE_F32, 1, &e) ==
+               ZS_ERR_INVALID);
+    TEST_CHECK(zs_cuda_scale(NULL, &x, (zs_dtype_t)7, 1.0f, 1, &e) == ZS_ERR_INVALID);
+    TEST_CHECK(zs_cuda_sumsq(NULL, &x, ZS_DTYPE_F32, 1, NULL, &e) == ZS_ERR_INVALID);
+    TEST_CHECK(zs_cuda_adamw(NULL, NULL, NULL, &x, &x, &x, &x, ZS_DTYPE_F32, NULL, ZS_DTYPE_NONE, 1,
+                             &e) == ZS_ERR_INVALID);
+    zs_cuda_blas_t none;
+    memset(&none, 0, sizeof none);
+    TEST_CHECK(zs_cuda_gemm(NULL, &none, 0, 0, 2, 2, 2, 1.0f, &x, 2, &x, 2, 0.0f, &x, 2, &e) ==
+               ZS_ERR_STATE);
+    TEST_CHECK(zs_cuda_attention_fwd(NULL, &none, &x, &x, &x, 1, 4, 10, 3, &e) == ZS_ERR_INVALID);
+    TEST_CHECKF(strstr(e.msg, "C=10 NH=3") != NULL, "message: %s", e.msg);
+    TEST_CHECK(zs_cuda_residual_bwd(NULL, &x, &x, &x, 1, &e) == ZS_ERR_INVALID);
+    TEST_CHECK(zs_cuda_layernorm_fwd(NULL, &x, &x, &x, &x, &x, &x, 1, 0, &e) == ZS_ERR_INVALID);
+    printf("argument checks: bad dtypes, NULL buffers, aliasing, shapes and an uninitialised "
+           "cuBLASLt context refused\n");
+}
+
+/* ---- vector ops -------------------------------------------------------------------- */
+
+static const zs_dtype_t dts[3] = {ZS_DTYPE_F32, ZS_DTYPE_BF16, ZS_DTYPE_F16};
+
+/* n values in dtype dt: random over many magnitudes, with specials. */
+static void *vec_data(zs_dtype_t dt, size_t n)
+{
+    float *f = xmalloc(n * 4);
+    for (size_t i = 0; i < n; i++) {
+        float x = urand() * ldexpf(1.0f, (int)(rnd32() % 40) - 24);
+        switch (i % 211) {
+        case 0:
+            x = 0.0f;
+            break;
+        case 1:
+            x = -0.0f;
+            break;
+        case 2:
+            x = 1.0f + 0x1p-8f; /* a bf16 tie */
+            break;
+        case 3:
+            x = 1.0f + 0x1p-11f; /* an fp16 tie */
+            break;
+        case 4:
+            x = 3e-7f; /* fp16 subnormal */
+            break;
+        case 5:
+            x = 7e4f; /* fp16 overflow */
+            break;
+        default:
+            break;
+        }
+        f[i] = x;
+    }
+    if (dt == ZS_DTYPE_F32)
+        return f;
+    void *h = xmalloc(n * 2);
+    zs_cast(h, dt, f, ZS_DTYPE_F32, n);
+    free(f);
+    return h;
+}
+
+static void test_vec(void)
+{
+    const size_t n = 1000003;
+    char name[96];
+    printf("vector ops, n = %zu:\n", n);
+    for (int a = 0; a < 3; a++)
+        for (int b = 0; b < 3; b++) {
+            zs_dtype_t ddt = dts[a], sdt = dts[b];
+            size_t ds = zs_dtype_size(ddt), ss = zs_dtype_size(sdt);
+            void *src = vec_data(sdt, n), *dst0 = vec_data(ddt, n);
+            void *dsrc = up(src, n * ss), *ddst = dev(n * ds);
+            /* cast */
+            void *want = xmalloc(n * ds);
+            zs_cast(want, ddt, src, sdt, n);
+            TEST_OK(zs_cuda_cast(cs, ddst, ddt, dsrc, sdt, n, &err), err);
+            sync_ok();
+            void *got = down(ddst, n * ds);
+            snprintf(name, sizeof name, "cast %s <- %s", zs_dtype_name(ddt), zs_dtype_name(sdt));
+            cmp_bits(name, got, want, n * ds);
+            free(got);
+            /* accumulate: dst = round(widen(dst) + widen(src)) */
+            memcpy(want, dst0, n * ds);
+            for (size_t i = 0; i < n; i++)
+                zs_math_store(want, ddt, i, zs_math_load(want, ddt, i) + zs_math_load(src, sdt, i));
+            put(ddst, dst0, n * ds);
+            TEST_OK(zs_cuda_accumulate(cs, ddst, ddt, dsrc, sdt, n, &err), err);
+            sync_ok();
+            got = down(ddst, n * ds);
+            snprintf(name, sizeof name, "accumulate %s += %s", zs_dtype_name(ddt),
+                     zs_dtype_name(sdt));
+            cmp_bits(name, got, want, n * ds);
+            free(got), free(want), free(src), free(dst0);
+            CK(cudaFree(dsrc));
+            CK(cudaFree(ddst));
+        }
+    for (int a = 0; a < 3; a++) {
+        zs_dtype_t dt = dts[a];
+        size_t es = zs_dtype_size(dt);
+        void *x = vec_data(dt, n), *want = dupb(x, n * es);
+        void *dx = up(x, n * es);
+        for (size_t i = 0; i < n; i++)
+            zs_math_store(want, dt, i, zs_math_load(want, dt, i) * 0.37f);
+        TEST_OK(zs_cuda_scale(cs, dx, dt, 0.37f, n, &err), err);
+        sync_ok();
+        void *got = down(dx, n * es);
+        snprintf(name, sizeof name, "scale %s", zs_dtype_name(dt));
+        cmp_bits(name, got, want, n * es);
+        free(got);
+        /* sumsq: the CPU sum in long double (64-bit mantissa), so the
+         * reference's own error is far below the 1e-12 tolerance; the GPU's
+         * fp64 tree over ~2^20 squares is good to ~1e-15 */
+        long double lref = 0;
+        for (size_t i = 0; i < n; i++) {
+            long double v = zs_math_load(x, dt, i);
+            lref += v * v;
+        }
+        double ref = (double)lref;
+        double acc0[2] = {1.5, 0.0}, r1[2], r2[2];
+        double *dacc = up(acc0, sizeof acc0);
+        put(dx, x, n * es);
+        TEST_OK(zs_cuda_sumsq(cs, dx, dt, n, dacc, &err), err);
+        sync_ok();
+        CK(cudaMemcpy(r1, dacc, sizeof r1, cudaMemcpyDeviceToHost));
+        put(dacc, acc0, sizeof acc0);
+        TEST_OK(zs_cuda_sumsq(cs, dx, dt, n, dacc, &err), err);
+        sync_ok();
+        CK(cudaMemcpy(r2, dacc, sizeof r2, cudaMemcpyDeviceToHost));
+        TEST_CHECKF(fabs(r1[0] - (1.5 + ref)) <= 1e-12 * (1.5 + ref),
+                    "sumsq %s: GPU %.17g CPU %.17g", zs_dtype_name(dt), r1[0], 1.5 + ref);
+        TEST_CHECKF(r1[1] == 0.0, "sumsq %s: non-finite flag set on finite data",
+                    zs_dtype_name(dt));
+        cmp_repeat("sumsq", r1, r2, sizeof r1);
+        printf("  sumsq %-28s GPU %.17g CPU %.17g (rel %.3g), repeat bitwise\n", zs_dtype_name(dt),
+               r1[0], 1.5 + ref, fabs(r1[0] - 1.5 - ref) / (1.5 + ref));
+        /* one inf, then one NaN, at the far end: the flag */
+        for (int k = 0; k < 2; k++) {
+            zs_math_store(x, dt, n - 2, k ? NAN : -INFINITY);
+            put(dx, x, n * es);
+            put(dacc, acc0, sizeof acc0);
+            TEST_OK(zs_cuda_sumsq(cs, dx, dt, n, dacc, &err), err);
+            sync_ok();
+            CK(cudaMemcpy(r1, dacc, sizeof r1, cudaMemcpyDeviceToHost));
+            TEST_CHECKF(r1[1] == 1.0 && !isfinite(r1[0]), "sumsq %s: %s not flagged",
+                        zs_dtype_name(dt), k ? "NaN" : "inf");
+        }
+        free(x), free(want);
+        CK(cudaFree(dx));
+        CK(cudaFree(dacc));
+    }
+    printf("  sumsq: inf and NaN set acc[1] on every dtype\n");
+
+    /* AdamW: 3 steps per (grad dtype, out dtype) pair, bitwise vs zs_adam_update */
+    static const zs_dtype_t odts[4] = {ZS_DTYPE_F32, ZS_DTYPE_BF16, ZS_DTYPE_F16, ZS_DTYPE_NONE};
+    zs_adam_hparams_t hp = {1e-3f, 0.9f, 0.95f, 1e-8f, 0.1f, 1, 1};
+    for (int g = 0; g < 3; g++)
+        for (int o = 0; o < 4; o++) {
+            zs_dtype_t gdt = dts[g], odt = odts[o];
+            size_t gs = zs_dtype_size(gdt), os = odt == ZS_DTYPE_NONE ? 4 : zs_dtype_size(odt);
+            float *p = rnd(n, 1), *m = rnd(n, 0.01f), *v = rnd(n, 0.001f);
+            for (size_t i = 0; i < n; i++)
+                v[i] = fabsf(v[i]);
+            void *grad = vec_data(gdt, n);
+            void *out = xmalloc(n * os);
+            float *dp = up(p, n * 4), *dm = up(m, n * 4), *dv = up(v, n * 4);
+            void *dg = up(grad, n * gs), *dout = dev(n * os);
+            for (int t = 1; t <= 3; t++) {
+                zs_adam_step_t st = {1e-3f / (float)t, t, 0.5f, t == 2 ? 0.8f : 1.0f};
+                hp.adam_w_mode = !(g == 1 && o == 0); /* one Adam (L2) case */
+                zs_adam_update(&hp, &st, p, m, v, grad, gdt, odt == ZS_DTYPE_NONE ? NULL : out, odt,
+                               n);
+                TEST_OK(zs_cuda_adamw(cs, &hp, &st, dp, dm, dv, dg, gdt,
+                                      odt == ZS_DTYPE_NONE ? NULL : dout, odt, n, &err),
+                        err);
+            }
+            sync_ok();
+            float *gp = down(dp, n * 4), *gm = down(dm, n * 4), *gv = down(dv, n * 4);
+            snprintf(name, sizeof name, "adamw grad %s out %s: p", zs_dtype_name(gdt),
+                     zs_dtype_name(odt));
+            cmp_bits(name, gp, p, n * 4);
+            cmp_bits("  ... m", gm, m, n * 4);
+            cmp_bits("  ... v", gv, v, n * 4);
+            if (odt != ZS_DTYPE_NONE) {
+                void *go = down(dout, n * os);
+                cmp_bits("  ... out", go, out, n * os);
+                free(go);
+            }
+            free(gp), free(gm), free(gv), free(p), free(m), free(v), free(grad), free(out);
+            CK(cudaFree(dp));
+            CK(cudaFree(dm));
+            CK(cudaFree(dv));
+            CK(cudaFree(dg));
+            CK(cudaFree(dout));
+        }
+}
+
+/* ---- GPT ops --------------------------------------------------------------------- */
+
+typedef struct {
+    const char *name;
+    int B, T, C, NH, V;
+} shape_t;
+
+/* fp32 tolerances (see cmp_tol): GEMM-based and row-reduction results */
+#define ATOL 2e-5
+#define RTOL 1e-4
+
+/* Run `body` (which writes the device outputs from the device inputs) twice
+ * from the same inputs and compare `nout` device outputs bitwise. reset()
+ * re-uploads the inputs that the op accumulates into. */
+typedef struct {
+    void *d;
+    const void *h0; /* initial contents (accumulating outputs), or NULL */
+    size_t bytes;
+} io_t;
+
+static void reset(io_t *io, int n)
+{
+    for (int i = 0; i < n; i++)
+        if (io[i].h0)
+            put(io[i].d, io[i].h0, io[i].bytes);
+}
+
+static void **fetch_all(io_t *io, int n)
+{
+    void **r = xmalloc((size_t)n * sizeof *r);
+    for (int i = 0; i < n; i++)
+        r[i] = down(io[i].d, io[i].bytes);
+    return r;
+}
+
+static void check_repeat(const char *op, void **a, void **b, io_t *io, int n)
+{
+    for (int i = 0; i < n; i++) {
+        cmp_repeat(op, a[i], b[i], io[i].bytes);
+        free(b[i]);
+    }
+    free(b);
+}
+
+static void free_all(void **a, int n)
+{
+    for (int i = 0; i < n; i++)
+        free(a[i]);
+    free(a);
+}
+
+static void test_gpt(const shape_t *s)
+{
+    int B = s->B, T = s->T, C = s->C, NH = s->NH, V = s->V, N = B * T, OC = 4 * C;
+    size_t NC = (size_t)N * C;
+    int small = N <= ZS_CUDA_COLSUM_ROWS;
+    char nm[96];
+    printf("GPT ops, %s: B=%d T=%d C=%d NH=%d V=%d (N=%d%s)\n", s->name, B, T, C, NH, V, N,
+           small ? ", column sums bitwise" : "");
+
+    /* embedding: tokens with repeats (every third repeats an earlier one) */
+    int32_t *tok = xmalloc((size_t)N * 4);
+    for (int i = 0; i < N; i++)
+        tok[i] = i % 3 == 2 ? tok[i / 2] : (int32_t)(rnd32() % (uint32_t)V);
+    float *wte = rnd((size_t)V * C, 0.1f), *wpe = rnd((size_t)T * C, 0.1f);
+    int32_t *dtok = up(tok, (size_t)N * 4);
+    float *dwte_in = up(wte, (size_t)V * C * 4), *dwpe_in = up(wpe, (size_t)T * C * 4);
+    {
+        float *ref = xmalloc(NC * 4);
+        zs_op_embed_fwd(NULL, ref, tok, wte, wpe, B, T, C);
+        io_t io[1] = {{dev(NC * 4), NULL, NC * 4}};
+        TEST_OK(zs_cuda_embed_fwd(cs, io[0].d, dtok, dwte_in, dwpe_in, B, T, C, &err), err);
+        sync_ok();
+        void **g1 = fetch_all(io, 1);
+        cmp_bits("embed_fwd out", g1[0], ref, NC * 4);
+        TEST_OK(zs_cuda_embed_fwd(cs, io[0].d, dtok, dwte_in, dwpe_in, B, T, C, &err), err);
+        sync_ok();
+        check_repeat("embed_fwd", g1, fetch_all(io, 1), io, 1);
+        free_all(g1, 1);
+        free(ref);
+        CK(cudaFree(io[0].d));
+    }
+    {
+        float *dout = rnd(NC, 1), *gw = rnd((size_t)V * C, 0.5f), *gp = rnd((size_t)T * C, 0.5f);
+        float *rw = dupb(gw, (size_t)V * C * 4), *rp = dupb(gp, (size_t)T * C * 4);
+        zs_op_embed_bwd(NULL, rw, rp, dout, tok, B, T, C);
+        float *ddout = up(dout, NC * 4);
+        io_t io[2] = {{dev((size_t)V * C * 4), gw, (size_t)V * C * 4},
+                      {dev((size_t)T * C * 4), gp, (size_t)T * C * 4}};
+        void **g[2];
+        for (int k = 0; k < 2; k++) {
+            reset(io, 2);
+            TEST_OK(zs_cuda_embed_bwd(cs, io[0].d, io[1].d, ddout, dtok, B, T, C, &err), err);
+            sync_ok();
+            g[k] = fetch_all(io, 2);
+        }
+        cmp_bits("embed_bwd dwte", g[0][0], rw, (size_t)V * C * 4);
+        cmp_bits("embed_bwd dwpe", g[0][1], rp, (size_t)T * C * 4);
+        check_repeat("embed_bwd", g[0], g[1], io, 2);
+        free_all(g[0], 2);
+        free(dout), free(gw), free(gp), free(rw), free(rp);
+        CK(cudaFree(ddout));
+        CK(cudaFree(io[0].d));
+        CK(cudaFree(io[1].d));
+    }
+
+    /* LayerNorm */
+    {
+        float *inp = rnd(NC, 2), *w = rnd((size_t)C, 1), *b = rnd((size_t)C, 0.5f);
+        for (size_t i = 0; i < NC; i++)
+            inp[i] += (float)(i / (size_t)C % 5); /* row means away from 0 */
+        float *out = xmalloc(NC * 4), *mean = xmalloc((size_t)N * 4),
+              *rstd = xmalloc((size_t)N * 4);
+        zs_op_layernorm_fwd(NULL, out, mean, rstd, inp, w, b, N, C);
+        float *dinp = up(inp, NC * 4), *dw = up(w, (size_t)C * 4), *db = up(b, (size_t)C * 4);
+        io_t io[3] = {{dev(NC * 4), NULL, NC * 4},
+                      {dev((size_t)N * 4), NULL, (size_t)N * 4},
+                      {dev((size_t)N * 4), NULL, (size_t)N * 4}};
+        void **g[2];
+        for (int k = 0; k < 2; k++) {
+            TEST_OK(zs_cuda_layernorm_fwd(cs, io[0].d, io[1].d, io[2].d, dinp, dw, db, N, C, &err),
+                    err);
+            sync_ok();
+            g[k] = fetch_all(io, 3);
+        }
+        cmp_tol("layernorm_fwd out", g[0][0], out, NC, ATOL, RTOL);
+        cmp_tol("layernorm_fwd mean", g[0][1], mean, (size_t)N, 1e-6, 1e-5);
+        cmp_tol("layernorm_fwd rstd", g[0][2], rstd, (size_t)N, 1e-6, 1e-5);
+        check_repeat("layernorm_fwd", g[0], g[1], io, 3);
+        free_all(g[0], 3);
+        /* backward from the CPU's mean / rstd, so the column sums see the
+         * same terms */
+        float *dout = rnd(NC, 1), *dx0 = rnd(NC, 0.5f), *dw0 = rnd((size_t)C, 0.5f),
+              *db0 = rnd((size_t)C, 0.5f);
+        float *rdx = dupb(dx0, NC * 4), *rdw = dupb(dw0, (size_t)C * 4),
+              *rdb = dupb(db0, (size_t)C * 4);
+        zs_op_layernorm_bwd(NULL, rdx, rdw, rdb, dout, inp, w, mean, rstd, N, C);
+        float *ddout = up(dout, NC * 4), *dmean = up(mean, (size_t)N * 4),
+              *drstd = up(rstd, (size_t)N * 4);
+        io_t bo[3] = {{dev(NC * 4), dx0, NC * 4},
+                      {dev((size_t)C * 4), dw0, (size_t)C * 4},
+                      {dev((size_t)C * 4), db0, (size_t)C * 4}};
+        for (int k = 0; k < 2; k++) {
+            reset(bo, 3);
+            TEST_OK(zs_cuda_layernorm_bwd(cs, bo[0].d, bo[1].d, bo[2].d, ddout, dinp, dw, dmean,
+                                          drstd, N, C, &err),
+                    err);
+            sync_ok();
+            g[k] = fetch_all(bo, 3);
+        }
+        cmp_tol("layernorm_bwd dinp (+=)", g[0][0], rdx, NC, ATOL, RTOL);
+        if (small) {
+            cmp_bits("layernorm_bwd dw (+=)", g[0][1], rdw, (size_t)C * 4);
+            cmp_bits("layernorm_bwd db (+=)", g[0][2], rdb, (size_t)C * 4);
+        } else {
+            cmp_tol("layernorm_bwd dw (+=)", g[0][1], rdw, (size_t)C, ATOL, RTOL);
+            cmp_tol("layernorm_bwd db (+=)", g[0][2], rdb, (size_t)C, ATOL, RTOL);
+        }
+        check_repeat("layernorm_bwd", g[0], g[1], bo, 3);
+        free_all(g[0], 3);
+        free(inp), free(w), free(b), free(out), free(mean), free(rstd), free(dout), free(dx0),
+            free(dw0), free(db0), free(rdx), free(rdw), free(rdb);
+        void *fr[] = {dinp,    dw,      db,      ddout,   dmean,   drstd,
+                      io[0].d, io[1].d, io[2].d, bo[0].d, bo[1].d, bo[2].d};
+        for (size_t i = 0; i < sizeof fr / sizeof fr[0]; i++)
+            CK(cudaFree(fr[i]));
+    }
+
+    /* matmul [N, C] x [C, 4C] (+ bias), and its backward */
+    {
+        float *inp = rnd(NC, 1), *w = rnd((size_t)C * OC, 0.1f), *bias = rnd((size_t)OC, 0.5f);
+        size_t NO = (size_t)N * OC;
+        float *di = up(inp, NC * 4), *dwt = up(w, (size_t)C * OC * 4),
+              *dbias = up(bias, (size_t)OC * 4);
+        for (int with_bias = 0; with_bias < 2; with_bias++) {
+            float *ref = xmalloc(NO * 4);
+            zs_op_matmul_fwd(NULL, ref, inp, w, with_bias ? bias : NULL, N, C, OC);
+            io_t io[1] = {{dev(NO * 4), NULL, NO * 4}};
+            void **g[2];
+            for (int k = 0; k < 2; k++) {
+                TEST_OK(zs_cuda_matmul_fwd(cs, &blas, io[0].d, di, dwt, with_bias ? dbias : NULL, N,
+                                           C, OC, &err),
+                        err);
+                sync_ok();
+                g[k] = fetch_all(io, 1);
+            }
+            cmp_tol(with_bias ? "matmul_fwd (bias)" : "matmul_fwd (no bias)", g[0][0], ref, NO,
+                    ATOL, RTOL);
+            check_repeat("matmul_fwd", g[0], g[1], io, 1);
+            free_all(g[0], 1);
+            free(ref);
+            CK(cudaFree(io[0].d));
+        }
+        float *dout = rnd(NO, 1), *dw0 = rnd((size_t)C * OC, 0.5f), *db0 = rnd((size_t)OC, 0.5f);
+        float *rdi = xmalloc(NC * 4), *rdw = dupb(dw0, (size_t)C * OC * 4),
+              *rdb = dupb(db0, (size_t)OC * 4);
+        zs_op_matmul_bwd(NULL, rdi, rdw, rdb, dout, inp, w, N, C, OC);
+        float *ddout = up(dout, NO * 4);
+        io_t io[3] = {{dev(NC * 4), NULL, NC * 4},
+                      {dev((size_t)C * OC * 4), dw0, (size_t)C * OC * 4},
+                      {dev((size_t)OC * 4), db0, (size_t)OC * 4}};
+        void **g[2];
+        for (int k = 0; k < 2; k++) {
+            reset(io, 3);
+            TEST_OK(zs_cuda_matmul_bwd(cs, &blas, io[0].d, io[1].d, io[2].d, ddout, di, dwt, N, C,
+                                       OC, &err),
+                    err);
+            sync_ok();
+            g[k] = fetch_all(io, 3);
+        }
+        cmp_tol("matmul_bwd dinp", g[0][0], rdi, NC, ATOL, RTOL);
+        cmp_tol("matmul_bwd dw (+=)", g[0][1], rdw, (size_t)C * OC, ATOL, RTOL);
+        if (small)
+            cmp_bits("matmul_bwd db (+=)", g[0][2], rdb, (size_t)OC * 4);
+        else
+            cmp_tol("matmul_bwd db (+=)", g[0][2], rdb, (size_t)OC, ATOL, RTOL);
+        check_repeat("matmul_bwd", g[0], g[1], io, 3);
+        free_all(g[0], 3);
+        /* bias_bwd alone, also past one chunk of rows; the CPU twin is
+         * zs_op_matmul_bwd's db with a dummy one-column product */
+        int NB = small ? 3 * ZS_CUDA_COLSUM_ROWS + 5 : N;
+        float *bd = rnd((size_t)NB * OC, 1), *rb = dupb(db0, (size_t)OC * 4);
+        {
+            float *zin = calloc((size_t)NB, 4), *zw = calloc((size_t)OC, 4),
+                  *zdw = calloc((size_t)OC, 4);
+            TEST_CHECK(zin && zw && zdw);
+            zs_op_matmul_bwd(NULL, NULL, zdw, rb, bd, zin, zw, NB, 1, OC);
+            free(zin), free(zw), free(zdw);
+        }
+        float *dbd = up(bd, (size_t)NB * OC * 4);
+        put(io[2].d, db0, (size_t)OC * 4);
+        TEST_OK(zs_cuda_bias_bwd(cs, io[2].d, dbd, NB, OC, &err), err);
+        sync_ok();
+        float *gb = down(io[2].d, (size_t)OC * 4);
+        snprintf(nm, sizeof nm, "bias_bwd (N=%d)", NB);
+        cmp_tol(nm, gb, rb, (size_t)OC, 1e-6, 1e-5);
+        free(gb), free(bd), free(rb);
+        CK(cudaFree(dbd));
+        free(inp), free(w), free(bias), free(dout), free(dw0), free(db0), free(rdi), free(rdw),
+            free(rdb);
+        void *fr[] = {di, dwt, dbias, ddout, io[0].d, io[1].d, io[2].d};
+        for (size_t i = 0; i < sizeof fr / sizeof fr[0]; i++)
+            CK(cudaFree(fr[i]));
+    }
+
+    /* attention */
+    {
+        size_t nq = (size_t)N * 3 * C, na = (size_t)B * NH * T * T;
+        float *qkv = rnd(nq, 1), *out = xmalloc(NC * 4), *att = xmalloc(na * 4);
+        zs_op_attention_fwd(NULL, out, att, qkv, B, T, C, NH);
+        float *dq = up(qkv, nq * 4);
+        io_t io[2] = {{dev(NC * 4), NULL, NC * 4}, {dev(na * 4), NULL, na * 4}};
+        void **g[2];
+        for (int k = 0; k < 2; k++) {
+            TEST_OK(zs_cuda_attention_fwd(cs, &blas, io[0].d, io[1].d, dq, B, T, C, NH, &err), err);
+            sync_ok();
+            g[k] = fetch_all(io, 2);
+        }
+        cmp_tol("attention_fwd out", g[0][0], out, NC, ATOL, RTOL);
+        cmp_tol("attention_fwd att", g[0][1], att, na, ATOL, RTOL);
+        check_repeat("attention_fwd", g[0], g[1], io, 2);
+        free_all(g[0], 2);
+        float *dout = rnd(NC, 1), *rdq = xmalloc(nq * 4), *scr = xmalloc(na * 4);
+        zs_op_attention_bwd(NULL, rdq, scr, dout, qkv, att, B, T, C, NH);
+        float *ddout = up(dout, NC * 4), *datt = up(att, na * 4), *dscr = dev(na * 4);
+        io_t bo[1] = {{dev(nq * 4), NULL, nq * 4}};
+        for (int k = 0; k < 2; k++) {
+            TEST_OK(
+                zs_cuda_attention_bwd(cs, &blas, bo[0].d, dscr, ddout, dq, datt, B, T, C, NH, &err),
+                err);
+            sync_ok();
+            g[k] = fetch_all(bo, 1);
+        }
+        cmp_tol("attention_bwd dqkv", g[0][0], rdq, nq, ATOL, RTOL);
+        check_repeat("attention_bwd", g[0], g[1], bo, 1);
+        free_all(g[0], 1);
+        free(qkv), free(out), free(att), free(dout), free(rdq), free(scr);
+        void *fr[] = {dq, ddout, datt, dscr, io[0].d, io[1].d, bo[0].d};
+        for (size_t i = 0; i < sizeof fr / sizeof fr[0]; i++)
+            CK(cudaFree(fr[i]));
+    }
+
+    /* GELU and residual over [N, 4C] */
+    {
+        size_t n = (size_t)N * OC;
+        float *x = rnd(n, 4), *d = rnd(n, 1), *y = rnd(n, 1);
+        float *rf = xmalloc(n * 4), *rg = xmalloc(n * 4), *rr = xmalloc(n * 4);
+        zs_op_gelu_fwd(NULL, rf, x, n);
+        zs_op_gelu_bwd(NULL, rg, x, d, n);
+        zs_op_residual_fwd(NULL, rr, x, y, n);
+        float *dx = up(x, n * 4), *dd = up(d, n * 4), *dy = up(y, n * 4);
+        io_t io[3] = {
+            {dev(n * 4), NULL, n * 4}, {dev(n * 4), NULL, n * 4}, {dev(n * 4), NULL, n * 4}};
+        void **g[2];
+        for (int k = 0; k < 2; k++) {
+            TEST_OK(zs_cuda_gelu_fwd(cs, io[0].d, dx, n, &err), err);
+            TEST_OK(zs_cuda_gelu_bwd(cs, io[1].d, dx, dd, n, &err), err);
+            TEST_OK(zs_cuda_residual_fwd(cs, io[2].d, dx, dy, n, &err), err);
+            sync_ok();
+            g[k] = fetch_all(io, 3);
+        }
+        /* GELU: the CUDA and glibc expf differ by an ulp or so */
+        cmp_tol("gelu_fwd", g[0][0], rf, n, 1e-6, 1e-5);
+        cmp_tol("gelu_bwd", g[0][1], rg, n, 1e-6, 1e-5);
+        cmp_bits("residual_fwd", g[0][2], rr, n * 4);
+        check_repeat("gelu/residual", g[0], g[1], io, 3);
+        free_all(g[0], 3);
+        /* in place: gelu_bwd dinp = dout, then gelu_fwd out = inp */
+        TEST_OK(zs_cuda_gelu_bwd(cs, dd, dx, dd, n, &err), err);
+        TEST_OK(zs_cuda_gelu_fwd(cs, dx, dx, n, &err), err);
+        sync_ok();
+        float *ipb = down(dd, n * 4), *ipf = down(dx, n * 4);
+        cmp_tol("gelu_bwd in place", ipb, rg, n, 1e-6, 1e-5);
+        cmp_tol("gelu_fwd in place", ipf, rf, n, 1e-6, 1e-5);
+        free(ipb), free(ipf);
+        /* residual backward accumulates into two distinct buffers */
+        float *da0 = rnd(n, 1), *db0 = rnd(n, 1), *ra = dupb(da0, n * 4), *rb = dupb(db0, n * 4);
+        zs_op_residual_bwd(NULL, ra, rb, d, n);
+        put(dd, d, n * 4);
+        io_t bo[2] = {{dev(n * 4), da0, n * 4}, {dev(n * 4), db0, n * 4}};
+        reset(bo, 2);
+        TEST_OK(zs_cuda_residual_bwd(cs, bo[0].d, bo[1].d, dd, n, &err), err);
+        sync_ok();
+        void **gb = fetch_all(bo, 2);
+        cmp_bits("residual_bwd da (+=)", gb[0], ra, n * 4);
+        cmp_bits("residual_bwd db (+=)", gb[1], rb, n * 4);
+        free_all(gb, 2);
+        free(x), free(d), free(y), free(rf), free(rg), free(rr), free(da0), free(db0), free(ra),
+            free(rb);
+        void *fr[] = {dx, dd, dy, io[0].d, io[1].d, io[2].d, bo[0].d, bo[1].d};
+        for (size_t i = 0; i < sizeof fr / sizeof fr[0]; i++)
+            CK(cudaFree(fr[i]));
+    }
+
+    /* softmax cross-entropy over [N, V] */
+    {
+        size_t nl = (size_t)N * V;
+        float *lg = rnd(nl, 4);
+        int32_t *tg = xmalloc((size_t)N * 4);
+        for (int i = 0; i < N; i++)
+            tg[i] = (int32_t)(rnd32() % (uint32_t)V);
+        float scale = 1.0f / (float)N;
+        float *rl = xmalloc((size_t)N * 4), *rs = xmalloc((size_t)N * 4), *rd = xmalloc(nl * 4);
+        zs_op_xent_fwd(NULL, rl, rs, lg, tg, N, V);
+        zs_op_xent_bwd(NULL, rd, lg, rs, tg, N, V, scale);
+        float *dl = up(lg, nl * 4);
+        int32_t *dt = up(tg, (size_t)N * 4);
+        io_t io[3] = {{dev((size_t)N * 4), NULL, (size_t)N * 4},
+                      {dev((size_t)N * 4), NULL, (size_t)N * 4},
+                      {dev(nl * 4), NULL, nl * 4}};
+        void **g[2];
+        for (int k = 0; k < 2; k++) {
+            TEST_OK(zs_cuda_xent_fwd(cs, io[0].d, io[1].d, dl, dt, N, V, &err), err);
+            TEST_OK(zs_cuda_xent_bwd(cs, io[2].d, dl, io[1].d, dt, N, V, scale, &err), err);
+            sync_ok();
+            g[k] = fetch_all(io, 3);
+        }
+        cmp_tol("xent_fwd losses", g[0][0], rl, (size_t)N, 1e-6, 1e-5);
+        cmp_tol("xent_fwd lse", g[0][1], rs, (size_t)N, 1e-6, 1e-5);
+        cmp_tol("xent_bwd dlogits", g[0][2], rd, nl, 1e-5, 1e-4);
+        check_repeat("xent_fwd/bwd", g[0], g[1], io, 3);
+        /* fused, out of place and in place: the same bits as the two calls */
+        io_t fo[3] = {{dev((size_t)N * 4), NULL, (size_t)N * 4},
+                      {dev((size_t)N * 4), NULL, (size_t)N * 4},
+                      {dev(nl * 4), NULL, nl * 4}};
+        TEST_OK(zs_cuda_xent_fused(cs, fo[0].d, fo[1].d, fo[2].d, dl, dt, N, V, scale, &err), err);
+        sync_ok();
+        void **gf = fetch_all(fo, 3);
+        cmp_bits("xent_fused losses = xent_fwd", gf[0], g[0][0], (size_t)N * 4);
+        cmp_bits("xent_fused lse = xent_fwd", gf[1], g[0][1], (size_t)N * 4);
+        cmp_bits("xent_fused dlogits = xent_bwd", gf[2], g[0][2], nl * 4);
+        free_all(gf, 3);
+        TEST_OK(zs_cuda_xent_fused(cs, fo[0].d, fo[1].d, dl, dl, dt, N, V, scale, &err), err);
+        sync_ok();
+        float *ip = down(dl, nl * 4);
+        cmp_bits("xent_fused in place", ip, g[0][2], nl * 4);
+        free(ip);
+        free_all(g[0], 3);
+        free(lg), free(tg), free(rl), free(rs), free(rd);
+        void *fr[] = {dl, dt, io[0].d, io[1].d, io[2].d, fo[0].d, fo[1].d, fo[2].d};
+        for (size_t i = 0; i < sizeof fr / sizeof fr[0]; i++)
+            CK(cudaFree(fr[i]));
+    }
+    free(tok), free(wte), free(wpe);
+    CK(cudaFree(dtok));
+    CK(cudaFree(dwte_in));
+    CK(cudaFree(dwpe_in));
+}
+
+/* zs_cuda_gemm on its own: all transposes, odd sizes, padded leading
+ * dimensions, beta != 0. */
+static void test_gemm(void)
+{
+    int M = 37, N = 53, K = 29;
+    printf("GEMM (row-major, padded leading dimensions, beta 0.5):\n");
+    for (int ta = 0; ta < 2; ta++)
+        for (int tb = 0; tb < 2; tb++) {
+            int lda = (ta ? M : K) + 3, ldb = (tb ? K : N) + 5, ldc = N + 7;
+            size_t na = (size_t)(ta ? K : M) * lda, nb = (size_t)(tb ? N : K) * ldb,
+                   nc = (size_t)M * ldc;
+            float *A = rnd(na, 1), *Bm = rnd(nb, 1), *Cm = rnd(nc, 1), *R = dupb(Cm, nc * 4);
+            zs_op_gemm(NULL, ta, tb, M, N, K, 0.75f, A, lda, Bm, ldb, 0.5f, R, ldc);
+            float *dA = up(A, na * 4), *dB = up(Bm, nb * 4), *dC = up(Cm, nc * 4);
+            TEST_OK(zs_cuda_gemm(cs, &blas, ta, tb, M, N, K, 0.75f, dA, lda, dB, ldb, 0.5f, dC, ldc,
+                                 &err),
+                    err);
+            sync_ok();
+            float *G = down(dC, nc * 4);
+            char nm[64];
+            snprintf(nm, sizeof nm, "gemm ta=%d tb=%d", ta, tb);
+            cmp_tol(nm, G, R, nc, ATOL, RTOL); /* includes the padding, untouched */
+            free(A), free(Bm), free(Cm), free(R), free(G);
+            CK(cudaFree(dA));
+            CK(cudaFree(dB));
+            CK(cudaFree(dC));
+        }
+}
+
+int main(void)
+{
+    test_args();
+
+    int count = 0;
+    cudaError_t e = cudaGetDeviceCount(&count);
+    if (e != cudaSuccess) {
+        printf("SKIPPED: no usable GPU: cudaGetDeviceCount failed with %s (%s)\n",
+               cudaGetErrorName(e), cudaGetErrorString(e));
+        return 77;
+    }
+    if (count == 0) {
+        printf("SKIPPED: no usable GPU: cudaGetDeviceCount found 0 devices\n");
+        return 77;
+    }
+    struct cudaDeviceProp prop;
+    CK(cudaSetDevice(0));
+    CK(cudaGetDeviceProperties(&prop, 0));
+    printf("device 0: %s, sm_%d%d, %d SMs, %.1f GiB\n", prop.name, prop.major, prop.minor,
+           prop.multiProcessorCount, (double)prop.totalGlobalMem / (1 << 30));
+    CK(cudaStreamCreateWithFlags(&cs, cudaStreamNonBlocking));
+    size_t ws = 32u << 20;
+    workspace = dev(ws);
+    TEST_OK(zs_cuda_blas_init(&blas, workspace, ws, &err), err);
+
+    test_vec();
+    test_gemm();
+    static const shape_t shapes[] = {
+        {"test model (tests/test_gpt.c)", 2, 8, 16, 2, 32},
+        {"test model, perturbed", 3, 17, 64, 4, 96},
+        {"GPT-2 width", 4, 64, 768, 12, 8192},
+    };
+    for (size_t i = 0; i < sizeof shapes / sizeof shapes[0]; i++)
+        test_gpt(&shapes[i]);
+    printf("cuBLASLt: %lld GEMMs, %lld without a pedantic algorithm\n", blas.gemms,
+           blas.non_pedantic);
+
+    zs_cuda_blas_deinit(&blas);
+    CK(cudaFree(workspace));
+    CK(cudaStreamDestroy(cs));
+    printf("test_cuda_ops: OK\n");
+    return 0;
+}

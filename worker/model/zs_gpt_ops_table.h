@@ -1,0 +1,101 @@
+/*
+ * zs_gpt_ops_table.h - the GPT layer kernels as a table of stream-ordered
+ * operations, one table per device kind, so the model (zs_gpt.c) wires its
+ * layers once and runs on any device of zs_dev.h.
+ *
+ * Every entry ENQUEUES one kernel of kernels/zs_gpt_ops.h on stream `s` and
+ * returns: the work runs later, in stream order, and the arguments keep
+ * their meaning from zs_gpt_ops.h exactly (shapes, layouts, which gradients
+ * accumulate (+=) and which are written (=), which may alias). Tensor
+ * pointers are fp32 (int32 for token ids) DEVICE pointers of the stream's
+ * device; they must stay valid until the work has run. Scalars are copied
+ * at enqueue time. The return value reports errors of the call itself (bad
+ * stream, argument block too large); errors while the kernel runs are the
+ * stream's sticky error (zs_dev_stream_sync).
+ *
+ * Implementations:
+ *   cpu   zs_gpt_ops_cpu.c: packs the arguments into a struct and enqueues a
+ *         host function (zs_dev_host_fn) that calls the zs_op_* function
+ *         with the model's zs_pool_t, on the stream's thread. Same kernels,
+ *         same results as calling them directly, bitwise.
+ *   cuda  (not written yet) kernel launches / cuBLAS on the cudaStream_t
+ *         behind `s`; must match the CPU kernels within the tolerances of
+ *         tests/test_gpt_ops.c. Its constructor is expected to be
+ *         int zs_gpt_ops_cuda_create(zs_dev_t *dev, zs_gpt_ops_t **out,
+ *                                    zs_err_t *err);
+ *
+ * Not here: choosing a table for a device (zs_gpt.c's bind does that),
+ * memory allocation, synchronisation.
+ */
+#ifndef ZS_GPT_OPS_TABLE_H
+#define ZS_GPT_OPS_TABLE_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "zs_dev.h"
+#include "zs_pool.h"
+#include "zs_status.h"
+
+typedef struct zs_gpt_ops zs_gpt_ops_t;
+
+struct zs_gpt_ops {
+    const char *name; /* the device kind it runs on: "cpu", "cuda" */
+    void *ctx;        /* first argument of every entry (cpu: the zs_pool_t) */
+    /* Frees the table and its context (not what the context points to
+     * unless the constructor says so). Queued work must have run. */
+    void (*destroy)(zs_gpt_ops_t *ops);
+
+    /* C[M, N] = alpha op(A) op(B) + beta C (zs_op_gemm) */
+    int (*gemm)(void *ctx, zs_stream_t *s, int ta, int tb, int M, int N, int K, float alpha,
+                const float *A, int lda, const float *B, int ldb, float beta, float *C, int ldc,
+                zs_err_t *err);
+    int (*embed_fwd)(void *ctx, zs_stream_t *s, float *out, const int32_t *tok, const float *wte,
+                     const float *wpe, int B, int T, int C, zs_err_t *err);
+    int (*embed_bwd)(void *ctx, zs_stream_t *s, float *dwte, float *dwpe, const float *dout,
+                     const int32_t *tok, int B, int T, int C, zs_err_t *err);
+    int (*layernorm_fwd)(void *ctx, zs_stream_t *s, float *out, float *mean, float *rstd,
+                         const float *inp, const float *w, const float *b, int N, int C,
+                         zs_err_t *err);
+    int (*layernorm_bwd)(void *ctx, zs_stream_t *s, float *dinp, float *dw, float *db,
+                         const float *dout, const float *inp, const float *w, const float *mean,
+                         const float *rstd, int N, int C, zs_err_t *err);
+    int (*matmul_fwd)(void *ctx, zs_stream_t *s, float *out, const float *inp, const float *w,
+                      const float *bias, int N, int IC, int OC, zs_err_t *err);
+    int (*matmul_bwd)(void *ctx, zs_stream_t *s, float *dinp, float *dw, float *db,
+                      const float *dout, const float *inp, const float *w, int N, int IC, int OC,
+                      zs_err_t *err);
+    int (*attention_fwd)(void *ctx, zs_stream_t *s, float *out, float *att, const float *qkv, int B,
+                         int T, int C, int NH, zs_err_t *err);
+    int (*attention_bwd)(void *ctx, zs_stream_t *s, float *dqkv, float *scratch, const float *dout,
+                         const float *qkv, const float *att, int B, int T, int C, int NH,
+                         zs_err_t *err);
+    int (*gelu_fwd)(void *ctx, zs_stream_t *s, float *out, const float *inp, size_t n,
+                    zs_err_t *err);
+    int (*gelu_bwd)(void *ctx, zs_stream_t *s, float *dinp, const float *inp, const float *dout,
+                    size_t n, zs_err_t *err);
+    int (*residual_fwd)(void *ctx, zs_stream_t *s, float *out, const float *a, const float *b,
+                        size_t n, zs_err_t *err);
+    int (*residual_bwd)(void *ctx, zs_stream_t *s, float *da, float *db, const float *dout,
+                        size_t n, zs_err_t *err);
+    int (*xent_fwd)(void *ctx, zs_stream_t *s, float *losses, float *lse, const float *logits,
+                    const int32_t *targets, int N, int V, zs_err_t *err);
+    int (*xent_bwd)(void *ctx, zs_stream_t *s, float *dlogits, const float *logits,
+                    const float *lse, const int32_t *targets, int N, int V, float scale,
+                    zs_err_t *err);
+};
+
+/* The CPU table: every entry enqueues a host function on `s` (a stream of
+ * the CPU device) that runs the zs_op_* kernel on `pool`. The pool is not
+ * owned and must outlive the work queued with it (replace the table, not the
+ * pool, to change threads). *out freed with zs_gpt_ops_destroy. */
+int zs_gpt_ops_cpu_create(zs_pool_t *pool, zs_gpt_ops_t **out, zs_err_t *err);
+
+/* NULL is a no-op. */
+static inline void zs_gpt_ops_destroy(zs_gpt_ops_t *ops)
+{
+    if (ops)
+        ops->destroy(ops);
+}
+
+#endif
