@@ -1,0 +1,5 @@
+# Prometheus metrics (issue 10): the registry, its text format and its HTTP
+# endpoint on 127.0.0.1 (test_metrics); a real Prometheus scraping zs-server
+# and zs-train on loopback (test_prometheus; skipped, exit 77, without the
+# prometheus binary).
+zs_add_test(test_metrics SRCS test_metrics.c LIBS zs_metrics zs_testproc TIMEOUT 60 LABELS unit)
