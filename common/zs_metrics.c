@@ -546,10 +546,11 @@ int zs_metrics_serve(zs_metrics_t *m, const char *hostport, zs_err_t *err)
     if (ai->ai_family == AF_INET6)
         flags |= MHD_USE_IPv6;
     errno = 0;
+    /* the logger goes first so MHD prints nothing of its own */
     struct MHD_Daemon *d =
-        MHD_start_daemon(flags, 0, NULL, NULL, on_request, m, MHD_OPTION_SOCK_ADDR, ai->ai_addr,
-                         MHD_OPTION_CONNECTION_LIMIT, (unsigned)32, MHD_OPTION_CONNECTION_TIMEOUT,
-                         (unsigned)10, MHD_OPTION_EXTERNAL_LOGGER, mhd_log, NULL, MHD_OPTION_END);
+        MHD_start_daemon(flags, 0, NULL, NULL, on_request, m, MHD_OPTION_EXTERNAL_LOGGER, mhd_log,
+                         NULL, MHD_OPTION_SOCK_ADDR, ai->ai_addr, MHD_OPTION_CONNECTION_LIMIT,
+                         (unsigned)32, MHD_OPTION_CONNECTION_TIMEOUT, (unsigned)10, MHD_OPTION_END);
     int e = errno;
     freeaddrinfo(ai);
     if (!d)
