@@ -5,6 +5,7 @@
 zs_add_test(test_metrics SRCS test_metrics.c LIBS zs_metrics zs_testproc TIMEOUT 60 LABELS unit)
 add_test(NAME test_prometheus
          COMMAND bash ${CMAKE_CURRENT_SOURCE_DIR}/test_prometheus.sh
-                 $<TARGET_FILE:zs-server> $<TARGET_FILE:zs-train> $<TARGET_FILE:zs-tokenize>
+                 $<TARGET_FILE:zs-server> $<TARGET_FILE:zs-train> $<TARGET_FILE:zs-ctl>
+                 $<TARGET_FILE:zs-tokenize>
                  ${MPIEXEC_EXECUTABLE} ${PROJECT_SOURCE_DIR})
 set_tests_properties(test_prometheus PROPERTIES TIMEOUT 90 LABELS integration SKIP_RETURN_CODE 77)

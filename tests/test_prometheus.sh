@@ -10,17 +10,18 @@
 #    longer than the test and stopped by it;
 #  - prometheus with a prometheus.yml scraping both every second, a temp
 #    TSDB and a free web port.
-# Then asks Prometheus' API until both targets are up with no scrape error,
-# zs_train_step and zs_server_step are above 0 (and the server's Push calls
-# and checkpoints are counted), and the metadata API reports the types
-# docs/metrics.md gives. Everything is killed and removed on exit; the whole
+# The server requires a bearer token; zs-ctl calls it once without one. Then
+# asks Prometheus' API until both targets are up with no scrape error,
+# zs_train_step and zs_server_step are above 0, the server's Push calls,
+# checkpoints and the refused Hello (code UNAUTHENTICATED) are counted, and
+# the metadata API reports the types docs/metrics.md gives. Everything is killed and removed on exit; the whole
 # test is bounded (about 20 s here, 60 s at most).
-# Usage: test_prometheus.sh ZS_SERVER ZS_TRAIN ZS_TOKENIZE MPIEXEC SOURCE_DIR
+# Usage: test_prometheus.sh ZS_SERVER ZS_TRAIN ZS_CTL ZS_TOKENIZE MPIEXEC SOURCE_DIR
 # Exit 0 pass, 1 fail, 77 skipped (the reason is printed). PROMETHEUS=path
 # picks another prometheus binary.
 set -euo pipefail
-[ $# -eq 5 ] || { echo "usage: $0 zs-server zs-train zs-tokenize mpiexec source-dir" >&2; exit 2; }
-SERVER=$1 TRAIN=$2 TOKENIZE=$3 MPIEXEC=$4 SRC=$5
+[ $# -eq 6 ] || { echo "usage: $0 zs-server zs-train zs-ctl zs-tokenize mpiexec source-dir" >&2; exit 2; }
+SERVER=$1 TRAIN=$2 CTL=$3 TOKENIZE=$4 MPIEXEC=$5 SRC=$6
 PROM=${PROMETHEUS:-$(command -v prometheus || true)}
 
 skip() { echo "SKIPPED: $*"; exit 77; }
@@ -84,18 +85,23 @@ api() {
 # 1. data, server, trainer
 cat "$SRC"/README.md "$SRC"/docs/*.md > "$T/text.txt"
 "$TOKENIZE" -q -o "$T/data.tok" "$T/text.txt"
-ZS_LOG_LEVEL=warn "$SERVER" --listen 127.0.0.1:0 --data "$T/db" --threads 1 \
+echo "prom-test-token-$$" > "$T/token"
+ZS_LOG_LEVEL=warn "$SERVER" --listen 127.0.0.1:0 --data "$T/db" --threads 1 --token-file "$T/token" \
   --ready-file "$T/server.addr" --metrics 127.0.0.1:0 --metrics-ready-file "$T/server.metrics" \
   > "$T/server.log" 2>&1 &
 PIDS+=($!)
 wait_file "$T/server.metrics" 20 && wait_file "$T/server.addr" 20 || fail "zs-server did not start"
 ZS_LOG_LEVEL=warn "$MPIEXEC" --allow-run-as-root --oversubscribe --bind-to none -np 2 \
   "$TRAIN" --data "$T/data.tok" --servers "$(cat "$T/server.addr")" --layers 2 --width 64 \
-  --steps 1000000 --ckpt-every 20 --log-every 100 \
+  --steps 1000000 --ckpt-every 20 --log-every 100 --token-file "$T/token" \
   --metrics 127.0.0.1:0 --metrics-ready-file "$T/train.metrics" > "$T/train.log" 2>&1 &
 PIDS+=($!)
 wait_file "$T/train.metrics" 30 || fail "zs-train did not start its metrics endpoint"
 echo "zs-server metrics on $(cat "$T/server.metrics"), zs-train on $(cat "$T/train.metrics") (${SECONDS}s)"
+# one refused call: Hello without the token
+if "$CTL" --servers "$(cat "$T/server.addr")" status > "$T/ctl.log" 2>&1; then
+  fail "zs-ctl status without the token was not refused"
+fi
 
 # 2. prometheus, scraping both every second
 WEB=127.0.0.1:$(python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
@@ -146,9 +152,11 @@ for job in ("zs-server", "zs-train"):
     assert x["health"] == "up" and x["lastError"] == "", job
 EOF
 
-# 5. more than the step: counted calls and checkpoints, labels, types
+# 5. more than the step: counted calls (and the refusal) and checkpoints, labels, types
 pushes=$(query 'zs_server_calls_total{job="zs-server",method="Push",code="OK"}')
 python3 -c 'import sys; sys.exit(not float(sys.argv[1]) > 0)' "${pushes:-0}" || fail "Push calls: ${pushes:-none}"
+unauth=$(query 'zs_server_calls_total{job="zs-server",method="Hello",code="UNAUTHENTICATED"}')
+[ "${unauth:-0}" = 1 ] || fail "refused Hello calls: ${unauth:-none}, want 1"
 end=$((SECONDS + 15))
 ckpts=""
 while [ $SECONDS -lt $end ]; do
@@ -159,7 +167,7 @@ done
 python3 -c 'import sys; sys.exit(not float(sys.argv[1]) > 0)' "${ckpts:-0}" || fail "checkpoints: ${ckpts:-none}"
 mem=$(query 'sum(zs_train_memory_bytes{job="zs-train",space="device"})')
 python3 -c 'import sys; sys.exit(not float(sys.argv[1]) > 0)' "${mem:-0}" || fail "train memory: ${mem:-none}"
-echo "prometheus: Push OK calls $pushes, checkpoints written $ckpts, train device memory $mem bytes"
+echo "prometheus: Push OK calls $pushes, Hello UNAUTHENTICATED $unauth, checkpoints written $ckpts, train device memory $mem bytes"
 api 'api/v1/metadata' > "$T/metadata.json"
 python3 - "$T/metadata.json" <<'EOF' || fail "metadata: $(head -c 2000 "$T/metadata.json")"
 import json, sys
