@@ -168,16 +168,31 @@ python3 -c 'import sys; sys.exit(not float(sys.argv[1]) > 0)' "${ckpts:-0}" || f
 mem=$(query 'sum(zs_train_memory_bytes{job="zs-train",space="device"})')
 python3 -c 'import sys; sys.exit(not float(sys.argv[1]) > 0)' "${mem:-0}" || fail "train memory: ${mem:-none}"
 echo "prometheus: Push OK calls $pushes, Hello UNAUTHENTICATED $unauth, checkpoints written $ckpts, train device memory $mem bytes"
+# 6. docs/metrics.md: its tables name exactly the metrics Prometheus saw,
+# with their types, and its queries run
 api 'api/v1/metadata' > "$T/metadata.json"
-python3 - "$T/metadata.json" <<'EOF' || fail "metadata: $(head -c 2000 "$T/metadata.json")"
-import json, sys
-md = json.load(open(sys.argv[1]))["data"]
-want = {"zs_train_step": "gauge", "zs_train_steps_total": "counter",
-        "zs_train_step_seconds_total": "counter", "zs_server_step": "gauge",
-        "zs_server_calls_total": "counter", "zs_server_memory_reserved_bytes": "gauge"}
-for name, typ in want.items():
-    got = md[name][0]["type"]
-    assert got == typ, (name, got, typ)
-print("metadata: %d zs_ metrics known, types as documented" % sum(k.startswith("zs_") for k in md))
+python3 - "$T/metadata.json" "$SRC/docs/metrics.md" "$WEB" <<'EOF' || fail "docs/metrics.md and the metrics disagree"
+import json, re, sys, urllib.parse, urllib.request
+md = {k: v[0]["type"] for k, v in json.load(open(sys.argv[1]))["data"].items()
+      if k.startswith("zs_")}
+doc = open(sys.argv[2]).read()
+rows = dict(re.findall(r"^\| `(zs_[a-z_]+)` \| (counter|gauge) \|", doc, re.M))
+missing = sorted(set(md) - set(rows))
+extra = sorted(set(rows) - set(md))
+wrong = sorted(k for k in md if k in rows and rows[k] != md[k])
+print("metadata: %d zs_ metrics; docs/metrics.md defines %d" % (len(md), len(rows)))
+assert not missing, "not in docs/metrics.md: %s" % missing
+assert not extra, "in docs/metrics.md, not served: %s" % extra
+assert not wrong, "types differ: %s" % ["%s %s vs %s" % (k, rows[k], md[k]) for k in wrong]
+block = re.search(r"```promql\n(.*?)```", doc, re.S).group(1)
+queries = [l for l in block.splitlines() if l.strip() and not l.startswith("#")]
+for q in queries:
+    url = "http://%s/api/v1/query?query=%s" % (sys.argv[3], urllib.parse.quote(q))
+    try:
+        r = json.load(urllib.request.urlopen(url, timeout=5))
+    except Exception as e:
+        raise SystemExit("query %r: %s" % (q, e))
+    assert r["status"] == "success", (q, r)
+print("docs/metrics.md: %d queries run" % len(queries))
 EOF
 echo "PASS (${SECONDS}s)"
