@@ -5,10 +5,12 @@
  * straight into the shard's arrays (push, init) or from the shard into a
  * per-call buffer that gRPC sends without another copy (pull, get-state).
  */
+#include <malloc.h>
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "zs_dtype.h"
 #include "zs_log.h"
@@ -57,6 +59,21 @@ static int check_payload(const zs_frame_t *fr, uint64_t count, zs_dtype_t dt, zs
 
 /* ---- Hello --------------------------------------------------------------- */
 
+/* Resident set (bytes) and glibc's heap in use / kept free. */
+static void mem_stats(uint64_t *rss, uint64_t *in_use, uint64_t *kept)
+{
+    *rss = *in_use = *kept = 0;
+    FILE *f = fopen("/proc/self/statm", "r");
+    unsigned long long size, res;
+    if (f && fscanf(f, "%llu %llu", &size, &res) == 2)
+        *rss = (uint64_t)res * (uint64_t)sysconf(_SC_PAGESIZE);
+    if (f)
+        fclose(f);
+    struct mallinfo2 mi = mallinfo2();
+    *in_use = (uint64_t)mi.uordblks + (uint64_t)mi.hblkhd;
+    *kept = (uint64_t)mi.fordblks;
+}
+
 static grpc_byte_buffer *hello_reply(zs_shard_t *sh, zs_err_t *err)
 {
     zs_shard_info_t in;
@@ -88,6 +105,7 @@ static grpc_byte_buffer *hello_reply(zs_shard_t *sh, zs_err_t *err)
     c.refused = in.counters.refused;
     c.checkpoints_written = in.counters.checkpoints_written;
     c.checkpoint_gbps = in.counters.checkpoint_gbps;
+    mem_stats(&c.rss_bytes, &c.heap_in_use, &c.heap_free);
     r.counters = &c;
     r.server_id = (char *)in.server_id;
     r.mem_budget = in.mem_budget;

@@ -22,3 +22,8 @@ add_dependencies(test_server_budget zs-server)
 zs_add_test(test_server_waits SRCS test_server_waits.c LIBS zeroshard zs_testproc TIMEOUT 120
             LABELS integration)
 add_dependencies(test_server_waits zs-server)
+# Load: a fuzz-like mix of refused and accepted requests, then 64 concurrent
+# clients; the server's memory is printed (issue 9, item 10).
+zs_add_test(test_server_load SRCS test_server_load.c LIBS zeroshard zs_testproc TIMEOUT 240
+            LABELS integration)
+add_dependencies(test_server_load zs-server)
