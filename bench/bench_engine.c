@@ -207,8 +207,8 @@ int main(int argc, char **argv)
     s->dtmp = calloc((size_t)B * n, 4);
     for (int l = 0; l < L; l++)
         s->nparams[l] = (size_t)n * n + (size_t)n;
-    s->model =
-        (zs_model_t){s, L, s->nparams, NULL, init_params, bind, load_batch, forward, loss, backward};
+    s->model = (zs_model_t){s,    L,          s->nparams, NULL, init_params,
+                            bind, load_batch, forward,    loss, backward};
     char json[512];
     snprintf(json, sizeof json,
              "{\"train_micro_batch_size_per_gpu\": %d, \"gradient_accumulation_steps\": 1,"

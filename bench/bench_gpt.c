@@ -32,6 +32,9 @@
  * of the per-step ratios (robust to load changes on a shared machine).
  *
  * Usage: bench_gpt [--shape 124m|small|both] [--threads N] [--no-engine]
+ *        bench_gpt --device cuda [...]: the GPU benchmark (bench_gpt_cuda.c:
+ *        GPT-2 124M and 1.5B at T = 1024, tokens/s and MFU; exit 77 with
+ *        "SKIPPED: <reason>" where no GPU is usable)
  */
 #include <math.h>
 #include <mpi.h>
@@ -40,6 +43,7 @@
 #include <string.h>
 #include <strings.h>
 
+#include "bench_gpt_cuda.h"
 #include "zs_adam.h"
 #include "zs_bench.h"
 #include "zs_engine.h"
@@ -136,8 +140,8 @@ static void bare_setup(bare_t *b, const shape_t *s, int threads)
     b->w = dev_buf(b->dev, ZS_MEM_PARAMS, P * 4), b->gr = dev_buf(b->dev, ZS_MEM_GRADS, P * 4);
     b->am = dev_buf(b->dev, ZS_MEM_OPTIMIZER, P * 4);
     b->av = dev_buf(b->dev, ZS_MEM_OPTIMIZER, P * 4);
-    if (zs_dev_memcpy(b->cs, b->w, hw, P * 4, &err) || zs_dev_memset(b->cs, b->am, 0, P * 4, &err) ||
-        zs_dev_memset(b->cs, b->av, 0, P * 4, &err))
+    if (zs_dev_memcpy(b->cs, b->w, hw, P * 4, &err) ||
+        zs_dev_memset(b->cs, b->am, 0, P * 4, &err) || zs_dev_memset(b->cs, b->av, 0, P * 4, &err))
         die("upload", &err);
     wait_stream(b->cs);
     free(hw);
@@ -174,8 +178,8 @@ static double bare_step(bare_t *b, double ms[3])
     wait_stream(b->cs);
     double t2 = zs_bench_now();
     zs_adam_step_t st = {hp.lr, ++b->t, 1.0f, 1.0f};
-    if (zs_dev_adamw(b->cs, &hp, &st, b->w, b->am, b->av, b->gr, ZS_DTYPE_F32, NULL,
-                     ZS_DTYPE_NONE, b->P, &err))
+    if (zs_dev_adamw(b->cs, &hp, &st, b->w, b->am, b->av, b->gr, ZS_DTYPE_F32, NULL, ZS_DTYPE_NONE,
+                     b->P, &err))
         die("adamw", &err);
     wait_stream(b->cs);
     double t3 = zs_bench_now();
@@ -256,8 +260,8 @@ static double eng_step(eng_t *x, double part[4])
 
 static void eng_teardown(eng_t *x)
 {
-    fprintf(stderr, "bench_gpt: %s engine: loss %.4f -> %.4f over %d steps\n", x->s->name,
-            x->first, x->last, x->steps);
+    fprintf(stderr, "bench_gpt: %s engine: loss %.4f -> %.4f over %d steps\n", x->s->name, x->first,
+            x->last, x->steps);
     zs_engine_destroy(x->e);
     zs_gpt_destroy(x->g);
     free(x->in), free(x->tg);
@@ -267,6 +271,9 @@ int main(int argc, char **argv)
 {
     const char *which = "both";
     int threads = 2, engine = 1;
+    for (int i = 1; i + 1 < argc; i++)
+        if (!strcmp(argv[i], "--device") && !strcmp(argv[i + 1], "cuda"))
+            return zs__bench_gpt_cuda(argc, argv);
     for (int i = 1; i < argc; i++) {
         if (!strcmp(argv[i], "--shape") && i + 1 < argc)
             which = argv[++i];
@@ -274,9 +281,13 @@ int main(int argc, char **argv)
             threads = atoi(argv[++i]);
         else if (!strcmp(argv[i], "--no-engine"))
             engine = 0;
+        else if (!strcmp(argv[i], "--device") && i + 1 < argc && !strcmp(argv[i + 1], "cpu"))
+            i++;
         else {
-            fprintf(stderr, "usage: bench_gpt [--shape 124m|small|both] [--threads N] "
-                            "[--no-engine]\n");
+            fprintf(stderr, "usage: bench_gpt [--device cpu] [--shape 124m|small|both] "
+                            "[--threads N] [--no-engine]\n"
+                            "       bench_gpt --device cuda [--shape 124m|1.5b|both] "
+                            "[--server-bin PATH] [--no-engine] [--peak-tflops F32,BF16]\n");
             return 2;
         }
     }

@@ -18,6 +18,10 @@
 #include "zs_service.h"
 
 _Static_assert(ZS_SHARD_STEP_MAX == ZS_STEP_MAX, "one step limit for the shard and the wire");
+/* A CheckpointRequest and a CheckpointMeta carry user_meta plus at most a
+ * few hundred bytes of other fields; both must fit a unary message. */
+_Static_assert(ZS_USER_META_MAX + 4096u <= ZS_RPC_MAX_META,
+               "user_meta must fit a unary message with its other fields");
 
 /* Deadline of a call in zs_now_ms() milliseconds. */
 static int64_t call_deadline_ms(const zs_scall_t *c)
@@ -711,6 +715,35 @@ static int h_delete(void *ctx, zs_scall_t *call, zs_err_t *err)
     return bb ? zs_scall_finish(call, bb, ZS_OK, "") : refuse(sh, err->code);
 }
 
+/* GetCheckpointMeta: the stored metadata, re-packed after it parsed (the
+ * store's blob is a CheckpointMeta). Reads the store only. */
+static int h_checkpoint_meta(void *ctx, zs_scall_t *call, zs_err_t *err)
+{
+    zs_shard_t *sh = ctx;
+    Zeroshard__CheckpointMetaRequest *q;
+    int rc = zs_msg_parse(call->request, &zeroshard__checkpoint_meta_request__descriptor,
+                          (ProtobufCMessage **)&q, err);
+    if (rc)
+        return refuse(sh, rc);
+    uint64_t step = q->step;
+    zeroshard__checkpoint_meta_request__free_unpacked(q, NULL);
+    void *blob;
+    size_t len;
+    rc = zs_shard_checkpoint_meta_get(sh, step, &blob, &len, err);
+    if (rc)
+        return refuse(sh, rc);
+    Zeroshard__CheckpointMeta *m = zeroshard__checkpoint_meta__unpack(NULL, len, blob);
+    free(blob);
+    if (!m)
+        return refuse(sh, zs_err_set(err, ZS_ERR_CORRUPT, "checkpoint %llu: unreadable metadata",
+                                     (unsigned long long)step));
+    grpc_byte_buffer *bb = zs_msg_build(&m->base);
+    zeroshard__checkpoint_meta__free_unpacked(m, NULL);
+    if (!bb)
+        return refuse(sh, zs_err_set(err, ZS_ERR_NOMEM, "out of memory"));
+    return zs_scall_finish(call, bb, ZS_OK, "");
+}
+
 static const zs_rpc_method_t g_methods[] = {
     {"/zeroshard.Shard/Hello", ZS_RPC_UNARY, h_hello},
     {"/zeroshard.Shard/Initialize", ZS_RPC_CLIENT_STREAM, h_init},
@@ -724,6 +757,7 @@ static const zs_rpc_method_t g_methods[] = {
     {"/zeroshard.Shard/GetState", ZS_RPC_SERVER_STREAM, h_get_state},
     {"/zeroshard.Shard/SetState", ZS_RPC_CLIENT_STREAM, h_set_state},
     {"/zeroshard.Shard/SetStep", ZS_RPC_UNARY, h_set_step},
+    {"/zeroshard.Shard/GetCheckpointMeta", ZS_RPC_UNARY, h_checkpoint_meta},
 };
 
 const zs_rpc_method_t *zs_service_methods(int *n)

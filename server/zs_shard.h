@@ -49,7 +49,11 @@
 #define ZS_MODEL_NAME_MAX 128
 #define ZS_MAX_PARAMS     (1ull << 44) /* 17.6 T elements: far beyond any real model */
 #define ZS_OPT_CHUNK      (1u << 16)   /* elements per optimizer chunk (256 KiB fp32) */
-#define ZS_USER_META_MAX  (32u << 10)  /* bytes of opaque client state per checkpoint */
+/* Bytes of opaque client state per checkpoint (the engine's state and the
+ * model manifest). 60 KiB: with the rest of a CheckpointRequest or a
+ * CheckpointMeta (a few hundred bytes) it stays within a unary message's
+ * limit, ZS_RPC_MAX_META (asserted in zs_service.c). */
+#define ZS_USER_META_MAX (60u << 10)
 /* The largest step the shard takes anywhere (= ZS_STEP_MAX of the protocol,
  * zs_rpc.h; zs_service.c checks they agree): step + 1 never wraps and Adam's
  * t fits an int64. */
@@ -240,6 +244,14 @@ int zs_shard_restore(zs_shard_t *sh, uint64_t step, zs_err_t *err);
 /* The user_meta of the checkpoint last written or restored: copies up to
  * cap bytes into buf, returns the full length. */
 size_t zs_shard_user_meta(zs_shard_t *sh, void *buf, size_t cap);
+
+/* The stored metadata of complete checkpoint `step` (a packed CheckpointMeta
+ * of the proto, checked to unpack), read from the store without loading the
+ * checkpoint: the live state does not change. *meta is malloc'd (caller
+ * frees), *len its size. ZS_ERR_NOTFOUND if there is no such checkpoint,
+ * ZS_ERR_CORRUPT if its metadata does not parse. */
+int zs_shard_checkpoint_meta_get(zs_shard_t *sh, uint64_t step, void **meta, size_t *len,
+                                 zs_err_t *err);
 
 /* Set applied_step / optimizer_step (optimizer_step <= step) and drop staged
  * gradients; for workers that run the optimizer themselves. */

@@ -401,6 +401,32 @@ int zs__shard_load_newest(zs_shard_t *sh, zs_err_t *err)
     return ZS_OK;
 }
 
+int zs_shard_checkpoint_meta_get(zs_shard_t *sh, uint64_t step, void **meta, size_t *len,
+                                 zs_err_t *err)
+{
+    uint64_t n;
+    *meta = NULL;
+    *len = 0;
+    pthread_mutex_lock(&sh->store_mu);
+    int rc = zs_store_read_meta(sh->store, step, meta, len, &n, err);
+    pthread_mutex_unlock(&sh->store_mu);
+    if (rc)
+        return rc;
+    Zeroshard__CheckpointMeta *m = zeroshard__checkpoint_meta__unpack(NULL, *len, *meta);
+    if (!m || m->format_version != META_FORMAT || m->applied_step != step ||
+        m->range_end - m->range_begin != n)
+        rc = zs_err_set(err, ZS_ERR_CORRUPT, "checkpoint %llu: unreadable metadata",
+                        (unsigned long long)step);
+    if (m)
+        zeroshard__checkpoint_meta__free_unpacked(m, NULL);
+    if (rc) {
+        free(*meta);
+        *meta = NULL;
+        *len = 0;
+    }
+    return rc;
+}
+
 int zs_shard_delete(zs_shard_t *sh, uint64_t step, int keep, zs_err_t *err)
 {
     if (step == 0 && keep < 1)

@@ -147,8 +147,8 @@ static void make_config(const args_t *a, int W, zs_config_t *cfg)
              "   \"offload_param\": {\"device\": \"%s\"},"
              "   \"offload_optimizer\": {\"device\": \"%s\"}}}",
              a->gas, a->clip, f16 ? "true" : "false", b16 ? "true" : "false", a->stage, a->bucket,
-             a->persist, (long long)a->prefetch, (long long)a->live,
-             (long long)a->reuse, a->offload_param ? "cpu" : "none", a->offload ? "cpu" : "none");
+             a->persist, (long long)a->prefetch, (long long)a->live, (long long)a->reuse,
+             a->offload_param ? "cpu" : "none", a->offload ? "cpu" : "none");
     zs_err_t err;
     zs_config_defaults(cfg);
     if (zs_config_parse(json, cfg, NULL, NULL, &err) || zs_config_resolve(cfg, W, &err))
@@ -313,9 +313,8 @@ int main(int argc, char **argv)
         uint64_t held = mm.measured.held[ZS_SPACE_DEVICE] + mm.measured.held[ZS_SPACE_PINNED] +
                         mm.measured.held[ZS_SPACE_HOST];
         double grow = ((double)mm.rss - (double)rss5) / 1e6;
-        printf("rss rank=%d step5=%.2fMB end=%.2fMB growth=%.2fMB held step5=%llu end=%llu\n",
-               rank, rss5 / 1e6, mm.rss / 1e6, grow, (unsigned long long)held5,
-               (unsigned long long)held);
+        printf("rss rank=%d step5=%.2fMB end=%.2fMB growth=%.2fMB held step5=%llu end=%llu\n", rank,
+               rss5 / 1e6, mm.rss / 1e6, grow, (unsigned long long)held5, (unsigned long long)held);
         /* Flat: the engine holds the same bytes, and the process grew by
          * less than 4 MB (allocator noise) over the remaining steps. */
         if (held != held5 || grow > 4.0) {

@@ -10,6 +10,10 @@
 if(ZS_WITH_CUDA)
   zs_add_test(test_dev_cuda SRCS test_dev_cuda.c LIBS zs_dev LABELS "gpu" TIMEOUT 300)
   set_tests_properties(test_dev_cuda PROPERTIES SKIP_RETURN_CODE 77)
+  # The whole GPT on CUDA (zs_gpt_ops_cuda.c) against the CPU model: one
+  # step on three shapes, 10 AdamW steps, two CUDA runs bitwise equal.
+  zs_add_test(test_gpt_cuda SRCS test_gpt_cuda.c LIBS zeroshard LABELS "gpu" TIMEOUT 300)
+  set_tests_properties(test_gpt_cuda PROPERTIES SKIP_RETURN_CODE 77)
 endif()
 if(ZS_WITH_NCCL)
   add_executable(test_nccl_boot test_nccl_boot.c)
@@ -27,4 +31,14 @@ if(ZS_WITH_NCCL)
                    $<TARGET_FILE:test_nccl_boot> gpu ${MPIEXEC_POSTFLAGS})
   set_tests_properties(test_nccl_np1 PROPERTIES
     TIMEOUT 180 LABELS "gpu;mpi" SKIP_RETURN_CODE 77 ENVIRONMENT "${ZS_NCCL_TEST_ENV}")
+  # The engine on one GPU through zs-train --device cuda (NCCL, W = 1) vs
+  # --device cpu: stages 0-3 x offload off/on with 2 real zs-servers, and
+  # kill -9 + resume bitwise. Prebuilt binaries: ZS_TRAIN_BIN, ZS_MPIEXEC_BIN,
+  # ZS_SERVER_BIN (tests/gpu.sh run).
+  zs_add_test(test_train_cuda SRCS test_train_cuda.c LIBS zeroshard zs_testproc LABELS "gpu;mpi"
+              TIMEOUT 900)
+  target_compile_definitions(test_train_cuda PRIVATE ZS_MPIEXEC="${MPIEXEC_EXECUTABLE}"
+                             ZS_TRAIN="$<TARGET_FILE:zs-train>")
+  add_dependencies(test_train_cuda zs-train zs-server)
+  set_tests_properties(test_train_cuda PROPERTIES SKIP_RETURN_CODE 77)
 endif()

@@ -1,42 +1,51 @@
 #!/usr/bin/env bash
-# tests/gpu.sh - build and run zeroshard's GPU tests, write the figures to a
-# results file. One command on each side:
+# tests/gpu.sh - build and run every GPU check of zeroshard and the GPU
+# benchmark, and write the figures to a results file. One command on each
+# side:
 #
 #   here (a Debian 12 dev machine with nvcc, no GPU needed):
-#     echo /.gpu-carry/ >> .git/info/exclude       # once: never commit it
-#     tests/gpu.sh pack [.gpu-carry]
-#   builds the GPU test binaries (build dir $ZS_BUILD, default build/), copies
-#   them to .gpu-carry/bin, and fetches the Debian packages of the runtime
-#   libraries they need that a GPU machine lacks (Open MPI and its
-#   libraries: apt-get download libopenmpi3 openmpi-bin openmpi-common
-#   libpmix2 libhwloc15 libevent-2.1-7 libevent-core-2.1-7
-#   libevent-pthreads-2.1-7) into .gpu-carry/debs. About 10 MiB in all; the
+#     tests/gpu.sh pack [.gpu-carry]           # .gpu-carry/ is in .gitignore
+#   builds the GPU binaries (build dir $ZS_BUILD, default build/: the GPU
+#   tests, zs-train, zs-server, bench_gpt), copies them without debug
+#   sections to .gpu-carry/bin, and fetches with `apt-get download` the
+#   Debian packages of every shared library they load that a GPU machine
+#   lacks: found with ldd on the binaries and dpkg -S (libc, libstdc++,
+#   libgcc and zlib are left to the machine; CUDA's libraries are the
+#   machine's), plus Open MPI's launcher and plugins. About 27 MiB; the
 #   script refuses to pack more than 64 MiB.
 #
 #   there (a machine with a GPU, CUDA 13 and a driver, no package registry):
-#     tests/gpu.sh run [.gpu-carry] [--out FILE]
+#     tests/gpu.sh run [.gpu-carry] [--out FILE] [--only tests|bench]
 #   unpacks the .deb files with `dpkg -x` under .gpu-carry/root (never into
 #   /), sets LD_LIBRARY_PATH, OPAL_PREFIX and PMIX_PREFIX so the carried Open
-#   MPI is used, finds the CUDA runtime (/usr/local/cuda) and libnccl.so.2
-#   ($NCCL_LIB_DIR, the toolkit, or the nvidia-nccl-cu13 Python wheel), runs
-#   every GPU test and writes FILE (default gpu-results.txt): date, GPU,
-#   driver, commit, then each test's status, time and output (the figures:
-#   max errors, watchdog timing). With the lab's device tool: carry
-#   [".gpu-carry"] and run `bash tests/gpu.sh run .gpu-carry --out
-#   $OUT/gpu-results.txt`.
+#   MPI is used, finds the CUDA runtime, cuBLASLt and NCCL (/usr/local/cuda,
+#   $NCCL_LIB_DIR, the nvidia-* Python wheels, or a search of /), runs every
+#   GPU test and `bench_gpt --device cuda`, and writes FILE (default
+#   gpu-results.txt): date, GPU, driver, commit, then each step's status,
+#   time and whole output (max errors, MFU, step splits). --only splits the
+#   run in two (the tests take a few minutes; the benchmark another few) for
+#   callers that limit one command's time. With the lab's device tool:
+#   carry [".gpu-carry"] and run
+#     bash tests/gpu.sh run .gpu-carry --only tests --out $OUT/gpu-tests.txt
+#     bash tests/gpu.sh run .gpu-carry --only bench --out $OUT/gpu-bench.txt
 #
 #   a GPU machine that has our build dependencies (grpc, protobuf-c, rocksdb,
-#   openblas, Open MPI, cjson, CUDA, NCCL):
+#   openblas, Open MPI, cjson, xxhash, CUDA, NCCL):
 #     tests/gpu.sh build [--out FILE]
-#   configures build-gpu/ with CUDA, builds the GPU tests, runs ctest -L gpu.
+#   configures build-gpu/ with CUDA, builds everything, runs ctest -L gpu
+#   and the benchmark.
 #
 # With no command: `run` when .gpu-carry/bin exists, else `build`.
 #
-# Tests run: test_dev_cuda; test_nccl_boot boot under mpirun -np 2 (one GPU:
-# two ranks on it must be refused; two GPUs: collectives); test_nccl_boot
-# gpu under -np 1 and, with N > 1 GPUs, -np N. bench_gpt --device cuda runs
-# too once it exists in the carry (not yet written). Exit status: 0 when no
-# test failed (skips allowed), 1 otherwise.
+# Steps: test_dev_cuda; test_cuda_ops (every CUDA op vs its CPU twin);
+# test_gpt_cuda (the whole GPT on CUDA vs CPU, 10 AdamW steps, bitwise
+# reruns); test_nccl_boot boot under mpirun -np 2 (one GPU: two ranks on it
+# must be refused; two GPUs: collectives) and gpu under -np 1 (and -np N with
+# N GPUs); test_train_cuda (zs-train --device cuda vs cpu, stages 0-3 x
+# offload with 2 zs-servers, kill -9 + resume bitwise); bench_gpt --device
+# cuda (GPT-2 124M and 1.5B, tokens/s, MFU, step split, optimizer on the GPU
+# and on 2 local zs-servers). Exit status: 0 when no step failed (skips
+# allowed), 1 otherwise. What has run on a GPU so far: see README.
 set -u -o pipefail
 
 here=$(cd "$(dirname "$0")/.." && pwd)
@@ -44,24 +53,47 @@ cmd=${1:-}
 [ $# -gt 0 ] && shift
 carry=.gpu-carry
 out=gpu-results.txt
+only=all
 while [ $# -gt 0 ]; do
     case "$1" in
     --out) out=$2; shift 2 ;;
+    --only) only=$2; shift 2 ;;
     -*) echo "gpu.sh: unknown option $1" >&2; exit 2 ;;
     *) carry=$1; shift ;;
     esac
 done
+case "$only" in all | tests | bench) ;; *) echo "gpu.sh: --only tests|bench" >&2; exit 2 ;; esac
 if [ -z "$cmd" ]; then
     if [ -d "$carry/bin" ]; then cmd=run; else cmd=build; fi
 fi
 
-GPU_BINS="test_dev_cuda test_nccl_boot"
-DEBS="libopenmpi3 openmpi-bin openmpi-common libpmix2 libhwloc15 libevent-2.1-7 \
+GPU_TESTS="test_dev_cuda test_cuda_ops test_gpt_cuda test_nccl_boot test_train_cuda"
+GPU_BINS="$GPU_TESTS zs-train zs-server bench_gpt"
+# Open MPI's launcher and plugins (dlopen'ed, so ldd does not see them).
+MPI_DEBS="libopenmpi3 openmpi-bin openmpi-common libpmix2 libhwloc15 libevent-2.1-7 \
 libevent-core-2.1-7 libevent-pthreads-2.1-7"
+# Present on any machine that runs CUDA; carrying them would shadow newer ones.
+SYSTEM_DEBS="libc6 libgcc-s1 libstdc++6 zlib1g"
+# Root-friendly, quiet Open MPI on one machine (shared memory and TCP only:
+# the plugins for InfiniBand, UCX and OFI are not carried).
+# shellcheck disable=SC2054 # the commas are Open MPI's list syntax
 MPI_ENV=(OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
-         OMPI_MCA_rmaps_base_oversubscribe=1 OMPI_MCA_mpi_yield_when_idle=1)
+         OMPI_MCA_rmaps_base_oversubscribe=1 OMPI_MCA_mpi_yield_when_idle=1
+         OMPI_MCA_pml=ob1 OMPI_MCA_btl=self,vader,tcp
+         OMPI_MCA_mca_base_component_show_load_errors=0)
 
 die() { echo "gpu.sh: $*" >&2; exit 1; }
+
+# Debian packages of the shared libraries the binaries in $1 load, less
+# SYSTEM_DEBS and whatever is not from a package (CUDA's).
+lib_debs() {
+    local f l p
+    for f in "$1"/*; do ldd "$f"; done | awk '/=> \// {print $3}' | sort -u | while read -r l; do
+        p=$(dpkg -S "$l" 2>/dev/null || dpkg -S "$(readlink -f "$l")" 2>/dev/null \
+            || dpkg -S "*/$(basename "$l")" 2>/dev/null | head -1)
+        [ -n "$p" ] && echo "${p%%:*}"
+    done | sort -u | grep -vxF -f <(tr ' ' '\n' <<< "$SYSTEM_DEBS")
+}
 
 pack() {
     local build=${ZS_BUILD:-$here/build}
@@ -70,15 +102,18 @@ pack() {
         || die "configure failed"
     grep -q '^CMAKE_CUDA_COMPILER:' "$build/CMakeCache.txt" || die "no nvcc: CUDA parts are off"
     cmake --build "$build" -j2 --target $GPU_BINS || die "build failed"
-    rm -rf "$carry/bin" "$carry/debs" "$carry/root"
+    rm -rf "${carry:?}/bin" "${carry:?}/debs" "${carry:?}/root"
     mkdir -p "$carry/bin" "$carry/debs"
-    for b in $GPU_BINS bench_gpt; do
-        local f
+    local b f
+    for b in $GPU_BINS; do
         f=$(find "$build" -type f -name "$b" -perm -u+x | head -1)
-        [ -n "$f" ] && cp "$f" "$carry/bin/"
+        [ -n "$f" ] || die "$b was not built"
+        objcopy --strip-debug "$f" "$carry/bin/$b" || cp "$f" "$carry/bin/$b"
     done
-    [ -x "$carry/bin/test_dev_cuda" ] || die "test_dev_cuda was not built"
-    (cd "$carry/debs" && apt-get download $DEBS) || die "apt-get download failed"
+    local debs
+    debs=$(lib_debs "$carry/bin" | tr '\n' ' ')
+    echo "gpu.sh: libraries to carry: $debs$MPI_DEBS"
+    (cd "$carry/debs" && apt-get download $debs $MPI_DEBS) || die "apt-get download failed"
     {
         echo "packed $(date -u +%FT%TZ) on $(hostname)"
         echo "commit $(git -C "$here" rev-parse --short HEAD 2>/dev/null || echo unknown)"
@@ -90,24 +125,28 @@ pack() {
     echo "gpu.sh: packed $carry ($((kib / 1024)) MiB): $(ls "$carry/bin" | tr '\n' ' ')"
 }
 
-# libnccl.so.2's folder on a GPU machine, or nothing.
-find_nccl() {
-    local d
-    for d in "${NCCL_LIB_DIR:-}" /usr/local/cuda/lib64 /usr/local/cuda/lib /usr/lib/x86_64-linux-gnu; do
-        [ -n "$d" ] && [ -e "$d/libnccl.so.2" ] && { echo "$d"; return; }
+# The folder of shared library $1 on a GPU machine, or nothing: the usual
+# CUDA folders, then the nvidia-* Python wheels, then a search of /.
+find_lib() {
+    local name=$1 d py
+    for d in "${NCCL_LIB_DIR:-}" "${CUDA_LIB_DIR:-}" /usr/local/cuda/lib64 /usr/local/cuda/lib \
+        /usr/local/cuda/targets/x86_64-linux/lib /usr/lib/x86_64-linux-gnu; do
+        [ -n "$d" ] && [ -e "$d/$name" ] && { echo "$d"; return; }
     done
-    local py
     for py in python3 /opt/torch/.venv/bin/python3; do
-        d=$("$py" -c 'import nvidia.nccl as m, os; print(os.path.join(list(m.__path__)[0], "lib"))' \
-            2>/dev/null) && [ -e "$d/libnccl.so.2" ] && { echo "$d"; return; }
+        d=$("$py" -c 'import nvidia, os, sys
+for p in nvidia.__path__:
+    for r, _, fs in os.walk(p):
+        if sys.argv[1] in fs: print(r); raise SystemExit' "$name" 2>/dev/null | head -1)
+        [ -n "$d" ] && { echo "$d"; return; }
     done
-    d=$(find / -xdev -name libnccl.so.2 2>/dev/null | head -1)
+    d=$(find / -xdev -name "$name" 2>/dev/null | head -1)
     [ -n "$d" ] && dirname "$d"
 }
 
 results_header() {
     {
-        echo "# zeroshard GPU tests ($1)"
+        echo "# zeroshard GPU checks ($1)"
         echo "date: $(date -u +%FT%TZ)"
         echo "host: $(hostname)"
         if command -v nvidia-smi > /dev/null; then
@@ -127,7 +166,7 @@ run_one() {
     local t0 t1 rc log
     log=$(mktemp)
     t0=$(date +%s.%N)
-    timeout 600 "$@" > "$log" 2>&1
+    timeout "${ZS_GPU_STEP_TIMEOUT:-900}" "$@" > "$log" 2>&1
     rc=$?
     t1=$(date +%s.%N)
     local st=PASS
@@ -144,33 +183,49 @@ run_one() {
 run() {
     [ -d "$carry/bin" ] || die "$carry/bin is missing: run 'tests/gpu.sh pack' on a dev machine"
     carry=$(cd "$carry" && pwd)
-    local root=$carry/root
+    local root=$carry/root f
     if [ ! -d "$root/usr" ]; then
         mkdir -p "$root"
         for f in "$carry"/debs/*.deb; do dpkg -x "$f" "$root" || die "dpkg -x $f failed"; done
     fi
-    local nccl cudart=/usr/local/cuda/lib64
-    nccl=$(find_nccl)
-    [ -n "$nccl" ] || echo "gpu.sh: libnccl.so.2 not found (set NCCL_LIB_DIR): NCCL tests will fail" >&2
+    local lib dirs="" missing=""
+    for lib in libcudart.so.13 libcublasLt.so.13 libnccl.so.2; do
+        f=$(find_lib "$lib")
+        if [ -n "$f" ]; then
+            case ":$dirs:" in *":$f:"*) ;; *) dirs=$dirs${dirs:+:}$f ;; esac
+        else
+            missing="$missing $lib"
+        fi
+    done
+    [ -z "$missing" ] || echo "gpu.sh: not found:$missing (set CUDA_LIB_DIR / NCCL_LIB_DIR)" >&2
     local ml=$root/usr/lib/x86_64-linux-gnu
-    export LD_LIBRARY_PATH=$ml:$ml/openmpi/lib:$cudart:${nccl:+$nccl:}${LD_LIBRARY_PATH:-}
+    # (Debian 12 still ships a few libraries in /lib: libbz2, ...)
+    export LD_LIBRARY_PATH=$ml:$root/lib/x86_64-linux-gnu:$ml/openmpi/lib:$ml/openblas-pthread:${dirs:+$dirs:}${LD_LIBRARY_PATH:-}
     export OPAL_PREFIX=$root/usr PMIX_PREFIX=$ml/pmix2 PATH=$root/usr/bin:$PATH
-    local mpirun=$root/usr/bin/orterun
-    results_header "prebuilt binaries from $carry"
-    echo "nccl: ${nccl:-not found}" >> "$out"
-    local ngpu
-    ngpu=$(nvidia-smi -L 2>/dev/null | grep -c '^GPU')
-    local bin=$carry/bin
-    run_one test_dev_cuda "$bin/test_dev_cuda"
-    run_one test_nccl_boot_np2 env "${MPI_ENV[@]}" "$mpirun" -np 2 "$bin/test_nccl_boot" boot
-    run_one test_nccl_np1 env "${MPI_ENV[@]}" "$mpirun" -np 1 "$bin/test_nccl_boot" gpu
-    if [ "$ngpu" -gt 1 ]; then
-        run_one "test_nccl_np$ngpu" env "${MPI_ENV[@]}" "$mpirun" -np "$ngpu" "$bin/test_nccl_boot" gpu
+    export "${MPI_ENV[@]}"
+    local mpirun=$root/usr/bin/orterun bin=$carry/bin
+    results_header "prebuilt binaries from $carry, --only $only"
+    {
+        echo "cuda/nccl libraries: ${dirs:-not found}${missing:+ (missing:$missing)}"
+        echo "ldd of the binaries (not found):"
+        for f in "$bin"/*; do ldd "$f" | grep 'not found' | sed "s|^|  $(basename "$f"): |"; done
+    } >> "$out"
+    if [ "$only" != bench ]; then
+        local ngpu
+        ngpu=$(nvidia-smi -L 2>/dev/null | grep -c '^GPU')
+        run_one test_dev_cuda "$bin/test_dev_cuda"
+        run_one test_cuda_ops "$bin/test_cuda_ops"
+        run_one test_gpt_cuda "$bin/test_gpt_cuda"
+        run_one test_nccl_boot_np2 "$mpirun" -np 2 "$bin/test_nccl_boot" boot
+        run_one test_nccl_np1 "$mpirun" -np 1 "$bin/test_nccl_boot" gpu
+        if [ "$ngpu" -gt 1 ]; then
+            run_one "test_nccl_np$ngpu" "$mpirun" -np "$ngpu" "$bin/test_nccl_boot" gpu
+        fi
+        run_one test_train_cuda env ZS_TRAIN_BIN="$bin/zs-train" ZS_MPIEXEC_BIN="$mpirun" \
+            ZS_SERVER_BIN="$bin/zs-server" "$bin/test_train_cuda"
     fi
-    if [ -x "$bin/bench_gpt" ]; then
-        run_one bench_gpt_cuda "$bin/bench_gpt" --device cuda
-    else
-        echo -e "\n== bench_gpt --device cuda: not in the carry (not written yet)" >> "$out"
+    if [ "$only" != tests ]; then
+        run_one bench_gpt_cuda env ZS_SERVER_BIN="$bin/zs-server" "$bin/bench_gpt" --device cuda
     fi
 }
 
@@ -181,17 +236,23 @@ build() {
         || die "configure failed (missing build dependencies? use pack/run): see $b.configure.log"
     grep -q '^CMAKE_CUDA_COMPILER:' "$b/CMakeCache.txt" || die "nvcc not found: CUDA parts are off"
     cmake --build "$b" -j"$(nproc)" --target $GPU_BINS || die "build failed"
-    (cd "$b" && ctest -L gpu --output-on-failure -V) > "$b.ctest.log" 2>&1
-    local rc=$?
-    cat "$b.ctest.log" >> "$out"
-    [ $rc -eq 0 ] || fails=1
+    export "${MPI_ENV[@]}"
+    if [ "$only" != bench ]; then
+        (cd "$b" && ctest -L gpu --output-on-failure -V) > "$b.ctest.log" 2>&1
+        local rc=$?
+        cat "$b.ctest.log" >> "$out"
+        [ $rc -eq 0 ] || fails=1
+    fi
+    if [ "$only" != tests ]; then
+        run_one bench_gpt_cuda "$b/bench/bench_gpt" --device cuda
+    fi
 }
 
 case "$cmd" in
 pack) pack; exit 0 ;;
 run) run ;;
 build) build ;;
-*) die "usage: tests/gpu.sh [pack|run|build] [CARRY] [--out FILE]" ;;
+*) die "usage: tests/gpu.sh [pack|run|build] [CARRY] [--out FILE] [--only tests|bench]" ;;
 esac
 echo "gpu.sh: results in $out ($fails failed)"
 [ "$fails" -eq 0 ]

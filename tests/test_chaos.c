@@ -174,11 +174,12 @@ int main(void)
     snprintf(log, sizeof log, "%s/chaos.log", g_tmp);
     train_args(args, sizeof args, servers, chaos_bin, chaos_csv);
     char cmd[4096];
-    snprintf(cmd, sizeof cmd,
-             "ZS_LOG_LEVEL=info exec %s --max-restarts %d --np 2 --backoff 200 --mpirun %s --mpirun-arg "
-             "--allow-run-as-root --mpirun-arg --oversubscribe --mpirun-arg --bind-to "
-             "--mpirun-arg none -- %s > %s 2>&1",
-             ZS_LAUNCH, KILLS + 10, ZS_MPIEXEC, args, log);
+    snprintf(
+        cmd, sizeof cmd,
+        "ZS_LOG_LEVEL=info exec %s --max-restarts %d --np 2 --backoff 200 --mpirun %s --mpirun-arg "
+        "--allow-run-as-root --mpirun-arg --oversubscribe --mpirun-arg --bind-to "
+        "--mpirun-arg none -- %s > %s 2>&1",
+        ZS_LAUNCH, KILLS + 10, ZS_MPIEXEC, args, log);
     pid_t launcher = fork();
     TEST_CHECK(launcher >= 0);
     if (launcher == 0) {

@@ -210,16 +210,16 @@ static void memory(void)
                      log, "memory run");
                 ms[st] = model_state(log);
             }
-            printf("  W=%d %s buckets: model state bytes stage 0..3: %llu %llu %llu %llu\n",
-                   Ws[wi], z ? "default" : "small", ms[0], ms[1], ms[2], ms[3]);
+            printf("  W=%d %s buckets: model state bytes stage 0..3: %llu %llu %llu %llu\n", Ws[wi],
+                   z ? "default" : "small", ms[0], ms[1], ms[2], ms[3]);
             if (Ws[wi] > 1)
                 TEST_CHECKF(ms[3] < ms[2] && ms[2] < ms[1] && ms[1] < ms[0],
                             "W=%d: model state must shrink with the stage", Ws[wi]);
         }
     char log[300];
     snprintf(log, sizeof log, "%s/mem-table.log", g_tmp);
-    must(run(2, log, "--stage 3 --dtype bf16 --steps 3 --mem-check --bucket 2000 --live 3000"),
-         log, "memory table");
+    must(run(2, log, "--stage 3 --dtype bf16 --steps 3 --mem-check --bucket 2000 --live 3000"), log,
+         "memory table");
     show(log, "^memory per worker|^  (rank|0 |1 )");
     static const char *rss_runs[2] = {"--stage 2 --offload 1", "--stage 3 --live 3000"};
     for (int i = 0; i < 2; i++) {

@@ -105,7 +105,22 @@ int main(void)
     static const int Ws[] = {2, 1};
     for (int i = 0; i < 2; i++) {
         snprintf(part, sizeof part, "%s/resumed-w%d.csv", g_tmp, Ws[i]);
-        snprintf(args, sizeof args, "--steps 20 --ckpt-every 20 --log-every 20 --csv %s", part);
+        if (i == 1) {
+            /* the servers hold checkpoint 20 of the previous round: a fresh
+             * start is refused unless asked for (it deletes them) */
+            int rc = sh("ZS_LOG_LEVEL=warn %s --allow-run-as-root --oversubscribe --bind-to none "
+                        "-np 2 %s --data %s --servers %s --layers 2 --heads 4 --width 64 --ctx 32 "
+                        "--steps 20 > %s 2>&1",
+                        ZS_MPIEXEC, ZS_TRAIN, g_data, g_servers, log);
+            TEST_CHECKF(rc == 2 &&
+                            sh("grep -q 'hold checkpoint 20: --resume continues it, --fresh' "
+                               "%s",
+                               log) == 0,
+                        "a fresh start over checkpoints must be refused with exit 2 (got %d)", rc);
+            printf("2. a fresh start over checkpoint 20 is refused without --fresh (exit 2)\n");
+        }
+        snprintf(args, sizeof args, "--steps 20 --ckpt-every 20 --log-every 20 --fresh --csv %s",
+                 part);
         train(2, log, args);
         snprintf(args, sizeof args, "--steps 40 --resume --log-every 20 --csv %s", part);
         train(Ws[i], log, args);
@@ -139,7 +154,8 @@ int main(void)
                "   \"reduce_bucket_size\": 20000, \"allgather_bucket_size\": 20000,\n"
                "   \"stage3_param_persistence_threshold\": 1000}}\n");
     fclose(f);
-    snprintf(args, sizeof args, "--config %s --steps 60 --log-every 30 --csv %s", cfg, s3csv);
+    snprintf(args, sizeof args, "--config %s --steps 60 --log-every 30 --fresh --csv %s", cfg,
+             s3csv);
     train(2, log, args);
     double s1 = csv_loss(s3csv, 1), s60 = csv_loss(s3csv, 60);
     printf("3. stage 3 + bf16, W=2: loss %.3f at step 1 -> %.3f at step 60\n", s1, s60);

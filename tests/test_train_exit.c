@@ -14,6 +14,12 @@
  *  4. --allow-unknown-keys: the run trains (exit 0); the unknown key and
  *     each key read without effect are named once: not once per rank, and
  *     not again by the engine.
+ *  5. --device without a GPU (CUDA_VISIBLE_DEVICES="" hides any, so this
+ *     runs alike on a GPU machine): --device cuda is one line from rank 0
+ *     saying why (CUDA's "no GPU" reason, or a build without CUDA/NCCL)
+ *     and exit 6 on every rank; --device auto falls back to the CPU, says
+ *     why on its device line, and trains; --device tpu is a command-line
+ *     error (2).
  *
  * mpirun runs with -q so that the log holds only what zs-train printed.
  */
@@ -185,6 +191,32 @@ int main(void)
                 "effect' warnings (want 1, 1, 1, 3)",
                 overlap, agb, sgs, noeff);
     printf("ok: --allow-unknown-keys trains; unknown key and 3 no-effect keys warned once each\n");
+
+    /* 5. no GPU: cuda refused once with exit 6, auto falls back and trains */
+    setenv("CUDA_VISIBLE_DEVICES", "", 1); /* inherited by mpirun and the ranks */
+    snprintf(args, sizeof args, "--device cuda --data %s " TINY " --steps 1", g_data);
+    rc = train("-q", args);
+    int nogpu =
+        count_lines("no GPU: ", "zs-train: device error: --device cuda: ", NULL) +
+        count_lines("zs-train was built without ", "zs-train: device error: --device cuda: ", NULL);
+    expect_one_line(rc, 6, "zs-train: device error: --device cuda: ", "(hint: --device cpu",
+                    "--device cuda without a GPU");
+    TEST_CHECKF(nogpu == 1, "the line should give the reason (no GPU: ... or built without ...)");
+    snprintf(args, sizeof args, "--device auto --data %s " TINY " --steps 1", g_data);
+    rc = train("-q", args);
+    int fell = count_lines("(--device auto: ", "device: cpu ", NULL);
+    done = count_lines("done: steps 1..1", NULL, NULL);
+    if (rc != 0 || fell != 1 || done != 1)
+        show_log();
+    TEST_CHECKF(rc == 0 && fell == 1 && done == 1,
+                "--device auto without a GPU: exit %d, %d 'device: cpu ... (--device auto: why)' "
+                "lines, 'done' %d times (want 0, 1, 1)",
+                rc, fell, done);
+    printf("ok: --device auto without a GPU trains on the CPU and says why\n");
+    snprintf(args, sizeof args, "--device tpu --data %s " TINY, g_data);
+    expect_one_line(train("-q", args), 2, "zs-train: --device must be auto, cpu or cuda", "",
+                    "--device tpu");
+    unsetenv("CUDA_VISIBLE_DEVICES");
     printf("test_train_exit: ok\n");
     return 0;
 }

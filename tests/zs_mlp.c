@@ -116,8 +116,6 @@ int zs_mlp_forward_host(zs_mlp_t *m, int layer, float *const *p, zs_err_t *err)
     return ZS_OK;
 }
 
-
-
 /* Backward of a tanh dense layer: dout is d(loss)/d(act output); fills
  * din (may be NULL) and accumulates dW, dbias. */
 static void dense_back(int B, int nin, int nout, const float *in, int ld_in, const float *act,

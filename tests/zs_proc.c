@@ -97,7 +97,11 @@ void zs_test_server_start(zs_test_server_t *s)
     snprintf(ready, sizeof ready, "%s.ready", s->data_dir);
     unlink(ready);
     snprintf(listen, sizeof listen, "%s", s->addr[0] ? s->addr : "127.0.0.1:0");
-    snprintf(bin, sizeof bin, "%s/server/zs-server", ZS_BINARY_DIR);
+    const char *env = getenv("ZS_SERVER_BIN"); /* prebuilt binaries elsewhere (tests/gpu.sh) */
+    if (env && *env)
+        snprintf(bin, sizeof bin, "%s", env);
+    else
+        snprintf(bin, sizeof bin, "%s/server/zs-server", ZS_BINARY_DIR);
     char *argv[32];
     int n = 0;
     argv[n++] = bin;

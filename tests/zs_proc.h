@@ -25,7 +25,9 @@ const char *zs_test_tmpdir(const char *tag);
 
 /* Start zs-server on s->addr if set (restart on the same port), else on
  * 127.0.0.1:0, with --data s->data_dir; waits until it serves (<= 20 s).
- * Exits the test on failure. */
+ * The binary is $ZS_SERVER_BIN when set (prebuilt binaries run away from
+ * their build tree, tests/gpu.sh), else the build tree's. Exits the test
+ * on failure. */
 void zs_test_server_start(zs_test_server_t *s);
 
 /* Send `sig` and reap. SIGKILL: immediate; SIGTERM: graceful (waits). */

@@ -6,6 +6,11 @@
  *   zs-ctl --servers ... checkpoint STEP        write checkpoint STEP now
  *   zs-ctl --servers ... restore STEP           load checkpoint STEP everywhere
  *   zs-ctl --servers ... delete STEP | --keep K remove checkpoints
+ *   zs-ctl export --servers ... --out F ...      a checkpoint to one
+ *                                                safetensors file
+ *                                                (zs_ctl_export.c)
+ *   zs-ctl reshard --from ... --to ... ...       a checkpoint from S to S'
+ *                                                servers (zs_ctl_reshard.c)
  *   zs-ctl estimate --params N --gpus G ...      model-state memory (no
  *                                                servers: zs_estimate.c)
  *
@@ -18,22 +23,30 @@
 #include <string.h>
 
 #include "zs_client.h"
-#include "zs_file.h"
+#include "zs_ctl.h"
 #include "zs_estimate.h"
+#include "zs_file.h"
 
 static void usage(FILE *f)
 {
     fprintf(f, "usage: zs-ctl --servers HOST:PORT[,...] [--token-file F] [--tls-ca F]\n"
                "              status | checkpoints | checkpoint STEP | restore STEP |\n"
                "              delete STEP | delete --keep K\n"
-               "       zs-ctl estimate --params N --gpus G [--nodes n] [--stage S ...]\n");
+               "       zs-ctl export --servers HOST:PORT[,...] --out FILE.safetensors\n"
+               "              [--step S] [--dtype fp32|bf16|fp16] [--optimizer] [--restore]\n"
+               "       zs-ctl reshard --from HOST:PORT[,...] --to HOST:PORT[,...] [--step S]\n"
+               "              [--restore] [--overwrite]\n"
+               "       zs-ctl estimate --params N --gpus G [--nodes n] [--stage S ...]\n"
+               "       zs-ctl export|reshard --help: their options\n");
 }
 
 /* Index of the first non-option argument (the subcommand), or argc.
  * Options taking a value in the separate-argument form skip it. */
 static int command_index(int argc, char **argv)
 {
-    static const char *const with_value[] = {"--servers", "--token-file", "--tls-ca", "--keep"};
+    static const char *const with_value[] = {"--servers", "--token-file", "--tls-ca",
+                                             "--keep",    "--out",        "--dtype",
+                                             "--step",    "--from",       "--to"};
     for (int i = 1; i < argc; i++) {
         if (!strcmp(argv[i], "--"))
             return i + 1;
@@ -91,6 +104,20 @@ int main(int argc, char **argv)
     int ch, ci = command_index(argc, argv);
     if (ci < argc && !strcmp(argv[ci], "estimate")) /* offline: needs no --servers */
         return zs_estimate_main(argc - ci, argv + ci);
+    if (ci < argc && (!strcmp(argv[ci], "export") || !strcmp(argv[ci], "reshard"))) {
+        /* Their own options; global ones may come before the command word. */
+        char **av = malloc((size_t)argc * sizeof *av);
+        if (!av)
+            return 1;
+        int n = 0;
+        for (int i = 0; i < argc; i++)
+            if (i != ci)
+                av[n++] = argv[i];
+        int rc =
+            !strcmp(argv[ci], "export") ? zs_ctl_export_main(n, av) : zs_ctl_reshard_main(n, av);
+        free(av);
+        return rc;
+    }
     while ((ch = getopt_long(argc, argv, "h", opts, NULL)) != -1) {
         switch (ch) {
         case 's':

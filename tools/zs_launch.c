@@ -16,9 +16,9 @@
  *             [--mpirun PATH] [--mpirun-arg ARG]... [--backoff MS]
  *             -- ZS_TRAIN [zs-train args]
  *
- * A run that exits with zs-train's command-line, configuration or data
- * status (2, 3, 4: see zs-train --help) is not rerun: the same input would
- * fail the same way. SIGINT/SIGTERM are forwarded to mpirun and end the
+ * A run that exits with zs-train's command-line, configuration, data or
+ * no-GPU status (2, 3, 4, 6: see zs-train --help) is not rerun: the same
+ * input would fail the same way. SIGINT/SIGTERM are forwarded to mpirun and end the
  * supervision. Exit status: 0 when a run finished, else the last run's
  * status (128 + signal for a signal). Does not restart shard servers: systemd, Kubernetes, Slurm
  * or a person does that (zs-train waits for them, see --server-wait).
@@ -174,9 +174,10 @@ int main(int argc, char **argv)
         }
         fprintf(stderr, "zs-launch: run %d exited with status %d after %.1f s\n", attempt + 1,
                 status, now_s() - t0);
-        if (status >= 2 && status <= 4) {
-            fprintf(stderr, "zs-launch: status %d is a command-line, configuration or data error "
-                            "of zs-train: not rerunning\n",
+        if ((status >= 2 && status <= 4) || status == 6) {
+            fprintf(stderr,
+                    "zs-launch: status %d is a command-line, configuration, data or "
+                    "no-GPU error of zs-train: not rerunning\n",
                     status);
             return status;
         }

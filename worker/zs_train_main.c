@@ -1,8 +1,10 @@
 /*
  * zs_train_main.c - zs-train: train the reference GPT with the ZeRO engine
- * on CPU workers under MPI, optimizer on shard servers or in-process.
+ * on GPU (CUDA + NCCL) or CPU (MPI) workers under MPI, optimizer on shard
+ * servers or in-process.
  *
- *   mpirun -np N zs-train --data F.tok [--config ds.json] [--servers a:p,b:p]
+ *   mpirun -np N zs-train --data F.tok [--device auto|cpu|cuda]
+ *          [--config ds.json] [--servers a:p,b:p]
  *          [--layers 4 --heads 4 --width 256 --ctx 64] [--steps 200]
  *          [--ckpt-every 50] [--resume | --resume-auto] [--csv F] [--log-every 1]
  *          [--mem-every K] [--server-timeout S] [--server-wait S]
@@ -17,6 +19,16 @@
  * and with --metrics serves them to Prometheus (zs_train_metrics.h).
  * Without --config an embedded default is used (ZeRO stage 2, AdamW, the
  * optimizer offloaded when --servers is given).
+ *
+ * Device (--device, default auto): cuda puts each rank on one GPU, chosen by
+ * its node-local rank (cuda:<local rank>, or cuda:0 when each rank sees one
+ * GPU through CUDA_VISIBLE_DEVICES), with NCCL collectives; cpu uses the CPU
+ * device and MPI collectives; auto is cuda when every rank has a GPU of its
+ * own (a node shows at least as many GPUs as it runs ranks), else cpu, and
+ * rank 0 says which and why. The ranks agree on the choice before anything
+ * starts: --device cuda where any rank has no usable GPU is one error line
+ * and exit code 6 on every rank. On CUDA the memory table is followed by
+ * each rank's device memory as cudaMemGetInfo counts it.
  *
  * A lost shard server does not end the run: the step fails on every worker,
  * the engine waits for the server to come back on its address (up to
@@ -33,7 +45,8 @@
  * code, without MPI_Abort. Failures after that (engine, servers, a step) may
  * hit some ranks only and abort the job with their code. Exit codes
  * (usage(), README): 0 done, 1 other failure, 2 command line, 3 config,
- * 4 data, 5 engine or shard servers.
+ * 4 data, 5 engine or shard servers, 6 no usable GPU for --device cuda (or
+ * the CUDA device / NCCL communicator could not be set up).
  */
 #include <getopt.h>
 #include <limits.h>
@@ -50,6 +63,11 @@
 #include "zs_gpt.h"
 #include "zs_log.h"
 #include "zs_train_metrics.h"
+#if defined(ZS_WITH_CUDA) && defined(ZS_WITH_NCCL)
+#include "zs_coll_nccl.h"
+#include "zs_dev_cuda.h"
+#define ZS_TRAIN_CUDA 1 /* --device cuda can work in this build */
+#endif
 
 static const char *k_default_config =
     "{\n"
@@ -71,14 +89,15 @@ enum {
     ZS_EXIT_CONFIG = 3, /* --config unreadable or refused, or not valid for this world size */
     ZS_EXIT_DATA = 4,   /* --data unreadable or not a token file */
     ZS_EXIT_ENGINE = 5, /* the engine or the shard servers (connect, resume, step, checkpoint) */
+    ZS_EXIT_DEVICE = 6, /* --device cuda: no usable GPU, or its device / NCCL set-up failed */
 };
 
 typedef struct {
-    const char *config, *servers, *data, *csv, *token_file, *name, *save_params;
+    const char *config, *servers, *data, *csv, *token_file, *name, *save_params, *device;
     const char *metrics, *metrics_ready; /* rank 0's Prometheus endpoint, its address file */
     zs_gpt_config_t g;
     int steps, ckpt_every, resume, log_every, micro, mem_every, allow_unknown;
-    int resume_auto, server_timeout, server_wait, max_recoveries;
+    int resume_auto, server_timeout, server_wait, max_recoveries, fresh;
     uint64_t seed;
 } opts_t;
 
@@ -87,6 +106,9 @@ static void usage(FILE *f)
     fprintf(f, "usage: mpirun -np N zs-train --data FILE.tok [options]\n"
                "\n"
                "  --data F         token file (zs-tokenize makes one from text)\n"
+               "  --device D       auto (default): a GPU per rank when every rank has one,\n"
+               "                   else the CPU; cuda: GPUs (NCCL), an error without;\n"
+               "                   cpu: CPU workers (MPI collectives)\n"
                "  --config F       DeepSpeed JSON config (default: embedded, ZeRO stage 2,\n"
                "                   train_batch_size 16, micro batch 4, AdamW lr 1e-3)\n"
                "  --allow-unknown-keys  warn about unknown config keys and ignore them\n"
@@ -102,6 +124,8 @@ static void usage(FILE *f)
                "  --ckpt-every K   checkpoint every K steps (needs --servers; default 0: off)\n"
                "  --resume         continue from the newest checkpoint complete on all servers\n"
                "                   (any worker count)\n"
+               "  --fresh          start over even though the servers hold checkpoints (they\n"
+               "                   are deleted: a run never mixes with an earlier one)\n"
                "  --resume-auto    resume when a checkpoint is complete on all servers, else\n"
                "                   start fresh (what zs-launch passes on a rerun)\n"
                "  --csv F          write per-step figures (appends on resume, without repeats)\n"
@@ -120,9 +144,10 @@ static void usage(FILE *f)
                "\n"
                "exit codes: 0 done, 1 other failure, 2 command line (or --token-file\n"
                "unreadable, or --metrics not servable), 3 config, 4 data, 5 engine or\n"
-               "shard servers. Command-line, config, data, token-file and --metrics errors\n"
-               "are printed once (rank 0) and every rank exits with the code; later\n"
-               "failures abort the job with theirs.\n");
+               "shard servers, 6 no usable GPU for --device cuda (or its CUDA device /\n"
+               "NCCL set-up failed). Command-line, config, data, token-file, --metrics and\n"
+               "no-GPU errors are printed once (rank 0) and every rank exits with the\n"
+               "code; later failures abort the job with theirs.\n");
 }
 
 /* Parse the command line into *o. Returns 0, 1 for --help (printed), or
@@ -140,6 +165,8 @@ static int parse(int argc, char **argv, opts_t *o, int loud)
     o->server_timeout = 60;
     o->server_wait = 300;
     o->max_recoveries = 20;
+    o->device = "auto";
+    /* clang-format off */
     static const struct option lo[] = {
         {"data", 1, 0, 'd'},        {"config", 1, 0, 'c'},
         {"servers", 1, 0, 's'},     {"layers", 1, 0, 'L'},
@@ -152,8 +179,10 @@ static int parse(int argc, char **argv, opts_t *o, int loud)
         {"resume-auto", 0, 0, 'R'}, {"server-timeout", 1, 0, 'o'},
         {"server-wait", 1, 0, 'w'}, {"max-recoveries", 1, 0, 'x'},
         {"save-params", 1, 0, 'p'}, {"allow-unknown-keys", 0, 0, 'u'},
+        {"fresh", 0, 0, 'F'},       {"device", 1, 0, 'D'},
         {"metrics", 1, 0, 'P'},     {"metrics-ready-file", 1, 0, 'Q'},
         {"help", 0, 0, 'h'},        {0, 0, 0, 0}};
+    /* clang-format on */
     int ch;
     opterr = 0; /* one line of our own instead, from rank 0 only */
     while ((ch = getopt_long(argc, argv, "h", lo, NULL)) != -1) {
@@ -209,6 +238,9 @@ static int parse(int argc, char **argv, opts_t *o, int loud)
         case 'R':
             o->resume_auto = 1;
             break;
+        case 'F':
+            o->fresh = 1;
+            break;
         case 'o':
             o->server_timeout = atoi(optarg);
             break;
@@ -223,6 +255,9 @@ static int parse(int argc, char **argv, opts_t *o, int loud)
             break;
         case 'u':
             o->allow_unknown = 1;
+            break;
+        case 'D':
+            o->device = optarg;
             break;
         case 'P':
             o->metrics = optarg;
@@ -245,6 +280,8 @@ static int parse(int argc, char **argv, opts_t *o, int loud)
         bad = "unexpected argument";
     else if (!o->data)
         bad = "--data is required";
+    else if (strcmp(o->device, "auto") && strcmp(o->device, "cpu") && strcmp(o->device, "cuda"))
+        bad = "--device must be auto, cpu or cuda";
     else if ((o->ckpt_every || o->resume || o->resume_auto) && !o->servers)
         bad = "--ckpt-every and --resume need --servers";
     else if (o->metrics_ready && !o->metrics)
@@ -361,6 +398,123 @@ static int agree(int rank, int code, const char *what, const zs_err_t *err)
     return code;
 }
 
+/* What --device resolved to, the same on every rank. */
+typedef struct {
+    int cuda;       /* 1: CUDA device + NCCL; 0: CPU device + MPI */
+    int ordinal;    /* this rank's GPU (cuda) */
+    char note[280]; /* why auto chose the CPU ("" otherwise) */
+} device_pick_t;
+
+/* Can this rank use a GPU of its own? 1 with *ordinal (its node-local rank,
+ * or 0 when it sees exactly one GPU: CUDA_VISIBLE_DEVICES per rank), else 0
+ * with `why`. Two ranks that see the same single GPU pass here; the NCCL
+ * communicator refuses them (zs_coll_nccl_create compares PCI bus ids). */
+static int gpu_usable(int lrank, int lsize, int *ordinal, char *why, size_t n)
+{
+#ifdef ZS_TRAIN_CUDA
+    char r[200];
+    int count = zs_dev_cuda_available(r, sizeof r);
+    if (count == 0) {
+        snprintf(why, n, "%s", r);
+        return 0;
+    }
+    if (count >= lsize || count == 1) {
+        *ordinal = count >= lsize ? lrank : 0;
+        return 1;
+    }
+    snprintf(why, n, "%d ranks on this node but %d GPUs visible (one GPU per rank)", lsize, count);
+    return 0;
+#else
+    (void)lrank, (void)lsize, (void)ordinal;
+#ifdef ZS_WITH_CUDA
+    snprintf(why, n, "zs-train was built without NCCL (found no nccl.h/libnccl at configure)");
+#else
+    snprintf(why, n, "zs-train was built without CUDA (nvcc not found at configure)");
+#endif
+    return 0;
+#endif
+}
+
+/* Resolve --device on every rank (collective on MPI_COMM_WORLD, before
+ * anything else uses MPI). auto takes the GPUs only when every rank has one
+ * of its own (a node with fewer GPUs than ranks is not one GPU per rank:
+ * the CPU, saying so, unless --device cuda insists). Returns 0, or
+ * ZS_EXIT_DEVICE on every rank for --device cuda when a rank has no usable
+ * GPU, with err naming the first such rank and its reason (the same text
+ * on every rank, so rank 0 prints it alone). */
+static int pick_device(const opts_t *o, int rank, device_pick_t *p, zs_err_t *err)
+{
+    memset(p, 0, sizeof *p);
+    if (!strcmp(o->device, "cpu"))
+        return 0;
+    MPI_Comm local;
+    int lrank = 0, lsize = 1;
+    MPI_Comm_split_type(MPI_COMM_WORLD, MPI_COMM_TYPE_SHARED, rank, MPI_INFO_NULL, &local);
+    MPI_Comm_rank(local, &lrank);
+    MPI_Comm_size(local, &lsize);
+    MPI_Comm_free(&local);
+    char why[200] = "";
+    int ok = gpu_usable(lrank, lsize, &p->ordinal, why, sizeof why);
+    int mine = ok ? INT_MAX : rank, first = INT_MAX;
+    MPI_Allreduce(&mine, &first, 1, MPI_INT, MPI_MIN, MPI_COMM_WORLD);
+    if (first == INT_MAX) {
+        p->cuda = 1;
+        return 0;
+    }
+    MPI_Bcast(why, (int)sizeof why, MPI_CHAR, first, MPI_COMM_WORLD);
+    char who[32] = "";
+    if (first != 0)
+        snprintf(who, sizeof who, "rank %d: ", first);
+    if (!strcmp(o->device, "cuda")) {
+        zs_err_set(err, ZS_ERR_UNAVAILABLE,
+                   "--device cuda: %s%s (hint: --device cpu, or auto, trains on the CPU)", who,
+                   why);
+        return ZS_EXIT_DEVICE;
+    }
+    snprintf(p->note, sizeof p->note, " (--device auto: %s%s)", who, why);
+    return 0;
+}
+
+#ifdef ZS_TRAIN_CUDA
+/* After the memory table on CUDA: every rank's device memory as the driver
+ * counts it (cudaMemGetInfo: all processes on the GPU, CUDA's context,
+ * cuBLASLt and the kernels' stream-ordered temporaries included) beside
+ * what the device allocator holds. Collective (MPI_Gather; the NCCL
+ * communicator does not use MPI after its creation). */
+static void print_gpu_mem(zs_dev_t *dev, int rank, int W)
+{
+    size_t fr = 0, tot = 0;
+    zs_err_t err;
+    zs_dev_mem_t m;
+    zs_dev_mem_get(dev, &m);
+    double mine[4] = {-1, -1, (double)m.held[ZS_SPACE_DEVICE],
+                      (double)m.held_peak[ZS_SPACE_DEVICE]};
+    if (zs_dev_cuda_mem_info(dev, &fr, &tot, &err) == ZS_OK) {
+        mine[0] = (double)(tot - fr);
+        mine[1] = (double)tot;
+    } else {
+        fprintf(stderr, "zs-train: rank %d: %s\n", rank, err.msg);
+    }
+    double *all = rank == 0 ? malloc((size_t)W * sizeof mine) : NULL;
+    MPI_Gather(mine, 4, MPI_DOUBLE, all, 4, MPI_DOUBLE, 0, MPI_COMM_WORLD);
+    if (rank != 0 || !all)
+        return;
+    const double MiB = 1048576.0;
+    printf("device memory (cudaMemGetInfo: everything on the GPU; allocator: zeroshard's device "
+           "blocks, live + cached):\n");
+    for (int r = 0; r < W; r++) {
+        const double *a = all + 4 * r;
+        if (a[1] < 0)
+            printf("  rank %d: cudaMemGetInfo failed; allocator holds %.1f MiB (peak %.1f)\n", r,
+                   a[2] / MiB, a[3] / MiB);
+        else
+            printf("  rank %d: used %.1f MiB of %.1f MiB; allocator holds %.1f MiB (peak %.1f)\n",
+                   r, a[0] / MiB, a[1] / MiB, a[2] / MiB, a[3] / MiB);
+    }
+    free(all);
+}
+#endif
+
 /* A step or checkpoint failed on every worker: try to go on after a lost
  * server (zs_engine_recover). Returns ZS_OK when training can continue
  * (the CSV then lists steps up to the one recovered at), else the error. */
@@ -448,20 +602,47 @@ int main(int argc, char **argv)
         return code;
     }
     o.g.vocab = (int)zs_data_vocab(data);
+    device_pick_t pick;
+    if ((code = pick_device(&o, rank, &pick, &err)) != 0) {
+        if (rank == 0) {
+            fprintf(stderr, "zs-train: device error: %s\n", err.msg);
+            fflush(stderr);
+        }
+        zs_train_metrics_destroy(tm);
+        zs_data_close(data);
+        free(token);
+        MPI_Finalize();
+        return code;
+    }
 
-    zs_dev_t *dev;
-    if (zs_dev_cpu_create(1, &dev, &err))
-        return die(rank, "device", &err, ZS_EXIT_OTHER);
-    zs_coll_t *coll;
-    if (zs_coll_mpi_create(dev, &coll, &err))
-        return die(rank, "MPI", &err, ZS_EXIT_OTHER);
+    zs_dev_t *dev = NULL;
+    zs_coll_t *coll = NULL;
+    if (pick.cuda) {
+#ifdef ZS_TRAIN_CUDA
+        if (zs_dev_cuda_create(pick.ordinal, &dev, &err))
+            return die(rank, "CUDA device", &err, ZS_EXIT_DEVICE);
+        if (zs_coll_nccl_create(dev, 0, &coll, &err))
+            return die(rank, "NCCL", &err, ZS_EXIT_DEVICE);
+#endif
+    } else {
+        if (zs_dev_cpu_create(1, &dev, &err))
+            return die(rank, "device", &err, ZS_EXIT_OTHER);
+        if (zs_coll_mpi_create(dev, &coll, &err))
+            return die(rank, "MPI", &err, ZS_EXIT_OTHER);
+    }
     zs_gpt_t *gpt;
     if (zs_gpt_create(&o.g, (int)cfg.micro_batch_per_gpu, o.seed, &gpt, &err) ||
         zs_gpt_set_data(gpt, data, &err))
         return die(rank, "model", &err, ZS_EXIT_OTHER);
+    char *manifest; /* stored with each checkpoint: zs-ctl export reads it */
+    if (zs_gpt_manifest(&o.g, o.name, &manifest, &err))
+        return die(rank, "model", &err, ZS_EXIT_OTHER);
     zs_engine_opts_t eo = {&cfg, coll, o.servers, token, o.name, o.server_timeout * 1000, 0};
+    eo.manifest = manifest;
     zs_engine_t *e;
-    if (zs_engine_create(&eo, zs_gpt_model(gpt), &e, &err))
+    int erc = zs_engine_create(&eo, zs_gpt_model(gpt), &e, &err);
+    free(manifest);
+    if (erc)
         return die(rank, "engine", &err, ZS_EXIT_ENGINE);
     uint64_t P = zs_engine_num_params(e);
     if (rank == 0) {
@@ -471,7 +652,8 @@ int main(int argc, char **argv)
                o.g.heads, o.g.width, o.g.ctx, o.g.vocab, (unsigned long long)P, P / 1e6);
         printf("configuration (resolved for W=%d):\n", W);
         zs_config_print(&cfg, stdout);
-        printf("device: %s\n", dev->desc);
+        printf("device: %s%s%s\n", dev->desc,
+               pick.cuda ? " (one GPU per rank, NCCL collectives)" : "", pick.note);
         fflush(stdout);
     }
     uint64_t start = 0;
@@ -490,8 +672,28 @@ int main(int argc, char **argv)
         } else {
             return die(rank, "resume", &err, ZS_EXIT_ENGINE);
         }
-    } else if (zs_engine_start(e, &err)) {
-        return die(rank, "start", &err, ZS_EXIT_ENGINE);
+    } else {
+        /* A fresh start deletes the servers' checkpoints: not by accident. */
+        uint64_t newest = 0;
+        if (o.servers && !o.fresh && zs_engine_newest_checkpoint(e, &newest, &err))
+            return die(rank, "listing checkpoints", &err, ZS_EXIT_ENGINE);
+        if (newest) {
+            if (rank == 0)
+                fprintf(stderr,
+                        "zs-train: the servers hold checkpoint %llu: --resume continues it, "
+                        "--fresh starts over and deletes it\n",
+                        (unsigned long long)newest);
+            zs_engine_destroy(e);
+            zs_gpt_destroy(gpt);
+            zs_coll_destroy(coll);
+            zs_dev_destroy(dev);
+            zs_data_close(data);
+            free(token);
+            MPI_Finalize();
+            return ZS_EXIT_USAGE;
+        }
+        if (zs_engine_start(e, &err))
+            return die(rank, "start", &err, ZS_EXIT_ENGINE);
     }
     zs_train_metrics_start(tm, P, start);
     FILE *csv = NULL;
@@ -538,6 +740,10 @@ int main(int argc, char **argv)
         if (nsteps == 1 || (o.mem_every && st.step % (uint64_t)o.mem_every == 0)) {
             if (zs_engine_print_mem(e, stdout, &err))
                 return die(rank, "memory table", &err, ZS_EXIT_ENGINE);
+#ifdef ZS_TRAIN_CUDA
+            if (pick.cuda)
+                print_gpu_mem(dev, rank, W);
+#endif
             fflush(stdout);
         }
         if (o.ckpt_every && st.step % (uint64_t)o.ckpt_every == 0) {

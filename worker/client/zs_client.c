@@ -13,21 +13,12 @@
 #include <string.h>
 #include <time.h>
 
-#include "zs_client.h"
+#include "zs_client_internal.h"
 #include "zs_layout.h"
 #include "zs_pbconv.h"
 #include "zs_rpc.h"
 
-#define MAX_ADDR 256
-
-struct zs_client {
-    int n;
-    char (*addr)[MAX_ADDR];
-    grpc_channel **ch;
-    char *token;
-    int timeout_ms, retries;
-    uint64_t P;
-};
+#define MAX_ADDR ZS__CLIENT_MAX_ADDR
 
 #define M(name) "/zeroshard.Shard/" name
 
@@ -101,6 +92,12 @@ static int fan_out(zs_client_t *c, int first, int last, attempt_fn fn, void **ar
     }
     free(jobs);
     return rc;
+}
+
+int zs__client_fan_out(zs_client_t *c, int first, int last, zs__client_attempt_fn fn, void **args,
+                       void *shared, zs_err_t *err)
+{
+    return fan_out(c, first, last, fn, args, shared, err);
 }
 
 /* ---- lifecycle ------------------------------------------------------------- */
@@ -185,6 +182,11 @@ const char *zs_client_server(const zs_client_t *c, int i)
 static uint64_t srv_begin(const zs_client_t *c, int i)
 {
     return zs_layout_begin(c->P, (uint32_t)c->n, (uint32_t)i);
+}
+
+uint64_t zs__client_srv_begin(const zs_client_t *c, int i)
+{
+    return srv_begin(c, i);
 }
 
 /* Servers owning [b, e): first..last. Requires P known and b < e <= P. */
@@ -474,8 +476,9 @@ typedef struct {
     uint64_t min_step, begin, end;
     void *dst;
     zs_dtype_t dt;
-    int tensor;      /* -1: Pull, else GetState of this tensor */
-    uint64_t *steps; /* per server: lowest step seen */
+    int tensor;         /* -1: Pull, else GetState of this tensor */
+    uint64_t *steps;    /* per server: lowest step seen */
+    uint64_t *steps_hi; /* per server: highest step seen */
 } read_arg_t;
 
 static int read_one(zs_client_t *c, int i, void *argp, zs_err_t *err)
@@ -506,7 +509,7 @@ static int read_one(zs_client_t *c, int i, void *argp, zs_err_t *err)
         q.count = e - b;
         rc = zs_ccall_send(&call, zs_msg_build(&q.base), err);
     }
-    uint64_t next = b, lo = UINT64_MAX;
+    uint64_t next = b, lo = UINT64_MAX, hi = 0;
     while (!rc) {
         grpc_byte_buffer *bb;
         rc = zs_ccall_recv(&call, &bb, err);
@@ -541,6 +544,8 @@ static int read_one(zs_client_t *c, int i, void *argp, zs_err_t *err)
             next = off + cnt;
             if (st < lo)
                 lo = st;
+            if (st > hi)
+                hi = st;
         }
         protobuf_c_message_free_unpacked(m, NULL);
         zs_frame_deinit(&fr);
@@ -550,18 +555,26 @@ static int read_one(zs_client_t *c, int i, void *argp, zs_err_t *err)
                         (unsigned long long)next, (unsigned long long)b, (unsigned long long)e);
     zs_ccall_destroy(&call);
     a->steps[i] = lo;
+    a->steps_hi[i] = hi;
     return rc;
 }
 
-static int read_range(zs_client_t *c, read_arg_t *a, uint64_t *step_out, zs_err_t *err)
+/* Read [a->begin, a->end) from its servers; *step_out / *step_hi (may be
+ * NULL) get the lowest / highest step any chunk reported. */
+static int read_range(zs_client_t *c, read_arg_t *a, uint64_t *step_out, uint64_t *step_hi,
+                      zs_err_t *err)
 {
     int f, l;
     int rc = owners(c, a->begin, a->end, &f, &l, err);
     if (rc)
         return rc;
     a->steps = calloc((size_t)c->n, sizeof *a->steps);
-    if (!a->steps)
+    a->steps_hi = calloc((size_t)c->n, sizeof *a->steps_hi);
+    if (!a->steps || !a->steps_hi) {
+        free(a->steps);
+        free(a->steps_hi);
         return zs_err_set(err, ZS_ERR_NOMEM, "out of memory");
+    }
     rc = fan_out(c, f, l, read_one, NULL, a, err);
     if (rc == ZS_OK && step_out) {
         *step_out = UINT64_MAX;
@@ -569,7 +582,14 @@ static int read_range(zs_client_t *c, read_arg_t *a, uint64_t *step_out, zs_err_
             if (a->steps[i] < *step_out)
                 *step_out = a->steps[i];
     }
+    if (rc == ZS_OK && step_hi) {
+        *step_hi = 0;
+        for (int i = f; i <= l; i++)
+            if (a->steps_hi[i] > *step_hi)
+                *step_hi = a->steps_hi[i];
+    }
     free(a->steps);
+    free(a->steps_hi);
     return rc;
 }
 
@@ -578,8 +598,8 @@ int zs_client_pull(zs_client_t *c, uint64_t min_step, uint64_t begin, uint64_t e
 {
     if (zs_dtype_size(dt) == 0)
         return zs_err_set(err, ZS_ERR_INVALID, "unknown dtype %d", (int)dt);
-    read_arg_t a = {min_step, begin, end, dst, dt, -1, NULL};
-    return read_range(c, &a, step_out, err);
+    read_arg_t a = {min_step, begin, end, dst, dt, -1, NULL, NULL};
+    return read_range(c, &a, step_out, NULL, err);
 }
 
 int zs_client_get_state(zs_client_t *c, int tensor, uint64_t begin, uint64_t end, float *dst,
@@ -587,8 +607,17 @@ int zs_client_get_state(zs_client_t *c, int tensor, uint64_t begin, uint64_t end
 {
     if (tensor < 0 || tensor > 2)
         return zs_err_set(err, ZS_ERR_INVALID, "unknown tensor %d", tensor);
-    read_arg_t a = {0, begin, end, dst, ZS_DTYPE_F32, tensor, NULL};
-    return read_range(c, &a, NULL, err);
+    read_arg_t a = {0, begin, end, dst, ZS_DTYPE_F32, tensor, NULL, NULL};
+    return read_range(c, &a, NULL, NULL, err);
+}
+
+int zs_client_get_state_step(zs_client_t *c, int tensor, uint64_t begin, uint64_t end, float *dst,
+                             uint64_t *step_lo, uint64_t *step_hi, zs_err_t *err)
+{
+    if (tensor < 0 || tensor > 2)
+        return zs_err_set(err, ZS_ERR_INVALID, "unknown tensor %d", tensor);
+    read_arg_t a = {0, begin, end, dst, ZS_DTYPE_F32, tensor, NULL, NULL};
+    return read_range(c, &a, step_lo, step_hi, err);
 }
 
 /* ---- SetState --------------------------------------------------------------------- */
@@ -825,4 +854,26 @@ int zs_client_delete(zs_client_t *c, uint64_t step, int keep, zs_err_t *err)
 {
     ckpt_arg_t a = {.step = step, .keep = keep};
     return fan_out(c, 0, c->n - 1, delete_one, NULL, &a, err);
+}
+
+/* Server i: list its checkpoints (complete or not elsewhere), delete each. */
+static int delete_all_one(zs_client_t *c, int i, void *argp, zs_err_t *err)
+{
+    Zeroshard__ListRequest q = ZEROSHARD__LIST_REQUEST__INIT;
+    Zeroshard__ListReply *r;
+    int rc = zs_unary(c->ch[i], M("ListCheckpoints"), c->token, c->timeout_ms, c->addr[i], &q.base,
+                      &zeroshard__list_reply__descriptor, (ProtobufCMessage **)&r, err);
+    if (rc)
+        return rc;
+    for (size_t k = 0; k < r->n_checkpoints && rc == ZS_OK; k++) {
+        ckpt_arg_t a = {.step = r->checkpoints[k]};
+        rc = delete_one(c, i, &a, err);
+    }
+    zeroshard__list_reply__free_unpacked(r, NULL);
+    return rc;
+}
+
+int zs_client_delete_all(zs_client_t *c, zs_err_t *err)
+{
+    return fan_out(c, 0, c->n - 1, delete_all_one, NULL, NULL, err);
 }

@@ -99,7 +99,8 @@ int zs_client_pull(zs_client_t *c, uint64_t min_step, uint64_t begin, uint64_t e
  * keep: newest checkpoints kept (0: each server's default). */
 int zs_client_checkpoint(zs_client_t *c, uint64_t step, int keep, zs_err_t *err);
 
-/* As zs_client_checkpoint, storing `meta` (<= 32 KiB, opaque) with it on
+/* As zs_client_checkpoint, storing `meta` (<= ZS_CLIENT_USER_META_MAX bytes,
+ * opaque) with it on
  * every server; zs_client_restore_meta gives it back. */
 int zs_client_checkpoint_meta(zs_client_t *c, uint64_t step, int keep, const void *meta, size_t len,
                               zs_err_t *err);
@@ -124,10 +125,71 @@ int zs_client_restore(zs_client_t *c, uint64_t step, zs_err_t *err);
 /* Delete checkpoint `step` everywhere, or (step 0) keep the newest `keep`. */
 int zs_client_delete(zs_client_t *c, uint64_t step, int keep, zs_err_t *err);
 
+/* Delete every checkpoint each server lists, complete on all or not (a
+ * fresh run: nothing of an earlier run may be mixed into its restores). */
+int zs_client_delete_all(zs_client_t *c, zs_err_t *err);
+
 /* fp32 state tensor (0 master, 1 exp_avg, 2 exp_avg_sq) of [begin, end). */
 int zs_client_get_state(zs_client_t *c, int tensor, uint64_t begin, uint64_t end, float *dst,
                         zs_err_t *err);
 int zs_client_set_state(zs_client_t *c, int tensor, uint64_t begin, uint64_t end, const float *src,
                         zs_err_t *err);
+
+/* As zs_client_get_state; *step_lo / *step_hi (may be NULL) get the lowest
+ * and highest applied step the servers reported for the chunks read (equal
+ * when no step was applied while reading). */
+int zs_client_get_state_step(zs_client_t *c, int tensor, uint64_t begin, uint64_t end, float *dst,
+                             uint64_t *step_lo, uint64_t *step_hi, zs_err_t *err);
+
+/* ---- operator calls (zs_client_xfer.c): zs-ctl export and reshard ---- */
+
+/* Largest user_meta a checkpoint carries: the server's ZS_USER_META_MAX
+ * (server/zs_shard.h). Both fit a unary message with the other fields. */
+#define ZS_CLIENT_USER_META_MAX (60u << 10)
+
+/* What one server stored with a checkpoint (the proto's CheckpointMeta). */
+typedef struct zs_ckpt_info {
+    char model_name[128];
+    uint64_t num_params;
+    uint32_t num_servers, server_index;
+    uint64_t range_begin, range_end;
+    uint64_t applied_step, optimizer_step;
+    zs_adam_hparams_t adam;
+    uint64_t created_unix_ms;
+    size_t user_meta_len;
+} zs_ckpt_info_t;
+
+/* GetCheckpointMeta of complete checkpoint `step` on every server: read
+ * from the servers' stores, so their live state does not change (no
+ * Restore). Fills info[0..S) (may be NULL), copies the user_meta into buf
+ * (up to cap bytes; *len = its full length, may be NULL) and learns P.
+ * Refused unless every server's metadata fits the client's layout (server
+ * i of S, the range zs_layout gives for P, step = `step`) and the servers
+ * agree on model, P, Adam t, hyperparameters and user_meta
+ * (ZS_ERR_CORRUPT). A server without the method: ZS_ERR_UNIMPLEMENTED. */
+int zs_client_checkpoint_info(zs_client_t *c, uint64_t step, zs_ckpt_info_t *info, void *buf,
+                              size_t cap, size_t *len, zs_err_t *err);
+
+/* Where a streamed write gets its data: fill dst[0..count) with the fp32
+ * values of global elements [offset, offset + count). Called in ascending,
+ * contiguous order over the server's range; a retried stream (the server
+ * was UNAVAILABLE) starts again at the range's first element. Returns a
+ * zs status (err filled). */
+typedef int (*zs_client_fill_fn)(void *ud, uint64_t offset, uint64_t count, float *dst,
+                                 zs_err_t *err);
+
+/* Initialize server i alone (of S = zs_client_nservers for P parameters)
+ * with its whole range of master weights from `fill`, chunk by chunk: the
+ * client holds one chunk (ZS_RPC_CHUNK_BYTES) at a time, whatever the
+ * range. Sets the client's P. start_step / overwrite as zs_client_init. */
+int zs_client_init_server(zs_client_t *c, int i, const char *model, uint64_t P,
+                          const zs_adam_hparams_t *hp, uint64_t start_step, int overwrite,
+                          zs_client_fill_fn fill, void *ud, zs_err_t *err);
+
+/* SetState of `tensor` (0..2) over server i's whole range from `fill`,
+ * streamed as zs_client_init_server (the server applies it only when the
+ * whole stream arrived). Needs P known. */
+int zs_client_set_state_server(zs_client_t *c, int i, int tensor, zs_client_fill_fn fill, void *ud,
+                               zs_err_t *err);
 
 #endif

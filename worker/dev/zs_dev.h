@@ -51,13 +51,13 @@ typedef enum {
 
 /* What an allocation is for: the rows of the memory table. */
 typedef enum {
-    ZS_MEM_PARAMS = 0,   /* compute-precision parameters (full or partition) */
-    ZS_MEM_GRADS,        /* reduced gradients (full or partition) */
-    ZS_MEM_OPTIMIZER,    /* fp32 master + Adam moments (in-process optimizer) */
-    ZS_MEM_GATHERED,     /* stage 3 gathered parameters, fp32 compute copies */
-    ZS_MEM_COMM,         /* communication buffers and offload staging */
-    ZS_MEM_ACTIVATIONS,  /* the model's saved activations */
-    ZS_MEM_SCRATCH,      /* gradient accumulation scratch, the model's scratch */
+    ZS_MEM_PARAMS = 0,  /* compute-precision parameters (full or partition) */
+    ZS_MEM_GRADS,       /* reduced gradients (full or partition) */
+    ZS_MEM_OPTIMIZER,   /* fp32 master + Adam moments (in-process optimizer) */
+    ZS_MEM_GATHERED,    /* stage 3 gathered parameters, fp32 compute copies */
+    ZS_MEM_COMM,        /* communication buffers and offload staging */
+    ZS_MEM_ACTIVATIONS, /* the model's saved activations */
+    ZS_MEM_SCRATCH,     /* gradient accumulation scratch, the model's scratch */
     ZS_MEM_NCATS
 } zs_memcat_t;
 

@@ -770,6 +770,18 @@ int zs_dev_cuda_create(int device, zs_dev_t **out, zs_err_t *err)
     return ZS_OK;
 }
 
+int zs_dev_cuda_mem_info(zs_dev_t *d, size_t *free_bytes, size_t *total_bytes, zs_err_t *err)
+{
+    if (!d || d->vt != &cuda_vt || !free_bytes || !total_bytes)
+        return zs_err_set(err, ZS_ERR_INVALID, "zs_dev_cuda_mem_info: not a CUDA device");
+    zs__cuda_dev_t *cd = (zs__cuda_dev_t *)d;
+    int rc = use_dev(cd, err);
+    if (rc == ZS_OK)
+        rc = ZS_CUDA_CHECK(err, cd->device, "is the GPU still usable? (nvidia-smi)", cudaMemGetInfo,
+                           free_bytes, total_bytes);
+    return rc;
+}
+
 /* ---- hooks for the NCCL collectives ------------------------------------------- */
 
 int zs__dev_cuda_ordinal(const zs_dev_t *d)

@@ -32,6 +32,12 @@ int zs_dev_cuda_available(char *why, size_t n);
  * failures. Free with zs_dev_destroy (streams and events first). */
 int zs_dev_cuda_create(int device, zs_dev_t **out, zs_err_t *err);
 
+/* Device memory as the driver counts it on d's GPU (cudaMemGetInfo, all
+ * processes and CUDA's own use included): *free_bytes and *total_bytes. The
+ * allocator's figures (what zeroshard asked for, per category) are
+ * zs_dev_mem_get's. ZS_ERR_INVALID when d is not a CUDA device. */
+int zs_dev_cuda_mem_info(zs_dev_t *d, size_t *free_bytes, size_t *total_bytes, zs_err_t *err);
+
 /* ---- for other CUDA code of zeroshard (not part of the device API) ----- */
 
 /* ZS_OK when `code` (a cudaError_t) is cudaSuccess; otherwise fills err

@@ -24,8 +24,8 @@ int zs__eng_alloc(zs_engine_t *e, int space, int cat, size_t bytes, void **out, 
 {
     int rc = zs_dev_alloc(e->dev, space, cat, bytes, out, err);
     if (rc)
-        return zs_err_set(err, rc, "out of %s memory for %s (%zu bytes): %s",
-                          zs_space_name(space), what, bytes, err->msg);
+        return zs_err_set(err, rc, "out of %s memory for %s (%zu bytes): %s", zs_space_name(space),
+                          what, bytes, err->msg);
     return ZS_OK;
 }
 
@@ -218,8 +218,8 @@ int zs__eng_init_state(zs_engine_t *e, zs_err_t *err)
         if (!rc && e->master && e->stage == 0)
             rc = zs_dev_memcpy(e->compute, e->master + s->pbase, dev, s->n * 4, err);
         else if (!rc && e->master && s->ve > s->vb)
-            rc = zs_dev_memcpy(e->compute, e->master + s->qbase, dev + s->vb,
-                               (s->ve - s->vb) * 4, err);
+            rc = zs_dev_memcpy(e->compute, e->master + s->qbase, dev + s->vb, (s->ve - s->vb) * 4,
+                               err);
         /* the host buffer is refilled next: wait for the copy out of it */
         if (!rc)
             rc = zs_dev_stream_sync(e->compute, err);
@@ -312,6 +312,8 @@ int zs_engine_create(const zs_engine_opts_t *o, const zs_model_t *model, zs_engi
     snprintf(e->model_name, sizeof e->model_name, "%s", o->model_name ? o->model_name : "zs-model");
     /* keys read but not acted on are reported by the config parser ("no effect") */
     int rc = copy_model(e, model, err);
+    if (!rc)
+        rc = zs__eng_set_manifest(e, o->manifest, err);
     if (!rc && (e->stage < 0 || e->stage > 3 || e->esz == 0))
         rc = zs_err_set(err, ZS_ERR_INVALID, "stage %d / dtype %d not supported", e->stage, e->dt);
     if (!rc && e->offload && !o->servers)
@@ -404,6 +406,7 @@ void zs_engine_destroy(zs_engine_t *e)
     for (int i = 0; e->deps && i < e->nlayers; i++)
         free(e->deps[i]);
     free(e->deps);
+    free(e->manifest);
     free(e->layer_off);
     free(e->layer_seg);
     free(e->order);

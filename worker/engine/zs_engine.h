@@ -115,8 +115,9 @@ typedef struct zs_model {
 typedef struct zs_engine zs_engine_t;
 
 /* Test-only faults, to prove that the checks guarding them can fail. */
-#define ZS_ENGINE_DEBUG_DROP_WAIT   1u /* skip event waits: the reduce-scatter does
-                                        * not wait for the backward, nor compute for
+#define ZS_ENGINE_DEBUG_DROP_WAIT                                                                  \
+    1u                                 /* skip event waits: the reduce-scatter does                \
+                                        * not wait for the backward, nor compute for               \
                                         * a stage-3 gather */
 #define ZS_ENGINE_DEBUG_LEAK        2u /* leak a scratch block every step */
 #define ZS_ENGINE_DEBUG_GRAD_SCALE2 4u /* unscale gradients by 2x the right factor */
@@ -129,6 +130,11 @@ typedef struct zs_engine_opts {
     const char *model_name; /* identity on the servers (default "zs-model") */
     int server_timeout_ms;  /* deadline of each server call (default 120000) */
     unsigned debug;         /* ZS_ENGINE_DEBUG_* (tests only; 0) */
+    /* Model manifest (JSON text, copied; NULL: none) stored with every
+     * checkpoint beside the engine's state, so tools read the model's
+     * tensors from a checkpoint without model code (zs-ctl export; the
+     * GPT's: zs_gpt_manifest). Last, so initialisers without it still work. */
+    const char *manifest;
 } zs_engine_opts_t;
 
 /* Figures of one step (all workers agree on loss, lr, scale, skipped). */
@@ -145,7 +151,7 @@ typedef struct zs_step_stats {
 /* Memory of this worker, measured by the device allocator, beside what the
  * ZeRO formulas and the configuration say it should be. */
 typedef struct zs_engine_mem {
-    zs_dev_mem_t measured;         /* every allocation of this process's device */
+    zs_dev_mem_t measured;          /* every allocation of this process's device */
     uint64_t formula[ZS_MEM_NCATS]; /* seed formulas: params, grads, optimizer (bytes) */
     uint64_t working[ZS_MEM_NCATS]; /* buffers the configuration allows on top (bytes) */
     uint64_t rss;                   /* process resident set (bytes; 0 if unknown) */
@@ -158,7 +164,9 @@ int zs_engine_create(const zs_engine_opts_t *opts, const zs_model_t *model, zs_e
                      zs_err_t *err);
 
 /* Fresh start at step 0: with servers, Initialize them with the initial
- * weights (overwriting what they hold). Collective. */
+ * weights (overwriting what they hold) and delete every checkpoint they
+ * hold, so nothing of an earlier run can be restored into this one (see
+ * zs_engine_newest_checkpoint to ask first). Collective. */
 int zs_engine_start(zs_engine_t *e, zs_err_t *err);
 
 /* Resume from the newest checkpoint complete on every server (or `step` if
@@ -170,6 +178,9 @@ int zs_engine_resume(zs_engine_t *e, uint64_t step, uint64_t *step_out, zs_err_t
  * reduction, overflow check, clipping, optimizer, parameter gather.
  * Collective. */
 int zs_engine_step(zs_engine_t *e, zs_step_stats_t *stats, zs_err_t *err);
+
+/* The newest checkpoint complete on every server (0: none). Collective. */
+int zs_engine_newest_checkpoint(zs_engine_t *e, uint64_t *step, zs_err_t *err);
 
 /* Checkpoint the current step on the servers; returns when it is complete
  * on every server. Collective. */
@@ -190,6 +201,24 @@ uint64_t zs_engine_step_count(const zs_engine_t *e);
 
 /* Total parameters P (sum of layers' own). */
 uint64_t zs_engine_num_params(const zs_engine_t *e);
+
+/* The engine's state as stored with a checkpoint (its user_meta on the
+ * servers), parsed: for tools that read checkpoints (zs-ctl export,
+ * reshard). manifest points into the caller's meta (not NUL-terminated;
+ * NULL with manifest_len 0 when the checkpoint carries none, e.g. one
+ * written before manifests existed). */
+typedef struct zs_engine_ckpt_meta {
+    uint64_t step;   /* the checkpoint's training step */
+    uint64_t adam_t; /* Adam steps taken */
+    const char *manifest;
+    size_t manifest_len;
+} zs_engine_ckpt_meta_t;
+
+/* Parse `len` bytes of a checkpoint's user_meta into *out. ZS_ERR_CORRUPT
+ * ("not written by the zeroshard engine") unless the layout is exactly the
+ * engine's: magic, step, Adam t, loss-scaler state, then optionally a
+ * 32-bit length and that many bytes of manifest. */
+int zs_engine_meta_parse(const void *meta, size_t len, zs_engine_ckpt_meta_t *out, zs_err_t *err);
 
 /* Measured memory, formulas and working set (see zs_engine_mem_t). The
  * formulas for mixed precision + Adam with Psi = padded parameters, bytes

@@ -7,9 +7,15 @@
  * hold the optimizer state; without it every worker first writes its
  * partition of master / exp_avg / exp_avg_sq with SetState (after rank 0
  * sets the servers' step counters). The engine's own state (Adam t, loss
- * scaler) travels as the checkpoint's user_meta. Because the servers keep
- * state by parameter range, a resume with another W just maps the new
- * partitions onto the same ranges.
+ * scaler) travels as the checkpoint's user_meta, followed by the model
+ * manifest when the caller gave one (zs_engine_opts_t.manifest):
+ *
+ *   "ZSE1" | step u64 | Adam t u64 | loss scaler (ZS_LOSS_SCALE_BYTES)
+ *   [ | manifest length u32 | manifest bytes ]          all little-endian
+ *
+ * Checkpoints written before manifests existed end after the loss scaler
+ * and still resume. Because the servers keep state by parameter range, a
+ * resume with another W just maps the new partitions onto the same ranges.
  */
 #include <stdlib.h>
 #include <string.h>
@@ -18,8 +24,8 @@
 #include "zs_engine_internal.h"
 #include "zs_log.h"
 
-#define META_MAGIC 0x3145535au /* "ZSE1" */
-#define META_BYTES (4 + 8 + 8 + ZS_LOSS_SCALE_BYTES)
+#define META_MAGIC 0x3145535au                       /* "ZSE1" */
+#define META_BYTES (4 + 8 + 8 + ZS_LOSS_SCALE_BYTES) /* the fixed part */
 
 static void put64(uint8_t *p, uint64_t v)
 {
@@ -33,6 +39,55 @@ static uint64_t get64(const uint8_t *p)
     for (int i = 0; i < 8; i++)
         v |= (uint64_t)p[i] << (8 * i);
     return v;
+}
+
+static void put32(uint8_t *p, uint32_t v)
+{
+    for (int i = 0; i < 4; i++)
+        p[i] = (uint8_t)(v >> (8 * i));
+}
+
+static uint32_t get32(const uint8_t *p)
+{
+    return (uint32_t)p[0] | (uint32_t)p[1] << 8 | (uint32_t)p[2] << 16 | (uint32_t)p[3] << 24;
+}
+
+int zs__eng_set_manifest(zs_engine_t *e, const char *manifest, zs_err_t *err)
+{
+    if (!manifest)
+        return ZS_OK;
+    size_t n = strlen(manifest);
+    if (META_BYTES + 4 + n > ZS_CLIENT_USER_META_MAX) {
+        if (e->rank == 0)
+            ZS_WARN("model manifest of %zu bytes does not fit a checkpoint's %u bytes of client "
+                    "state: checkpoints carry none (zs-ctl export will refuse them)",
+                    n, ZS_CLIENT_USER_META_MAX);
+        return ZS_OK;
+    }
+    if (!(e->manifest = strdup(manifest)))
+        return zs_err_set(err, ZS_ERR_NOMEM, "out of memory");
+    return ZS_OK;
+}
+
+int zs_engine_meta_parse(const void *meta, size_t len, zs_engine_ckpt_meta_t *out, zs_err_t *err)
+{
+    const uint8_t *p = meta;
+    memset(out, 0, sizeof *out);
+    uint32_t magic = len >= 4 ? get32(p) : 0;
+    size_t mlen = len >= META_BYTES + 4 ? get32(p + META_BYTES) : 0;
+    if (magic != META_MAGIC || len < META_BYTES ||
+        (len > META_BYTES && (len < META_BYTES + 4 || len - META_BYTES - 4 != mlen)))
+        return zs_err_set(err, ZS_ERR_CORRUPT,
+                          "not written by the zeroshard engine (%zu bytes of client state, not "
+                          "the engine's layout)",
+                          len);
+    out->step = get64(p + 4);
+    out->adam_t = get64(p + 12);
+    if (mlen) {
+        out->manifest = (const char *)p + META_BYTES + 4;
+        out->manifest_len = mlen;
+    }
+    return ZS_OK;
 }
 
 static int need_servers(zs_engine_t *e, const char *what, zs_err_t *err)
@@ -57,6 +112,11 @@ int zs_engine_start(zs_engine_t *e, zs_err_t *err)
                 rc = e->m.init_params(e->m.self, i, w + e->layer_off[i], err);
         if (!rc)
             rc = zs_client_init(e->client, e->model_name, e->P, &e->cfg.adam, w, 0, 1, err);
+        /* A new run: no checkpoint of an earlier one may be restored into it
+         * (a restarted server would load one; a step both runs wrote could
+         * be complete from two runs). */
+        if (!rc)
+            rc = zs_client_delete_all(e->client, err);
         free(w);
     }
     ZS_ENG_TRY(zs__eng_agree(e, rc, err));
@@ -66,8 +126,7 @@ int zs_engine_start(zs_engine_t *e, zs_err_t *err)
 
 /* The three state tensors of bucket b's slice that this worker owns: where
  * they live locally, and their flat range. */
-static void slice(zs_engine_t *e, const zs__seg_t *b, uint64_t *lo, uint64_t *hi,
-                  uint64_t *local)
+static void slice(zs_engine_t *e, const zs__seg_t *b, uint64_t *lo, uint64_t *hi, uint64_t *local)
 {
     *lo = b->off + b->vb;
     *hi = b->off + b->ve;
@@ -118,23 +177,53 @@ static int upload_state(zs_engine_t *e, zs_err_t *err)
 static int checkpoint(zs_engine_t *e, zs_err_t *err)
 {
     ZS_ENG_TRY(need_servers(e, "checkpoint", err));
-    uint8_t meta[META_BYTES];
-    uint32_t magic = META_MAGIC;
-    memcpy(meta, &magic, 4);
-    put64(meta + 4, e->step);
-    put64(meta + 12, e->t);
-    zs_loss_scale_save(&e->ls, meta + 20);
-    int rc = ZS_OK;
-    if (!e->offload) {
+    size_t mlen = e->manifest ? strlen(e->manifest) : 0;
+    size_t len = META_BYTES + (e->manifest ? 4 + mlen : 0);
+    uint8_t *meta = malloc(len);
+    int rc = meta ? ZS_OK : zs_err_set(err, ZS_ERR_NOMEM, "out of memory");
+    if (meta) {
+        put32(meta, META_MAGIC);
+        put64(meta + 4, e->step);
+        put64(meta + 12, e->t);
+        zs_loss_scale_save(&e->ls, meta + 20);
+        if (e->manifest) {
+            put32(meta + META_BYTES, (uint32_t)mlen);
+            memcpy(meta + META_BYTES + 4, e->manifest, mlen);
+        }
+    }
+    rc = zs__eng_agree(e, rc, err);
+    if (!rc && !e->offload) {
         if (e->rank == 0)
             rc = zs_client_set_step(e->client, e->step, e->t, err);
-        ZS_ENG_TRY(zs__eng_agree(e, rc, err));
-        rc = upload_state(e, err);
-        ZS_ENG_TRY(zs__eng_agree(e, rc, err));
+        rc = zs__eng_agree(e, rc, err);
+        if (!rc)
+            rc = zs__eng_agree(e, upload_state(e, err), err);
     }
-    if (e->rank == 0)
-        rc = zs_client_checkpoint_meta(e->client, e->step, 0, meta, sizeof meta, err);
-    return zs__eng_agree(e, rc, err);
+    if (!rc) {
+        if (e->rank == 0)
+            rc = zs_client_checkpoint_meta(e->client, e->step, 0, meta, len, err);
+        rc = zs__eng_agree(e, rc, err);
+    }
+    free(meta);
+    return rc;
+}
+
+int zs_engine_newest_checkpoint(zs_engine_t *e, uint64_t *step, zs_err_t *err)
+{
+    *step = 0;
+    ZS_ENG_TRY(need_servers(e, "listing checkpoints", err));
+    uint64_t steps[ZS_CLIENT_MAX_CKPTS];
+    size_t n = 0;
+    int rc = e->rank == 0 ? zs_client_checkpoints(e->client, steps, ZS_CLIENT_MAX_CKPTS, &n, err)
+                          : ZS_OK;
+    ZS_ENG_TRY(zs__eng_agree(e, rc, err));
+    /* rank 0's answer to every rank, in 16-bit pieces (exact in fp32) */
+    uint64_t v = n ? steps[(n < ZS_CLIENT_MAX_CKPTS ? n : ZS_CLIENT_MAX_CKPTS) - 1] : 0;
+    float w[4] = {(float)(v & 0xffff), (float)((v >> 16) & 0xffff), (float)((v >> 32) & 0xffff),
+                  (float)(v >> 48)};
+    ZS_ENG_TRY(zs_coll_broadcast_host(e->coll, w, 4, ZS_DTYPE_F32, 0, err));
+    *step = (uint64_t)w[0] | (uint64_t)w[1] << 16 | (uint64_t)w[2] << 32 | (uint64_t)w[3] << 48;
+    return ZS_OK;
 }
 
 int zs_engine_checkpoint(zs_engine_t *e, zs_err_t *err)
@@ -175,12 +264,18 @@ int zs_engine_resume(zs_engine_t *e, uint64_t want, uint64_t *step_out, zs_err_t
                 step = want;
             }
         }
-        uint8_t meta[META_BYTES];
+        /* The fixed part is what the workers need; a manifest after it is
+         * for tools only. */
+        uint8_t *meta = rc ? NULL : malloc(ZS_CLIENT_USER_META_MAX);
+        if (!rc && !meta)
+            rc = zs_err_set(err, ZS_ERR_NOMEM, "out of memory");
         if (!rc)
-            rc = zs_client_restore_meta(e->client, step, meta, sizeof meta, &len, err);
-        uint32_t magic = 0;
-        memcpy(&magic, meta, 4);
-        if (!rc && (len != META_BYTES || magic != META_MAGIC || get64(meta + 4) != step))
+            rc = zs_client_restore_meta(e->client, step, meta, ZS_CLIENT_USER_META_MAX, &len, err);
+        zs_engine_ckpt_meta_t cm;
+        if (!rc && len > ZS_CLIENT_USER_META_MAX)
+            rc = zs_err_set(err, ZS_ERR_CORRUPT, "checkpoint %llu: %zu bytes of client state",
+                            (unsigned long long)step, len);
+        if (!rc && (zs_engine_meta_parse(meta, len, &cm, err) || cm.step != step))
             rc = zs_err_set(err, ZS_ERR_CORRUPT,
                             "checkpoint %llu was not written by the zeroshard engine (no engine "
                             "state stored with it)",
@@ -189,6 +284,7 @@ int zs_engine_resume(zs_engine_t *e, uint64_t want, uint64_t *step_out, zs_err_t
             msg[0] = 1.0f;
             memcpy(&msg[1], meta, META_BYTES);
         }
+        free(meta);
     }
     /* "Nothing to resume" is an answer every worker must get alike (a caller
      * may then start fresh), not a failure of rank 0. */
@@ -222,8 +318,8 @@ int zs_engine_resume(zs_engine_t *e, uint64_t want, uint64_t *step_out, zs_err_t
             rc = zs_client_pull(e->client, step, s->off + s->vb, s->off + s->ve, dst, e->dt, NULL,
                                 err);
             if (!rc && !direct)
-                rc = zs_dev_memcpy(e->copy, zs__eng_param_part(e, s), dst,
-                                   (s->ve - s->vb) * e->esz, err);
+                rc = zs_dev_memcpy(e->copy, zs__eng_param_part(e, s), dst, (s->ve - s->vb) * e->esz,
+                                   err);
         }
         if (!rc)
             rc = zs_dev_stream_sync(e->copy, err);

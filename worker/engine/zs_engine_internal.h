@@ -51,12 +51,12 @@ typedef struct zs__seg {
     uint64_t vb, ve; /* this worker's valid part, segment-relative [vb, ve) */
     int bucket;      /* gradient bucket it belongs to */
     /* stage 3 */
-    int persistent;   /* n <= stage3_param_persistence_threshold: always gathered */
-    void *gbuf;       /* gathered: n_pad elements of dt, then (dt != fp32) n fp32 */
-    size_t gbytes;    /* bytes of gbuf */
-    float *g32;       /* fp32 view for the layers (== gbuf for fp32) */
-    zs_event_t *gev;  /* recorded on the comm stream when gbuf is complete */
-    int prefetched;   /* gathered ahead of use and not used yet */
+    int persistent;  /* n <= stage3_param_persistence_threshold: always gathered */
+    void *gbuf;      /* gathered: n_pad elements of dt, then (dt != fp32) n fp32 */
+    size_t gbytes;   /* bytes of gbuf */
+    float *g32;      /* fp32 view for the layers (== gbuf for fp32) */
+    zs_event_t *gev; /* recorded on the comm stream when gbuf is complete */
+    int prefetched;  /* gathered ahead of use and not used yet */
 } zs__seg_t;
 
 typedef struct zs__bucket {
@@ -89,9 +89,10 @@ struct zs_engine {
     zs_dev_t *dev;
     zs_stream_t *compute, *copy, *comm; /* comm is the communicator's */
     int rank, W, stage, offload, offload_param;
-    unsigned debug; /* ZS_ENGINE_DEBUG_* */
+    unsigned debug;      /* ZS_ENGINE_DEBUG_* */
     zs_client_t *client; /* NULL without servers */
     char model_name[128];
+    char *manifest; /* opts->manifest copied (stored with checkpoints), or NULL */
     zs_dtype_t dt;
     size_t esz;
 
@@ -118,29 +119,29 @@ struct zs_engine {
     int ngslot, gnext;
     zs__slot_t cslot[ZS_COMM_SLOTS]; /* dt reduce-scatter buffers (stages 2-3, dt != fp32) */
     int cnext;
-    void *staging;  /* pinned, Ppad / W elements of dt: pushed grads, pulled params */
-    double *normacc; /* device: sum of squares, non-finite flag */
+    void *staging;    /* pinned, Ppad / W elements of dt: pushed grads, pulled params */
+    double *normacc;  /* device: sum of squares, non-finite flag */
     double *normhost; /* pinned copy */
     zs_event_t *ev_compute, *ev_copy, *ev_reduced;
     zs_event_t **ev_staged; /* [nb] staging of bucket k complete (offload) */
 
     /* stage 3 fetch state (zs_engine_gather.c) */
-    uint64_t live_elems;    /* gathered, non-persistent */
+    uint64_t live_elems;     /* gathered, non-persistent */
     uint64_t prefetch_elems; /* gathered ahead and not used yet */
     uint64_t need_max;       /* most elements one layer needs at once */
     zs__gfree_t gfree[ZS_GFREE_MAX];
     int ngfree;
-    int *order;    /* [2 * nlayers] pass order: forward 0..L-1 then backward L-1..0 */
-    int pos;       /* current position in order */
+    int *order; /* [2 * nlayers] pass order: forward 0..L-1 then backward L-1..0 */
+    int pos;    /* current position in order */
 
     zs_loss_scale_t ls;
     uint64_t step; /* last completed step */
     uint64_t t;    /* Adam steps taken (non-skipped) */
 
-    zs__pusher_t *pusher; /* offload: background gradient push */
-    int last_micro;       /* the current micro-batch is the step's last */
-    void *leak;           /* ZS_ENGINE_DEBUG_LEAK: the last leaked block */
-    int last_rc;          /* this worker's status of the last failed step/checkpoint */
+    zs__pusher_t *pusher;   /* offload: background gradient push */
+    int last_micro;         /* the current micro-batch is the step's last */
+    void *leak;             /* ZS_ENGINE_DEBUG_LEAK: the last leaked block */
+    int last_rc;            /* this worker's status of the last failed step/checkpoint */
     uint64_t model_scratch; /* scratch bytes the model allocated at bind */
 };
 
@@ -214,5 +215,11 @@ double zs__eng_now_ms(void);
         if (rc_ != ZS_OK)                                                                          \
             return rc_;                                                                            \
     } while (0)
+
+/* Keep a copy of the model manifest stored with every checkpoint
+ * (zs_engine_opts_t.manifest; NULL: none). One that does not fit the
+ * checkpoint's user_meta beside the engine's state is dropped with a
+ * warning (checkpoints then carry none). zs_engine_ckpt.c. */
+int zs__eng_set_manifest(zs_engine_t *e, const char *manifest, zs_err_t *err);
 
 #endif

@@ -92,8 +92,8 @@ int zs_engine_mem_check(zs_engine_t *e, zs_err_t *err)
     zs_engine_mem_t m;
     zs_engine_mem(e, &m);
     /* activations belong to the model; everything else is the engine's */
-    static const int cats[] = {ZS_MEM_PARAMS, ZS_MEM_GRADS, ZS_MEM_OPTIMIZER,
-                               ZS_MEM_GATHERED, ZS_MEM_COMM, ZS_MEM_SCRATCH};
+    static const int cats[] = {ZS_MEM_PARAMS,   ZS_MEM_GRADS, ZS_MEM_OPTIMIZER,
+                               ZS_MEM_GATHERED, ZS_MEM_COMM,  ZS_MEM_SCRATCH};
     for (size_t i = 0; i < sizeof cats / sizeof *cats; i++) {
         int c = cats[i];
         uint64_t peak = peak_of(&m.measured, c), lim = m.formula[c] + m.working[c];
@@ -145,8 +145,7 @@ int zs_engine_print_mem(zs_engine_t *e, FILE *f, zs_err_t *err)
                 "memory per worker (MB, measured peak / ZeRO formula / working set allowed): "
                 "stage %d, W=%d, %s, optimizer %s%s, P=%llu\n",
                 e->stage, e->W, zs_dtype_name(e->dt), e->offload ? "on servers" : "in-process",
-                e->offload_param ? ", params in pinned host memory" : "",
-                (unsigned long long)e->P);
+                e->offload_param ? ", params in pinned host memory" : "", (unsigned long long)e->P);
         fprintf(f, "  %-4s", "rank");
         for (int c = 0; c < ZS_MEM_NCATS; c++)
             fprintf(f, " %22s", zs_memcat_name(c));

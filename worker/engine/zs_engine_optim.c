@@ -36,9 +36,9 @@ static int update_in_process(zs_engine_t *e, const zs_adam_step_t *as, zs_err_t 
         if (e->stage == 0) { /* replicated optimizer over the full segment */
             uint64_t o = s->pbase;
             if (s->n)
-                ZS_ENG_TRY(zs_dev_adamw(e->compute, &e->cfg.adam, as, e->master + o,
-                                        e->exp_avg + o, e->exp_avg_sq + o, zs__at(e, e->grads, o),
-                                        e->dt, zs__at(e, e->params, o), e->dt, (size_t)s->n, err));
+                ZS_ENG_TRY(zs_dev_adamw(e->compute, &e->cfg.adam, as, e->master + o, e->exp_avg + o,
+                                        e->exp_avg_sq + o, zs__at(e, e->grads, o), e->dt,
+                                        zs__at(e, e->params, o), e->dt, (size_t)s->n, err));
             continue;
         }
         uint64_t o = s->qbase, n = s->ve - s->vb;

@@ -128,8 +128,8 @@ static int reduce_bucket(zs_engine_t *e, int k, zs_err_t *err)
         int i;
         ZS_ENG_TRY(take_slot(e, e->cslot, ZS_COMM_SLOTS, &e->cnext, k, e->compute,
                              (size_t)e->max_bucket_pad * e->esz, ZS_MEM_COMM, &i, err));
-        ZS_ENG_TRY(zs_dev_cast(e->compute, e->cslot[i].p, e->dt, gs->p, ZS_DTYPE_F32, b->npad,
-                               err));
+        ZS_ENG_TRY(
+            zs_dev_cast(e->compute, e->cslot[i].p, e->dt, gs->p, ZS_DTYPE_F32, b->npad, err));
         ZS_ENG_TRY(free_slot(gs, e->compute, err));
         buf = e->cslot[i].p;
         used = &e->cslot[i];

@@ -622,12 +622,16 @@ static int backward(void *self, int layer, float *const *params, float *const *g
 
 /* ---- device binding ---- */
 
-/* The op table for dev's kind, running on g->pool where it is the CPU's. */
+/* The op table for dev's kind: the CPU's runs on g->pool; the CUDA one
+ * (built with ZS_WITH_CUDA) launches kernels on the stream's GPU. */
 static int ops_for_device(zs_gpt_t *g, zs_dev_t *dev, zs_gpt_ops_t **out, zs_err_t *err)
 {
     if (!strcmp(dev->vt->name, "cpu"))
         return zs_gpt_ops_cpu_create(g->pool, out, err);
-    /* CUDA: zs_gpt_ops_cuda_create(dev, out, err) once its kernels exist */
+#ifdef ZS_WITH_CUDA
+    if (!strcmp(dev->vt->name, "cuda"))
+        return zs_gpt_ops_cuda_create(dev, out, err);
+#endif
     return zs_err_set(err, ZS_ERR_INVALID, "GPT ops for device %s are not built", dev->vt->name);
 }
 
@@ -775,9 +779,10 @@ int zs_gpt_set_threads(zs_gpt_t *g, int n, zs_err_t *err)
     zs_pool_t *p = zs_pool_create(n), *old = g->pool;
     if (!p)
         return zs_err_set(err, ZS_ERR_NOMEM, "gpt: cannot start %d threads", n);
-    if (g->dev) {
+    if (g->dev && !strcmp(g->ops->name, "cpu")) {
         /* queued work runs on the old pool through the old table: let it
-         * finish, then make a table on the new pool */
+         * finish, then make a table on the new pool (other tables do not
+         * use the pool: it only runs init_params there) */
         zs_gpt_ops_t *ops = NULL;
         int rc = zs_dev_stream_sync(g->stream, err);
         g->pool = p;

@@ -16,8 +16,8 @@
  *
  * Device: the model runs on the device it is bound to (model->bind or
  * zs_gpt_bind: a zs_dev_t and its compute stream). Binding picks the op
- * table of that device kind (zs_gpt_ops_table.h; CPU now, CUDA when its
- * kernels exist) and allocates activations and scratch in device memory
+ * table of that device kind (zs_gpt_ops_table.h: CPU, or CUDA in builds
+ * with ZS_WITH_CUDA) and allocates activations and scratch in device memory
  * (counted as ZS_MEM_ACTIVATIONS / ZS_MEM_SCRATCH) plus pinned staging for
  * tokens and losses. forward/backward take fp32 device pointers and only
  * ENQUEUE work on the compute stream; loss() and zs_gpt_copy_logits wait
@@ -91,8 +91,9 @@ int zs_gpt_set_fixed_tokens(zs_gpt_t *g, const int32_t *inputs, const int32_t *t
                             zs_err_t *err);
 
 /* Run the kernels on n threads (n <= 0: all online CPUs). The default is
- * $ZS_GPT_THREADS, else all online CPUs. When bound, waits for the compute
- * stream first (and returns its error, if any). */
+ * $ZS_GPT_THREADS, else all online CPUs. When bound to the CPU device,
+ * waits for the compute stream first (and returns its error, if any); on
+ * CUDA the threads only run init_params. */
 int zs_gpt_set_threads(zs_gpt_t *g, int n, zs_err_t *err);
 
 /* One parameter tensor in the flat buffer of all layers in order (layer 0's
@@ -109,5 +110,13 @@ int zs_gpt_num_tensors(const zs_gpt_config_t *c);
 
 /* Tensor i (0 .. zs_gpt_num_tensors - 1) in flat-buffer order. */
 int zs_gpt_tensor(const zs_gpt_config_t *c, int i, zs_gpt_tensor_t *t);
+
+/* The model manifest for zs_engine_opts_t.manifest (zs_gpt_manifest.c):
+ * JSON naming every parameter tensor as Hugging Face's GPT-2 does
+ * (transformer.wte.weight, transformer.h.0.attn.c_attn.weight [C, 3C], ...,
+ * transformer.ln_f.bias; the LM head is tied to wte and not listed), with
+ * its shape and flat offset, the storage dtype (F32), the model `name`
+ * (NULL: "zs-gpt") and the config. *out is malloc'd (caller frees). */
+int zs_gpt_manifest(const zs_gpt_config_t *c, const char *name, char **out, zs_err_t *err);
 
 #endif

@@ -18,11 +18,11 @@
  *         host function (zs_dev_host_fn) that calls the zs_op_* function
  *         with the model's zs_pool_t, on the stream's thread. Same kernels,
  *         same results as calling them directly, bitwise.
- *   cuda  (not written yet) kernel launches / cuBLAS on the cudaStream_t
- *         behind `s`; must match the CPU kernels within the tolerances of
- *         tests/test_gpt_ops.c. Its constructor is expected to be
- *         int zs_gpt_ops_cuda_create(zs_dev_t *dev, zs_gpt_ops_t **out,
- *                                    zs_err_t *err);
+ *   cuda  zs_gpt_ops_cuda.c (built with ZS_WITH_CUDA): the
+ *         kernels/cuda/zs_cuda_gpt.h launchers on the cudaStream_t behind
+ *         `s`, GEMMs through cuBLASLt (fp32, no TF32). Matches the CPU
+ *         kernels within the tolerances of tests/test_cuda_ops.c (per op)
+ *         and tests/test_gpt_cuda.c (the whole model); deterministic.
  *
  * Not here: choosing a table for a device (zs_gpt.c's bind does that),
  * memory allocation, synchronisation.
@@ -90,6 +90,17 @@ struct zs_gpt_ops {
  * owned and must outlive the work queued with it (replace the table, not the
  * pool, to change threads). *out freed with zs_gpt_ops_destroy. */
 int zs_gpt_ops_cpu_create(zs_pool_t *pool, zs_gpt_ops_t **out, zs_err_t *err);
+
+/* The CUDA table (ZS_WITH_CUDA builds only): every entry launches the
+ * zs_cuda_gpt.h kernel on the cudaStream_t of `s`, a stream of `dev` (a
+ * CUDA device, zs_dev_cuda_create). The context owns a cuBLASLt handle and
+ * its 32 MiB workspace (zs_dev_alloc, device space, ZS_MEM_SCRATCH), which
+ * the first stream running a GEMM-based op (gemm, matmul, attention) keeps
+ * for the table's life: such ops on another stream are refused
+ * (ZS_ERR_INVALID). ZS_ERR_INVALID for a device that is not CUDA; cuBLASLt
+ * and CUDA failures as zs_cuda_gpt.h reports them. dev must outlive the
+ * table. *out freed with zs_gpt_ops_destroy once its queued work has run. */
+int zs_gpt_ops_cuda_create(zs_dev_t *dev, zs_gpt_ops_t **out, zs_err_t *err);
 
 /* NULL is a no-op. */
 static inline void zs_gpt_ops_destroy(zs_gpt_ops_t *ops)

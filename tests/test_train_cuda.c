@@ -1,0 +1,473 @@
+/*
+ * test_train_cuda.c - the ZeRO engine on one GPU, through zs-train
+ * --device cuda (CUDA device, NCCL communicator of one rank, the GPT's CUDA
+ * op table), against zs-train --device cpu on the same data and config,
+ * with 2 real zs-server processes on 127.0.0.1 (tests/zs_proc.h):
+ *
+ *  1. Stages 0-3 x offload off/on, fp32, W = 1, 10 steps of a small GPT
+ *     (L=2 NH=4 C=64 T=32, byte vocabulary; 4 x 2 micro-batches per step,
+ *     clipping at 1.0): per-step losses of CUDA and CPU within LOSS_TOL
+ *     (step 1 within 1e-5 rel), and the final parameters close in the
+ *     sense AdamW allows: ||p_cuda - p_cpu|| <= PARAM_REL ||p_cpu -
+ *     p_init|| over all but the key biases (rel_update_diff: an element
+ *     whose gradient is at rounding level moves +-lr either way, so
+ *     element-wise bounds say little; the norm of the difference relative
+ *     to the norm of the update does). The CUDA runs
+ *     also print the device line and the cudaMemGetInfo table.
+ *     On CUDA, offload on and off give bitwise equal parameters at each
+ *     stage (the servers' CPU AdamW and zs_cuda_adamw are the same formula,
+ *     bitwise, per zs_cuda_vec.h; as test_engine holds on CPU).
+ *  2. Kill and resume on the GPU: stage 2 + offload, checkpoints every 10
+ *     steps of 100; zs-train is killed with SIGKILL once the CSV shows step
+ *     15, then rerun with --resume: its final parameters are bitwise those
+ *     of an undisturbed run. (If the kill comes after the run finished, it
+ *     says so and runs the stop-after-step-20-and-resume variant instead.)
+ *
+ * Without a usable GPU it prints "SKIPPED: <reason>" and exits 77 (ctest
+ * SKIP_RETURN_CODE), never a pass. ZS_TEST_TRAIN_CUDA_SIDE=cpu (by hand, not
+ * in ctest) runs the "CUDA" side with --device cpu: a self-check of this
+ * harness where no GPU is; it says so. Prebuilt binaries away from the build
+ * tree (tests/gpu.sh on a lent GPU machine) are named by ZS_TRAIN_BIN,
+ * ZS_MPIEXEC_BIN and ZS_SERVER_BIN (zs_proc.c); the token file is written
+ * here (zs_data_write), so no text corpus is needed.
+ */
+#include <dirent.h>
+#include <math.h>
+#include <signal.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "zs_data.h"
+#include "zs_dev_cuda.h"
+#include "zs_gpt.h"
+#include "zs_proc.h"
+#include "zs_test.h"
+
+#define STEPS     10
+#define LOSS_TOL  5e-5 /* as test_gpt_cuda's steps 2..10 */
+#define PARAM_REL 1e-2 /* as test_gpt_cuda's */
+#define SHAPE     "--layers 2 --heads 4 --width 64 --ctx 32"
+#define MPI_OPTS  "--allow-run-as-root --oversubscribe --bind-to none -q"
+
+static const zs_gpt_config_t k_shape = {2, 4, 64, 32, 256};
+
+static char g_tmp[200], g_data[300], g_servers[256];
+static const char *g_train, *g_mpirun;
+static const char *g_gpu = "cuda"; /* "cpu" in the harness self-check */
+
+static int sh(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+static int sh(const char *fmt, ...)
+{
+    char cmd[4096];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(cmd, sizeof cmd, fmt, ap);
+    va_end(ap);
+    int st = system(cmd);
+    return WIFEXITED(st) ? WEXITSTATUS(st) : 128;
+}
+
+static const char *env_or(const char *name, const char *dflt)
+{
+    const char *v = getenv(name);
+    return v && *v ? v : dflt;
+}
+
+/* A byte-level token file of pseudo-English (deterministic). */
+static void write_data(void)
+{
+    static const char *words[] = {"the ",   "shard ", "server ",   "holds ", "a ",     "range ",
+                                  "of ",    "fp32 ",  "weights ",  "and ",   "adam ",  "moments, ",
+                                  "while ", "each ",  "worker ",   "runs ",  "its ",   "forward ",
+                                  "pass. ", "zero ",  "partition", "s ",     "grads. "};
+    const size_t n = 200000, nw = sizeof words / sizeof *words;
+    uint16_t *tok = malloc(n * sizeof *tok);
+    TEST_CHECK(tok);
+    uint64_t x = 88172645463325252ull;
+    size_t k = 0;
+    while (k < n) {
+        x ^= x << 13, x ^= x >> 7, x ^= x << 17;
+        for (const char *w = words[x % nw]; *w && k < n; w++)
+            tok[k++] = (uint16_t)(unsigned char)*w;
+    }
+    zs_err_t err;
+    TEST_OK(zs_data_write(g_data, 256, tok, n, &err), err);
+    free(tok);
+}
+
+static void write_config(const char *path, int stage, int offload)
+{
+    FILE *f = fopen(path, "w");
+    TEST_CHECK(f);
+    fprintf(f,
+            "{\"train_batch_size\": 8, \"train_micro_batch_size_per_gpu\": 4,\n"
+            " \"gradient_clipping\": 1.0,\n"
+            " \"optimizer\": {\"type\": \"AdamW\", \"params\": {\"lr\": 0.001, \"weight_decay\": "
+            "0.1}},\n"
+            " \"zero_optimization\": {\"stage\": %d, \"offload_optimizer\": {\"device\": \"%s\"},\n"
+            "   \"reduce_bucket_size\": 20000, \"stage3_param_persistence_threshold\": 1000}}\n",
+            stage, offload ? "cpu" : "none");
+    TEST_CHECK(fclose(f) == 0);
+}
+
+/* The zs-train command line (without redirections). */
+static void train_cmd(char *buf, size_t n, const char *device, const char *args)
+{
+    snprintf(buf, n,
+             "ZS_LOG_LEVEL=warn %s " MPI_OPTS " -np 1 %s --device %s --data %s " SHAPE " %s",
+             g_mpirun, g_train, device, g_data, args);
+}
+
+/* Run zs-train to the end; the log goes to `log`. Exits the test on failure. */
+static void train(const char *device, const char *log, const char *args)
+{
+    char cmd[4096];
+    train_cmd(cmd, sizeof cmd, device, args);
+    int rc = sh("%s > %s 2>&1", cmd, log);
+    if (rc) {
+        fprintf(stderr, "FAIL: zs-train --device %s %s exited %d; log %s:\n", device, args, rc,
+                log);
+        sh("tail -n 30 %s >&2", log);
+        exit(1);
+    }
+}
+
+static int log_has(const char *log, const char *what)
+{
+    char cmd[700];
+    snprintf(cmd, sizeof cmd, "grep -qF -- '%s' %s", what, log);
+    return system(cmd) == 0;
+}
+
+/* Losses of steps 1..STEPS from a zs-train CSV (NAN where absent). */
+static void csv_losses(const char *csv, double *loss, int n)
+{
+    for (int i = 0; i < n; i++)
+        loss[i] = NAN;
+    FILE *f = fopen(csv, "r");
+    char line[512];
+    while (f && fgets(line, sizeof line, f)) {
+        int s;
+        double l;
+        if (sscanf(line, "%d,%lf,", &s, &l) == 2 && s >= 1 && s <= n)
+            loss[s - 1] = l;
+    }
+    if (f)
+        fclose(f);
+}
+
+/* Highest step listed in a CSV (0 if none or unreadable). */
+static int csv_last_step(const char *csv)
+{
+    FILE *f = fopen(csv, "r");
+    char line[512];
+    int last = 0;
+    while (f && fgets(line, sizeof line, f)) {
+        int s = atoi(line);
+        if (s > last)
+            last = s;
+    }
+    if (f)
+        fclose(f);
+    return last;
+}
+
+static float *read_params(const char *path, uint64_t P)
+{
+    float *w = malloc(P * sizeof *w);
+    FILE *f = fopen(path, "rb");
+    TEST_CHECKF(w && f && fread(w, sizeof *w, P, f) == P && fgetc(f) == EOF, "%s: not %llu floats",
+                path, (unsigned long long)P);
+    fclose(f);
+    return w;
+}
+
+/* The initial parameters (what every run starts from: init_params). */
+static float *init_weights(void)
+{
+    zs_err_t err;
+    zs_gpt_t *g;
+    zs_gpt_config_t c = k_shape;
+    TEST_OK(zs_gpt_create(&c, 1, 1337, &g, &err), err); /* zs-train's default --seed */
+    const zs_model_t *m = zs_gpt_model(g);
+    uint64_t P = zs_gpt_num_params(&c), off = 0;
+    float *w = malloc(P * sizeof *w);
+    TEST_CHECK(w);
+    for (int i = 0; i < m->nlayers; i++) {
+        TEST_OK(m->init_params(m->self, i, w + off, &err), err);
+        off += m->nparams[i];
+    }
+    zs_gpt_destroy(g);
+    return w;
+}
+
+/* ||a - b|| / ||b - w0|| over every parameter except the attention's key
+ * biases (h*.qkv_b[C..2C)): adding a constant to a key bias adds the same
+ * number to every score of a query row, which softmax ignores, so their
+ * gradient is zero in exact arithmetic and rounding noise in fp32; AdamW
+ * turns that noise into steps of +-lr whose signs differ between two
+ * summation orders. Every other element moves with its gradient. */
+static double rel_update_diff(const zs_gpt_config_t *c, const float *w0, const float *a,
+                              const float *b)
+{
+    uint64_t P = zs_gpt_num_params(c), C = (uint64_t)c->width;
+    double dd = 0, du = 0;
+    for (uint64_t k = 0; k < P; k++) {
+        double d = (double)a[k] - b[k], u = (double)b[k] - w0[k];
+        dd += d * d;
+        du += u * u;
+    }
+    for (int l = 0; l < c->layers; l++) {
+        zs_gpt_tensor_t t;
+        if (zs_gpt_tensor(c, 2 + 12 * l + 3, &t) != ZS_OK)
+            continue;
+        for (uint64_t k = t.offset + C; k < t.offset + 2 * C; k++) {
+            double d = (double)a[k] - b[k], u = (double)b[k] - w0[k];
+            dd -= d * d;
+            du -= u * u;
+        }
+    }
+    return du > 0 ? sqrt(fmax(dd, 0) / du) : INFINITY;
+}
+
+/* ---- 1. stages x offload, CUDA vs CPU ---- */
+
+static void stages(void)
+{
+    uint64_t P = zs_gpt_num_params(&k_shape);
+    float *w0 = init_weights();
+    printf("1. zs-train, W=1, %d steps, " SHAPE " (%llu parameters): CUDA vs CPU\n", STEPS,
+           (unsigned long long)P);
+    for (int stage = 0; stage <= 3; stage++) {
+        float *off_params[2] = {NULL, NULL};
+        for (int offload = 0; offload <= 1; offload++) {
+            char cfg[300], args[2048], log[2][300], csv[2][300], bin[2][300];
+            snprintf(cfg, sizeof cfg, "%s/s%d-o%d.json", g_tmp, stage, offload);
+            write_config(cfg, stage, offload);
+            const char *dev[2] = {g_gpu, "cpu"};
+            double loss[2][STEPS];
+            float *p[2];
+            for (int d = 0; d < 2; d++) {
+                snprintf(log[d], sizeof log[d], "%s/s%d-o%d-%s.log", g_tmp, stage, offload, dev[d]);
+                snprintf(csv[d], sizeof csv[d], "%s/s%d-o%d-%s.csv", g_tmp, stage, offload, dev[d]);
+                snprintf(bin[d], sizeof bin[d], "%s/s%d-o%d-%s.bin", g_tmp, stage, offload, dev[d]);
+                snprintf(args, sizeof args,
+                         "--config %s --servers %s --steps %d --log-every %d --csv %s "
+                         "--save-params %s",
+                         cfg, g_servers, STEPS, STEPS, csv[d], bin[d]);
+                train(dev[d], log[d], args);
+                csv_losses(csv[d], loss[d], STEPS);
+                p[d] = read_params(bin[d], P);
+            }
+            TEST_CHECKF(
+                strcmp(g_gpu, "cuda") || (log_has(log[0], "device: cuda:") &&
+                                          log_has(log[0], "device memory (cudaMemGetInfo") &&
+                                          log_has(log[0], "  rank 0: used ")),
+                "the CUDA run should name its GPU and print cudaMemGetInfo (log %s)", log[0]);
+            double ldiff = 0;
+            for (int s = 0; s < STEPS; s++) {
+                TEST_CHECKF(!isnan(loss[0][s]) && !isnan(loss[1][s]), "step %d missing (%s, %s)",
+                            s + 1, csv[0], csv[1]);
+                double d = fabs(loss[0][s] - loss[1][s]);
+                if (s == 0)
+                    TEST_CHECKF(d <= 1e-5 * fabs(loss[1][0]) + 1e-6,
+                                "step 1 loss: cuda %.8g cpu %.8g", loss[0][0], loss[1][0]);
+                ldiff = fmax(ldiff, d);
+            }
+            double pmax = 0, rel = rel_update_diff(&k_shape, w0, p[0], p[1]);
+            for (uint64_t k = 0; k < P; k++)
+                pmax = fmax(pmax, fabs((double)p[0][k] - p[1][k]));
+            printf("   stage %d offload %-3s: loss %.4f -> %.4f, max |loss diff| %.3g; params "
+                   "||cuda - cpu|| / ||update|| %.3g (max abs %.3g)\n",
+                   stage, offload ? "on" : "off", loss[0][0], loss[0][STEPS - 1], ldiff, rel, pmax);
+            TEST_CHECKF(ldiff <= LOSS_TOL, "stage %d offload %d: losses differ by %.3g > %.1g",
+                        stage, offload, ldiff, LOSS_TOL);
+            TEST_CHECKF(rel <= PARAM_REL, "stage %d offload %d: parameter difference %.3g > %.1g",
+                        stage, offload, rel, PARAM_REL);
+            TEST_CHECKF(loss[0][STEPS - 1] < loss[0][0], "the loss should fall (%.4f -> %.4f)",
+                        loss[0][0], loss[0][STEPS - 1]);
+            off_params[offload] = p[0];
+            free(p[1]);
+        }
+        uint64_t ndiff = 0;
+        for (uint64_t k = 0; k < P; k++)
+            ndiff += memcmp(&off_params[0][k], &off_params[1][k], sizeof(float)) != 0;
+        printf("   stage %d on CUDA: offload on vs off: %llu of %llu parameters differ\n", stage,
+               (unsigned long long)ndiff, (unsigned long long)P);
+        TEST_CHECKF(ndiff == 0, "stage %d: offload on and off should be bitwise equal on CUDA",
+                    stage);
+        free(off_params[0]), free(off_params[1]);
+    }
+    free(w0);
+}
+
+/* ---- 2. kill -9 and resume ---- */
+
+/* pid of the zs-train process whose command line holds `tag`, or 0. */
+static pid_t find_train(const char *tag)
+{
+    pid_t found = 0;
+    DIR *d = opendir("/proc");
+    struct dirent *de;
+    while (d && (de = readdir(d)) && !found) {
+        char path[300], cmd[4096];
+        pid_t pid = (pid_t)atoi(de->d_name);
+        if (pid <= 0)
+            continue;
+        snprintf(path, sizeof path, "/proc/%d/cmdline", (int)pid);
+        FILE *f = fopen(path, "rb");
+        if (!f)
+            continue;
+        size_t len = fread(cmd, 1, sizeof cmd - 1, f);
+        fclose(f);
+        for (size_t i = 0; i < len; i++)
+            if (cmd[i] == 0)
+                cmd[i] = ' ';
+        cmd[len] = 0;
+        if (strncmp(cmd, g_train, strlen(g_train)) == 0 && strstr(cmd, tag))
+            found = pid;
+    }
+    if (d)
+        closedir(d);
+    return found;
+}
+
+/* Two fresh servers (empty data dirs named after `tag`) into srv, their
+ * list into `list`. */
+static void servers_up(const char *tag, zs_test_server_t *srv, char *list, size_t n)
+{
+    memset(srv, 0, 2 * sizeof *srv);
+    for (int i = 0; i < 2; i++) {
+        snprintf(srv[i].data_dir, sizeof srv[i].data_dir, "%s/%s%d", g_tmp, tag, i);
+        snprintf(srv[i].extra, sizeof srv[i].extra, "--keep 3");
+        zs_test_server_start(&srv[i]);
+    }
+    zs_test_server_list(srv, 2, list, n);
+}
+
+static void servers_down(zs_test_server_t *srv)
+{
+    for (int i = 0; i < 2; i++)
+        zs_test_server_stop(&srv[i], SIGTERM);
+}
+
+/* Each run on servers of its own: a fresh start does not drop the
+ * checkpoints an earlier run left, and resume takes the newest. */
+static void kill_resume(void)
+{
+    zs_test_server_t srv[2];
+    char servers[256];
+    servers_up("kr-ref", srv, servers, sizeof servers);
+    char cfg[300], args[2048], log[300], csv[300], ref[300], got[300], cmd[4096];
+    snprintf(cfg, sizeof cfg, "%s/kr.json", g_tmp);
+    write_config(cfg, 2, 1);
+    const int steps = 100;
+
+    /* the undisturbed run (fresh start, checkpoints as the other) */
+    snprintf(log, sizeof log, "%s/kr-ref.log", g_tmp);
+    snprintf(ref, sizeof ref, "%s/kr-ref.bin", g_tmp);
+    snprintf(csv, sizeof csv, "%s/kr-ref.csv", g_tmp);
+    snprintf(args, sizeof args,
+             "--config %s --servers %s --steps %d --ckpt-every 10 --log-every 10 --csv %s "
+             "--save-params %s",
+             cfg, servers, steps, csv, ref);
+    train(g_gpu, log, args);
+    servers_down(srv);
+
+    /* the same job, killed once the CSV shows step 15 */
+    servers_up("kr-a", srv, servers, sizeof servers);
+    snprintf(log, sizeof log, "%s/kr-killed.log", g_tmp);
+    snprintf(got, sizeof got, "%s/kr-got.bin", g_tmp);
+    snprintf(csv, sizeof csv, "%s/kr-killed.csv", g_tmp);
+    snprintf(args, sizeof args,
+             "--config %s --servers %s --steps %d --ckpt-every 10 --log-every 10 --csv %s "
+             "--save-params %s",
+             cfg, servers, steps, csv, got);
+    train_cmd(cmd, sizeof cmd, g_gpu, args);
+    char full[4500];
+    snprintf(full, sizeof full, "%s > %s 2>&1", cmd, log);
+    pid_t job = fork();
+    TEST_CHECK(job >= 0);
+    if (job == 0) {
+        execl("/bin/sh", "sh", "-c", full, (char *)NULL);
+        _exit(127);
+    }
+    int status = 0, killed = 0, exited = 0;
+    for (int i = 0; i < 120000 && !killed && !exited; i++) { /* 5 ms polls, 10 min */
+        if (waitpid(job, &status, WNOHANG) == job) {
+            exited = 1;
+            break;
+        }
+        if (csv_last_step(csv) >= 15) {
+            pid_t w = find_train(csv);
+            if (w > 0 && kill(w, SIGKILL) == 0)
+                killed = csv_last_step(csv);
+        }
+        usleep(5000);
+    }
+    if (!exited)
+        TEST_CHECK(waitpid(job, &status, 0) == job);
+    if (killed && !log_has(log, "done: steps")) {
+        printf("2. kill -9: zs-train killed after step %d of %d (CSV), mpirun exit %d\n", killed,
+               steps, WIFEXITED(status) ? WEXITSTATUS(status) : -1);
+        TEST_CHECKF(!(WIFEXITED(status) && WEXITSTATUS(status) == 0), "the killed run should fail");
+    } else {
+        /* too fast to kill in time: stop after step 20 and resume instead */
+        printf("2. the run finished before the kill could land: stop after step 20 and resume "
+               "instead\n");
+        servers_down(srv);
+        servers_up("kr-b", srv, servers, sizeof servers);
+        snprintf(args, sizeof args,
+                 "--config %s --servers %s --steps 20 --ckpt-every 10 --log-every 10 --csv %s", cfg,
+                 servers, csv);
+        train(g_gpu, log, args);
+    }
+    snprintf(log, sizeof log, "%s/kr-resumed.log", g_tmp);
+    snprintf(args, sizeof args,
+             "--config %s --servers %s --steps %d --ckpt-every 10 --log-every 10 --resume --csv "
+             "%s --save-params %s",
+             cfg, servers, steps, csv, got);
+    train(g_gpu, log, args);
+    TEST_CHECKF(log_has(log, "resumed from checkpoint 10") ||
+                    log_has(log, "resumed from checkpoint 20"),
+                "the rerun should resume from checkpoint 10 or 20 (log %s)", log);
+    TEST_CHECKF(sh("cmp -s %s %s", ref, got) == 0,
+                "resumed run's final parameters differ from the undisturbed run's (%s, %s)", ref,
+                got);
+    printf("   resumed on the GPU: final parameters bitwise equal to the undisturbed run\n");
+    servers_down(srv);
+}
+
+int main(void)
+{
+    setvbuf(stdout, NULL, _IONBF, 0);
+    setenv("ZS_LOG_LEVEL", "warn", 1); /* the servers' per-step lines */
+    char why[200];
+    const char *side = getenv("ZS_TEST_TRAIN_CUDA_SIDE");
+    if (side && !strcmp(side, "cpu")) {
+        g_gpu = "cpu";
+        printf("ZS_TEST_TRAIN_CUDA_SIDE=cpu: harness self-check, the 'cuda' runs use --device cpu "
+               "(NOT a GPU test)\n");
+    } else if (!zs_dev_cuda_available(why, sizeof why)) {
+        printf("SKIPPED: %s\n", why);
+        return 77;
+    }
+    g_train = env_or("ZS_TRAIN_BIN", ZS_TRAIN);
+    g_mpirun = env_or("ZS_MPIEXEC_BIN", ZS_MPIEXEC);
+    snprintf(g_tmp, sizeof g_tmp, "%s", zs_test_tmpdir("train-cuda"));
+    snprintf(g_data, sizeof g_data, "%s/corpus.tok", g_tmp);
+    write_data();
+    zs_test_server_t srv[2];
+    servers_up("st", srv, g_servers, sizeof g_servers);
+    stages();
+    servers_down(srv);
+    kill_resume();
+    printf(strcmp(g_gpu, "cuda") ? "test_train_cuda: harness self-check ok (no GPU was used)\n"
+                                 : "test_train_cuda: ok\n");
+    return 0;
+}

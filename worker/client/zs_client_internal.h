@@ -1,0 +1,39 @@
+/*
+ * zs_client_internal.h - what the two halves of the shard client share:
+ * the handle and the parallel fan-out with retries. zs_client.c: lifecycle,
+ * Hello, Initialize, Push, Commit, Pull, state and checkpoint calls;
+ * zs_client_xfer.c: the operator's calls (checkpoint metadata without a
+ * Restore, streamed Initialize / SetState of one server).
+ * Not part of the contract (zs_client.h).
+ */
+#ifndef ZS_CLIENT_INTERNAL_H
+#define ZS_CLIENT_INTERNAL_H
+
+#include <grpc/grpc.h>
+
+#include "zs_client.h"
+
+#define ZS__CLIENT_MAX_ADDR 256
+
+struct zs_client {
+    int n;
+    char (*addr)[ZS__CLIENT_MAX_ADDR];
+    grpc_channel **ch;
+    char *token;
+    int timeout_ms, retries;
+    uint64_t P;
+};
+
+/* One attempt of an operation on server `server`. */
+typedef int (*zs__client_attempt_fn)(zs_client_t *c, int server, void *arg, zs_err_t *err);
+
+/* Run fn on servers [first, last] in parallel, each retried on UNAVAILABLE
+ * (args[i - first] is each one's argument, or `shared` for all). Returns
+ * the first error, in server order. */
+int zs__client_fan_out(zs_client_t *c, int first, int last, zs__client_attempt_fn fn, void **args,
+                       void *shared, zs_err_t *err);
+
+/* First element of server i's range (i == n: P). Needs P known. */
+uint64_t zs__client_srv_begin(const zs_client_t *c, int i);
+
+#endif

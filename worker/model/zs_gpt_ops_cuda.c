@@ -1,0 +1,255 @@
+/*
+ * zs_gpt_ops_cuda.c - the CUDA op table of zs_gpt_ops_table.h: every entry
+ * launches the kernels/cuda/zs_cuda_gpt.h twin of the CPU op on the
+ * cudaStream_t behind the zs_stream_t it is given, with the same arguments,
+ * so the model (zs_gpt.c) wires its layers once for both devices.
+ *
+ * The table's context owns one cuBLASLt context (zs_cuda_blas_t) and its
+ * workspace (ZS_GPT_CUDA_WORKSPACE bytes of device memory from the device's
+ * allocator, counted as ZS_MEM_SCRATCH). A workspace may only be used by
+ * one stream at a time, so the first stream that runs a GEMM-based op (gemm,
+ * matmul, attention) owns it for the life of the table and GEMM-based ops on
+ * any other stream are refused (ZS_ERR_INVALID): the model uses a single
+ * compute stream. Entries make the device current on the calling thread
+ * first (the launchers need it), check every CUDA call, and never touch
+ * device memory on the host. Like every table, they return errors of the
+ * enqueue (bad stream, bad shape, launch failure); errors of the running
+ * kernels show at the next synchronisation of the stream.
+ *
+ * Deviation from the CPU table: a stream's sticky error (zs_dev.h) does not
+ * stop these launches (the CPU device skips queued host functions after a
+ * failure; CUDA cannot cancel kernels either, see zs_dev_cuda.c). The model
+ * reads results only through synchronising calls, which return the error.
+ *
+ * Not here: the kernels (kernels/cuda), choosing the table (zs_gpt.c's
+ * ops_for_device), allocation of the model's tensors. Built only with
+ * ZS_WITH_CUDA.
+ */
+#include <stdlib.h>
+
+#include <cuda_runtime.h>
+
+#include "zs_cuda_gpt.h"
+#include "zs_dev_cuda.h"
+#include "zs_gpt_ops_table.h"
+
+/* cuBLASLt workspace: what zs_cuda_gpt.h calls plenty for these shapes. */
+#define ZS_GPT_CUDA_WORKSPACE ((size_t)32 << 20)
+
+#define HINT_DEV "was the device reset, or is this thread's CUDA context gone?"
+
+typedef struct {
+    zs_gpt_ops_t ops;         /* first: the table handed out */
+    zs_dev_t *dev;            /* not owned */
+    int device;               /* CUDA ordinal of dev */
+    void *workspace;          /* device, ZS_MEM_SCRATCH, owned */
+    zs_cuda_blas_t blas;      /* owned handle; uses workspace */
+    zs_stream_t *gemm_stream; /* the stream that owns the workspace (first GEMM user) */
+} cuda_ops_t;
+
+/* Checks common to every entry: s is a stream of this table's device, the
+ * device is current on this thread; *cs = its cudaStream_t. gemm: the op
+ * uses the cuBLASLt workspace, so s must be the stream that owns it (the
+ * first one to ask). */
+static int enter(cuda_ops_t *c, zs_stream_t *s, int gemm, void **cs, zs_err_t *err)
+{
+    if (!s || zs_dev_of_stream(s) != c->dev)
+        return zs_err_set(err, ZS_ERR_INVALID,
+                          "gpt ops (cuda): the stream is not a stream of %s (the table's device)",
+                          c->dev->desc);
+    *cs = zs__dev_cuda_stream_handle(s);
+    if (!*cs)
+        return zs_err_set(err, ZS_ERR_INVALID, "gpt ops (cuda): the stream has no cudaStream_t");
+    if (gemm) {
+        if (!c->gemm_stream)
+            c->gemm_stream = s;
+        else if (c->gemm_stream != s)
+            return zs_err_set(err, ZS_ERR_INVALID,
+                              "gpt ops (cuda): GEMM-based op on a second stream; the table's "
+                              "cuBLASLt workspace belongs to the first stream that ran one (make "
+                              "one table per stream)");
+    }
+    return ZS_CUDA_CHECK(err, c->device, HINT_DEV, cudaSetDevice, c->device);
+}
+
+#define ENTER(gemm)                                                                                \
+    cuda_ops_t *c = ctx;                                                                           \
+    void *cs;                                                                                      \
+    int rc_ = enter(c, s, (gemm), &cs, err);                                                       \
+    if (rc_)                                                                                       \
+    return rc_
+
+static int gemm(void *ctx, zs_stream_t *s, int ta, int tb, int M, int N, int K, float alpha,
+                const float *A, int lda, const float *B, int ldb, float beta, float *C, int ldc,
+                zs_err_t *err)
+{
+    ENTER(1);
+    return zs_cuda_gemm(cs, &c->blas, ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc, err);
+}
+
+static int embed_fwd(void *ctx, zs_stream_t *s, float *out, const int32_t *tok, const float *wte,
+                     const float *wpe, int B, int T, int C, zs_err_t *err)
+{
+    ENTER(0);
+    return zs_cuda_embed_fwd(cs, out, tok, wte, wpe, B, T, C, err);
+}
+
+static int embed_bwd(void *ctx, zs_stream_t *s, float *dwte, float *dwpe, const float *dout,
+                     const int32_t *tok, int B, int T, int C, zs_err_t *err)
+{
+    ENTER(0);
+    return zs_cuda_embed_bwd(cs, dwte, dwpe, dout, tok, B, T, C, err);
+}
+
+static int layernorm_fwd(void *ctx, zs_stream_t *s, float *out, float *mean, float *rstd,
+                         const float *inp, const float *w, const float *b, int N, int C,
+                         zs_err_t *err)
+{
+    ENTER(0);
+    return zs_cuda_layernorm_fwd(cs, out, mean, rstd, inp, w, b, N, C, err);
+}
+
+static int layernorm_bwd(void *ctx, zs_stream_t *s, float *dinp, float *dw, float *db,
+                         const float *dout, const float *inp, const float *w, const float *mean,
+                         const float *rstd, int N, int C, zs_err_t *err)
+{
+    ENTER(0);
+    return zs_cuda_layernorm_bwd(cs, dinp, dw, db, dout, inp, w, mean, rstd, N, C, err);
+}
+
+static int matmul_fwd(void *ctx, zs_stream_t *s, float *out, const float *inp, const float *w,
+                      const float *bias, int N, int IC, int OC, zs_err_t *err)
+{
+    ENTER(1);
+    return zs_cuda_matmul_fwd(cs, &c->blas, out, inp, w, bias, N, IC, OC, err);
+}
+
+static int matmul_bwd(void *ctx, zs_stream_t *s, float *dinp, float *dw, float *db,
+                      const float *dout, const float *inp, const float *w, int N, int IC, int OC,
+                      zs_err_t *err)
+{
+    ENTER(1);
+    return zs_cuda_matmul_bwd(cs, &c->blas, dinp, dw, db, dout, inp, w, N, IC, OC, err);
+}
+
+static int attention_fwd(void *ctx, zs_stream_t *s, float *out, float *att, const float *qkv, int B,
+                         int T, int C, int NH, zs_err_t *err)
+{
+    ENTER(1);
+    return zs_cuda_attention_fwd(cs, &c->blas, out, att, qkv, B, T, C, NH, err);
+}
+
+static int attention_bwd(void *ctx, zs_stream_t *s, float *dqkv, float *scratch, const float *dout,
+                         const float *qkv, const float *att, int B, int T, int C, int NH,
+                         zs_err_t *err)
+{
+    ENTER(1);
+    return zs_cuda_attention_bwd(cs, &c->blas, dqkv, scratch, dout, qkv, att, B, T, C, NH, err);
+}
+
+static int gelu_fwd(void *ctx, zs_stream_t *s, float *out, const float *inp, size_t n,
+                    zs_err_t *err)
+{
+    ENTER(0);
+    return zs_cuda_gelu_fwd(cs, out, inp, n, err);
+}
+
+static int gelu_bwd(void *ctx, zs_stream_t *s, float *dinp, const float *inp, const float *dout,
+                    size_t n, zs_err_t *err)
+{
+    ENTER(0);
+    return zs_cuda_gelu_bwd(cs, dinp, inp, dout, n, err);
+}
+
+static int residual_fwd(void *ctx, zs_stream_t *s, float *out, const float *a, const float *b,
+                        size_t n, zs_err_t *err)
+{
+    ENTER(0);
+    return zs_cuda_residual_fwd(cs, out, a, b, n, err);
+}
+
+static int residual_bwd(void *ctx, zs_stream_t *s, float *da, float *db, const float *dout,
+                        size_t n, zs_err_t *err)
+{
+    ENTER(0);
+    return zs_cuda_residual_bwd(cs, da, db, dout, n, err);
+}
+
+static int xent_fwd(void *ctx, zs_stream_t *s, float *losses, float *lse, const float *logits,
+                    const int32_t *targets, int N, int V, zs_err_t *err)
+{
+    ENTER(0);
+    return zs_cuda_xent_fwd(cs, losses, lse, logits, targets, N, V, err);
+}
+
+static int xent_bwd(void *ctx, zs_stream_t *s, float *dlogits, const float *logits,
+                    const float *lse, const int32_t *targets, int N, int V, float scale,
+                    zs_err_t *err)
+{
+    ENTER(0);
+    return zs_cuda_xent_bwd(cs, dlogits, logits, lse, targets, N, V, scale, err);
+}
+
+/* The cuBLASLt handle, then the workspace (the allocator frees device
+ * blocks only once the streams that may use them are past the free). */
+static void cuda_destroy(zs_gpt_ops_t *ops)
+{
+    cuda_ops_t *c = (cuda_ops_t *)ops;
+    if (!c)
+        return;
+    if (c->blas.lt) {
+        /* the handle belongs to the device current when it was made */
+        if (ZS_CUDA_CHECK(NULL, c->device, HINT_DEV, cudaSetDevice, c->device) == ZS_OK)
+            zs_cuda_blas_deinit(&c->blas);
+    }
+    zs_dev_free(c->dev, c->workspace);
+    free(c);
+}
+
+int zs_gpt_ops_cuda_create(zs_dev_t *dev, zs_gpt_ops_t **out, zs_err_t *err)
+{
+    if (!out)
+        return zs_err_set(err, ZS_ERR_INVALID, "gpt ops (cuda): out is NULL");
+    *out = NULL;
+    int device = zs__dev_cuda_ordinal(dev);
+    if (device < 0)
+        return zs_err_set(err, ZS_ERR_INVALID, "gpt ops (cuda): device %s is not a CUDA device",
+                          dev ? dev->desc : "(null)");
+    cuda_ops_t *c = calloc(1, sizeof *c);
+    if (!c)
+        return zs_err_set(err, ZS_ERR_NOMEM, "gpt ops (cuda): out of memory");
+    c->dev = dev;
+    c->device = device;
+    int rc = ZS_CUDA_CHECK(err, device, HINT_DEV, cudaSetDevice, device);
+    if (rc == ZS_OK)
+        rc = zs_dev_alloc(dev, ZS_SPACE_DEVICE, ZS_MEM_SCRATCH, ZS_GPT_CUDA_WORKSPACE,
+                          &c->workspace, err);
+    if (rc == ZS_OK)
+        rc = zs_cuda_blas_init(&c->blas, c->workspace, ZS_GPT_CUDA_WORKSPACE, err);
+    if (rc) {
+        zs_err_prefix(err, "gpt ops (cuda) on %s: ", dev->desc);
+        cuda_destroy(&c->ops);
+        return rc;
+    }
+    zs_gpt_ops_t *o = &c->ops;
+    o->name = "cuda";
+    o->ctx = c;
+    o->destroy = cuda_destroy;
+    o->gemm = gemm;
+    o->embed_fwd = embed_fwd;
+    o->embed_bwd = embed_bwd;
+    o->layernorm_fwd = layernorm_fwd;
+    o->layernorm_bwd = layernorm_bwd;
+    o->matmul_fwd = matmul_fwd;
+    o->matmul_bwd = matmul_bwd;
+    o->attention_fwd = attention_fwd;
+    o->attention_bwd = attention_bwd;
+    o->gelu_fwd = gelu_fwd;
+    o->gelu_bwd = gelu_bwd;
+    o->residual_fwd = residual_fwd;
+    o->residual_bwd = residual_bwd;
+    o->xent_fwd = xent_fwd;
+    o->xent_bwd = xent_bwd;
+    *out = o;
+    return ZS_OK;
+}
