@@ -14,7 +14,8 @@
 # asks Prometheus' API until both targets are up with no scrape error,
 # zs_train_step and zs_server_step are above 0, the server's Push calls,
 # checkpoints and the refused Hello (code UNAUTHENTICATED) are counted, and
-# the metadata API reports the types docs/metrics.md gives. Everything is killed and removed on exit; the whole
+# the metadata API reports the types docs/metrics.md gives. Last, a taken
+# --metrics port stops zs-server (exit 1) and zs-train (exit 2) at start. Everything is killed and removed on exit; the whole
 # test is bounded (about 20 s here, 60 s at most).
 # Usage: test_prometheus.sh ZS_SERVER ZS_TRAIN ZS_CTL ZS_TOKENIZE MPIEXEC SOURCE_DIR
 # Exit 0 pass, 1 fail, 77 skipped (the reason is printed). PROMETHEUS=path
@@ -195,4 +196,19 @@ for q in queries:
     assert r["status"] == "success", (q, r)
 print("docs/metrics.md: %d queries run" % len(queries))
 EOF
+# 7. an endpoint that cannot be served stops the program at start: a taken
+# port (the running trainer's) for zs-server (exit 1) and zs-train (exit 2,
+# one line from rank 0)
+rc=0 rc2=0
+"$SERVER" --listen 127.0.0.1:0 --data "$T/db2" --metrics "$(cat "$T/train.metrics")" \
+  > "$T/server2.log" 2>&1 || rc=$?
+ZS_LOG_LEVEL=warn "$MPIEXEC" --allow-run-as-root --oversubscribe --bind-to none -q -np 2 \
+  "$TRAIN" --data "$T/data.tok" --steps 1 --metrics "$(cat "$T/server.metrics")" \
+  > "$T/train2.log" 2>&1 || rc2=$?
+[ $rc = 1 ] || fail "zs-server with a taken --metrics port: exit $rc, want 1"
+grep -q "ERROR --metrics: cannot serve metrics on" "$T/server2.log" || fail "zs-server: no --metrics error line"
+[ $rc2 = 2 ] || fail "zs-train with a taken --metrics port: exit $rc2, want 2"
+n=$(grep -c "zs-train: --metrics error: cannot serve metrics on" "$T/train2.log" || true)
+[ "$n" = 1 ] || fail "zs-train: $n --metrics error lines, want 1"
+echo "taken --metrics port: zs-server exit 1, zs-train exit 2 with one error line"
 echo "PASS (${SECONDS}s)"

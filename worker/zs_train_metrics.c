@@ -17,6 +17,7 @@ struct zs_train_metrics {
         *ckpt_step, *recoveries, *recovered_step, *workers, *params;
     zs_series_t *dur[PH_N], *sec[PH_N];
     zs_metric_t *mem_cur, *mem_peak;
+    zs_series_t *held[ZS_NSPACES];
     zs_series_t *cur[ZS_NSPACES][ZS_MEM_NCATS], *peak[ZS_NSPACES][ZS_MEM_NCATS];
 };
 
@@ -95,6 +96,18 @@ int zs_train_metrics_create(const char *hostport, int workers, zs_train_metrics_
                             "Most bytes this worker has held at once, by memory space and "
                             "category.",
                             2, sc, &tm->mem_peak, err);
+    zs_metric_t *fh = NULL;
+    const char *space = "space";
+    if (!rc)
+        rc = zs_metrics_add(tm->reg, "zs_train_memory_held_bytes", G,
+                            "Bytes the allocator holds per memory space: allocated plus freed "
+                            "blocks kept for reuse.",
+                            1, &space, &fh, err);
+    for (int s = 0; !rc && s < ZS_NSPACES; s++) {
+        const char *vals[1] = {zs_space_name(s)};
+        if (!(tm->held[s] = zs_metric_series(fh, vals)))
+            rc = zs_err_set(err, ZS_ERR_NOMEM, "out of memory");
+    }
     tm->ckpts =
         reg1(tm, "zs_train_checkpoints_total", C,
              "Checkpoints completed on all servers since this process started.", 0, 0, &rc, err);
@@ -174,6 +187,7 @@ void zs_train_metrics_step(zs_train_metrics_t *tm, const zs_step_stats_t *st, do
     zs_engine_mem_t m;
     zs_engine_mem(e, &m);
     for (int s = 0; s < ZS_NSPACES; s++) {
+        zs_series_set(tm->held[s], (double)m.measured.held[s]);
         for (int c = 0; c < ZS_MEM_NCATS; c++) {
             uint64_t peak = m.measured.peak[s][c];
             set_mem(&tm->cur[s][c], tm->mem_cur, s, c, m.measured.cur[s][c], peak);
