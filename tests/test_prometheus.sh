@@ -16,7 +16,7 @@
 # checkpoints and the refused Hello (code UNAUTHENTICATED) are counted, and
 # the metadata API reports the types docs/metrics.md gives. Last, a taken
 # --metrics port stops zs-server (exit 1) and zs-train (exit 2) at start. Everything is killed and removed on exit; the whole
-# test is bounded (about 20 s here, 60 s at most).
+# test is bounded (about 12 s here; every wait ends 50 s after the start).
 # Usage: test_prometheus.sh ZS_SERVER ZS_TRAIN ZS_CTL ZS_TOKENIZE MPIEXEC SOURCE_DIR
 # Exit 0 pass, 1 fail, 77 skipped (the reason is printed). PROMETHEUS=path
 # picks another prometheus binary.
@@ -53,9 +53,16 @@ cleanup() {
 trap cleanup EXIT
 trap 'echo "FAIL: line $LINENO: $BASH_COMMAND exited with $?"; dump_logs' ERR
 
+# Every wait ends by LIMIT seconds after the start, so the test fails (and
+# cleans up) within about a minute whatever hangs.
+LIMIT=50
+# until T: the smaller of SECONDS + T and LIMIT
+until_() { local e=$((SECONDS + $1)); echo $((e < LIMIT ? e : LIMIT)); }
+
 # wait_file F SECONDS: until F exists and is not empty
 wait_file() {
-  local f=$1 end=$((SECONDS + $2))
+  local f=$1 end
+  end=$(until_ "$2")
   until [ -s "$f" ]; do
     [ $SECONDS -lt $end ] || return 1
     sleep 0.2
@@ -123,7 +130,7 @@ EOF
 PIDS+=($!)
 
 # 3. ask until both steps are there (or time is up)
-end=$((SECONDS + 40))
+end=$(until_ 40)
 train_step="" server_step=""
 while [ $SECONDS -lt $end ]; do
   train_step=$(query 'zs_train_step{job="zs-train"}')
@@ -158,7 +165,7 @@ pushes=$(query 'zs_server_calls_total{job="zs-server",method="Push",code="OK"}')
 python3 -c 'import sys; sys.exit(not float(sys.argv[1]) > 0)' "${pushes:-0}" || fail "Push calls: ${pushes:-none}"
 unauth=$(query 'zs_server_calls_total{job="zs-server",method="Hello",code="UNAUTHENTICATED"}')
 [ "${unauth:-0}" = 1 ] || fail "refused Hello calls: ${unauth:-none}, want 1"
-end=$((SECONDS + 15))
+end=$(until_ 15)
 ckpts=""
 while [ $SECONDS -lt $end ]; do
   ckpts=$(query 'zs_server_checkpoints_written_total{job="zs-server"}')
