@@ -162,14 +162,17 @@ void zs_shard_init_abort(zs_shard_init_t *in);
 
 /* ---- Push: stage gradients for step applied_step + 1 ----------------- */
 
-/* Validate a chunk and return where its count elements of dtype `dt` go.
- * On ZS_OK the caller must call zs_shard_push_done once (commit of this step
- * waits for it). */
+/* A single chunk, written straight into staging (for tests and tools; the
+ * service uses the stream API below, which is what keeps a refused request
+ * from changing staged bytes). Validate a chunk and return where its count
+ * elements of dtype `dt` go. On ZS_OK the caller must call zs_shard_push_done
+ * once (commit of this step waits for it). */
 int zs_shard_push_reserve(zs_shard_t *sh, uint64_t step, uint64_t offset, uint64_t count,
                           zs_dtype_t dt, void **dst, zs_err_t *err);
 
 /* End a reserved chunk: if ok, record [offset, offset+count) as staged for
- * `step`. Returns the elements of the range staged for that step so far. */
+ * `step`; if not, unstage it (its bytes were written). Returns the elements
+ * of the range staged for that step so far. */
 uint64_t zs_shard_push_done(zs_shard_t *sh, uint64_t step, uint64_t offset, uint64_t count, int ok);
 
 /* A Push stream: its chunks count as staged only if it ends well. A stream

@@ -334,7 +334,11 @@ int main(void)
            "MiB\n",
            grew, ((double)idle.in_use - (double)base.in_use) / 1048576.0,
            ((double)idle.kept - (double)base.kept) / 1048576.0);
+#ifdef __SANITIZE_ADDRESS__
+    printf("(AddressSanitizer build: its quarantine holds freed memory; bound not checked)\n");
+#else
     TEST_CHECK(grew < 128.0);
+#endif
 
     grpc_channel_destroy(ch);
     zs_client_destroy(c);
