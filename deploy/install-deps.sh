@@ -18,6 +18,7 @@ BUILD_PKGS=(
   libcjson-dev                     # DeepSpeed-style JSON configs
   libopenblas-dev                  # GEMMs of the CPU GPT model (cblas.h)
   libopenmpi-dev openmpi-bin       # CPU collectives and launch
+  libmicrohttpd-dev                # --metrics: the Prometheus /metrics endpoint
 )
 TEST_PKGS=(
   python3 python3-torch python3-numpy  # reference tests (torch.optim.AdamW...)
@@ -27,6 +28,12 @@ TEST_PKGS=(
   munge slurmctld slurmd slurm-client
   # test_k8s: deploy/k8s checked offline (yamllint; API models for the schema)
   yamllint python3-kubernetes
+  # test_prometheus: a real Prometheus scrapes zs-server and zs-train (~20 MB
+  # download, ~100 MB installed; the test is skipped without it). On a
+  # systemd host the package also enables its own prometheus.service on
+  # :9090 (the test runs its own on a free port): `systemctl disable --now
+  # prometheus` if that is not wanted.
+  prometheus
 )
 case "${ZS_DEPS:-all}" in
   build) PKGS=("${BUILD_PKGS[@]}") ;;

@@ -169,6 +169,8 @@ typedef struct zs_scall {
     int close_cancelled;         /* its result */
     int method;                  /* index into the method table */
     char peer[96];
+    _Atomic uint64_t *answered; /* the server's counters of this call's method, by gRPC code:
+                                   zs_scall_finish counts the status it sends */
 } zs_scall_t;
 
 /* A handler runs on its own thread, reads/writes with zs_scall_* and returns
@@ -202,6 +204,17 @@ int zs_rpc_server_port(const zs_rpc_server_t *srv);
 
 /* Stop accepting, cancel calls in flight, wait for handler threads, free. */
 void zs_rpc_server_destroy(zs_rpc_server_t *srv);
+
+#define ZS_RPC_NCODES 17 /* gRPC status codes 0 (OK) .. 16 (UNAUTHENTICATED) */
+
+/* Calls answered since start, by method and the gRPC status code sent
+ * (token and busy refusals included): out[m * ZS_RPC_NCODES + code] for
+ * method m of the table, and m = nmethods for calls to methods not in it.
+ * `out` holds (nmethods + 1) * ZS_RPC_NCODES entries. Lock-free. */
+void zs_rpc_server_answered(zs_rpc_server_t *srv, uint64_t *out);
+
+/* Handler threads running now (calls in flight). */
+int zs_rpc_server_active(zs_rpc_server_t *srv);
 
 /* Receive the next client-stream message; *bb NULL at end of stream.
  * A cancelled or broken call gives ZS_ERR_CANCELLED. */

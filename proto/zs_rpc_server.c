@@ -21,6 +21,7 @@
  *    never makes the server read a message body.
  */
 #include <pthread.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -49,7 +50,8 @@ struct zs_rpc_server {
     pthread_t dispatcher;
     pthread_mutex_t mu;
     pthread_cond_t cv;
-    int active; /* running handler threads */
+    int active;                 /* running handler threads */
+    _Atomic uint64_t *answered; /* (nmethods + 1) x ZS_RPC_NCODES, see zs_rpc_server_answered */
     int shutting_down;
     int shutdown_seen;
 };
@@ -157,8 +159,11 @@ int zs_scall_finish(zs_scall_t *c, grpc_byte_buffer *reply, int code, const char
         ops[n++].data.send_message.send_message = reply;
     }
     grpc_slice details = grpc_slice_from_copied_string(msg ? msg : "");
+    int gcode = zs_status_to_grpc(code);
+    if (c->answered && gcode >= 0 && gcode < ZS_RPC_NCODES)
+        atomic_fetch_add_explicit(&c->answered[gcode], 1, memory_order_relaxed);
     ops[n].op = GRPC_OP_SEND_STATUS_FROM_SERVER;
-    ops[n].data.send_status_from_server.status = (grpc_status_code)zs_status_to_grpc(code);
+    ops[n].data.send_status_from_server.status = (grpc_status_code)gcode;
     ops[n++].data.send_status_from_server.status_details = &details;
     if (!c->close_armed) { /* one RECV_CLOSE_ON_SERVER per call */
         ops[n].op = GRPC_OP_RECV_CLOSE_ON_SERVER;
@@ -199,6 +204,7 @@ static int request_slot(zs_rpc_server_t *srv, int m)
         return -1;
     s->srv = srv;
     s->call.method = m;
+    s->call.answered = srv->answered + (size_t)m * ZS_RPC_NCODES;
     s->call.cq = grpc_completion_queue_create_for_pluck(NULL);
     grpc_metadata_array_init(&s->call.request_md);
     grpc_call_error e = grpc_server_request_registered_call(
@@ -222,6 +228,7 @@ static int request_generic(zs_rpc_server_t *srv)
     s->srv = srv;
     s->generic = 1;
     s->call.method = -1;
+    s->call.answered = srv->answered + (size_t)srv->nmethods * ZS_RPC_NCODES;
     s->call.cq = grpc_completion_queue_create_for_pluck(NULL);
     grpc_metadata_array_init(&s->call.request_md);
     grpc_call_details_init(&s->details);
@@ -376,6 +383,14 @@ int zs_rpc_server_create(const zs_rpc_server_opts_t *opts, const zs_rpc_method_t
         snprintf(srv->auth, srv->auth_len + 1, "Bearer %s", opts->token);
     }
     srv->handles = calloc((size_t)nmethods, sizeof *srv->handles);
+    srv->answered = calloc((size_t)(nmethods + 1) * ZS_RPC_NCODES, sizeof *srv->answered);
+    if (!srv->handles || !srv->answered) {
+        free(srv->handles);
+        free(srv->answered);
+        free(srv->auth);
+        free(srv);
+        return zs_err_set(err, ZS_ERR_NOMEM, "out of memory");
+    }
     pthread_mutex_init(&srv->mu, NULL);
     pthread_cond_init(&srv->cv, NULL);
 
@@ -412,6 +427,7 @@ int zs_rpc_server_create(const zs_rpc_server_opts_t *opts, const zs_rpc_method_t
             ;
         grpc_completion_queue_destroy(srv->cq);
         free(srv->handles);
+        free(srv->answered);
         free(srv->auth);
         free(srv);
         return rc;
@@ -429,6 +445,20 @@ int zs_rpc_server_create(const zs_rpc_server_opts_t *opts, const zs_rpc_method_t
 int zs_rpc_server_port(const zs_rpc_server_t *srv)
 {
     return srv->port;
+}
+
+void zs_rpc_server_answered(zs_rpc_server_t *srv, uint64_t *out)
+{
+    for (size_t i = 0; i < (size_t)(srv->nmethods + 1) * ZS_RPC_NCODES; i++)
+        out[i] = atomic_load_explicit(&srv->answered[i], memory_order_relaxed);
+}
+
+int zs_rpc_server_active(zs_rpc_server_t *srv)
+{
+    pthread_mutex_lock(&srv->mu);
+    int n = srv->active;
+    pthread_mutex_unlock(&srv->mu);
+    return n;
 }
 
 void zs_rpc_server_destroy(zs_rpc_server_t *srv)
@@ -451,6 +481,7 @@ void zs_rpc_server_destroy(zs_rpc_server_t *srv)
     pthread_mutex_destroy(&srv->mu);
     pthread_cond_destroy(&srv->cv);
     free(srv->handles);
+    free(srv->answered);
     free(srv->auth);
     free(srv);
 }

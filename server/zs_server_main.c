@@ -21,6 +21,7 @@
 #include "zs_file.h"
 #include "zs_log.h"
 #include "zs_rpc.h"
+#include "zs_server_metrics.h"
 #include "zs_service.h"
 #include "zs_shard.h"
 
@@ -46,6 +47,9 @@ static void usage(FILE *f)
             "                       64G; beyond it RESOURCE_EXHAUSTED (default: 80%% of RAM\n"
             "                       or of the cgroup limit)\n"
             "  --ready-file F       write the bound HOST:PORT to F once serving\n"
+            "  --metrics HOST:PORT  serve Prometheus metrics on http://HOST:PORT/metrics\n"
+            "                       (port 0: a free one; docs/metrics.md; default: off)\n"
+            "  --metrics-ready-file F  write the metrics endpoint's bound HOST:PORT to F\n"
             "  --help               this text\n"
             "\n"
             "Environment: ZS_LOG_LEVEL=debug|info|warn|error (default info), ZS_TOKEN\n"
@@ -137,7 +141,7 @@ static int mkdir_p(const char *path)
 int main(int argc, char **argv)
 {
     const char *listen = NULL, *data = NULL, *token_file = NULL, *cert = NULL, *key = NULL,
-               *ready = NULL;
+               *ready = NULL, *metrics = NULL, *metrics_ready = NULL;
     cap_arenas();
     int threads = 0, keep = 2, max_calls = 64;
     uint64_t mem_budget = 0;
@@ -151,6 +155,8 @@ int main(int argc, char **argv)
                                          {"max-calls", required_argument, 0, 'm'},
                                          {"ready-file", required_argument, 0, 'r'},
                                          {"mem-budget", required_argument, 0, 'M'},
+                                         {"metrics", required_argument, 0, 'P'},
+                                         {"metrics-ready-file", required_argument, 0, 'R'},
                                          {"help", no_argument, 0, 'h'},
                                          {0, 0, 0, 0}};
     int ch;
@@ -183,6 +189,12 @@ int main(int argc, char **argv)
         case 'r':
             ready = optarg;
             break;
+        case 'P':
+            metrics = optarg;
+            break;
+        case 'R':
+            metrics_ready = optarg;
+            break;
         case 'M':
             if (zs_budget_parse(optarg, &mem_budget)) {
                 fprintf(stderr, "zs-server: --mem-budget %s: not a size (e.g. 800M, 64G)\n",
@@ -205,6 +217,10 @@ int main(int argc, char **argv)
     }
     if (keep < 1 || threads < 0 || max_calls < 1) {
         fprintf(stderr, "zs-server: --keep and --max-calls must be >= 1, --threads >= 0\n");
+        return 2;
+    }
+    if (metrics_ready && !metrics) {
+        fprintf(stderr, "zs-server: --metrics-ready-file needs --metrics\n");
         return 2;
     }
     if (!!cert != !!key) {
@@ -291,6 +307,23 @@ int main(int argc, char **argv)
         snprintf(colon + 1, sizeof bound - (size_t)(colon + 1 - bound), "%d", port);
     ZS_INFO("serving on %s (data %s, %s%s)", bound, data, cert ? "TLS" : "plaintext",
             token ? ", token required" : "");
+    zs_server_metrics_t *sm = NULL;
+    if (metrics) { /* asked for and not possible: refuse to run without it */
+        if (zs_server_metrics_create(metrics, sh, srv, methods, nm, bound, &sm, &err) ||
+            (metrics_ready &&
+             zs_metrics_write_address(zs_server_metrics_registry(sm), metrics_ready, &err))) {
+            ZS_ERROR("--metrics: %s", err.msg);
+            zs_server_metrics_destroy(sm);
+            zs_shard_shutdown(sh);
+            zs_rpc_server_destroy(srv);
+            zs_shard_destroy(sh);
+            grpc_shutdown();
+            return 1;
+        }
+        char maddr[300];
+        zs_metrics_address(zs_server_metrics_registry(sm), maddr, sizeof maddr);
+        ZS_INFO("metrics on http://%s/metrics", maddr);
+    }
     if (ready) {
         char tmp[4096];
         snprintf(tmp, sizeof tmp, "%s.tmp", ready);
@@ -308,6 +341,7 @@ int main(int argc, char **argv)
         trim_if_retaining();
     }
     ZS_INFO("signal %d: shutting down", sig);
+    zs_server_metrics_destroy(sm);
     zs_shard_shutdown(sh);
     zs_rpc_server_destroy(srv);
     zs_shard_destroy(sh);

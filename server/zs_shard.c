@@ -237,6 +237,8 @@ static void *opt_main(void *arg)
         sh->c.steps_applied++;
         sh->c.last_step_ms = sec * 1e3;
         sh->c.optimizer_gbps = sec > 0 ? 28.0 * (double)sh->n / sec / 1e9 : 0;
+        sh->c.optimizer_seconds += sec;
+        sh->c.optimizer_bytes += 28 * sh->n;
         ZS_INFO("commit: step %llu applied (Adam t=%lld) in %.1f ms, %.2f GB/s",
                 (unsigned long long)op.step, (long long)sh->job_step.t, sec * 1e3,
                 sh->c.optimizer_gbps);
@@ -342,6 +344,10 @@ int zs_shard_info(zs_shard_t *sh, zs_shard_info_t *info, zs_err_t *err)
     info->optimizer_step = sh->optimizer_step;
     info->adam = sh->hp;
     info->counters = sh->c;
+    info->counters.bytes_in = atomic_load_explicit(&sh->bytes_in, memory_order_relaxed);
+    info->counters.bytes_out = atomic_load_explicit(&sh->bytes_out, memory_order_relaxed);
+    info->counters.refused = atomic_load_explicit(&sh->refused, memory_order_relaxed);
+    info->mem_state = sh->budget_live;
     info->server_id = sh->server_id;
     zs_budget_get(&sh->budget, &info->mem_reserved, &info->mem_budget);
     info->store_degraded = sh->store_degraded;
@@ -375,17 +381,13 @@ int zs_shard_check_identity(zs_shard_t *sh, const char *model_name, uint64_t num
 
 void zs_shard_count_refusal(zs_shard_t *sh)
 {
-    pthread_mutex_lock(&sh->mu);
-    sh->c.refused++;
-    pthread_mutex_unlock(&sh->mu);
+    atomic_fetch_add_explicit(&sh->refused, 1, memory_order_relaxed);
 }
 
 void zs_shard_count_bytes(zs_shard_t *sh, uint64_t in, uint64_t out)
 {
-    pthread_mutex_lock(&sh->mu);
-    sh->c.bytes_in += in;
-    sh->c.bytes_out += out;
-    pthread_mutex_unlock(&sh->mu);
+    atomic_fetch_add_explicit(&sh->bytes_in, in, memory_order_relaxed);
+    atomic_fetch_add_explicit(&sh->bytes_out, out, memory_order_relaxed);
 }
 
 /* ---- Initialize ----------------------------------------------------------- */

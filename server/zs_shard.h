@@ -82,6 +82,13 @@ typedef struct zs_shard_identity {
 typedef struct zs_shard_counters {
     uint64_t bytes_in, bytes_out, steps_applied, steps_skipped, refused, checkpoints_written;
     double optimizer_gbps, last_step_ms, checkpoint_gbps;
+    /* Totals since start, for rates (zs-server --metrics): optimizer passes
+     * (seconds; state bytes they streamed, 28 B/element/step) and checkpoint
+     * writes (seconds; state bytes written, 12 B/element). */
+    double optimizer_seconds, checkpoint_seconds;
+    uint64_t optimizer_bytes, checkpoint_bytes;
+    double last_checkpoint_seconds; /* duration of the newest write */
+    double last_checkpoint_time;    /* Unix seconds it became durable; 0: none since start */
 } zs_shard_counters_t;
 
 /* A snapshot for Hello / status. */
@@ -96,6 +103,7 @@ typedef struct zs_shard_info {
     size_t ncheckpoints;
     const char *server_id;
     uint64_t mem_budget, mem_reserved; /* bytes: the budget and what is reserved now */
+    uint64_t mem_state;                /* bytes of mem_reserved the installed state holds */
     int store_degraded;                /* the store's last write failed (zs_store.h) */
     char store_error[ZS_ERR_MSG_MAX];  /* why, when degraded; else "" */
 } zs_shard_info_t;

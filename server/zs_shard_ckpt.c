@@ -216,6 +216,12 @@ int zs_shard_checkpoint_meta(zs_shard_t *sh, uint64_t step, int keep, const void
         keep_user_meta(sh, user_meta, user_meta_len);
         sh->c.checkpoints_written++;
         sh->c.checkpoint_gbps = *seconds > 0 ? 12.0 * (double)sh->n / *seconds / 1e9 : 0;
+        sh->c.checkpoint_seconds += *seconds;
+        sh->c.checkpoint_bytes += 12 * sh->n;
+        sh->c.last_checkpoint_seconds = *seconds;
+        struct timespec wall;
+        clock_gettime(CLOCK_REALTIME, &wall);
+        sh->c.last_checkpoint_time = (double)wall.tv_sec + 1e-9 * (double)wall.tv_nsec;
         ZS_INFO("checkpoint: step %llu durable, %.1f MB in %.3f s (%.2f GB/s)",
                 (unsigned long long)step, 12.0 * (double)sh->n / 1e6, *seconds,
                 sh->c.checkpoint_gbps);

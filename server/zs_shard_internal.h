@@ -82,7 +82,9 @@ struct zs_shard {
     unsigned char *user_meta; /* of the checkpoint last written or restored */
     size_t user_meta_len;
 
-    zs_shard_counters_t c;
+    zs_shard_counters_t c; /* under mu, but for the three below */
+    /* Counted per chunk and per refusal by service threads: atomics, no mu. */
+    _Atomic uint64_t bytes_in, bytes_out, refused;
 
     zs_budget_t budget;   /* own lock; see zs_shard.h, "Memory" */
     uint64_t budget_live; /* bytes of it the installed state holds */

@@ -8,14 +8,15 @@
  *          [--layers 4 --heads 4 --width 256 --ctx 64] [--steps 200]
  *          [--ckpt-every 50] [--resume | --resume-auto] [--csv F] [--log-every 1]
  *          [--mem-every K] [--server-timeout S] [--server-wait S]
- *          [--max-recoveries N] [--save-params F]
+ *          [--max-recoveries N] [--save-params F] [--metrics HOST:PORT]
  *
  * Rank 0 prints the resolved configuration, the model size, one progress
  * line per step (or every K), the memory table of every worker after step 1
  * (measured by the device allocator, beside the ZeRO formula and the
  * working set the configuration allows; and every --mem-every steps), and a
  * summary; it
- * writes the same figures as CSV (deploy/plot.sh turns them into a PNG).
+ * writes the same figures as CSV (deploy/plot.sh turns them into a PNG),
+ * and with --metrics serves them to Prometheus (zs_train_metrics.h).
  * Without --config an embedded default is used (ZeRO stage 2, AdamW, the
  * optimizer offloaded when --servers is given).
  *
@@ -61,6 +62,7 @@
 #include "zs_file.h"
 #include "zs_gpt.h"
 #include "zs_log.h"
+#include "zs_train_metrics.h"
 #if defined(ZS_WITH_CUDA) && defined(ZS_WITH_NCCL)
 #include "zs_coll_nccl.h"
 #include "zs_dev_cuda.h"
@@ -83,7 +85,7 @@ static const char *k_default_config =
 /* Exit codes; one per thing that can be wrong, documented in usage() and README. */
 enum {
     ZS_EXIT_OTHER = 1,  /* anything not below (device, MPI, model, CSV or --save-params file) */
-    ZS_EXIT_USAGE = 2,  /* command line, or --token-file unreadable */
+    ZS_EXIT_USAGE = 2,  /* command line, --token-file unreadable, --metrics not servable */
     ZS_EXIT_CONFIG = 3, /* --config unreadable or refused, or not valid for this world size */
     ZS_EXIT_DATA = 4,   /* --data unreadable or not a token file */
     ZS_EXIT_ENGINE = 5, /* the engine or the shard servers (connect, resume, step, checkpoint) */
@@ -92,6 +94,7 @@ enum {
 
 typedef struct {
     const char *config, *servers, *data, *csv, *token_file, *name, *save_params, *device;
+    const char *metrics, *metrics_ready; /* rank 0's Prometheus endpoint, its address file */
     zs_gpt_config_t g;
     int steps, ckpt_every, resume, log_every, micro, mem_every, allow_unknown;
     int resume_auto, server_timeout, server_wait, max_recoveries, fresh;
@@ -135,12 +138,16 @@ static void usage(FILE *f)
                "  --name NAME      model name on the servers (default zs-gpt)\n"
                "  --seed S         initialisation seed (default 1337)\n"
                "  --token-file F   bearer token for the servers\n"
+               "  --metrics HOST:PORT  rank 0 serves Prometheus metrics on\n"
+               "                   http://HOST:PORT/metrics (port 0: a free one; docs/metrics.md)\n"
+               "  --metrics-ready-file F  write the metrics endpoint's bound HOST:PORT to F\n"
                "\n"
                "exit codes: 0 done, 1 other failure, 2 command line (or --token-file\n"
-               "unreadable), 3 config, 4 data, 5 engine or shard servers, 6 no usable GPU\n"
-               "for --device cuda (or its CUDA device / NCCL set-up failed). Command-line,\n"
-               "config, data, token-file and no-GPU errors are printed once (rank 0) and\n"
-               "every rank exits with the code; later failures abort the job with theirs.\n");
+               "unreadable, or --metrics not servable), 3 config, 4 data, 5 engine or\n"
+               "shard servers, 6 no usable GPU for --device cuda (or its CUDA device /\n"
+               "NCCL set-up failed). Command-line, config, data, token-file, --metrics and\n"
+               "no-GPU errors are printed once (rank 0) and every rank exits with the\n"
+               "code; later failures abort the job with theirs.\n");
 }
 
 /* Parse the command line into *o. Returns 0, 1 for --help (printed), or
@@ -173,6 +180,7 @@ static int parse(int argc, char **argv, opts_t *o, int loud)
         {"server-wait", 1, 0, 'w'}, {"max-recoveries", 1, 0, 'x'},
         {"save-params", 1, 0, 'p'}, {"allow-unknown-keys", 0, 0, 'u'},
         {"fresh", 0, 0, 'F'},       {"device", 1, 0, 'D'},
+        {"metrics", 1, 0, 'P'},     {"metrics-ready-file", 1, 0, 'Q'},
         {"help", 0, 0, 'h'},        {0, 0, 0, 0}};
     /* clang-format on */
     int ch;
@@ -251,6 +259,12 @@ static int parse(int argc, char **argv, opts_t *o, int loud)
         case 'D':
             o->device = optarg;
             break;
+        case 'P':
+            o->metrics = optarg;
+            break;
+        case 'Q':
+            o->metrics_ready = optarg;
+            break;
         case 'h':
             if (out)
                 usage(out);
@@ -270,6 +284,8 @@ static int parse(int argc, char **argv, opts_t *o, int loud)
         bad = "--device must be auto, cpu or cuda";
     else if ((o->ckpt_every || o->resume || o->resume_auto) && !o->servers)
         bad = "--ckpt-every and --resume need --servers";
+    else if (o->metrics_ready && !o->metrics)
+        bad = "--metrics-ready-file needs --metrics";
     else if (o->g.layers < 1 || o->g.heads < 1 || o->g.width % o->g.heads || o->g.ctx < 2 ||
              o->steps < 1 || o->log_every < 1 || o->mem_every < 0 || o->server_timeout < 1 ||
              o->server_wait < 0 || o->max_recoveries < 0)
@@ -569,7 +585,16 @@ int main(int argc, char **argv)
     char *token = NULL;
     const char *what = "";
     int code = preflight(&o, rank, W, &cfg, &token, &data, &what, &err);
+    zs_train_metrics_t *tm = NULL; /* rank 0's endpoint; a bad address is a usage error */
+    if (!code && rank == 0 && o.metrics &&
+        (zs_train_metrics_create(o.metrics, W, &tm, &err) ||
+         (o.metrics_ready &&
+          zs_metrics_write_address(zs_train_metrics_registry(tm), o.metrics_ready, &err)))) {
+        what = "--metrics";
+        code = ZS_EXIT_USAGE;
+    }
     if ((code = agree(rank, code, what, &err)) != 0) {
+        zs_train_metrics_destroy(tm);
         if (data)
             zs_data_close(data);
         free(token);
@@ -583,6 +608,7 @@ int main(int argc, char **argv)
             fprintf(stderr, "zs-train: device error: %s\n", err.msg);
             fflush(stderr);
         }
+        zs_train_metrics_destroy(tm);
         zs_data_close(data);
         free(token);
         MPI_Finalize();
@@ -669,6 +695,7 @@ int main(int argc, char **argv)
         if (zs_engine_start(e, &err))
             return die(rank, "start", &err, ZS_EXIT_ENGINE);
     }
+    zs_train_metrics_start(tm, P, start);
     FILE *csv = NULL;
     if (rank == 0 && o.csv && !(csv = csv_open(o.csv, resumed, start)))
         MPI_Abort(MPI_COMM_WORLD, ZS_EXIT_OTHER);
@@ -686,6 +713,7 @@ int main(int argc, char **argv)
         if (zs_engine_step(e, &st, &err)) {
             if (recover(e, &o, rank, &recoveries, &csv, &err))
                 return die(rank, "step", &err, ZS_EXIT_ENGINE);
+            zs_train_metrics_recovered(tm, zs_engine_step_count(e));
             continue;
         }
         clock_gettime(CLOCK_MONOTONIC, &b);
@@ -694,6 +722,7 @@ int main(int argc, char **argv)
         if (nsteps++ == 0)
             first_loss = st.loss;
         last_loss = st.loss;
+        zs_train_metrics_step(tm, &st, sec, tokens_per_step, e);
         if (rank == 0 && (st.step % (uint64_t)o.log_every == 0 || st.step == (uint64_t)o.steps)) {
             printf("%6llu %9.4f %10.3g %8g %9.0f %8.1f %8.1f %8.1f %8.1f%s\n",
                    (unsigned long long)st.step, st.loss, st.lr, st.loss_scale,
@@ -721,8 +750,10 @@ int main(int argc, char **argv)
             if (zs_engine_checkpoint(e, &err)) {
                 if (recover(e, &o, rank, &recoveries, &csv, &err))
                     return die(rank, "checkpoint", &err, ZS_EXIT_ENGINE);
+                zs_train_metrics_recovered(tm, zs_engine_step_count(e));
                 continue;
             }
+            zs_train_metrics_checkpoint(tm, st.step);
             if (rank == 0)
                 printf("       checkpoint %llu complete on all servers\n",
                        (unsigned long long)st.step);
@@ -736,6 +767,7 @@ int main(int argc, char **argv)
         fclose(csv);
     if (o.save_params && save_params(e, o.save_params, rank, &err))
         return die(rank, "--save-params", &err, ZS_EXIT_OTHER);
+    zs_train_metrics_destroy(tm);
     zs_engine_destroy(e);
     zs_gpt_destroy(gpt);
     zs_data_close(data);
