@@ -17,18 +17,11 @@
 #include "zs_pbconv.h"
 #include "zs_service.h"
 
-<<<<<<< HEAD
-=======
-_Static_assert(ZS_SHARD_STEP_MAX == ZS_STEP_MAX, "one step limit for the shard and the wire");
->>>>>>> h-metrics
 /* A CheckpointRequest and a CheckpointMeta carry user_meta plus at most a
  * few hundred bytes of other fields; both must fit a unary message. */
 _Static_assert(ZS_USER_META_MAX + 4096u <= ZS_RPC_MAX_META,
                "user_meta must fit a unary message with its other fields");
-<<<<<<< HEAD
 _Static_assert(ZS_SHARD_STEP_MAX == ZS_STEP_MAX, "one step limit for the shard and the wire");
-=======
->>>>>>> h-metrics
 
 /* Deadline of a call in zs_now_ms() milliseconds. */
 static int64_t call_deadline_ms(const zs_scall_t *c)
