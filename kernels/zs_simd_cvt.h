@@ -57,16 +57,17 @@ ZS__T512 static inline __m512 zs__load16(const void *src, zs_dtype_t dt, size_t 
  * nothing. */
 ZS__T512 static inline void zs__store16(void *dst, zs_dtype_t dt, size_t i, __m512 x)
 {
-    __m256i *h = (__m256i *)((uint16_t *)dst + i);
+    /* dst + i only where a store happens: dst is NULL for ZS_DTYPE_NONE */
     switch (dt) {
     case ZS_DTYPE_F32:
         _mm512_storeu_ps((float *)dst + i, x);
         break;
     case ZS_DTYPE_BF16:
-        _mm256_storeu_si256(h, zs__f32x16_to_bf16(x));
+        _mm256_storeu_si256((__m256i *)((uint16_t *)dst + i), zs__f32x16_to_bf16(x));
         break;
     case ZS_DTYPE_F16:
-        _mm256_storeu_si256(h, _mm512_cvtps_ph(x, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC));
+        _mm256_storeu_si256((__m256i *)((uint16_t *)dst + i),
+                            _mm512_cvtps_ph(x, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC));
         break;
     default:
         break;
@@ -112,16 +113,17 @@ ZS__T256 static inline __m256 zs__load8(const void *src, zs_dtype_t dt, size_t i
  * nothing. */
 ZS__T256 static inline void zs__store8(void *dst, zs_dtype_t dt, size_t i, __m256 x)
 {
-    __m128i *h = (__m128i *)((uint16_t *)dst + i);
+    /* dst + i only where a store happens: dst is NULL for ZS_DTYPE_NONE */
     switch (dt) {
     case ZS_DTYPE_F32:
         _mm256_storeu_ps((float *)dst + i, x);
         break;
     case ZS_DTYPE_BF16:
-        _mm_storeu_si128(h, zs__f32x8_to_bf16(x));
+        _mm_storeu_si128((__m128i *)((uint16_t *)dst + i), zs__f32x8_to_bf16(x));
         break;
     case ZS_DTYPE_F16:
-        _mm_storeu_si128(h, _mm256_cvtps_ph(x, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC));
+        _mm_storeu_si128((__m128i *)((uint16_t *)dst + i),
+                         _mm256_cvtps_ph(x, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC));
         break;
     default:
         break;
