@@ -89,6 +89,16 @@ static int status(zs_client_t *c)
                (unsigned long long)in[i].applied_step, (unsigned long long)in[i].optimizer_step,
                in[i].bytes_in / 1e6, in[i].bytes_out / 1e6, in[i].optimizer_gbps, ck[0] ? ck : "-");
     }
+    /* health and memory, one line per server */
+    for (int i = 0; i < n; i++) {
+        printf("%-22s memory: rss %.1f MB, heap in use %.1f MB, kept free %.1f MB, budget %.1f "
+               "MB (%.1f reserved)",
+               zs_client_server(c, i), in[i].rss_bytes / 1e6, in[i].heap_in_use / 1e6,
+               in[i].heap_free / 1e6, in[i].mem_budget / 1e6, in[i].mem_reserved / 1e6);
+        if (in[i].store_degraded)
+            printf("; STORE DEGRADED: %s", in[i].store_error[0] ? in[i].store_error : "?");
+        printf("\n");
+    }
     free(in);
     return 0;
 }

@@ -237,7 +237,14 @@ static void info_from_pb(const Zeroshard__HelloReply *r, zs_server_info_t *in)
         in->optimizer_gbps = r->counters->optimizer_gbps;
         in->last_step_ms = r->counters->last_step_ms;
         in->checkpoint_gbps = r->counters->checkpoint_gbps;
+        in->rss_bytes = r->counters->rss_bytes;
+        in->heap_in_use = r->counters->heap_in_use;
+        in->heap_free = r->counters->heap_free;
     }
+    in->store_degraded = r->store_degraded;
+    snprintf(in->store_error, sizeof in->store_error, "%s", r->store_error ? r->store_error : "");
+    in->mem_budget = r->mem_budget;
+    in->mem_reserved = r->mem_reserved;
 }
 
 static int hello_one(zs_client_t *c, int i, void *argp, zs_err_t *err)

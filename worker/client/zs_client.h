@@ -46,6 +46,10 @@ typedef struct zs_server_info {
     zs_adam_hparams_t adam;
     uint64_t bytes_in, bytes_out, steps_applied, steps_skipped, refused;
     double optimizer_gbps, last_step_ms, checkpoint_gbps;
+    int store_degraded;                         /* the checkpoint store failed (e.g. a full disk) */
+    char store_error[160];                      /* ... and why */
+    uint64_t mem_budget, mem_reserved;          /* --mem-budget and what is reserved (bytes) */
+    uint64_t rss_bytes, heap_in_use, heap_free; /* the server process's memory (bytes) */
 } zs_server_info_t;
 
 /* Scalars of one commit (see CommitRequest in proto/zeroshard.proto). */
