@@ -29,7 +29,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 #include <unistd.h>
 
 #include "zs_cast.h"
@@ -223,6 +222,12 @@ static int export_file(zs_ctl_src_t *s, const export_opts_t *o, zs_err_t *err)
     return rc;
 }
 
+/* zs_ctl_run_fn of export: ud is the export_opts_t. */
+static int export_run(zs_ctl_src_t *s, void *ud, zs_err_t *err)
+{
+    return export_file(s, ud, err);
+}
+
 static void usage(FILE *f)
 {
     fprintf(f, "usage: zs-ctl export --servers HOST:PORT[,...] --out FILE.safetensors\n"
@@ -247,7 +252,6 @@ int zs_ctl_export_main(int argc, char **argv)
     int ch;
     optind = 1;
     while ((ch = getopt_long(argc, argv, "h", lo, NULL)) != -1) {
-        char *end = NULL;
         switch (ch) {
         case 's':
             o.servers = optarg;
@@ -259,11 +263,8 @@ int zs_ctl_export_main(int argc, char **argv)
             o.ca_file = optarg;
             break;
         case 'S':
-            o.step = strtoull(optarg, &end, 10);
-            if (!*optarg || *end || o.step == 0) {
-                fprintf(stderr, "zs-ctl export: --step wants a positive step, not '%s'\n", optarg);
+            if (zs_ctl_parse_step("export", optarg, &o.step))
                 return 2;
-            }
             break;
         case 'o':
             o.out = optarg;
@@ -301,28 +302,7 @@ int zs_ctl_export_main(int argc, char **argv)
     zs_client_t *c;
     if (zs_ctl_connect(o.servers, o.token_file, o.ca_file, &c))
         return 1;
-    struct timespec t0, t1;
-    clock_gettime(CLOCK_MONOTONIC, &t0);
-    zs_err_t err;
-    zs_err_clear(&err);
-    zs_ctl_src_t s;
-    int rc = zs_ctl_src_open(c, o.step, o.restore, &s, &err);
-    if (!rc) {
-        rc = export_file(&s, &o, &err);
-        zs_err_t cerr;
-        zs_err_clear(&cerr);
-        if (zs_ctl_src_close(&s, &cerr) && !rc) {
-            rc = cerr.code;
-            err = cerr;
-        }
-    }
-    clock_gettime(CLOCK_MONOTONIC, &t1);
-    if (rc)
-        fprintf(stderr, "zs-ctl export: %s\n", err.msg);
-    else
-        printf("export: %.2f s, peak memory %.1f MiB\n",
-               (double)(t1.tv_sec - t0.tv_sec) + 1e-9 * (double)(t1.tv_nsec - t0.tv_nsec),
-               zs_ctl_peak_rss_mib());
+    int st = zs_ctl_src_run("export", c, o.step, o.restore, NULL, export_run, &o);
     zs_client_destroy(c);
-    return rc ? 1 : 0;
+    return st;
 }
