@@ -25,7 +25,6 @@
  * zs_ctl.h.
  */
 #include <getopt.h>
-#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -33,55 +32,23 @@
 
 #include "zs_cast.h"
 #include "zs_ctl.h"
-
-typedef struct {
-    char *p;
-    size_t len, cap;
-    int oom;
-} sbuf_t;
-
-static void sadd(sbuf_t *b, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
-static void sadd(sbuf_t *b, const char *fmt, ...)
-{
-    for (int tries = 0; tries < 2 && !b->oom; tries++) {
-        va_list ap;
-        va_start(ap, fmt);
-        int n = vsnprintf(b->p ? b->p + b->len : NULL, b->p ? b->cap - b->len : 0, fmt, ap);
-        va_end(ap);
-        if (n < 0) {
-            b->oom = 1;
-            return;
-        }
-        if (b->p && (size_t)n < b->cap - b->len) {
-            b->len += (size_t)n;
-            return;
-        }
-        size_t cap = (b->cap + (size_t)n + 1) * 2;
-        char *q = realloc(b->p, cap);
-        if (!q) {
-            b->oom = 1;
-            return;
-        }
-        b->p = q;
-        b->cap = cap;
-    }
-}
+#include "zs_strbuf.h"
 
 /* A JSON string literal of s (quotes, backslashes, control characters
  * escaped): safetensors metadata values are strings. */
-static void sadd_json_string(sbuf_t *b, const char *s)
+static void add_json_string(zs_strbuf_t *b, const char *s)
 {
-    sadd(b, "\"");
+    zs_strbuf_addf(b, "\"");
     for (; *s; s++) {
         unsigned char ch = (unsigned char)*s;
         if (ch == '"' || ch == '\\')
-            sadd(b, "\\%c", ch);
+            zs_strbuf_addf(b, "\\%c", ch);
         else if (ch < 0x20)
-            sadd(b, "\\u%04x", ch);
+            zs_strbuf_addf(b, "\\u%04x", ch);
         else
-            sadd(b, "%c", ch);
+            zs_strbuf_addf(b, "%c", ch);
     }
-    sadd(b, "\"");
+    zs_strbuf_addf(b, "\"");
 }
 
 typedef struct {
@@ -99,33 +66,35 @@ static const char *st_dtype(zs_dtype_t dt)
 /* The header: metadata, then every tensor of every exported state in file
  * order, padded to a multiple of 8 bytes. Returns the data bytes in *total. */
 static int build_header(const zs_ctl_src_t *s, const zs_engine_ckpt_meta_t *em,
-                        const zs_ctl_manifest_t *m, const export_opts_t *o, sbuf_t *h,
+                        const zs_ctl_manifest_t *m, const export_opts_t *o, zs_strbuf_t *h,
                         uint64_t *total, zs_err_t *err)
 {
     static const char *const suffix[3] = {"", ".exp_avg", ".exp_avg_sq"};
-    sadd(h,
-         "{\"__metadata__\":{\"format\":\"pt\",\"zeroshard.step\":\"%llu\","
-         "\"zeroshard.adam_t\":\"%llu\",\"zeroshard.servers\":\"%d\",\"zeroshard.model\":",
-         (unsigned long long)em->step, (unsigned long long)s->adam_t, s->S);
-    sadd_json_string(h, m->model_json);
-    sadd(h, "}");
+    zs_strbuf_addf(
+        h,
+        "{\"__metadata__\":{\"format\":\"pt\",\"zeroshard.step\":\"%llu\","
+        "\"zeroshard.adam_t\":\"%llu\",\"zeroshard.servers\":\"%d\",\"zeroshard.model\":",
+        (unsigned long long)em->step, (unsigned long long)s->adam_t, s->S);
+    add_json_string(h, m->model_json);
+    zs_strbuf_addf(h, "}");
     uint64_t off = 0;
     for (int x = 0; x < (o->optimizer ? 3 : 1); x++) {
         zs_dtype_t dt = x == 0 ? o->dt : ZS_DTYPE_F32;
         for (int i = 0; i < m->n; i++) {
             const zs_ctl_tensor_t *t = &m->t[i];
             uint64_t bytes = t->numel * zs_dtype_size(dt);
-            sadd(h, ",\"%s%s\":{\"dtype\":\"%s\",\"shape\":[", t->name, suffix[x], st_dtype(dt));
+            zs_strbuf_addf(h, ",\"%s%s\":{\"dtype\":\"%s\",\"shape\":[", t->name, suffix[x],
+                           st_dtype(dt));
             for (int d = 0; d < t->ndim; d++)
-                sadd(h, "%s%llu", d ? "," : "", (unsigned long long)t->shape[d]);
-            sadd(h, "],\"data_offsets\":[%llu,%llu]}", (unsigned long long)off,
-                 (unsigned long long)(off + bytes));
+                zs_strbuf_addf(h, "%s%llu", d ? "," : "", (unsigned long long)t->shape[d]);
+            zs_strbuf_addf(h, "],\"data_offsets\":[%llu,%llu]}", (unsigned long long)off,
+                           (unsigned long long)(off + bytes));
             off += bytes;
         }
     }
-    sadd(h, "}");
+    zs_strbuf_addf(h, "}");
     while (!h->oom && h->len % 8)
-        sadd(h, " ");
+        zs_strbuf_addf(h, " ");
     *total = off;
     return h->oom ? zs_err_set(err, ZS_ERR_NOMEM, "out of memory for the header") : ZS_OK;
 }
@@ -177,7 +146,7 @@ static int export_file(zs_ctl_src_t *s, const export_opts_t *o, zs_err_t *err)
     rc = zs_ctl_manifest_parse(em.manifest, em.manifest_len, s->P, &m, err);
     if (rc)
         return zs_err_prefix(err, "checkpoint %llu: ", (unsigned long long)s->step);
-    sbuf_t h = {0};
+    zs_strbuf_t h = {0};
     uint64_t total = 0;
     rc = build_header(s, &em, &m, o, &h, &total, err);
     char part[4096];
