@@ -727,13 +727,20 @@ int zs_client_checkpoint_meta(zs_client_t *c, uint64_t step, int keep, const voi
     return fan_out(c, 0, c->n - 1, ckpt_one, NULL, &a, err);
 }
 
+/* ListCheckpoints of server i into *r (freed with
+ * zeroshard__list_reply__free_unpacked). */
+static int list_reply(zs_client_t *c, int i, Zeroshard__ListReply **r, zs_err_t *err)
+{
+    Zeroshard__ListRequest q = ZEROSHARD__LIST_REQUEST__INIT;
+    return zs_unary(c->ch[i], M("ListCheckpoints"), c->token, c->timeout_ms, c->addr[i], &q.base,
+                    &zeroshard__list_reply__descriptor, (ProtobufCMessage **)r, err);
+}
+
 static int list_one(zs_client_t *c, int i, void *argp, zs_err_t *err)
 {
     ckpt_arg_t *a = argp;
-    Zeroshard__ListRequest q = ZEROSHARD__LIST_REQUEST__INIT;
     Zeroshard__ListReply *r;
-    int rc = zs_unary(c->ch[i], M("ListCheckpoints"), c->token, c->timeout_ms, c->addr[i], &q.base,
-                      &zeroshard__list_reply__descriptor, (ProtobufCMessage **)&r, err);
+    int rc = list_reply(c, i, &r, err);
     if (rc)
         return rc;
     keep_list(a, i, r->checkpoints, r->n_checkpoints);
@@ -873,10 +880,8 @@ int zs_client_delete(zs_client_t *c, uint64_t step, int keep, zs_err_t *err)
 /* Server i: list its checkpoints (complete or not elsewhere), delete each. */
 static int delete_all_one(zs_client_t *c, int i, void *argp, zs_err_t *err)
 {
-    Zeroshard__ListRequest q = ZEROSHARD__LIST_REQUEST__INIT;
     Zeroshard__ListReply *r;
-    int rc = zs_unary(c->ch[i], M("ListCheckpoints"), c->token, c->timeout_ms, c->addr[i], &q.base,
-                      &zeroshard__list_reply__descriptor, (ProtobufCMessage **)&r, err);
+    int rc = list_reply(c, i, &r, err);
     if (rc)
         return rc;
     for (size_t k = 0; k < r->n_checkpoints && rc == ZS_OK; k++) {
