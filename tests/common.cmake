@@ -1,3 +1,4 @@
-# common/: status codes, layout.
+# common/: status codes, layout, the text buffer.
 zs_add_test(test_status SRCS test_status.c LIBS zs_common LABELS unit)
 zs_add_test(test_layout SRCS test_layout.c LIBS zs_common LABELS unit)
+zs_add_test(test_strbuf SRCS test_strbuf.c LIBS zs_common LABELS unit)

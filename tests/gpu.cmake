@@ -8,7 +8,7 @@
 # ranks on it are refused, with two it runs the collectives. tests/gpu.sh
 # runs all of them on a machine with a GPU.
 if(ZS_WITH_CUDA)
-  zs_add_test(test_dev_cuda SRCS test_dev_cuda.c LIBS zs_dev LABELS "gpu" TIMEOUT 300)
+  zs_add_test(test_dev_cuda SRCS test_dev_cuda.c zs_devtest.c LIBS zs_dev LABELS "gpu" TIMEOUT 300)
   set_tests_properties(test_dev_cuda PROPERTIES SKIP_RETURN_CODE 77)
   # The whole GPT on CUDA (zs_gpt_ops_cuda.c) against the CPU model: one
   # step on three shapes, 10 AdamW steps, two CUDA runs bitwise equal.

@@ -15,9 +15,7 @@
  *  complete on both servers never going backwards (sampled after each kill:
  *  no complete checkpoint is lost).
  */
-#include <dirent.h>
 #include <signal.h>
-#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -33,27 +31,10 @@
 
 static char g_tmp[200], g_data[300];
 
-static int sh(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
-static int sh(const char *fmt, ...)
-{
-    char cmd[4096];
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(cmd, sizeof cmd, fmt, ap);
-    va_end(ap);
-    int st = system(cmd);
-    return WIFEXITED(st) ? WEXITSTATUS(st) : 128;
-}
-
+/* Two fresh servers (data dirs g_tmp/TAG0, TAG1, --keep 2); list into `list`. */
 static void start_servers(zs_test_server_t *srv, const char *tag, char *list, size_t n)
 {
-    memset(srv, 0, 2 * sizeof *srv);
-    for (int i = 0; i < 2; i++) {
-        snprintf(srv[i].data_dir, sizeof srv[i].data_dir, "%s/%s%d", g_tmp, tag, i);
-        snprintf(srv[i].extra, sizeof srv[i].extra, "--keep 2");
-        zs_test_server_start(&srv[i]);
-    }
-    zs_test_server_list(srv, 2, list, n);
+    zs_test_servers_up(srv, 2, g_tmp, tag, "--keep 2", list, n);
 }
 
 /* The zs-train arguments both runs share. */
@@ -72,29 +53,7 @@ static void train_args(char *buf, size_t n, const char *servers, const char *par
 static pid_t random_worker(const char *tag, unsigned *seed)
 {
     pid_t found[16];
-    int n = 0;
-    DIR *d = opendir("/proc");
-    struct dirent *de;
-    while (d && (de = readdir(d)) && n < 16) {
-        char path[300], cmd[4096];
-        pid_t pid = (pid_t)atoi(de->d_name);
-        if (pid <= 0)
-            continue;
-        snprintf(path, sizeof path, "/proc/%d/cmdline", (int)pid);
-        FILE *f = fopen(path, "rb");
-        if (!f)
-            continue;
-        size_t len = fread(cmd, 1, sizeof cmd - 1, f);
-        fclose(f);
-        for (size_t i = 0; i < len; i++)
-            if (cmd[i] == 0)
-                cmd[i] = ' ';
-        cmd[len] = 0;
-        if (strstr(cmd, ZS_TRAIN) == cmd && strstr(cmd, tag))
-            found[n++] = pid;
-    }
-    if (d)
-        closedir(d);
+    int n = zs_test_find_procs(ZS_TRAIN, tag, found, 16);
     return n ? found[rand_r(seed) % n] : 0;
 }
 
@@ -143,12 +102,8 @@ int main(void)
     setvbuf(stdout, NULL, _IONBF, 0);
     snprintf(g_tmp, sizeof g_tmp, "%s", zs_test_tmpdir("chaos"));
     snprintf(g_data, sizeof g_data, "%s/corpus.tok", g_tmp);
-    TEST_CHECKF(sh("%s -o %s $(find /usr/share/common-licenses -maxdepth 1 -type f | sort) > "
-                   "%s/tok.log 2>&1",
-                   ZS_TOKENIZE, g_data, g_tmp) == 0,
-                "zs-tokenize failed");
+    zs_test_tokenize(ZS_TOKENIZE, g_data, "$(" ZS_TEST_LICENCES ")");
     setenv("ZS_LOG_LEVEL", "warn", 1);
-    const char *mpi = "--allow-run-as-root --oversubscribe --bind-to none";
 
     /* 1. the undisturbed run */
     zs_test_server_t ref[2];
@@ -158,12 +113,12 @@ int main(void)
     snprintf(ref_csv, sizeof ref_csv, "%s/ref.csv", g_tmp);
     train_args(args, sizeof args, servers, ref_bin, ref_csv);
     time_t t0 = time(NULL);
-    int rc = sh("%s %s -np 2 %s > %s/ref.log 2>&1", ZS_MPIEXEC, mpi, args, g_tmp);
+    int rc =
+        zs_test_sh("%s " ZS_TEST_MPI_OPTS " -np 2 %s > %s/ref.log 2>&1", ZS_MPIEXEC, args, g_tmp);
     TEST_CHECKF(rc == 0, "reference run failed (exit %d), see %s/ref.log", rc, g_tmp);
     printf("1. reference: %d steps, 2 servers, 2 workers in %ld s\n", STEPS,
            (long)(time(NULL) - t0));
-    for (int i = 0; i < 2; i++)
-        zs_test_server_stop(&ref[i], SIGTERM);
+    zs_test_servers_down(ref, 2);
 
     /* 2. the same job under kill -9s */
     zs_test_server_t srv[2];
@@ -222,14 +177,14 @@ int main(void)
         while (waitpid(launcher, &status, 0) < 0)
             ;
     long secs = (long)(time(NULL) - t0);
-    sh("grep -E 'zs-launch|recovered|recovering' %s | sed 's/^/    /' | tail -n 12", log);
+    zs_test_sh("grep -E 'zs-launch|recovered|recovering' %s | sed 's/^/    /' | tail -n 12", log);
     TEST_CHECKF(WIFEXITED(status) && WEXITSTATUS(status) == 0,
                 "the job did not finish by itself (status %d), see %s", status, log);
     printf("2. %d kill -9s (%d servers, %d workers); the job finished by itself in %ld s\n", kills,
            server_kills, worker_kills, secs);
     TEST_CHECKF(kills == KILLS, "the job finished before all %d kills (%d sent): too fast to test",
                 KILLS, kills);
-    TEST_CHECKF(sh("cmp -s %s %s", ref_bin, chaos_bin) == 0,
+    TEST_CHECKF(zs_test_sh("cmp -s %s %s", ref_bin, chaos_bin) == 0,
                 "final parameters differ from the undisturbed run");
     printf("   final parameters bitwise equal to the undisturbed run\n");
     int rows = 0;
@@ -240,8 +195,7 @@ int main(void)
                 STEPS);
     printf("   CSV lists each step once; newest complete checkpoint never went back (%llu)\n",
            last);
-    for (int i = 0; i < 2; i++)
-        zs_test_server_stop(&srv[i], SIGTERM);
+    zs_test_servers_down(srv, 2);
     printf("PASS test_chaos\n");
     return 0;
 }

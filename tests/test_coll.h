@@ -17,26 +17,10 @@
 #include <mpi.h>
 
 #include "zs_coll.h"
+#include "zs_mpitest.h"
 
-extern int g_rank, g_size;
+extern int g_size; /* g_rank: zs_mpitest.h */
 extern zs_dev_t *g_dev;
-
-/* Stop the whole job (every rank) on a failed check. */
-#define CHECK(cond, ...)                                                                           \
-    do {                                                                                           \
-        if (!(cond)) {                                                                             \
-            fprintf(stderr, "FAIL rank %d %s:%d: %s: ", g_rank, __FILE__, __LINE__, #cond);        \
-            fprintf(stderr, __VA_ARGS__);                                                          \
-            fprintf(stderr, "\n");                                                                 \
-            MPI_Abort(MPI_COMM_WORLD, 1);                                                          \
-        }                                                                                          \
-    } while (0)
-
-#define OK(expr, err)                                                                              \
-    do {                                                                                           \
-        int rc_ = (expr);                                                                          \
-        CHECK(rc_ == ZS_OK, "returned %d: %s", rc_, (err).msg);                                    \
-    } while (0)
 
 /* expr (using the error record e_) must fail with code `want` and a message
  * mentioning `needle`. */

@@ -1,95 +1,24 @@
 /*
  * test_dev.c - unit tests of the device interface on the CPU device
- * (worker/dev: zs_dev.h, zs_dev.c, zs_dev_cpu.c).
+ * (worker/dev: zs_dev.h, zs_dev.c, zs_dev_cpu.c, zs_dev_cpu_ops.c).
  *
- * Covers: memory accounting per space and category and refused arguments;
- * in-order execution on a stream; event ordering across streams, with a
- * negative control proving streams really run concurrently; never-recorded
- * and re-recorded events; sticky errors through events and syncs; host
- * function arguments copied at enqueue; memcpy/memset; the vector ops
- * bitwise against scalar references (sumsq exactly); destroy draining its
- * queue. Timing-dependent checks use gates (a host function that blocks
- * until the test releases it) rather than sleeps wherever they can.
+ * The behaviours every device shares (streams, events, sticky errors,
+ * host functions, copies, the vector ops against scalar references) are
+ * checked by the body in zs_devtest.c, which test_dev_cuda.c runs on the
+ * CUDA device; sumsq is held bitwise to the documented order here. This
+ * file adds what is the CPU device's own: exact memory figures (device
+ * memory is RAM: the whole block is writable), the vector ops on pools of
+ * 1 and 3 threads, accumulate in place, and its refusals of overlapping
+ * and oversized vector ops.
  */
-#include <stdatomic.h>
 #include <stdint.h>
 #include <string.h>
-#include <time.h>
-#include <unistd.h>
 
-#include "zs_cast.h"
 #include "zs_dev.h"
-#include "zs_rand.h"
+#include "zs_devtest.h"
 #include "zs_test.h"
 
 static zs_err_t err;
-
-static void sleep_ms(int ms)
-{
-    struct timespec ts = {ms / 1000, (long)(ms % 1000) * 1000000L};
-    nanosleep(&ts, NULL);
-}
-
-/* ---- host functions used by the tests ----------------------------------- */
-
-/* Blocks its stream until *open becomes 1; gives up after 10 s (a test
- * that never opens it then fails instead of hanging). */
-static int fn_gate(void *args, zs_err_t *e)
-{
-    atomic_int *open = *(atomic_int **)args;
-    for (int ms = 0; !atomic_load(open); ms++) {
-        if (ms == 10000)
-            return zs_err_set(e, ZS_ERR_TIMEOUT, "gate not opened within 10 s");
-        sleep_ms(1);
-    }
-    return ZS_OK;
-}
-
-typedef struct {
-    int *log;
-    int *pos;
-    int value;
-} log_args_t;
-
-/* Appends value to log (the stream thread is the only writer). */
-static int fn_log(void *args, zs_err_t *e)
-{
-    log_args_t *a = args;
-    a->log[(*a->pos)++] = a->value;
-    return ZS_OK;
-}
-
-typedef struct {
-    volatile int *dst;
-    int value;
-    int sleep_ms;
-} write_args_t;
-
-/* Sleeps, then writes value. */
-static int fn_write(void *args, zs_err_t *e)
-{
-    write_args_t *a = args;
-    if (a->sleep_ms)
-        sleep_ms(a->sleep_ms);
-    *a->dst = a->value;
-    return ZS_OK;
-}
-
-static int fn_fail(void *args, zs_err_t *e)
-{
-    return zs_err_set(e, ZS_ERR_IO, "boom from a host function");
-}
-
-static void gate(zs_stream_t *s, atomic_int *open)
-{
-    TEST_OK(zs_dev_host_fn(s, fn_gate, &open, sizeof open, &err), err);
-}
-
-static void write_int(zs_stream_t *s, volatile int *dst, int value, int ms)
-{
-    write_args_t a = {dst, value, ms};
-    TEST_OK(zs_dev_host_fn(s, fn_write, &a, sizeof a, &err), err);
-}
 
 /* ---- memory ------------------------------------------------------------- */
 
@@ -141,24 +70,7 @@ static void test_accounting(zs_dev_t *d)
     TEST_CHECK(m.nallocs == m0.nallocs + 6);
 
     /* refused arguments: nothing allocated, nothing counted */
-    void *x = (void *)1;
-    TEST_CHECK(zs_dev_alloc(d, -1, ZS_MEM_PARAMS, 8, &x, &err) == ZS_ERR_INVALID && !x);
-    printf("  refused: %s\n", err.msg);
-    TEST_CHECK(zs_dev_alloc(d, ZS_NSPACES, ZS_MEM_PARAMS, 8, &x, &err) == ZS_ERR_INVALID);
-    TEST_CHECK(zs_dev_alloc(d, ZS_SPACE_HOST, ZS_MEM_NCATS, 8, &x, &err) == ZS_ERR_INVALID);
-    printf("  refused: %s\n", err.msg);
-    TEST_CHECK(zs_dev_alloc(d, ZS_SPACE_HOST, -1, 8, &x, &err) == ZS_ERR_INVALID);
-    TEST_CHECK(zs_dev_alloc(d, ZS_SPACE_HOST, ZS_MEM_PARAMS, 8, NULL, &err) == ZS_ERR_INVALID);
-    TEST_CHECK(zs_dev_alloc(d, ZS_SPACE_HOST, ZS_MEM_PARAMS, SIZE_MAX, &x, &err) == ZS_ERR_NOMEM);
-    printf("  refused: %s\n", err.msg);
-    TEST_CHECK(zs_dev_alloc(d, ZS_SPACE_HOST, ZS_MEM_PARAMS, SIZE_MAX - 64, &x, &err) ==
-               ZS_ERR_NOMEM);
-    TEST_CHECK(zs_dev_alloc(d, ZS_SPACE_HOST, ZS_MEM_PARAMS, SIZE_MAX / 2, &x, &err) ==
-               ZS_ERR_NOMEM);
-    printf("  refused: %s\n", err.msg);
-    zs_dev_mem_t m2;
-    zs_dev_mem_get(d, &m2);
-    TEST_CHECK(memcmp(&m, &m2, sizeof m) == 0);
+    zs_devtest_alloc_refused(d);
 
     TEST_CHECK(strcmp(zs_memcat_name(ZS_MEM_GATHERED), "gathered") == 0);
     TEST_CHECK(strcmp(zs_memcat_name(ZS_MEM_SCRATCH), "scratch") == 0);
@@ -179,552 +91,34 @@ static void test_accounting(zs_dev_t *d)
     printf("accounting: ok\n");
 }
 
-/* ---- streams and events ----------------------------------------------------- */
+/* ---- the CPU device's own vector-op behaviour ------------------------------ */
 
-static void test_order(zs_dev_t *d)
-{
-    enum { N = 10000 };
-    int *log = calloc(N, sizeof *log);
-    int pos = 0;
-    zs_stream_t *s;
-    TEST_OK(zs_dev_stream_create(d, 0, "order", &s, &err), err);
-    for (int i = 0; i < N; i++) {
-        log_args_t a = {log, &pos, i};
-        TEST_OK(zs_dev_host_fn(s, fn_log, &a, sizeof a, &err), err);
-    }
-    TEST_OK(zs_dev_stream_sync(s, &err), err);
-    TEST_CHECKF(pos == N, "%d of %d tasks ran", pos, N);
-    for (int i = 0; i < N; i++)
-        TEST_CHECKF(log[i] == i, "task %d ran at position %d", log[i], i);
-    zs_dev_stream_destroy(s);
-    free(log);
-    printf("order of %d tasks: ok\n", N);
-}
-
-/* The producer stream waits at a gate, sleeps 20 ms and writes 2 into buf
- * (old value 1), then records ev; the consumer stream copies buf.
- *   with the wait: the consumer must not run while the gate is closed, and
- *     sees 2 once it opens;
- *   without it (negative control): the consumer's copy completes while the
- *     producer is still held at the gate, so it sees the old 1. This proves
- *     streams run concurrently: a missing wait gives a wrong result on CPU.
- * No sleeps decide the outcome, so the check holds on a loaded machine (and
- * has no data race for ThreadSanitizer). */
-static void test_cross_stream(zs_dev_t *d, int with_wait)
-{
-    zs_stream_t *prod, *cons;
-    zs_event_t *ev;
-    TEST_OK(zs_dev_stream_create(d, 0, "producer", &prod, &err), err);
-    TEST_OK(zs_dev_stream_create(d, 1, "consumer", &cons, &err), err);
-    TEST_OK(zs_dev_event_create(d, &ev, &err), err);
-    int *buf, *out;
-    TEST_OK(zs_dev_alloc(d, ZS_SPACE_DEVICE, ZS_MEM_COMM, sizeof(int), (void **)&buf, &err), err);
-    TEST_OK(zs_dev_alloc(d, ZS_SPACE_HOST, ZS_MEM_COMM, sizeof(int), (void **)&out, &err), err);
-    *buf = 1;
-    *out = 0;
-    atomic_int open = 0;
-    gate(prod, &open);
-    write_int(prod, buf, 2, 20);
-    TEST_OK(zs_dev_event_record(ev, prod, &err), err);
-    if (with_wait)
-        TEST_OK(zs_dev_stream_wait(cons, ev, &err), err);
-    TEST_OK(zs_dev_memcpy(cons, out, buf, sizeof(int), &err), err);
-    if (with_wait) {
-        sleep_ms(20);
-        TEST_CHECKF(*(volatile int *)out == 0, "consumer copied before the producer's event");
-        TEST_CHECK(zs_dev_event_query(ev) == 0);
-        atomic_store(&open, 1);
-    }
-    TEST_OK(zs_dev_stream_sync(cons, &err), err);
-    int seen = *out;
-    if (!with_wait) /* the producer is still held at its gate */
-        TEST_CHECKF(zs_dev_event_query(ev) == 0, "consumer finished only after the producer");
-    atomic_store(&open, 1);
-    TEST_OK(zs_dev_event_sync(ev, &err), err);
-    if (with_wait)
-        TEST_CHECKF(seen == 2, "consumer saw %d after waiting for the producer's event", seen);
-    else
-        TEST_CHECKF(seen == 1, "consumer saw %d without waiting: streams are not concurrent", seen);
-    TEST_CHECK(zs_dev_event_query(ev) == 1);
-    TEST_CHECK(*buf == 2);
-    TEST_OK(zs_dev_stream_sync(prod, &err), err);
-    zs_dev_free(d, buf);
-    zs_dev_free(d, out);
-    zs_dev_event_destroy(ev);
-    zs_dev_stream_destroy(prod);
-    zs_dev_stream_destroy(cons);
-    printf("cross-stream %s event wait: ok (consumer saw %d)\n", with_wait ? "with" : "without",
-           seen);
-}
-
-static void test_never_recorded(zs_dev_t *d)
+/* Accumulate in place (dst == src doubles every element; the CUDA device
+ * refuses it) and the CPU device's extra refusals: overlapping cast
+ * buffers and element counts that overflow the address space. */
+static void test_cpu_vec_extras(zs_dev_t *d)
 {
     zs_stream_t *s;
-    zs_event_t *ev;
-    TEST_OK(zs_dev_stream_create(d, 0, "never", &s, &err), err);
-    TEST_OK(zs_dev_event_create(d, &ev, &err), err);
-    TEST_CHECK(zs_dev_event_query(ev) == 1);
-    TEST_OK(zs_dev_event_sync(ev, &err), err);
-    volatile int x = 0;
-    TEST_OK(zs_dev_stream_wait(s, ev, &err), err);
-    write_int(s, &x, 5, 0);
-    TEST_OK(zs_dev_stream_sync(s, &err), err);
-    TEST_CHECK(x == 5);
-    zs_dev_event_destroy(ev);
-    zs_dev_stream_destroy(s);
-    printf("never-recorded event: ok\n");
-}
-
-/* Record e behind a closed gate on A; B waits on that record; re-record e
- * on idle C: e completes (the new point) while B still waits for the old
- * record, and runs only when the gate opens. */
-static void test_rerecord(zs_dev_t *d)
-{
-    zs_stream_t *a, *b, *c;
-    zs_event_t *ev;
-    TEST_OK(zs_dev_stream_create(d, 0, "A", &a, &err), err);
-    TEST_OK(zs_dev_stream_create(d, 0, "B", &b, &err), err);
-    TEST_OK(zs_dev_stream_create(d, 0, "C", &c, &err), err);
-    TEST_OK(zs_dev_event_create(d, &ev, &err), err);
-    atomic_int open = 0;
-    volatile int x = 0;
-    gate(a, &open);
-    TEST_OK(zs_dev_event_record(ev, a, &err), err);
-    sleep_ms(20);
-    TEST_CHECK(zs_dev_event_query(ev) == 0);
-    TEST_OK(zs_dev_stream_wait(b, ev, &err), err);
-    write_int(b, &x, 7, 0);
-    TEST_OK(zs_dev_event_record(ev, c, &err), err);
-    TEST_OK(zs_dev_event_sync(ev, &err), err); /* the new point: C is idle */
-    TEST_CHECK(zs_dev_event_query(ev) == 1);
-    sleep_ms(30);
-    TEST_CHECKF(x == 0, "B ran before the record it waited for (x=%d)", x);
-    atomic_store(&open, 1);
-    TEST_OK(zs_dev_stream_sync(b, &err), err);
-    TEST_CHECK(x == 7);
-    /* re-record on A behind a new gate: the event is pending again */
-    atomic_store(&open, 0);
-    gate(a, &open);
-    TEST_OK(zs_dev_event_record(ev, a, &err), err);
-    sleep_ms(10);
-    TEST_CHECK(zs_dev_event_query(ev) == 0);
-    atomic_store(&open, 1);
-    TEST_OK(zs_dev_event_sync(ev, &err), err);
-    TEST_CHECK(zs_dev_event_query(ev) == 1);
-    /* an event destroyed while its record is queued: the record still runs */
-    atomic_store(&open, 0);
-    gate(a, &open);
-    TEST_OK(zs_dev_event_record(ev, a, &err), err);
-    TEST_OK(zs_dev_stream_wait(b, ev, &err), err);
-    zs_dev_event_destroy(ev);
-    atomic_store(&open, 1);
-    TEST_OK(zs_dev_stream_sync(b, &err), err);
-    TEST_OK(zs_dev_stream_sync(a, &err), err);
-    zs_dev_stream_destroy(a);
-    zs_dev_stream_destroy(b);
-    zs_dev_stream_destroy(c);
-    printf("re-record: ok\n");
-}
-
-static void test_sticky(zs_dev_t *d)
-{
-    zs_stream_t *a, *b;
-    zs_event_t *ev, *ev2;
-    TEST_OK(zs_dev_stream_create(d, 0, "failing", &a, &err), err);
-    TEST_OK(zs_dev_stream_create(d, 0, "waiter", &b, &err), err);
-    TEST_OK(zs_dev_event_create(d, &ev, &err), err);
-    TEST_OK(zs_dev_event_create(d, &ev2, &err), err);
-    volatile int x = 0, y = 0, z = 0;
-    int *buf;
-    TEST_OK(zs_dev_alloc(d, ZS_SPACE_DEVICE, ZS_MEM_SCRATCH, 64, (void **)&buf, &err), err);
-    memset(buf, 0, 64);
-
-    TEST_OK(zs_dev_host_fn(a, fn_fail, NULL, 0, &err), err);
-    write_int(a, &x, 1, 0);                              /* skipped */
-    TEST_OK(zs_dev_memset(a, buf, 0xff, 64, &err), err); /* skipped */
-    TEST_OK(zs_dev_event_record(ev, a, &err), err);      /* completes, carrying the error */
-    TEST_OK(zs_dev_stream_wait(b, ev, &err), err);
-    write_int(b, &y, 1, 0); /* skipped: b failed by waiting */
-    TEST_OK(zs_dev_event_record(ev2, b, &err), err);
-
-    zs_err_clear(&err);
-    TEST_CHECK(zs_dev_event_sync(ev, &err) == ZS_ERR_IO);
-    TEST_CHECKF(strstr(err.msg, "boom") && strstr(err.msg, "failing"), "%s", err.msg);
-    TEST_CHECK(zs_dev_event_query(ev) == 1);
-    zs_err_clear(&err);
-    TEST_CHECK(zs_dev_event_sync(ev2, &err) == ZS_ERR_IO);
-    TEST_CHECKF(strstr(err.msg, "boom") && strstr(err.msg, "waiter"), "%s", err.msg);
-    printf("  event of the waiting stream: %s\n", err.msg);
-    zs_err_clear(&err);
-    TEST_CHECK(zs_dev_stream_sync(b, &err) == ZS_ERR_IO);
-    TEST_CHECK(strstr(err.msg, "boom"));
-    zs_err_clear(&err);
-    TEST_CHECK(zs_dev_stream_sync(a, &err) == ZS_ERR_IO);
-    TEST_CHECKF(strstr(err.msg, "boom"), "%s", err.msg);
-    printf("  stream sync: %s\n", err.msg);
-    TEST_CHECK(x == 0 && y == 0);
-    for (int i = 0; i < 16; i++)
-        TEST_CHECK(buf[i] == 0);
-
-    /* cleared: both streams work again, and a new record is clean */
-    TEST_OK(zs_dev_stream_sync(a, &err), err);
-    TEST_OK(zs_dev_stream_sync(b, &err), err);
-    write_int(a, &x, 2, 0);
-    TEST_OK(zs_dev_event_record(ev, a, &err), err);
-    TEST_OK(zs_dev_stream_wait(b, ev, &err), err);
-    write_int(b, &z, 3, 0);
-    TEST_OK(zs_dev_stream_sync(b, &err), err);
-    TEST_OK(zs_dev_event_sync(ev, &err), err);
-    TEST_CHECK(x == 2 && z == 3);
-
-    /* waiting on an event whose failed record already completed fails too */
-    TEST_OK(zs_dev_host_fn(a, fn_fail, NULL, 0, &err), err);
-    TEST_OK(zs_dev_event_record(ev, a, &err), err);
-    TEST_CHECK(zs_dev_event_sync(ev, &err) == ZS_ERR_IO);
-    TEST_OK(zs_dev_stream_wait(b, ev, &err), err);
-    TEST_CHECK(zs_dev_stream_sync(b, &err) == ZS_ERR_IO);
-    TEST_CHECK(zs_dev_stream_sync(a, &err) == ZS_ERR_IO);
-
-    zs_dev_free(d, buf);
-    zs_dev_event_destroy(ev);
-    zs_dev_event_destroy(ev2);
-    zs_dev_stream_destroy(a);
-    zs_dev_stream_destroy(b);
-    printf("sticky errors: ok\n");
-}
-
-static void test_args_copied(zs_dev_t *d)
-{
-    zs_stream_t *s;
-    TEST_OK(zs_dev_stream_create(d, 0, "args", &s, &err), err);
-    atomic_int open = 0;
-    int log[2] = {0, 0}, pos = 0;
-    gate(s, &open);
-    log_args_t a = {log, &pos, 11};
-    TEST_OK(zs_dev_host_fn(s, fn_log, &a, sizeof a, &err), err);
-    a.value = 22; /* the queued task must keep 11 */
-    TEST_OK(zs_dev_host_fn(s, fn_log, &a, sizeof a, &err), err);
-    a.value = 33;
-    atomic_store(&open, 1);
-    TEST_OK(zs_dev_stream_sync(s, &err), err);
-    TEST_CHECKF(pos == 2 && log[0] == 11 && log[1] == 22, "log %d %d", log[0], log[1]);
-
-    unsigned char big[ZS_DEV_MAX_ARGS + 1] = {0};
-    TEST_CHECK(zs_dev_host_fn(s, fn_log, big, sizeof big, &err) == ZS_ERR_INVALID);
-    printf("  refused: %s\n", err.msg);
-    TEST_CHECK(zs_dev_host_fn(s, NULL, NULL, 0, &err) == ZS_ERR_INVALID);
-    TEST_CHECK(zs_dev_host_fn(s, fn_log, NULL, 8, &err) == ZS_ERR_INVALID);
-    zs_dev_stream_destroy(s);
-    printf("host fn args copied: ok\n");
-}
-
-static void test_copy_set(zs_dev_t *d)
-{
-    enum { N = 100000 };
-    zs_stream_t *s;
-    TEST_OK(zs_dev_stream_create(d, 0, "copy", &s, &err), err);
-    unsigned char *dv, *pin, *host;
-    TEST_OK(zs_dev_alloc(d, ZS_SPACE_DEVICE, ZS_MEM_COMM, N, (void **)&dv, &err), err);
-    TEST_OK(zs_dev_alloc(d, ZS_SPACE_PINNED, ZS_MEM_COMM, N, (void **)&pin, &err), err);
-    TEST_OK(zs_dev_alloc(d, ZS_SPACE_HOST, ZS_MEM_COMM, N, (void **)&host, &err), err);
-    for (int i = 0; i < N; i++)
-        host[i] = (unsigned char)(i * 7 + 3);
-    TEST_OK(zs_dev_memset(s, dv, 0xab, N, &err), err);
-    TEST_OK(zs_dev_memcpy(s, pin, dv, N, &err), err);
-    TEST_OK(zs_dev_stream_sync(s, &err), err);
-    for (int i = 0; i < N; i++)
-        TEST_CHECK(pin[i] == 0xab);
-    TEST_OK(zs_dev_memcpy(s, dv, host, N, &err), err);
-    TEST_OK(zs_dev_memcpy(s, pin + 1, dv + 2, N - 2, &err), err);
-    TEST_OK(zs_dev_memset(s, pin, 0, 1, &err), err);
-    TEST_OK(zs_dev_memcpy(s, pin, dv, 0, &err), err); /* zero bytes: nothing */
-    TEST_OK(zs_dev_memset(s, NULL, 0, 0, &err), err);
-    TEST_OK(zs_dev_stream_sync(s, &err), err);
-    TEST_CHECK(pin[0] == 0 && pin[N - 1] == 0xab);
-    for (int i = 1; i < N - 1; i++)
-        TEST_CHECK(pin[i] == host[i + 1]);
-    TEST_CHECK(zs_dev_memcpy(s, NULL, dv, 4, &err) == ZS_ERR_INVALID);
-    TEST_CHECK(zs_dev_memcpy(s, dv, NULL, 4, &err) == ZS_ERR_INVALID);
-    TEST_CHECK(zs_dev_memset(s, NULL, 0, 4, &err) == ZS_ERR_INVALID);
-    zs_dev_free(d, dv);
-    zs_dev_free(d, pin);
-    zs_dev_free(d, host);
-    zs_dev_stream_destroy(s);
-    printf("memcpy/memset: ok\n");
-}
-
-/* Destroy with work still queued behind a slow task: all of it runs. */
-static void test_destroy_drains(zs_dev_t *d)
-{
-    enum { N = 200 };
-    zs_stream_t *s;
-    TEST_OK(zs_dev_stream_create(d, 0, "drain", &s, &err), err);
-    int log[N], pos = 0;
-    volatile int x = 0;
-    write_int(s, &x, 1, 30);
-    for (int i = 0; i < N; i++) {
-        log_args_t a = {log, &pos, i};
-        TEST_OK(zs_dev_host_fn(s, fn_log, &a, sizeof a, &err), err);
-    }
-    zs_dev_stream_destroy(s);
-    TEST_CHECKF(x == 1 && pos == N, "x=%d, %d of %d tasks ran", x, pos, N);
-    for (int i = 0; i < N; i++)
-        TEST_CHECK(log[i] == i);
-    printf("destroy drains: ok\n");
-}
-
-/* ---- vector ops ---------------------------------------------------------------- */
-
-static const zs_dtype_t DTS[3] = {ZS_DTYPE_F32, ZS_DTYPE_BF16, ZS_DTYPE_F16};
-
-static float ld(zs_dtype_t dt, const void *p, size_t i)
-{
-    if (dt == ZS_DTYPE_F32)
-        return ((const float *)p)[i];
-    uint16_t h = ((const uint16_t *)p)[i];
-    return dt == ZS_DTYPE_BF16 ? zs_bf16_to_f32(h) : zs_f16_to_f32(h);
-}
-
-static void st(zs_dtype_t dt, void *p, size_t i, float x)
-{
-    if (dt == ZS_DTYPE_F32)
-        ((float *)p)[i] = x;
-    else
-        ((uint16_t *)p)[i] = dt == ZS_DTYPE_BF16 ? zs_f32_to_bf16(x) : zs_f32_to_f16(x);
-}
-
-/* n random values of dt in [-scale, scale) from seed, in device memory. */
-static void *rand_buf(zs_dev_t *d, zs_dtype_t dt, size_t n, uint64_t seed, float scale)
-{
-    void *p;
-    TEST_OK(zs_dev_alloc(d, ZS_SPACE_DEVICE, ZS_MEM_SCRATCH, n * zs_dtype_size(dt), &p, &err), err);
+    TEST_OK(zs_dev_stream_create(d, 0, "extras", &s, &err), err);
+    size_t n = 1000;
+    float *ref = zs_devtest_rand_host(ZS_DTYPE_F32, n, 5, 1.0f);
+    float *x = zs_devtest_h2d(d, s, ref, n * 4), *got = malloc(n * 4);
+    TEST_OK(zs_dev_accumulate(s, x, ZS_DTYPE_F32, x, ZS_DTYPE_F32, n, &err), err);
+    zs_devtest_d2h(s, got, x, n * 4);
     for (size_t i = 0; i < n; i++)
-        st(dt, p, i, scale * zs_rand_unit(seed, i));
-    return p;
-}
+        TEST_CHECKF(got[i] == 2.0f * ref[i], "in-place accumulate differs at %zu", i);
+    free(got);
+    free(ref);
+    zs_dev_free(d, x);
 
-static void *dup_buf(const void *p, size_t bytes)
-{
-    void *q = malloc(bytes ? bytes : 1);
-    memcpy(q, p, bytes);
-    return q;
-}
-
-/* Index of the first differing element (elem bytes each), or -1. */
-static long first_diff(const void *a, const void *b, size_t n, size_t elem)
-{
-    for (size_t i = 0; i < n; i++)
-        if (memcmp((const char *)a + i * elem, (const char *)b + i * elem, elem))
-            return (long)i;
-    return -1;
-}
-
-static const size_t NS[] = {0, 1, 7, 255, 256, 257, 1000, 3 * 32768 + 129};
-#define NNS (sizeof NS / sizeof NS[0])
-
-static void test_cast_acc_scale(zs_dev_t *d, zs_stream_t *s)
-{
-    int cases = 0;
-    for (size_t k = 0; k < NNS; k++) {
-        size_t n = NS[k];
-        for (int a = 0; a < 3; a++)
-            for (int b = 0; b < 3; b++) {
-                zs_dtype_t ddt = DTS[a], sdt = DTS[b];
-                size_t dsz = zs_dtype_size(ddt);
-                void *src = rand_buf(d, sdt, n, 100 + k, 3.0f);
-                void *dst = rand_buf(d, ddt, n, 200 + k, 2.0f);
-                void *ref = dup_buf(dst, n * dsz);
-                /* cast */
-                TEST_OK(zs_dev_cast(s, dst, ddt, src, sdt, n, &err), err);
-                TEST_OK(zs_dev_stream_sync(s, &err), err);
-                for (size_t i = 0; i < n; i++)
-                    st(ddt, ref, i, ld(sdt, src, i));
-                long bad = first_diff(dst, ref, n, dsz);
-                TEST_CHECKF(bad < 0, "cast %s->%s n=%zu differs at %ld", zs_dtype_name(sdt),
-                            zs_dtype_name(ddt), n, bad);
-                /* accumulate onto fresh values: one fp32 sum, one rounding */
-                for (size_t i = 0; i < n; i++)
-                    st(ddt, dst, i, 2.0f * zs_rand_unit(300 + k, i));
-                memcpy(ref, dst, n * dsz);
-                TEST_OK(zs_dev_accumulate(s, dst, ddt, src, sdt, n, &err), err);
-                TEST_OK(zs_dev_stream_sync(s, &err), err);
-                for (size_t i = 0; i < n; i++)
-                    st(ddt, ref, i, ld(ddt, ref, i) + ld(sdt, src, i));
-                bad = first_diff(dst, ref, n, dsz);
-                TEST_CHECKF(bad < 0, "accumulate %s+=%s n=%zu differs at %ld", zs_dtype_name(ddt),
-                            zs_dtype_name(sdt), n, bad);
-                /* scale (once per dtype) */
-                if (b == 0) {
-                    float alpha = -0.37f;
-                    TEST_OK(zs_dev_scale(s, dst, ddt, alpha, n, &err), err);
-                    TEST_OK(zs_dev_stream_sync(s, &err), err);
-                    for (size_t i = 0; i < n; i++)
-                        st(ddt, ref, i, ld(ddt, ref, i) * alpha);
-                    bad = first_diff(dst, ref, n, dsz);
-                    TEST_CHECKF(bad < 0, "scale %s n=%zu differs at %ld", zs_dtype_name(ddt), n,
-                                bad);
-                }
-                free(ref);
-                zs_dev_free(d, src);
-                zs_dev_free(d, dst);
-                cases++;
-            }
-    }
-    /* accumulate in place (dst == src doubles every element) */
-    {
-        size_t n = 1000;
-        float *x = rand_buf(d, ZS_DTYPE_F32, n, 5, 1.0f);
-        float *ref = dup_buf(x, n * 4);
-        TEST_OK(zs_dev_accumulate(s, x, ZS_DTYPE_F32, x, ZS_DTYPE_F32, n, &err), err);
-        TEST_OK(zs_dev_stream_sync(s, &err), err);
-        for (size_t i = 0; i < n; i++)
-            TEST_CHECK(x[i] == 2.0f * ref[i]);
-        free(ref);
-        zs_dev_free(d, x);
-    }
-    /* refused */
     float f[4];
-    TEST_CHECK(zs_dev_cast(s, f, ZS_DTYPE_NONE, f + 2, ZS_DTYPE_F32, 2, &err) == ZS_ERR_INVALID);
-    printf("  refused: %s\n", err.msg);
     TEST_CHECK(zs_dev_cast(s, f, ZS_DTYPE_F32, f + 1, ZS_DTYPE_F32, 2, &err) == ZS_ERR_INVALID);
     printf("  refused: %s\n", err.msg);
-    TEST_CHECK(zs_dev_accumulate(s, f, ZS_DTYPE_F32, f, (zs_dtype_t)9, 2, &err) == ZS_ERR_INVALID);
-    TEST_CHECK(zs_dev_scale(s, NULL, ZS_DTYPE_F32, 1.0f, 2, &err) == ZS_ERR_INVALID);
     TEST_CHECK(zs_dev_cast(s, f, ZS_DTYPE_F32, f + 2, ZS_DTYPE_F32, SIZE_MAX / 2, &err) ==
                ZS_ERR_RANGE);
-    printf("cast/accumulate/scale: %d cases bitwise equal to the scalar references\n", cases);
-}
-
-static void test_sumsq(zs_dev_t *d, zs_stream_t *s)
-{
-    double *acc;
-    TEST_OK(
-        zs_dev_alloc(d, ZS_SPACE_DEVICE, ZS_MEM_SCRATCH, 2 * sizeof(double), (void **)&acc, &err),
-        err);
-    for (size_t k = 0; k < NNS; k++) {
-        size_t n = NS[k];
-        for (int a = 0; a < 3; a++) {
-            zs_dtype_t dt = DTS[a];
-            void *x = rand_buf(d, dt, n, 400 + k, 10.0f);
-            acc[0] = 0.25;
-            acc[1] = 0.0;
-            TEST_OK(zs_dev_sumsq(s, x, dt, n, acc, &err), err);
-            TEST_OK(zs_dev_sumsq(s, x, dt, n, acc, &err), err); /* accumulates */
-            TEST_OK(zs_dev_stream_sync(s, &err), err);
-            /* the documented order: chunks of 32768 in order, 8 lanes each */
-            double r = 0.0;
-            long double exact = 0.0L;
-            for (size_t c = 0; c < n; c += 32768) {
-                double lane[8] = {0}, cs = 0.0;
-                for (size_t i = c; i < n && i < c + 32768; i++) {
-                    float v = ld(dt, x, i);
-                    lane[(i - c) & 7] += (double)v * v;
-                    exact += (long double)v * v;
-                }
-                for (int l = 0; l < 8; l++)
-                    cs += lane[l];
-                r += cs;
-            }
-            double want = 0.25 + r + r;
-            TEST_CHECKF(acc[0] == want, "sumsq %s n=%zu: %.17g, want %.17g", zs_dtype_name(dt), n,
-                        acc[0], want);
-            double rel = fabs(r - (double)exact) / (exact > 0 ? (double)exact : 1.0);
-            TEST_CHECKF(rel < 1e-13, "sumsq %s n=%zu: relative error %.3g vs long double",
-                        zs_dtype_name(dt), n, rel);
-            TEST_CHECK(acc[1] == 0.0);
-            /* one non-finite element sets the flag */
-            if (n >= 7) {
-                st(dt, x, n / 2, k % 2 ? INFINITY : NAN);
-                acc[0] = 0.0;
-                TEST_OK(zs_dev_sumsq(s, x, dt, n, acc, &err), err);
-                TEST_OK(zs_dev_stream_sync(s, &err), err);
-                TEST_CHECKF(acc[1] == 1.0, "sumsq %s n=%zu: non-finite not flagged",
-                            zs_dtype_name(dt), n);
-                TEST_CHECK(!isfinite(acc[0]));
-            }
-            zs_dev_free(d, x);
-        }
-    }
-    /* the flag is never cleared by a finite call */
-    float ok[3] = {1, 2, 3};
-    acc[0] = 0.0;
-    acc[1] = 1.0;
-    TEST_OK(zs_dev_sumsq(s, ok, ZS_DTYPE_F32, 3, acc, &err), err);
-    TEST_OK(zs_dev_stream_sync(s, &err), err);
-    TEST_CHECK(acc[0] == 14.0 && acc[1] == 1.0);
-    TEST_CHECK(zs_dev_sumsq(s, ok, ZS_DTYPE_F32, 3, NULL, &err) == ZS_ERR_INVALID);
-    zs_dev_free(d, acc);
-    printf("sumsq: bitwise in the documented order, within 1e-13 of long double, non-finite "
-           "flagged\n");
-}
-
-static void test_adamw(zs_dev_t *d, zs_stream_t *s)
-{
-    zs_adam_hparams_t hp = {1e-3f, 0.9f, 0.999f, 1e-8f, 0.01f, 1, 1};
-    zs_adam_step_t stp = {2e-3f, 3, 0.5f, 0.8f};
-    const zs_dtype_t ODTS[4] = {ZS_DTYPE_F32, ZS_DTYPE_BF16, ZS_DTYPE_F16, ZS_DTYPE_NONE};
-    int cases = 0;
-    const size_t ns[] = {0, 1, 257, 3 * 32768 + 129};
-    for (size_t k = 0; k < 4; k++) {
-        size_t n = ns[k];
-        for (int g = 0; g < 3; g++)
-            for (int o = 0; o < 4; o++) {
-                zs_dtype_t gdt = DTS[g], odt = ODTS[o];
-                float *p = rand_buf(d, ZS_DTYPE_F32, n, 500 + k, 1.0f);
-                float *m = rand_buf(d, ZS_DTYPE_F32, n, 600 + k, 0.1f);
-                float *v = rand_buf(d, ZS_DTYPE_F32, n, 700 + k, 0.01f);
-                for (size_t i = 0; i < n; i++)
-                    v[i] = fabsf(v[i]);
-                void *gr = rand_buf(d, gdt, n, 800 + k, 4.0f);
-                size_t osz = zs_dtype_size(odt);
-                void *out = odt == ZS_DTYPE_NONE ? NULL : rand_buf(d, odt, n, 900, 1.0f);
-                float *rp = dup_buf(p, n * 4), *rm = dup_buf(m, n * 4), *rv = dup_buf(v, n * 4);
-                void *rout = out ? dup_buf(out, n * osz) : NULL;
-                hp.adam_w_mode = (int)(k + g) % 2;
-                /* behind a closed gate, so the task surely runs after the
-                 * caller changed its structs: it must use its own copies */
-                atomic_int open = 0;
-                gate(s, &open);
-                TEST_OK(zs_dev_adamw(s, &hp, &stp, p, m, v, gr, gdt, out, odt, n, &err), err);
-                zs_adam_hparams_t hp_run = hp;
-                zs_adam_step_t st_run = stp;
-                hp.beta1 = 0.5f;
-                hp.eps = 1.0f;
-                stp.lr = 1.0f;
-                stp.t += 100;
-                atomic_store(&open, 1);
-                TEST_OK(zs_dev_stream_sync(s, &err), err);
-                hp = hp_run;
-                stp = st_run;
-                zs_adam_update_ref(&hp, &stp, rp, rm, rv, gr, gdt, rout, odt, n);
-                long bad = first_diff(p, rp, n, 4);
-                if (bad < 0)
-                    bad = first_diff(m, rm, n, 4);
-                if (bad < 0)
-                    bad = first_diff(v, rv, n, 4);
-                if (bad < 0 && out)
-                    bad = first_diff(out, rout, n, osz);
-                TEST_CHECKF(bad < 0, "adamw grad %s out %s n=%zu differs at %ld",
-                            zs_dtype_name(gdt), zs_dtype_name(odt), n, bad);
-                free(rp);
-                free(rm);
-                free(rv);
-                free(rout);
-                zs_dev_free(d, p);
-                zs_dev_free(d, m);
-                zs_dev_free(d, v);
-                zs_dev_free(d, gr);
-                zs_dev_free(d, out);
-                cases++;
-            }
-    }
-    float f[4] = {0};
-    TEST_CHECK(zs_dev_adamw(s, NULL, &stp, f, f, f, f, ZS_DTYPE_F32, NULL, ZS_DTYPE_NONE, 1,
-                            &err) == ZS_ERR_INVALID);
-    TEST_CHECK(zs_dev_adamw(s, &hp, &stp, f, f, f, f, ZS_DTYPE_NONE, NULL, ZS_DTYPE_NONE, 1,
-                            &err) == ZS_ERR_INVALID);
     printf("  refused: %s\n", err.msg);
-    printf("adamw: %d cases bitwise equal to zs_adam_update_ref\n", cases);
+    zs_dev_stream_destroy(s);
+    printf("accumulate in place, overlap and range refusals: ok\n");
 }
 
 static void test_vector(int threads)
@@ -732,12 +126,8 @@ static void test_vector(int threads)
     zs_dev_t *d;
     TEST_OK(zs_dev_cpu_create(threads, &d, &err), err);
     printf("vector ops on %s\n", d->desc);
-    zs_stream_t *s;
-    TEST_OK(zs_dev_stream_create(d, 0, "compute", &s, &err), err);
-    test_cast_acc_scale(d, s);
-    test_sumsq(d, s);
-    test_adamw(d, s);
-    zs_dev_stream_destroy(s);
+    zs_devtest_vector(d, 1);
+    test_cpu_vec_extras(d);
     zs_dev_mem_t m;
     zs_dev_mem_get(d, &m);
     for (int sp = 0; sp < ZS_NSPACES; sp++)
@@ -753,15 +143,7 @@ int main(void)
     printf("device: %s\n", d->desc);
     TEST_CHECK(strcmp(d->vt->name, "cpu") == 0);
     test_accounting(d);
-    test_order(d);
-    test_cross_stream(d, 1);
-    test_cross_stream(d, 0);
-    test_never_recorded(d);
-    test_rerecord(d);
-    test_sticky(d);
-    test_args_copied(d);
-    test_copy_set(d);
-    test_destroy_drains(d);
+    zs_devtest_streams(d, 10000);
     zs_dev_destroy(d);
     test_vector(1);
     test_vector(3);

@@ -34,7 +34,6 @@
  */
 #include <math.h>
 #include <stdarg.h>
-#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -55,31 +54,16 @@
 static char g_tmp[200], g_data[300];
 static const zs_gpt_config_t k_cfg = {2, 4, 64, 32, 256}; /* what zs-train builds below */
 
-static int sh(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
-static int sh(const char *fmt, ...)
-{
-    char cmd[4096];
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(cmd, sizeof cmd, fmt, ap);
-    va_end(ap);
-    int st = system(cmd);
-    return WIFEXITED(st) ? WEXITSTATUS(st) : 128;
-}
-
 /* mpirun -np W zs-train ARGS on `servers`; exits the test on failure. */
 static void train(int W, const char *servers, const char *args)
 {
-    int rc = sh("ZS_LOG_LEVEL=warn %s --allow-run-as-root --oversubscribe --bind-to none -np %d "
-                "%s --data %s --servers %s --layers %d --heads %d --width %d --ctx %d %s > "
-                "%s/train.log 2>&1",
-                ZS_MPIEXEC, W, ZS_TRAIN, g_data, servers, k_cfg.layers, k_cfg.heads, k_cfg.width,
-                k_cfg.ctx, args, g_tmp);
-    if (rc) {
-        fprintf(stderr, "FAIL: zs-train (W=%d %s) exited %d:\n", W, args, rc);
-        sh("tail -n 30 %s/train.log >&2", g_tmp);
-        exit(1);
-    }
+    char log[300];
+    snprintf(log, sizeof log, "%s/train.log", g_tmp);
+    zs_test_run_ok(log,
+                   "ZS_LOG_LEVEL=warn %s " ZS_TEST_MPI_OPTS " -np %d %s --data %s --servers %s "
+                   "--layers %d --heads %d --width %d --ctx %d %s",
+                   ZS_MPIEXEC, W, ZS_TRAIN, g_data, servers, k_cfg.layers, k_cfg.heads, k_cfg.width,
+                   k_cfg.ctx, args);
 }
 
 /* zs-ctl ARGS, output to DIR/ctl.log; returns its exit code. */
@@ -91,20 +75,20 @@ static int ctl(const char *fmt, ...)
     va_start(ap, fmt);
     vsnprintf(args, sizeof args, fmt, ap);
     va_end(ap);
-    return sh("ZS_LOG_LEVEL=warn %s %s > %s/ctl.log 2>&1", CTL, args, g_tmp);
+    return zs_test_sh("ZS_LOG_LEVEL=warn %s %s > %s/ctl.log 2>&1", CTL, args, g_tmp);
 }
 
 /* Does DIR/ctl.log contain `what`? */
 static int ctl_said(const char *what)
 {
-    return sh("grep -qF -- '%s' %s/ctl.log", what, g_tmp) == 0;
+    return zs_test_sh("grep -qF -- '%s' %s/ctl.log", what, g_tmp) == 0;
 }
 
 static void ctl_ok(const char *what, int rc)
 {
     if (rc) {
         fprintf(stderr, "FAIL: zs-ctl %s exited %d:\n", what, rc);
-        sh("cat %s/ctl.log >&2", g_tmp);
+        zs_test_sh("cat %s/ctl.log >&2", g_tmp);
         exit(1);
     }
 }
@@ -127,15 +111,10 @@ static void write_file(const char *path, const void *p, size_t n)
     TEST_CHECK(f && fwrite(p, 1, n, f) == n && fclose(f) == 0);
 }
 
+/* n fresh servers (data dirs g_tmp/TAG0.., --keep 4); list into `list`. */
 static void start_servers(zs_test_server_t *s, int n, const char *tag, char *list, size_t cap)
 {
-    for (int i = 0; i < n; i++) {
-        memset(&s[i], 0, sizeof s[i]);
-        snprintf(s[i].data_dir, sizeof s[i].data_dir, "%s/%s%d", g_tmp, tag, i);
-        snprintf(s[i].extra, sizeof s[i].extra, "--keep 4");
-        zs_test_server_start(&s[i]);
-    }
-    zs_test_server_list(s, n, list, cap);
+    zs_test_servers_up(s, n, g_tmp, tag, "--keep 4", list, cap);
 }
 
 static zs_client_t *client(const char *servers)
@@ -327,7 +306,7 @@ static void test_export(const char *A, const char *saved)
     uint64_t P = zs_gpt_num_params(&k_cfg);
     char d[300];
     snprintf(d, sizeof d, "%s/x", g_tmp);
-    TEST_CHECK(sh("mkdir -p %s", d) == 0);
+    TEST_CHECK(zs_test_sh("mkdir -p %s", d) == 0);
     ctl_ok("export fp32", ctl("export --servers %s --out %s/f32.safetensors", A, d));
     TEST_CHECK(ctl_said("28 tensors"));
     ctl_ok("export bf16", ctl("--servers %s export --out %s/bf16.safetensors --dtype bf16", A, d));
@@ -349,7 +328,7 @@ static void test_export(const char *A, const char *saved)
     write_file(path, line, strlen(line));
     snprintf(path, sizeof path, "%s/tokens.bin", d);
     write_file(path, tok, sizeof tok);
-    int rc = sh("%s %s/tests/ref/export_check.py gpt %s", ZS_PYTHON, ZS_SOURCE_DIR, d);
+    int rc = zs_test_sh("%s %s/tests/ref/export_check.py gpt %s", ZS_PYTHON, ZS_SOURCE_DIR, d);
     TEST_CHECKF(rc == 0, "export_check.py gpt exited %d", rc);
 
     /* the reader's flat weights = what zs-train saved, bitwise */
@@ -408,14 +387,14 @@ static void test_reshard(const char *A)
     TEST_CHECKF(rc == 1 && ctl_said("is a source and a target"), "target = source: rc %d", rc);
     ctl_ok("reshard 2 -> 3", ctl("reshard --from %s --to %s", A, B));
     TEST_CHECK(ctl_said("moved from 2 to 3 servers and verified"));
-    sh("grep '^reshard' %s/ctl.log | sed 's/^/   /'", g_tmp);
+    zs_test_sh("grep '^reshard' %s/ctl.log | sed 's/^/   /'", g_tmp);
     ctl_ok("reshard 3 -> 1", ctl("reshard --from %s --to %s", B, C));
-    sh("grep '^reshard' %s/ctl.log | sed 's/^/   /'", g_tmp);
+    zs_test_sh("grep '^reshard' %s/ctl.log | sed 's/^/   /'", g_tmp);
     /* a chunk corrupted on the way: the end-to-end check fails, and the
      * target keeps no checkpoint anyone could resume from */
-    rc = sh("ZS_CTL_DEBUG_CORRUPT=1 ZS_LOG_LEVEL=warn %s reshard --from %s --to %s > "
-            "%s/ctl.log 2>&1",
-            CTL, B, D, g_tmp);
+    rc = zs_test_sh("ZS_CTL_DEBUG_CORRUPT=1 ZS_LOG_LEVEL=warn %s reshard --from %s --to %s > "
+                    "%s/ctl.log 2>&1",
+                    CTL, B, D, g_tmp);
     TEST_CHECKF(rc == 1 && ctl_said("checksum mismatch"), "corrupted reshard: rc %d", rc);
     zs_client_t *dc = client(D);
     uint64_t steps[4];
@@ -429,7 +408,7 @@ static void test_reshard(const char *A)
     /* the source is untouched: same export as before */
     ctl_ok("export after reshard",
            ctl("export --servers %s --out %s/x/again.safetensors", A, g_tmp));
-    TEST_CHECK(sh("cmp -s %s/x/f32.safetensors %s/x/again.safetensors", g_tmp, g_tmp) == 0);
+    TEST_CHECK(zs_test_sh("cmp -s %s/x/f32.safetensors %s/x/again.safetensors", g_tmp, g_tmp) == 0);
 
     /* resume on 1 server (moved twice) and on the original 2 */
     char args[600];
@@ -464,10 +443,9 @@ static void test_reshard(const char *A)
     TEST_CHECK(access(no, F_OK) != 0);
     printf("3. export refuses servers that moved past the checkpoint (and --restore would lose "
            "their step)\n");
-    for (int i = 0; i < 3; i++)
-        zs_test_server_stop(&Bs[i], SIGTERM);
-    zs_test_server_stop(&Cs[0], SIGTERM);
-    zs_test_server_stop(&Ds[0], SIGTERM);
+    zs_test_servers_down(Bs, 3);
+    zs_test_servers_down(Cs, 1);
+    zs_test_servers_down(Ds, 1);
 }
 
 /* ---- 4. peak memory on a model 100x the chunk ---------------------------- */
@@ -554,9 +532,9 @@ static void test_memory(void)
            (unsigned long long)P, model, model * 1024 / (ZS_CTL_CHUNK * 4 / 1024),
            ZS_CTL_CHUNK * 4 / 1024, rss);
     TEST_CHECKF(rss < model / 2, "peak RSS %.1f MiB is not O(chunk) (model %.0f MiB)", rss, model);
-    sh("grep '^export: [0-9.]* s' %s/ctl.log | sed 's/^/   /'", g_tmp);
-    int rc = sh("%s %s/tests/ref/export_check.py synth %s %llu", ZS_PYTHON, ZS_SOURCE_DIR, out,
-                (unsigned long long)P);
+    zs_test_sh("grep '^export: [0-9.]* s' %s/ctl.log | sed 's/^/   /'", g_tmp);
+    int rc = zs_test_sh("%s %s/tests/ref/export_check.py synth %s %llu", ZS_PYTHON, ZS_SOURCE_DIR,
+                        out, (unsigned long long)P);
     TEST_CHECKF(rc == 0, "export_check.py synth exited %d", rc);
     unlink(out);
 
@@ -571,13 +549,13 @@ static void test_memory(void)
            "MiB\n",
            3 * model, rss);
     TEST_CHECKF(rss < model / 2, "reshard peak RSS %.1f MiB is not O(chunk)", rss);
-    sh("grep '^reshard: [0-9.]* s' %s/ctl.log | sed 's/^/   /'", g_tmp);
+    zs_test_sh("grep '^reshard: [0-9.]* s' %s/ctl.log | sed 's/^/   /'", g_tmp);
     ctl_ok("export (big, resharded)", ctl("export --servers %s --out %s", F, out));
-    rc = sh("%s %s/tests/ref/export_check.py synth %s %llu", ZS_PYTHON, ZS_SOURCE_DIR, out,
-            (unsigned long long)P);
+    rc = zs_test_sh("%s %s/tests/ref/export_check.py synth %s %llu", ZS_PYTHON, ZS_SOURCE_DIR, out,
+                    (unsigned long long)P);
     TEST_CHECKF(rc == 0, "export_check.py synth (resharded) exited %d", rc);
     unlink(out);
-    zs_test_server_stop(&Fs[0], SIGTERM);
+    zs_test_servers_down(Fs, 1);
 
     /* a checkpoint without a manifest, and one of foreign client state */
     TEST_OK(zs_client_set_step(c, 4, 4, &err), err);
@@ -590,7 +568,7 @@ static void test_memory(void)
     TEST_OK(zs_client_checkpoint_meta(c, 5, 0, "hello", 5, &err), err);
     rc = ctl("export --servers %s --out %s", E, out);
     TEST_CHECKF(rc == 1 && ctl_said("not written by the zeroshard engine"), "foreign: rc %d", rc);
-    TEST_CHECK(access(out, F_OK) != 0 && sh("ls %s.part 2>/dev/null", out) != 0);
+    TEST_CHECK(access(out, F_OK) != 0 && zs_test_sh("ls %s.part 2>/dev/null", out) != 0);
     printf("4. checkpoints without a manifest or with foreign client state: refused, no file\n");
 
     /* user_meta up to the limit goes through Checkpoint, GetCheckpointMeta
@@ -643,8 +621,7 @@ static void test_memory(void)
     unlink(out);
     free(man);
     zs_client_destroy(c);
-    for (int i = 0; i < 2; i++)
-        zs_test_server_stop(&Es[i], SIGTERM);
+    zs_test_servers_down(Es, 2);
 }
 
 int main(void)
@@ -654,11 +631,8 @@ int main(void)
     snprintf(g_data, sizeof g_data, "%s/corpus.tok", g_tmp);
     test_unit();
 
-    TEST_CHECKF(
-        sh("%s -o %s /usr/share/common-licenses/GPL-3 /usr/share/common-licenses/Apache-2.0 "
-           "> %s/tok.log 2>&1",
-           ZS_TOKENIZE, g_data, g_tmp) == 0,
-        "zs-tokenize failed");
+    zs_test_tokenize(ZS_TOKENIZE, g_data,
+                     "/usr/share/common-licenses/GPL-3 /usr/share/common-licenses/Apache-2.0");
     zs_test_server_t As[2];
     char A[256], args[600], saved[300];
     start_servers(As, 2, "a", A, sizeof A);
@@ -670,8 +644,7 @@ int main(void)
     test_export(A, saved);
     test_reshard(A);
     test_memory();
-    for (int i = 0; i < 2; i++)
-        zs_test_server_stop(&As[i], SIGTERM);
+    zs_test_servers_down(As, 2);
     printf("PASS test_export\n");
     return 0;
 }

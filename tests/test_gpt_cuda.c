@@ -19,7 +19,7 @@
  *      batch of the wider shape: the losses of CUDA and CPU agree (step 1
  *      as in 1, later steps within LOSS_TOL_STEPS; the figure is printed),
  *      the final parameters within PARAM_REL (relative to the update, key
- *      biases left out: rel_update_diff), and the loss falls;
+ *      biases left out: zs_gpttest_rel_update_diff), and the loss falls;
  *   3. determinism: the ten steps again on CUDA from scratch (new model,
  *      new buffers): every loss, the step-1 gradients and the final
  *      parameters bitwise equal to the first CUDA run.
@@ -40,6 +40,7 @@
 #include "zs_dev.h"
 #include "zs_dev_cuda.h"
 #include "zs_gpt.h"
+#include "zs_gpttest.h"
 #include "zs_test.h"
 
 /* Steps 2..10 of part 2. Measured with the CPU self-check (below) and
@@ -49,8 +50,8 @@
  * relative on the loss) set the floor; 5e-5 leaves room above both. */
 #define LOSS_TOL_STEPS 5e-5
 /* Final parameters after the 10 steps: ||cuda - cpu|| / ||cpu - initial||
- * (rel_update_diff). The same noise experiment gave 1.5e-5; an element
- * whose step-1 gradient is at rounding level moves +-lr on either side
+ * (zs_gpttest_rel_update_diff). The same noise experiment gave 1.5e-5; an
+ * element whose step-1 gradient is at rounding level moves +-lr on either side
  * (2e-3 apart, ~1e-3 of ||update|| here), so 1e-2 allows dozens of those. */
 #define PARAM_REL  1e-2
 #define ADAM_STEPS 10
@@ -187,20 +188,10 @@ static void side_params(side_t *x, float *out)
  * initialisation), plus `amount` x uniform noise when amount > 0. */
 static float *make_weights(zs_gpt_config_t c, float amount)
 {
-    zs_err_t err;
-    zs_gpt_t *g;
-    TEST_OK(zs_gpt_create(&c, 1, 1, &g, &err), err);
-    const zs_model_t *m = zs_gpt_model(g);
-    uint64_t P = zs_gpt_num_params(&c), off = 0;
-    float *w = malloc(P * sizeof *w);
-    TEST_CHECK(w);
-    for (int i = 0; i < m->nlayers; i++) {
-        TEST_OK(m->init_params(m->self, i, w + off, &err), err);
-        off += m->nparams[i];
-    }
+    float *w = zs_gpttest_init_weights(c, 1);
+    uint64_t P = zs_gpt_num_params(&c);
     for (uint64_t k = 0; amount > 0 && k < P; k++)
         w[k] += amount * urand();
-    zs_gpt_destroy(g);
     return w;
 }
 
@@ -269,35 +260,6 @@ static void one_step(const char *label, zs_gpt_config_t c, int B, int T, float p
 
 /* ---- 2. and 3. AdamW steps ---- */
 
-/* ||a - b|| / ||b - w0|| over every parameter except the attention's key
- * biases (h*.qkv_b[C..2C)): adding a constant to a key bias adds the same
- * number to every score of a query row, which softmax ignores, so their
- * gradient is zero in exact arithmetic and rounding noise in fp32; AdamW
- * turns that noise into steps of +-lr whose signs differ between two
- * summation orders. Every other element moves with its gradient. */
-static double rel_update_diff(const zs_gpt_config_t *c, const float *w0, const float *a,
-                              const float *b)
-{
-    uint64_t P = zs_gpt_num_params(c), C = (uint64_t)c->width;
-    double dd = 0, du = 0;
-    for (uint64_t k = 0; k < P; k++) {
-        double d = (double)a[k] - b[k], u = (double)b[k] - w0[k];
-        dd += d * d;
-        du += u * u;
-    }
-    for (int l = 0; l < c->layers; l++) {
-        zs_gpt_tensor_t t;
-        if (zs_gpt_tensor(c, 2 + 12 * l + 3, &t) != ZS_OK)
-            continue;
-        for (uint64_t k = t.offset + C; k < t.offset + 2 * C; k++) {
-            double d = (double)a[k] - b[k], u = (double)b[k] - w0[k];
-            dd -= d * d;
-            du -= u * u;
-        }
-    }
-    return du > 0 ? sqrt(fmax(dd, 0) / du) : INFINITY;
-}
-
 typedef struct {
     double loss[ADAM_STEPS];
     float *grad1; /* gradients of step 1 (P) */
@@ -358,11 +320,11 @@ static void adam_steps(void)
     TEST_CHECKF(rg.loss[ADAM_STEPS - 1] < rg.loss[0] - 0.05,
                 "the loss should fall on a fixed batch: %.4f -> %.4f", rg.loss[0],
                 rg.loss[ADAM_STEPS - 1]);
-    double pd = 0, rel = rel_update_diff(&c, w, rg.final, rc.final);
+    double pd = 0, rel = zs_gpttest_rel_update_diff(&c, w, rg.final, rc.final);
     for (uint64_t k = 0; k < P; k++)
         pd = fmax(pd, fabs((double)rg.final[k] - rc.final[k]));
     printf("    final parameters: ||cuda - cpu|| / ||update|| %.3g (tolerance %.1g; key biases "
-           "left out), max |cuda - cpu| %.3g (not held: see rel_update_diff)\n",
+           "left out), max |cuda - cpu| %.3g (not held: see zs_gpttest_rel_update_diff)\n",
            rel, PARAM_REL, pd);
     TEST_CHECKF(rel <= PARAM_REL, "final parameters of CUDA and CPU differ: %.3g > %.1g", rel,
                 PARAM_REL);

@@ -36,24 +36,10 @@
 #include "zs_coll_nccl.h"
 #include "zs_dev.h"
 #include "zs_dev_cuda.h"
+#include "zs_mpitest.h"
 
-static int g_rank, g_size;
-
-#define CHECK(cond, ...)                                                                           \
-    do {                                                                                           \
-        if (!(cond)) {                                                                             \
-            fprintf(stderr, "FAIL rank %d %s:%d: %s: ", g_rank, __FILE__, __LINE__, #cond);        \
-            fprintf(stderr, __VA_ARGS__);                                                          \
-            fprintf(stderr, "\n");                                                                 \
-            MPI_Abort(MPI_COMM_WORLD, 1);                                                          \
-        }                                                                                          \
-    } while (0)
-
-#define OK(expr, err)                                                                              \
-    do {                                                                                           \
-        int rc_ = (expr);                                                                          \
-        CHECK(rc_ == ZS_OK, "returned %d: %s", rc_, (err).msg);                                    \
-    } while (0)
+int g_rank; /* zs_mpitest.h */
+static int g_size;
 
 static zs_err_t err;
 

@@ -13,42 +13,25 @@
  *     partitioned and gathered for the LM head), W = 2: the loss falls too.
  */
 #include <math.h>
-#include <stdarg.h>
-#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/wait.h>
 
 #include "zs_proc.h"
 #include "zs_test.h"
 
 static char g_tmp[200], g_servers[256], g_data[300];
 
-static int sh(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
-static int sh(const char *fmt, ...)
-{
-    char cmd[4096];
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(cmd, sizeof cmd, fmt, ap);
-    va_end(ap);
-    int st = system(cmd);
-    return WIFEXITED(st) ? WEXITSTATUS(st) : 128;
-}
+/* mpirun -np W zs-train ARGS: the arguments are ZS_MPIEXEC, W, ZS_TRAIN,
+ * g_data, g_servers, ARGS. */
+#define TRAIN_FMT                                                                                  \
+    "ZS_LOG_LEVEL=warn %s " ZS_TEST_MPI_OPTS " -np %d %s --data %s --servers %s --layers 2 "       \
+    "--heads 4 --width 64 --ctx 32 %s"
 
 /* mpirun -np W zs-train ARGS, output to LOG; exits the test on failure. */
 static void train(int W, const char *log, const char *args)
 {
-    int rc = sh("ZS_LOG_LEVEL=warn %s --allow-run-as-root --oversubscribe --bind-to none -np %d "
-                "%s --data %s --servers %s --layers 2 --heads 4 --width 64 --ctx 32 %s > %s "
-                "2>&1",
-                ZS_MPIEXEC, W, ZS_TRAIN, g_data, g_servers, args, log);
-    if (rc) {
-        fprintf(stderr, "FAIL: zs-train (W=%d %s) exited %d; log %s:\n", W, args, rc, log);
-        sh("tail -n 30 %s >&2", log);
-        exit(1);
-    }
+    zs_test_run_ok(log, TRAIN_FMT, ZS_MPIEXEC, W, ZS_TRAIN, g_data, g_servers, args);
 }
 
 /* Loss of `step` from a zs-train CSV (NAN if absent). */
@@ -73,18 +56,9 @@ int main(void)
     setvbuf(stdout, NULL, _IONBF, 0);
     snprintf(g_tmp, sizeof g_tmp, "%s", zs_test_tmpdir("train"));
     snprintf(g_data, sizeof g_data, "%s/corpus.tok", g_tmp);
-    TEST_CHECKF(sh("%s -o %s $(find /usr/share/common-licenses -maxdepth 1 -type f | sort) > "
-                   "%s/tok.log 2>&1",
-                   ZS_TOKENIZE, g_data, g_tmp) == 0,
-                "zs-tokenize failed");
+    zs_test_tokenize(ZS_TOKENIZE, g_data, "$(" ZS_TEST_LICENCES ")");
     zs_test_server_t srv[2];
-    memset(srv, 0, sizeof srv);
-    for (int i = 0; i < 2; i++) {
-        snprintf(srv[i].data_dir, sizeof srv[i].data_dir, "%s/s%d", g_tmp, i);
-        snprintf(srv[i].extra, sizeof srv[i].extra, "--keep 3");
-        zs_test_server_start(&srv[i]);
-    }
-    zs_test_server_list(srv, 2, g_servers, sizeof g_servers);
+    zs_test_servers_up(srv, 2, g_tmp, "s", "--keep 3", g_servers, sizeof g_servers);
 
     /* 1. the loss falls */
     char log[300], csv[300], args[1024];
@@ -108,15 +82,14 @@ int main(void)
         if (i == 1) {
             /* the servers hold checkpoint 20 of the previous round: a fresh
              * start is refused unless asked for (it deletes them) */
-            int rc = sh("ZS_LOG_LEVEL=warn %s --allow-run-as-root --oversubscribe --bind-to none "
-                        "-np 2 %s --data %s --servers %s --layers 2 --heads 4 --width 64 --ctx 32 "
-                        "--steps 20 > %s 2>&1",
-                        ZS_MPIEXEC, ZS_TRAIN, g_data, g_servers, log);
-            TEST_CHECKF(rc == 2 &&
-                            sh("grep -q 'hold checkpoint 20: --resume continues it, --fresh' "
+            int rc = zs_test_sh(TRAIN_FMT " > %s 2>&1", ZS_MPIEXEC, 2, ZS_TRAIN, g_data, g_servers,
+                                "--steps 20", log);
+            TEST_CHECKF(
+                rc == 2 &&
+                    zs_test_sh("grep -q 'hold checkpoint 20: --resume continues it, --fresh' "
                                "%s",
                                log) == 0,
-                        "a fresh start over checkpoints must be refused with exit 2 (got %d)", rc);
+                "a fresh start over checkpoints must be refused with exit 2 (got %d)", rc);
             printf("2. a fresh start over checkpoint 20 is refused without --fresh (exit 2)\n");
         }
         snprintf(args, sizeof args, "--steps 20 --ckpt-every 20 --log-every 20 --fresh --csv %s",
@@ -161,8 +134,7 @@ int main(void)
     printf("3. stage 3 + bf16, W=2: loss %.3f at step 1 -> %.3f at step 60\n", s1, s60);
     TEST_CHECKF(s1 > 4.5 && s60 < 3.3, "loss should fall below 3.3 (got %.3f -> %.3f)", s1, s60);
 
-    for (int i = 0; i < 2; i++)
-        zs_test_server_stop(&srv[i], SIGTERM);
+    zs_test_servers_down(srv, 2);
     printf("PASS test_train\n");
     return 0;
 }

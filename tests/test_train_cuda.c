@@ -9,10 +9,10 @@
  *     clipping at 1.0): per-step losses of CUDA and CPU within LOSS_TOL
  *     (step 1 within 1e-5 rel), and the final parameters close in the
  *     sense AdamW allows: ||p_cuda - p_cpu|| <= PARAM_REL ||p_cpu -
- *     p_init|| over all but the key biases (rel_update_diff: an element
- *     whose gradient is at rounding level moves +-lr either way, so
- *     element-wise bounds say little; the norm of the difference relative
- *     to the norm of the update does). The CUDA runs
+ *     p_init|| over all but the key biases (zs_gpttest_rel_update_diff in
+ *     zs_gpttest.h: an element whose gradient is at rounding level moves
+ *     +-lr either way, so element-wise bounds say little; the norm of the
+ *     difference relative to the norm of the update does). The CUDA runs
  *     also print the device line and the cudaMemGetInfo table.
  *     On CUDA, offload on and off give bitwise equal parameters at each
  *     stage (the servers' CPU AdamW and zs_cuda_adamw are the same formula,
@@ -31,10 +31,8 @@
  * ZS_MPIEXEC_BIN and ZS_SERVER_BIN (zs_proc.c); the token file is written
  * here (zs_data_write), so no text corpus is needed.
  */
-#include <dirent.h>
 #include <math.h>
 #include <signal.h>
-#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -45,6 +43,7 @@
 #include "zs_data.h"
 #include "zs_dev_cuda.h"
 #include "zs_gpt.h"
+#include "zs_gpttest.h"
 #include "zs_proc.h"
 #include "zs_test.h"
 
@@ -52,25 +51,13 @@
 #define LOSS_TOL  5e-5 /* as test_gpt_cuda's steps 2..10 */
 #define PARAM_REL 1e-2 /* as test_gpt_cuda's */
 #define SHAPE     "--layers 2 --heads 4 --width 64 --ctx 32"
-#define MPI_OPTS  "--allow-run-as-root --oversubscribe --bind-to none -q"
+#define MPI_OPTS  ZS_TEST_MPI_OPTS " -q"
 
 static const zs_gpt_config_t k_shape = {2, 4, 64, 32, 256};
 
 static char g_tmp[200], g_data[300], g_servers[256];
 static const char *g_train, *g_mpirun;
 static const char *g_gpu = "cuda"; /* "cpu" in the harness self-check */
-
-static int sh(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
-static int sh(const char *fmt, ...)
-{
-    char cmd[4096];
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(cmd, sizeof cmd, fmt, ap);
-    va_end(ap);
-    int st = system(cmd);
-    return WIFEXITED(st) ? WEXITSTATUS(st) : 128;
-}
 
 static const char *env_or(const char *name, const char *dflt)
 {
@@ -128,13 +115,7 @@ static void train(const char *device, const char *log, const char *args)
 {
     char cmd[4096];
     train_cmd(cmd, sizeof cmd, device, args);
-    int rc = sh("%s > %s 2>&1", cmd, log);
-    if (rc) {
-        fprintf(stderr, "FAIL: zs-train --device %s %s exited %d; log %s:\n", device, args, rc,
-                log);
-        sh("tail -n 30 %s >&2", log);
-        exit(1);
-    }
+    zs_test_run_ok(log, "%s", cmd);
 }
 
 static int log_has(const char *log, const char *what)
@@ -187,60 +168,12 @@ static float *read_params(const char *path, uint64_t P)
     return w;
 }
 
-/* The initial parameters (what every run starts from: init_params). */
-static float *init_weights(void)
-{
-    zs_err_t err;
-    zs_gpt_t *g;
-    zs_gpt_config_t c = k_shape;
-    TEST_OK(zs_gpt_create(&c, 1, 1337, &g, &err), err); /* zs-train's default --seed */
-    const zs_model_t *m = zs_gpt_model(g);
-    uint64_t P = zs_gpt_num_params(&c), off = 0;
-    float *w = malloc(P * sizeof *w);
-    TEST_CHECK(w);
-    for (int i = 0; i < m->nlayers; i++) {
-        TEST_OK(m->init_params(m->self, i, w + off, &err), err);
-        off += m->nparams[i];
-    }
-    zs_gpt_destroy(g);
-    return w;
-}
-
-/* ||a - b|| / ||b - w0|| over every parameter except the attention's key
- * biases (h*.qkv_b[C..2C)): adding a constant to a key bias adds the same
- * number to every score of a query row, which softmax ignores, so their
- * gradient is zero in exact arithmetic and rounding noise in fp32; AdamW
- * turns that noise into steps of +-lr whose signs differ between two
- * summation orders. Every other element moves with its gradient. */
-static double rel_update_diff(const zs_gpt_config_t *c, const float *w0, const float *a,
-                              const float *b)
-{
-    uint64_t P = zs_gpt_num_params(c), C = (uint64_t)c->width;
-    double dd = 0, du = 0;
-    for (uint64_t k = 0; k < P; k++) {
-        double d = (double)a[k] - b[k], u = (double)b[k] - w0[k];
-        dd += d * d;
-        du += u * u;
-    }
-    for (int l = 0; l < c->layers; l++) {
-        zs_gpt_tensor_t t;
-        if (zs_gpt_tensor(c, 2 + 12 * l + 3, &t) != ZS_OK)
-            continue;
-        for (uint64_t k = t.offset + C; k < t.offset + 2 * C; k++) {
-            double d = (double)a[k] - b[k], u = (double)b[k] - w0[k];
-            dd -= d * d;
-            du -= u * u;
-        }
-    }
-    return du > 0 ? sqrt(fmax(dd, 0) / du) : INFINITY;
-}
-
 /* ---- 1. stages x offload, CUDA vs CPU ---- */
 
 static void stages(void)
 {
     uint64_t P = zs_gpt_num_params(&k_shape);
-    float *w0 = init_weights();
+    float *w0 = zs_gpttest_init_weights(k_shape, 1337); /* zs-train's default --seed */
     printf("1. zs-train, W=1, %d steps, " SHAPE " (%llu parameters): CUDA vs CPU\n", STEPS,
            (unsigned long long)P);
     for (int stage = 0; stage <= 3; stage++) {
@@ -279,7 +212,7 @@ static void stages(void)
                                 "step 1 loss: cuda %.8g cpu %.8g", loss[0][0], loss[1][0]);
                 ldiff = fmax(ldiff, d);
             }
-            double pmax = 0, rel = rel_update_diff(&k_shape, w0, p[0], p[1]);
+            double pmax = 0, rel = zs_gpttest_rel_update_diff(&k_shape, w0, p[0], p[1]);
             for (uint64_t k = 0; k < P; k++)
                 pmax = fmax(pmax, fabs((double)p[0][k] - p[1][k]));
             printf("   stage %d offload %-3s: loss %.4f -> %.4f, max |loss diff| %.3g; params "
@@ -308,52 +241,18 @@ static void stages(void)
 
 /* ---- 2. kill -9 and resume ---- */
 
-/* pid of the zs-train process whose command line holds `tag`, or 0. */
+/* pid of a zs-train process whose command line holds `tag`, or 0. */
 static pid_t find_train(const char *tag)
 {
-    pid_t found = 0;
-    DIR *d = opendir("/proc");
-    struct dirent *de;
-    while (d && (de = readdir(d)) && !found) {
-        char path[300], cmd[4096];
-        pid_t pid = (pid_t)atoi(de->d_name);
-        if (pid <= 0)
-            continue;
-        snprintf(path, sizeof path, "/proc/%d/cmdline", (int)pid);
-        FILE *f = fopen(path, "rb");
-        if (!f)
-            continue;
-        size_t len = fread(cmd, 1, sizeof cmd - 1, f);
-        fclose(f);
-        for (size_t i = 0; i < len; i++)
-            if (cmd[i] == 0)
-                cmd[i] = ' ';
-        cmd[len] = 0;
-        if (strncmp(cmd, g_train, strlen(g_train)) == 0 && strstr(cmd, tag))
-            found = pid;
-    }
-    if (d)
-        closedir(d);
-    return found;
+    pid_t pid;
+    return zs_test_find_procs(g_train, tag, &pid, 1) ? pid : 0;
 }
 
-/* Two fresh servers (empty data dirs named after `tag`) into srv, their
- * list into `list`. */
+/* Two fresh servers (empty data dirs named after `tag`, --keep 3) into
+ * srv, their list into `list`. */
 static void servers_up(const char *tag, zs_test_server_t *srv, char *list, size_t n)
 {
-    memset(srv, 0, 2 * sizeof *srv);
-    for (int i = 0; i < 2; i++) {
-        snprintf(srv[i].data_dir, sizeof srv[i].data_dir, "%s/%s%d", g_tmp, tag, i);
-        snprintf(srv[i].extra, sizeof srv[i].extra, "--keep 3");
-        zs_test_server_start(&srv[i]);
-    }
-    zs_test_server_list(srv, 2, list, n);
-}
-
-static void servers_down(zs_test_server_t *srv)
-{
-    for (int i = 0; i < 2; i++)
-        zs_test_server_stop(&srv[i], SIGTERM);
+    zs_test_servers_up(srv, 2, g_tmp, tag, "--keep 3", list, n);
 }
 
 /* Each run on servers of its own: a fresh start does not drop the
@@ -377,7 +276,7 @@ static void kill_resume(void)
              "--save-params %s",
              cfg, servers, steps, csv, ref);
     train(g_gpu, log, args);
-    servers_down(srv);
+    zs_test_servers_down(srv, 2);
 
     /* the same job, killed once the CSV shows step 15 */
     servers_up("kr-a", srv, servers, sizeof servers);
@@ -420,7 +319,7 @@ static void kill_resume(void)
         /* too fast to kill in time: stop after step 20 and resume instead */
         printf("2. the run finished before the kill could land: stop after step 20 and resume "
                "instead\n");
-        servers_down(srv);
+        zs_test_servers_down(srv, 2);
         servers_up("kr-b", srv, servers, sizeof servers);
         snprintf(args, sizeof args,
                  "--config %s --servers %s --steps 20 --ckpt-every 10 --log-every 10 --csv %s", cfg,
@@ -436,11 +335,11 @@ static void kill_resume(void)
     TEST_CHECKF(log_has(log, "resumed from checkpoint 10") ||
                     log_has(log, "resumed from checkpoint 20"),
                 "the rerun should resume from checkpoint 10 or 20 (log %s)", log);
-    TEST_CHECKF(sh("cmp -s %s %s", ref, got) == 0,
+    TEST_CHECKF(zs_test_sh("cmp -s %s %s", ref, got) == 0,
                 "resumed run's final parameters differ from the undisturbed run's (%s, %s)", ref,
                 got);
     printf("   resumed on the GPU: final parameters bitwise equal to the undisturbed run\n");
-    servers_down(srv);
+    zs_test_servers_down(srv, 2);
 }
 
 int main(void)
@@ -465,7 +364,7 @@ int main(void)
     zs_test_server_t srv[2];
     servers_up("st", srv, g_servers, sizeof g_servers);
     stages();
-    servers_down(srv);
+    zs_test_servers_down(srv, 2);
     kill_resume();
     printf(strcmp(g_gpu, "cuda") ? "test_train_cuda: harness self-check ok (no GPU was used)\n"
                                  : "test_train_cuda: ok\n");

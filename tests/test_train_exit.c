@@ -23,32 +23,18 @@
  *
  * mpirun runs with -q so that the log holds only what zs-train printed.
  */
-#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
-#include <sys/wait.h>
 
 #include "zs_proc.h"
 #include "zs_test.h"
 
-#define MPIRUN ZS_MPIEXEC " --allow-run-as-root --oversubscribe --bind-to none"
+#define MPIRUN ZS_MPIEXEC " " ZS_TEST_MPI_OPTS
 #define TINY   "--layers 1 --heads 2 --width 16 --ctx 8"
 
 static char g_tmp[200], g_data[300], g_log[300];
-
-static int sh(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
-static int sh(const char *fmt, ...)
-{
-    char cmd[4096];
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(cmd, sizeof cmd, fmt, ap);
-    va_end(ap);
-    int st = system(cmd);
-    return WIFEXITED(st) ? WEXITSTATUS(st) : 128;
-}
 
 static void write_file(const char *path, const char *text)
 {
@@ -60,8 +46,8 @@ static void write_file(const char *path, const char *text)
  * g_log; returns the exit code. */
 static int train(const char *mpirun_opts, const char *args)
 {
-    return sh("cd %s && ZS_LOG_LEVEL=warn " MPIRUN " %s -np 2 %s %s > %s 2>&1", g_tmp, mpirun_opts,
-              ZS_TRAIN, args, g_log);
+    return zs_test_sh("cd %s && ZS_LOG_LEVEL=warn " MPIRUN " %s -np 2 %s %s > %s 2>&1", g_tmp,
+                      mpirun_opts, ZS_TRAIN, args, g_log);
 }
 
 /* Lines of g_log holding `has` (all lines if NULL) and starting with `start`
@@ -85,7 +71,7 @@ static int count_lines(const char *has, const char *start, const char *hasnt)
 static void show_log(void)
 {
     fprintf(stderr, "---- %s:\n", g_log);
-    sh("cat %s >&2", g_log);
+    zs_test_sh("cat %s >&2", g_log);
     fprintf(stderr, "----\n");
 }
 
@@ -109,10 +95,7 @@ int main(void)
     snprintf(g_tmp, sizeof g_tmp, "%s", zs_test_tmpdir("train_exit"));
     snprintf(g_data, sizeof g_data, "%s/corpus.tok", g_tmp);
     snprintf(g_log, sizeof g_log, "%s/run.log", g_tmp);
-    TEST_CHECKF(sh("%s -o %s $(find /usr/share/common-licenses -maxdepth 1 -type f | sort | head "
-                   "-n 3) > %s/tok.log 2>&1",
-                   ZS_TOKENIZE, g_data, g_tmp) == 0,
-                "zs-tokenize failed");
+    zs_test_tokenize(ZS_TOKENIZE, g_data, "$(" ZS_TEST_LICENCES " | head -n 3)");
     char path[400], args[1024];
 
     /* 1. a typo: exit 3, one line from rank 0, no MPI_Abort report */
@@ -150,13 +133,14 @@ int main(void)
     printf("ok: --help lists the exit codes once\n");
 
     /* 3. only rank 1 cannot read the config: it says so, everyone exits 3 */
-    sh("mkdir -p %s/a %s/b", g_tmp, g_tmp);
+    zs_test_sh("mkdir -p %s/a %s/b", g_tmp, g_tmp);
     snprintf(path, sizeof path, "%s/a/ds.json", g_tmp);
     write_file(path, "{\"train_batch_size\": 8, \"train_micro_batch_size_per_gpu\": 4}\n");
     snprintf(args, sizeof args, "--config ds.json --data %s " TINY " --steps 1", g_data);
-    rc = sh("cd %s && ZS_LOG_LEVEL=warn " MPIRUN " -q -np 1 --wdir %s/a %s %s : -np 1 --wdir %s/b "
-            "%s %s > %s 2>&1",
-            g_tmp, g_tmp, ZS_TRAIN, args, g_tmp, ZS_TRAIN, args, g_log);
+    rc = zs_test_sh("cd %s && ZS_LOG_LEVEL=warn " MPIRUN
+                    " -q -np 1 --wdir %s/a %s %s : -np 1 --wdir %s/b "
+                    "%s %s > %s 2>&1",
+                    g_tmp, g_tmp, ZS_TRAIN, args, g_tmp, ZS_TRAIN, args, g_log);
     expect_one_line(rc, 3, "zs-train: rank 1: config error: ", "ds.json: No such file",
                     "config missing on rank 1 only");
 

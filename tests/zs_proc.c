@@ -1,10 +1,13 @@
 /*
- * zs_proc.c - temp dirs and zs-server processes for tests (see zs_proc.h).
+ * zs_proc.c - temp dirs, zs-server processes, shell commands and process
+ * lookup for tests (see zs_proc.h).
  */
 #define _GNU_SOURCE
 #include "zs_proc.h"
 
+#include <dirent.h>
 #include <errno.h>
+#include <stdarg.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -175,4 +178,89 @@ void zs_test_server_list(const zs_test_server_t *s, int n, char *buf, size_t len
     buf[0] = '\0';
     for (int i = 0; i < n && off < len; i++)
         off += (size_t)snprintf(buf + off, len - off, "%s%s", i ? "," : "", s[i].addr);
+}
+
+void zs_test_servers_up(zs_test_server_t *s, int n, const char *dir, const char *tag,
+                        const char *extra, char *list, size_t cap)
+{
+    for (int i = 0; i < n; i++) {
+        memset(&s[i], 0, sizeof s[i]);
+        snprintf(s[i].data_dir, sizeof s[i].data_dir, "%s/%s%d", dir, tag, i);
+        snprintf(s[i].extra, sizeof s[i].extra, "%s", extra);
+        zs_test_server_start(&s[i]);
+    }
+    zs_test_server_list(s, n, list, cap);
+}
+
+void zs_test_servers_down(zs_test_server_t *s, int n)
+{
+    for (int i = 0; i < n; i++)
+        zs_test_server_stop(&s[i], SIGTERM);
+}
+
+int zs_test_sh(const char *fmt, ...)
+{
+    char cmd[4096];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(cmd, sizeof cmd, fmt, ap);
+    va_end(ap);
+    int st = system(cmd);
+    return WIFEXITED(st) ? WEXITSTATUS(st) : 128;
+}
+
+void zs_test_run_ok(const char *log, const char *fmt, ...)
+{
+    char cmd[4096];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(cmd, sizeof cmd, fmt, ap);
+    va_end(ap);
+    int rc = zs_test_sh("%s > %s 2>&1", cmd, log);
+    if (rc) {
+        fprintf(stderr, "FAIL: %s exited %d; log %s:\n", cmd, rc, log);
+        zs_test_sh("tail -n 30 %s >&2", log);
+        exit(1);
+    }
+}
+
+void zs_test_tokenize(const char *tokenizer, const char *out, const char *files)
+{
+    const char *slash = strrchr(out, '/');
+    int dirlen = slash ? (int)(slash - out) : 1;
+    const char *dir = slash ? out : ".";
+    if (zs_test_sh("%s -o %s %s > %.*s/tok.log 2>&1", tokenizer, out, files, dirlen, dir) != 0) {
+        fprintf(stderr, "FAIL: %s -o %s %s failed; log %.*s/tok.log\n", tokenizer, out, files,
+                dirlen, dir);
+        exit(1);
+    }
+}
+
+int zs_test_find_procs(const char *prog, const char *tag, pid_t *pids, int max)
+{
+    int n = 0;
+    size_t plen = strlen(prog);
+    DIR *d = opendir("/proc");
+    struct dirent *de;
+    while (d && (de = readdir(d)) && n < max) {
+        char path[300], cmd[4096];
+        pid_t pid = (pid_t)atoi(de->d_name);
+        if (pid <= 0)
+            continue;
+        snprintf(path, sizeof path, "/proc/%d/cmdline", (int)pid);
+        FILE *f = fopen(path, "rb");
+        if (!f)
+            continue;
+        size_t len = fread(cmd, 1, sizeof cmd - 1, f);
+        fclose(f);
+        for (size_t i = 0; i < len; i++)
+            if (cmd[i] == 0)
+                cmd[i] = ' ';
+        cmd[len] = 0;
+        if (strncmp(cmd, prog, plen) == 0 && strstr(cmd, tag))
+            pids[n++] = pid;
+    }
+    if (d)
+        closedir(d);
+    return n;
 }

@@ -1,15 +1,26 @@
 /*
  * zs_proc.h - process helpers for integration tests: temp dirs that are
- * removed at exit, and real zs-server processes on 127.0.0.1 with ports
- * picked free at run time.
+ * removed at exit, real zs-server processes on 127.0.0.1 with ports picked
+ * free at run time, shell commands (zs-tokenize, zs-train under mpirun)
+ * and finding a test's own processes by command line.
  *
  * Every server started here dies with the test (PR_SET_PDEATHSIG) and is
  * also killed by an atexit handler; every temp dir is removed at exit.
+ * Helpers that cannot do their job stop the test (exit 1) with a FAIL line.
  */
 #ifndef ZS_PROC_H
 #define ZS_PROC_H
 
+#include <stddef.h>
 #include <sys/types.h>
+
+/* mpirun options every integration test passes (root in containers, more
+ * ranks than cores, no pinning on a shared machine). */
+#define ZS_TEST_MPI_OPTS "--allow-run-as-root --oversubscribe --bind-to none"
+
+/* A shell command printing the demo corpus: every file of
+ * /usr/share/common-licenses, sorted (use inside "$(...)"). */
+#define ZS_TEST_LICENCES "find /usr/share/common-licenses -maxdepth 1 -type f | sort"
 
 typedef struct zs_test_server {
     pid_t pid;
@@ -35,5 +46,31 @@ void zs_test_server_stop(zs_test_server_t *s, int sig);
 
 /* "a,b,..." from n servers into buf. */
 void zs_test_server_list(const zs_test_server_t *s, int n, char *buf, size_t len);
+
+/* Start n fresh servers with empty data dirs DIR/TAG0 .. DIR/TAG<n-1> and
+ * the extra flags `extra` (e.g. "--keep 3"); their list into list. */
+void zs_test_servers_up(zs_test_server_t *s, int n, const char *dir, const char *tag,
+                        const char *extra, char *list, size_t cap);
+
+/* Stop n servers with SIGTERM (graceful) and reap them. */
+void zs_test_servers_down(zs_test_server_t *s, int n);
+
+/* Run the printf-formatted command with /bin/sh (system()); returns its
+ * exit code, 128 when it did not exit normally. At most 4095 bytes. */
+int zs_test_sh(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+
+/* Run the printf-formatted command with its stdout and stderr to `log`;
+ * when it exits non-zero print "FAIL: <command> exited <code>" and the
+ * log's last 30 lines, and stop the test. */
+void zs_test_run_ok(const char *log, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+
+/* `tokenizer -o out FILES` (FILES: shell words, e.g.
+ * "$(" ZS_TEST_LICENCES ")"), its output to tok.log beside `out`; stops the
+ * test when it fails. */
+void zs_test_tokenize(const char *tokenizer, const char *out, const char *files);
+
+/* Up to max pids (into pids) of the processes whose command line (argv
+ * joined by spaces) begins with `prog` and holds `tag`; returns how many. */
+int zs_test_find_procs(const char *prog, const char *tag, pid_t *pids, int max);
 
 #endif

@@ -70,6 +70,21 @@ int zs_ctl_src_verify(zs_ctl_src_t *s, zs_err_t *err);
  * the restore's status (ZS_OK when there was none). */
 int zs_ctl_src_close(zs_ctl_src_t *s, zs_err_t *err);
 
+/* How export and reshard run on a source, start to end: start the clock;
+ * before(ud) when not NULL (checks that must pass before the servers are
+ * touched); open checkpoint `step` of c (zs_ctl_src_open, allow_restore =
+ * restore); run(s, ud); close the source (its error counts when all else
+ * succeeded). Prints "zs-ctl CMD: <error>" on failure, else "CMD: <seconds>
+ * s, peak memory <MiB> MiB". Returns the exit status, 0 or 1. */
+typedef int (*zs_ctl_before_fn)(void *ud, zs_err_t *err);
+typedef int (*zs_ctl_run_fn)(zs_ctl_src_t *s, void *ud, zs_err_t *err);
+int zs_ctl_src_run(const char *cmd, zs_client_t *c, uint64_t step, int restore,
+                   zs_ctl_before_fn before, zs_ctl_run_fn run, void *ud);
+
+/* --step of command `cmd`: a positive decimal into *step. Returns 0, or
+ * prints why to stderr and returns 2 (the usage exit status). */
+int zs_ctl_parse_step(const char *cmd, const char *arg, uint64_t *step);
+
 /* ---- the model manifest (zs_ctl_manifest.c) ---- */
 
 #define ZS_CTL_MAX_TENSORS 100000 /* far beyond any model's parameter tensors */

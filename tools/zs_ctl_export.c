@@ -25,64 +25,30 @@
  * zs_ctl.h.
  */
 #include <getopt.h>
-#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 #include <unistd.h>
 
 #include "zs_cast.h"
 #include "zs_ctl.h"
-
-typedef struct {
-    char *p;
-    size_t len, cap;
-    int oom;
-} sbuf_t;
-
-static void sadd(sbuf_t *b, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
-static void sadd(sbuf_t *b, const char *fmt, ...)
-{
-    for (int tries = 0; tries < 2 && !b->oom; tries++) {
-        va_list ap;
-        va_start(ap, fmt);
-        int n = vsnprintf(b->p ? b->p + b->len : NULL, b->p ? b->cap - b->len : 0, fmt, ap);
-        va_end(ap);
-        if (n < 0) {
-            b->oom = 1;
-            return;
-        }
-        if (b->p && (size_t)n < b->cap - b->len) {
-            b->len += (size_t)n;
-            return;
-        }
-        size_t cap = (b->cap + (size_t)n + 1) * 2;
-        char *q = realloc(b->p, cap);
-        if (!q) {
-            b->oom = 1;
-            return;
-        }
-        b->p = q;
-        b->cap = cap;
-    }
-}
+#include "zs_strbuf.h"
 
 /* A JSON string literal of s (quotes, backslashes, control characters
  * escaped): safetensors metadata values are strings. */
-static void sadd_json_string(sbuf_t *b, const char *s)
+static void add_json_string(zs_strbuf_t *b, const char *s)
 {
-    sadd(b, "\"");
+    zs_strbuf_addf(b, "\"");
     for (; *s; s++) {
         unsigned char ch = (unsigned char)*s;
         if (ch == '"' || ch == '\\')
-            sadd(b, "\\%c", ch);
+            zs_strbuf_addf(b, "\\%c", ch);
         else if (ch < 0x20)
-            sadd(b, "\\u%04x", ch);
+            zs_strbuf_addf(b, "\\u%04x", ch);
         else
-            sadd(b, "%c", ch);
+            zs_strbuf_addf(b, "%c", ch);
     }
-    sadd(b, "\"");
+    zs_strbuf_addf(b, "\"");
 }
 
 typedef struct {
@@ -100,33 +66,35 @@ static const char *st_dtype(zs_dtype_t dt)
 /* The header: metadata, then every tensor of every exported state in file
  * order, padded to a multiple of 8 bytes. Returns the data bytes in *total. */
 static int build_header(const zs_ctl_src_t *s, const zs_engine_ckpt_meta_t *em,
-                        const zs_ctl_manifest_t *m, const export_opts_t *o, sbuf_t *h,
+                        const zs_ctl_manifest_t *m, const export_opts_t *o, zs_strbuf_t *h,
                         uint64_t *total, zs_err_t *err)
 {
     static const char *const suffix[3] = {"", ".exp_avg", ".exp_avg_sq"};
-    sadd(h,
-         "{\"__metadata__\":{\"format\":\"pt\",\"zeroshard.step\":\"%llu\","
-         "\"zeroshard.adam_t\":\"%llu\",\"zeroshard.servers\":\"%d\",\"zeroshard.model\":",
-         (unsigned long long)em->step, (unsigned long long)s->adam_t, s->S);
-    sadd_json_string(h, m->model_json);
-    sadd(h, "}");
+    zs_strbuf_addf(
+        h,
+        "{\"__metadata__\":{\"format\":\"pt\",\"zeroshard.step\":\"%llu\","
+        "\"zeroshard.adam_t\":\"%llu\",\"zeroshard.servers\":\"%d\",\"zeroshard.model\":",
+        (unsigned long long)em->step, (unsigned long long)s->adam_t, s->S);
+    add_json_string(h, m->model_json);
+    zs_strbuf_addf(h, "}");
     uint64_t off = 0;
     for (int x = 0; x < (o->optimizer ? 3 : 1); x++) {
         zs_dtype_t dt = x == 0 ? o->dt : ZS_DTYPE_F32;
         for (int i = 0; i < m->n; i++) {
             const zs_ctl_tensor_t *t = &m->t[i];
             uint64_t bytes = t->numel * zs_dtype_size(dt);
-            sadd(h, ",\"%s%s\":{\"dtype\":\"%s\",\"shape\":[", t->name, suffix[x], st_dtype(dt));
+            zs_strbuf_addf(h, ",\"%s%s\":{\"dtype\":\"%s\",\"shape\":[", t->name, suffix[x],
+                           st_dtype(dt));
             for (int d = 0; d < t->ndim; d++)
-                sadd(h, "%s%llu", d ? "," : "", (unsigned long long)t->shape[d]);
-            sadd(h, "],\"data_offsets\":[%llu,%llu]}", (unsigned long long)off,
-                 (unsigned long long)(off + bytes));
+                zs_strbuf_addf(h, "%s%llu", d ? "," : "", (unsigned long long)t->shape[d]);
+            zs_strbuf_addf(h, "],\"data_offsets\":[%llu,%llu]}", (unsigned long long)off,
+                           (unsigned long long)(off + bytes));
             off += bytes;
         }
     }
-    sadd(h, "}");
+    zs_strbuf_addf(h, "}");
     while (!h->oom && h->len % 8)
-        sadd(h, " ");
+        zs_strbuf_addf(h, " ");
     *total = off;
     return h->oom ? zs_err_set(err, ZS_ERR_NOMEM, "out of memory for the header") : ZS_OK;
 }
@@ -178,7 +146,7 @@ static int export_file(zs_ctl_src_t *s, const export_opts_t *o, zs_err_t *err)
     rc = zs_ctl_manifest_parse(em.manifest, em.manifest_len, s->P, &m, err);
     if (rc)
         return zs_err_prefix(err, "checkpoint %llu: ", (unsigned long long)s->step);
-    sbuf_t h = {0};
+    zs_strbuf_t h = {0};
     uint64_t total = 0;
     rc = build_header(s, &em, &m, o, &h, &total, err);
     char part[4096];
@@ -223,6 +191,12 @@ static int export_file(zs_ctl_src_t *s, const export_opts_t *o, zs_err_t *err)
     return rc;
 }
 
+/* zs_ctl_run_fn of export: ud is the export_opts_t. */
+static int export_run(zs_ctl_src_t *s, void *ud, zs_err_t *err)
+{
+    return export_file(s, ud, err);
+}
+
 static void usage(FILE *f)
 {
     fprintf(f, "usage: zs-ctl export --servers HOST:PORT[,...] --out FILE.safetensors\n"
@@ -247,7 +221,6 @@ int zs_ctl_export_main(int argc, char **argv)
     int ch;
     optind = 1;
     while ((ch = getopt_long(argc, argv, "h", lo, NULL)) != -1) {
-        char *end = NULL;
         switch (ch) {
         case 's':
             o.servers = optarg;
@@ -259,11 +232,8 @@ int zs_ctl_export_main(int argc, char **argv)
             o.ca_file = optarg;
             break;
         case 'S':
-            o.step = strtoull(optarg, &end, 10);
-            if (!*optarg || *end || o.step == 0) {
-                fprintf(stderr, "zs-ctl export: --step wants a positive step, not '%s'\n", optarg);
+            if (zs_ctl_parse_step("export", optarg, &o.step))
                 return 2;
-            }
             break;
         case 'o':
             o.out = optarg;
@@ -301,28 +271,7 @@ int zs_ctl_export_main(int argc, char **argv)
     zs_client_t *c;
     if (zs_ctl_connect(o.servers, o.token_file, o.ca_file, &c))
         return 1;
-    struct timespec t0, t1;
-    clock_gettime(CLOCK_MONOTONIC, &t0);
-    zs_err_t err;
-    zs_err_clear(&err);
-    zs_ctl_src_t s;
-    int rc = zs_ctl_src_open(c, o.step, o.restore, &s, &err);
-    if (!rc) {
-        rc = export_file(&s, &o, &err);
-        zs_err_t cerr;
-        zs_err_clear(&cerr);
-        if (zs_ctl_src_close(&s, &cerr) && !rc) {
-            rc = cerr.code;
-            err = cerr;
-        }
-    }
-    clock_gettime(CLOCK_MONOTONIC, &t1);
-    if (rc)
-        fprintf(stderr, "zs-ctl export: %s\n", err.msg);
-    else
-        printf("export: %.2f s, peak memory %.1f MiB\n",
-               (double)(t1.tv_sec - t0.tv_sec) + 1e-9 * (double)(t1.tv_nsec - t0.tv_nsec),
-               zs_ctl_peak_rss_mib());
+    int st = zs_ctl_src_run("export", c, o.step, o.restore, NULL, export_run, &o);
     zs_client_destroy(c);
-    return rc ? 1 : 0;
+    return st;
 }

@@ -31,7 +31,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 #include <xxhash.h>
 
 #include "zs_ctl.h"
@@ -216,6 +215,32 @@ static int reshard(zs_ctl_src_t *s, zs_client_t *dst, int overwrite, zs_err_t *e
     return rc;
 }
 
+typedef struct {
+    zs_client_t *src, *dst;
+    int overwrite;
+} reshard_run_t;
+
+/* zs_ctl_before_fn of reshard: check_targets, before the sources are touched. */
+static int reshard_before(void *ud, zs_err_t *err)
+{
+    reshard_run_t *r = ud;
+    return check_targets(r->src, r->dst, r->overwrite, err);
+}
+
+/* zs_ctl_run_fn of reshard: move and verify, then say what was moved. */
+static int reshard_run(zs_ctl_src_t *s, void *ud, zs_err_t *err)
+{
+    reshard_run_t *r = ud;
+    int rc = reshard(s, r->dst, r->overwrite, err);
+    if (!rc)
+        printf("reshard: checkpoint %llu (Adam t %llu, %llu parameters) moved from %d to %d "
+               "servers and verified (restored from the targets' stores, every range's "
+               "hash matches)\n",
+               (unsigned long long)s->step, (unsigned long long)s->adam_t, (unsigned long long)s->P,
+               s->S, zs_client_nservers(r->dst));
+    return rc;
+}
+
 static void usage(FILE *f)
 {
     fprintf(f, "usage: zs-ctl reshard --from HOST:PORT[,...] --to HOST:PORT[,...] [--step S]\n"
@@ -239,7 +264,6 @@ int zs_ctl_reshard_main(int argc, char **argv)
     int ch;
     optind = 1;
     while ((ch = getopt_long(argc, argv, "h", lo, NULL)) != -1) {
-        char *end = NULL;
         switch (ch) {
         case 'f':
         case 's': /* --servers before the command word means the sources */
@@ -255,11 +279,8 @@ int zs_ctl_reshard_main(int argc, char **argv)
             o.ca_file = optarg;
             break;
         case 'S':
-            o.step = strtoull(optarg, &end, 10);
-            if (!*optarg || *end || o.step == 0) {
-                fprintf(stderr, "zs-ctl reshard: --step wants a positive step, not '%s'\n", optarg);
+            if (zs_ctl_parse_step("reshard", optarg, &o.step))
                 return 2;
-            }
             break;
         case 'R':
             o.restore = 1;
@@ -286,37 +307,9 @@ int zs_ctl_reshard_main(int argc, char **argv)
         zs_client_destroy(src);
         return 1;
     }
-    struct timespec t0, t1;
-    clock_gettime(CLOCK_MONOTONIC, &t0);
-    zs_err_t err;
-    zs_err_clear(&err);
-    zs_ctl_src_t s;
-    int rc = check_targets(src, dst, o.overwrite, &err);
-    if (!rc)
-        rc = zs_ctl_src_open(src, o.step, o.restore, &s, &err);
-    if (!rc) {
-        rc = reshard(&s, dst, o.overwrite, &err);
-        if (!rc)
-            printf("reshard: checkpoint %llu (Adam t %llu, %llu parameters) moved from %d to %d "
-                   "servers and verified (restored from the targets' stores, every range's "
-                   "hash matches)\n",
-                   (unsigned long long)s.step, (unsigned long long)s.adam_t,
-                   (unsigned long long)s.P, s.S, zs_client_nservers(dst));
-        zs_err_t cerr;
-        zs_err_clear(&cerr);
-        if (zs_ctl_src_close(&s, &cerr) && !rc) {
-            rc = cerr.code;
-            err = cerr;
-        }
-    }
-    clock_gettime(CLOCK_MONOTONIC, &t1);
-    if (rc)
-        fprintf(stderr, "zs-ctl reshard: %s\n", err.msg);
-    else
-        printf("reshard: %.2f s, peak memory %.1f MiB\n",
-               (double)(t1.tv_sec - t0.tv_sec) + 1e-9 * (double)(t1.tv_nsec - t0.tv_nsec),
-               zs_ctl_peak_rss_mib());
+    reshard_run_t r = {src, dst, o.overwrite};
+    int st = zs_ctl_src_run("reshard", src, o.step, o.restore, reshard_before, reshard_run, &r);
     zs_client_destroy(dst);
     zs_client_destroy(src);
-    return rc ? 1 : 0;
+    return st;
 }

@@ -1,7 +1,9 @@
 /*
  * zs_ctl_src.c - a checkpoint to read from a set of shard servers (see
  * zs_ctl.h: which checkpoint, why the live state is what is read, when a
- * Restore is done), and the connection helper of zs-ctl's commands.
+ * Restore is done), and what export and reshard share around it: the
+ * connection, --step, and the run on a source with its timing and peak
+ * memory line.
  *
  * Does not: interpret the checkpoint's user_meta (export and reshard do),
  * or change anything on the servers except the Restores of --restore.
@@ -10,6 +12,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/resource.h>
+#include <time.h>
 
 #include "zs_ctl.h"
 #include "zs_file.h"
@@ -226,4 +229,45 @@ int zs_ctl_src_close(zs_ctl_src_t *s, zs_err_t *err)
     free(s->meta);
     memset(s, 0, sizeof *s);
     return rc;
+}
+
+int zs_ctl_src_run(const char *cmd, zs_client_t *c, uint64_t step, int restore,
+                   zs_ctl_before_fn before, zs_ctl_run_fn run, void *ud)
+{
+    struct timespec t0, t1;
+    clock_gettime(CLOCK_MONOTONIC, &t0);
+    zs_err_t err;
+    zs_err_clear(&err);
+    zs_ctl_src_t s;
+    int rc = before ? before(ud, &err) : ZS_OK;
+    if (!rc)
+        rc = zs_ctl_src_open(c, step, restore, &s, &err);
+    if (!rc) {
+        rc = run(&s, ud, &err);
+        zs_err_t cerr;
+        zs_err_clear(&cerr);
+        if (zs_ctl_src_close(&s, &cerr) && !rc) {
+            rc = cerr.code;
+            err = cerr;
+        }
+    }
+    clock_gettime(CLOCK_MONOTONIC, &t1);
+    if (rc)
+        fprintf(stderr, "zs-ctl %s: %s\n", cmd, err.msg);
+    else
+        printf("%s: %.2f s, peak memory %.1f MiB\n", cmd,
+               (double)(t1.tv_sec - t0.tv_sec) + 1e-9 * (double)(t1.tv_nsec - t0.tv_nsec),
+               zs_ctl_peak_rss_mib());
+    return rc ? 1 : 0;
+}
+
+int zs_ctl_parse_step(const char *cmd, const char *arg, uint64_t *step)
+{
+    char *end = NULL;
+    *step = strtoull(arg, &end, 10);
+    if (!*arg || *end || *step == 0) {
+        fprintf(stderr, "zs-ctl %s: --step wants a positive step, not '%s'\n", cmd, arg);
+        return 2;
+    }
+    return 0;
 }

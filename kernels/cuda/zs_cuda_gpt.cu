@@ -57,32 +57,43 @@ static int tmp_free(void *p, cudaStream_t cs, int rc, zs_err_t *err)
     return rc;
 }
 
-/* Sum over the block (NT threads, a multiple of 32) in a fixed order: warp
- * butterflies, then every thread adds the warp results in warp order. sh
- * holds NT / 32 floats; the leading barrier lets callers reuse it. */
-template <int NT> static __device__ __forceinline__ float block_sum(float x, float *sh)
-{
-    x = zs__warp_sum(x);
-    __syncthreads();
-    if ((threadIdx.x & 31) == 0)
-        sh[threadIdx.x >> 5] = x;
-    __syncthreads();
-    float s = sh[0];
-    for (int w = 1; w < NT / 32; w++)
-        s = s + sh[w];
-    return s;
-}
+/* The two block reductions: the warp step (butterflies) and how the warp
+ * results are combined. */
+struct block_sum_op {
+    static __device__ __forceinline__ float warp(float x)
+    {
+        return zs__warp_sum(x);
+    }
+    static __device__ __forceinline__ float combine(float a, float b)
+    {
+        return a + b;
+    }
+};
+struct block_max_op {
+    static __device__ __forceinline__ float warp(float x)
+    {
+        return zs__warp_max(x);
+    }
+    static __device__ __forceinline__ float combine(float a, float b)
+    {
+        return fmaxf(a, b);
+    }
+};
 
-template <int NT> static __device__ __forceinline__ float block_max(float x, float *sh)
+/* Sum or max (OP) over the block (NT threads, a multiple of 32) in a fixed
+ * order: warp butterflies, then every thread combines the warp results in
+ * warp order. sh holds NT / 32 floats; the leading barrier lets callers
+ * reuse it. */
+template <int NT, class OP> static __device__ __forceinline__ float block_reduce(float x, float *sh)
 {
-    x = zs__warp_max(x);
+    x = OP::warp(x);
     __syncthreads();
     if ((threadIdx.x & 31) == 0)
         sh[threadIdx.x >> 5] = x;
     __syncthreads();
     float s = sh[0];
     for (int w = 1; w < NT / 32; w++)
-        s = fmaxf(s, sh[w]);
+        s = OP::combine(s, sh[w]);
     return s;
 }
 
@@ -559,7 +570,7 @@ extern "C" int zs_cuda_residual_bwd(void *stream, float *da, float *db, const fl
 /* One block per row: lse = max + log(sum exp(l - max)) in fp32, loss =
  * lse - l[target]; FUSED also writes dlogits (may alias logits: each
  * element is read before its own thread writes it, and the row's last
- * reads happen before the barrier inside the last block_sum). */
+ * reads happen before the barrier inside the last block_reduce). */
 template <int FUSED>
 __global__ void __launch_bounds__(XENT_THREADS)
     k_xent(float *losses, float *lse_out, float *dlogits, const float *logits,
@@ -571,11 +582,11 @@ __global__ void __launch_bounds__(XENT_THREADS)
     float mx = -INFINITY;
     for (int v = threadIdx.x; v < V; v += XENT_THREADS)
         mx = fmaxf(mx, l[v]);
-    mx = block_max<XENT_THREADS>(mx, sh);
+    mx = block_reduce<XENT_THREADS, block_max_op>(mx, sh);
     float s = 0.0f;
     for (int v = threadIdx.x; v < V; v += XENT_THREADS)
         s = s + expf(l[v] - mx);
-    s = block_sum<XENT_THREADS>(s, sh);
+    s = block_reduce<XENT_THREADS, block_sum_op>(s, sh);
     float lse = mx + logf(s);
     int t = targets[row];
     int ok = t >= 0 && t < V;

@@ -136,8 +136,8 @@ __global__ void __launch_bounds__(SUMSQ_THREADS)
 #define PAIR(a, b) ((a)*4 + (b))
 
 /* clang-format off */
-#define ZS_DISPATCH_PAIR(KERNEL, A, B, ...)                                                        \
-    switch (PAIR(A, B)) {                                                                          \
+/* The nine (dtype, dtype) cases of fp32, bf16 and fp16. */
+#define ZS_PAIR_CASES(KERNEL, ...)                                                                 \
     case PAIR(ZS_DTYPE_F32, ZS_DTYPE_F32):   KERNEL<ZS_DTYPE_F32, ZS_DTYPE_F32>__VA_ARGS__; break;   \
     case PAIR(ZS_DTYPE_F32, ZS_DTYPE_BF16):  KERNEL<ZS_DTYPE_F32, ZS_DTYPE_BF16>__VA_ARGS__; break;  \
     case PAIR(ZS_DTYPE_F32, ZS_DTYPE_F16):   KERNEL<ZS_DTYPE_F32, ZS_DTYPE_F16>__VA_ARGS__; break;   \
@@ -146,21 +146,16 @@ __global__ void __launch_bounds__(SUMSQ_THREADS)
     case PAIR(ZS_DTYPE_BF16, ZS_DTYPE_F16):  KERNEL<ZS_DTYPE_BF16, ZS_DTYPE_F16>__VA_ARGS__; break;  \
     case PAIR(ZS_DTYPE_F16, ZS_DTYPE_F32):   KERNEL<ZS_DTYPE_F16, ZS_DTYPE_F32>__VA_ARGS__; break;   \
     case PAIR(ZS_DTYPE_F16, ZS_DTYPE_BF16):  KERNEL<ZS_DTYPE_F16, ZS_DTYPE_BF16>__VA_ARGS__; break;  \
-    case PAIR(ZS_DTYPE_F16, ZS_DTYPE_F16):   KERNEL<ZS_DTYPE_F16, ZS_DTYPE_F16>__VA_ARGS__; break;   \
+    case PAIR(ZS_DTYPE_F16, ZS_DTYPE_F16):   KERNEL<ZS_DTYPE_F16, ZS_DTYPE_F16>__VA_ARGS__; break;
+#define ZS_DISPATCH_PAIR(KERNEL, A, B, ...)                                                        \
+    switch (PAIR(A, B)) {                                                                          \
+    ZS_PAIR_CASES(KERNEL, __VA_ARGS__)                                                             \
     default: break;                                                                                \
     }
 /* The pairs above plus an output dtype of NONE (AdamW without output). */
 #define ZS_DISPATCH_PAIR_OPT(KERNEL, A, B, ...)                                                    \
     switch (PAIR(A, B)) {                                                                          \
-    case PAIR(ZS_DTYPE_F32, ZS_DTYPE_F32):   KERNEL<ZS_DTYPE_F32, ZS_DTYPE_F32>__VA_ARGS__; break;   \
-    case PAIR(ZS_DTYPE_F32, ZS_DTYPE_BF16):  KERNEL<ZS_DTYPE_F32, ZS_DTYPE_BF16>__VA_ARGS__; break;  \
-    case PAIR(ZS_DTYPE_F32, ZS_DTYPE_F16):   KERNEL<ZS_DTYPE_F32, ZS_DTYPE_F16>__VA_ARGS__; break;   \
-    case PAIR(ZS_DTYPE_BF16, ZS_DTYPE_F32):  KERNEL<ZS_DTYPE_BF16, ZS_DTYPE_F32>__VA_ARGS__; break;  \
-    case PAIR(ZS_DTYPE_BF16, ZS_DTYPE_BF16): KERNEL<ZS_DTYPE_BF16, ZS_DTYPE_BF16>__VA_ARGS__; break; \
-    case PAIR(ZS_DTYPE_BF16, ZS_DTYPE_F16):  KERNEL<ZS_DTYPE_BF16, ZS_DTYPE_F16>__VA_ARGS__; break;  \
-    case PAIR(ZS_DTYPE_F16, ZS_DTYPE_F32):   KERNEL<ZS_DTYPE_F16, ZS_DTYPE_F32>__VA_ARGS__; break;   \
-    case PAIR(ZS_DTYPE_F16, ZS_DTYPE_BF16):  KERNEL<ZS_DTYPE_F16, ZS_DTYPE_BF16>__VA_ARGS__; break;  \
-    case PAIR(ZS_DTYPE_F16, ZS_DTYPE_F16):   KERNEL<ZS_DTYPE_F16, ZS_DTYPE_F16>__VA_ARGS__; break;   \
+    ZS_PAIR_CASES(KERNEL, __VA_ARGS__)                                                             \
     case PAIR(ZS_DTYPE_F32, ZS_DTYPE_NONE):  KERNEL<ZS_DTYPE_F32, ZS_DTYPE_NONE>__VA_ARGS__; break;  \
     case PAIR(ZS_DTYPE_BF16, ZS_DTYPE_NONE): KERNEL<ZS_DTYPE_BF16, ZS_DTYPE_NONE>__VA_ARGS__; break; \
     case PAIR(ZS_DTYPE_F16, ZS_DTYPE_NONE):  KERNEL<ZS_DTYPE_F16, ZS_DTYPE_NONE>__VA_ARGS__; break;  \

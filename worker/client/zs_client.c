@@ -330,14 +330,20 @@ static int send_stream(zs_client_t *c, int i, const char *method, uint64_t b, ui
         rc = zs_ccall_send(&call, zs_frame_build(meta, p, k * esz, NULL, NULL), err);
         off += k;
     }
+    return zs__client_stream_end(&call, rc, err);
+}
+
+/* See zs_client_internal.h. */
+int zs__client_stream_end(zs_ccall_t *call, int rc, zs_err_t *err)
+{
     grpc_byte_buffer *bb = NULL;
     if (!rc)
-        rc = zs_ccall_recv(&call, &bb, err);
+        rc = zs_ccall_recv(call, &bb, err);
     if (bb)
         grpc_byte_buffer_destroy(bb);
     if (!rc)
-        rc = zs_ccall_finish(&call, err);
-    zs_ccall_destroy(&call);
+        rc = zs_ccall_finish(call, err);
+    zs_ccall_destroy(call);
     return rc;
 }
 
@@ -354,6 +360,23 @@ static int clip(const zs_client_t *c, int i, uint64_t begin, uint64_t end, uint6
 }
 
 /* ---- Initialize -------------------------------------------------------------- */
+
+/* See zs_client_internal.h. */
+void zs__client_init_request(const zs_client_t *c, int i, const char *model,
+                             const zs_adam_hparams_t *hp, uint64_t start_step, int overwrite,
+                             Zeroshard__InitRequest *q, Zeroshard__AdamConfig *adam)
+{
+    zs_pb_adam_set(adam, hp);
+    zeroshard__init_request__init(q);
+    q->protocol_version = ZS_PROTOCOL_VERSION;
+    q->model_name = (char *)model;
+    q->num_params = c->P;
+    q->num_servers = (uint32_t)c->n;
+    q->server_index = (uint32_t)i;
+    q->adam = adam;
+    q->start_step = start_step;
+    q->overwrite = overwrite;
+}
 
 typedef struct {
     Zeroshard__InitRequest q;
@@ -383,16 +406,7 @@ static int init_one(zs_client_t *c, int i, void *argp, zs_err_t *err)
 {
     const init_in_t *a = argp;
     init_arg_t ia;
-    zs_pb_adam_set(&ia.adam, a->hp);
-    zeroshard__init_request__init(&ia.q);
-    ia.q.protocol_version = ZS_PROTOCOL_VERSION;
-    ia.q.model_name = (char *)a->model;
-    ia.q.num_params = c->P;
-    ia.q.num_servers = (uint32_t)c->n;
-    ia.q.server_index = (uint32_t)i;
-    ia.q.adam = &ia.adam;
-    ia.q.start_step = a->start_step;
-    ia.q.overwrite = a->overwrite;
+    zs__client_init_request(c, i, a->model, a->hp, a->start_step, a->overwrite, &ia.q, &ia.adam);
     uint64_t b = srv_begin(c, i), e = srv_begin(c, i + 1);
     /* An empty range still sends the init message. */
     return send_stream(c, i, M("Initialize"), b, e, 4, a->master + b, 1, init_chunk, &ia, err);
@@ -720,13 +734,20 @@ int zs_client_checkpoint_meta(zs_client_t *c, uint64_t step, int keep, const voi
     return fan_out(c, 0, c->n - 1, ckpt_one, NULL, &a, err);
 }
 
+/* ListCheckpoints of server i into *r (freed with
+ * zeroshard__list_reply__free_unpacked). */
+static int list_reply(zs_client_t *c, int i, Zeroshard__ListReply **r, zs_err_t *err)
+{
+    Zeroshard__ListRequest q = ZEROSHARD__LIST_REQUEST__INIT;
+    return zs_unary(c->ch[i], M("ListCheckpoints"), c->token, c->timeout_ms, c->addr[i], &q.base,
+                    &zeroshard__list_reply__descriptor, (ProtobufCMessage **)r, err);
+}
+
 static int list_one(zs_client_t *c, int i, void *argp, zs_err_t *err)
 {
     ckpt_arg_t *a = argp;
-    Zeroshard__ListRequest q = ZEROSHARD__LIST_REQUEST__INIT;
     Zeroshard__ListReply *r;
-    int rc = zs_unary(c->ch[i], M("ListCheckpoints"), c->token, c->timeout_ms, c->addr[i], &q.base,
-                      &zeroshard__list_reply__descriptor, (ProtobufCMessage **)&r, err);
+    int rc = list_reply(c, i, &r, err);
     if (rc)
         return rc;
     keep_list(a, i, r->checkpoints, r->n_checkpoints);
@@ -866,10 +887,8 @@ int zs_client_delete(zs_client_t *c, uint64_t step, int keep, zs_err_t *err)
 /* Server i: list its checkpoints (complete or not elsewhere), delete each. */
 static int delete_all_one(zs_client_t *c, int i, void *argp, zs_err_t *err)
 {
-    Zeroshard__ListRequest q = ZEROSHARD__LIST_REQUEST__INIT;
     Zeroshard__ListReply *r;
-    int rc = zs_unary(c->ch[i], M("ListCheckpoints"), c->token, c->timeout_ms, c->addr[i], &q.base,
-                      &zeroshard__list_reply__descriptor, (ProtobufCMessage **)&r, err);
+    int rc = list_reply(c, i, &r, err);
     if (rc)
         return rc;
     for (size_t k = 0; k < r->n_checkpoints && rc == ZS_OK; k++) {

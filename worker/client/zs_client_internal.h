@@ -12,6 +12,7 @@
 #include <grpc/grpc.h>
 
 #include "zs_client.h"
+#include "zs_rpc.h"
 
 #define ZS__CLIENT_MAX_ADDR 256
 
@@ -35,5 +36,18 @@ int zs__client_fan_out(zs_client_t *c, int first, int last, zs__client_attempt_f
 
 /* First element of server i's range (i == n: P). Needs P known. */
 uint64_t zs__client_srv_begin(const zs_client_t *c, int i);
+
+/* Initialize's request to server i of c (protocol version, model name, P =
+ * c->P, server count and index, AdamW, start step, overwrite) into *q, with
+ * *adam as its AdamConfig: both must outlive the stream that sends *q.
+ * model is borrowed, not copied. */
+void zs__client_init_request(const zs_client_t *c, int i, const char *model,
+                             const zs_adam_hparams_t *hp, uint64_t start_step, int overwrite,
+                             Zeroshard__InitRequest *q, Zeroshard__AdamConfig *adam);
+
+/* End a client stream whose sends returned rc: take the reply (discarded)
+ * and the status unless rc already failed, then destroy the call. Returns
+ * rc, or the reply's / status's error. */
+int zs__client_stream_end(zs_ccall_t *call, int rc, zs_err_t *err);
 
 #endif

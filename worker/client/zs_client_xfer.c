@@ -161,17 +161,8 @@ static int stream_one(zs_client_t *c, int i, void *argp, zs_err_t *err)
     uint64_t b = zs__client_srv_begin(c, i), e = zs__client_srv_begin(c, i + 1);
     Zeroshard__AdamConfig adam;
     Zeroshard__InitRequest iq = ZEROSHARD__INIT_REQUEST__INIT;
-    if (init) {
-        zs_pb_adam_set(&adam, a->hp);
-        iq.protocol_version = ZS_PROTOCOL_VERSION;
-        iq.model_name = (char *)a->model;
-        iq.num_params = c->P;
-        iq.num_servers = (uint32_t)c->n;
-        iq.server_index = (uint32_t)i;
-        iq.adam = &adam;
-        iq.start_step = a->start_step;
-        iq.overwrite = a->overwrite;
-    }
+    if (init)
+        zs__client_init_request(c, i, a->model, a->hp, a->start_step, a->overwrite, &iq, &adam);
     zs_ccall_t call;
     int rc = zs_ccall_start(&call, c->ch[i],
                             init ? "/zeroshard.Shard/Initialize" : "/zeroshard.Shard/SetState",
@@ -217,15 +208,7 @@ static int stream_one(zs_client_t *c, int i, void *argp, zs_err_t *err)
         rc = zs_ccall_send(&call, bb, err);
         off += k;
     }
-    grpc_byte_buffer *reply = NULL;
-    if (!rc)
-        rc = zs_ccall_recv(&call, &reply, err);
-    if (reply)
-        grpc_byte_buffer_destroy(reply);
-    if (!rc)
-        rc = zs_ccall_finish(&call, err);
-    zs_ccall_destroy(&call);
-    return rc;
+    return zs__client_stream_end(&call, rc, err);
 }
 
 int zs_client_init_server(zs_client_t *c, int i, const char *model, uint64_t P,

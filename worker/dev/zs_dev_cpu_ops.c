@@ -215,10 +215,30 @@ static int check_n(const char *fn, size_t n, zs_err_t *err)
     return ZS_OK;
 }
 
-int zs__cpu_cast(zs_stream_t *sb, void *dst, zs_dtype_t ddt, const void *src, zs_dtype_t sdt,
-                 size_t n, zs_err_t *err)
+/* Queue a vector task of `kind` on sb with these fields (a kind ignores
+ * the ones it does not use: see zs_cpu_task_t). */
+static int vec_enqueue(zs_stream_t *sb, int kind, void *dst, zs_dtype_t ddt, const void *src,
+                       zs_dtype_t sdt, float alpha, double *acc, size_t n, zs_err_t *err)
 {
-    static const char fn[] = "zs_dev_cast";
+    zs_cpu_task_t *t = zs__cpu_task_new(kind, 0, err);
+    if (!t)
+        return ZS_ERR_NOMEM;
+    t->u.vec.dst = dst;
+    t->u.vec.ddt = ddt;
+    t->u.vec.src = src;
+    t->u.vec.sdt = sdt;
+    t->u.vec.alpha = alpha;
+    t->u.vec.acc = acc;
+    t->u.vec.n = n;
+    return zs__cpu_enqueue(sb, t, err);
+}
+
+/* Cast (ZS_CPU_T_CAST) or accumulate (ZS_CPU_T_ACC) n elements of src
+ * (sdt) into dst (ddt), named fn in refusals. Only cast refuses
+ * overlapping buffers (accumulate in place is allowed, see above). */
+static int pair_op(zs_stream_t *sb, int kind, const char *fn, void *dst, zs_dtype_t ddt,
+                   const void *src, zs_dtype_t sdt, size_t n, zs_err_t *err)
+{
     int rc;
     if ((rc = check_dtype(fn, "destination", ddt, 0, err)) ||
         (rc = check_dtype(fn, "source", sdt, 0, err)) || (rc = check_n(fn, n, err)))
@@ -227,42 +247,25 @@ int zs__cpu_cast(zs_stream_t *sb, void *dst, zs_dtype_t ddt, const void *src, zs
         return ZS_OK;
     if (!dst || !src)
         return zs_err_set(err, ZS_ERR_INVALID, "%s: %s is NULL", fn, dst ? "src" : "dst");
-    uintptr_t d0 = (uintptr_t)dst, d1 = d0 + n * zs_dtype_size(ddt);
-    uintptr_t s0 = (uintptr_t)src, s1 = s0 + n * zs_dtype_size(sdt);
-    if (d0 < s1 && s0 < d1)
-        return zs_err_set(err, ZS_ERR_INVALID, "%s: dst and src overlap", fn);
-    zs_cpu_task_t *t = zs__cpu_task_new(ZS_CPU_T_CAST, 0, err);
-    if (!t)
-        return ZS_ERR_NOMEM;
-    t->u.vec.dst = dst;
-    t->u.vec.ddt = ddt;
-    t->u.vec.src = src;
-    t->u.vec.sdt = sdt;
-    t->u.vec.n = n;
-    return zs__cpu_enqueue(sb, t, err);
+    if (kind == ZS_CPU_T_CAST) {
+        uintptr_t d0 = (uintptr_t)dst, d1 = d0 + n * zs_dtype_size(ddt);
+        uintptr_t s0 = (uintptr_t)src, s1 = s0 + n * zs_dtype_size(sdt);
+        if (d0 < s1 && s0 < d1)
+            return zs_err_set(err, ZS_ERR_INVALID, "%s: dst and src overlap", fn);
+    }
+    return vec_enqueue(sb, kind, dst, ddt, src, sdt, 0.0f, NULL, n, err);
+}
+
+int zs__cpu_cast(zs_stream_t *sb, void *dst, zs_dtype_t ddt, const void *src, zs_dtype_t sdt,
+                 size_t n, zs_err_t *err)
+{
+    return pair_op(sb, ZS_CPU_T_CAST, "zs_dev_cast", dst, ddt, src, sdt, n, err);
 }
 
 int zs__cpu_accumulate(zs_stream_t *sb, void *dst, zs_dtype_t ddt, const void *src, zs_dtype_t sdt,
                        size_t n, zs_err_t *err)
 {
-    static const char fn[] = "zs_dev_accumulate";
-    int rc;
-    if ((rc = check_dtype(fn, "destination", ddt, 0, err)) ||
-        (rc = check_dtype(fn, "source", sdt, 0, err)) || (rc = check_n(fn, n, err)))
-        return rc;
-    if (n == 0)
-        return ZS_OK;
-    if (!dst || !src)
-        return zs_err_set(err, ZS_ERR_INVALID, "%s: %s is NULL", fn, dst ? "src" : "dst");
-    zs_cpu_task_t *t = zs__cpu_task_new(ZS_CPU_T_ACC, 0, err);
-    if (!t)
-        return ZS_ERR_NOMEM;
-    t->u.vec.dst = dst;
-    t->u.vec.ddt = ddt;
-    t->u.vec.src = src;
-    t->u.vec.sdt = sdt;
-    t->u.vec.n = n;
-    return zs__cpu_enqueue(sb, t, err);
+    return pair_op(sb, ZS_CPU_T_ACC, "zs_dev_accumulate", dst, ddt, src, sdt, n, err);
 }
 
 int zs__cpu_scale(zs_stream_t *sb, void *x, zs_dtype_t dt, float alpha, size_t n, zs_err_t *err)
@@ -275,14 +278,7 @@ int zs__cpu_scale(zs_stream_t *sb, void *x, zs_dtype_t dt, float alpha, size_t n
         return ZS_OK;
     if (!x)
         return zs_err_set(err, ZS_ERR_INVALID, "%s: x is NULL", fn);
-    zs_cpu_task_t *t = zs__cpu_task_new(ZS_CPU_T_SCALE, 0, err);
-    if (!t)
-        return ZS_ERR_NOMEM;
-    t->u.vec.dst = x;
-    t->u.vec.ddt = dt;
-    t->u.vec.alpha = alpha;
-    t->u.vec.n = n;
-    return zs__cpu_enqueue(sb, t, err);
+    return vec_enqueue(sb, ZS_CPU_T_SCALE, x, dt, NULL, dt, alpha, NULL, n, err);
 }
 
 int zs__cpu_sumsq(zs_stream_t *sb, const void *x, zs_dtype_t dt, size_t n, double *acc,
@@ -298,14 +294,7 @@ int zs__cpu_sumsq(zs_stream_t *sb, const void *x, zs_dtype_t dt, size_t n, doubl
         return ZS_OK;
     if (!x)
         return zs_err_set(err, ZS_ERR_INVALID, "%s: x is NULL", fn);
-    zs_cpu_task_t *t = zs__cpu_task_new(ZS_CPU_T_SUMSQ, 0, err);
-    if (!t)
-        return ZS_ERR_NOMEM;
-    t->u.vec.src = x;
-    t->u.vec.sdt = dt;
-    t->u.vec.acc = acc;
-    t->u.vec.n = n;
-    return zs__cpu_enqueue(sb, t, err);
+    return vec_enqueue(sb, ZS_CPU_T_SUMSQ, NULL, dt, x, dt, 0.0f, acc, n, err);
 }
 
 int zs__cpu_adamw(zs_stream_t *sb, const zs_adam_hparams_t *hp, const zs_adam_step_t *st, float *p,

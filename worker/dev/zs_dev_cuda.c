@@ -49,27 +49,9 @@
 #include <string.h>
 #include <time.h>
 
+#include "zs_cuda_vec.h"
 #include "zs_dev_cuda_internal.h"
 #include "zs_log.h"
-
-#if defined(__has_include)
-#if __has_include("zs_cuda_vec.h")
-#include "zs_cuda_vec.h"
-#define ZS_HAVE_CUDA_VEC_H 1
-#endif
-#endif
-#ifndef ZS_HAVE_CUDA_VEC_H
-/* The launchers' contract (/work/wt/cuda-api.md) until kernels/cuda lands. */
-int zs_cuda_cast(void *stream, void *dst, zs_dtype_t ddt, const void *src, zs_dtype_t sdt, size_t n,
-                 zs_err_t *err);
-int zs_cuda_accumulate(void *stream, void *dst, zs_dtype_t ddt, const void *src, zs_dtype_t sdt,
-                       size_t n, zs_err_t *err);
-int zs_cuda_scale(void *stream, void *x, zs_dtype_t dt, float alpha, size_t n, zs_err_t *err);
-int zs_cuda_sumsq(void *stream, const void *x, zs_dtype_t dt, size_t n, double *acc, zs_err_t *err);
-int zs_cuda_adamw(void *stream, const zs_adam_hparams_t *hp, const zs_adam_step_t *st, float *p,
-                  float *m, float *v, const void *grad, zs_dtype_t gdt, void *out, zs_dtype_t odt,
-                  size_t n, zs_err_t *err);
-#endif
 
 #define HINT_STICKY "an earlier kernel or copy on this GPU failed; the context is unusable"
 

@@ -262,18 +262,21 @@ static int fences_reap(zs__cuda_dev_t *cd, int wait, zs_err_t *err)
     return ZS_OK;
 }
 
-static zs__cuda_block_t *cache_take(zs__cuda_dev_t *cd, size_t size)
+/* A cached block of b->size bytes for b: its memory becomes b's and the
+ * cache's record of it is freed. 1 if there was one, else 0. */
+static int cache_take(zs__cuda_dev_t *cd, zs__cuda_block_t *b)
 {
     for (zs__cuda_block_t **pp = &cd->cache; *pp; pp = &(*pp)->next) {
-        if ((*pp)->size == size) {
-            zs__cuda_block_t *b = *pp;
-            *pp = b->next;
-            b->next = NULL;
-            cd->mem.cached[ZS_SPACE_DEVICE] -= b->size;
-            return b;
+        if ((*pp)->size == b->size) {
+            zs__cuda_block_t *c = *pp;
+            *pp = c->next;
+            cd->mem.cached[ZS_SPACE_DEVICE] -= c->size;
+            b->p = c->p;
+            free(c);
+            return 1;
         }
     }
-    return NULL;
+    return 0;
 }
 
 /* cudaFree every cached block (they are idle: they passed their fence). */
@@ -298,19 +301,16 @@ static int device_block(zs__cuda_dev_t *cd, zs__cuda_block_t *b, zs_err_t *err)
     int rc = fences_reap(cd, 0, err);
     if (rc)
         return rc;
-    zs__cuda_block_t *c = cache_take(cd, b->size);
-    if (!c && cd->quarantine) {
+    if (cache_take(cd, b))
+        return ZS_OK;
+    if (cd->quarantine) {
         rc = fence_new(cd, err);
         if (rc == ZS_OK)
             rc = fences_reap(cd, 0, err); /* idle streams: reusable at once */
         if (rc)
             return rc;
-        c = cache_take(cd, b->size);
-    }
-    if (c) {
-        b->p = c->p;
-        free(c);
-        return ZS_OK;
+        if (cache_take(cd, b))
+            return ZS_OK;
     }
     cudaError_t ce = cudaMalloc(&b->p, b->size);
     if (ce == cudaErrorMemoryAllocation) {
@@ -318,12 +318,8 @@ static int device_block(zs__cuda_dev_t *cd, zs__cuda_block_t *b, zs_err_t *err)
         rc = fences_reap(cd, 1, err);
         if (rc)
             return rc;
-        c = cache_take(cd, b->size);
-        if (c) {
-            b->p = c->p;
-            free(c);
+        if (cache_take(cd, b))
             return ZS_OK;
-        }
         cache_trim(cd);
         ce = cudaMalloc(&b->p, b->size);
         if (ce == cudaErrorMemoryAllocation) {

@@ -21,51 +21,18 @@
  *
  * Does not: know about checkpoints or files (the engine and zs-ctl do).
  */
-#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "zs_gpt.h"
+#include "zs_strbuf.h"
 
 /* Hugging Face GPT-2 name of zs_gpt_tensor's block parameter k (0..11). */
 static const char *const k_block_names[12] = {
     "ln_1.weight",        "ln_1.bias",        "attn.c_attn.weight", "attn.c_attn.bias",
     "attn.c_proj.weight", "attn.c_proj.bias", "ln_2.weight",        "ln_2.bias",
     "mlp.c_fc.weight",    "mlp.c_fc.bias",    "mlp.c_proj.weight",  "mlp.c_proj.bias"};
-
-typedef struct {
-    char *p;
-    size_t len, cap;
-    int oom;
-} buf_t;
-
-static void add(buf_t *b, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
-static void add(buf_t *b, const char *fmt, ...)
-{
-    for (int tries = 0; tries < 2 && !b->oom; tries++) {
-        va_list ap;
-        va_start(ap, fmt);
-        int n = vsnprintf(b->p + b->len, b->cap - b->len, fmt, ap);
-        va_end(ap);
-        if (n < 0) {
-            b->oom = 1;
-            return;
-        }
-        if ((size_t)n < b->cap - b->len) {
-            b->len += (size_t)n;
-            return;
-        }
-        size_t cap = (b->cap + (size_t)n + 1) * 2;
-        char *q = realloc(b->p, cap);
-        if (!q) {
-            b->oom = 1;
-            return;
-        }
-        b->p = q;
-        b->cap = cap;
-    }
-}
 
 int zs_gpt_manifest(const zs_gpt_config_t *c, const char *name, char **out, zs_err_t *err)
 {
@@ -79,9 +46,9 @@ int zs_gpt_manifest(const zs_gpt_config_t *c, const char *name, char **out, zs_e
     for (const char *s = name; *s; s++) /* it goes into JSON unescaped */
         if (*s == '"' || *s == '\\' || (unsigned char)*s < 0x20)
             return zs_err_set(err, ZS_ERR_INVALID, "model name '%s' cannot go into JSON", name);
-    buf_t b = {malloc(4096), 0, 4096, 0};
-    b.oom = !b.p;
-    add(&b,
+    zs_strbuf_t b = {0};
+    zs_strbuf_addf(
+        &b,
         "{\"format\":\"zeroshard-manifest/1\",\"model\":{\"name\":\"%s\",\"kind\":\"gpt2\","
         "\"config\":{\"n_layer\":%d,\"n_head\":%d,\"n_embd\":%d,\"n_positions\":%d,"
         "\"vocab_size\":%d,\"layer_norm_epsilon\":1e-05,\"activation_function\":\"gelu_new\","
@@ -102,13 +69,14 @@ int zs_gpt_manifest(const zs_gpt_config_t *c, const char *name, char **out, zs_e
         else
             snprintf(hf, sizeof hf, "transformer.ln_f.%s", i == n - 2 ? "weight" : "bias");
         if (t.rows == 1)
-            add(&b, "%s[\"%s\",[%llu],%llu]", i ? "," : "", hf, (unsigned long long)t.cols,
-                (unsigned long long)t.offset);
+            zs_strbuf_addf(&b, "%s[\"%s\",[%llu],%llu]", i ? "," : "", hf,
+                           (unsigned long long)t.cols, (unsigned long long)t.offset);
         else
-            add(&b, "%s[\"%s\",[%llu,%llu],%llu]", i ? "," : "", hf, (unsigned long long)t.rows,
-                (unsigned long long)t.cols, (unsigned long long)t.offset);
+            zs_strbuf_addf(&b, "%s[\"%s\",[%llu,%llu],%llu]", i ? "," : "", hf,
+                           (unsigned long long)t.rows, (unsigned long long)t.cols,
+                           (unsigned long long)t.offset);
     }
-    add(&b, "]}");
+    zs_strbuf_addf(&b, "]}");
     if (b.oom) {
         free(b.p);
         return zs_err_set(err, ZS_ERR_NOMEM, "out of memory for the model manifest");
