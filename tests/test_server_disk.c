@@ -2,7 +2,7 @@
  * test_server_disk.c - integration: a zs-server whose data dir fills up,
  * then has room again (issue 9, item 1).
  *
- * Setup: a 128 MiB tmpfs (skipped, with a SKIP line and exit 0, where it
+ * Setup: a 128 MiB tmpfs (skipped, with a SKIPPED line and exit 77, where it
  * cannot be mounted: needs root and CAP_SYS_ADMIN), one real zs-server on it,
  * P = 1M fp32 parameters (12 MiB per checkpoint). Step 1, checkpoint 1.
  * Then the disk is filled by another file and:
@@ -38,42 +38,6 @@
 #define NPARAM 1048576ull
 #define MODEL  "disk-full"
 #define TMO_MS 30000
-
-static char g_mnt[32];
-
-static void unmount_tmpfs(void)
-{
-    if (g_mnt[0]) {
-        char cmd[160];
-        snprintf(cmd, sizeof cmd, "umount -l '%s' 2>/dev/null; rmdir '%s' 2>/dev/null", g_mnt,
-                 g_mnt);
-        if (system(cmd) != 0)
-            fprintf(stderr, "warning: could not unmount %s\n", g_mnt);
-        g_mnt[0] = '\0';
-    }
-}
-
-static double free_mib(const char *path)
-{
-    struct statvfs v;
-    TEST_CHECK(statvfs(path, &v) == 0);
-    return (double)v.f_bavail * (double)v.f_frsize / (1 << 20);
-}
-
-/* Append to `path` until the disk is full (down to the last page); returns
- * its size in bytes. */
-static off_t fill_disk(const char *path)
-{
-    int fd = open(path, O_WRONLY | O_CREAT | O_APPEND, 0600);
-    TEST_CHECK(fd >= 0);
-    static char block[1 << 16];
-    for (size_t bs = sizeof block; bs >= 1; bs /= 2)
-        while (write(fd, block, bs) > 0)
-            ;
-    struct stat sb;
-    TEST_CHECK(fstat(fd, &sb) == 0 && close(fd) == 0);
-    return sb.st_size;
-}
 
 /* Hello's store fields, read with a raw call (the client library's
  * zs_server_info_t does not carry them). */
@@ -116,17 +80,13 @@ static void expect_list(zs_client_t *c, size_t n, uint64_t a, uint64_t b)
 int main(void)
 {
     setvbuf(stdout, NULL, _IONBF, 0);
-    snprintf(g_mnt, sizeof g_mnt, "/tmp/zs-srvdisk-XXXXXX");
-    TEST_CHECK(mkdtemp(g_mnt));
-    char cmd[300], filler[160];
-    snprintf(cmd, sizeof cmd, "mount -t tmpfs -o size=128m zs-srvdisk '%s' 2>/dev/null", g_mnt);
-    if (system(cmd) != 0) {
-        rmdir(g_mnt);
-        printf("SKIP test_server_disk: cannot mount a tmpfs here (needs root and "
+    const char *g_mnt = zs_test_tmpfs_mount("srvdisk", 128);
+    char filler[160];
+    if (!g_mnt) {
+        printf("SKIPPED test_server_disk: cannot mount a tmpfs here (needs root and "
                "CAP_SYS_ADMIN)\n");
-        return 0;
+        return 77;
     }
-    atexit(unmount_tmpfs);
     snprintf(filler, sizeof filler, "%s/filler", g_mnt);
 
     zs_test_server_t srv;
@@ -152,8 +112,8 @@ int main(void)
     hello_store(ch, srv.addr, &degraded, why, sizeof why);
     TEST_CHECK(!degraded && why[0] == '\0');
 
-    off_t fsize = fill_disk(filler);
-    printf("disk full: %.1f MiB free\n", free_mib(g_mnt));
+    off_t fsize = zs_test_fill_disk(filler);
+    printf("disk full: %.1f MiB free\n", zs_test_free_mib(g_mnt));
     run_step(c, 2, buf, tmp);
     int rc = zs_client_checkpoint(c, 2, 0, &err);
     printf("checkpoint 2 on a full disk: %s: %s\n", zs_status_name(rc), err.msg);
@@ -163,9 +123,9 @@ int main(void)
     printf("Hello: store_degraded %d: %s\n", degraded, why);
     TEST_CHECK(degraded && strstr(why, "No space"));
     expect_list(c, 1, 1, 0);
-    fill_disk(filler); /* RocksDB dropped its partial table file */
-    sleep(11);         /* two of RocksDB's 5 s recovery attempts, logged */
-    fsize = fill_disk(filler);
+    zs_test_fill_disk(filler); /* RocksDB dropped its partial table file */
+    sleep(11);                 /* two of RocksDB's 5 s recovery attempts, logged */
+    fsize = zs_test_fill_disk(filler);
     zs_err_clear(&err);
     rc = zs_client_checkpoint(c, 2, 0, &err);
     printf("again, disk still full: %s: %s\n", zs_status_name(rc), err.msg);
@@ -175,7 +135,7 @@ int main(void)
     TEST_CHECK(degraded);
 
     TEST_CHECK(truncate(filler, fsize - (off_t)(40 << 20)) == 0);
-    printf("filler shrunk: %.1f MiB free\n", free_mib(g_mnt));
+    printf("filler shrunk: %.1f MiB free\n", zs_test_free_mib(g_mnt));
     zs_err_clear(&err);
     TEST_OK(zs_client_checkpoint(c, 2, 0, &err), err);
     hello_store(ch, srv.addr, &degraded, why, sizeof why);
@@ -201,7 +161,7 @@ int main(void)
     free(buf);
     free(tmp);
     free(before);
-    unmount_tmpfs();
+    zs_test_tmpfs_unmount();
     printf("PASS test_server_disk\n");
     return 0;
 }

@@ -31,6 +31,7 @@
 
 #include <rocksdb/c.h>
 
+#include "zs_proc.h"
 #include "zs_store.h"
 #include "zs_test.h"
 
@@ -269,43 +270,6 @@ static void expect_meta(zs_store_t *st, uint64_t step, const void *want, size_t 
 
 /* ---- a full disk (a small tmpfs; skipped where it cannot be mounted) ------ */
 
-static char g_mnt[32];
-
-static void unmount_tmpfs(void)
-{
-    if (g_mnt[0]) {
-        char cmd[160];
-        snprintf(cmd, sizeof cmd, "umount -l '%s' 2>/dev/null; rmdir '%s' 2>/dev/null", g_mnt,
-                 g_mnt);
-        if (system(cmd) != 0)
-            fprintf(stderr, "warning: could not unmount %s\n", g_mnt);
-        g_mnt[0] = '\0';
-    }
-}
-
-/* Free bytes of the file system holding `path`. */
-static double free_mib(const char *path)
-{
-    struct statvfs v;
-    TEST_CHECK(statvfs(path, &v) == 0);
-    return (double)v.f_bavail * (double)v.f_frsize / (1 << 20);
-}
-
-/* Append to `path` until the disk is full (down to the last page: a few
- * free KiB would take RocksDB's log lines); returns its size in bytes. */
-static off_t fill_disk(const char *path)
-{
-    int fd = open(path, O_WRONLY | O_CREAT | O_APPEND, 0600);
-    TEST_CHECK(fd >= 0);
-    static char block[1 << 16];
-    for (size_t bs = sizeof block; bs >= 1; bs /= 2)
-        while (write(fd, block, bs) > 0)
-            ;
-    struct stat sb;
-    TEST_CHECK(fstat(fd, &sb) == 0 && close(fd) == 0);
-    return sb.st_size;
-}
-
 /* The store on a 128 MiB tmpfs: a checkpoint, then the disk filled by another
  * file. A write fails with RESOURCE_EXHAUSTED (ZS_ERR_NOMEM, "No space") and
  * marks the store degraded; the process survives RocksDB's background retries
@@ -316,17 +280,12 @@ static off_t fill_disk(const char *path)
  * the checkpoints read back bitwise, and a delete works. */
 static void test_disk_full(void)
 {
-    snprintf(g_mnt, sizeof g_mnt, "/tmp/zs-enospc-XXXXXX");
-    TEST_CHECK(mkdtemp(g_mnt));
-    char cmd[300], dir[160], filler[160];
-    snprintf(cmd, sizeof cmd, "mount -t tmpfs -o size=128m zs-enospc '%s' 2>/dev/null", g_mnt);
-    if (system(cmd) != 0) {
-        rmdir(g_mnt);
-        g_mnt[0] = '\0';
+    const char *g_mnt = zs_test_tmpfs_mount("enospc", 128);
+    char dir[160], filler[160];
+    if (!g_mnt) {
         printf("  SKIP: cannot mount a tmpfs here (needs root and CAP_SYS_ADMIN)\n");
         return;
     }
-    atexit(unmount_tmpfs);
     snprintf(dir, sizeof dir, "%s/db", g_mnt);
     snprintf(filler, sizeof filler, "%s/filler", g_mnt);
     const uint64_t n = 1u << 20; /* 12 MiB per checkpoint */
@@ -335,8 +294,8 @@ static void test_disk_full(void)
     uint64_t steps[8];
     TEST_OK(zs_store_open(dir, &st, &err), err);
     write_ckpt(st, 1, n, "a", 1);
-    off_t fsize = fill_disk(filler);
-    printf("  disk full: %.0f bytes free\n", free_mib(g_mnt) * (1 << 20));
+    off_t fsize = zs_test_fill_disk(filler);
+    printf("  disk full: %.0f bytes free\n", zs_test_free_mib(g_mnt) * (1 << 20));
 
     state_t s = make_state(n, 2);
     zs_store_ckpt_t ck = {2, n, {s.t[0], s.t[1], s.t[2]}, "b", 1};
@@ -348,10 +307,10 @@ static void test_disk_full(void)
     /* RocksDB drops its partial table file: keep the disk full while its
      * recovery retries (every 5 s, logging each time; that logging used to
      * abort the process), then top it up again. */
-    fill_disk(filler);
+    zs_test_fill_disk(filler);
     sleep(6); /* one of them (test_server_disk waits through two) */
-    fsize = fill_disk(filler);
-    printf("  disk full again: %.0f bytes free\n", free_mib(g_mnt) * (1 << 20));
+    fsize = zs_test_fill_disk(filler);
+    printf("  disk full again: %.0f bytes free\n", zs_test_free_mib(g_mnt) * (1 << 20));
     zs_err_clear(&err);
     rc = zs_store_write(st, &ck, &err);
     printf("  again, still full: %s: %s\n", zs_status_name(rc), err.msg);
@@ -362,7 +321,7 @@ static void test_disk_full(void)
     expect_ckpt(st, 1, n);
 
     TEST_CHECK(truncate(filler, fsize - (off_t)(40 << 20)) == 0);
-    printf("  filler shrunk: %.1f MiB free\n", free_mib(g_mnt));
+    printf("  filler shrunk: %.1f MiB free\n", zs_test_free_mib(g_mnt));
     zs_err_clear(&err);
     rc = zs_store_write(st, &ck, &err);
     TEST_CHECKF(rc == ZS_OK, "write after space came back: %s: %s", zs_status_name(rc), err.msg);
@@ -375,7 +334,7 @@ static void test_disk_full(void)
     TEST_OK(zs_store_delete(st, 1, &err), err);
     zs_store_close(st);
     /* RocksDB cannot open on a full disk (it aborts): refused instead. */
-    fsize = fill_disk(filler);
+    fsize = zs_test_fill_disk(filler);
     zs_store_t *none = (zs_store_t *)1;
     rc = zs_store_open(dir, &none, &err);
     printf("  open on a full disk: %s: %s\n", zs_status_name(rc), err.msg);
@@ -386,7 +345,7 @@ static void test_disk_full(void)
     expect_ckpt(st, 2, n);
     zs_store_close(st);
     free_state(&s);
-    unmount_tmpfs();
+    zs_test_tmpfs_unmount();
 }
 
 int main(void)

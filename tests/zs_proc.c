@@ -14,6 +14,8 @@
 #include <string.h>
 #include <sys/prctl.h>
 #include <sys/stat.h>
+#include <sys/statvfs.h>
+#include <fcntl.h>
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
@@ -263,4 +265,69 @@ int zs_test_find_procs(const char *prog, const char *tag, pid_t *pids, int max)
     if (d)
         closedir(d);
     return n;
+}
+
+/* ---- a small full-able disk ---------------------------------------------- */
+
+static char g_mnt[64];
+
+void zs_test_tmpfs_unmount(void)
+{
+    if (!g_mnt[0])
+        return;
+    char cmd[200];
+    snprintf(cmd, sizeof cmd, "umount -l '%s' 2>/dev/null; rmdir '%s' 2>/dev/null", g_mnt, g_mnt);
+    if (system(cmd) != 0)
+        fprintf(stderr, "warning: could not unmount %s\n", g_mnt);
+    g_mnt[0] = '\0';
+}
+
+const char *zs_test_tmpfs_mount(const char *tag, int size_mib)
+{
+    static int registered;
+    snprintf(g_mnt, sizeof g_mnt, "/tmp/zs-%s-XXXXXX", tag);
+    if (!mkdtemp(g_mnt)) {
+        g_mnt[0] = '\0';
+        return NULL;
+    }
+    char cmd[200];
+    snprintf(cmd, sizeof cmd, "mount -t tmpfs -o size=%dm zs-%s '%s' 2>/dev/null", size_mib, tag,
+             g_mnt);
+    if (system(cmd) != 0) {
+        rmdir(g_mnt);
+        g_mnt[0] = '\0';
+        return NULL;
+    }
+    if (!registered++)
+        atexit(zs_test_tmpfs_unmount);
+    return g_mnt;
+}
+
+double zs_test_free_mib(const char *path)
+{
+    struct statvfs v;
+    if (statvfs(path, &v) != 0) {
+        perror(path);
+        exit(1);
+    }
+    return (double)v.f_bavail * (double)v.f_frsize / (1 << 20);
+}
+
+off_t zs_test_fill_disk(const char *path)
+{
+    int fd = open(path, O_WRONLY | O_CREAT | O_APPEND, 0600);
+    if (fd < 0) {
+        perror(path);
+        exit(1);
+    }
+    static char block[1 << 16];
+    for (size_t bs = sizeof block; bs >= 1; bs /= 2)
+        while (write(fd, block, bs) > 0)
+            ;
+    struct stat sb;
+    if (fstat(fd, &sb) != 0 || close(fd) != 0) {
+        perror(path);
+        exit(1);
+    }
+    return sb.st_size;
 }

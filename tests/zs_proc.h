@@ -73,4 +73,18 @@ void zs_test_tokenize(const char *tokenizer, const char *out, const char *files)
  * joined by spaces) begins with `prog` and holds `tag`; returns how many. */
 int zs_test_find_procs(const char *prog, const char *tag, pid_t *pids, int max);
 
+/* A tmpfs of size_mib MiB on a fresh /tmp/zs-<tag>-XXXXXX (needs root and
+ * CAP_SYS_ADMIN), unmounted at exit or by zs_test_tmpfs_unmount. Returns
+ * its path (static, owned by the harness) or NULL where it cannot be
+ * mounted: the caller skips, saying so. One at a time. */
+const char *zs_test_tmpfs_mount(const char *tag, int size_mib);
+void zs_test_tmpfs_unmount(void);
+
+/* Free MiB of the file system holding path (exits the test on failure). */
+double zs_test_free_mib(const char *path);
+
+/* Append to path until the disk is full, down to the last byte (a few free
+ * KiB would take RocksDB's log lines); returns the file's size in bytes. */
+off_t zs_test_fill_disk(const char *path);
+
 #endif
