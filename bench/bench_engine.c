@@ -214,7 +214,7 @@ int main(int argc, char **argv)
              "{\"train_micro_batch_size_per_gpu\": %d, \"gradient_accumulation_steps\": 1,"
              " \"optimizer\": {\"type\": \"AdamW\", \"params\": {\"lr\": 1e-4}},"
              " \"bf16\": {\"enabled\": %s}, \"zero_optimization\": {\"stage\": %d,"
-             " \"reduce_bucket_size\": 20000000, \"allgather_bucket_size\": 20000000,"
+             " \"reduce_bucket_size\": 20000000,"
              " \"offload_optimizer\": {\"device\": \"%s\"}}}",
              B, strcmp(dtype, "bf16") ? "false" : "true", stage, offload ? "cpu" : "none");
     zs_config_t cfg;
