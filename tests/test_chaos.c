@@ -4,6 +4,8 @@
  *
  *  1. Reference: zs-train, 2 shard servers, 2 MPI workers, a small GPT,
  *     200 steps with a checkpoint every 10; final parameters saved.
+ *  1b. The same job without a launcher, one server killed after step 15 and
+ *     restarted: zs-train must recover by itself and end bitwise equal.
  *  2. Chaos: the same job under zs-launch (--max-restarts), while this test
  *     sends 20 kill -9s at random times (fixed seed) to a random shard
  *     server (restarted on its address after a random pause: the role of
@@ -119,6 +121,48 @@ int main(void)
     printf("1. reference: %d steps, 2 servers, 2 workers in %ld s\n", STEPS,
            (long)(time(NULL) - t0));
     zs_test_servers_down(ref, 2);
+
+    /* 1b. one server lost mid-run, no launcher: zs-train alone must recover
+     * (zs-launch would otherwise hide a broken recovery behind reruns) */
+    {
+        zs_test_server_t one[2];
+        char bin[300], csv[300], olog[300], cmd1[4096];
+        start_servers(one, "one", servers, sizeof servers);
+        snprintf(bin, sizeof bin, "%s/one.bin", g_tmp);
+        snprintf(csv, sizeof csv, "%s/one.csv", g_tmp);
+        snprintf(olog, sizeof olog, "%s/one.log", g_tmp);
+        train_args(args, sizeof args, servers, bin, csv);
+        snprintf(cmd1, sizeof cmd1, "exec %s " ZS_TEST_MPI_OPTS " -np 2 %s > %s 2>&1", ZS_MPIEXEC,
+                 args, olog);
+        pid_t job = fork();
+        TEST_CHECK(job >= 0);
+        if (job == 0) {
+            execl("/bin/sh", "sh", "-c", cmd1, (char *)NULL);
+            _exit(127);
+        }
+        int rows = 0; /* after checkpoint 10: the kill lands in training */
+        for (int i = 0; i < 600 && rows < 15; i++) {
+            usleep(50000);
+            csv_rows_unique(csv, &rows);
+        }
+        TEST_CHECKF(rows >= 15, "zs-train did not reach step 15 (see %s)", olog);
+        zs_test_server_stop(&one[1], SIGKILL);
+        usleep(1000000);
+        zs_test_server_start(&one[1]);
+        int st1;
+        TEST_CHECK(waitpid(job, &st1, 0) == job);
+        TEST_CHECKF(WIFEXITED(st1) && WEXITSTATUS(st1) == 0,
+                    "zs-train did not survive a lost server by itself (status %d), see %s", st1,
+                    olog);
+        TEST_CHECKF(zs_test_sh("grep -q 'recovered: rolled back to step' %s", olog) == 0,
+                    "no in-job recovery logged in %s", olog);
+        TEST_CHECKF(zs_test_sh("cmp -s %s %s", ref_bin, bin) == 0,
+                    "after one in-job recovery the parameters differ from the undisturbed run");
+        printf("1b. server killed at step >= %d, restarted 1 s later: zs-train recovered by "
+               "itself, parameters bitwise equal\n",
+               rows);
+        zs_test_servers_down(one, 2);
+    }
 
     /* 2. the same job under kill -9s */
     zs_test_server_t srv[2];
