@@ -4,6 +4,7 @@
 #include "zs_file.h"
 
 #include <stdio.h>
+#include <unistd.h>
 #include <stdlib.h>
 
 char *zs_file_read_text(const char *path, size_t max_bytes, int trim)
@@ -23,4 +24,15 @@ char *zs_file_read_text(const char *path, size_t max_bytes, int trim)
         n--;
     buf[n] = '\0';
     return buf;
+}
+
+uint64_t zs_file_self_rss(void)
+{
+    FILE *f = fopen("/proc/self/statm", "r");
+    unsigned long long size = 0, res = 0;
+    if (!f)
+        return 0;
+    int n = fscanf(f, "%llu %llu", &size, &res);
+    fclose(f);
+    return n == 2 ? (uint64_t)res * (uint64_t)sysconf(_SC_PAGESIZE) : 0;
 }

@@ -28,6 +28,7 @@
 
 #include "zs_log.h"
 #include "zs_metrics.h"
+#include "zs_file.h"
 
 #define CONTENT_TYPE "text/plain; version=0.0.4; charset=utf-8"
 
@@ -265,18 +266,6 @@ void zs_metrics_on_scrape(zs_metrics_t *m, void (*fn)(void *ud), void *ud)
 
 /* ---- process metrics ------------------------------------------------------ */
 
-/* Resident set of this process in bytes (Linux /proc), 0 if unknown. */
-static uint64_t rss_bytes(void)
-{
-    FILE *f = fopen("/proc/self/statm", "r");
-    unsigned long size = 0, res = 0;
-    if (!f)
-        return 0;
-    int n = fscanf(f, "%lu %lu", &size, &res);
-    fclose(f);
-    return n == 2 ? (uint64_t)res * (uint64_t)sysconf(_SC_PAGESIZE) : 0;
-}
-
 int zs_metrics_add_process(zs_metrics_t *m, const char *prefix, zs_err_t *err)
 {
     char n1[ZS_METRICS_NAME_MAX], n2[ZS_METRICS_NAME_MAX], n3[ZS_METRICS_NAME_MAX];
@@ -394,7 +383,7 @@ int zs_metrics_render(zs_metrics_t *m, char **text, size_t *len, zs_err_t *err)
         clock_gettime(CLOCK_MONOTONIC, &now);
         zs_series_set(m->p_uptime, (double)(now.tv_sec - m->t0.tv_sec) +
                                        1e-9 * (double)(now.tv_nsec - m->t0.tv_nsec));
-        zs_series_set(m->p_rss, (double)rss_bytes());
+        zs_series_set(m->p_rss, (double)zs_file_self_rss());
     }
     pthread_mutex_unlock(&m->mu);
     if (fn)

@@ -13,6 +13,7 @@
 #include <unistd.h>
 
 #include "zs_dtype.h"
+#include "zs_file.h"
 #include "zs_log.h"
 #include "zs_pbconv.h"
 #include "zs_service.h"
@@ -66,13 +67,7 @@ static int check_payload(const zs_frame_t *fr, uint64_t count, zs_dtype_t dt, zs
 /* Resident set (bytes) and glibc's heap in use / kept free. */
 static void mem_stats(uint64_t *rss, uint64_t *in_use, uint64_t *kept)
 {
-    *rss = *in_use = *kept = 0;
-    FILE *f = fopen("/proc/self/statm", "r");
-    unsigned long long size, res;
-    if (f && fscanf(f, "%llu %llu", &size, &res) == 2)
-        *rss = (uint64_t)res * (uint64_t)sysconf(_SC_PAGESIZE);
-    if (f)
-        fclose(f);
+    *rss = zs_file_self_rss();
     struct mallinfo2 mi = mallinfo2();
     *in_use = (uint64_t)mi.uordblks + (uint64_t)mi.hblkhd;
     *kept = (uint64_t)mi.fordblks;

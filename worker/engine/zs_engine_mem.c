@@ -14,18 +14,7 @@
 #include <unistd.h>
 
 #include "zs_engine_internal.h"
-
-/* Resident set of this process in bytes (Linux /proc), 0 if unknown. */
-static uint64_t rss_bytes(void)
-{
-    FILE *f = fopen("/proc/self/statm", "r");
-    unsigned long size = 0, res = 0;
-    if (!f)
-        return 0;
-    int n = fscanf(f, "%lu %lu", &size, &res);
-    fclose(f);
-    return n == 2 ? (uint64_t)res * (uint64_t)sysconf(_SC_PAGESIZE) : 0;
-}
+#include "zs_file.h"
 
 static void formula(const zs_engine_t *e, uint64_t *f)
 {
@@ -76,7 +65,7 @@ void zs_engine_mem(zs_engine_t *e, zs_engine_mem_t *out)
     zs_dev_mem_get(e->dev, &out->measured);
     formula(e, out->formula);
     working(e, out->working);
-    out->rss = rss_bytes();
+    out->rss = zs_file_self_rss();
 }
 
 static uint64_t peak_of(const zs_dev_mem_t *m, int cat)
