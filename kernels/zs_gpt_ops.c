@@ -11,6 +11,7 @@
  * CUDA kernels (kernels/cuda/zs_cuda_gpt.cu) use too.
  */
 #include "zs_gpt_ops.h"
+#include "zs_gpt_ops_internal.h"
 
 #include <cblas.h>
 #include <math.h>
@@ -19,7 +20,7 @@
 
 /* ---- task splitting ---- */
 
-typedef void (*range_fn)(const void *arg, size_t lo, size_t hi);
+typedef zs__range_fn range_fn;
 
 typedef struct {
     range_fn fn;
@@ -54,6 +55,12 @@ static void parallel_for(zs_pool_t *pool, size_t n, size_t grain, range_fn fn, c
         tasks = 1;
     range_job_t j = {fn, arg, n, (n + tasks - 1) / tasks};
     zs_pool_run(pool, (n + j.per - 1) / j.per, range_task, &j);
+}
+
+/* See zs_gpt_ops_internal.h. */
+void zs__op_parallel_for(zs_pool_t *pool, size_t n, size_t grain, zs__range_fn fn, const void *arg)
+{
+    parallel_for(pool, n, grain, fn, arg);
 }
 
 static pthread_once_t blas_once = PTHREAD_ONCE_INIT;
@@ -342,10 +349,14 @@ void zs_op_matmul_bwd(zs_pool_t *pool, float *dinp, float *dw, float *db, const 
     if (dinp)
         zs_op_gemm(pool, 0, 1, N, IC, OC, 1.0f, dout, OC, w, OC, 0.0f, dinp, IC);
     zs_op_gemm(pool, 1, 0, IC, OC, N, 1.0f, inp, IC, dout, OC, 1.0f, dw, OC);
-    if (db) {
-        bias_job_t j = {.dout = dout, .db = db, .N = N, .OC = OC};
-        parallel_for(pool, (size_t)OC, 64, bias_grad_cols, &j);
-    }
+    if (db)
+        zs_op_bias_bwd(pool, db, dout, N, OC);
+}
+
+void zs_op_bias_bwd(zs_pool_t *pool, float *db, const float *dout, int N, int OC)
+{
+    bias_job_t j = {.dout = dout, .db = db, .N = N, .OC = OC};
+    parallel_for(pool, (size_t)OC, 64, bias_grad_cols, &j);
 }
 
 /* ---- attention ---- */
@@ -354,7 +365,21 @@ typedef struct {
     float *out, *att, *dqkv, *scratch;
     const float *qkv, *catt, *dout;
     int B, T, C, NH;
+    int dt;       /* ZS_DTYPE_F32: plain; BF16 / F16: round att (and D) for the GEMMs */
+    float *att_r; /* [B, NH, T, T]: the rounded probabilities (rounding only) */
 } attn_job_t;
+
+/* dst[i] = src[i] rounded to dt and widened back (dt BF16 or F16); dst may
+ * equal src. */
+static void round_span(int dt, float *dst, const float *src, size_t n)
+{
+    if (dt == ZS_DTYPE_BF16)
+        for (size_t i = 0; i < n; i++)
+            dst[i] = zs_math_bf16_to_f32(zs_math_f32_to_bf16(src[i]));
+    else
+        for (size_t i = 0; i < n; i++)
+            dst[i] = zs_math_f16_to_f32(zs_math_f32_to_f16(src[i]));
+}
 
 /* One (b, h) pair per item: scores = scale q k^T (the full T x T product:
  * BLAS beats skipping the masked half), causal softmax in place, out = att v. */
@@ -385,17 +410,38 @@ static void attn_fwd_heads(const void *arg, size_t lo, size_t hi)
             for (int u = t + 1; u < T; u++)
                 row[u] = 0.0f;
         }
-        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, T, hs, T, 1.0f, A, T, v, ld, 0.0f,
+        const float *P = A; /* the probabilities the product reads */
+        if (j->att_r) {
+            float *R = j->att_r + i * (size_t)T * T;
+            round_span(j->dt, R, A, (size_t)T * T);
+            P = R;
+        }
+        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, T, hs, T, 1.0f, P, T, v, ld, 0.0f,
                     j->out + (size_t)b * T * C + (size_t)h * hs, C);
     }
+}
+
+/* See zs_gpt_ops_internal.h: att_r NULL is the plain fp32 attention. */
+void zs__op_attention_fwd(zs_pool_t *pool, int dt, float *att_r, float *out, float *att,
+                          const float *qkv, int B, int T, int C, int NH)
+{
+    zs_op_init();
+    attn_job_t j = {.out = out,
+                    .att = att,
+                    .qkv = qkv,
+                    .B = B,
+                    .T = T,
+                    .C = C,
+                    .NH = NH,
+                    .dt = dt,
+                    .att_r = att_r};
+    parallel_for(pool, (size_t)B * NH, 1, attn_fwd_heads, &j);
 }
 
 void zs_op_attention_fwd(zs_pool_t *pool, float *out, float *att, const float *qkv, int B, int T,
                          int C, int NH)
 {
-    zs_op_init();
-    attn_job_t j = {.out = out, .att = att, .qkv = qkv, .B = B, .T = T, .C = C, .NH = NH};
-    parallel_for(pool, (size_t)B * NH, 1, attn_fwd_heads, &j);
+    zs__op_attention_fwd(pool, ZS_DTYPE_F32, NULL, out, att, qkv, B, T, C, NH);
 }
 
 /* One (b, h) pair per item: D = dout v^T, dv = att^T dout, D <- scale *
@@ -413,9 +459,15 @@ static void attn_bwd_heads(const void *arg, size_t lo, size_t hi)
         const float *A = j->catt + i * (size_t)T * T;
         const float *d = j->dout + (size_t)b * T * C + (size_t)h * hs;
         float *D = j->scratch + i * (size_t)T * T;
+        const float *P = A; /* the probabilities dv = P^T dout reads */
+        if (j->att_r) {
+            float *R = j->att_r + i * (size_t)T * T;
+            round_span(j->dt, R, A, (size_t)T * T);
+            P = R;
+        }
         cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, T, T, hs, 1.0f, d, C, v, ld, 0.0f, D,
                     T);
-        cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, T, hs, T, 1.0f, A, T, d, C, 0.0f, dv,
+        cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, T, hs, T, 1.0f, P, T, d, C, 0.0f, dv,
                     ld);
         for (int t = 0; t < T; t++) {
             const float *a = A + (size_t)t * T;
@@ -428,6 +480,8 @@ static void attn_bwd_heads(const void *arg, size_t lo, size_t hi)
             for (int u = t + 1; u < T; u++)
                 row[u] = 0.0f;
         }
+        if (j->att_r)
+            round_span(j->dt, D, D, (size_t)T * T);
         cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, T, hs, T, 1.0f, D, T, k, ld, 0.0f,
                     dq, ld);
         cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, T, hs, T, 1.0f, D, T, q, ld, 0.0f, dk,
@@ -435,8 +489,10 @@ static void attn_bwd_heads(const void *arg, size_t lo, size_t hi)
     }
 }
 
-void zs_op_attention_bwd(zs_pool_t *pool, float *dqkv, float *scratch, const float *dout,
-                         const float *qkv, const float *att, int B, int T, int C, int NH)
+/* See zs_gpt_ops_internal.h. */
+void zs__op_attention_bwd(zs_pool_t *pool, int dt, float *att_r, float *dqkv, float *scratch,
+                          const float *dout, const float *qkv, const float *att, int B, int T,
+                          int C, int NH)
 {
     zs_op_init();
     attn_job_t j = {.dqkv = dqkv,
@@ -447,8 +503,16 @@ void zs_op_attention_bwd(zs_pool_t *pool, float *dqkv, float *scratch, const flo
                     .B = B,
                     .T = T,
                     .C = C,
-                    .NH = NH};
+                    .NH = NH,
+                    .dt = dt,
+                    .att_r = att_r};
     parallel_for(pool, (size_t)B * NH, 1, attn_bwd_heads, &j);
+}
+
+void zs_op_attention_bwd(zs_pool_t *pool, float *dqkv, float *scratch, const float *dout,
+                         const float *qkv, const float *att, int B, int T, int C, int NH)
+{
+    zs__op_attention_bwd(pool, ZS_DTYPE_F32, NULL, dqkv, scratch, dout, qkv, att, B, T, C, NH);
 }
 
 /* ---- GELU, residual ---- */

@@ -34,6 +34,7 @@
 #include <stdint.h>
 
 #include "zs_math.h" /* ZS_LN_EPS and the element formulas shared with CUDA */
+#include "zs_mixed.h"
 #include "zs_pool.h"
 
 /* Make OpenBLAS single-threaded (idempotent; every zs_op_* calls it). */
@@ -74,6 +75,9 @@ void zs_op_matmul_fwd(zs_pool_t *pool, float *out, const float *inp, const float
 void zs_op_matmul_bwd(zs_pool_t *pool, float *dinp, float *dw, float *db, const float *dout,
                       const float *inp, const float *w, int N, int IC, int OC);
 
+/* db[OC] += column sums of dout [N, OC] (the bias gradient of matmul_bwd). */
+void zs_op_bias_bwd(zs_pool_t *pool, float *db, const float *dout, int N, int OC);
+
 /* Causal self-attention: out [B, T, C] from qkv [B, T, 3C]; att
  * [B, NH, T, T] receives the softmax probabilities (kept for backward). */
 void zs_op_attention_fwd(zs_pool_t *pool, float *out, float *att, const float *qkv, int B, int T,
@@ -105,5 +109,32 @@ void zs_op_xent_fwd(zs_pool_t *pool, float *losses, float *lse, const float *log
  * logits. */
 void zs_op_xent_bwd(zs_pool_t *pool, float *dlogits, const float *logits, const float *lse,
                     const int32_t *targets, int N, int V, float scale);
+
+/* ---- mixed precision (zs_mixed.h; zs_gpt_mixed.c) ----
+ * The GEMM-based ops with their GEMM operands rounded to mx->dt (bf16 or
+ * fp16) at the points zs_mixed.h lists, fp32 everywhere else. mx NULL or
+ * mx->dt ZS_DTYPE_F32: exactly the plain op (bitwise). mx->scratch holds
+ * mx->cap FLOAT elements; an op needing more (zs_mixed_*_elems) computes
+ * nothing and returns ZS_ERR_RANGE; otherwise ZS_OK. */
+
+/* out[i] = in[i] rounded to dt (BF16 / F16, nearest even) and widened back;
+ * any other dt copies. out may equal in. */
+void zs_op_round(zs_pool_t *pool, int dt, float *out, const float *in, size_t n);
+
+int zs_op_gemm_mixed(zs_pool_t *pool, const zs_mixed_t *mx, int ta, int tb, int M, int N, int K,
+                     float alpha, const float *A, int lda, const float *B, int ldb, float beta,
+                     float *C, int ldc);
+int zs_op_matmul_fwd_mixed(zs_pool_t *pool, const zs_mixed_t *mx, float *out, const float *inp,
+                           const float *w, const float *bias, int N, int IC, int OC);
+/* The bias gradient sums the fp32 dout. */
+int zs_op_matmul_bwd_mixed(zs_pool_t *pool, const zs_mixed_t *mx, float *dinp, float *dw, float *db,
+                           const float *dout, const float *inp, const float *w, int N, int IC,
+                           int OC);
+/* att receives the fp32 probabilities (what the backward's softmax reads). */
+int zs_op_attention_fwd_mixed(zs_pool_t *pool, const zs_mixed_t *mx, float *out, float *att,
+                              const float *qkv, int B, int T, int C, int NH);
+int zs_op_attention_bwd_mixed(zs_pool_t *pool, const zs_mixed_t *mx, float *dqkv, float *scratch,
+                              const float *dout, const float *qkv, const float *att, int B, int T,
+                              int C, int NH);
 
 #endif

@@ -10,6 +10,7 @@
 # built.
 option(ZS_GPT_TEST_ENGINE "test_gpt: include the engine run (links libzeroshard)" ON)
 zs_add_test(test_gpt_ops SRCS test_gpt_ops.c LIBS zs_kernels LABELS unit TIMEOUT 120)
+zs_add_test(test_gpt_mixed SRCS test_gpt_mixed.c LIBS zs_kernels LABELS unit TIMEOUT 60)
 if(ZS_GPT_TEST_ENGINE)
   zs_add_test(test_gpt SRCS test_gpt.c LIBS zeroshard LABELS unit TIMEOUT 300)
   target_compile_definitions(test_gpt PRIVATE ZS_TEST_GPT_ENGINE=1)

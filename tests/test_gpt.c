@@ -57,6 +57,8 @@ static float urand(void) /* uniform in [-1, 1) */
 /* The CPU device and its compute stream, shared by parts 0-2. */
 static zs_dev_t *dev;
 static zs_stream_t *stream;
+/* GEMM precision of the models fixture_init makes (zs_gpt_set_compute). */
+static int fixture_gemm_dt = ZS_DTYPE_F32;
 
 typedef struct {
     zs_gpt_config_t c;
@@ -101,6 +103,7 @@ static void fixture_init(fixture_t *f, zs_gpt_config_t c, int B, int T, uint64_t
     f->T = T;
     TEST_OK(zs_gpt_create(&c, B, seed, &f->g, &err), err);
     TEST_OK(zs_gpt_set_threads(f->g, 2, &err), err);
+    TEST_OK(zs_gpt_set_compute(f->g, fixture_gemm_dt, &err), err);
     f->m = zs_gpt_model(f->g);
     f->P = zs_gpt_num_params(&c);
     f->off = calloc((size_t)f->m->nlayers + 1, sizeof *f->off);
@@ -491,7 +494,103 @@ static void require_torch(void)
     }
 }
 
-static void test_torch(const char *label, zs_gpt_config_t c, int B, int T, float perturb_amt)
+/* torch's logits, loss and gradients for f's weights and tokens at GEMM
+ * precision `gemm` ("fp32", "bf16", "fp16"), through a temp dir. */
+static void torch_ref(const fixture_t *f, const char *gemm, float *rlogits, double *rloss,
+                      float *rgrad)
+{
+    zs_gpt_config_t c = f->c;
+    int B = f->B, T = f->T;
+    char dir[] = "/tmp/zs_test_gpt_XXXXXX";
+    TEST_CHECK(mkdtemp(dir) != NULL);
+    char cfg[128];
+    int n = snprintf(cfg, sizeof cfg, "%d %d %d %d %d %d %d\n", c.layers, c.heads, c.width, c.ctx,
+                     c.vocab, B, T);
+    write_file(dir, "config.txt", cfg, (size_t)n);
+    write_file(dir, "params.bin", f->w, f->P * sizeof(float));
+    int32_t *tok = malloc(2 * (size_t)B * T * sizeof(int32_t));
+    memcpy(tok, f->in, (size_t)B * T * sizeof(int32_t));
+    memcpy(tok + (size_t)B * T, f->tg, (size_t)B * T * sizeof(int32_t));
+    write_file(dir, "tokens.bin", tok, 2 * (size_t)B * T * sizeof(int32_t));
+    free(tok);
+    char cmd[1200];
+    snprintf(cmd, sizeof cmd, "%s %s/tests/ref/gpt_torch.py %s %s", ZS_PYTHON, ZS_SOURCE_DIR, dir,
+             gemm);
+    int rc = system(cmd);
+    TEST_CHECKF(rc == 0, "%s failed (%d); torch missing? run deploy/install-deps.sh", cmd, rc);
+    read_file(dir, "logits.bin", rlogits, (size_t)B * T * c.vocab * sizeof(float));
+    read_file(dir, "loss.bin", rloss, sizeof *rloss);
+    read_file(dir, "grads.bin", rgrad, f->P * sizeof(float));
+    snprintf(cmd, sizeof cmd, "rm -rf %s", dir);
+    TEST_CHECK(system(cmd) == 0);
+}
+
+/* Max and root-mean-square of a - b over n elements. */
+static void diff_stats(const float *a, const float *b, size_t n, double *max, double *rms)
+{
+    double m = 0, s = 0;
+    for (size_t i = 0; i < n; i++) {
+        double e = fabs((double)a[i] - b[i]);
+        m = fmax(m, e);
+        s += e * e;
+    }
+    *max = m;
+    *rms = n ? sqrt(s / (double)n) : 0;
+}
+
+/* Mixed-precision GEMMs against torch doing the same rounding (MixedMM in
+ * gpt_torch.py) and against torch with fp32 GEMMs. Two fp32 implementations
+ * differ by an ulp here and there, and where such a value sits near a
+ * rounding tie the two round it to different 16-bit neighbours; the model
+ * amplifies that (measured with torch alone: the same model in float32 and
+ * in float64, both rounding their GEMM operands to fp16, differ by about a
+ * quarter of what fp16 vs fp32 GEMMs differ by). So the checks are: the RMS
+ * difference from the same-rounding reference is at least min_ratio times
+ * below the RMS difference from fp32 GEMMs (the rounding happens, at the
+ * same points: with the GPT-2 init's small weights no tie is crossed in
+ * bf16 and the two agree to ~1e-9), and the largest differences stay
+ * within a few 16-bit unit roundoffs of the values involved. */
+static void mixed_vs_torch(const fixture_t *f, double min_ratio, double loss, const float *logits,
+                           double rloss, const float *rlogits, const float *rgrad)
+{
+    size_t nlog = (size_t)f->B * f->T * f->c.vocab;
+    int bf = fixture_gemm_dt == ZS_DTYPE_BF16;
+    double ulp = bf ? 0x1p-8 : 0x1p-11; /* half the spacing at 1: unit roundoff */
+    float *plog = malloc(nlog * sizeof(float)), *pgrad = malloc(f->P * sizeof(float));
+    double ploss;
+    torch_ref(f, "fp32", plog, &ploss, pgrad);
+    double lmax, lrms, pmax, prms, gmax, grms, qmax, qrms;
+    diff_stats(logits, rlogits, nlog, &lmax, &lrms);
+    diff_stats(logits, plog, nlog, &pmax, &prms);
+    diff_stats(f->grad, rgrad, f->P, &gmax, &grms);
+    diff_stats(f->grad, pgrad, f->P, &qmax, &qrms);
+    double gscale = 0;
+    for (uint64_t k = 0; k < f->P; k++)
+        gscale = fmax(gscale, fabs(rgrad[k]));
+    printf("    loss      vs fp32-GEMM torch %.7f: diff %.3g\n", ploss, fabs(loss - ploss));
+    printf("    logits    vs same rounding: max %.3g rms %.3g | vs fp32 GEMMs: max %.3g rms %.3g "
+           "(%.0fx)\n",
+           lmax, lrms, pmax, prms, prms / fmax(lrms, 1e-30));
+    printf("    grads     vs same rounding: max %.3g rms %.3g | vs fp32 GEMMs: max %.3g rms %.3g "
+           "(%.0fx; max |g| %.3g)\n",
+           gmax, grms, qmax, qrms, qrms / fmax(grms, 1e-30), gscale);
+    TEST_CHECKF(lrms * min_ratio <= prms,
+                "logits: rms %.3g from the same rounding, %.3g from fp32 GEMMs (want %gx)", lrms,
+                prms, min_ratio);
+    TEST_CHECKF(grms * min_ratio <= qrms,
+                "grads: rms %.3g from the same rounding, %.3g from fp32 GEMMs (want %gx)", grms,
+                qrms, min_ratio);
+    TEST_CHECKF(fabs(loss - rloss) <= 4 * ulp * fabs(rloss) / 16, "loss %.8g vs %.8g", loss, rloss);
+    TEST_CHECKF(lmax <= 4 * ulp, "logits: max diff %.3g > 4 x %.3g", lmax, ulp);
+    TEST_CHECKF(gmax <= 4 * ulp * gscale, "grads: max diff %.3g > 4 x %.3g x %.3g", gmax, ulp,
+                gscale);
+    free(plog), free(pgrad);
+}
+
+/* The model against torch at GEMM precision fixture_gemm_dt; min_ratio is
+ * what mixed precision needs (mixed_vs_torch). */
+static void test_torch(const char *label, zs_gpt_config_t c, int B, int T, float perturb_amt,
+                       double min_ratio)
 {
     fixture_t f;
     zs_err_t err;
@@ -508,33 +607,20 @@ static void test_torch(const char *label, zs_gpt_config_t c, int B, int T, float
     float *logits = malloc(nlog * sizeof(float)), *rlogits = malloc(nlog * sizeof(float));
     TEST_OK(zs_gpt_copy_logits(f.g, logits, &err), err);
 
-    char dir[] = "/tmp/zs_test_gpt_XXXXXX";
-    TEST_CHECK(mkdtemp(dir) != NULL);
-    char cfg[128];
-    int n = snprintf(cfg, sizeof cfg, "%d %d %d %d %d %d %d\n", c.layers, c.heads, c.width, c.ctx,
-                     c.vocab, B, T);
-    write_file(dir, "config.txt", cfg, (size_t)n);
-    write_file(dir, "params.bin", f.w, f.P * sizeof(float));
-    int32_t *tok = malloc(2 * (size_t)B * T * sizeof(int32_t));
-    memcpy(tok, f.in, (size_t)B * T * sizeof(int32_t));
-    memcpy(tok + (size_t)B * T, f.tg, (size_t)B * T * sizeof(int32_t));
-    write_file(dir, "tokens.bin", tok, 2 * (size_t)B * T * sizeof(int32_t));
-    char cmd[1200];
-    snprintf(cmd, sizeof cmd, "%s %s/tests/ref/gpt_torch.py %s", ZS_PYTHON, ZS_SOURCE_DIR, dir);
-    int rc = system(cmd);
-    TEST_CHECKF(rc == 0, "%s failed (%d); torch missing? run deploy/install-deps.sh", cmd, rc);
     float *rgrad = malloc(f.P * sizeof(float));
     double rloss;
-    read_file(dir, "logits.bin", rlogits, nlog * sizeof(float));
-    read_file(dir, "loss.bin", &rloss, sizeof rloss);
-    read_file(dir, "grads.bin", rgrad, f.P * sizeof(float));
-    snprintf(cmd, sizeof cmd, "rm -rf %s", dir);
-    TEST_CHECK(system(cmd) == 0);
+    torch_ref(&f, zs_dtype_name(fixture_gemm_dt), rlogits, &rloss, rgrad);
 
-    printf("  vs torch, %s: L=%d NH=%d C=%d ctx=%d V=%d B=%d T=%d\n", label, c.layers, c.heads,
-           c.width, c.ctx, c.vocab, B, T);
+    printf("  vs torch, %s, %s GEMMs: L=%d NH=%d C=%d ctx=%d V=%d B=%d T=%d\n", label,
+           zs_dtype_name(fixture_gemm_dt), c.layers, c.heads, c.width, c.ctx, c.vocab, B, T);
     double le = fabs(loss - rloss);
     printf("    loss      zs %.7f torch %.7f  abs err %.3g\n", loss, rloss, le);
+    if (fixture_gemm_dt != ZS_DTYPE_F32) {
+        mixed_vs_torch(&f, min_ratio, loss, logits, rloss, rlogits, rgrad);
+        free(logits), free(rlogits), free(rgrad);
+        fixture_free(&f);
+        return;
+    }
     TEST_CHECK(le <= 1e-5 + 1e-5 * fabs(rloss));
     double lmax = 0;
     for (size_t i = 0; i < nlog; i++) {
@@ -563,7 +649,7 @@ static void test_torch(const char *label, zs_gpt_config_t c, int B, int T, float
                rel);
     }
     printf("    gradients: worst max-err / max|g| over tensors %.3g\n", worst_rel);
-    free(logits), free(rlogits), free(tok), free(rgrad);
+    free(logits), free(rlogits), free(rgrad);
     fixture_free(&f);
 }
 
@@ -713,8 +799,16 @@ int main(int argc, char **argv)
     printf("test_gpt: 1. finite differences through the model\n");
     test_fd();
     printf("test_gpt: 2. against PyTorch\n");
-    test_torch("GPT-2 init", (zs_gpt_config_t){2, 2, 16, 8, 32}, 2, 8, 0.0f);
-    test_torch("perturbed, T < ctx", (zs_gpt_config_t){2, 4, 64, 24, 96}, 3, 17, 0.2f);
+    zs_gpt_config_t wide = {2, 4, 64, 24, 96};
+    test_torch("GPT-2 init", (zs_gpt_config_t){2, 2, 16, 8, 32}, 2, 8, 0.0f, 0);
+    test_torch("perturbed, T < ctx", wide, 3, 17, 0.2f, 0);
+    /* mixed precision (measured ratios: 2e5 / 3e4, 30 / 6, 3 / 2) */
+    fixture_gemm_dt = ZS_DTYPE_BF16;
+    test_torch("GPT-2 init", wide, 3, 17, 0.0f, 1000);
+    test_torch("perturbed, T < ctx", wide, 3, 17, 0.2f, 3);
+    fixture_gemm_dt = ZS_DTYPE_F16;
+    test_torch("perturbed, T < ctx", wide, 3, 17, 0.2f, 1.4);
+    fixture_gemm_dt = ZS_DTYPE_F32;
 #ifdef ZS_TEST_GPT_ENGINE
     printf("test_gpt: 3. the engine at W=1\n");
     test_engine();

@@ -94,6 +94,7 @@ enum {
 
 typedef struct {
     const char *config, *servers, *data, *csv, *token_file, *name, *save_params, *device;
+    const char *gemm;                    /* --gemm: auto, fp32, bf16, fp16 */
     const char *metrics, *metrics_ready; /* rank 0's Prometheus endpoint, its address file */
     zs_gpt_config_t g;
     int steps, ckpt_every, resume, log_every, micro, mem_every, allow_unknown;
@@ -109,6 +110,10 @@ static void usage(FILE *f)
                "  --device D       auto (default): a GPU per rank when every rank has one,\n"
                "                   else the CPU; cuda: GPUs (NCCL), an error without;\n"
                "                   cpu: CPU workers (MPI collectives)\n"
+               "  --gemm P         GEMM precision: auto (default: the config's bf16/fp16 on\n"
+               "                   CUDA, fp32 on the CPU), fp32, bf16 or fp16 (operands\n"
+               "                   rounded to P, fp32 accumulation; the CPU reproduces\n"
+               "                   what the GPU computes)\n"
                "  --config F       DeepSpeed JSON config (default: embedded, ZeRO stage 2,\n"
                "                   train_batch_size 16, micro batch 4, AdamW lr 1e-3)\n"
                "  --allow-unknown-keys  warn about unknown config keys and ignore them\n"
@@ -150,6 +155,21 @@ static void usage(FILE *f)
                "code; later failures abort the job with theirs.\n");
 }
 
+/* The GEMM dtype of --gemm `name`: auto picks the config's dtype `cfg_dt` on
+ * CUDA and fp32 on the CPU. -1 for an unknown name. */
+static int gemm_dtype(const char *name, int cfg_dt, int cuda)
+{
+    if (!strcmp(name, "auto"))
+        return cuda ? cfg_dt : ZS_DTYPE_F32;
+    if (!strcmp(name, "fp32"))
+        return ZS_DTYPE_F32;
+    if (!strcmp(name, "bf16"))
+        return ZS_DTYPE_BF16;
+    if (!strcmp(name, "fp16"))
+        return ZS_DTYPE_F16;
+    return -1;
+}
+
 /* Parse the command line into *o. Returns 0, 1 for --help (printed), or
  * ZS_EXIT_USAGE (reason printed). Only `loud` (rank 0) prints: every rank
  * sees the same argv. */
@@ -166,6 +186,7 @@ static int parse(int argc, char **argv, opts_t *o, int loud)
     o->server_wait = 300;
     o->max_recoveries = 20;
     o->device = "auto";
+    o->gemm = "auto";
     /* clang-format off */
     static const struct option lo[] = {
         {"data", 1, 0, 'd'},        {"config", 1, 0, 'c'},
@@ -181,7 +202,8 @@ static int parse(int argc, char **argv, opts_t *o, int loud)
         {"save-params", 1, 0, 'p'}, {"allow-unknown-keys", 0, 0, 'u'},
         {"fresh", 0, 0, 'F'},       {"device", 1, 0, 'D'},
         {"metrics", 1, 0, 'P'},     {"metrics-ready-file", 1, 0, 'Q'},
-        {"help", 0, 0, 'h'},        {0, 0, 0, 0}};
+        {"gemm", 1, 0, 'G'},        {"help", 0, 0, 'h'},
+        {0, 0, 0, 0}};
     /* clang-format on */
     int ch;
     opterr = 0; /* one line of our own instead, from rank 0 only */
@@ -265,6 +287,9 @@ static int parse(int argc, char **argv, opts_t *o, int loud)
         case 'Q':
             o->metrics_ready = optarg;
             break;
+        case 'G':
+            o->gemm = optarg;
+            break;
         case 'h':
             if (out)
                 usage(out);
@@ -282,6 +307,8 @@ static int parse(int argc, char **argv, opts_t *o, int loud)
         bad = "--data is required";
     else if (strcmp(o->device, "auto") && strcmp(o->device, "cpu") && strcmp(o->device, "cuda"))
         bad = "--device must be auto, cpu or cuda";
+    else if (gemm_dtype(o->gemm, ZS_DTYPE_F32, 0) < 0)
+        bad = "--gemm must be auto, fp32, bf16 or fp16";
     else if ((o->ckpt_every || o->resume || o->resume_auto) && !o->servers)
         bad = "--ckpt-every and --resume need --servers";
     else if (o->metrics_ready && !o->metrics)
@@ -631,8 +658,9 @@ int main(int argc, char **argv)
             return die(rank, "MPI", &err, ZS_EXIT_OTHER);
     }
     zs_gpt_t *gpt;
+    int gemm_dt = gemm_dtype(o.gemm, cfg.dtype, pick.cuda);
     if (zs_gpt_create(&o.g, (int)cfg.micro_batch_per_gpu, o.seed, &gpt, &err) ||
-        zs_gpt_set_data(gpt, data, &err))
+        zs_gpt_set_compute(gpt, gemm_dt, &err) || zs_gpt_set_data(gpt, data, &err))
         return die(rank, "model", &err, ZS_EXIT_OTHER);
     char *manifest; /* stored with each checkpoint: zs-ctl export reads it */
     if (zs_gpt_manifest(&o.g, o.name, &manifest, &err))
@@ -652,8 +680,10 @@ int main(int argc, char **argv)
                o.g.heads, o.g.width, o.g.ctx, o.g.vocab, (unsigned long long)P, P / 1e6);
         printf("configuration (resolved for W=%d):\n", W);
         zs_config_print(&cfg, stdout);
-        printf("device: %s%s%s\n", dev->desc,
-               pick.cuda ? " (one GPU per rank, NCCL collectives)" : "", pick.note);
+        printf("device: %s%s%s; GEMMs %s%s\n", dev->desc,
+               pick.cuda ? " (one GPU per rank, NCCL collectives)" : "", pick.note,
+               zs_dtype_name(gemm_dt),
+               gemm_dt == ZS_DTYPE_F32 ? "" : " operands, fp32 accumulation");
         fflush(stdout);
     }
     uint64_t start = 0;

@@ -1,6 +1,7 @@
 /*
- * zs_cuda_attn.cu - causal multi-head self-attention on CUDA, fp32 (see
- * zs_cuda_gpt.h): the twin of zs_op_attention_fwd / _bwd.
+ * zs_cuda_attn.cu - causal multi-head self-attention on CUDA (see
+ * zs_cuda_gpt.h): the twin of zs_op_attention_fwd / _bwd, and with mixed
+ * precision (zs_mixed.h) of zs_op_attention_fwd_mixed / _bwd_mixed.
  *
  * Per (b, h) pair, exactly the CPU's sequence of products:
  *   forward   att = scale q k^T (full T x T), causal softmax in place
@@ -23,6 +24,7 @@
 #include "zs_cuda_blas.cuh"
 #include "zs_cuda_gpt.h"
 #include "zs_cuda_util.cuh"
+#include "zs_cuda_vec.h"
 
 #define SM_WARPS 8 /* rows (warps) per block of the softmax kernels */
 
@@ -126,8 +128,9 @@ static unsigned sm_blocks(size_t rows)
 }
 
 /* See zs_cuda_gpt.h. */
-extern "C" int zs_cuda_attention_fwd(void *stream, zs_cuda_blas_t *blas, float *out, float *att,
-                                     const float *qkv, int B, int T, int C, int NH, zs_err_t *err)
+extern "C" int zs_cuda_attention_fwd_mixed(void *stream, zs_cuda_blas_t *blas, const zs_mixed_t *mx,
+                                           float *out, float *att, const float *qkv, int B, int T,
+                                           int C, int NH, zs_err_t *err)
 {
     cudaStream_t cs = (cudaStream_t)stream;
     int rc = attn_args("zs_cuda_attention_fwd", B, T, C, NH, err);
@@ -135,28 +138,115 @@ extern "C" int zs_cuda_attention_fwd(void *stream, zs_cuda_blas_t *blas, float *
         return rc;
     if (!out || !att || !qkv)
         return zs_err_set(err, ZS_ERR_INVALID, "zs_cuda_attention_fwd: NULL buffer");
+    zs__opnd_t o;
+    rc = zs__opnd_init("zs_cuda_attention_fwd", mx, zs_mixed_attention_fwd_elems(B, T, C, NH), &o,
+                       err);
+    if (rc != ZS_OK)
+        return rc;
     int hs = C / NH, ld = 3 * C;
     float scale = 1.0f / sqrtf((float)hs);
     attn_plan_t p = attn_plan(B, T, C, NH);
+    size_t rows = (size_t)B * NH * T;
+    const void *gq = qkv, *ga = att; /* what the GEMMs read */
+    if (o.dt != ZS_DTYPE_F32 && (rc = zs__opnd_round(cs, &o, qkv, (size_t)B * T * 3 * C, &gq, err)))
+        return rc;
     for (int i = 0; i < p.loops; i++) {
-        const float *q = qkv + i * p.qkv_off, *k = q + C;
-        rc = zs__cuda_gemm_batched(cs, blas, 0, 1, T, T, hs, scale, q, ld, p.qkv_st, k, ld,
+        const void *q = zs__at(gq, i * p.qkv_off, o.es), *k = zs__at(gq, i * p.qkv_off + C, o.es);
+        rc = zs__cuda_gemm_batched(cs, blas, o.dt, 0, 1, T, T, hs, scale, q, ld, p.qkv_st, k, ld,
                                    p.qkv_st, 0.0f, att + i * p.tt_off, T, p.tt_st, p.batch, err);
         if (rc != ZS_OK) {
             zs_err_prefix(err, "zs_cuda_attention_fwd scores: ");
             return rc;
         }
     }
-    size_t rows = (size_t)B * NH * T;
     k_causal_softmax<<<sm_blocks(rows), SM_WARPS * 32, 0, cs>>>(att, T, rows);
     ZS_CUDA_LAUNCHED("k_causal_softmax");
+    if (o.dt != ZS_DTYPE_F32 && (rc = zs__opnd_round(cs, &o, att, rows * T, &ga, err)))
+        return rc;
     for (int i = 0; i < p.loops; i++) {
-        const float *v = qkv + i * p.qkv_off + 2 * C;
-        rc =
-            zs__cuda_gemm_batched(cs, blas, 0, 0, T, hs, T, 1.0f, att + i * p.tt_off, T, p.tt_st, v,
-                                  ld, p.qkv_st, 0.0f, out + i * p.tc_off, C, p.tc_st, p.batch, err);
+        const void *v = zs__at(gq, i * p.qkv_off + 2 * C, o.es),
+                   *a = zs__at(ga, i * p.tt_off, o.es);
+        rc = zs__cuda_gemm_batched(cs, blas, o.dt, 0, 0, T, hs, T, 1.0f, a, T, p.tt_st, v, ld,
+                                   p.qkv_st, 0.0f, out + i * p.tc_off, C, p.tc_st, p.batch, err);
         if (rc != ZS_OK) {
             zs_err_prefix(err, "zs_cuda_attention_fwd att v: ");
+            return rc;
+        }
+    }
+    return ZS_OK;
+}
+
+/* See zs_cuda_gpt.h. */
+extern "C" int zs_cuda_attention_fwd(void *stream, zs_cuda_blas_t *blas, float *out, float *att,
+                                     const float *qkv, int B, int T, int C, int NH, zs_err_t *err)
+{
+    return zs_cuda_attention_fwd_mixed(stream, blas, NULL, out, att, qkv, B, T, C, NH, err);
+}
+
+/* See zs_cuda_gpt.h. */
+extern "C" int zs_cuda_attention_bwd_mixed(void *stream, zs_cuda_blas_t *blas, const zs_mixed_t *mx,
+                                           float *dqkv, float *scratch, const float *dout,
+                                           const float *qkv, const float *att, int B, int T, int C,
+                                           int NH, zs_err_t *err)
+{
+    cudaStream_t cs = (cudaStream_t)stream;
+    int rc = attn_args("zs_cuda_attention_bwd", B, T, C, NH, err);
+    if (rc != ZS_OK || B == 0 || T == 0)
+        return rc;
+    if (!dqkv || !scratch || !dout || !qkv || !att)
+        return zs_err_set(err, ZS_ERR_INVALID, "zs_cuda_attention_bwd: NULL buffer");
+    zs__opnd_t o;
+    rc = zs__opnd_init("zs_cuda_attention_bwd", mx, zs_mixed_attention_bwd_elems(B, T, C, NH), &o,
+                       err);
+    if (rc != ZS_OK)
+        return rc;
+    int hs = C / NH, ld = 3 * C;
+    float scale = 1.0f / sqrtf((float)hs);
+    attn_plan_t p = attn_plan(B, T, C, NH);
+    size_t rows = (size_t)B * NH * T;
+    const void *gd = dout, *gq = qkv, *ga = att, *gD = scratch; /* what the GEMMs read */
+    if (o.dt != ZS_DTYPE_F32) {
+        if ((rc = zs__opnd_round(cs, &o, dout, (size_t)B * T * C, &gd, err)) ||
+            (rc = zs__opnd_round(cs, &o, qkv, (size_t)B * T * 3 * C, &gq, err)) ||
+            (rc = zs__opnd_round(cs, &o, att, rows * T, &ga, err)))
+            return rc;
+        gD = ga; /* D is rounded into att's piece once dv has read it (stream order) */
+    }
+    for (int i = 0; i < p.loops; i++) {
+        const void *v = zs__at(gq, i * p.qkv_off + 2 * C, o.es),
+                   *d = zs__at(gd, i * p.tc_off, o.es);
+        const void *a = zs__at(ga, i * p.tt_off, o.es);
+        float *D = scratch + i * p.tt_off, *dv = dqkv + i * p.qkv_off + 2 * C;
+        /* D = dout v^T */
+        rc = zs__cuda_gemm_batched(cs, blas, o.dt, 0, 1, T, T, hs, 1.0f, d, C, p.tc_st, v, ld,
+                                   p.qkv_st, 0.0f, D, T, p.tt_st, p.batch, err);
+        /* dv = att^T dout */
+        if (rc == ZS_OK)
+            rc = zs__cuda_gemm_batched(cs, blas, o.dt, 1, 0, T, hs, T, 1.0f, a, T, p.tt_st, d, C,
+                                       p.tc_st, 0.0f, dv, ld, p.qkv_st, p.batch, err);
+        if (rc != ZS_OK) {
+            zs_err_prefix(err, "zs_cuda_attention_bwd D / dv: ");
+            return rc;
+        }
+    }
+    k_causal_softmax_bwd<<<sm_blocks(rows), SM_WARPS * 32, 0, cs>>>(scratch, att, scale, T, rows);
+    ZS_CUDA_LAUNCHED("k_causal_softmax_bwd");
+    if (o.dt != ZS_DTYPE_F32 &&
+        (rc = zs_cuda_cast(cs, (void *)gD, (zs_dtype_t)o.dt, scratch, ZS_DTYPE_F32, rows * T, err)))
+        return rc;
+    for (int i = 0; i < p.loops; i++) {
+        const void *q = zs__at(gq, i * p.qkv_off, o.es), *k = zs__at(gq, i * p.qkv_off + C, o.es);
+        const void *D = zs__at(gD, i * p.tt_off, o.es);
+        float *dq = dqkv + i * p.qkv_off, *dk = dq + C;
+        /* dq = D k */
+        rc = zs__cuda_gemm_batched(cs, blas, o.dt, 0, 0, T, hs, T, 1.0f, D, T, p.tt_st, k, ld,
+                                   p.qkv_st, 0.0f, dq, ld, p.qkv_st, p.batch, err);
+        /* dk = D^T q */
+        if (rc == ZS_OK)
+            rc = zs__cuda_gemm_batched(cs, blas, o.dt, 1, 0, T, hs, T, 1.0f, D, T, p.tt_st, q, ld,
+                                       p.qkv_st, 0.0f, dk, ld, p.qkv_st, p.batch, err);
+        if (rc != ZS_OK) {
+            zs_err_prefix(err, "zs_cuda_attention_bwd dq / dk: ");
             return rc;
         }
     }
@@ -168,48 +258,6 @@ extern "C" int zs_cuda_attention_bwd(void *stream, zs_cuda_blas_t *blas, float *
                                      float *scratch, const float *dout, const float *qkv,
                                      const float *att, int B, int T, int C, int NH, zs_err_t *err)
 {
-    cudaStream_t cs = (cudaStream_t)stream;
-    int rc = attn_args("zs_cuda_attention_bwd", B, T, C, NH, err);
-    if (rc != ZS_OK || B == 0 || T == 0)
-        return rc;
-    if (!dqkv || !scratch || !dout || !qkv || !att)
-        return zs_err_set(err, ZS_ERR_INVALID, "zs_cuda_attention_bwd: NULL buffer");
-    int hs = C / NH, ld = 3 * C;
-    float scale = 1.0f / sqrtf((float)hs);
-    attn_plan_t p = attn_plan(B, T, C, NH);
-    for (int i = 0; i < p.loops; i++) {
-        const float *v = qkv + i * p.qkv_off + 2 * C, *d = dout + i * p.tc_off;
-        const float *a = att + i * p.tt_off;
-        float *D = scratch + i * p.tt_off, *dv = dqkv + i * p.qkv_off + 2 * C;
-        /* D = dout v^T */
-        rc = zs__cuda_gemm_batched(cs, blas, 0, 1, T, T, hs, 1.0f, d, C, p.tc_st, v, ld, p.qkv_st,
-                                   0.0f, D, T, p.tt_st, p.batch, err);
-        /* dv = att^T dout */
-        if (rc == ZS_OK)
-            rc = zs__cuda_gemm_batched(cs, blas, 1, 0, T, hs, T, 1.0f, a, T, p.tt_st, d, C, p.tc_st,
-                                       0.0f, dv, ld, p.qkv_st, p.batch, err);
-        if (rc != ZS_OK) {
-            zs_err_prefix(err, "zs_cuda_attention_bwd D / dv: ");
-            return rc;
-        }
-    }
-    size_t rows = (size_t)B * NH * T;
-    k_causal_softmax_bwd<<<sm_blocks(rows), SM_WARPS * 32, 0, cs>>>(scratch, att, scale, T, rows);
-    ZS_CUDA_LAUNCHED("k_causal_softmax_bwd");
-    for (int i = 0; i < p.loops; i++) {
-        const float *q = qkv + i * p.qkv_off, *k = q + C, *D = scratch + i * p.tt_off;
-        float *dq = dqkv + i * p.qkv_off, *dk = dq + C;
-        /* dq = D k */
-        rc = zs__cuda_gemm_batched(cs, blas, 0, 0, T, hs, T, 1.0f, D, T, p.tt_st, k, ld, p.qkv_st,
-                                   0.0f, dq, ld, p.qkv_st, p.batch, err);
-        /* dk = D^T q */
-        if (rc == ZS_OK)
-            rc = zs__cuda_gemm_batched(cs, blas, 1, 0, T, hs, T, 1.0f, D, T, p.tt_st, q, ld,
-                                       p.qkv_st, 0.0f, dk, ld, p.qkv_st, p.batch, err);
-        if (rc != ZS_OK) {
-            zs_err_prefix(err, "zs_cuda_attention_bwd dq / dk: ");
-            return rc;
-        }
-    }
-    return ZS_OK;
+    return zs_cuda_attention_bwd_mixed(stream, blas, NULL, dqkv, scratch, dout, qkv, att, B, T, C,
+                                       NH, err);
 }

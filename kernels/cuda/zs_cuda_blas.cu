@@ -18,8 +18,13 @@
  * preferences are computed from the actual pointers and batch strides, so an
  * algorithm that needs more alignment than a head slice has is never chosen.
  *
- * What it does not do: cache heuristics (one query per call), bf16/fp16
- * inputs, epilogues.
+ * Mixed precision (zs_mixed.h): A and B may be bf16 or fp16 (C stays fp32,
+ * compute CUBLAS_COMPUTE_32F, fp32 scale): the tensor-core path. Pedantic is
+ * not asked for there (it would exclude the tensor cores); products of 16-bit
+ * operands are exact in fp32 and the accumulation is fp32.
+ *
+ * What it does not do: cache heuristics (one query per call), 16-bit
+ * outputs, epilogues.
  */
 #include <cublasLt.h>
 #include <cuda_runtime.h>
@@ -81,19 +86,26 @@ extern "C" void zs_cuda_blas_deinit(zs_cuda_blas_t *b)
     }
 }
 
-/* Largest power of two (<= 256) dividing the address and the batch stride. */
-static uint32_t align_of(const void *p, long long stride_elems, int batch)
+/* Largest power of two (<= 256) dividing the address and the batch stride
+ * (of elements of `esize` bytes). */
+static uint32_t align_of(const void *p, long long stride_elems, int batch, size_t esize)
 {
     uintptr_t a = (uintptr_t)p | 256u;
     if (batch > 1)
-        a |= (uintptr_t)(stride_elems * (long long)sizeof(float));
+        a |= (uintptr_t)(stride_elems * (long long)esize);
     return (uint32_t)(a & (~a + 1));
+}
+
+/* cuBLAS's type of a zs dtype for A and B. */
+static cudaDataType_t ab_type(int dt)
+{
+    return dt == ZS_DTYPE_BF16 ? CUDA_R_16BF : dt == ZS_DTYPE_F16 ? CUDA_R_16F : CUDA_R_32F;
 }
 
 /* One column-major matmul, D = C = alpha op(A) op(B) + beta C, strided
  * batched when batch > 1. Returns a zs status. */
-static int lt_matmul(cudaStream_t cs, zs_cuda_blas_t *blas, int transa, int transb, int m, int n,
-                     int k, float alpha, const float *A, int lda, long long sA, const float *B,
+static int lt_matmul(cudaStream_t cs, zs_cuda_blas_t *blas, int abdt, int transa, int transb, int m,
+                     int n, int k, float alpha, const void *A, int lda, long long sA, const void *B,
                      int ldb, long long sB, float beta, float *C, int ldc, long long sC, int batch,
                      zs_err_t *err)
 {
@@ -107,12 +119,14 @@ static int lt_matmul(cudaStream_t cs, zs_cuda_blas_t *blas, int transa, int tran
     cublasOperation_t ta = transa ? CUBLAS_OP_T : CUBLAS_OP_N,
                       tb = transb ? CUBLAS_OP_T : CUBLAS_OP_N;
     uint64_t ws = blas->workspace_bytes;
-    uint32_t al_a = align_of(A, sA, batch), al_b = align_of(B, sB, batch),
-             al_c = align_of(C, sC, batch);
+    cudaDataType_t abt = ab_type(abdt);
+    size_t abs_ = abt == CUDA_R_32F ? 4 : 2;
+    uint32_t al_a = align_of(A, sA, batch, abs_), al_b = align_of(B, sB, batch, abs_),
+             al_c = align_of(C, sC, batch, sizeof(float));
 
-    LT_TRY(cublasLtMatrixLayoutCreate(&la, CUDA_R_32F, transa ? k : m, transa ? m : k, lda),
+    LT_TRY(cublasLtMatrixLayoutCreate(&la, abt, transa ? k : m, transa ? m : k, lda),
            "cublasLtMatrixLayoutCreate(A)");
-    LT_TRY(cublasLtMatrixLayoutCreate(&lb, CUDA_R_32F, transb ? n : k, transb ? k : n, ldb),
+    LT_TRY(cublasLtMatrixLayoutCreate(&lb, abt, transb ? n : k, transb ? k : n, ldb),
            "cublasLtMatrixLayoutCreate(B)");
     LT_TRY(cublasLtMatrixLayoutCreate(&lc, CUDA_R_32F, m, n, ldc), "cublasLtMatrixLayoutCreate(C)");
     if (batch > 1) {
@@ -145,9 +159,10 @@ static int lt_matmul(cudaStream_t cs, zs_cuda_blas_t *blas, int transa, int tran
                                                 &al_c, sizeof al_c),
            "cublasLtMatmulPreferenceSetAttribute(MIN_ALIGNMENT_D)");
 
-    /* Pedantic first; any refusal of it (descriptor, attribute, heuristic)
-     * falls back to plain fp32; only the plain attempt's failure is an error. */
-    for (pedantic = 1; pedantic >= 0; pedantic--) {
+    /* fp32: pedantic first; any refusal of it (descriptor, attribute,
+     * heuristic) falls back to plain fp32; only the plain attempt's failure is
+     * an error. 16-bit operands: plain CUBLAS_COMPUTE_32F only. */
+    for (pedantic = abt == CUDA_R_32F; pedantic >= 0; pedantic--) {
         cublasComputeType_t ct = pedantic ? CUBLAS_COMPUTE_32F_PEDANTIC : CUBLAS_COMPUTE_32F;
         cublasStatus_t s = cublasLtMatmulDescCreate(&op, ct, CUDA_R_32F);
         if (s == CUBLAS_STATUS_SUCCESS)
@@ -168,17 +183,17 @@ static int lt_matmul(cudaStream_t cs, zs_cuda_blas_t *blas, int transa, int tran
             rc = lt_fail(err, s, "cuBLASLt matmul descriptor / heuristic", __FILE__, __LINE__);
         else
             rc = zs_err_set(err, ZS_ERR_UNIMPLEMENTED,
-                            "cuBLASLt has no fp32 algorithm for m=%d n=%d k=%d ta=%d tb=%d "
-                            "batch=%d lda=%d ldb=%d ldc=%d align %u/%u/%u workspace %llu",
-                            m, n, k, transa, transb, batch, lda, ldb, ldc, al_a, al_b, al_c,
-                            (unsigned long long)ws);
+                            "cuBLASLt has no %s-in fp32-out algorithm for m=%d n=%d k=%d ta=%d "
+                            "tb=%d batch=%d lda=%d ldb=%d ldc=%d align %u/%u/%u workspace %llu",
+                            zs_dtype_name(abdt), m, n, k, transa, transb, batch, lda, ldb, ldc,
+                            al_a, al_b, al_c, (unsigned long long)ws);
         goto out;
     }
     LT_TRY(cublasLtMatmul(lt, op, &alpha, A, la, B, lb, &beta, C, lc, C, lc, &res.algo,
                           blas->workspace, blas->workspace_bytes, cs),
            "cublasLtMatmul");
     blas->gemms++;
-    if (!pedantic)
+    if (!pedantic && abt == CUDA_R_32F)
         blas->non_pedantic++;
 out:
     if (pref)
@@ -195,13 +210,15 @@ out:
 }
 
 /* See zs_cuda_blas.cuh: row-major, strided batched. */
-int zs__cuda_gemm_batched(cudaStream_t cs, zs_cuda_blas_t *blas, int ta, int tb, int M, int N,
-                          int K, float alpha, const float *A, int lda, long long sA, const float *B,
-                          int ldb, long long sB, float beta, float *C, int ldc, long long sC,
-                          int batch, zs_err_t *err)
+int zs__cuda_gemm_batched(cudaStream_t cs, zs_cuda_blas_t *blas, int abdt, int ta, int tb, int M,
+                          int N, int K, float alpha, const void *A, int lda, long long sA,
+                          const void *B, int ldb, long long sB, float beta, float *C, int ldc,
+                          long long sC, int batch, zs_err_t *err)
 {
     if (!blas || !blas->lt)
         return zs_err_set(err, ZS_ERR_STATE, "zs_cuda_gemm: context not initialised");
+    if (abdt != ZS_DTYPE_F32 && abdt != ZS_DTYPE_BF16 && abdt != ZS_DTYPE_F16)
+        return zs_err_set(err, ZS_ERR_INVALID, "zs_cuda_gemm: operand dtype %d", abdt);
     if (M < 0 || N < 0 || K < 0 || batch < 1)
         return zs_err_set(err, ZS_ERR_INVALID, "zs_cuda_gemm: M=%d N=%d K=%d batch=%d", M, N, K,
                           batch);
@@ -215,8 +232,8 @@ int zs__cuda_gemm_batched(cudaStream_t cs, zs_cuda_blas_t *blas, int ta, int tb,
                           "M=%d N=%d K=%d ta=%d tb=%d",
                           lda, ldb, ldc, M, N, K, ta, tb);
     /* C^T[N, M] = op(B)^T[N, K] op(A)^T[K, M], column-major. */
-    return lt_matmul(cs, blas, tb, ta, N, M, K, alpha, B, ldb, sB, A, lda, sA, beta, C, ldc, sC,
-                     batch, err);
+    return lt_matmul(cs, blas, abdt, tb, ta, N, M, K, alpha, B, ldb, sB, A, lda, sA, beta, C, ldc,
+                     sC, batch, err);
 }
 
 /* See zs_cuda_gpt.h. */
@@ -224,6 +241,6 @@ extern "C" int zs_cuda_gemm(void *stream, zs_cuda_blas_t *blas, int ta, int tb, 
                             float alpha, const float *A, int lda, const float *B, int ldb,
                             float beta, float *C, int ldc, zs_err_t *err)
 {
-    return zs__cuda_gemm_batched((cudaStream_t)stream, blas, ta, tb, M, N, K, alpha, A, lda, 0, B,
-                                 ldb, 0, beta, C, ldc, 0, 1, err);
+    return zs__cuda_gemm_batched((cudaStream_t)stream, blas, ZS_DTYPE_F32, ta, tb, M, N, K, alpha,
+                                 A, lda, 0, B, ldb, 0, beta, C, ldc, 0, 1, err);
 }

@@ -9,13 +9,60 @@
 #include <cuda_runtime.h>
 
 #include "zs_cuda_gpt.h"
+#include "zs_cuda_vec.h"
 
 /* For i in [0, batch): C_i[M, N] = alpha op(A_i) op(B_i) + beta C_i,
  * row-major, X_i = X + i * sX (strides in elements), op as zs_cuda_gemm.
+ * A and B hold elements of abdt (ZS_DTYPE_F32, BF16 or F16), C is fp32.
  * Returns a zs status (err filled). */
-int zs__cuda_gemm_batched(cudaStream_t cs, zs_cuda_blas_t *blas, int ta, int tb, int M, int N,
-                          int K, float alpha, const float *A, int lda, long long sA, const float *B,
-                          int ldb, long long sB, float beta, float *C, int ldc, long long sC,
-                          int batch, zs_err_t *err);
+int zs__cuda_gemm_batched(cudaStream_t cs, zs_cuda_blas_t *blas, int abdt, int ta, int tb, int M,
+                          int N, int K, float alpha, const void *A, int lda, long long sA,
+                          const void *B, int ldb, long long sB, float beta, float *C, int ldc,
+                          long long sC, int batch, zs_err_t *err);
+
+/* Element `off` of an array of elements of `es` bytes. */
+static inline const void *zs__at(const void *base, long long off, size_t es)
+{
+    return (const char *)base + off * (long long)es;
+}
+
+/* The GEMM operands of one attention call: fp32 tensors as given, or their
+ * 16-bit copies in mx->scratch (dt BF16 / F16). */
+typedef struct {
+    int dt;         /* operand dtype of the GEMMs */
+    size_t es;      /* its size in bytes */
+    uint16_t *next; /* next free piece of the scratch */
+} zs__opnd_t;
+
+/* Round n fp32 elements of src into the next piece (16-bit): *out. */
+static inline int zs__opnd_round(cudaStream_t cs, zs__opnd_t *o, const float *src, size_t n,
+                                 const void **out, zs_err_t *err)
+{
+    uint16_t *p = o->next;
+    o->next += zs_mixed_piece(n);
+    *out = p;
+    return zs_cuda_cast(cs, p, (zs_dtype_t)o->dt, src, ZS_DTYPE_F32, n, err);
+}
+
+/* Start carving mx's scratch for an op needing `need` elements: plain fp32
+ * operands when mx asks for no rounding; ZS_ERR_RANGE (naming fn) when the
+ * scratch is smaller than the need. */
+static inline int zs__opnd_init(const char *fn, const zs_mixed_t *mx, size_t need, zs__opnd_t *o,
+                                zs_err_t *err)
+{
+    o->dt = ZS_DTYPE_F32;
+    o->es = sizeof(float);
+    o->next = NULL;
+    if (!zs_mixed_on(mx))
+        return ZS_OK;
+    if (need > mx->cap || !mx->scratch)
+        return zs_err_set(err, ZS_ERR_RANGE,
+                          "%s: mixed-precision scratch of %zu elements, the op needs %zu", fn,
+                          mx->cap, need);
+    o->dt = mx->dt;
+    o->es = 2;
+    o->next = (uint16_t *)mx->scratch;
+    return ZS_OK;
+}
 
 #endif

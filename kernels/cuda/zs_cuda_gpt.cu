@@ -23,6 +23,7 @@
 #include <cub/device/device_radix_sort.cuh>
 #include <cuda_runtime.h>
 
+#include "zs_cuda_blas.cuh"
 #include "zs_cuda_gpt.h"
 #include "zs_cuda_util.cuh"
 #include "zs_math.h"
@@ -475,6 +476,106 @@ extern "C" int zs_cuda_matmul_bwd(void *stream, zs_cuda_blas_t *blas, float *din
     if (rc != ZS_OK || !db)
         return rc;
     return zs_cuda_bias_bwd(stream, db, dout, N, OC, err);
+}
+
+/* See zs_cuda_gpt.h. */
+extern "C" int zs_cuda_gemm_mixed(void *stream, zs_cuda_blas_t *blas, const zs_mixed_t *mx, int ta,
+                                  int tb, int M, int N, int K, float alpha, const float *A, int lda,
+                                  const float *B, int ldb, float beta, float *C, int ldc,
+                                  zs_err_t *err)
+{
+    cudaStream_t cs = (cudaStream_t)stream;
+    if (!zs_mixed_on(mx))
+        return zs_cuda_gemm(stream, blas, ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc,
+                            err);
+    zs__opnd_t o;
+    int rc = zs__opnd_init("zs_cuda_gemm_mixed", mx, zs_mixed_gemm_elems(ta, tb, M, N, K, lda, ldb),
+                           &o, err);
+    if (rc != ZS_OK || M <= 0 || N <= 0)
+        return rc;
+    if (!A || !B || !C || K < 0)
+        return bad_shape(err, "zs_cuda_gemm_mixed", "NULL matrix or K < 0");
+    size_t na = ta ? zs_mixed_extent((size_t)K, (size_t)M, (size_t)lda)
+                   : zs_mixed_extent((size_t)M, (size_t)K, (size_t)lda);
+    size_t nb = tb ? zs_mixed_extent((size_t)N, (size_t)K, (size_t)ldb)
+                   : zs_mixed_extent((size_t)K, (size_t)N, (size_t)ldb);
+    const void *ra, *rb;
+    if ((rc = zs__opnd_round(cs, &o, A, na, &ra, err)) ||
+        (rc = zs__opnd_round(cs, &o, B, nb, &rb, err)))
+        return rc;
+    return zs__cuda_gemm_batched(cs, blas, o.dt, ta, tb, M, N, K, alpha, ra, lda, 0, rb, ldb, 0,
+                                 beta, C, ldc, 0, 1, err);
+}
+
+/* See zs_cuda_gpt.h. */
+extern "C" int zs_cuda_matmul_fwd_mixed(void *stream, zs_cuda_blas_t *blas, const zs_mixed_t *mx,
+                                        float *out, const float *inp, const float *w,
+                                        const float *bias, int N, int IC, int OC, zs_err_t *err)
+{
+    cudaStream_t cs = (cudaStream_t)stream;
+    if (!zs_mixed_on(mx))
+        return zs_cuda_matmul_fwd(stream, blas, out, inp, w, bias, N, IC, OC, err);
+    zs__opnd_t o;
+    int rc = zs__opnd_init("zs_cuda_matmul_fwd_mixed", mx, zs_mixed_matmul_fwd_elems(N, IC, OC), &o,
+                           err);
+    if (rc != ZS_OK)
+        return rc;
+    if (N < 0 || IC <= 0 || OC < 0)
+        return bad_shape(err, "zs_cuda_matmul_fwd_mixed", "bad size");
+    if (N == 0 || OC == 0)
+        return ZS_OK;
+    if (!out || !inp || !w)
+        return bad_shape(err, "zs_cuda_matmul_fwd_mixed", "NULL buffer");
+    const void *ri, *rw;
+    if ((rc = zs__opnd_round(cs, &o, inp, (size_t)N * IC, &ri, err)) ||
+        (rc = zs__opnd_round(cs, &o, w, (size_t)IC * OC, &rw, err)))
+        return rc;
+    if (bias) {
+        size_t n = (size_t)N * OC;
+        k_bias_fill<<<zs__cuda_blocks(n, ZS_CUDA_EW_THREADS), ZS_CUDA_EW_THREADS, 0, cs>>>(
+            out, bias, OC, n);
+        ZS_CUDA_LAUNCHED("k_bias_fill");
+    }
+    return zs__cuda_gemm_batched(cs, blas, o.dt, 0, 0, N, OC, IC, 1.0f, ri, IC, 0, rw, OC, 0,
+                                 bias ? 1.0f : 0.0f, out, OC, 0, 1, err);
+}
+
+/* See zs_cuda_gpt.h. */
+extern "C" int zs_cuda_matmul_bwd_mixed(void *stream, zs_cuda_blas_t *blas, const zs_mixed_t *mx,
+                                        float *dinp, float *dw, float *db, const float *dout,
+                                        const float *inp, const float *w, int N, int IC, int OC,
+                                        zs_err_t *err)
+{
+    cudaStream_t cs = (cudaStream_t)stream;
+    if (!zs_mixed_on(mx))
+        return zs_cuda_matmul_bwd(stream, blas, dinp, dw, db, dout, inp, w, N, IC, OC, err);
+    zs__opnd_t o;
+    int rc = zs__opnd_init("zs_cuda_matmul_bwd_mixed", mx, zs_mixed_matmul_bwd_elems(N, IC, OC), &o,
+                           err);
+    if (rc != ZS_OK)
+        return rc;
+    if (N < 0 || IC <= 0 || OC <= 0)
+        return bad_shape(err, "zs_cuda_matmul_bwd_mixed", "bad size");
+    if (N == 0)
+        return ZS_OK;
+    if (!dw || !dout || !inp || !w)
+        return bad_shape(err, "zs_cuda_matmul_bwd_mixed", "NULL buffer");
+    const void *rd, *rw, *ri;
+    if ((rc = zs__opnd_round(cs, &o, dout, (size_t)N * OC, &rd, err)) ||
+        (rc = zs__opnd_round(cs, &o, w, (size_t)IC * OC, &rw, err)) ||
+        (rc = zs__opnd_round(cs, &o, inp, (size_t)N * IC, &ri, err)))
+        return rc;
+    if (dinp) {
+        rc = zs__cuda_gemm_batched(cs, blas, o.dt, 0, 1, N, IC, OC, 1.0f, rd, OC, 0, rw, OC, 0,
+                                   0.0f, dinp, IC, 0, 1, err);
+        if (rc != ZS_OK)
+            return rc;
+    }
+    rc = zs__cuda_gemm_batched(cs, blas, o.dt, 1, 0, IC, OC, N, 1.0f, ri, IC, 0, rd, OC, 0, 1.0f,
+                               dw, OC, 0, 1, err);
+    if (rc != ZS_OK || !db)
+        return rc;
+    return zs_cuda_bias_bwd(stream, db, dout, N, OC, err); /* the fp32 dout */
 }
 
 /* ---- GELU, residual -------------------------------------------------------------- */

@@ -3,7 +3,8 @@
  * of kernels/zs_gpt_ops.h, op for op, with the same arguments in the same
  * order, plus `void *stream` (a cudaStream_t; NULL = legacy default stream)
  * first, a zs_cuda_blas_t context after it for the ops that run GEMMs, and
- * `zs_err_t *err` last. fp32 only.
+ * `zs_err_t *err` last. fp32; the GEMM-based ops also have mixed-precision
+ * forms (bf16 / fp16 GEMM operands, fp32 accumulation: *_mixed, below).
  *
  * Shapes, layouts and gradient conventions are exactly zs_gpt_ops.h's:
  * activations [N, C] row-major with N = B*T; weights [in, out]; qkv
@@ -49,6 +50,7 @@
 extern "C" {
 #endif
 
+#include "zs_mixed.h"
 #include "zs_status.h"
 
 /* Rows per chunk of the two-pass column reductions (dweight, dbias). */
@@ -154,6 +156,34 @@ int zs_cuda_xent_fused(void *stream, float *losses, float *lse, float *dlogits, 
 /* db[OC] += column sums of dout [N, OC] (the bias gradient; deterministic
  * two-pass reduction, bitwise the CPU's when N <= ZS_CUDA_COLSUM_ROWS). */
 int zs_cuda_bias_bwd(void *stream, float *db, const float *dout, int N, int OC, zs_err_t *err);
+
+/* ---- mixed precision (zs_mixed.h) ----
+ * The GEMM-based ops with their GEMM operands rounded to mx->dt (bf16 or
+ * fp16, nearest even, zs_cuda_cast) into mx->scratch, which holds mx->cap
+ * 16-bit elements of device memory, and cuBLASLt on the 16-bit copies with
+ * fp32 accumulation and fp32 outputs (tensor cores). Rounding points and
+ * scratch carving are zs_mixed.h's; the CPU twins are zs_op_*_mixed
+ * (zs_gpt_ops.h). mx NULL or dt ZS_DTYPE_F32: the plain op. A scratch
+ * smaller than the op's zs_mixed_*_elems: ZS_ERR_RANGE, nothing enqueued.
+ * The scratch is reused by the next mixed op on the stream: one stream per
+ * scratch. */
+int zs_cuda_gemm_mixed(void *stream, zs_cuda_blas_t *blas, const zs_mixed_t *mx, int ta, int tb,
+                       int M, int N, int K, float alpha, const float *A, int lda, const float *B,
+                       int ldb, float beta, float *C, int ldc, zs_err_t *err);
+int zs_cuda_matmul_fwd_mixed(void *stream, zs_cuda_blas_t *blas, const zs_mixed_t *mx, float *out,
+                             const float *inp, const float *w, const float *bias, int N, int IC,
+                             int OC, zs_err_t *err);
+/* The bias gradient sums the fp32 dout. */
+int zs_cuda_matmul_bwd_mixed(void *stream, zs_cuda_blas_t *blas, const zs_mixed_t *mx, float *dinp,
+                             float *dw, float *db, const float *dout, const float *inp,
+                             const float *w, int N, int IC, int OC, zs_err_t *err);
+/* att receives the fp32 probabilities. */
+int zs_cuda_attention_fwd_mixed(void *stream, zs_cuda_blas_t *blas, const zs_mixed_t *mx,
+                                float *out, float *att, const float *qkv, int B, int T, int C,
+                                int NH, zs_err_t *err);
+int zs_cuda_attention_bwd_mixed(void *stream, zs_cuda_blas_t *blas, const zs_mixed_t *mx,
+                                float *dqkv, float *scratch, const float *dout, const float *qkv,
+                                const float *att, int B, int T, int C, int NH, zs_err_t *err);
 
 #ifdef __cplusplus
 }

@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """gpt_torch.py - PyTorch reference for tests/test_gpt.c.
 
-Usage: gpt_torch.py DIR
+Usage: gpt_torch.py DIR [fp32|bf16|fp16]
 
 DIR/config.txt: "layers heads width ctx vocab B T" (one line, integers).
 DIR/params.bin: all parameters, fp32, in zs_gpt.h's flat order:
@@ -16,7 +16,13 @@ DIR/tokens.bin: int32 inputs [B, T] then int32 targets [B, T].
 The model is written out layer by layer in float32 (no transformers
 library): pre-LayerNorm blocks (eps 1e-5), causal attention with scores
 scaled by 1/sqrt(head_dim) and a softmax, GELU tanh approximation, final
-LayerNorm, tied head, mean cross-entropy over the B*T positions. It writes
+LayerNorm, tied head, mean cross-entropy over the B*T positions.
+
+With bf16 / fp16 (the GEMM precision of kernels/zs_mixed.h) every matrix
+product reads its two operands rounded to that dtype (torch's own
+round-to-nearest-even casts) and computes in float32, in the forward and in
+the backward (MixedMM: dA = r(dC) r(B)^T, dB = r(A)^T r(dC)); LayerNorm,
+softmax, GELU, residuals, bias gradients and the loss stay float32. It writes
 DIR/logits.bin ([B, T, V] fp32), DIR/loss.bin (one float64) and
 DIR/grads.bin (d loss / d params, fp32, same flat order; wte's gradient
 sums the embedding and head uses). Exits 2 if torch is missing. It does not
@@ -55,6 +61,33 @@ def gelu(x):
     return 0.5 * x * (1.0 + torch.tanh(math.sqrt(2.0 / math.pi) * (x + 0.044715 * x * x * x)))
 
 
+class MixedMM(torch.autograd.Function):
+    """C = r(A) @ r(B) in float32, r = round to DT and back; the backward
+    rounds its GEMM operands the same way (the incoming gradient too)."""
+
+    DT = None
+
+    @staticmethod
+    def r(x):
+        return x.to(MixedMM.DT).to(torch.float32)
+
+    @staticmethod
+    def forward(ctx, a, b):
+        ctx.save_for_backward(a, b)
+        return MixedMM.r(a) @ MixedMM.r(b)
+
+    @staticmethod
+    def backward(ctx, dc):
+        a, b = ctx.saved_tensors
+        r = MixedMM.r
+        return r(dc) @ r(b).transpose(-2, -1), r(a).transpose(-2, -1) @ r(dc)
+
+
+def mm(a, b):
+    """a @ b at the GEMM precision (MixedMM.DT None: plain float32)."""
+    return a @ b if MixedMM.DT is None else MixedMM.apply(a, b)
+
+
 def forward(p, idx, tgt, L, NH, C, V):
     B, T = idx.shape
     hs = C // NH
@@ -63,28 +96,33 @@ def forward(p, idx, tgt, L, NH, C, V):
     for l in range(L):
         h = lambda n: p["h%d.%s" % (l, n)]
         a = F.layer_norm(x, (C,), h("ln1_w"), h("ln1_b"), eps=1e-5)
-        qkv = a @ h("qkv_w") + h("qkv_b")
+        qkv = mm(a, h("qkv_w")) + h("qkv_b")
         q, k, v = qkv.split(C, dim=2)
         q = q.view(B, T, NH, hs).transpose(1, 2)
         k = k.view(B, T, NH, hs).transpose(1, 2)
         v = v.view(B, T, NH, hs).transpose(1, 2)
-        att = (q @ k.transpose(-2, -1)) * (1.0 / math.sqrt(hs))
+        att = mm(q, k.transpose(-2, -1)) * (1.0 / math.sqrt(hs))
         att = att.masked_fill(~mask, float("-inf"))
         att = torch.softmax(att, dim=-1)
-        y = (att @ v).transpose(1, 2).contiguous().view(B, T, C)
-        x = x + (y @ h("attn_proj_w") + h("attn_proj_b"))
+        y = mm(att, v).transpose(1, 2).contiguous().view(B, T, C)
+        x = x + (mm(y, h("attn_proj_w")) + h("attn_proj_b"))
         m = F.layer_norm(x, (C,), h("ln2_w"), h("ln2_b"), eps=1e-5)
-        x = x + (gelu(m @ h("fc_w") + h("fc_b")) @ h("fc_proj_w") + h("fc_proj_b"))
+        x = x + (mm(gelu(mm(m, h("fc_w")) + h("fc_b")), h("fc_proj_w")) + h("fc_proj_b"))
     x = F.layer_norm(x, (C,), p["lnf_w"], p["lnf_b"], eps=1e-5)
-    logits = x @ p["wte"].t()
+    logits = mm(x, p["wte"].t())
     loss = F.cross_entropy(logits.view(-1, V), tgt.reshape(-1).long())
     return logits, loss
 
 
 def main():
-    if len(sys.argv) != 2:
-        sys.exit("usage: gpt_torch.py DIR")
+    if len(sys.argv) not in (2, 3):
+        sys.exit("usage: gpt_torch.py DIR [fp32|bf16|fp16]")
     d = sys.argv[1]
+    gemm = sys.argv[2] if len(sys.argv) == 3 else "fp32"
+    dts = {"fp32": None, "bf16": torch.bfloat16, "fp16": torch.float16}
+    if gemm not in dts:
+        sys.exit("gpt_torch.py: GEMM precision %s is not fp32, bf16 or fp16" % gemm)
+    MixedMM.DT = dts[gemm]
     torch.set_num_threads(2)
     with open(d + "/config.txt") as f:
         L, NH, C, ctx, V, B, T = (int(v) for v in f.read().split())

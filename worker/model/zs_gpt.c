@@ -60,6 +60,7 @@ struct zs_gpt {
     zs_gpt_config_t c;
     int maxB;
     uint64_t seed;
+    int gemm_dt; /* GEMM operand dtype (zs_gpt_set_compute); ZS_DTYPE_F32 by default */
     zs_pool_t *pool;
     zs_model_t model;
     size_t *nparams;
@@ -87,6 +88,8 @@ struct zs_gpt {
     float *loss_pin;     /* pinned [maxN]: per-row losses read back */
     float *act_arena;    /* device, ZS_MEM_ACTIVATIONS */
     float *scr_arena;    /* device, ZS_MEM_SCRATCH */
+    void *mixed_arena;   /* device, ZS_MEM_SCRATCH: rounded GEMM operands (gemm_dt != F32) */
+    zs_mixed_t mixed;    /* what the op table was given (dt F32: none) */
 
     /* device tensors inside the arenas; per-block arrays hold L slices of
      * the max size */
@@ -733,6 +736,9 @@ static void unbind(zs_gpt_t *g)
     g->done_ev = NULL;
     zs_dev_free(g->dev, g->act_arena);
     zs_dev_free(g->dev, g->scr_arena);
+    zs_dev_free(g->dev, g->mixed_arena);
+    g->mixed_arena = NULL;
+    zs_mixed_set(&g->mixed, NULL);
     zs_dev_free(g->dev, g->tok_pin);
     zs_dev_free(g->dev, g->loss_pin);
     zs_gpt_ops_destroy(g->ops);
@@ -748,6 +754,64 @@ static void unbind(zs_gpt_t *g)
     g->next_bwd = -1;
 }
 
+/* Scratch elements for the rounded GEMM operands of the largest call of
+ * each GEMM-based op the model makes (zs_mixed.h). */
+static size_t mixed_need(const zs_gpt_t *g)
+{
+    int N = (int)g->maxN, C = g->c.width, V = g->c.vocab;
+    int shapes[4][2] = {{C, 3 * C}, {C, C}, {C, 4 * C}, {4 * C, C}}; /* IC, OC */
+    size_t need = 0, n;
+#define ZS_NEED(x) (n = (x), need = n > need ? n : need)
+    for (int i = 0; i < 4; i++) {
+        ZS_NEED(zs_mixed_matmul_fwd_elems(N, shapes[i][0], shapes[i][1]));
+        ZS_NEED(zs_mixed_matmul_bwd_elems(N, shapes[i][0], shapes[i][1]));
+    }
+    ZS_NEED(zs_mixed_attention_fwd_elems(g->maxB, g->c.ctx, C, g->c.heads));
+    ZS_NEED(zs_mixed_attention_bwd_elems(g->maxB, g->c.ctx, C, g->c.heads));
+    /* the tied head: logits = lnf wte^T, dlnf = dlogits wte, dwte += dlogits^T lnf */
+    ZS_NEED(zs_mixed_gemm_elems(0, 1, N, V, C, C, C));
+    ZS_NEED(zs_mixed_gemm_elems(0, 0, N, C, V, V, C));
+    ZS_NEED(zs_mixed_gemm_elems(1, 0, V, C, N, V, C));
+#undef ZS_NEED
+    return need;
+}
+
+/* With bf16 / fp16 GEMMs: the scratch for the rounded operands (device
+ * memory, ZS_MEM_SCRATCH, mixed_elem_bytes of the table per element),
+ * handed to the op table. Nothing for fp32. */
+static int alloc_mixed(zs_gpt_t *g, zs_err_t *err)
+{
+    if (g->gemm_dt == ZS_DTYPE_F32)
+        return ZS_OK;
+    size_t need = mixed_need(g), bytes = need * g->ops->mixed_elem_bytes;
+    int rc = zs_dev_alloc(g->dev, ZS_SPACE_DEVICE, ZS_MEM_SCRATCH, bytes, &g->mixed_arena, err);
+    if (rc) {
+        zs_err_prefix(err, "gpt: %zu MiB for %s GEMM operands: ", bytes >> 20,
+                      zs_dtype_name(g->gemm_dt));
+        return rc;
+    }
+    zs_mixed_t mx = {g->gemm_dt, g->mixed_arena, need};
+    TRY(g->ops->set_mixed(g->ops->ctx, &mx, err));
+    g->mixed = mx;
+    return ZS_OK;
+}
+
+int zs_gpt_set_compute(zs_gpt_t *g, int gemm_dt, zs_err_t *err)
+{
+    if (gemm_dt != ZS_DTYPE_F32 && gemm_dt != ZS_DTYPE_BF16 && gemm_dt != ZS_DTYPE_F16)
+        return zs_err_set(err, ZS_ERR_INVALID, "gpt: GEMM dtype %d is not fp32, bf16 or fp16",
+                          gemm_dt);
+    if (g->dev)
+        return zs_err_set(err, ZS_ERR_STATE, "gpt: set the compute dtype before binding");
+    g->gemm_dt = gemm_dt;
+    return ZS_OK;
+}
+
+int zs_gpt_compute(const zs_gpt_t *g)
+{
+    return g->gemm_dt;
+}
+
 int zs_gpt_bind(zs_gpt_t *g, zs_dev_t *dev, zs_stream_t *compute, zs_err_t *err)
 {
     if (g->dev)
@@ -760,6 +824,8 @@ int zs_gpt_bind(zs_gpt_t *g, zs_dev_t *dev, zs_stream_t *compute, zs_err_t *err)
     g->stream = compute;
     g->ops = ops;
     int rc = alloc_buffers(g, err);
+    if (rc == ZS_OK)
+        rc = alloc_mixed(g, err);
     if (rc) {
         unbind(g);
         return rc;
@@ -788,6 +854,8 @@ int zs_gpt_set_threads(zs_gpt_t *g, int n, zs_err_t *err)
         g->pool = p;
         if (!rc)
             rc = ops_for_device(g, g->dev, &ops, err);
+        if (!rc && zs_mixed_on(&g->mixed) && (rc = ops->set_mixed(ops->ctx, &g->mixed, err)))
+            zs_gpt_ops_destroy(ops);
         if (rc) {
             g->pool = old;
             zs_pool_destroy(p);
@@ -819,6 +887,7 @@ int zs_gpt_create(const zs_gpt_config_t *c, int max_batch, uint64_t seed, zs_gpt
     g->c = *c;
     g->maxB = max_batch;
     g->seed = seed;
+    g->gemm_dt = ZS_DTYPE_F32;
     g->next_bwd = -1;
     int L = c->layers;
     size_t C = (size_t)c->width, V = (size_t)c->vocab, T = (size_t)c->ctx;

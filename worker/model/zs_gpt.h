@@ -69,6 +69,18 @@ const zs_model_t *zs_gpt_model(zs_gpt_t *g);
  * only (ZS_ERR_STATE after). */
 int zs_gpt_bind(zs_gpt_t *g, zs_dev_t *dev, zs_stream_t *compute, zs_err_t *err);
 
+/* GEMM precision (kernels/zs_mixed.h): ZS_DTYPE_F32 (the default: fp32
+ * GEMMs, no TF32), or ZS_DTYPE_BF16 / ZS_DTYPE_F16: every GEMM reads its
+ * operands rounded to that dtype and accumulates in fp32 (tensor cores on
+ * CUDA; the CPU rounds the same operands and runs sgemm, so the two agree
+ * up to the order of fp32 additions); everything else stays fp32. Before
+ * bind only (ZS_ERR_STATE after); bind then allocates the rounding scratch
+ * (ZS_MEM_SCRATCH). */
+int zs_gpt_set_compute(zs_gpt_t *g, int gemm_dt, zs_err_t *err);
+
+/* The GEMM dtype set by zs_gpt_set_compute. */
+int zs_gpt_compute(const zs_gpt_t *g);
+
 /* Use `data` for load_batch (not owned; vocab must match). */
 int zs_gpt_set_data(zs_gpt_t *g, const zs_data_t *data, zs_err_t *err);
 

@@ -6,14 +6,41 @@
  * zs_gpt_ops.h kernel on the stream's thread with the pool. The kernels
  * themselves are unchanged, so results are bitwise those of a direct call.
  *
+ * Mixed precision (zs_mixed.h, set_mixed): the GEMM-based entries run the
+ * zs_op_*_mixed kernels with the setting as it was when they were enqueued;
+ * the rounded copies are fp32 values (mixed_elem_bytes 4).
+ *
  * Does not check shapes (the model passes validated ones) and does not
- * synchronise: errors of the enqueue are returned, the kernels cannot fail.
+ * synchronise: errors of the enqueue are returned; the only error of a
+ * running kernel is a mixed-precision scratch too small for the op
+ * (ZS_ERR_RANGE, the stream's sticky error).
  */
 #include <stdlib.h>
 #include <string.h>
 
 #include "zs_gpt_ops.h"
 #include "zs_gpt_ops_table.h"
+
+/* The table's context: the pool the kernels run on (not owned) and the
+ * mixed-precision setting of the GEMM-based ops (set_mixed). */
+typedef struct {
+    zs_gpt_ops_t ops; /* first: the table handed out */
+    zs_pool_t *pool;
+    zs_mixed_t mx; /* dt ZS_DTYPE_F32: plain fp32 */
+} cpu_ops_t;
+
+#define POOL(ctx)  (((cpu_ops_t *)(ctx))->pool)
+#define MIXED(ctx) (((cpu_ops_t *)(ctx))->mx)
+
+/* The error of a mixed op whose scratch is too small (ZS_ERR_RANGE). */
+static int mixed_rc(int rc, const char *op, const zs_mixed_t *mx, size_t need, zs_err_t *err)
+{
+    if (rc == ZS_OK)
+        return ZS_OK;
+    return zs_err_set(err, rc,
+                      "gpt ops (cpu) %s: mixed-precision scratch of %zu elements, needs %zu", op,
+                      mx->cap, need);
+}
 
 /* The argument block is copied by zs_dev_host_fn; copy it out again into an
  * aligned local, whatever alignment the device gives its copy. */
@@ -27,21 +54,23 @@ typedef struct {
     float alpha, beta;
     const float *A, *B;
     float *C;
+    zs_mixed_t mx;
 } gemm_args_t;
 
 static int gemm_run(void *args, zs_err_t *err)
 {
     UNPACK(gemm_args_t);
-    zs_op_gemm(a.pool, a.ta, a.tb, a.M, a.N, a.K, a.alpha, a.A, a.lda, a.B, a.ldb, a.beta, a.C,
-               a.ldc);
-    return ZS_OK;
+    int rc = zs_op_gemm_mixed(a.pool, &a.mx, a.ta, a.tb, a.M, a.N, a.K, a.alpha, a.A, a.lda, a.B,
+                              a.ldb, a.beta, a.C, a.ldc);
+    return mixed_rc(rc, "gemm", &a.mx, zs_mixed_gemm_elems(a.ta, a.tb, a.M, a.N, a.K, a.lda, a.ldb),
+                    err);
 }
 
 static int gemm(void *ctx, zs_stream_t *s, int ta, int tb, int M, int N, int K, float alpha,
                 const float *A, int lda, const float *B, int ldb, float beta, float *C, int ldc,
                 zs_err_t *err)
 {
-    gemm_args_t a = {ctx, ta, tb, M, N, K, lda, ldb, ldc, alpha, beta, A, B, C};
+    gemm_args_t a = {POOL(ctx), ta, tb, M, N, K, lda, ldb, ldc, alpha, beta, A, B, C, MIXED(ctx)};
     return zs_dev_host_fn(s, gemm_run, &a, sizeof a, err);
 }
 
@@ -63,7 +92,7 @@ static int embed_fwd_run(void *args, zs_err_t *err)
 static int embed_fwd(void *ctx, zs_stream_t *s, float *out, const int32_t *tok, const float *wte,
                      const float *wpe, int B, int T, int C, zs_err_t *err)
 {
-    embed_fwd_args_t a = {ctx, out, tok, wte, wpe, B, T, C};
+    embed_fwd_args_t a = {POOL(ctx), out, tok, wte, wpe, B, T, C};
     return zs_dev_host_fn(s, embed_fwd_run, &a, sizeof a, err);
 }
 
@@ -85,7 +114,7 @@ static int embed_bwd_run(void *args, zs_err_t *err)
 static int embed_bwd(void *ctx, zs_stream_t *s, float *dwte, float *dwpe, const float *dout,
                      const int32_t *tok, int B, int T, int C, zs_err_t *err)
 {
-    embed_bwd_args_t a = {ctx, dwte, dwpe, dout, tok, B, T, C};
+    embed_bwd_args_t a = {POOL(ctx), dwte, dwpe, dout, tok, B, T, C};
     return zs_dev_host_fn(s, embed_bwd_run, &a, sizeof a, err);
 }
 
@@ -107,7 +136,7 @@ static int layernorm_fwd(void *ctx, zs_stream_t *s, float *out, float *mean, flo
                          const float *inp, const float *w, const float *b, int N, int C,
                          zs_err_t *err)
 {
-    ln_fwd_args_t a = {ctx, out, mean, rstd, inp, w, b, N, C};
+    ln_fwd_args_t a = {POOL(ctx), out, mean, rstd, inp, w, b, N, C};
     return zs_dev_host_fn(s, ln_fwd_run, &a, sizeof a, err);
 }
 
@@ -129,7 +158,7 @@ static int layernorm_bwd(void *ctx, zs_stream_t *s, float *dinp, float *dw, floa
                          const float *dout, const float *inp, const float *w, const float *mean,
                          const float *rstd, int N, int C, zs_err_t *err)
 {
-    ln_bwd_args_t a = {ctx, dinp, dw, db, dout, inp, w, mean, rstd, N, C};
+    ln_bwd_args_t a = {POOL(ctx), dinp, dw, db, dout, inp, w, mean, rstd, N, C};
     return zs_dev_host_fn(s, ln_bwd_run, &a, sizeof a, err);
 }
 
@@ -138,19 +167,20 @@ typedef struct {
     float *out;
     const float *inp, *w, *bias;
     int N, IC, OC;
+    zs_mixed_t mx;
 } mm_fwd_args_t;
 
 static int mm_fwd_run(void *args, zs_err_t *err)
 {
     UNPACK(mm_fwd_args_t);
-    zs_op_matmul_fwd(a.pool, a.out, a.inp, a.w, a.bias, a.N, a.IC, a.OC);
-    return ZS_OK;
+    int rc = zs_op_matmul_fwd_mixed(a.pool, &a.mx, a.out, a.inp, a.w, a.bias, a.N, a.IC, a.OC);
+    return mixed_rc(rc, "matmul_fwd", &a.mx, zs_mixed_matmul_fwd_elems(a.N, a.IC, a.OC), err);
 }
 
 static int matmul_fwd(void *ctx, zs_stream_t *s, float *out, const float *inp, const float *w,
                       const float *bias, int N, int IC, int OC, zs_err_t *err)
 {
-    mm_fwd_args_t a = {ctx, out, inp, w, bias, N, IC, OC};
+    mm_fwd_args_t a = {POOL(ctx), out, inp, w, bias, N, IC, OC, MIXED(ctx)};
     return zs_dev_host_fn(s, mm_fwd_run, &a, sizeof a, err);
 }
 
@@ -159,20 +189,22 @@ typedef struct {
     float *dinp, *dw, *db;
     const float *dout, *inp, *w;
     int N, IC, OC;
+    zs_mixed_t mx;
 } mm_bwd_args_t;
 
 static int mm_bwd_run(void *args, zs_err_t *err)
 {
     UNPACK(mm_bwd_args_t);
-    zs_op_matmul_bwd(a.pool, a.dinp, a.dw, a.db, a.dout, a.inp, a.w, a.N, a.IC, a.OC);
-    return ZS_OK;
+    int rc = zs_op_matmul_bwd_mixed(a.pool, &a.mx, a.dinp, a.dw, a.db, a.dout, a.inp, a.w, a.N,
+                                    a.IC, a.OC);
+    return mixed_rc(rc, "matmul_bwd", &a.mx, zs_mixed_matmul_bwd_elems(a.N, a.IC, a.OC), err);
 }
 
 static int matmul_bwd(void *ctx, zs_stream_t *s, float *dinp, float *dw, float *db,
                       const float *dout, const float *inp, const float *w, int N, int IC, int OC,
                       zs_err_t *err)
 {
-    mm_bwd_args_t a = {ctx, dinp, dw, db, dout, inp, w, N, IC, OC};
+    mm_bwd_args_t a = {POOL(ctx), dinp, dw, db, dout, inp, w, N, IC, OC, MIXED(ctx)};
     return zs_dev_host_fn(s, mm_bwd_run, &a, sizeof a, err);
 }
 
@@ -181,19 +213,21 @@ typedef struct {
     float *out, *att;
     const float *qkv;
     int B, T, C, NH;
+    zs_mixed_t mx;
 } att_fwd_args_t;
 
 static int att_fwd_run(void *args, zs_err_t *err)
 {
     UNPACK(att_fwd_args_t);
-    zs_op_attention_fwd(a.pool, a.out, a.att, a.qkv, a.B, a.T, a.C, a.NH);
-    return ZS_OK;
+    int rc = zs_op_attention_fwd_mixed(a.pool, &a.mx, a.out, a.att, a.qkv, a.B, a.T, a.C, a.NH);
+    return mixed_rc(rc, "attention_fwd", &a.mx, zs_mixed_attention_fwd_elems(a.B, a.T, a.C, a.NH),
+                    err);
 }
 
 static int attention_fwd(void *ctx, zs_stream_t *s, float *out, float *att, const float *qkv, int B,
                          int T, int C, int NH, zs_err_t *err)
 {
-    att_fwd_args_t a = {ctx, out, att, qkv, B, T, C, NH};
+    att_fwd_args_t a = {POOL(ctx), out, att, qkv, B, T, C, NH, MIXED(ctx)};
     return zs_dev_host_fn(s, att_fwd_run, &a, sizeof a, err);
 }
 
@@ -202,20 +236,23 @@ typedef struct {
     float *dqkv, *scratch;
     const float *dout, *qkv, *att;
     int B, T, C, NH;
+    zs_mixed_t mx;
 } att_bwd_args_t;
 
 static int att_bwd_run(void *args, zs_err_t *err)
 {
     UNPACK(att_bwd_args_t);
-    zs_op_attention_bwd(a.pool, a.dqkv, a.scratch, a.dout, a.qkv, a.att, a.B, a.T, a.C, a.NH);
-    return ZS_OK;
+    int rc = zs_op_attention_bwd_mixed(a.pool, &a.mx, a.dqkv, a.scratch, a.dout, a.qkv, a.att, a.B,
+                                       a.T, a.C, a.NH);
+    return mixed_rc(rc, "attention_bwd", &a.mx, zs_mixed_attention_bwd_elems(a.B, a.T, a.C, a.NH),
+                    err);
 }
 
 static int attention_bwd(void *ctx, zs_stream_t *s, float *dqkv, float *scratch, const float *dout,
                          const float *qkv, const float *att, int B, int T, int C, int NH,
                          zs_err_t *err)
 {
-    att_bwd_args_t a = {ctx, dqkv, scratch, dout, qkv, att, B, T, C, NH};
+    att_bwd_args_t a = {POOL(ctx), dqkv, scratch, dout, qkv, att, B, T, C, NH, MIXED(ctx)};
     return zs_dev_host_fn(s, att_bwd_run, &a, sizeof a, err);
 }
 
@@ -237,7 +274,7 @@ static int gelu_fwd_run(void *args, zs_err_t *err)
 static int gelu_fwd(void *ctx, zs_stream_t *s, float *out, const float *inp, size_t n,
                     zs_err_t *err)
 {
-    ew_args_t a = {ctx, out, inp, NULL, n};
+    ew_args_t a = {POOL(ctx), out, inp, NULL, n};
     return zs_dev_host_fn(s, gelu_fwd_run, &a, sizeof a, err);
 }
 
@@ -251,7 +288,7 @@ static int gelu_bwd_run(void *args, zs_err_t *err)
 static int gelu_bwd(void *ctx, zs_stream_t *s, float *dinp, const float *inp, const float *dout,
                     size_t n, zs_err_t *err)
 {
-    ew_args_t a = {ctx, dinp, inp, dout, n};
+    ew_args_t a = {POOL(ctx), dinp, inp, dout, n};
     return zs_dev_host_fn(s, gelu_bwd_run, &a, sizeof a, err);
 }
 
@@ -265,7 +302,7 @@ static int residual_fwd_run(void *args, zs_err_t *err)
 static int residual_fwd(void *ctx, zs_stream_t *s, float *out, const float *x, const float *y,
                         size_t n, zs_err_t *err)
 {
-    ew_args_t a = {ctx, out, x, y, n};
+    ew_args_t a = {POOL(ctx), out, x, y, n};
     return zs_dev_host_fn(s, residual_fwd_run, &a, sizeof a, err);
 }
 
@@ -286,7 +323,7 @@ static int residual_bwd_run(void *args, zs_err_t *err)
 static int residual_bwd(void *ctx, zs_stream_t *s, float *da, float *db, const float *dout,
                         size_t n, zs_err_t *err)
 {
-    res_bwd_args_t a = {ctx, da, db, dout, n};
+    res_bwd_args_t a = {POOL(ctx), da, db, dout, n};
     return zs_dev_host_fn(s, residual_bwd_run, &a, sizeof a, err);
 }
 
@@ -309,7 +346,7 @@ static int xent_fwd_run(void *args, zs_err_t *err)
 static int xent_fwd(void *ctx, zs_stream_t *s, float *losses, float *lse, const float *logits,
                     const int32_t *targets, int N, int V, zs_err_t *err)
 {
-    xent_args_t a = {ctx, losses, lse, logits, NULL, targets, N, V, 0.0f};
+    xent_args_t a = {POOL(ctx), losses, lse, logits, NULL, targets, N, V, 0.0f};
     return zs_dev_host_fn(s, xent_fwd_run, &a, sizeof a, err);
 }
 
@@ -324,8 +361,16 @@ static int xent_bwd(void *ctx, zs_stream_t *s, float *dlogits, const float *logi
                     const float *lse, const int32_t *targets, int N, int V, float scale,
                     zs_err_t *err)
 {
-    xent_args_t a = {ctx, dlogits, NULL, logits, lse, targets, N, V, scale};
+    xent_args_t a = {POOL(ctx), dlogits, NULL, logits, lse, targets, N, V, scale};
     return zs_dev_host_fn(s, xent_bwd_run, &a, sizeof a, err);
+}
+
+static int set_mixed(void *ctx, const zs_mixed_t *mx, zs_err_t *err)
+{
+    cpu_ops_t *c = ctx;
+    if (zs_mixed_set(&c->mx, mx))
+        return zs_err_set(err, ZS_ERR_INVALID, "gpt ops (cpu): mixed precision without scratch");
+    return ZS_OK;
 }
 
 static void cpu_destroy(zs_gpt_ops_t *ops)
@@ -336,11 +381,16 @@ static void cpu_destroy(zs_gpt_ops_t *ops)
 int zs_gpt_ops_cpu_create(zs_pool_t *pool, zs_gpt_ops_t **out, zs_err_t *err)
 {
     *out = NULL;
-    zs_gpt_ops_t *o = calloc(1, sizeof *o);
-    if (!o)
+    cpu_ops_t *c = calloc(1, sizeof *c);
+    if (!c)
         return zs_err_set(err, ZS_ERR_NOMEM, "gpt ops: out of memory");
+    c->pool = pool;
+    zs_mixed_set(&c->mx, NULL);
+    zs_gpt_ops_t *o = &c->ops;
     o->name = "cpu";
-    o->ctx = pool;
+    o->ctx = c;
+    o->mixed_elem_bytes = sizeof(float);
+    o->set_mixed = set_mixed;
     o->destroy = cpu_destroy;
     o->gemm = gemm;
     o->embed_fwd = embed_fwd;

@@ -16,6 +16,10 @@
  * enqueue (bad stream, bad shape, launch failure); errors of the running
  * kernels show at the next synchronisation of the stream.
  *
+ * Mixed precision (set_mixed): the GEMM-based entries call the *_mixed
+ * launchers with the table's setting, which round the operands into the
+ * 16-bit scratch on the same stream (mixed_elem_bytes 2).
+ *
  * Deviation from the CPU table: a stream's sticky error (zs_dev.h) does not
  * stop these launches (the CPU device skips queued host functions after a
  * failure; CUDA cannot cancel kernels either, see zs_dev_cuda.c). The model
@@ -26,6 +30,7 @@
  * ZS_WITH_CUDA.
  */
 #include <stdlib.h>
+#include <string.h>
 
 #include <cuda_runtime.h>
 
@@ -45,6 +50,7 @@ typedef struct {
     void *workspace;          /* device, ZS_MEM_SCRATCH, owned */
     zs_cuda_blas_t blas;      /* owned handle; uses workspace */
     zs_stream_t *gemm_stream; /* the stream that owns the workspace (first GEMM user) */
+    zs_mixed_t mx;            /* set_mixed; dt ZS_DTYPE_F32: plain fp32 */
 } cuda_ops_t;
 
 /* Checks common to every entry: s is a stream of this table's device, the
@@ -84,7 +90,8 @@ static int gemm(void *ctx, zs_stream_t *s, int ta, int tb, int M, int N, int K, 
                 zs_err_t *err)
 {
     ENTER(1);
-    return zs_cuda_gemm(cs, &c->blas, ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc, err);
+    return zs_cuda_gemm_mixed(cs, &c->blas, &c->mx, ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C,
+                              ldc, err);
 }
 
 static int embed_fwd(void *ctx, zs_stream_t *s, float *out, const int32_t *tok, const float *wte,
@@ -121,7 +128,7 @@ static int matmul_fwd(void *ctx, zs_stream_t *s, float *out, const float *inp, c
                       const float *bias, int N, int IC, int OC, zs_err_t *err)
 {
     ENTER(1);
-    return zs_cuda_matmul_fwd(cs, &c->blas, out, inp, w, bias, N, IC, OC, err);
+    return zs_cuda_matmul_fwd_mixed(cs, &c->blas, &c->mx, out, inp, w, bias, N, IC, OC, err);
 }
 
 static int matmul_bwd(void *ctx, zs_stream_t *s, float *dinp, float *dw, float *db,
@@ -129,14 +136,15 @@ static int matmul_bwd(void *ctx, zs_stream_t *s, float *dinp, float *dw, float *
                       zs_err_t *err)
 {
     ENTER(1);
-    return zs_cuda_matmul_bwd(cs, &c->blas, dinp, dw, db, dout, inp, w, N, IC, OC, err);
+    return zs_cuda_matmul_bwd_mixed(cs, &c->blas, &c->mx, dinp, dw, db, dout, inp, w, N, IC, OC,
+                                    err);
 }
 
 static int attention_fwd(void *ctx, zs_stream_t *s, float *out, float *att, const float *qkv, int B,
                          int T, int C, int NH, zs_err_t *err)
 {
     ENTER(1);
-    return zs_cuda_attention_fwd(cs, &c->blas, out, att, qkv, B, T, C, NH, err);
+    return zs_cuda_attention_fwd_mixed(cs, &c->blas, &c->mx, out, att, qkv, B, T, C, NH, err);
 }
 
 static int attention_bwd(void *ctx, zs_stream_t *s, float *dqkv, float *scratch, const float *dout,
@@ -144,7 +152,8 @@ static int attention_bwd(void *ctx, zs_stream_t *s, float *dqkv, float *scratch,
                          zs_err_t *err)
 {
     ENTER(1);
-    return zs_cuda_attention_bwd(cs, &c->blas, dqkv, scratch, dout, qkv, att, B, T, C, NH, err);
+    return zs_cuda_attention_bwd_mixed(cs, &c->blas, &c->mx, dqkv, scratch, dout, qkv, att, B, T, C,
+                                       NH, err);
 }
 
 static int gelu_fwd(void *ctx, zs_stream_t *s, float *out, const float *inp, size_t n,
@@ -188,6 +197,14 @@ static int xent_bwd(void *ctx, zs_stream_t *s, float *dlogits, const float *logi
 {
     ENTER(0);
     return zs_cuda_xent_bwd(cs, dlogits, logits, lse, targets, N, V, scale, err);
+}
+
+static int set_mixed(void *ctx, const zs_mixed_t *mx, zs_err_t *err)
+{
+    cuda_ops_t *c = ctx;
+    if (zs_mixed_set(&c->mx, mx))
+        return zs_err_set(err, ZS_ERR_INVALID, "gpt ops (cuda): mixed precision without scratch");
+    return ZS_OK;
 }
 
 /* The cuBLASLt handle, then the workspace (the allocator frees device
@@ -234,6 +251,9 @@ int zs_gpt_ops_cuda_create(zs_dev_t *dev, zs_gpt_ops_t **out, zs_err_t *err)
     zs_gpt_ops_t *o = &c->ops;
     o->name = "cuda";
     o->ctx = c;
+    o->set_mixed = set_mixed;
+    o->mixed_elem_bytes = 2;
+    zs_mixed_set(&c->mx, NULL);
     o->destroy = cuda_destroy;
     o->gemm = gemm;
     o->embed_fwd = embed_fwd;

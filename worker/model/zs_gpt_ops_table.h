@@ -34,6 +34,7 @@
 #include <stdint.h>
 
 #include "zs_dev.h"
+#include "zs_mixed.h"
 #include "zs_pool.h"
 #include "zs_status.h"
 
@@ -45,6 +46,18 @@ struct zs_gpt_ops {
     /* Frees the table and its context (not what the context points to
      * unless the constructor says so). Queued work must have run. */
     void (*destroy)(zs_gpt_ops_t *ops);
+
+    /* Mixed precision (kernels/zs_mixed.h): from now on the GEMM-based
+     * entries (gemm, matmul_*, attention_*) round their GEMM operands to
+     * mx->dt into mx->scratch, device memory of mx->cap elements of
+     * mixed_elem_bytes each (the caller's; it must outlive the work queued
+     * with it, and only one stream may use a table with scratch). mx NULL or
+     * dt ZS_DTYPE_F32: plain fp32 again. Work already queued keeps the
+     * setting it was queued with. An op whose need (zs_mixed_*_elems)
+     * exceeds cap fails with ZS_ERR_RANGE (cuda: at enqueue; cpu: as the
+     * stream's sticky error). */
+    int (*set_mixed)(void *ctx, const zs_mixed_t *mx, zs_err_t *err);
+    size_t mixed_elem_bytes; /* cpu: 4 (fp32 values), cuda: 2 (bf16 / fp16) */
 
     /* C[M, N] = alpha op(A) op(B) + beta C (zs_op_gemm) */
     int (*gemm)(void *ctx, zs_stream_t *s, int ta, int tb, int M, int N, int K, float alpha,

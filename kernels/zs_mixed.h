@@ -1,0 +1,120 @@
+/*
+ * zs_mixed.h - mixed-precision GEMMs of the GPT: what is rounded, where, and
+ * how much scratch it takes. Shared by the CPU kernels (zs_gpt_ops.c), the
+ * CUDA kernels (cuda/zs_cuda_gpt.cu, cuda/zs_cuda_attn.cu) and the model
+ * (worker/model/zs_gpt.c sizes the scratch with the functions below), so
+ * the three agree by construction.
+ *
+ * The rule ("bf16 / fp16 in, fp32 compute"): with a compute dtype dt of
+ * ZS_DTYPE_BF16 or ZS_DTYPE_F16, every GEMM of the model reads its two
+ * operands rounded to dt (round to nearest even, zs_math.h), multiplies and
+ * accumulates in fp32, and writes fp32. Everything else (LayerNorm, softmax,
+ * GELU, residuals, the loss, bias gradients) stays fp32 and reads the fp32
+ * tensors. Rounding points, op by op:
+ *   gemm          A and B
+ *   matmul fwd    inp, w
+ *   matmul bwd    dout, w, inp (the bias gradient sums the fp32 dout)
+ *   attention fwd qkv (scores = q k^T, out = att v), the probabilities att
+ *                 for att v (the fp32 att is what is kept for backward)
+ *   attention bwd dout, qkv, att (D = dout v^T, dv = att^T dout); the
+ *                 softmax backward on the fp32 att and D, then D rounded
+ *                 (dq = D k, dk = D^T q)
+ * A product of two bf16 (8-bit significand) or fp16 (11-bit) numbers is exact
+ * in fp32, so a GPU tensor-core GEMM and the CPU's sgemm of the rounded
+ * operands differ only by the order of the fp32 additions.
+ *
+ * Storage of the rounded copies: the CPU keeps them as fp32 values (so
+ * OpenBLAS's sgemm reads them: 4 bytes an element), CUDA as 16-bit (what
+ * cuBLASLt reads: 2 bytes). zs_mixed_t.scratch holds them, carved op by op
+ * in the order listed above, each piece a multiple of ZS_MIXED_ALIGN
+ * elements long (256-byte aligned pieces for cuBLASLt).
+ *
+ * Not here: the rounding itself (zs_math_f32_to_bf16 / _f16), loss scaling
+ * (the engine's, for fp16), 16-bit activations (activations stay fp32).
+ */
+#ifndef ZS_MIXED_H
+#define ZS_MIXED_H
+
+#include <stddef.h>
+
+#include "zs_dtype.h"
+
+/* Piece granularity in elements (256 bytes of 16-bit elements). */
+#define ZS_MIXED_ALIGN 128
+
+/* How an op rounds its GEMM operands. dt = ZS_DTYPE_F32 (or a NULL
+ * zs_mixed_t pointer) means no rounding: the plain fp32 kernels. */
+typedef struct zs_mixed {
+    int dt;        /* ZS_DTYPE_F32, ZS_DTYPE_BF16 or ZS_DTYPE_F16 */
+    void *scratch; /* the rounded copies: float (CPU) or uint16_t (CUDA) elements */
+    size_t cap;    /* scratch capacity in elements */
+} zs_mixed_t;
+
+/* Whether m asks for rounding. */
+static inline int zs_mixed_on(const zs_mixed_t *m)
+{
+    return m && (m->dt == ZS_DTYPE_BF16 || m->dt == ZS_DTYPE_F16);
+}
+
+/* *dst = src normalised (NULL or no rounding: dt F32, no scratch). Returns
+ * 0, or -1 (dst unchanged) for rounding with a NULL scratch of non-zero cap. */
+static inline int zs_mixed_set(zs_mixed_t *dst, const zs_mixed_t *src)
+{
+    if (!zs_mixed_on(src)) {
+        dst->dt = ZS_DTYPE_F32;
+        dst->scratch = NULL;
+        dst->cap = 0;
+        return 0;
+    }
+    if (!src->scratch && src->cap)
+        return -1;
+    *dst = *src;
+    return 0;
+}
+
+/* n rounded up to a whole piece. */
+static inline size_t zs_mixed_piece(size_t n)
+{
+    return (n + ZS_MIXED_ALIGN - 1) / ZS_MIXED_ALIGN * ZS_MIXED_ALIGN;
+}
+
+/* Elements spanned by a row-major matrix of `rows` rows of `cols` used
+ * columns with leading dimension ld (the last row needs only cols). */
+static inline size_t zs_mixed_extent(size_t rows, size_t cols, size_t ld)
+{
+    return rows == 0 || cols == 0 ? 0 : (rows - 1) * ld + cols;
+}
+
+/* Scratch elements of each op (pieces in the order the op carves them). */
+static inline size_t zs_mixed_gemm_elems(int ta, int tb, int M, int N, int K, int lda, int ldb)
+{
+    size_t a = ta ? zs_mixed_extent((size_t)K, (size_t)M, (size_t)lda)
+                  : zs_mixed_extent((size_t)M, (size_t)K, (size_t)lda);
+    size_t b = tb ? zs_mixed_extent((size_t)N, (size_t)K, (size_t)ldb)
+                  : zs_mixed_extent((size_t)K, (size_t)N, (size_t)ldb);
+    return zs_mixed_piece(a) + zs_mixed_piece(b);
+}
+
+static inline size_t zs_mixed_matmul_fwd_elems(int N, int IC, int OC)
+{
+    return zs_mixed_piece((size_t)N * IC) + zs_mixed_piece((size_t)IC * OC);
+}
+
+static inline size_t zs_mixed_matmul_bwd_elems(int N, int IC, int OC)
+{
+    return zs_mixed_piece((size_t)N * OC) + zs_mixed_piece((size_t)IC * OC) +
+           zs_mixed_piece((size_t)N * IC);
+}
+
+static inline size_t zs_mixed_attention_fwd_elems(int B, int T, int C, int NH)
+{
+    return zs_mixed_piece((size_t)B * T * 3 * C) + zs_mixed_piece((size_t)B * NH * T * T);
+}
+
+static inline size_t zs_mixed_attention_bwd_elems(int B, int T, int C, int NH)
+{
+    return zs_mixed_piece((size_t)B * T * C) + zs_mixed_piece((size_t)B * T * 3 * C) +
+           zs_mixed_piece((size_t)B * NH * T * T);
+}
+
+#endif
