@@ -18,6 +18,10 @@
  *               cross-entropy), else |gpu - cpu| <= atol * max|cpu| +
  *               rtol * |cpu| with the figures printed; and every op run
  *               twice from the same inputs is bitwise equal (determinism)
+ *   mixed       the bf16 / fp16 GEMM ops (*_mixed) against the CPU twins
+ *               (zs_op_*_mixed): fp32 tolerances where both round the same
+ *               inputs (matmul), cmp_mixed where a rounded operand is an
+ *               fp32 intermediate of each side's own (attention)
  */
 #include <cuda_runtime_api.h>
 #include <math.h>
@@ -770,6 +774,133 @@ static void test_gemm(void)
         }
 }
 
+/* ---- mixed precision (kernels/zs_mixed.h) ----------------------------------------- */
+
+/* Mixed ops read the same rounded operands on both sides, so GEMM results
+ * differ only by the order of fp32 additions (the fp32 tolerances) - except
+ * where an operand is an fp32 intermediate each side computed itself (the
+ * attention probabilities, the softmax gradient D): an ulp apart near a
+ * rounding tie, the two round to neighbouring 16-bit values, moving one
+ * product by a 16-bit ulp. So: every element within 4 16-bit unit roundoffs
+ * of max|cpu|, and at least 99% within the fp32 tolerances. */
+static void cmp_mixed(const char *what, const float *g, const float *c, size_t n, int dt)
+{
+    double u16 = dt == ZS_DTYPE_BF16 ? 0x1p-8 : 0x1p-11, mx = 0, emax = 0;
+    size_t tight = 0;
+    for (size_t i = 0; i < n; i++)
+        mx = fabs(c[i]) > mx ? fabs(c[i]) : mx;
+    for (size_t i = 0; i < n; i++) {
+        double e = fabs((double)g[i] - c[i]);
+        TEST_CHECKF(e <= 4 * u16 * mx, "%s[%zu]: GPU %.9g CPU %.9g (max|cpu| %.3g)", what, i, g[i],
+                    c[i], mx);
+        tight += e <= ATOL * mx + RTOL * fabs(c[i]);
+        emax = e > emax ? e : emax;
+    }
+    TEST_CHECKF(tight >= n - n / 100, "%s: only %zu of %zu within the fp32 tolerances", what, tight,
+                n);
+    printf("  %-34s n=%8zu max abs err %.3g (max|cpu| %.3g), %.4f%% within fp32 tolerances\n", what,
+           n, emax, mx, 100.0 * (double)tight / (double)(n ? n : 1));
+}
+
+/* The *_mixed launchers against the zs_op_*_mixed CPU twins, dt bf16 or
+ * fp16, on shape s; the CPU rounds into a float scratch, the GPU into a
+ * 16-bit one of the same element count. */
+static void test_mixed(const shape_t *s, int dt)
+{
+    int B = s->B, T = s->T, C = s->C, NH = s->NH, N = B * T, IC = C, OC = 4 * C;
+    const char *dn = dt == ZS_DTYPE_BF16 ? "bf16" : "fp16";
+    char nm[96];
+    printf("mixed-precision GPT ops (%s GEMM operands), %s:\n", dn, s->name);
+    size_t need = zs_mixed_matmul_bwd_elems(N, IC, OC),
+           na = zs_mixed_attention_bwd_elems(B, T, C, NH);
+    need = na > need ? na : need;
+    float *hscr = xmalloc(need * 4);
+    void *dscr = dev(need * 2);
+    zs_mixed_t hm = {dt, hscr, need}, dm = {dt, dscr, need};
+    /* matmul forward and backward */
+    {
+        float *inp = rnd((size_t)N * IC, 1), *w = rnd((size_t)IC * OC, 0.3f), *b = rnd(OC, 0.5f);
+        float *dout = rnd((size_t)N * OC, 0.1f), *dw0 = rnd((size_t)IC * OC, 0.1f),
+              *db0 = rnd(OC, 0.1f);
+        size_t no = (size_t)N * OC, ni = (size_t)N * IC, nw = (size_t)IC * OC;
+        float *out = xmalloc(no * 4), *dinp = xmalloc(ni * 4), *dw = dupb(dw0, nw * 4),
+              *db = dupb(db0, OC * 4);
+        TEST_CHECK(zs_op_matmul_fwd_mixed(NULL, &hm, out, inp, w, b, N, IC, OC) == ZS_OK);
+        TEST_CHECK(zs_op_matmul_bwd_mixed(NULL, &hm, dinp, dw, db, dout, inp, w, N, IC, OC) ==
+                   ZS_OK);
+        float *g_inp = up(inp, ni * 4), *g_w = up(w, nw * 4), *g_b = up(b, OC * 4),
+              *g_dout = up(dout, no * 4), *g_out = dev(no * 4), *g_dinp = dev(ni * 4),
+              *g_dw = up(dw0, nw * 4), *g_db = up(db0, OC * 4);
+        TEST_OK(zs_cuda_matmul_fwd_mixed(cs, &blas, &dm, g_out, g_inp, g_w, g_b, N, IC, OC, &err),
+                err);
+        TEST_OK(zs_cuda_matmul_bwd_mixed(cs, &blas, &dm, g_dinp, g_dw, g_db, g_dout, g_inp, g_w, N,
+                                         IC, OC, &err),
+                err);
+        sync_ok();
+        float *h_out = down(g_out, no * 4), *h_dinp = down(g_dinp, ni * 4),
+              *h_dw = down(g_dw, nw * 4), *h_db = down(g_db, OC * 4);
+        snprintf(nm, sizeof nm, "%s matmul_fwd out", dn);
+        cmp_tol(nm, h_out, out, no, ATOL, RTOL);
+        snprintf(nm, sizeof nm, "%s matmul_bwd dinp", dn);
+        cmp_tol(nm, h_dinp, dinp, ni, ATOL, RTOL);
+        snprintf(nm, sizeof nm, "%s matmul_bwd dw", dn);
+        cmp_tol(nm, h_dw, dw, nw, ATOL, RTOL);
+        snprintf(nm, sizeof nm, "%s matmul_bwd db", dn);
+        cmp_tol(nm, h_db, db, OC, ATOL, RTOL);
+        /* a scratch one element short is refused before anything runs */
+        zs_mixed_t small = {dt, dscr, zs_mixed_matmul_fwd_elems(N, IC, OC) - 1};
+        TEST_CHECK(zs_cuda_matmul_fwd_mixed(cs, &blas, &small, g_out, g_inp, g_w, g_b, N, IC, OC,
+                                            &err) == ZS_ERR_RANGE);
+        free(inp), free(w), free(b), free(dout), free(dw0), free(db0), free(out), free(dinp);
+        free(dw), free(db), free(h_out), free(h_dinp), free(h_dw), free(h_db);
+        void *ds[] = {g_inp, g_w, g_b, g_dout, g_out, g_dinp, g_dw, g_db};
+        for (size_t i = 0; i < sizeof ds / sizeof ds[0]; i++)
+            CK(cudaFree(ds[i]));
+    }
+    /* attention forward, then backward from the CPU's probabilities (same
+     * input on both sides) */
+    {
+        size_t nq = (size_t)N * 3 * C, nt = (size_t)B * NH * T * T, nc = (size_t)N * C;
+        float *qkv = rnd(nq, 1), *dout = rnd(nc, 0.1f);
+        float *out = xmalloc(nc * 4), *att = xmalloc(nt * 4), *D = xmalloc(nt * 4),
+              *dqkv = xmalloc(nq * 4);
+        TEST_CHECK(zs_op_attention_fwd_mixed(NULL, &hm, out, att, qkv, B, T, C, NH) == ZS_OK);
+        TEST_CHECK(zs_op_attention_bwd_mixed(NULL, &hm, dqkv, D, dout, qkv, att, B, T, C, NH) ==
+                   ZS_OK);
+        float *g_qkv = up(qkv, nq * 4), *g_dout = up(dout, nc * 4), *g_out = dev(nc * 4),
+              *g_att = dev(nt * 4), *g_catt = up(att, nt * 4), *g_D = dev(nt * 4),
+              *g_dqkv = dev(nq * 4);
+        TEST_OK(zs_cuda_attention_fwd_mixed(cs, &blas, &dm, g_out, g_att, g_qkv, B, T, C, NH, &err),
+                err);
+        TEST_OK(zs_cuda_attention_bwd_mixed(cs, &blas, &dm, g_dqkv, g_D, g_dout, g_qkv, g_catt, B,
+                                            T, C, NH, &err),
+                err);
+        sync_ok();
+        float *h_out = down(g_out, nc * 4), *h_att = down(g_att, nt * 4),
+              *h_dqkv = down(g_dqkv, nq * 4);
+        snprintf(nm, sizeof nm, "%s attention_fwd att", dn);
+        cmp_tol(nm, h_att, att, nt, ATOL, RTOL);
+        snprintf(nm, sizeof nm, "%s attention_fwd out", dn);
+        cmp_mixed(nm, h_out, out, nc, dt);
+        snprintf(nm, sizeof nm, "%s attention_bwd dqkv", dn);
+        cmp_mixed(nm, h_dqkv, dqkv, nq, dt);
+        /* determinism: the backward again, bitwise */
+        TEST_OK(zs_cuda_attention_bwd_mixed(cs, &blas, &dm, g_dqkv, g_D, g_dout, g_qkv, g_catt, B,
+                                            T, C, NH, &err),
+                err);
+        sync_ok();
+        float *h2 = down(g_dqkv, nq * 4);
+        cmp_repeat("attention_bwd_mixed", h2, h_dqkv, nq * 4);
+        free(qkv), free(dout), free(out), free(att), free(D), free(dqkv), free(h_out), free(h_att);
+        free(h_dqkv), free(h2);
+        void *ds[] = {g_qkv, g_dout, g_out, g_att, g_catt, g_D, g_dqkv};
+        for (size_t i = 0; i < sizeof ds / sizeof ds[0]; i++)
+            CK(cudaFree(ds[i]));
+    }
+    free(hscr);
+    CK(cudaFree(dscr));
+}
+
 int main(void)
 {
     test_args();
@@ -804,6 +935,10 @@ int main(void)
     };
     for (size_t i = 0; i < sizeof shapes / sizeof shapes[0]; i++)
         test_gpt(&shapes[i]);
+    for (size_t i = 0; i < sizeof shapes / sizeof shapes[0]; i++) {
+        test_mixed(&shapes[i], ZS_DTYPE_BF16);
+        test_mixed(&shapes[i], ZS_DTYPE_F16);
+    }
     printf("cuBLASLt: %lld GEMMs, %lld without a pedantic algorithm\n", blas.gemms,
            blas.non_pedantic);
 

@@ -22,7 +22,10 @@
  *      biases left out: zs_gpttest_rel_update_diff), and the loss falls;
  *   3. determinism: the ten steps again on CUDA from scratch (new model,
  *      new buffers): every loss, the step-1 gradients and the final
- *      parameters bitwise equal to the first CUDA run.
+ *      parameters bitwise equal to the first CUDA run;
+ *   4. bf16 and fp16 GEMMs (zs_gpt_set_compute): one step on CUDA against
+ *      the CPU with the same rounding and with fp32 GEMMs (mixed_step says
+ *      what is held), and a second CUDA step bitwise equal.
  *
  * Without a usable GPU (or a build without CUDA) it prints "SKIPPED: <why>"
  * and exits 77 (ctest SKIP_RETURN_CODE): never a pass.
@@ -79,6 +82,9 @@ typedef struct {
     int B, T;
 } side_t;
 
+/* GEMM precision of the models side_init makes (zs_gpt_set_compute). */
+static int g_gemm_dt = ZS_DTYPE_F32;
+
 static void sync_ok(side_t *x)
 {
     zs_err_t err;
@@ -107,6 +113,7 @@ static void side_init(side_t *x, const char *name, zs_dev_t *dev, zs_gpt_config_
     x->T = T;
     TEST_OK(zs_dev_stream_create(dev, 0, "compute", &x->s, &err), err);
     TEST_OK(zs_gpt_create(&c, B, 1, &x->g, &err), err);
+    TEST_OK(zs_gpt_set_compute(x->g, g_gemm_dt, &err), err);
     x->m = zs_gpt_model(x->g);
     x->P = zs_gpt_num_params(&c);
     x->off = calloc((size_t)x->m->nlayers + 1, sizeof *x->off);
@@ -348,6 +355,70 @@ static void adam_steps(void)
     free(w);
 }
 
+/* ---- 4. mixed-precision GEMMs ---- */
+
+static double rms_diff(const float *a, const float *b, size_t n)
+{
+    double s = 0;
+    for (size_t i = 0; i < n; i++)
+        s += ((double)a[i] - b[i]) * ((double)a[i] - b[i]);
+    return n ? sqrt(s / (double)n) : 0;
+}
+
+/* One step with bf16 / fp16 GEMMs on CUDA and on the CPU (zs_op_*_mixed),
+ * and on the CPU with fp32 GEMMs. Each side rounds its own fp32
+ * intermediates, and an ulp of difference near a rounding tie sends a value
+ * to the other 16-bit neighbour, which the model amplifies (test_gpt.c
+ * measured the same against torch), so the check is the one test_gpt holds
+ * the CPU to against torch: CUDA is min_ratio times closer (RMS) to the CPU
+ * with the same rounding than to the CPU with fp32 GEMMs, for the logits and
+ * the gradients. Then the CUDA step again from scratch: bitwise equal. */
+static void mixed_step(const char *label, zs_gpt_config_t c, int B, int T, float perturb, int dt,
+                       double min_ratio)
+{
+    float *w = make_weights(c, perturb);
+    size_t N = (size_t)B * T, nlog = N * (size_t)c.vocab;
+    uint64_t P = zs_gpt_num_params(&c);
+    int32_t *in = malloc(N * sizeof *in), *tg = malloc(N * sizeof *tg);
+    float *l[4], *g[4];
+    double loss[4];
+    TEST_CHECK(in && tg);
+    make_tokens((int)N, c.vocab, in, tg);
+    /* 0: cuda mixed, 1: cpu mixed, 2: cpu fp32, 3: cuda mixed again */
+    for (int k = 0; k < 4; k++) {
+        side_t x;
+        l[k] = malloc(nlog * sizeof(float)), g[k] = malloc(P * sizeof(float));
+        TEST_CHECK(l[k] && g[k]);
+        g_gemm_dt = k == 2 ? ZS_DTYPE_F32 : dt;
+        side_init(&x, k == 1 || k == 2 ? "cpu" : "cuda", k == 1 || k == 2 ? g_cpu : g_gpu, c, B, T,
+                  w);
+        loss[k] = side_step(&x, in, tg, l[k], g[k]);
+        side_free(&x);
+    }
+    g_gemm_dt = ZS_DTYPE_F32;
+    double lm = rms_diff(l[0], l[1], nlog), lp = rms_diff(l[0], l[2], nlog);
+    double gm = rms_diff(g[0], g[1], P), gp = rms_diff(g[0], g[2], P);
+    printf("4. %s, %s GEMMs: L=%d NH=%d C=%d V=%d B=%d T=%d\n", label, zs_dtype_name(dt), c.layers,
+           c.heads, c.width, c.vocab, B, T);
+    printf("    loss      cuda %.7f cpu same rounding %.7f cpu fp32 GEMMs %.7f\n", loss[0], loss[1],
+           loss[2]);
+    printf("    logits    rms vs cpu same rounding %.3g, vs cpu fp32 GEMMs %.3g (%.1fx)\n", lm, lp,
+           lp / fmax(lm, 1e-30));
+    printf("    gradients rms vs cpu same rounding %.3g, vs cpu fp32 GEMMs %.3g (%.1fx)\n", gm, gp,
+           gp / fmax(gm, 1e-30));
+    TEST_CHECKF(lm * min_ratio <= lp, "logits: rms %.3g from the same rounding, %.3g from fp32", lm,
+                lp);
+    TEST_CHECKF(gm * min_ratio <= gp, "gradients: rms %.3g from the same rounding, %.3g from fp32",
+                gm, gp);
+    TEST_CHECKF(memcmp(l[0], l[3], nlog * sizeof(float)) == 0 &&
+                    memcmp(g[0], g[3], P * sizeof(float)) == 0,
+                "two %s CUDA steps differ: not deterministic", zs_dtype_name(dt));
+    printf("    two CUDA steps from scratch: logits and gradients bitwise equal\n");
+    for (int k = 0; k < 4; k++)
+        free(l[k]), free(g[k]);
+    free(w), free(in), free(tg);
+}
+
 int main(void)
 {
     setvbuf(stdout, NULL, _IONBF, 0);
@@ -380,6 +451,12 @@ int main(void)
     one_step("GPT-2 width and vocabulary, 1 layer", (zs_gpt_config_t){1, 12, 768, 64, 50257}, 2, 64,
              0.0f);
     adam_steps();
+    mixed_step("wider, odd V, T < ctx", (zs_gpt_config_t){2, 4, 64, 64, 97}, 4, 48, 0.05f,
+               ZS_DTYPE_BF16, 3);
+    mixed_step("wider, odd V, T < ctx", (zs_gpt_config_t){2, 4, 64, 64, 97}, 4, 48, 0.05f,
+               ZS_DTYPE_F16, 1.4);
+    mixed_step("GPT-2 width and vocabulary, 1 layer", (zs_gpt_config_t){1, 12, 768, 64, 50257}, 2,
+               64, 0.0f, ZS_DTYPE_BF16, 3);
     zs_dev_destroy(g_gpu);
     zs_dev_destroy(g_cpu);
     printf(self_check ? "test_gpt_cuda: harness self-check ok (no GPU was used)\n"
