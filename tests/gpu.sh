@@ -101,7 +101,8 @@ pack() {
     [ -f "$build/CMakeCache.txt" ] || cmake -S "$here" -B "$build" -DCMAKE_BUILD_TYPE=RelWithDebInfo \
         || die "configure failed"
     grep -q '^CMAKE_CUDA_COMPILER:' "$build/CMakeCache.txt" || die "no nvcc: CUDA parts are off"
-    cmake --build "$build" -j2 --target $GPU_BINS || die "build failed"
+    # (ZS_PACK_NO_BUILD=1: take what is built, as test_gpu_carry does)
+    [ -n "${ZS_PACK_NO_BUILD:-}" ] || cmake --build "$build" -j2 --target $GPU_BINS || die "build failed"
     rm -rf "${carry:?}/bin" "${carry:?}/debs" "${carry:?}/root"
     mkdir -p "$carry/bin" "$carry/debs"
     local b f
@@ -180,29 +181,45 @@ run_one() {
     rm -f "$log"
 }
 
-run() {
+# Unpack the carry's .deb files under $carry/root (once; pack removes it).
+unpack() {
     [ -d "$carry/bin" ] || die "$carry/bin is missing: run 'tests/gpu.sh pack' on a dev machine"
     carry=$(cd "$carry" && pwd)
-    local root=$carry/root f
-    if [ ! -d "$root/usr" ]; then
-        mkdir -p "$root"
-        for f in "$carry"/debs/*.deb; do dpkg -x "$f" "$root" || die "dpkg -x $f failed"; done
-    fi
-    local lib dirs="" missing=""
+    root=$carry/root
+    [ -d "$root/usr" ] && return
+    local f
+    mkdir -p "$root"
+    for f in "$carry"/debs/*.deb; do dpkg -x "$f" "$root" || die "dpkg -x $f failed"; done
+}
+
+# Export the environment that makes the carried libraries and Open MPI the
+# ones loaded: LD_LIBRARY_PATH (the carry's library folders first, then the
+# machine's CUDA folders found by find_lib), OPAL_PREFIX, PMIX_PREFIX, PATH
+# and MPI_ENV. Sets cuda_dirs and cuda_missing for the results file.
+carry_env() {
+    local lib f
+    cuda_dirs="" cuda_missing=""
     for lib in libcudart.so.13 libcublasLt.so.13 libnccl.so.2; do
         f=$(find_lib "$lib")
         if [ -n "$f" ]; then
-            case ":$dirs:" in *":$f:"*) ;; *) dirs=$dirs${dirs:+:}$f ;; esac
+            case ":$cuda_dirs:" in *":$f:"*) ;; *) cuda_dirs=$cuda_dirs${cuda_dirs:+:}$f ;; esac
         else
-            missing="$missing $lib"
+            cuda_missing="$cuda_missing $lib"
         fi
     done
-    [ -z "$missing" ] || echo "gpu.sh: not found:$missing (set CUDA_LIB_DIR / NCCL_LIB_DIR)" >&2
+    [ -z "$cuda_missing" ] || echo "gpu.sh: not found:$cuda_missing (set CUDA_LIB_DIR / NCCL_LIB_DIR)" >&2
     local ml=$root/usr/lib/x86_64-linux-gnu
     # (Debian 12 still ships a few libraries in /lib: libbz2, ...)
-    export LD_LIBRARY_PATH=$ml:$root/lib/x86_64-linux-gnu:$ml/openmpi/lib:$ml/openblas-pthread:${dirs:+$dirs:}${LD_LIBRARY_PATH:-}
+    # (no empty entry at the end: that would mean the current folder)
+    export LD_LIBRARY_PATH=$ml:$root/lib/x86_64-linux-gnu:$ml/openmpi/lib:$ml/openblas-pthread${cuda_dirs:+:$cuda_dirs}${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
     export OPAL_PREFIX=$root/usr PMIX_PREFIX=$ml/pmix2 PATH=$root/usr/bin:$PATH
     export "${MPI_ENV[@]}"
+}
+
+run() {
+    unpack
+    carry_env
+    local f dirs=$cuda_dirs missing=$cuda_missing
     local mpirun=$root/usr/bin/orterun bin=$carry/bin
     results_header "prebuilt binaries from $carry, --only $only"
     {
@@ -250,6 +267,15 @@ build() {
 
 case "$cmd" in
 pack) pack; exit 0 ;;
+env)
+    # For scripts: `eval "$(tests/gpu.sh env CARRY)"` sets what run sets.
+    unpack
+    carry_env
+    for v in LD_LIBRARY_PATH OPAL_PREFIX PMIX_PREFIX PATH "${MPI_ENV[@]%%=*}"; do
+        printf 'export %s=%q\n' "$v" "${!v}"
+    done
+    exit 0 ;;
+check) unpack; exec "$here/tests/gpu_carry_check.sh" "$carry" ;;
 run) run ;;
 build) build ;;
 *) die "usage: tests/gpu.sh [pack|run|build] [CARRY] [--out FILE] [--only tests|bench]" ;;
