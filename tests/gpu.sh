@@ -69,8 +69,10 @@ fi
 
 GPU_TESTS="test_dev_cuda test_cuda_ops test_gpt_cuda test_nccl_boot test_train_cuda"
 GPU_BINS="$GPU_TESTS zs-train zs-server bench_gpt"
-# Open MPI's launcher and plugins (dlopen'ed, so ldd does not see them).
-MPI_DEBS="libopenmpi3 openmpi-bin openmpi-common libpmix2 libhwloc15 libevent-2.1-7 \
+# Open MPI's launcher and plugins (dlopen'ed, so ldd does not see them), and
+# what those plugins need: libpmix (with libmunge: without it mca_pmix_ext3x
+# does not load and orterun stops in orte_init; `gpu.sh check` found it).
+MPI_DEBS="libopenmpi3 openmpi-bin openmpi-common libpmix2 libmunge2 libhwloc15 libevent-2.1-7 \
 libevent-core-2.1-7 libevent-pthreads-2.1-7"
 # Present on any machine that runs CUDA; carrying them would shadow newer ones.
 SYSTEM_DEBS="libc6 libgcc-s1 libstdc++6 zlib1g"
@@ -275,10 +277,19 @@ env)
         printf 'export %s=%q\n' "$v" "${!v}"
     done
     exit 0 ;;
-check) unpack; exec "$here/tests/gpu_carry_check.sh" "$carry" ;;
+check)
+    # The unpacked root (~100 MiB) is removed again when check made it: the
+    # carry must stay under 64 MiB to travel.
+    fresh=1
+    [ -d "$carry/root/usr" ] && fresh=
+    unpack
+    "$here/tests/gpu_carry_check.sh" "$carry"
+    rc=$?
+    [ -n "$fresh" ] && rm -rf "${carry:?}/root"
+    exit $rc ;;
 run) run ;;
 build) build ;;
-*) die "usage: tests/gpu.sh [pack|run|build] [CARRY] [--out FILE] [--only tests|bench]" ;;
+*) die "usage: tests/gpu.sh [pack|check|run|build|env] [CARRY] [--out FILE] [--only tests|bench]" ;;
 esac
 echo "gpu.sh: results in $out ($fails failed)"
 [ "$fails" -eq 0 ]

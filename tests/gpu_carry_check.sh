@@ -274,8 +274,18 @@ else
 fi
 cleanup
 
+# When Open MPI failed, say which of its plugins did not load and why (the
+# run above keeps those errors quiet: the skipped transports would flood it).
+if grep -qs 'orte_init failed' "$work/train.log" "$work/gpu-results.txt"; then
+    echo "Open MPI's plugins that failed to load (orterun -np 1 true, load errors shown):"
+    OMPI_MCA_mca_base_component_show_load_errors=1 timeout 60 "$root/usr/bin/orterun" -np 1 true 2>&1 \
+        | grep -B1 -A1 'file too short\|cannot open\|not found' | grep -v '^--$' \
+        | grep -iv 'ucx\|ofi\|openib\|psm' | sed 's/^/  /' | head -20
+fi
+
 if [ ${#problems[@]} -gt 0 ]; then
     echo "gpu.sh check: FAIL: $carry is not self-contained (${#problems[@]} problems above)"
     exit 1
 fi
-echo "gpu.sh check: OK: $carry ($(du -sm "$carry" | cut -f1) MiB) is self-contained"
+echo "gpu.sh check: OK: $carry is self-contained ($(du -cm "$carry/bin" "$carry/debs" | tail -1 | cut -f1)" \
+    "MiB packed, $(du -sm "$root" | cut -f1) MiB unpacked)"
