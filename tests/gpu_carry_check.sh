@@ -138,18 +138,17 @@ if [ -z "${ZS_CARRY_NS:-}" ]; then
     : > "$work/dirs"
     xargs -d '\n' -r dpkg -S < "$work/cand" 2> /dev/null | while IFS= read -r line; do
         d=${line#*: } owners=${line%%: *}
-        [ -z "$(tr ', ' '\n\n' <<< "$owners" | sed '/^$/d; s/:.*//' | grep -vxF -f "$work/pkgs")" ] || continue
+        sed 's/, /\n/g; s/:[^\n]*//g' <<< "$owners" | grep -qvxF -f "$work/pkgs" && continue
         [ -z "$(find "$d" -mindepth 1 | grep -vxF -f "$work/owned" | head -1)" ] || continue
         echo "$d"
     done | sort | awk 'top == "" || index($0, top "/") != 1 { print; top = $0 }' > "$work/dirs"
     # Plugin folders that carried libraries read at a fixed path but whose
     # package is not carried (libhwloc15 loads libhwloc-plugins' hwloc_pci,
     # ...): a GPU machine need not have them either.
-    for d in /usr/lib/x86_64-linux-gnu/hwloc; do
-        [ -d "$d" ] && ! grep -qxF "$d" "$work/dirs" && echo "$d" >> "$work/dirs"
-    done
+    d=/usr/lib/x86_64-linux-gnu/hwloc
+    [ -d "$d" ] && ! grep -qxF "$d" "$work/dirs" && echo "$d" >> "$work/dirs"
     while read -r f; do
-        [ -f "$f" ] && [ ! -L "$f" ] || continue
+        if [ ! -f "$f" ] || [ -L "$f" ]; then continue; fi
         awk -v f="$f" 'index(f, $0 "/") == 1 { found = 1 } END { exit !found }' "$work/dirs" || echo "$f"
     done < "$work/owned" > "$work/files"
     # Libraries that the carried executables and plugins resolve to files of
@@ -212,7 +211,7 @@ while read -r f; do
     nbad=$((nbad + 1))
     problem "ldd $(basename "$f") loads what the carry lacks:"$'\n'"$bad"
 done < <(carried_bins)
-[ $nbad -eq 0 ] && echo "1. ldd: the $(ls "$carry/bin" | wc -w) binaries, orterun and orted load only the" \
+[ $nbad -eq 0 ] && echo "1. ldd: the $(find "$carry/bin" -type f | wc -l) binaries, orterun and orted load only the" \
     "carry's, CUDA's and glibc/libstdc++/libgcc_s/libz"
 plug=$(carried_plugins | while read -r f; do
     b=$(awk -v f="$f" '$1 == f { print $2 }' "$work/foreign" | paste -sd ' ')
@@ -240,7 +239,7 @@ done < <(grep '^== ' "$work/gpu-results.txt" 2> /dev/null)
 # 3. CPU smoke: the carried zs-server and orterun -np 2 zs-train.
 (
     eval "$env_sh"
-    le() { local i; for ((i = 0; i < $2; i++)); do printf "\\x$(printf %02x $((($1 >> (8 * i)) & 255)))"; done; }
+    le() { local i; for ((i = 0; i < $2; i++)); do printf '%b' "\\x$(printf %02x $((($1 >> (8 * i)) & 255)))"; done; }
     text="the carried binaries train a small model on a machine without our libraries. "
     text=$text$text$text$text$text$text$text$text
     n=${#text}
