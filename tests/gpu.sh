@@ -11,8 +11,20 @@
 #   Debian packages of every shared library they load that a GPU machine
 #   lacks: found with ldd on the binaries and dpkg -S (libc, libstdc++,
 #   libgcc and zlib are left to the machine; CUDA's libraries are the
-#   machine's), plus Open MPI's launcher and plugins. About 27 MiB; the
-#   script refuses to pack more than 64 MiB.
+#   machine's), plus Open MPI's launcher and plugins and what they need
+#   (libpmix, libmunge). About 31 MiB; the script refuses to pack more than
+#   64 MiB. ZS_PACK_NO_BUILD=1 packs what is built without building.
+#
+#   and, still here, as root:
+#     tests/gpu.sh check [.gpu-carry]
+#   checks that the carry is self-contained (tests/gpu_carry_check.sh; ctest
+#   test_gpu_carry packs and checks a temporary one): in a private mount
+#   namespace with every file of the carried packages hidden, the carried
+#   binaries must load (ldd) with only the carry, CUDA and glibc/libstdc++/
+#   libgcc_s/libz, `run` must end each step PASS or SKIP, and the carried
+#   orterun -np 2 zs-train --device cpu must train against the carried
+#   zs-server. Nothing runs on a GPU; `tests/gpu.sh env` prints the
+#   environment `run` sets, for such scripts.
 #
 #   there (a machine with a GPU, CUDA 13 and a driver, no package registry):
 #     tests/gpu.sh run [.gpu-carry] [--out FILE] [--only tests|bench]
