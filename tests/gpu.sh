@@ -11,8 +11,20 @@
 #   Debian packages of every shared library they load that a GPU machine
 #   lacks: found with ldd on the binaries and dpkg -S (libc, libstdc++,
 #   libgcc and zlib are left to the machine; CUDA's libraries are the
-#   machine's), plus Open MPI's launcher and plugins. About 27 MiB; the
-#   script refuses to pack more than 64 MiB.
+#   machine's), plus Open MPI's launcher and plugins and what they need
+#   (libpmix, libmunge). About 31 MiB; the script refuses to pack more than
+#   64 MiB. ZS_PACK_NO_BUILD=1 packs what is built without building.
+#
+#   and, still here, as root:
+#     tests/gpu.sh check [.gpu-carry]
+#   checks that the carry is self-contained (tests/gpu_carry_check.sh; ctest
+#   test_gpu_carry packs and checks a temporary one): in a private mount
+#   namespace with every file of the carried packages hidden, the carried
+#   binaries must load (ldd) with only the carry, CUDA and glibc/libstdc++/
+#   libgcc_s/libz, `run` must end each step PASS or SKIP, and the carried
+#   orterun -np 2 zs-train --device cpu must train against the carried
+#   zs-server. Nothing runs on a GPU; `tests/gpu.sh env` prints the
+#   environment `run` sets, for such scripts.
 #
 #   there (a machine with a GPU, CUDA 13 and a driver, no package registry):
 #     tests/gpu.sh run [.gpu-carry] [--out FILE] [--only tests|bench]
@@ -69,8 +81,10 @@ fi
 
 GPU_TESTS="test_dev_cuda test_cuda_ops test_gpt_cuda test_nccl_boot test_train_cuda"
 GPU_BINS="$GPU_TESTS zs-train zs-server bench_gpt"
-# Open MPI's launcher and plugins (dlopen'ed, so ldd does not see them).
-MPI_DEBS="libopenmpi3 openmpi-bin openmpi-common libpmix2 libhwloc15 libevent-2.1-7 \
+# Open MPI's launcher and plugins (dlopen'ed, so ldd does not see them), and
+# what those plugins need: libpmix (with libmunge: without it mca_pmix_ext3x
+# does not load and orterun stops in orte_init; `gpu.sh check` found it).
+MPI_DEBS="libopenmpi3 openmpi-bin openmpi-common libpmix2 libmunge2 libhwloc15 libevent-2.1-7 \
 libevent-core-2.1-7 libevent-pthreads-2.1-7"
 # Present on any machine that runs CUDA; carrying them would shadow newer ones.
 SYSTEM_DEBS="libc6 libgcc-s1 libstdc++6 zlib1g"
@@ -101,7 +115,8 @@ pack() {
     [ -f "$build/CMakeCache.txt" ] || cmake -S "$here" -B "$build" -DCMAKE_BUILD_TYPE=RelWithDebInfo \
         || die "configure failed"
     grep -q '^CMAKE_CUDA_COMPILER:' "$build/CMakeCache.txt" || die "no nvcc: CUDA parts are off"
-    cmake --build "$build" -j2 --target $GPU_BINS || die "build failed"
+    # (ZS_PACK_NO_BUILD=1: take what is built, as test_gpu_carry does)
+    [ -n "${ZS_PACK_NO_BUILD:-}" ] || cmake --build "$build" -j2 --target $GPU_BINS || die "build failed"
     rm -rf "${carry:?}/bin" "${carry:?}/debs" "${carry:?}/root"
     mkdir -p "$carry/bin" "$carry/debs"
     local b f
@@ -180,29 +195,45 @@ run_one() {
     rm -f "$log"
 }
 
-run() {
+# Unpack the carry's .deb files under $carry/root (once; pack removes it).
+unpack() {
     [ -d "$carry/bin" ] || die "$carry/bin is missing: run 'tests/gpu.sh pack' on a dev machine"
     carry=$(cd "$carry" && pwd)
-    local root=$carry/root f
-    if [ ! -d "$root/usr" ]; then
-        mkdir -p "$root"
-        for f in "$carry"/debs/*.deb; do dpkg -x "$f" "$root" || die "dpkg -x $f failed"; done
-    fi
-    local lib dirs="" missing=""
+    root=$carry/root
+    [ -d "$root/usr" ] && return
+    local f
+    mkdir -p "$root"
+    for f in "$carry"/debs/*.deb; do dpkg -x "$f" "$root" || die "dpkg -x $f failed"; done
+}
+
+# Export the environment that makes the carried libraries and Open MPI the
+# ones loaded: LD_LIBRARY_PATH (the carry's library folders first, then the
+# machine's CUDA folders found by find_lib), OPAL_PREFIX, PMIX_PREFIX, PATH
+# and MPI_ENV. Sets cuda_dirs and cuda_missing for the results file.
+carry_env() {
+    local lib f
+    cuda_dirs="" cuda_missing=""
     for lib in libcudart.so.13 libcublasLt.so.13 libnccl.so.2; do
         f=$(find_lib "$lib")
         if [ -n "$f" ]; then
-            case ":$dirs:" in *":$f:"*) ;; *) dirs=$dirs${dirs:+:}$f ;; esac
+            case ":$cuda_dirs:" in *":$f:"*) ;; *) cuda_dirs=$cuda_dirs${cuda_dirs:+:}$f ;; esac
         else
-            missing="$missing $lib"
+            cuda_missing="$cuda_missing $lib"
         fi
     done
-    [ -z "$missing" ] || echo "gpu.sh: not found:$missing (set CUDA_LIB_DIR / NCCL_LIB_DIR)" >&2
+    [ -z "$cuda_missing" ] || echo "gpu.sh: not found:$cuda_missing (set CUDA_LIB_DIR / NCCL_LIB_DIR)" >&2
     local ml=$root/usr/lib/x86_64-linux-gnu
     # (Debian 12 still ships a few libraries in /lib: libbz2, ...)
-    export LD_LIBRARY_PATH=$ml:$root/lib/x86_64-linux-gnu:$ml/openmpi/lib:$ml/openblas-pthread:${dirs:+$dirs:}${LD_LIBRARY_PATH:-}
+    # (no empty entry at the end: that would mean the current folder)
+    export LD_LIBRARY_PATH=$ml:$root/lib/x86_64-linux-gnu:$ml/openmpi/lib:$ml/openblas-pthread${cuda_dirs:+:$cuda_dirs}${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
     export OPAL_PREFIX=$root/usr PMIX_PREFIX=$ml/pmix2 PATH=$root/usr/bin:$PATH
     export "${MPI_ENV[@]}"
+}
+
+run() {
+    unpack
+    carry_env
+    local f dirs=$cuda_dirs missing=$cuda_missing
     local mpirun=$root/usr/bin/orterun bin=$carry/bin
     results_header "prebuilt binaries from $carry, --only $only"
     {
@@ -250,9 +281,27 @@ build() {
 
 case "$cmd" in
 pack) pack; exit 0 ;;
+env)
+    # For scripts: `eval "$(tests/gpu.sh env CARRY)"` sets what run sets.
+    unpack
+    carry_env
+    for v in LD_LIBRARY_PATH OPAL_PREFIX PMIX_PREFIX PATH "${MPI_ENV[@]%%=*}"; do
+        printf 'export %s=%q\n' "$v" "${!v}"
+    done
+    exit 0 ;;
+check)
+    # The unpacked root (~100 MiB) is removed again when check made it: the
+    # carry must stay under 64 MiB to travel.
+    fresh=1
+    [ -d "$carry/root/usr" ] && fresh=
+    unpack
+    "$here/tests/gpu_carry_check.sh" "$carry"
+    rc=$?
+    [ -n "$fresh" ] && rm -rf "${carry:?}/root"
+    exit $rc ;;
 run) run ;;
 build) build ;;
-*) die "usage: tests/gpu.sh [pack|run|build] [CARRY] [--out FILE] [--only tests|bench]" ;;
+*) die "usage: tests/gpu.sh [pack|check|run|build|env] [CARRY] [--out FILE] [--only tests|bench]" ;;
 esac
 echo "gpu.sh: results in $out ($fails failed)"
 [ "$fails" -eq 0 ]
