@@ -83,6 +83,7 @@ static void usage(FILE *f)
                "  --dtype fp32|bf16    parameter/gradient storage (default fp32)\n"
                "  --bucket N           reduce_bucket_size in elements (default DeepSpeed's)\n"
                "  --persist N          stage3_param_persistence_threshold (default DeepSpeed's)\n"
+               "  --max-live N         stage3_max_live_parameters (default DeepSpeed's)\n"
                "  --max-layers N       upper end of the search (default 1024)\n"
                "  --time-limit S       stop searching after S seconds (default: cpu none, cuda "
                "540)\n"
@@ -197,6 +198,8 @@ static int parse_args(int argc, char **argv, zs__fit_opts_t *o)
             o->bucket = atoll(v);
         else if (!strcmp(a, "--persist"))
             o->persist = atoll(v);
+        else if (!strcmp(a, "--max-live"))
+            o->max_live = atoll(v);
         else if (!strcmp(a, "--max-layers"))
             o->max_layers = atoi(v);
         else if (!strcmp(a, "--time-limit"))
@@ -305,52 +308,32 @@ static void run_trial(const zs__fit_opts_t *o, int stage, int width, int layers,
         snprintf(r->msg, sizeof r->msg, "mkdtemp: %s", strerror(errno));
         return;
     }
-    char a[16][32];
-    snprintf(a[0], 32, "%s", o->cuda ? "cuda" : "cpu");
-    snprintf(a[1], 32, "%llu", (unsigned long long)o->mem_limit);
-    snprintf(a[2], 32, "%d", stage), snprintf(a[3], 32, "%d", width);
-    snprintf(a[4], 32, "%d", layers), snprintf(a[5], 32, "%d", o->head_size);
-    snprintf(a[6], 32, "%d", o->batch), snprintf(a[7], 32, "%d", o->ctx);
-    snprintf(a[8], 32, "%d", o->vocab), snprintf(a[9], 32, "%lld", (long long)o->bucket);
-    snprintf(a[10], 32, "%lld", (long long)o->persist), snprintf(a[11], 32, "%d", o->nservers);
-    snprintf(a[12], 32, "%d", o->server_threads), snprintf(a[13], 32, "%d", o->threads);
-    const char *argv[] = {self_exe,
-                          "--trial",
-                          "--device",
-                          a[0],
-                          "--mem-limit",
-                          a[1],
-                          "--stage",
-                          a[2],
-                          "--width",
-                          a[3],
-                          "--layers",
-                          a[4],
-                          "--head-size",
-                          a[5],
-                          "--batch",
-                          a[6],
-                          "--ctx",
-                          a[7],
-                          "--vocab",
-                          a[8],
-                          "--bucket",
-                          a[9],
-                          "--persist",
-                          a[10],
-                          "--servers",
-                          a[11],
-                          "--server-threads",
-                          a[12],
-                          "--threads",
-                          a[13],
-                          "--dtype",
-                          o->bf16 ? "bf16" : "fp32",
-                          "--server-bin",
-                          o->server_bin,
-                          "--workdir",
-                          dir,
-                          NULL};
+    /* the trial's command line: flag, value pairs */
+    char v[16][32];
+    const char *argv[48] = {self_exe, "--trial"};
+    int na = 2, nv = 0;
+#define ARG(flag, ...)                                                                             \
+    (snprintf(v[nv], sizeof v[nv], __VA_ARGS__), argv[na++] = (flag), argv[na++] = v[nv++])
+    ARG("--device", "%s", o->cuda ? "cuda" : "cpu");
+    ARG("--mem-limit", "%llu", (unsigned long long)o->mem_limit);
+    ARG("--stage", "%d", stage);
+    ARG("--width", "%d", width);
+    ARG("--layers", "%d", layers);
+    ARG("--head-size", "%d", o->head_size);
+    ARG("--batch", "%d", o->batch);
+    ARG("--ctx", "%d", o->ctx);
+    ARG("--vocab", "%d", o->vocab);
+    ARG("--bucket", "%lld", (long long)o->bucket);
+    ARG("--persist", "%lld", (long long)o->persist);
+    ARG("--max-live", "%lld", (long long)o->max_live);
+    ARG("--servers", "%d", o->nservers);
+    ARG("--server-threads", "%d", o->server_threads);
+    ARG("--threads", "%d", o->threads);
+    ARG("--dtype", "%s", o->bf16 ? "bf16" : "fp32");
+#undef ARG
+    argv[na++] = "--server-bin", argv[na++] = o->server_bin;
+    argv[na++] = "--workdir", argv[na++] = dir;
+    argv[na] = NULL;
     int fd[2];
     double t0 = zs_bench_now();
     pid_t pid = -1;
@@ -427,7 +410,8 @@ static void progress(int stage, const zs__fit_result_t *r)
     if (r->gpu_used)
         printf(", cudaMemGetInfo used %.2f GiB", r->gpu_used / GIB);
     if (!strcmp(r->status, "fit"))
-        printf(", init %.1f s, steps %.2f + %.2f s", r->init_s, r->step_s[0], r->step_s[1]);
+        printf(", init %.1f s (start %.1f), steps %.2f + %.2f s", r->init_s, r->start_s,
+               r->step_s[0], r->step_s[1]);
     printf(" [%.1f s]", r->wall_s);
     if (r->msg[0])
         printf("\n       %s", r->msg);
@@ -664,8 +648,10 @@ int main(int argc, char **argv)
     fflush(stdout);
     row_t rows[2 * FIT_MAX_WIDTHS];
     int nrows = 0, cut = 0;
-    for (int s = 0; s < o.nstages && !cut; s++)
-        for (int k = 0; k < o.nwidths && !cut; k++) {
+    /* width outer, stage inner: when the time budget cuts the search, the
+     * widths done have both configurations side by side */
+    for (int k = 0; k < o.nwidths && !cut; k++)
+        for (int s = 0; s < o.nstages && !cut; s++) {
             row_t *w = &rows[nrows++];
             cut = search(&o, o.stages[s], o.widths[k], w) != 0;
             const zs__fit_result_t *b = &w->best;

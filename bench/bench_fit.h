@@ -43,6 +43,7 @@ typedef struct zs__fit_opts {
     int bf16;           /* --dtype bf16 */
     int64_t bucket;     /* reduce_bucket_size elements (0: DeepSpeed's default) */
     int64_t persist;    /* stage3_param_persistence_threshold (-1: default) */
+    int64_t max_live;   /* stage3_max_live_parameters (0: default) */
     int max_layers;     /* upper end of the search */
     double host_margin; /* fraction of MemAvailable a trial may plan to use */
     /* --trial */
@@ -63,6 +64,7 @@ typedef struct zs__fit_result {
     uint64_t gpu_used;               /* cudaMemGetInfo total - free after step 2 */
     uint64_t rss_hwm, srv_hwm;       /* VmHWM of the trial / sum of its servers */
     double init_s, step_s[2], tok_s; /* engine create + start; steps; B*T/step 2 */
+    double start_s;                  /* zs_engine_start alone (init_params + Initialize) */
     double loss[2];
     double wall_s; /* whole trial as the search saw it */
     char msg[FIT_MSG_MAX];

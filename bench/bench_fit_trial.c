@@ -16,8 +16,8 @@
  * allocator's peaks (held and per category), on CUDA the driver's used
  * bytes after step 2, VmHWM of this process and of the servers, the init
  * and step times. An error with ZS_ERR_NOMEM whose message says "out of
- * device memory" (the CUDA allocator's and the CPU limit's wording) is the
- * "oom" result; every other failure is "error" with its message.
+ * device memory" (the CUDA allocator's) or naming the CPU device's limit is
+ * the "oom" result; every other failure is "error" with its message.
  *
  * Does not: clean up after a failure (the process ends; the servers die
  * with it through PR_SET_PDEATHSIG, the search removes the work dir).
@@ -60,11 +60,11 @@ void zs__fit_result_print(const zs__fit_result_t *r, FILE *f)
         fprintf(f, "%s%llu", k ? "," : "", (unsigned long long)r->peak[k]);
     fprintf(f,
             " pinned_peak=%llu dev_cap=%llu gpu_used=%llu rss_hwm=%llu srv_hwm=%llu init_s=%.3f "
-            "step1_s=%.3f step2_s=%.3f tok_s=%.1f loss1=%.6g loss2=%.6g msg=",
+            "start_s=%.3f step1_s=%.3f step2_s=%.3f tok_s=%.1f loss1=%.6g loss2=%.6g msg=",
             (unsigned long long)r->pinned_peak, (unsigned long long)r->dev_cap,
             (unsigned long long)r->gpu_used, (unsigned long long)r->rss_hwm,
-            (unsigned long long)r->srv_hwm, r->init_s, r->step_s[0], r->step_s[1], r->tok_s,
-            r->loss[0], r->loss[1]);
+            (unsigned long long)r->srv_hwm, r->init_s, r->start_s, r->step_s[0], r->step_s[1],
+            r->tok_s, r->loss[0], r->loss[1]);
     for (const char *p = r->msg; *p; p++) /* one line */
         fputc(*p == '\n' || *p == '\r' ? ' ' : *p, f);
     fputc('\n', f);
@@ -79,11 +79,12 @@ int zs__fit_result_parse(const char *line, zs__fit_result_t *r)
     if (sscanf(line,
                "status=%15s params=%llu layers=%d width=%d held_peak=%llu "
                "peak=%llu,%llu,%llu,%llu,%llu,%llu,%llu pinned_peak=%llu dev_cap=%llu "
-               "gpu_used=%llu rss_hwm=%llu srv_hwm=%llu init_s=%lf step1_s=%lf step2_s=%lf "
+               "gpu_used=%llu rss_hwm=%llu srv_hwm=%llu init_s=%lf start_s=%lf step1_s=%lf "
+               "step2_s=%lf "
                "tok_s=%lf loss1=%lf loss2=%lf msg=%n",
                r->status, &params, &r->layers, &r->width, &held, &pk[0], &pk[1], &pk[2], &pk[3],
-               &pk[4], &pk[5], &pk[6], &pin, &cap, &used, &hwm, &shwm, &r->init_s, &r->step_s[0],
-               &r->step_s[1], &r->tok_s, &r->loss[0], &r->loss[1], &n) != 23 ||
+               &pk[4], &pk[5], &pk[6], &pin, &cap, &used, &hwm, &shwm, &r->init_s, &r->start_s,
+               &r->step_s[0], &r->step_s[1], &r->tok_s, &r->loss[0], &r->loss[1], &n) != 24 ||
         n == 0)
         return -1;
     _Static_assert(ZS_MEM_NCATS == 7, "the FIT-RESULT line has 7 categories");
@@ -252,6 +253,9 @@ static int run(const zs__fit_opts_t *o, zs__fit_result_t *r, zs_err_t *err)
     if (o->bucket > 0)
         len += snprintf(extra + len, sizeof extra - len, ", \"reduce_bucket_size\": %lld",
                         (long long)o->bucket);
+    if (o->max_live > 0)
+        len += snprintf(extra + len, sizeof extra - len, ", \"stage3_max_live_parameters\": %lld",
+                        (long long)o->max_live);
     if (o->persist >= 0)
         len += snprintf(extra + len, sizeof extra - len,
                         ", \"stage3_param_persistence_threshold\": %lld", (long long)o->persist);
@@ -273,8 +277,12 @@ static int run(const zs__fit_opts_t *o, zs__fit_result_t *r, zs_err_t *err)
         (rc = zs_gpt_set_fixed_tokens(g, in, tg, B, err)))
         goto out;
     zs_engine_opts_t eo = {&cfg, coll, sv.list, NULL, "bench-fit", 600000, 0};
-    if ((rc = zs_engine_create(&eo, zs_gpt_model(g), &e, err)) || (rc = zs_engine_start(e, err)))
+    if ((rc = zs_engine_create(&eo, zs_gpt_model(g), &e, err)))
         goto out;
+    double t_start = zs_bench_now();
+    if ((rc = zs_engine_start(e, err)))
+        goto out;
+    r->start_s = zs_bench_now() - t_start;
     r->init_s = zs_bench_now() - t0;
     for (int s = 0; s < 2; s++) {
         zs_step_stats_t st;
@@ -329,7 +337,11 @@ int zs__fit_trial(const zs__fit_opts_t *o)
                  ? zs_err_set(&err, ZS_ERR_INTERNAL, "MPI gives thread level %d", provided)
                  : run(o, &r, &err);
     int status = FIT_EXIT_FIT;
-    if (rc == ZS_ERR_NOMEM && strstr(err.msg, "out of device memory"))
+    /* out of memory = the device's: the CPU limit's refusal, or on CUDA the
+     * allocator's (a cudaMalloc that failed, or the optional limit); a host
+     * or pinned allocation that failed is an error */
+    if (rc == ZS_ERR_NOMEM && (o->cuda ? strstr(err.msg, "cuda:0: out of device memory") != NULL
+                                       : strstr(err.msg, "the device memory limit is") != NULL))
         status = FIT_EXIT_OOM;
     else if (rc)
         status = FIT_EXIT_ERROR;
