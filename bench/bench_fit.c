@@ -73,7 +73,7 @@ static void usage(FILE *f)
 {
     fprintf(f, "usage: bench_fit --device cpu --mem-limit BYTES [options]\n"
                "       bench_fit --device cuda [--mem-limit BYTES] [options]\n"
-               "  --widths C,C,...     model widths (cpu default 128,256; cuda 2048,4096)\n"
+               "  --widths C,C,...     model widths (cpu default 128,256; cuda 4096,2048)\n"
                "  --head-size N        width / heads (default 64)\n"
                "  --batch B            micro-batch (default 1)\n"
                "  --ctx T              sequence length (default: cpu 64, cuda 1024)\n"
@@ -232,7 +232,7 @@ static int parse_args(int argc, char **argv, zs__fit_opts_t *o)
     if (!o->ctx)
         o->ctx = o->cuda ? 1024 : 64;
     if (!o->nwidths) {
-        int d[2] = {o->cuda ? 2048 : 128, o->cuda ? 4096 : 256};
+        int d[2] = {o->cuda ? 4096 : 128, o->cuda ? 2048 : 256};
         memcpy(o->widths, d, sizeof d);
         o->nwidths = 2;
     }
