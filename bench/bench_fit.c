@@ -502,8 +502,7 @@ static int search(const zs__fit_opts_t *o, int stage, int width, row_t *row)
                          "search cut by --time-limit %.0f s before trying L=%d (a trial of that "
                          "size would take ~%.0f s, %.0f s left)",
                          o->time_limit, L, need, left);
-                row->next_layers = hi;
-                return -1;
+                goto cut;
             }
         }
         uint64_t av2 = mem_available();
@@ -530,8 +529,7 @@ static int search(const zs__fit_opts_t *o, int stage, int width, row_t *row)
             snprintf(row->next, sizeof row->next, "out of device memory");
         } else if (!strcmp(r.status, "timeout")) {
             snprintf(row->note, sizeof row->note, "trial L=%d killed at the --time-limit", L);
-            row->next_layers = hi;
-            return -1;
+            goto cut;
         } else {
             snprintf(row->note, sizeof row->note, "L=%d: %s: %.100s", L, r.status, r.msg);
             hi = L;
@@ -541,6 +539,10 @@ static int search(const zs__fit_opts_t *o, int stage, int width, row_t *row)
     }
     row->next_layers = hi;
     return 0;
+cut: /* what lies between the largest fit and hi was not tried */
+    row->next_layers = lo + 1;
+    snprintf(row->next, sizeof row->next, "not tried (search cut by --time-limit)");
+    return -1;
 }
 
 /* ---- output ------------------------------------------------------------------------- */
