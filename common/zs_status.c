@@ -51,11 +51,16 @@ const char *zs_status_name(int code)
 int zs_err_set(zs_err_t *err, int code, const char *fmt, ...)
 {
     if (err) {
+        /* Formatted aside first: a caller may pass err->msg itself as an
+         * argument (wrapping the message it got), which vsnprintf into
+         * err->msg would read while overwriting it. */
+        char msg[ZS_ERR_MSG_MAX];
         va_list ap;
         va_start(ap, fmt);
-        err->code = code;
-        vsnprintf(err->msg, sizeof err->msg, fmt, ap);
+        vsnprintf(msg, sizeof msg, fmt, ap);
         va_end(ap);
+        err->code = code;
+        memcpy(err->msg, msg, sizeof msg);
     }
     return code;
 }

@@ -8,9 +8,10 @@
  * CUDA device; sumsq is held bitwise to the documented order here. This
  * file adds what is the CPU device's own: exact memory figures (device
  * memory is RAM: the whole block is writable), the vector ops on pools of
- * 1 and 3 threads, accumulate in place, and its refusals of overlapping
- * and oversized vector ops.
+ * 1 and 3 threads, accumulate in place, its refusals of overlapping
+ * and oversized vector ops, and the optional device memory limit.
  */
+#include <pthread.h>
 #include <stdint.h>
 #include <string.h>
 
@@ -91,6 +92,95 @@ static void test_accounting(zs_dev_t *d)
     printf("accounting: ok\n");
 }
 
+/* ---- the device memory limit ------------------------------------------------ */
+
+typedef struct {
+    zs_dev_t *d;
+    void *p[64];
+    int n;
+} racer_t;
+
+/* Allocate 1000-byte device blocks until the limit refuses one. */
+static void *racer(void *arg)
+{
+    racer_t *r = arg;
+    zs_err_t e;
+    while (r->n < 64 &&
+           zs_dev_alloc(r->d, ZS_SPACE_DEVICE, ZS_MEM_SCRATCH, 1000, &r->p[r->n], &e) == ZS_OK)
+        r->n++;
+    return NULL;
+}
+
+/* zs_dev_cpu_opts_t.device_limit: device blocks beyond the held limit are
+ * refused with ZS_ERR_NOMEM "out of device memory" naming the limit,
+ * nothing is counted for a refusal, the boundary is inclusive, pinned and
+ * host memory are not limited, and threads racing for the last bytes
+ * cannot overshoot it. */
+static void test_limit(void)
+{
+    zs_dev_t *d;
+    zs_dev_cpu_opts_t o = {1, 10000};
+    TEST_OK(zs_dev_cpu_create_opts(&o, &d, &err), err);
+    printf("limited device: %s\n", d->desc);
+    TEST_CHECK(strstr(d->desc, "10000") != NULL);
+    void *a = NULL, *b = NULL, *c = NULL, *x = (void *)1;
+    TEST_OK(zs_dev_alloc(d, ZS_SPACE_DEVICE, ZS_MEM_PARAMS, 6000, &a, &err), err);
+    zs_dev_mem_t m0, m;
+    zs_dev_mem_get(d, &m0);
+    TEST_CHECK(zs_dev_alloc(d, ZS_SPACE_DEVICE, ZS_MEM_ACTIVATIONS, 4001, &x, &err) ==
+               ZS_ERR_NOMEM);
+    TEST_CHECK(x == NULL);
+    printf("  refused: %s\n", err.msg);
+    TEST_CHECK(strstr(err.msg, "out of device memory") != NULL);
+    TEST_CHECK(strstr(err.msg, "limit is 10000 bytes") != NULL);
+    TEST_CHECK(strstr(err.msg, "6000 bytes") != NULL && strstr(err.msg, "activations") != NULL);
+    zs_dev_mem_get(d, &m);
+    TEST_CHECK(memcmp(&m, &m0, sizeof m) == 0);
+    /* not limited: pinned and host memory */
+    TEST_OK(zs_dev_alloc(d, ZS_SPACE_PINNED, ZS_MEM_COMM, 50000, &b, &err), err);
+    TEST_OK(zs_dev_alloc(d, ZS_SPACE_HOST, ZS_MEM_SCRATCH, 50000, &c, &err), err);
+    /* exactly up to the limit, then not one byte more */
+    TEST_OK(zs_dev_alloc(d, ZS_SPACE_DEVICE, ZS_MEM_ACTIVATIONS, 4000, &x, &err), err);
+    void *y = (void *)1;
+    TEST_CHECK(zs_dev_alloc(d, ZS_SPACE_DEVICE, ZS_MEM_SCRATCH, 1, &y, &err) == ZS_ERR_NOMEM);
+    TEST_CHECK(y == NULL);
+    TEST_OK(zs_dev_alloc(d, ZS_SPACE_DEVICE, ZS_MEM_SCRATCH, 0, &y, &err), err);
+    zs_dev_mem_get(d, &m);
+    TEST_CHECK(m.held[ZS_SPACE_DEVICE] == 10000 && m.held_peak[ZS_SPACE_DEVICE] == 10000);
+    /* freed bytes are available again */
+    zs_dev_free(d, a);
+    TEST_OK(zs_dev_alloc(d, ZS_SPACE_DEVICE, ZS_MEM_PARAMS, 6000, &a, &err), err);
+    zs_dev_free(d, a), zs_dev_free(d, b), zs_dev_free(d, c), zs_dev_free(d, x), zs_dev_free(d, y);
+    /* 4 threads race for 10 blocks of 1000 bytes: exactly 10 win */
+    racer_t r[4];
+    pthread_t th[4];
+    memset(r, 0, sizeof r);
+    for (int i = 0; i < 4; i++) {
+        r[i].d = d;
+        TEST_CHECK(pthread_create(&th[i], NULL, racer, &r[i]) == 0);
+    }
+    int won = 0;
+    for (int i = 0; i < 4; i++) {
+        pthread_join(th[i], NULL);
+        won += r[i].n;
+    }
+    zs_dev_mem_get(d, &m);
+    TEST_CHECKF(won == 10 && m.held_peak[ZS_SPACE_DEVICE] == 10000,
+                "%d blocks of 1000 bytes under a 10000-byte limit, held peak %llu", won,
+                (unsigned long long)m.held_peak[ZS_SPACE_DEVICE]);
+    for (int i = 0; i < 4; i++)
+        for (int k = 0; k < r[i].n; k++)
+            zs_dev_free(d, r[i].p[k]);
+    zs_dev_destroy(d);
+    /* no limit: zs_dev_cpu_create's device takes the same block */
+    TEST_OK(zs_dev_cpu_create(1, &d, &err), err);
+    TEST_OK(zs_dev_alloc(d, ZS_SPACE_DEVICE, ZS_MEM_PARAMS, 20000, &a, &err), err);
+    zs_dev_free(d, a);
+    zs_dev_destroy(d);
+    TEST_CHECK(zs_dev_cpu_create_opts(NULL, &d, &err) == ZS_ERR_INVALID);
+    printf("device memory limit: ok\n");
+}
+
 /* ---- the CPU device's own vector-op behaviour ------------------------------ */
 
 /* Accumulate in place (dst == src doubles every element; the CUDA device
@@ -145,6 +235,7 @@ int main(void)
     test_accounting(d);
     zs_devtest_streams(d, 10000);
     zs_dev_destroy(d);
+    test_limit();
     test_vector(1);
     test_vector(3);
     printf("test_dev: all ok\n");

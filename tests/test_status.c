@@ -36,6 +36,12 @@ int main(void)
     zs_err_prefix(&e, "%s", "prefix: ");
     TEST_CHECK(strlen(e.msg) == ZS_ERR_MSG_MAX - 1 && strncmp(e.msg, "prefix: a", 9) == 0);
     TEST_CHECK(zs_err_set(NULL, ZS_ERR_IO, "ignored") == ZS_ERR_IO);
+    /* wrapping the message in itself (zs__eng_alloc does) */
+    zs_err_set(&e, ZS_ERR_NOMEM, "cpu: out of device memory, limit %d", 8);
+    zs_err_set(&e, e.code, "out of device memory for grads: %s", e.msg);
+    TEST_CHECKF(
+        strcmp(e.msg, "out of device memory for grads: cpu: out of device memory, limit 8") == 0,
+        "self-wrapped message: \"%s\"", e.msg);
     zs_err_clear(&e);
     TEST_CHECK(e.code == ZS_OK && e.msg[0] == '\0');
     printf("PASS test_status\n");

@@ -131,6 +131,22 @@ struct zs_dev {
  * one per online CPU). Free with zs_dev_destroy. */
 int zs_dev_cpu_create(int threads, zs_dev_t **out, zs_err_t *err);
 
+/* Creation options of the CPU device (zero-initialise, then set). */
+typedef struct zs_dev_cpu_opts {
+    int threads; /* as zs_dev_cpu_create's (<= 0: one per online CPU) */
+    /* Device memory limit in bytes (0: none): an allocation of
+     * ZS_SPACE_DEVICE that would take `held[ZS_SPACE_DEVICE]` above it
+     * fails with ZS_ERR_NOMEM and a message naming the limit, phrased as
+     * the CUDA device's "out of device memory", so a search for what fits
+     * in a GPU of that size runs the same on CPU. Pinned and host memory
+     * are not limited. */
+    uint64_t device_limit;
+} zs_dev_cpu_opts_t;
+
+/* The CPU device with options (zs_dev_cpu_create(t) is threads = t, no
+ * limit). desc gets ", limit N bytes" when a limit is set. */
+int zs_dev_cpu_create_opts(const zs_dev_cpu_opts_t *o, zs_dev_t **out, zs_err_t *err);
+
 /* ---- memory ------------------------------------------------------------- */
 
 /* *out = `bytes` of `space` for category `cat`, 64-byte aligned, contents

@@ -6,6 +6,8 @@
  *            64-byte header before each block keeps its size, space and
  *            category, so free needs only the pointer and the block stays
  *            64-byte aligned. Counters under one mutex; nothing is cached.
+ *            An optional limit on held device bytes (zs_dev_cpu_opts_t)
+ *            makes it run out of "device memory" like a GPU of that size.
  *   streams  each stream owns a thread and a FIFO of tasks; the thread runs
  *            them in enqueue order, different streams run concurrently.
  *   events   each record is a refcounted node (done flag + the error the
@@ -60,7 +62,9 @@ static void mem_add(zs_dev_mem_t *m, int space, int cat, uint64_t bytes)
 /* See zs_dev_alloc. Errors: ZS_ERR_INVALID (space, category, out);
  * ZS_ERR_NOMEM when posix_memalign fails or one block would exceed the
  * machine's physical RAM (the CPU twin of exceeding device memory, refused
- * before asking the OS so sanitizers and overcommit do not get a say). */
+ * before asking the OS so sanitizers and overcommit do not get a say), or
+ * when a device block would take the held device bytes above the device's
+ * limit (zs_dev_cpu_opts_t.device_limit; "out of device memory", as CUDA). */
 static int cpu_alloc(zs_dev_t *d, int space, int cat, size_t bytes, void **out, zs_err_t *err)
 {
     zs_cpu_dev_t *dev = (zs_cpu_dev_t *)d;
@@ -83,13 +87,39 @@ static int cpu_alloc(zs_dev_t *d, int space, int cat, size_t bytes, void **out, 
                           "bytes of RAM",
                           bytes, zs_space_name(space), zs_memcat_name(cat),
                           (unsigned long long)dev->ram);
+    /* The limit: held + what other threads are allocating right now
+     * (`reserved`) + this block, so two concurrent allocations cannot both
+     * pass the check. */
+    int capped = dev->limit && space == ZS_SPACE_DEVICE;
+    if (capped) {
+        pthread_mutex_lock(&dev->mem_mu);
+        uint64_t held = dev->mem.held[ZS_SPACE_DEVICE] + dev->reserved;
+        if (held > dev->limit || bytes > dev->limit - held) {
+            pthread_mutex_unlock(&dev->mem_mu);
+            return zs_err_set(err, ZS_ERR_NOMEM,
+                              "cpu: out of device memory for %zu bytes (%s): %llu bytes (%.2f GiB) "
+                              "held by zeroshard, the device memory limit is %llu bytes (%.2f "
+                              "GiB) (hint: smaller micro-batch, higher ZeRO stage or offload)",
+                              bytes, zs_memcat_name(cat), (unsigned long long)held,
+                              held / 1073741824.0, (unsigned long long)dev->limit,
+                              dev->limit / 1073741824.0);
+        }
+        dev->reserved += bytes;
+        pthread_mutex_unlock(&dev->mem_mu);
+    }
     void *raw = NULL;
     int rc = posix_memalign(&raw, 64, HDR_BYTES + bytes);
-    if (rc != 0 || !raw)
+    if (rc != 0 || !raw) {
+        if (capped) {
+            pthread_mutex_lock(&dev->mem_mu);
+            dev->reserved -= bytes;
+            pthread_mutex_unlock(&dev->mem_mu);
+        }
         return zs_err_set(
             err, ZS_ERR_NOMEM,
             "zs_dev_alloc: out of memory allocating %zu bytes of %s memory for %s (%s)", bytes,
             zs_space_name(space), zs_memcat_name(cat), strerror(rc));
+    }
     blk_hdr_t *h = raw;
     h->magic = MAGIC_LIVE;
     h->bytes = bytes;
@@ -97,6 +127,8 @@ static int cpu_alloc(zs_dev_t *d, int space, int cat, size_t bytes, void **out, 
     h->space = space;
     h->cat = cat;
     pthread_mutex_lock(&dev->mem_mu);
+    if (capped)
+        dev->reserved -= bytes;
     mem_add(&dev->mem, space, cat, bytes);
     dev->mem.nallocs++;
     pthread_mutex_unlock(&dev->mem_mu);
@@ -581,6 +613,16 @@ static const zs_dev_vtable_t cpu_vt = {
 
 int zs_dev_cpu_create(int threads, zs_dev_t **out, zs_err_t *err)
 {
+    zs_dev_cpu_opts_t o = {threads, 0};
+    return zs_dev_cpu_create_opts(&o, out, err);
+}
+
+/* See zs_dev.h. */
+int zs_dev_cpu_create_opts(const zs_dev_cpu_opts_t *o, zs_dev_t **out, zs_err_t *err)
+{
+    if (!o)
+        return zs_err_set(err, ZS_ERR_INVALID, "zs_dev_cpu_create: options are NULL");
+    int threads = o->threads;
     if (!out)
         return zs_err_set(err, ZS_ERR_INVALID, "zs_dev_cpu_create: out is NULL");
     *out = NULL;
@@ -596,6 +638,7 @@ int zs_dev_cpu_create(int threads, zs_dev_t **out, zs_err_t *err)
         return zs_err_set(err, ZS_ERR_NOMEM, "zs_dev_cpu_create: out of memory");
     dev->base.vt = &cpu_vt;
     dev->threads = threads;
+    dev->limit = o->device_limit;
     long pages = sysconf(_SC_PHYS_PAGES), psz = sysconf(_SC_PAGESIZE);
     dev->ram = pages > 0 && psz > 0 ? (uint64_t)pages * (uint64_t)psz : UINT64_MAX;
     if (threads > 1) {
@@ -609,8 +652,13 @@ int zs_dev_cpu_create(int threads, zs_dev_t **out, zs_err_t *err)
     pthread_mutex_init(&dev->mem_mu, NULL);
     pthread_mutex_init(&dev->ev_mu, NULL);
     pthread_cond_init(&dev->ev_cv, NULL);
-    snprintf(dev->base.desc, sizeof dev->base.desc, "cpu (%d thread%s)", threads,
-             threads == 1 ? "" : "s");
+    if (dev->limit)
+        snprintf(dev->base.desc, sizeof dev->base.desc,
+                 "cpu (%d thread%s, device memory limit %llu bytes)", threads,
+                 threads == 1 ? "" : "s", (unsigned long long)dev->limit);
+    else
+        snprintf(dev->base.desc, sizeof dev->base.desc, "cpu (%d thread%s)", threads,
+                 threads == 1 ? "" : "s");
     *out = &dev->base;
     return ZS_OK;
 }

@@ -17,9 +17,11 @@ typedef struct zs_cpu_dev {
     zs_dev_t base;
     int threads;
     uint64_t ram;    /* bytes of physical memory: no single block may exceed it */
+    uint64_t limit;  /* device memory limit (zs_dev_cpu_opts_t.device_limit; 0: none) */
     zs_pool_t *pool; /* NULL when threads == 1: vector ops run on the stream thread */
     pthread_mutex_t mem_mu;
     zs_dev_mem_t mem;      /* under mem_mu */
+    uint64_t reserved;     /* under mem_mu: device bytes being allocated under a limit */
     pthread_mutex_t ev_mu; /* every zs_cpu_rec_t and every cpu_event_t.last */
     pthread_cond_t ev_cv;  /* broadcast when a record completes */
 } zs_cpu_dev_t;

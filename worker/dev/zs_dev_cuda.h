@@ -14,6 +14,7 @@
 #define ZS_DEV_CUDA_H
 
 #include <stddef.h>
+#include <stdint.h>
 
 #include "zs_dev.h"
 #include "zs_status.h"
@@ -37,6 +38,15 @@ int zs_dev_cuda_create(int device, zs_dev_t **out, zs_err_t *err);
  * allocator's figures (what zeroshard asked for, per category) are
  * zs_dev_mem_get's. ZS_ERR_INVALID when d is not a CUDA device. */
 int zs_dev_cuda_mem_info(zs_dev_t *d, size_t *free_bytes, size_t *total_bytes, zs_err_t *err);
+
+/* Limit d's device memory to `bytes` held (cur + cached, as zs_dev_mem_t
+ * counts them; 0: no limit), to simulate a smaller GPU: a device block
+ * that would take the held bytes above it makes the allocator wait for its
+ * fences and trim its cache, then fails with ZS_ERR_NOMEM "out of device
+ * memory ... over the device memory limit" (the CPU device's
+ * zs_dev_cpu_opts_t.device_limit twin). Blocks already held are kept.
+ * ZS_ERR_INVALID when d is not a CUDA device. (zs_dev_cuda_alloc.c) */
+int zs_dev_cuda_set_mem_limit(zs_dev_t *d, uint64_t bytes, zs_err_t *err);
 
 /* ---- for other CUDA code of zeroshard (not part of the device API) ----- */
 

@@ -19,6 +19,9 @@
  * `cached` (real size) until cudaFree'd. When cudaMalloc fails, the
  * allocator waits for every fence, tries the cache again, then frees every
  * cached block (trim) and retries once; then ZS_ERR_NOMEM with the figures.
+ * An optional limit on held device bytes (zs_dev_cuda_set_mem_limit, to
+ * simulate a smaller GPU) is checked before cudaMalloc the same way: wait,
+ * reuse, trim, then ZS_ERR_NOMEM naming the limit. Never run on a GPU yet.
  * Device destroy waits for the fences and frees everything.
  *
  * Cost: one event per stream per fence and no synchronisation in the
@@ -294,6 +297,14 @@ static void cache_trim(zs__cuda_dev_t *cd)
 
 /* ---- the vtable's entries ----------------------------------------------------- */
 
+/* 1 when a new block for b would take the held device bytes above the
+ * limit (zs_dev_cuda_set_mem_limit; under cd->mu). */
+static int over_limit(const zs__cuda_dev_t *cd, const zs__cuda_block_t *b)
+{
+    uint64_t held = cd->mem.held[ZS_SPACE_DEVICE];
+    return cd->limit && (held > cd->limit || b->bytes > cd->limit - held);
+}
+
 /* A device block of `size` bytes for `b` (under cd->mu): cache, fence,
  * cudaMalloc, then wait + trim + retry on failure. */
 static int device_block(zs__cuda_dev_t *cd, zs__cuda_block_t *b, zs_err_t *err)
@@ -311,6 +322,25 @@ static int device_block(zs__cuda_dev_t *cd, zs__cuda_block_t *b, zs_err_t *err)
             return rc;
         if (cache_take(cd, b))
             return ZS_OK;
+    }
+    if (over_limit(cd, b)) { /* as a failed cudaMalloc: wait, reuse, trim, then refuse */
+        rc = fences_reap(cd, 1, err);
+        if (rc)
+            return rc;
+        if (cache_take(cd, b))
+            return ZS_OK;
+        cache_trim(cd);
+        if (over_limit(cd, b))
+            return zs_err_set(
+                err, ZS_ERR_NOMEM,
+                "cuda:%d: out of device memory for %zu bytes (%s): %llu bytes (%.2f GiB) held "
+                "by zeroshard, cache trimmed, over the device memory limit of %llu bytes (%.2f "
+                "GiB) (zs_dev_cuda_set_mem_limit) (hint: smaller micro-batch, higher ZeRO stage "
+                "or offload)",
+                cd->device, b->bytes, zs_memcat_name(b->cat),
+                (unsigned long long)cd->mem.held[ZS_SPACE_DEVICE],
+                cd->mem.held[ZS_SPACE_DEVICE] / 1073741824.0, (unsigned long long)cd->limit,
+                cd->limit / 1073741824.0);
     }
     cudaError_t ce = cudaMalloc(&b->p, b->size);
     if (ce == cudaErrorMemoryAllocation) {
@@ -427,6 +457,20 @@ void zs__cuda_free(zs_dev_t *d, void *p)
         free(b->p);
     }
     free(b);
+}
+
+/* See zs_dev_cuda.h. */
+int zs_dev_cuda_set_mem_limit(zs_dev_t *d, uint64_t bytes, zs_err_t *err)
+{
+    if (zs__dev_cuda_ordinal(d) < 0)
+        return zs_err_set(err, ZS_ERR_INVALID,
+                          "zs_dev_cuda_set_mem_limit: \"%s\" is not a CUDA device",
+                          d ? d->desc : "(null)");
+    zs__cuda_dev_t *cd = (zs__cuda_dev_t *)d;
+    pthread_mutex_lock(&cd->mu);
+    cd->limit = bytes;
+    pthread_mutex_unlock(&cd->mu);
+    return ZS_OK;
 }
 
 void zs__cuda_mem(zs_dev_t *d, zs_dev_mem_t *out)

@@ -66,6 +66,7 @@ typedef struct zs__cuda_dev {
     cudaEvent_t *evpool; /* spare events for fences */
     int nevpool, capevpool;
     zs_dev_mem_t mem;
+    uint64_t limit; /* zs_dev_cuda_set_mem_limit: held device bytes allowed (0: none) */
     /* streams */
     zs__cuda_stream_t *streams;
     int nstreams;
