@@ -23,20 +23,23 @@
  * row's. Medians of ZS_BENCH_REPS steps (default 5 for 124M, 3 for 1.5B)
  * after one warm-up step.
  *
- * Numbers: fp32 throughout. The GPT ops have no bf16/fp16 variants yet
- * (the issue's benchmark asks for bf16; printed with the results). GEMMs
- * are cuBLASLt fp32 with CUBLAS_COMPUTE_32F_PEDANTIC (no TF32, no tensor
- * cores), so the fair peak is the GPU's fp32 CUDA-core rate; the bf16 dense
- * tensor peak is printed beside it as the target.
+ * Numbers: --gemm bf16 (the default), fp16 or fp32 (zs_gpt_set_compute):
+ * with bf16 / fp16 every GEMM reads its operands rounded to 16 bits and
+ * accumulates in fp32 on the tensor cores (kernels/zs_mixed.h), the engine
+ * rows store parameters and gradients in that dtype too (the config's
+ * bf16 / fp16 section), activations and everything else stay fp32. fp32 is
+ * cuBLASLt CUBLAS_COMPUTE_32F_PEDANTIC (no TF32, no tensor cores). MFU is
+ * against the peak of the GEMM precision (dense bf16/fp16 tensor or fp32).
  *
  * MFU = tokens/s x FLOPs per token / peak, FLOPs per token = 6 P + 6 L C T
  * (llm.c's estimate: the weight GEMMs forward and backward, plus causal
  * attention, half of PaLM's 12 L C T). Peaks by device name (dense, no
  * sparsity): H100 SXM / H200 66.9 fp32 and 989.4 bf16 TFLOP/s, H100 PCIe
  * 51.2 / 756.0, H100 NVL 60.0 / 835.0, A100 19.5 / 312.0; --peak-tflops
- * F32,BF16 overrides. The baseline measured in the same run is the fp32
- * GEMM rate of the same cuBLASLt path on a 4096^3 product: the ceiling a
- * GEMM-bound fp32 step could reach on this GPU.
+ * F32,BF16 overrides. The baseline measured in the same run is the GEMM rate
+ * of the same cuBLASLt path at the same precision on a 4096^3 product
+ * (16-bit operands filled with a constant non-zero pattern): the ceiling a
+ * GEMM-bound step could reach on this GPU.
  *
  * Without a usable GPU, or built without CUDA/NCCL, it prints "SKIPPED:
  * <reason>" and returns 77.
@@ -90,6 +93,8 @@ typedef struct {
     double loss0, loss1;
 } row_t;
 
+static int g_gemm = ZS_DTYPE_BF16; /* --gemm: GEMM operand dtype */
+
 static void fail(const char *what, const zs_err_t *err)
 {
     fprintf(stderr, "bench_gpt: %s: %s\n", what, err ? err->msg : "");
@@ -137,13 +142,14 @@ static int sync_s(zs_stream_t *s, zs_err_t *err)
 
 /* ---- the fp32 GEMM baseline ---- */
 
-/* TFLOP/s of zs_cuda_gemm on an n^3 fp32 product (median of 10). */
+/* TFLOP/s of an n^3 product at the --gemm precision (median of 10). */
 static double gemm_tflops(zs_dev_t *dev, int n)
 {
     zs_err_t err;
     zs_stream_t *s;
     void *a = NULL, *b = NULL, *c = NULL, *ws = NULL;
     size_t bytes = (size_t)n * n * sizeof(float), wsb = (size_t)32 << 20;
+    int val = g_gemm == ZS_DTYPE_F32 ? 0 : 0x3c; /* 16-bit: 0x3c3c, about 0.0115 in bf16 */
     zs_cuda_blas_t blas;
     memset(&blas, 0, sizeof blas);
     if (zs_dev_stream_create(dev, 0, "gemm", &s, &err))
@@ -152,14 +158,15 @@ static double gemm_tflops(zs_dev_t *dev, int n)
         zs_dev_alloc(dev, ZS_SPACE_DEVICE, ZS_MEM_SCRATCH, bytes, &b, &err) ||
         zs_dev_alloc(dev, ZS_SPACE_DEVICE, ZS_MEM_SCRATCH, bytes, &c, &err) ||
         zs_dev_alloc(dev, ZS_SPACE_DEVICE, ZS_MEM_SCRATCH, wsb, &ws, &err) ||
-        zs_dev_memset(s, a, 0, bytes, &err) || zs_dev_memset(s, b, 0, bytes, &err) ||
+        zs_dev_memset(s, a, val, bytes, &err) || zs_dev_memset(s, b, val, bytes, &err) ||
         zs_cuda_blas_init(&blas, ws, wsb, &err))
         fail("GEMM baseline set-up", &err);
     void *cs = zs__dev_cuda_stream_handle(s);
     double t[10];
     for (int r = -2; r < 10; r++) {
         double t0 = zs_bench_now();
-        if (zs_cuda_gemm(cs, &blas, 0, 0, n, n, n, 1.0f, a, n, b, n, 0.0f, c, n, &err) ||
+        if (zs_cuda_gemm_typed(cs, &blas, g_gemm, 0, 0, n, n, n, 1.0f, a, n, b, n, 0.0f, c, n,
+                               &err) ||
             sync_s(s, &err))
             fail("GEMM baseline", &err);
         if (r >= 0)
@@ -193,7 +200,7 @@ static int run_model(zs_dev_t *dev, const cshape_t *s, int B, const float *hw, r
         fail("out of host memory", NULL);
     zs_dev_mem_reset_peak(dev);
     if ((rc = zs_dev_stream_create(dev, 0, "compute", &cs, &err)) ||
-        (rc = zs_gpt_create(c, B, 1, &g, &err)))
+        (rc = zs_gpt_create(c, B, 1, &g, &err)) || (rc = zs_gpt_set_compute(g, g_gemm, &err)))
         goto out;
     m = zs_gpt_model(g);
     for (int i = 0; i < m->nlayers; i++)
@@ -293,19 +300,23 @@ static int run_engine(zs_coll_t *coll, const cshape_t *s, int B, const char *ser
     if (!in || !tg)
         fail("out of host memory", NULL);
     make_tokens((int)n, c->vocab, in, tg);
-    char json[640];
+    char json[700];
     snprintf(json, sizeof json,
-             "{\"train_batch_size\": %d, \"train_micro_batch_size_per_gpu\": %d,"
+             "{\"train_batch_size\": %d, \"train_micro_batch_size_per_gpu\": %d,%s"
              " \"optimizer\": {\"type\": \"AdamW\", \"params\": {\"lr\": 1e-4,"
              " \"betas\": [0.9, 0.999], \"eps\": 1e-8, \"weight_decay\": 0.0}},"
              " \"zero_optimization\": {\"stage\": %d, \"offload_optimizer\": {\"device\": "
              "\"%s\"}}}",
-             B, B, servers ? 2 : 0, servers ? "cpu" : "none");
+             B, B,
+             g_gemm == ZS_DTYPE_BF16  ? " \"bf16\": {\"enabled\": true},"
+             : g_gemm == ZS_DTYPE_F16 ? " \"fp16\": {\"enabled\": true},"
+                                      : "",
+             servers ? 2 : 0, servers ? "cpu" : "none");
     zs_config_t cfg;
     if (zs_config_parse(json, &cfg, NULL, NULL, &err) || zs_config_resolve(&cfg, 1, &err))
         fail("config", &err);
     zs_dev_mem_reset_peak(coll->dev);
-    if ((rc = zs_gpt_create(c, B, 1, &g, &err)) ||
+    if ((rc = zs_gpt_create(c, B, 1, &g, &err)) || (rc = zs_gpt_set_compute(g, g_gemm, &err)) ||
         (rc = zs_gpt_set_fixed_tokens(g, in, tg, B, &err)))
         goto out;
     zs_engine_opts_t eo = {&cfg, coll, servers, NULL, "bench-gpt-cuda", 600000, 0};
@@ -437,12 +448,14 @@ static void print_mfu(const char *name, const cshape_t *s, const row_t *row, pea
     double tf = tps * flops_per_token(&s->c) / 1e12;
     printf("- %s: %.0f tokens/s x %.3g FLOP/token = %.2f TFLOP/s", name, tps,
            flops_per_token(&s->c), tf);
-    if (pk.f32 > 0)
-        printf("; MFU %.1f%% of the %s fp32 peak %.1f, %.2f%% of its bf16 dense peak %.1f",
-               100 * tf / pk.f32, pk.what, pk.f32, 100 * tf / pk.bf16, pk.bf16);
+    double peak = g_gemm == ZS_DTYPE_F32 ? pk.f32 : pk.bf16;
+    if (peak > 0)
+        printf("; MFU %.1f%% of the %s %s peak %.1f", 100 * tf / peak, pk.what,
+               g_gemm == ZS_DTYPE_F32 ? "fp32" : "dense 16-bit tensor", peak);
     else
         printf("; MFU n/a (%s)", pk.what);
-    printf("; %.0f%% of the measured fp32 GEMM rate %.1f\n", 100 * tf / gemm, gemm);
+    printf("; %.0f%% of the measured %s GEMM rate %.1f\n", 100 * tf / gemm, zs_dtype_name(g_gemm),
+           gemm);
     printf("  median step split, ms: forward %.1f, backward %.1f, collectives %.1f, optimizer "
            "%.1f; device memory held (allocator peak) %.2f GiB; loss %.4f -> %.4f\n",
            row->ms[0], row->ms[1], row->ms[2], row->ms[3], row->held_peak / 1073741824.0,
@@ -465,12 +478,20 @@ int zs__bench_gpt_cuda(int argc, char **argv)
             server_bin = argv[++i];
         else if (!strcmp(argv[i], "--no-engine"))
             engine = 0;
-        else if (!strcmp(argv[i], "--peak-tflops") && i + 1 < argc &&
-                 sscanf(argv[i + 1], "%lf,%lf", &over.f32, &over.bf16) == 2)
+        else if (!strcmp(argv[i], "--gemm") && i + 1 < argc &&
+                 (!strcmp(argv[i + 1], "bf16") || !strcmp(argv[i + 1], "fp16") ||
+                  !strcmp(argv[i + 1], "fp32"))) {
+            i++;
+            g_gemm = !strcmp(argv[i], "bf16")   ? ZS_DTYPE_BF16
+                     : !strcmp(argv[i], "fp16") ? ZS_DTYPE_F16
+                                                : ZS_DTYPE_F32;
+        } else if (!strcmp(argv[i], "--peak-tflops") && i + 1 < argc &&
+                   sscanf(argv[i + 1], "%lf,%lf", &over.f32, &over.bf16) == 2)
             i++;
         else {
             fprintf(stderr, "usage: bench_gpt --device cuda [--shape 124m|1.5b|both] "
-                            "[--server-bin PATH] [--no-engine] [--peak-tflops F32,BF16]\n");
+                            "[--gemm bf16|fp16|fp32] [--server-bin PATH] [--no-engine] "
+                            "[--peak-tflops F32,BF16]\n");
             return 2;
         }
     }
@@ -499,9 +520,9 @@ int zs__bench_gpt_cuda(int argc, char **argv)
     double gemm = gemm_tflops(dev, 4096);
     char title[300];
     snprintf(title, sizeof title,
-             "GPT train step on %s, fp32 (no bf16 GPT ops yet), tokens/s; baseline: fp32 GEMM "
-             "%.1f TFLOP/s measured in this run",
-             dev->desc, gemm);
+             "GPT train step on %s, %s GEMM operands (fp32 accumulation and activations), "
+             "tokens/s; baseline: %s GEMM %.1f TFLOP/s measured in this run",
+             dev->desc, zs_dtype_name(g_gemm), zs_dtype_name(g_gemm), gemm);
     zs_bench_header(title, "tokens/s");
     row_t rows[2][3];
     memset(rows, 0, sizeof rows);
@@ -552,8 +573,9 @@ int zs__bench_gpt_cuda(int argc, char **argv)
                        rc == ZS_ERR_NOMEM ? "does not fit at B=1" : "failed (see the note)");
         }
     }
-    printf("\nModel FLOPs utilisation (FLOPs per token 6P + 6LCT, llm.c's estimate; fp32 "
-           "pedantic GEMMs: no TF32, no tensor cores):\n");
+    printf("\nModel FLOPs utilisation (FLOPs per token 6P + 6LCT, llm.c's estimate; %s):\n",
+           g_gemm == ZS_DTYPE_F32 ? "fp32 pedantic GEMMs: no TF32, no tensor cores"
+                                  : "16-bit GEMM operands on the tensor cores, fp32 accumulation");
     static const char *mode_name[3] = {"model + AdamW", "engine stage 0 (AdamW on the GPU)",
                                        "engine stage 2 (AdamW on 2 servers: optimizer = "
                                        "commit, the servers' AdamW and the pull)"};
@@ -565,8 +587,8 @@ int zs__bench_gpt_cuda(int argc, char **argv)
                          rows[k][mode].B);
                 print_mfu(name, &shapes[k], &rows[k][mode], pk, gemm);
             }
-    printf("\nNot measured yet: bf16/fp16 compute (the GPT ops are fp32 only), more than one "
-           "GPU.\n");
+    printf("\nNot measured here: more than one GPU; 16-bit activations (activations stay "
+           "fp32).\n");
     if (have_servers || sv.pid[0])
         servers_stop(&sv);
     zs_coll_destroy(coll);

@@ -27,19 +27,21 @@
 #   environment `run` sets, for such scripts.
 #
 #   there (a machine with a GPU, CUDA 13 and a driver, no package registry):
-#     tests/gpu.sh run [.gpu-carry] [--out FILE] [--only tests|bench]
+#     tests/gpu.sh run [.gpu-carry] [--out FILE] [--only tests|bench|fit]
 #   unpacks the .deb files with `dpkg -x` under .gpu-carry/root (never into
 #   /), sets LD_LIBRARY_PATH, OPAL_PREFIX and PMIX_PREFIX so the carried Open
 #   MPI is used, finds the CUDA runtime, cuBLASLt and NCCL (/usr/local/cuda,
 #   $NCCL_LIB_DIR, the nvidia-* Python wheels, or a search of /), runs every
-#   GPU test and `bench_gpt --device cuda`, and writes FILE (default
-#   gpu-results.txt): date, GPU, driver, commit, then each step's status,
-#   time and whole output (max errors, MFU, step splits). --only splits the
-#   run in two (the tests take a few minutes; the benchmark another few) for
-#   callers that limit one command's time. With the lab's device tool:
+#   GPU test, `bench_gpt --device cuda` and `bench_fit --device cuda`, and
+#   writes FILE (default gpu-results.txt): date, GPU, driver, commit, then
+#   each step's status, time and whole output (max errors, MFU, step splits).
+#   --only splits the run in three (the tests take a few minutes, the
+#   benchmark another few, bench_fit up to 9) for callers that limit one
+#   command's time. With the lab's device tool:
 #   carry [".gpu-carry"] and run
 #     bash tests/gpu.sh run .gpu-carry --only tests --out $OUT/gpu-tests.txt
 #     bash tests/gpu.sh run .gpu-carry --only bench --out $OUT/gpu-bench.txt
+#     bash tests/gpu.sh run .gpu-carry --only fit --out $OUT/gpu-fit.txt
 #
 #   a GPU machine that has our build dependencies (grpc, protobuf-c, rocksdb,
 #   openblas, Open MPI, cjson, xxhash, CUDA, NCCL):
@@ -55,8 +57,10 @@
 # must be refused; two GPUs: collectives) and gpu under -np 1 (and -np N with
 # N GPUs); test_train_cuda (zs-train --device cuda vs cpu, stages 0-3 x
 # offload with 2 zs-servers, kill -9 + resume bitwise); bench_gpt --device
-# cuda (GPT-2 124M and 1.5B, tokens/s, MFU, step split, optimizer on the GPU
-# and on 2 local zs-servers). Exit status: 0 when no step failed (skips
+# cuda (GPT-2 124M and 1.5B with bf16 GEMMs, tokens/s, MFU, step split,
+# optimizer on the GPU and on 2 local zs-servers; 124M with fp32 GEMMs);
+# bench_fit --device cuda (the largest GPT that trains on the GPU with the
+# optimizer on zs-servers, by measured memory). Exit status: 0 when no step failed (skips
 # allowed), 1 otherwise. What has run on a GPU so far: see README.
 set -u -o pipefail
 
@@ -74,13 +78,16 @@ while [ $# -gt 0 ]; do
     *) carry=$1; shift ;;
     esac
 done
-case "$only" in all | tests | bench) ;; *) echo "gpu.sh: --only tests|bench" >&2; exit 2 ;; esac
+case "$only" in all | tests | bench | fit) ;; *) echo "gpu.sh: --only tests|bench|fit" >&2; exit 2 ;; esac
 if [ -z "$cmd" ]; then
     if [ -d "$carry/bin" ]; then cmd=run; else cmd=build; fi
 fi
 
+# bench_fit on a lent H100 (80 GB, 128 GiB host RAM) inside one 10-minute call
+# (bench/README.md, "bench_fit").
+FIT_ARGS="--widths 4096,2048 --ctx 1024 --batch 1 --time-limit 540"
 GPU_TESTS="test_dev_cuda test_cuda_ops test_gpt_cuda test_nccl_boot test_train_cuda"
-GPU_BINS="$GPU_TESTS zs-train zs-server bench_gpt"
+GPU_BINS="$GPU_TESTS zs-train zs-server bench_gpt bench_fit"
 # Open MPI's launcher and plugins (dlopen'ed, so ldd does not see them), and
 # what those plugins need: libpmix (with libmunge: without it mca_pmix_ext3x
 # does not load and orterun stops in orte_init; `gpu.sh check` found it).
@@ -241,7 +248,7 @@ run() {
         echo "ldd of the binaries (not found):"
         for f in "$bin"/*; do ldd "$f" | grep 'not found' | sed "s|^|  $(basename "$f"): |"; done
     } >> "$out"
-    if [ "$only" != bench ]; then
+    if [ "$only" = all ] || [ "$only" = tests ]; then
         local ngpu
         ngpu=$(nvidia-smi -L 2>/dev/null | grep -c '^GPU')
         run_one test_dev_cuda "$bin/test_dev_cuda"
@@ -255,8 +262,14 @@ run() {
         run_one test_train_cuda env ZS_TRAIN_BIN="$bin/zs-train" ZS_MPIEXEC_BIN="$mpirun" \
             ZS_SERVER_BIN="$bin/zs-server" "$bin/test_train_cuda"
     fi
-    if [ "$only" != tests ]; then
+    if [ "$only" = all ] || [ "$only" = bench ]; then
         run_one bench_gpt_cuda env ZS_SERVER_BIN="$bin/zs-server" "$bin/bench_gpt" --device cuda
+        run_one bench_gpt_cuda_fp32 env ZS_SERVER_BIN="$bin/zs-server" "$bin/bench_gpt" \
+            --device cuda --shape 124m --gemm fp32 --no-engine
+    fi
+    if [ "$only" = all ] || [ "$only" = fit ]; then
+        run_one bench_fit_cuda "$bin/bench_fit" --device cuda --server-bin "$bin/zs-server" \
+            $FIT_ARGS
     fi
 }
 
@@ -268,14 +281,20 @@ build() {
     grep -q '^CMAKE_CUDA_COMPILER:' "$b/CMakeCache.txt" || die "nvcc not found: CUDA parts are off"
     cmake --build "$b" -j"$(nproc)" --target $GPU_BINS || die "build failed"
     export "${MPI_ENV[@]}"
-    if [ "$only" != bench ]; then
+    if [ "$only" = all ] || [ "$only" = tests ]; then
         (cd "$b" && ctest -L gpu --output-on-failure -V) > "$b.ctest.log" 2>&1
         local rc=$?
         cat "$b.ctest.log" >> "$out"
         [ $rc -eq 0 ] || fails=1
     fi
-    if [ "$only" != tests ]; then
+    if [ "$only" = all ] || [ "$only" = bench ]; then
         run_one bench_gpt_cuda "$b/bench/bench_gpt" --device cuda
+        run_one bench_gpt_cuda_fp32 "$b/bench/bench_gpt" --device cuda --shape 124m --gemm fp32 \
+            --no-engine
+    fi
+    if [ "$only" = all ] || [ "$only" = fit ]; then
+        run_one bench_fit_cuda "$b/bench/bench_fit" --device cuda --server-bin "$b/server/zs-server" \
+            $FIT_ARGS
     fi
 }
 
@@ -301,7 +320,7 @@ check)
     exit $rc ;;
 run) run ;;
 build) build ;;
-*) die "usage: tests/gpu.sh [pack|check|run|build|env] [CARRY] [--out FILE] [--only tests|bench]" ;;
+*) die "usage: tests/gpu.sh [pack|check|run|build|env] [CARRY] [--out FILE] [--only tests|bench|fit]" ;;
 esac
 echo "gpu.sh: results in $out ($fails failed)"
 [ "$fails" -eq 0 ]

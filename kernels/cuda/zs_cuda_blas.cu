@@ -244,3 +244,13 @@ extern "C" int zs_cuda_gemm(void *stream, zs_cuda_blas_t *blas, int ta, int tb, 
     return zs__cuda_gemm_batched((cudaStream_t)stream, blas, ZS_DTYPE_F32, ta, tb, M, N, K, alpha,
                                  A, lda, 0, B, ldb, 0, beta, C, ldc, 0, 1, err);
 }
+
+/* See zs_cuda_gpt.h. */
+extern "C" int zs_cuda_gemm_typed(void *stream, zs_cuda_blas_t *blas, int abdt, int ta, int tb,
+                                  int M, int N, int K, float alpha, const void *A, int lda,
+                                  const void *B, int ldb, float beta, float *C, int ldc,
+                                  zs_err_t *err)
+{
+    return zs__cuda_gemm_batched((cudaStream_t)stream, blas, abdt, ta, tb, M, N, K, alpha, A, lda,
+                                 0, B, ldb, 0, beta, C, ldc, 0, 1, err);
+}

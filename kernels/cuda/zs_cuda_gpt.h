@@ -81,6 +81,14 @@ int zs_cuda_gemm(void *stream, zs_cuda_blas_t *blas, int ta, int tb, int M, int 
                  float alpha, const float *A, int lda, const float *B, int ldb, float beta,
                  float *C, int ldc, zs_err_t *err);
 
+/* zs_cuda_gemm with A and B already of dtype abdt (ZS_DTYPE_F32, BF16 or
+ * F16; C fp32): 16-bit operands run on the tensor cores with fp32
+ * accumulation (CUBLAS_COMPUTE_32F). For callers that hold 16-bit data
+ * (benchmarks); the model's ops round fp32 tensors through *_mixed. */
+int zs_cuda_gemm_typed(void *stream, zs_cuda_blas_t *blas, int abdt, int ta, int tb, int M, int N,
+                       int K, float alpha, const void *A, int lda, const void *B, int ldb,
+                       float beta, float *C, int ldc, zs_err_t *err);
+
 /* out[b, t, :] = wte[tok[b, t], :] + wpe[t, :]; tok [B*T] each in [0, V)
  * (not checked: an out-of-range token reads out of bounds, as on CPU). */
 int zs_cuda_embed_fwd(void *stream, float *out, const int32_t *tok, const float *wte,
