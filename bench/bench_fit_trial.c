@@ -185,19 +185,6 @@ static void servers_stop(servers_t *sv)
 
 /* ---- the trial ------------------------------------------------------------------- */
 
-static void make_tokens(int n, int V, int32_t *in, int32_t *tg)
-{
-    uint64_t x = 12345;
-    for (int i = 0; i <= n; i++) {
-        x = x * 6364136223846793005ull + 1442695040888963407ull;
-        int32_t t = (int32_t)((x >> 33) % (uint64_t)V);
-        if (i < n)
-            in[i] = t;
-        if (i > 0)
-            tg[i - 1] = t;
-    }
-}
-
 /* The device and its collectives, with the limit applied. */
 static int make_device(const zs__fit_opts_t *o, zs_dev_t **dev, zs_coll_t **coll, uint64_t *cap,
                        zs_err_t *err)
@@ -242,7 +229,7 @@ static int run(const zs__fit_opts_t *o, zs__fit_result_t *r, zs_err_t *err)
     int32_t *in = malloc((size_t)n * 4), *tg = malloc((size_t)n * 4);
     if (!in || !tg)
         return zs_err_set(err, ZS_ERR_NOMEM, "no host memory for the tokens");
-    make_tokens(n, o->vocab, in, tg);
+    zs_bench_tokens(n, o->vocab, in, tg);
     r->params = zs_gpt_num_params(&c);
     if ((rc = make_device(o, &dev, &coll, &r->dev_cap, err)))
         goto out;

@@ -122,19 +122,6 @@ static peak_t peak_for(const char *desc)
     return (peak_t){0, 0, "unknown GPU (give --peak-tflops F32,BF16)"};
 }
 
-static void make_tokens(int n, int V, int32_t *in, int32_t *tg)
-{
-    uint64_t x = 12345;
-    for (int i = 0; i <= n; i++) {
-        x = x * 6364136223846793005ull + 1442695040888963407ull;
-        int32_t t = (int32_t)((x >> 33) % (uint64_t)V);
-        if (i < n)
-            in[i] = t;
-        if (i > 0)
-            tg[i - 1] = t;
-    }
-}
-
 static int sync_s(zs_stream_t *s, zs_err_t *err)
 {
     return zs_dev_stream_sync(s, err);
@@ -215,7 +202,7 @@ static int run_model(zs_dev_t *dev, const cshape_t *s, int B, const float *hw, r
         (rc = zs_dev_memset(cs, am, 0, P * 4, &err)) ||
         (rc = zs_dev_memset(cs, av, 0, P * 4, &err)) || (rc = sync_s(cs, &err)))
         goto out;
-    make_tokens((int)n, c->vocab, in, tg);
+    zs_bench_tokens((int)n, c->vocab, in, tg);
     zs_adam_hparams_t hp = {1e-4f, 0.9f, 0.999f, 1e-8f, 0.0f, 1, 1};
     double tf[ZS_BENCH_MAX_REPS], tb[ZS_BENCH_MAX_REPS], ta[ZS_BENCH_MAX_REPS];
     float *wf = w, *gf = gr;
@@ -299,7 +286,7 @@ static int run_engine(zs_coll_t *coll, const cshape_t *s, int B, const char *ser
     int rc;
     if (!in || !tg)
         fail("out of host memory", NULL);
-    make_tokens((int)n, c->vocab, in, tg);
+    zs_bench_tokens((int)n, c->vocab, in, tg);
     char json[700];
     snprintf(json, sizeof json,
              "{\"train_batch_size\": %d, \"train_micro_batch_size_per_gpu\": %d,%s"

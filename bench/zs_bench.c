@@ -77,3 +77,17 @@ void zs_bench_row(const char *name, const char *size, const double *rates, int n
     (void)g_unit;
     fflush(stdout);
 }
+
+/* See zs_bench.h. */
+void zs_bench_tokens(int n, int V, int32_t *in, int32_t *tg)
+{
+    uint64_t x = 12345;
+    for (int i = 0; i <= n; i++) {
+        x = x * 6364136223846793005ull + 1442695040888963407ull;
+        int32_t t = (int32_t)((x >> 33) % (uint64_t)V);
+        if (i < n)
+            in[i] = t;
+        if (i > 0)
+            tg[i - 1] = t;
+    }
+}

@@ -14,6 +14,7 @@
 #define ZS_BENCH_H
 
 #include <stddef.h>
+#include <stdint.h>
 
 #define ZS_BENCH_MAX_REPS 64
 
@@ -25,6 +26,11 @@ double zs_bench_median(const double *x, int n);
 
 /* Repetitions from ZS_BENCH_REPS (default `dflt`, clamped to 1..64). */
 int zs_bench_reps(int dflt);
+
+/* n pseudo-random token ids in [0, V) from a fixed seed: in[i] and the next
+ * token tg[i] = in[i + 1] (a shifted stream, like a language-model batch).
+ * The same ids on every call. */
+void zs_bench_tokens(int n, int V, int32_t *in, int32_t *tg);
 
 /* Print the table header once: title line then the Markdown header. */
 void zs_bench_header(const char *title, const char *unit);

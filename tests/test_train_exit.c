@@ -20,6 +20,9 @@
  *     and exit 6 on every rank; --device auto falls back to the CPU, says
  *     why on its device line, and trains; --device tpu is a command-line
  *     error (2).
+ *  6. --gemm: the device line names the GEMM precision (fp32 by default on
+ *     the CPU); --gemm bf16, and fp16 with an fp16 config, train; --gemm
+ *     fp8 is a command-line error (2).
  *
  * mpirun runs with -q so that the log holds only what zs-train printed.
  */
@@ -201,6 +204,38 @@ int main(void)
     expect_one_line(train("-q", args), 2, "zs-train: --device must be auto, cpu or cuda", "",
                     "--device tpu");
     unsetenv("CUDA_VISIBLE_DEVICES");
+
+    /* 6. --gemm: fp32 GEMMs by default on the CPU; bf16 / fp16 when asked
+     * (an fp16 config trains with loss scaling and fp16 GEMM operands);
+     * anything else is a command-line error */
+    snprintf(args, sizeof args, "--device cpu --data %s " TINY " --steps 2", g_data);
+    rc = train("-q", args);
+    TEST_CHECKF(rc == 0 && count_lines("; GEMMs fp32", "device: cpu ", NULL) == 1,
+                "default --gemm on the CPU: exit %d, want 0 and 'GEMMs fp32' on the device line",
+                rc);
+    snprintf(path, sizeof path, "%s/fp16.json", g_tmp);
+    write_file(path, "{\"train_batch_size\": 8, \"train_micro_batch_size_per_gpu\": 4,"
+                     " \"fp16\": {\"enabled\": true, \"initial_scale_power\": 12}}\n");
+    const char *gm[2] = {"bf16", "fp16"};
+    for (int k = 0; k < 2; k++) {
+        snprintf(args, sizeof args, "--device cpu --gemm %s %s --data %s " TINY " --steps 4", gm[k],
+                 k ? "--config fp16.json" : "", g_data);
+        rc = train("-q", args);
+        char want[64];
+        snprintf(want, sizeof want, "; GEMMs %s operands, fp32 accumulation", gm[k]);
+        int said = count_lines(want, "device: cpu ", NULL);
+        done = count_lines("done: steps 1..4", NULL, NULL);
+        if (rc != 0 || said != 1 || done != 1)
+            show_log();
+        TEST_CHECKF(rc == 0 && said == 1 && done == 1,
+                    "--gemm %s: exit %d, device line %d, done %d (want 0, 1, 1)", gm[k], rc, said,
+                    done);
+        printf("ok: --gemm %s trains on the CPU and says so%s\n", gm[k],
+               k ? " (fp16 config, loss scaling)" : "");
+    }
+    snprintf(args, sizeof args, "--gemm fp8 --data %s " TINY, g_data);
+    expect_one_line(train("-q", args), 2, "zs-train: --gemm must be auto, fp32, bf16 or fp16", "",
+                    "--gemm fp8");
     printf("test_train_exit: ok\n");
     return 0;
 }

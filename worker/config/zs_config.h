@@ -76,7 +76,8 @@ typedef struct zs_config {
 
     zs_sched_config_t sched;
 
-    /* precision: params/grads stored in this dtype, computed in fp32 on CPU */
+    /* precision: params/grads stored in this dtype; layers compute on fp32
+     * copies (GEMM operand precision: zs-train --gemm, zs_gpt_set_compute) */
     zs_dtype_t dtype; /* F32 (default), BF16 (bf16.enabled) or F16 (fp16.enabled) */
     zs_fp16_config_t fp16;
 
