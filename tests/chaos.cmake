@@ -7,3 +7,9 @@ target_compile_definitions(test_chaos PRIVATE ZS_MPIEXEC="${MPIEXEC_EXECUTABLE}"
                            ZS_LAUNCH="$<TARGET_FILE:zs-launch>"
                            ZS_CTL="$<TARGET_FILE:zs-ctl>")
 add_dependencies(test_chaos zs-train zs-tokenize zs-server zs-launch zs-ctl)
+
+# zs-launch's rules (reruns, --resume-auto, statuses it does not rerun,
+# shrinking) with a stand-in launcher script: no MPI.
+zs_add_test(test_launch SRCS test_launch.c LIBS zs_testproc TIMEOUT 60 LABELS unit)
+target_compile_definitions(test_launch PRIVATE ZS_LAUNCH="$<TARGET_FILE:zs-launch>")
+add_dependencies(test_launch zs-launch)
