@@ -168,6 +168,43 @@ static void test_oom(zs_dev_t *d)
     printf("out of memory: ok\n");
 }
 
+/* "Not ready" from an event query (zs_dev_event_query, the allocator's
+ * fence polling) is recorded by CUDA as the thread's last error; it must
+ * not make the next kernel launch on the thread report a failure. */
+static void test_not_ready_not_left(zs_dev_t *d)
+{
+    zs_stream_t *a, *b;
+    zs_event_t *ev;
+    TEST_OK(zs_dev_stream_create(d, 0, "held", &a, &err), err);
+    TEST_OK(zs_dev_stream_create(d, 0, "free", &b, &err), err);
+    TEST_OK(zs_dev_event_create(d, &ev, &err), err);
+    float one = 1.0f, *x, *y;
+    TEST_OK(zs_dev_alloc(d, ZS_SPACE_DEVICE, ZS_MEM_SCRATCH, sizeof one, (void **)&x, &err), err);
+    TEST_OK(zs_dev_memcpy(b, x, &one, sizeof one, &err), err);
+    atomic_int open = 0;
+    zs_devtest_gate(a, &open);
+    TEST_OK(zs_dev_event_record(ev, a, &err), err);
+    TEST_CHECK(zs_dev_event_query(ev) == 0); /* cudaErrorNotReady */
+    TEST_OK(zs_dev_scale(b, x, ZS_DTYPE_F32, 3.0f, 1, &err), err);
+    /* a block freed behind the gate, then an allocation: the fence poll */
+    TEST_OK(zs_dev_alloc(d, ZS_SPACE_DEVICE, ZS_MEM_SCRATCH, 4096, (void **)&y, &err), err);
+    TEST_OK(zs_dev_memset(a, y, 0, 4096, &err), err);
+    zs_dev_free(d, y);
+    TEST_OK(zs_dev_alloc(d, ZS_SPACE_DEVICE, ZS_MEM_SCRATCH, 8192, (void **)&y, &err), err);
+    TEST_OK(zs_dev_scale(b, x, ZS_DTYPE_F32, 2.0f, 1, &err), err);
+    TEST_OK(zs_dev_sumsq(b, x, ZS_DTYPE_F32, 1, (double *)y, &err), err);
+    zs_devtest_d2h(b, &one, x, sizeof one);
+    TEST_CHECKF(one == 6.0f, "%g", one);
+    atomic_store(&open, 1);
+    TEST_OK(zs_dev_stream_sync(a, &err), err);
+    zs_dev_free(d, x);
+    zs_dev_free(d, y);
+    zs_dev_event_destroy(ev);
+    zs_dev_stream_destroy(a);
+    zs_dev_stream_destroy(b);
+    printf("not-ready queries leave no error for the next launch: ok\n");
+}
+
 /* ZS_CUDA_CHECK's record (runs without a GPU too): code mapping, call,
  * file:line, device, CUDA's text and the hint. */
 static void test_check_macro(int have_gpu)
@@ -188,6 +225,13 @@ static void test_check_macro(int have_gpu)
         TEST_CHECKF(strstr(e.msg, "cudaSetDevice at test_dev_cuda.c:") &&
                         strstr(e.msg, "(hint: is there a driver?)"),
                     "%s", e.msg);
+    } else {
+        /* a non-sticky failure, reported, is no longer the thread's last
+         * error: a kernel launch checked with cudaGetLastError must not fail
+         * with it (without a driver every call fails: not checkable there) */
+        TEST_CHECK(ZS_CUDA_CHECK(&e, 0, "bad ordinal", cudaSetDevice, -1) != ZS_OK);
+        cudaError_t last = cudaPeekAtLastError();
+        TEST_CHECKF(last == cudaSuccess, "last error left set: %s", cudaGetErrorName(last));
     }
     printf("ZS_CUDA_CHECK: %s\n", e.msg);
 }
@@ -215,6 +259,7 @@ int main(void)
     test_accounting(d);
     test_reuse_fence(d);
     test_oom(d);
+    test_not_ready_not_left(d);
     zs_devtest_streams(d, 2000);
     zs_devtest_vector(d, 0);
     zs_dev_mem_t m;

@@ -69,10 +69,14 @@ static inline const char *zs__cuda_hint(cudaError_t e)
     }
 }
 
-/* Fill err for a failed CUDA call `what` at file:line; returns the status. */
+/* Fill err for a failed CUDA call `what` at file:line and clear the
+ * thread's last CUDA error; returns the status. */
 static inline int zs__cuda_fail(zs_err_t *err, cudaError_t e, const char *what, const char *file,
                                 int line)
 {
+    /* the failed call also left e as the thread's last error; reported here,
+     * so it must not fail the next launch check (sticky errors persist anyway) */
+    (void)cudaGetLastError();
     return zs_err_set(err, zs__cuda_status(e), "%s (%s:%d): CUDA error %s: %s; %s", what, file,
                       line, cudaGetErrorName(e), cudaGetErrorString(e), zs__cuda_hint(e));
 }

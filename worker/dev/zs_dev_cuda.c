@@ -65,6 +65,11 @@ int zs__cuda_check(int code, const char *call, const char *file, int line, int d
     if (code == (int)cudaSuccess)
         return ZS_OK;
     cudaError_t e = (cudaError_t)code;
+    /* A failed runtime call also stays in the thread's "last error", and the
+     * kernel launchers read that with cudaGetLastError: a non-sticky error
+     * reported here would fail the next, unrelated launch on this thread.
+     * Reported now, so drop it (a sticky error comes back from every call). */
+    (void)cudaGetLastError();
     int zc = ZS_ERR_INTERNAL;
     if (e == cudaErrorMemoryAllocation)
         zc = ZS_ERR_NOMEM;
@@ -330,6 +335,8 @@ static int poll_sync(zs__cuda_stream_t *s, zs_err_t *err)
         cudaError_t q = cudaStreamQuery(s->h);
         if (q == cudaSuccess)
             return ZS_OK;
+        if (q == cudaErrorNotReady)
+            (void)cudaGetLastError(); /* "not ready" is recorded too: see zs__cuda_check */
         if (q != cudaErrorNotReady)
             return zs__cuda_check(q, "cudaStreamQuery", __FILE__, __LINE__, device, HINT_STICKY,
                                   err);
@@ -539,6 +546,8 @@ static int cu_event_query(zs_event_t *ze)
     cell_unref(c);
     cudaSetDevice(((zs__cuda_dev_t *)ze->dev)->device);
     cudaError_t q = cudaEventQuery(e->h);
+    if (q != cudaSuccess)
+        (void)cudaGetLastError(); /* not left for the next launch check (zs__cuda_check) */
     /* an error also ends the wait: zs_dev_event_sync reports it */
     return q != cudaErrorNotReady;
 }

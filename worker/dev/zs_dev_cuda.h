@@ -53,7 +53,9 @@ int zs_dev_cuda_set_mem_limit(zs_dev_t *d, uint64_t bytes, zs_err_t *err);
 /* ZS_OK when `code` (a cudaError_t) is cudaSuccess; otherwise fills err
  * with ZS_ERR_NOMEM (cudaErrorMemoryAllocation) or ZS_ERR_INTERNAL and
  * "CUDA <call> at file:line on cuda:<device>: <error string> (<name>)
- * (hint: <hint>)" and returns that code. */
+ * (hint: <hint>)", clears the calling thread's last CUDA error (so a later
+ * cudaGetLastError after a kernel launch does not report it again) and
+ * returns that code. */
 int zs__cuda_check(int code, const char *call, const char *file, int line, int device,
                    const char *hint, zs_err_t *err);
 

@@ -247,8 +247,12 @@ static int fences_reap(zs__cuda_dev_t *cd, int wait, zs_err_t *err)
                 continue;
             }
             cudaError_t q = cudaEventQuery(f->ev[i]);
-            if (q == cudaErrorNotReady)
+            if (q == cudaErrorNotReady) {
+                /* recorded as the thread's last error: a kernel launcher's
+                 * cudaGetLastError would report it as its own failure */
+                (void)cudaGetLastError();
                 return ZS_OK;
+            }
             if (q != cudaSuccess)
                 return zs__cuda_check(q, "cudaEventQuery", __FILE__, __LINE__, cd->device,
                                       "an earlier kernel or copy failed on this GPU", err);
