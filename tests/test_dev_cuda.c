@@ -21,9 +21,11 @@
  */
 #include <stdint.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "zs_dev.h"
+#include "zs_cuda_vec.h"
 #include "zs_dev_cuda.h"
 #include "zs_devtest.h"
 #include "zs_test.h"
@@ -205,6 +207,52 @@ static void test_not_ready_not_left(zs_dev_t *d)
     printf("not-ready queries leave no error for the next launch: ok\n");
 }
 
+/* The launchers' own argument checks, as the CPU device's (run without a
+ * GPU too: refused before any CUDA call). */
+static void test_vec_args(void)
+{
+    zs_err_t e;
+    float f[8];
+    TEST_CHECKF(zs_cuda_cast(NULL, f, ZS_DTYPE_BF16, f + 1, ZS_DTYPE_F32, 4, &e) == ZS_ERR_INVALID,
+                "%s", e.msg);
+    TEST_CHECK(strstr(e.msg, "overlap"));
+    printf("  refused: %s\n", e.msg);
+    TEST_CHECK(zs_cuda_cast(NULL, f, ZS_DTYPE_F32, f, ZS_DTYPE_F32, 1, &e) == ZS_ERR_INVALID);
+    size_t huge = SIZE_MAX / 4 + 1;
+    TEST_CHECK(zs_cuda_cast(NULL, f, ZS_DTYPE_BF16, f + 4, ZS_DTYPE_F32, huge, &e) == ZS_ERR_RANGE);
+    TEST_CHECK(zs_cuda_accumulate(NULL, f, ZS_DTYPE_F32, f, ZS_DTYPE_F32, huge, &e) ==
+               ZS_ERR_RANGE);
+    TEST_CHECK(zs_cuda_scale(NULL, f, ZS_DTYPE_F32, 2.0f, huge, &e) == ZS_ERR_RANGE);
+    TEST_CHECK(zs_cuda_sumsq(NULL, f, ZS_DTYPE_F32, huge, (double *)f, &e) == ZS_ERR_RANGE);
+    printf("  refused: %s\n", e.msg);
+    printf("vector-op argument checks: ok\n");
+}
+
+/* x += x is allowed, as on the CPU device (zs_dev_cpu_ops.c). */
+static void test_accumulate_in_place(zs_dev_t *d)
+{
+    zs_stream_t *s;
+    TEST_OK(zs_dev_stream_create(d, 0, "inplace", &s, &err), err);
+    for (int k = 0; k < 3; k++) {
+        zs_dtype_t dt = k == 0 ? ZS_DTYPE_F32 : k == 1 ? ZS_DTYPE_BF16 : ZS_DTYPE_F16;
+        size_t n = 1000, bytes = n * zs_dtype_size(dt);
+        void *h = zs_devtest_rand_host(dt, n, 31 + k, 3.0f), *got = malloc(bytes);
+        void *x = zs_devtest_h2d(d, s, h, bytes);
+        TEST_OK(zs_dev_accumulate(s, x, dt, x, dt, n, &err), err);
+        zs_devtest_d2h(s, got, x, bytes);
+        /* doubling is exact in every dtype (no overflow at |x| <= 3) */
+        TEST_OK(zs_dev_memcpy(s, x, h, bytes, &err), err);
+        TEST_OK(zs_dev_scale(s, x, dt, 2.0f, n, &err), err);
+        zs_devtest_d2h(s, h, x, bytes);
+        TEST_CHECKF(memcmp(got, h, bytes) == 0, "%s x += x is not 2x", zs_dtype_name(dt));
+        zs_dev_free(d, x);
+        free(h);
+        free(got);
+    }
+    zs_dev_stream_destroy(s);
+    printf("accumulate in place: ok\n");
+}
+
 /* ZS_CUDA_CHECK's record (runs without a GPU too): code mapping, call,
  * file:line, device, CUDA's text and the hint. */
 static void test_check_macro(int have_gpu)
@@ -242,6 +290,7 @@ int main(void)
     zs_dev_t *d = NULL;
     int ngpu = zs_dev_cuda_available(why, sizeof why);
     test_check_macro(ngpu > 0);
+    test_vec_args();
     if (ngpu == 0) {
         /* creating the device must fail cleanly with the same reason */
         TEST_CHECK(zs_dev_cuda_create(0, &d, &err) == ZS_ERR_UNAVAILABLE && d == NULL);
@@ -260,6 +309,7 @@ int main(void)
     test_reuse_fence(d);
     test_oom(d);
     test_not_ready_not_left(d);
+    test_accumulate_in_place(d);
     zs_devtest_streams(d, 2000);
     zs_devtest_vector(d, 0);
     zs_dev_mem_t m;

@@ -36,9 +36,10 @@ __global__ void __launch_bounds__(ZS_CUDA_EW_THREADS)
     }
 }
 
+/* No __restrict__: dst == src is allowed (x += x, as on the CPU device). */
 template <int DDT, int SDT>
 __global__ void __launch_bounds__(ZS_CUDA_EW_THREADS)
-    k_accumulate(void *__restrict__ dst, const void *__restrict__ src, size_t n)
+    k_accumulate(void *dst, const void *src, size_t n)
 {
     ZS_CUDA_FOR(i, n)
     {
@@ -175,6 +176,15 @@ static int bad_arg(zs_err_t *err, const char *fn, const char *what)
     return zs_err_set(err, ZS_ERR_INVALID, "%s: %s", fn, what);
 }
 
+/* n elements of 4 bytes must fit in size_t, so every byte count and offset
+ * does (the CPU device's check, same status). */
+static int bad_n(zs_err_t *err, const char *fn, size_t n)
+{
+    if (n > SIZE_MAX / 4)
+        return zs_err_set(err, ZS_ERR_RANGE, "%s: %zu elements overflow the address space", fn, n);
+    return ZS_OK;
+}
+
 /* See zs_cuda_vec.h. */
 extern "C" int zs_cuda_cast(void *stream, void *dst, zs_dtype_t ddt, const void *src,
                             zs_dtype_t sdt, size_t n, zs_err_t *err)
@@ -183,10 +193,16 @@ extern "C" int zs_cuda_cast(void *stream, void *dst, zs_dtype_t ddt, const void 
     if (!zs__cuda_dtype_ok(ddt) || !zs__cuda_dtype_ok(sdt))
         return zs_err_set(err, ZS_ERR_INVALID, "zs_cuda_cast: dtypes %s <- %s not supported",
                           zs_dtype_name(ddt), zs_dtype_name(sdt));
+    if (bad_n(err, "zs_cuda_cast", n))
+        return ZS_ERR_RANGE;
     if (n == 0)
         return ZS_OK;
     if (!dst || !src)
         return bad_arg(err, "zs_cuda_cast", "NULL buffer");
+    uintptr_t d0 = (uintptr_t)dst, d1 = d0 + n * zs_dtype_size(ddt);
+    uintptr_t s0 = (uintptr_t)src, s1 = s0 + n * zs_dtype_size(sdt);
+    if (d0 < s1 && s0 < d1) /* refused as on the CPU device; a race on the GPU */
+        return bad_arg(err, "zs_cuda_cast", "dst and src overlap");
     if (ddt == sdt) {
         ZS_CUDA_TRY(cudaMemcpyAsync(dst, src, n * zs_dtype_size(sdt), cudaMemcpyDeviceToDevice, cs),
                     "zs_cuda_cast: cudaMemcpyAsync");
@@ -205,12 +221,12 @@ extern "C" int zs_cuda_accumulate(void *stream, void *dst, zs_dtype_t ddt, const
     if (!zs__cuda_dtype_ok(ddt) || !zs__cuda_dtype_ok(sdt))
         return zs_err_set(err, ZS_ERR_INVALID, "zs_cuda_accumulate: dtypes %s += %s not supported",
                           zs_dtype_name(ddt), zs_dtype_name(sdt));
+    if (bad_n(err, "zs_cuda_accumulate", n))
+        return ZS_ERR_RANGE;
     if (n == 0)
         return ZS_OK;
     if (!dst || !src)
         return bad_arg(err, "zs_cuda_accumulate", "NULL buffer");
-    if (dst == src)
-        return bad_arg(err, "zs_cuda_accumulate", "dst and src are the same buffer");
     ZS_DISPATCH_PAIR(k_accumulate, ddt, sdt, <<<EW_SHAPE(n)>>>(dst, src, n))
     ZS_CUDA_LAUNCHED("k_accumulate");
     return ZS_OK;
@@ -224,6 +240,8 @@ extern "C" int zs_cuda_scale(void *stream, void *x, zs_dtype_t dt, float alpha, 
     if (!zs__cuda_dtype_ok(dt))
         return zs_err_set(err, ZS_ERR_INVALID, "zs_cuda_scale: dtype %s not supported",
                           zs_dtype_name(dt));
+    if (bad_n(err, "zs_cuda_scale", n))
+        return ZS_ERR_RANGE;
     if (n == 0)
         return ZS_OK;
     if (!x)
@@ -241,6 +259,8 @@ extern "C" int zs_cuda_sumsq(void *stream, const void *x, zs_dtype_t dt, size_t 
     if (!zs__cuda_dtype_ok(dt))
         return zs_err_set(err, ZS_ERR_INVALID, "zs_cuda_sumsq: dtype %s not supported",
                           zs_dtype_name(dt));
+    if (bad_n(err, "zs_cuda_sumsq", n))
+        return ZS_ERR_RANGE;
     if (!acc)
         return bad_arg(err, "zs_cuda_sumsq", "NULL acc");
     if (n == 0)
@@ -279,6 +299,8 @@ extern "C" int zs_cuda_adamw(void *stream, const zs_adam_hparams_t *hp, const zs
         return zs_err_set(err, ZS_ERR_INVALID,
                           "zs_cuda_adamw: grad dtype %s / output dtype %s not supported",
                           zs_dtype_name(gdt), zs_dtype_name(odt));
+    if (bad_n(err, "zs_cuda_adamw", n))
+        return ZS_ERR_RANGE;
     if (n == 0)
         return ZS_OK;
     if (!p || !m || !v || !grad)

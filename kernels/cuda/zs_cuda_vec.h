@@ -9,7 +9,8 @@
  * with err filled: the kernel name, file:line, the CUDA error string and a
  * hint. A launcher returns when the work is enqueued; errors that happen
  * while the kernel runs surface at the next synchronisation, as with any
- * CUDA launch. n == 0 enqueues nothing and returns ZS_OK.
+ * CUDA launch. n == 0 enqueues nothing and returns ZS_OK; n above
+ * SIZE_MAX / 4 is ZS_ERR_RANGE (as on the CPU device).
  *
  * Semantics are those of the CPU twins in worker/dev/zs_dev.h (zs_dev_cast,
  * ...), element by element with the formulas of kernels/zs_math.h, so for
@@ -38,12 +39,13 @@ extern "C" { /* our C headers declare C functions (zs_err_set, ...) */
 
 /* dst (ddt) = src (sdt), n elements; any pair of F32/BF16/F16, rounding to
  * nearest even (zs_cast.h); same dtype is a device-to-device copy. dst and
- * src must not overlap. */
+ * src must not overlap (refused with ZS_ERR_INVALID, as on the CPU). */
 int zs_cuda_cast(void *stream, void *dst, zs_dtype_t ddt, const void *src, zs_dtype_t sdt, size_t n,
                  zs_err_t *err);
 
 /* dst (ddt) += src (sdt): the fp32 sum of the widened values, rounded once
- * to ddt. dst and src must not overlap (equal pointers are refused). */
+ * to ddt. dst == src is allowed (x += x, as on the CPU device); any other
+ * overlap is the caller's problem. */
 int zs_cuda_accumulate(void *stream, void *dst, zs_dtype_t ddt, const void *src, zs_dtype_t sdt,
                        size_t n, zs_err_t *err);
 
