@@ -25,6 +25,7 @@
 #include <string.h>
 
 #include "zs_dev.h"
+#include "zs_cast.h"
 #include "zs_cuda_vec.h"
 #include "zs_dev_cuda.h"
 #include "zs_devtest.h"
@@ -255,6 +256,34 @@ static void test_accumulate_in_place(zs_dev_t *d)
     printf("accumulate in place: ok\n");
 }
 
+/* Casts into pinned memory (the engine keeps stage 3 offloaded parameters
+ * there): a same-dtype cast is a copy whose kind must not say device. */
+static void test_cast_to_pinned(zs_dev_t *d)
+{
+    enum { N = 777 };
+    zs_stream_t *s;
+    TEST_OK(zs_dev_stream_create(d, 0, "pinned", &s, &err), err);
+    float *h = zs_devtest_rand_host(ZS_DTYPE_F32, N, 77, 2.0f), *pin;
+    uint16_t *pin16;
+    void *x = zs_devtest_h2d(d, s, h, N * 4);
+    TEST_OK(zs_dev_alloc(d, ZS_SPACE_PINNED, ZS_MEM_PARAMS, N * 4, (void **)&pin, &err), err);
+    TEST_OK(zs_dev_alloc(d, ZS_SPACE_PINNED, ZS_MEM_PARAMS, N * 2, (void **)&pin16, &err), err);
+    TEST_OK(zs_dev_cast(s, pin, ZS_DTYPE_F32, x, ZS_DTYPE_F32, N, &err), err);
+    TEST_OK(zs_dev_cast(s, pin16, ZS_DTYPE_BF16, x, ZS_DTYPE_F32, N, &err), err);
+    TEST_OK(zs_dev_stream_sync(s, &err), err);
+    TEST_CHECK(memcmp(pin, h, N * 4) == 0);
+    int bad = 0;
+    for (int i = 0; i < N; i++)
+        bad += pin16[i] != zs_f32_to_bf16(h[i]);
+    TEST_CHECKF(bad == 0, "%d of %d bf16 values differ", bad, N);
+    zs_dev_free(d, x);
+    zs_dev_free(d, pin);
+    zs_dev_free(d, pin16);
+    free(h);
+    zs_dev_stream_destroy(s);
+    printf("casts into pinned memory: ok\n");
+}
+
 /* ZS_CUDA_CHECK's record (runs without a GPU too): code mapping, call,
  * file:line, device, CUDA's text and the hint. */
 static void test_check_macro(int have_gpu)
@@ -312,6 +341,7 @@ int main(void)
     test_oom(d);
     test_not_ready_not_left(d);
     test_accumulate_in_place(d);
+    test_cast_to_pinned(d);
     zs_devtest_streams(d, 2000);
     zs_devtest_vector(d, 0);
     zs_dev_mem_t m;

@@ -204,7 +204,10 @@ extern "C" int zs_cuda_cast(void *stream, void *dst, zs_dtype_t ddt, const void 
     if (d0 < s1 && s0 < d1) /* refused as on the CPU device; a race on the GPU */
         return bad_arg(err, "zs_cuda_cast", "dst and src overlap");
     if (ddt == sdt) {
-        ZS_CUDA_TRY(cudaMemcpyAsync(dst, src, n * zs_dtype_size(sdt), cudaMemcpyDeviceToDevice, cs),
+        /* Default, not DeviceToDevice: one side may be pinned host memory
+         * (the engine's stage 3 offloaded parameters), and a kind that does
+         * not match the pointers is undefined behaviour */
+        ZS_CUDA_TRY(cudaMemcpyAsync(dst, src, n * zs_dtype_size(sdt), cudaMemcpyDefault, cs),
                     "zs_cuda_cast: cudaMemcpyAsync");
         return ZS_OK;
     }

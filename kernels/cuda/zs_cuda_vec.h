@@ -20,8 +20,9 @@
  * CPU sum up to fp64 summation order.
  *
  * Pointers: all data pointers are device memory of the current device
- * (cudaSetDevice), which must be the stream's; hp and st are host memory
- * (read before the call returns). Arrays must not overlap unless said so.
+ * (cudaSetDevice), which must be the stream's, or pinned host memory
+ * (cudaHostAlloc: device-accessible under unified addressing, slowly); hp
+ * and st are host memory (read before the call returns). Arrays must not overlap unless said so.
  */
 #ifndef ZS_CUDA_VEC_H
 #define ZS_CUDA_VEC_H
