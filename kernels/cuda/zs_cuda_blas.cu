@@ -13,10 +13,13 @@
  * for a shape, CUBLAS_COMPUTE_32F (which in cuBLASLt also never uses TF32:
  * that needs CUBLAS_COMPUTE_32F_FAST_TF32) and the fallback is counted.
  * Determinism: the algorithm is the heuristic's first choice for the shape,
- * alignment and workspace, the same every call, and cuBLAS's routines give
- * the same bits on every run on the same GPU model and toolkit. Alignment
+ * alignment and workspace, and cuBLAS's routines give the same bits on every
+ * run on the same GPU architecture, SM count and toolkit. Alignment
  * preferences are computed from the actual pointers and batch strides, so an
- * algorithm that needs more alignment than a head slice has is never chosen.
+ * algorithm that needs more alignment than a head slice has is never chosen;
+ * the flip side is that the choice (and so the bits) may change when the same
+ * GEMM runs on buffers of a different alignment (up to 256 bytes), e.g. a
+ * re-carved arena. Repeats on the same buffers are bitwise equal.
  *
  * Mixed precision (zs_mixed.h): A and B may be bf16 or fp16 (C stays fp32,
  * compute CUBLAS_COMPUTE_32F, fp32 scale): the tensor-core path. Pedantic is
