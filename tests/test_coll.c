@@ -681,6 +681,7 @@ int main(int argc, char **argv)
     PHASE(test_sticky(c));
     PHASE(test_host(c));
     PHASE(test_errors(c));
+    PHASE(test_group(c));
     PHASE(test_isolation(c));
     PHASE(test_destroy_queued());
 

@@ -74,5 +74,6 @@ void test_done(zs_coll_t *c);
 void test_sticky(zs_coll_t *c);
 void test_host(zs_coll_t *c);
 void test_errors(zs_coll_t *c);
+void test_group(zs_coll_t *c);
 
 #endif

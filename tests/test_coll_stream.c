@@ -378,3 +378,66 @@ void test_errors(zs_coll_t *c)
     run_one(c, K_RS, ZS_DTYPE_BF16, 3, 0);
     OK(zs_coll_barrier(c, &err), err);
 }
+
+/* Groups (zs_coll_group_start / _end): 150 all-gathers in one group, so the
+ * group is launched in pieces of ZS_COLL_GROUP_MAX, each on its own buffer,
+ * give every rank's blocks. A `done` event given inside the group is not
+ * recorded until its piece is launched: with the communicator's stream held
+ * by a gate, the event (recorded earlier on an idle stream, so complete)
+ * stays complete while the group is open and turns incomplete at the end,
+ * when it is recorded behind the held collectives. Inside a group sync,
+ * barrier, the host helpers and a nested start are refused, as is an end
+ * without a start. */
+void test_group(zs_coll_t *c)
+{
+    zs_err_t err;
+    enum { NB = 150, CNT = 8 };
+    size_t per = (size_t)g_size * CNT;
+    dbuf_t b = dbuf_new(NB * per, ZS_DTYPE_F32);
+    float *p = b.p;
+    for (int k = 0; k < NB; k++)
+        for (size_t i = 0; i < CNT; i++)
+            p[k * per + (size_t)g_rank * CNT + i] = (float)(g_rank * 100000 + k * 100 + (int)i);
+    zs_stream_t *idle = NULL;
+    zs_event_t *ev = NULL;
+    OK(zs_dev_stream_create(g_dev, 0, "idle", &idle, &err), err);
+    OK(zs_dev_event_create(g_dev, &ev, &err), err);
+    OK(zs_dev_event_record(ev, idle, &err), err);
+    OK(zs_dev_event_sync(ev, &err), err);
+
+    int gate = 0;
+    gate_args_t ga = {&gate, 30000};
+    OK(zs_dev_host_fn(zs_coll_stream(c), gate_fn, &ga, sizeof ga, &err), err);
+    OK(zs_coll_group_start(c, &err), err);
+    REFUSED(zs_coll_group_start(c, &e_), ZS_ERR_STATE, "open already");
+    REFUSED(zs_coll_sync(c, &e_), ZS_ERR_STATE, "inside a collective group");
+    REFUSED(zs_coll_barrier(c, &e_), ZS_ERR_STATE, "inside a collective group");
+    float one = 1.0f;
+    REFUSED(zs_coll_all_reduce_host(c, &one, 1, ZS_DTYPE_F32, ZS_OP_SUM, &e_), ZS_ERR_STATE,
+            "inside a collective group");
+    for (int k = 0; k < NB; k++) {
+        /* the done event goes with the last collective: the third piece */
+        OK(zs_coll_all_gather(c, p + k * per, CNT, ZS_DTYPE_F32, NULL, k == NB - 1 ? ev : NULL,
+                              &err),
+           err);
+        if (k == NB - 1)
+            CHECK(zs_dev_event_query(ev) == 1,
+                  "a done event given inside a group was recorded before the group's launch");
+    }
+    OK(zs_coll_group_end(c, &err), err);
+    int late = zs_dev_event_query(ev);
+    gate_open(&gate);
+    CHECK(late == 0, "after zs_coll_group_end the done event must follow the held collectives");
+    OK(zs_dev_event_sync(ev, &err), err);
+    OK(zs_coll_sync(c, &err), err);
+    size_t bad = 0;
+    for (int k = 0; k < NB; k++)
+        for (int r = 0; r < g_size; r++)
+            for (size_t i = 0; i < CNT; i++)
+                bad += p[k * per + (size_t)r * CNT + i] != (float)(r * 100000 + k * 100 + (int)i);
+    CHECK(bad == 0, "grouped all-gathers: %zu of %zu elements wrong", bad, (size_t)NB * per);
+    REFUSED(zs_coll_group_end(c, &e_), ZS_ERR_STATE, "no group is open");
+    dbuf_free(&b, "group");
+    zs_dev_event_destroy(ev);
+    zs_dev_stream_destroy(idle);
+}

@@ -1,6 +1,7 @@
 /*
  * zs_coll.c - the parts of zs_coll.h every implementation shares: stream
- * ordering around a collective (`after`, `done`), barrier and sync, and the
+ * ordering around a collective (`after`, `done`), groups (their done events
+ * and when the implementation launches them), barrier and sync, and the
  * blocking host-value helpers. It only talks to the device interface
  * (zs_dev.h) and the communicator's vtable; it does not call MPI or NCCL.
  */
@@ -26,15 +27,65 @@ int zs__coll_after(zs_coll_t *c, zs_stream_t *after, zs_err_t *err)
     return rc;
 }
 
-/* Record `done` (owned by the caller) on c's stream, behind the collective
- * just enqueued. */
-int zs__coll_done(zs_coll_t *c, zs_event_t *done, zs_err_t *err)
+/* Record `done` (owned by the caller) on c's stream. */
+static int record_done(zs_coll_t *c, zs_event_t *done, zs_err_t *err)
 {
-    if (!done)
-        return ZS_OK;
     int rc = zs_dev_event_record(done, c->stream, err);
     if (rc != ZS_OK)
         zs_err_prefix(err, "collective done event: ");
+    return rc;
+}
+
+/* Launch what the open group holds (the implementation's flush), then
+ * record the done events kept for it, in call order. The group stays open. */
+static int flush(zs_coll_t *c, zs_err_t *err)
+{
+    int rc = ZS_OK;
+    if (c->ngroup && c->vt->group_flush)
+        rc = c->vt->group_flush(c, err);
+    for (int i = 0; i < c->npend && rc == ZS_OK; i++)
+        rc = record_done(c, c->pend[i], err);
+    c->ngroup = c->npend = 0;
+    return rc;
+}
+
+/* Behind the collective just enqueued: record `done` now, or inside a group
+ * keep it for the flush (flushing a full group). */
+int zs__coll_done(zs_coll_t *c, zs_event_t *done, zs_err_t *err)
+{
+    if (!c->grouped)
+        return done ? record_done(c, done, err) : ZS_OK;
+    if (done)
+        c->pend[c->npend++] = done;
+    return ++c->ngroup >= ZS_COLL_GROUP_MAX ? flush(c, err) : ZS_OK;
+}
+
+/* ZS_ERR_STATE for `what` while a group is open. */
+static int no_group(zs_coll_t *c, const char *what, zs_err_t *err)
+{
+    if (!c->grouped)
+        return ZS_OK;
+    return zs_err_set(err, ZS_ERR_STATE,
+                      "%s inside a collective group: call zs_coll_group_end first", what);
+}
+
+int zs_coll_group_start(zs_coll_t *c, zs_err_t *err)
+{
+    if (c->grouped)
+        return zs_err_set(err, ZS_ERR_STATE, "zs_coll_group_start: a group is open already");
+    c->grouped = 1;
+    c->ngroup = c->npend = 0;
+    return ZS_OK;
+}
+
+int zs_coll_group_end(zs_coll_t *c, zs_err_t *err)
+{
+    if (!c->grouped)
+        return zs_err_set(err, ZS_ERR_STATE, "zs_coll_group_end: no group is open");
+    int rc = flush(c, err);
+    c->grouped = 0;
+    if (rc != ZS_OK)
+        zs_err_prefix(err, "collective group: ");
     return rc;
 }
 
@@ -43,7 +94,9 @@ int zs__coll_done(zs_coll_t *c, zs_event_t *done, zs_err_t *err)
  * here has run (its first error, if any). */
 int zs_coll_barrier(zs_coll_t *c, zs_err_t *err)
 {
-    int rc = c->vt->barrier(c, err);
+    int rc = no_group(c, "zs_coll_barrier", err);
+    if (rc == ZS_OK)
+        rc = c->vt->barrier(c, err);
     if (rc != ZS_OK)
         return rc;
     return zs_coll_sync(c, err);
@@ -51,7 +104,8 @@ int zs_coll_barrier(zs_coll_t *c, zs_err_t *err)
 
 int zs_coll_sync(zs_coll_t *c, zs_err_t *err)
 {
-    return zs_dev_stream_sync(c->stream, err);
+    int rc = no_group(c, "zs_coll_sync", err);
+    return rc ? rc : zs_dev_stream_sync(c->stream, err);
 }
 
 /* Which of the two collectives a host helper runs. */
@@ -65,6 +119,9 @@ static int host_coll(zs_coll_t *c, host_kind_t kind, void *host, size_t count, z
                      zs_coll_op_t op, int root, zs_err_t *err)
 {
     const char *what = kind == HOST_ALL_REDUCE ? "all_reduce_host" : "broadcast_host";
+    int grc = no_group(c, what, err);
+    if (grc)
+        return grc;
     size_t es = zs_dtype_size(dt);
     if (es == 0)
         return zs_err_set(err, ZS_ERR_INVALID, "%s: dtype %d (%s) is not fp32, bf16 or fp16", what,

@@ -46,6 +46,10 @@
 
 #define ZS_COLL_ALIGN 64 /* elements; a block alignment NCCL likes (not required) */
 
+/* Collectives in one fused launch of a group (zs_coll_group_start): a longer
+ * group is launched in pieces of this many. */
+#define ZS_COLL_GROUP_MAX 64
+
 typedef enum { ZS_OP_SUM = 0, ZS_OP_MAX = 1 } zs_coll_op_t;
 
 typedef struct zs_coll zs_coll_t;
@@ -60,6 +64,11 @@ typedef struct zs_coll_vtable {
     int (*broadcast)(zs_coll_t *c, void *buf, size_t count, zs_dtype_t dt, int root, zs_err_t *err);
     int (*barrier)(zs_coll_t *c, zs_err_t *err);
     void (*destroy)(zs_coll_t *c);
+    /* Launch the collectives enqueued since the group opened (or since the
+     * last flush) together: NCCL defers them while c->grouped and launches
+     * them here inside ncclGroupStart .. ncclGroupEnd. NULL: every
+     * collective ran as it was enqueued (MPI), nothing to launch. */
+    int (*group_flush)(zs_coll_t *c, zs_err_t *err);
 } zs_coll_vtable_t;
 
 struct zs_coll {
@@ -68,6 +77,11 @@ struct zs_coll {
     zs_dev_t *dev;        /* not owned */
     zs_stream_t *stream;  /* owned: where the collectives run */
     zs_event_t *after_ev; /* owned: recorded on `after` streams */
+    /* an open group (zs_coll_group_start); zs_coll.c keeps these */
+    int grouped;                         /* a group is open */
+    int ngroup;                          /* collectives enqueued since the last flush */
+    int npend;                           /* `done` events waiting for the flush */
+    zs_event_t *pend[ZS_COLL_GROUP_MAX]; /* not owned */
 };
 
 /* Communicator over MPI_COMM_WORLD on device `dev` (the CPU device; buffers
@@ -90,7 +104,9 @@ static inline zs_stream_t *zs_coll_stream(zs_coll_t *c)
 /* Make c's stream wait for `after`'s work so far (no-op for NULL). */
 int zs__coll_after(zs_coll_t *c, zs_stream_t *after, zs_err_t *err);
 
-/* Record `done` on c's stream (no-op for NULL). */
+/* After a collective was enqueued: record `done` on c's stream (no-op for
+ * NULL); inside a group, count it and keep `done` for the flush, flushing
+ * when ZS_COLL_GROUP_MAX have gathered. */
 int zs__coll_done(zs_coll_t *c, zs_event_t *done, zs_err_t *err);
 
 /* In place (see the layout above): buf + rank*count = this rank's block of
@@ -133,6 +149,21 @@ static inline int zs_coll_broadcast(zs_coll_t *c, void *buf, size_t count, zs_dt
         rc = c->vt->broadcast(c, buf, count, dt, root, err);
     return rc == ZS_OK ? zs__coll_done(c, done, err) : rc;
 }
+
+/* Groups: the collectives enqueued between zs_coll_group_start and
+ * zs_coll_group_end may be launched together (NCCL: one fused launch per
+ * ZS_COLL_GROUP_MAX of them, ncclGroupStart .. ncclGroupEnd; MPI: one after
+ * the other as enqueued). Their `after` waits take effect in call order;
+ * their `done` events are recorded when the group (or a piece of it) is
+ * launched, after all of its collectives, so a consumer never sees a done
+ * before the collective. Inside a group: do not enqueue other work on
+ * zs_coll_stream (NCCL would run it before the deferred collectives), and
+ * zs_coll_sync, zs_coll_barrier and the host helpers are refused
+ * (ZS_ERR_STATE), as are a nested start and an end without a start. If
+ * zs_coll_group_end fails the group is closed anyway and its done events are
+ * not recorded. */
+int zs_coll_group_start(zs_coll_t *c, zs_err_t *err);
+int zs_coll_group_end(zs_coll_t *c, zs_err_t *err);
 
 /* Enqueue a barrier and wait for it (and everything before it). */
 int zs_coll_barrier(zs_coll_t *c, zs_err_t *err);

@@ -227,7 +227,41 @@ static ncclDataType_t nccl_type(zs_dtype_t dt)
     return dt == ZS_DTYPE_F32 ? ncclFloat32 : dt == ZS_DTYPE_BF16 ? ncclBfloat16 : ncclFloat16;
 }
 
-/* Check, enqueue one in-place collective on c's stream, settle, track. */
+/* The NCCL call for k on c's stream (nccl_mu held); *call = its name. */
+static ncclResult_t issue(zs__coll_nccl_t *c, const zs__nccl_call_t *k, const char **call)
+{
+    switch (k->kind) {
+    case K_RS:
+        *call = "ncclReduceScatter";
+        return ncclReduceScatter(k->send, k->recv, k->count, k->type, ncclSum, c->comm, c->cs);
+    case K_AG:
+        *call = "ncclAllGather";
+        return ncclAllGather(k->send, k->recv, k->count, k->type, c->comm, c->cs);
+    case K_AR:
+        *call = "ncclAllReduce";
+        return ncclAllReduce(k->send, k->recv, k->count, k->type, k->op, c->comm, c->cs);
+    default:
+        *call = "ncclBroadcast";
+        return ncclBroadcast(k->send, k->recv, k->count, k->type, k->root, c->comm, c->cs);
+    }
+}
+
+/* A failed NCCL call: the error (naming the call and `what`), the
+ * communicator marked broken and aborted; returns the error's code. */
+static int call_failed(zs__coll_nccl_t *c, ncclResult_t r, const char *call, const char *what,
+                       zs_err_t *err)
+{
+    zs_err_t e;
+    zs__nccl_check(r, call, __FILE__, __LINE__, c->base.rank, c->device, HINT_COLL, &e);
+    zs_err_prefix(&e, "NCCL %s: ", what);
+    zs__nccl_fail(c, &e);
+    if (err)
+        *err = e;
+    return e.code;
+}
+
+/* Check one in-place collective; outside a group enqueue it on c's stream,
+ * settle and track it; inside one keep it for group_flush. */
 static int enqueue(zs__coll_nccl_t *c, int kind, void *buf, size_t count, zs_dtype_t dt,
                    zs_coll_op_t op, int root, zs_err_t *err)
 {
@@ -254,51 +288,80 @@ static int enqueue(zs__coll_nccl_t *c, int kind, void *buf, size_t count, zs_dty
     if (!buf)
         return zs_err_set(err, ZS_ERR_INVALID, "NCCL %s: buf is NULL for %zu elements", name,
                           count);
+    zs__nccl_call_t k;
+    char *b = buf;
+    size_t block = count * es * (size_t)c->base.rank;
+    k.kind = kind;
+    k.send = kind == K_AG ? b + block : b; /* in place, NCCL's layouts (zs_coll.h) */
+    k.recv = kind == K_RS ? b + block : b;
+    k.count = count;
+    k.type = nccl_type(dt);
+    k.op = op == ZS_OP_MAX ? ncclMax : ncclSum;
+    k.root = root;
+    snprintf(k.what, sizeof k.what, "%s of %zu %s", name, count, zs_dtype_name(dt));
+    if (c->base.grouped) {
+        /* zs_coll.c flushes at ZS_COLL_GROUP_MAX, so there is room */
+        if (c->ngq >= ZS_COLL_GROUP_MAX)
+            return zs_err_set(err, ZS_ERR_INTERNAL, "NCCL %s: group queue full", name);
+        c->gq[c->ngq++] = k;
+        return ZS_OK;
+    }
     rc = ZS_CUDA_CHECK(err, c->device, "was the device reset?", cudaSetDevice, c->device);
     if (rc)
         return rc;
-    char what[72];
-    snprintf(what, sizeof what, "%s of %zu %s", name, count, zs_dtype_name(dt));
-    char *b = buf;
-    size_t block = count * es * (size_t)c->base.rank;
-    ncclDataType_t t = nccl_type(dt);
-    ncclRedOp_t rop = op == ZS_OP_MAX ? ncclMax : ncclSum;
-    ncclResult_t r;
+    const char *call = "ncclReduceScatter";
     pthread_mutex_lock(&c->nccl_mu);
     if (!c->comm) {
         pthread_mutex_unlock(&c->nccl_mu);
         return zs__nccl_refuse(c, name, err);
     }
-    const char *call = "ncclReduceScatter";
-    switch (kind) {
-    case K_RS:
-        r = ncclReduceScatter(b, b + block, count, t, ncclSum, c->comm, c->cs);
-        break;
-    case K_AG:
-        call = "ncclAllGather";
-        r = ncclAllGather(b + block, b, count, t, c->comm, c->cs);
-        break;
-    case K_AR:
-        call = "ncclAllReduce";
-        r = ncclAllReduce(b, b, count, t, rop, c->comm, c->cs);
-        break;
-    default:
-        call = "ncclBroadcast";
-        r = ncclBroadcast(b, b, count, t, root, c->comm, c->cs);
-        break;
-    }
+    ncclResult_t r = issue(c, &k, &call);
     if (r == ncclInProgress)
         r = zs__nccl_settle(c);
     pthread_mutex_unlock(&c->nccl_mu);
-    if (r != ncclSuccess) {
-        zs_err_t e;
-        zs__nccl_check(r, call, __FILE__, __LINE__, c->base.rank, c->device, HINT_COLL, &e);
-        zs_err_prefix(&e, "NCCL %s: ", what);
-        zs__nccl_fail(c, &e);
-        if (err)
-            *err = e;
-        return e.code;
+    if (r != ncclSuccess)
+        return call_failed(c, r, call, k.what, err);
+    return zs__nccl_track(c, k.what, err);
+}
+
+/* The group's kept collectives in one ncclGroupStart .. ncclGroupEnd (a
+ * fused launch; in non-blocking mode the end may return ncclInProgress,
+ * settled like any call), then one watchdog entry for all of them. */
+static int nccl_group_flush(zs_coll_t *zc, zs_err_t *err)
+{
+    zs__coll_nccl_t *c = (zs__coll_nccl_t *)zc;
+    int n = c->ngq;
+    c->ngq = 0;
+    if (n == 0)
+        return ZS_OK;
+    char what[72];
+    snprintf(what, sizeof what, "group of %d (%.40s, ...)", n, c->gq[0].what);
+    int rc = zs__nccl_refuse(c, "group", err);
+    if (rc == ZS_OK)
+        rc = ZS_CUDA_CHECK(err, c->device, "was the device reset?", cudaSetDevice, c->device);
+    if (rc)
+        return rc;
+    const char *call = "ncclGroupStart";
+    pthread_mutex_lock(&c->nccl_mu);
+    if (!c->comm) {
+        pthread_mutex_unlock(&c->nccl_mu);
+        return zs__nccl_refuse(c, "group", err);
     }
+    ncclResult_t r = ncclGroupStart(), r_end = ncclSuccess;
+    if (r == ncclSuccess) {
+        for (int i = 0; i < n && (r == ncclSuccess || r == ncclInProgress); i++)
+            r = issue(c, &c->gq[i], &call);
+        if (r == ncclInProgress) /* inside a group the launch is at the end */
+            r = ncclSuccess;
+        r_end = ncclGroupEnd(); /* always closes the group NCCL opened */
+        if (r_end == ncclInProgress)
+            r_end = zs__nccl_settle(c);
+    }
+    pthread_mutex_unlock(&c->nccl_mu);
+    if (r != ncclSuccess)
+        return call_failed(c, r, call, what, err);
+    if (r_end != ncclSuccess)
+        return call_failed(c, r_end, "ncclGroupEnd", what, err);
     return zs__nccl_track(c, what, err);
 }
 
@@ -378,6 +441,7 @@ static const zs_coll_vtable_t nccl_vt = {
     .broadcast = nccl_broadcast,
     .barrier = nccl_barrier,
     .destroy = nccl_destroy,
+    .group_flush = nccl_group_flush,
 };
 
 /* ---- creation ---------------------------------------------------------------------- */

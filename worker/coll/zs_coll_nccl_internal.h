@@ -32,6 +32,18 @@ typedef struct zs__nccl_op {
     char what[72];  /* "reduce_scatter of 4096 bf16" */
 } zs__nccl_op_t;
 
+/* One collective as NCCL is called with it (in place: send and recv are
+ * inside the same buffer), kept while a group is open (zs_coll.h). */
+typedef struct zs__nccl_call {
+    int kind; /* zs_coll_nccl.c's K_RS, K_AG, K_AR, K_BC */
+    char *send, *recv;
+    size_t count;
+    ncclDataType_t type;
+    ncclRedOp_t op;
+    int root;
+    char what[72];
+} zs__nccl_call_t;
+
 typedef struct zs__coll_nccl {
     zs_coll_t base; /* first: zs_coll_t * points here */
     int device, local_rank;
@@ -41,6 +53,10 @@ typedef struct zs__coll_nccl {
 
     pthread_mutex_t nccl_mu;
     ncclComm_t comm; /* NULL once aborted or destroyed */
+
+    /* the open group's collectives, launched by the flush (feeding thread only) */
+    zs__nccl_call_t gq[ZS_COLL_GROUP_MAX];
+    int ngq;
 
     pthread_mutex_t mu;
     pthread_cond_t cv;

@@ -166,13 +166,19 @@ int zs__eng_after_update(zs_engine_t *e, zs_err_t *err)
     ZS_ENG_TRY(zs_dev_event_record(e->ev_copy, e->copy, err));
     ZS_ENG_TRY(zs_dev_stream_wait(e->comm, e->ev_compute, err));
     ZS_ENG_TRY(zs_dev_stream_wait(e->comm, e->ev_copy, err));
-    if (e->stage > 0 || e->offload)
-        for (int k = 0; k < e->ns; k++) {
+    if (e->stage > 0 || e->offload) {
+        /* every segment at once: one group (NCCL fuses the launches) */
+        ZS_ENG_TRY(zs_coll_group_start(e->coll, err));
+        int rc = ZS_OK;
+        for (int k = 0; k < e->ns && rc == ZS_OK; k++) {
             zs__seg_t *s = &e->s[k];
             if (s->n)
-                ZS_ENG_TRY(zs_coll_all_gather(e->coll, zs__at(e, e->params, s->pbase), s->part,
-                                              e->dt, NULL, NULL, err));
+                rc = zs_coll_all_gather(e->coll, zs__at(e, e->params, s->pbase), s->part, e->dt,
+                                        NULL, NULL, err);
         }
+        int rc_end = zs_coll_group_end(e->coll, rc ? NULL : err);
+        ZS_ENG_TRY(rc ? rc : rc_end);
+    }
     if (e->cparams) {
         ZS_ENG_TRY(wait_comm(e, e->compute, err));
         for (int k = 0; k < e->ns; k++) {
