@@ -248,6 +248,43 @@ static void test_layouts(ctx_t *x)
            cases);
 }
 
+/* A group of 100 all-gathers (two fused launches: ZS_COLL_GROUP_MAX, then
+ * the rest) of bf16 blocks in one device buffer, `after` the upload and the
+ * done event on the last: every block of every rank arrives. */
+static void test_group(ctx_t *x)
+{
+    enum { NB = 100, CNT = 5 };
+    size_t per = (size_t)g_size * CNT, total = NB * per, es = 2;
+    void *buf;
+    OK(zs_dev_alloc(x->d, ZS_SPACE_DEVICE, ZS_MEM_COMM, total * es, &buf, &err), err);
+    void *pin;
+    OK(zs_dev_alloc(x->d, ZS_SPACE_PINNED, ZS_MEM_COMM, total * es, &pin, &err), err);
+    for (size_t i = 0; i < total; i++)
+        st(ZS_DTYPE_BF16, pin, i, -1.0f);
+    for (int k = 0; k < NB; k++)
+        for (size_t i = 0; i < CNT; i++)
+            st(ZS_DTYPE_BF16, pin, k * per + (size_t)g_rank * CNT + i, val(g_rank, (size_t)k, i));
+    OK(zs_dev_memcpy(x->compute, buf, pin, total * es, &err), err);
+    OK(zs_coll_group_start(x->c, &err), err);
+    for (int k = 0; k < NB; k++)
+        OK(zs_coll_all_gather(x->c, (char *)buf + k * per * es, CNT, ZS_DTYPE_BF16,
+                              k == 0 ? x->compute : NULL, k == NB - 1 ? x->done : NULL, &err),
+           err);
+    OK(zs_coll_group_end(x->c, &err), err);
+    OK(zs_dev_stream_wait(x->compute, x->done, &err), err);
+    OK(zs_dev_memcpy(x->compute, pin, buf, total * es, &err), err);
+    OK(zs_dev_stream_sync(x->compute, &err), err);
+    for (int k = 0; k < NB; k++)
+        for (int r = 0; r < g_size; r++)
+            for (size_t i = 0; i < CNT; i++)
+                CHECK(ld(ZS_DTYPE_BF16, pin, k * per + (size_t)r * CNT + i) == val(r, (size_t)k, i),
+                      "grouped all_gather %d block %d [%zu]", k, r, i);
+    zs_dev_free(x->d, pin);
+    zs_dev_free(x->d, buf);
+    printf("rank %d: a group of %d all-gathers (fused launches of %d) ok\n", g_rank, NB,
+           ZS_COLL_GROUP_MAX);
+}
+
 static void test_misc(ctx_t *x)
 {
     OK(zs_coll_barrier(x->c, &err), err);
@@ -354,6 +391,7 @@ static void run_gpu(int ngpu)
        err);
     printf("rank %d: communicator on %s\n", g_rank, x.d->desc);
     test_layouts(&x);
+    test_group(&x);
     test_misc(&x);
     test_watchdog(&x, timeout_ms);
     zs_dev_free(x.d, x.pin);
