@@ -84,7 +84,11 @@ typedef struct zs_event zs_event_t;
 
 /* A host function run in stream order: on CPU on the stream's thread, on
  * CUDA through cudaLaunchHostFunc (it must not call CUDA then). `args` is
- * the copy made at enqueue time. Return ZS_OK or an error (sticky). */
+ * the copy made at enqueue time. Return ZS_OK or an error (sticky). On
+ * CUDA the host functions of different streams may run one at a time on one
+ * driver thread, so a host function must never wait for another stream's
+ * host function (it would deadlock there, not on the CPU device, which
+ * gives each stream a thread). */
 typedef int (*zs_host_fn_t)(void *args, zs_err_t *err);
 
 #define ZS_DEV_MAX_ARGS 512 /* bytes of arguments a host function may carry */
