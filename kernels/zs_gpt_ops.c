@@ -369,18 +369,6 @@ typedef struct {
     float *att_r; /* [B, NH, T, T]: the rounded probabilities (rounding only) */
 } attn_job_t;
 
-/* dst[i] = src[i] rounded to dt and widened back (dt BF16 or F16); dst may
- * equal src. */
-static void round_span(int dt, float *dst, const float *src, size_t n)
-{
-    if (dt == ZS_DTYPE_BF16)
-        for (size_t i = 0; i < n; i++)
-            dst[i] = zs_math_bf16_to_f32(zs_math_f32_to_bf16(src[i]));
-    else
-        for (size_t i = 0; i < n; i++)
-            dst[i] = zs_math_f16_to_f32(zs_math_f32_to_f16(src[i]));
-}
-
 /* One (b, h) pair per item: scores = scale q k^T (the full T x T product:
  * BLAS beats skipping the masked half), causal softmax in place, out = att v. */
 static void attn_fwd_heads(const void *arg, size_t lo, size_t hi)
@@ -413,7 +401,7 @@ static void attn_fwd_heads(const void *arg, size_t lo, size_t hi)
         const float *P = A; /* the probabilities the product reads */
         if (j->att_r) {
             float *R = j->att_r + i * (size_t)T * T;
-            round_span(j->dt, R, A, (size_t)T * T);
+            zs_op_round(NULL, j->dt, R, A, (size_t)T * T); /* inside this head's task */
             P = R;
         }
         cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, T, hs, T, 1.0f, P, T, v, ld, 0.0f,
@@ -462,7 +450,7 @@ static void attn_bwd_heads(const void *arg, size_t lo, size_t hi)
         const float *P = A; /* the probabilities dv = P^T dout reads */
         if (j->att_r) {
             float *R = j->att_r + i * (size_t)T * T;
-            round_span(j->dt, R, A, (size_t)T * T);
+            zs_op_round(NULL, j->dt, R, A, (size_t)T * T); /* inside this head's task */
             P = R;
         }
         cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, T, T, hs, 1.0f, d, C, v, ld, 0.0f, D,
@@ -481,7 +469,7 @@ static void attn_bwd_heads(const void *arg, size_t lo, size_t hi)
                 row[u] = 0.0f;
         }
         if (j->att_r)
-            round_span(j->dt, D, D, (size_t)T * T);
+            zs_op_round(NULL, j->dt, D, D, (size_t)T * T);
         cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, T, hs, T, 1.0f, D, T, k, ld, 0.0f,
                     dq, ld);
         cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, T, hs, T, 1.0f, D, T, q, ld, 0.0f, dk,
