@@ -128,8 +128,12 @@ static int check_once(zs__coll_nccl_t *c, zs_err_t *fire)
     while (c->n > 0) {
         zs__nccl_op_t *op = &c->ring[c->head];
         cudaError_t q = cudaEventQuery(op->ev);
-        if (q == cudaErrorNotReady)
+        if (q == cudaErrorNotReady) {
+            /* recorded as this thread's last error: a later launch check on
+             * this thread would report it as its own failure */
+            (void)cudaGetLastError();
             break;
+        }
         if (q != cudaSuccess) {
             zs__cuda_check(q, "cudaEventQuery", __FILE__, __LINE__, c->device,
                            "a kernel on this GPU failed", fire);
