@@ -184,8 +184,11 @@ static void test_not_ready_not_left(zs_dev_t *d)
     float one = 1.0f, *x, *y;
     TEST_OK(zs_dev_alloc(d, ZS_SPACE_DEVICE, ZS_MEM_SCRATCH, sizeof one, (void **)&x, &err), err);
     TEST_OK(zs_dev_memcpy(b, x, &one, sizeof one, &err), err);
-    atomic_int open = 0;
-    zs_devtest_gate(a, &open);
+    /* a held by a sleeping host function, not a gate opened from this
+     * thread: with a gate this test deadlocked on an H100 (2026-11-25),
+     * because a CUDA call below waited for the callback thread, which the
+     * documentation allows ("any CUDA API call may block") */
+    zs_devtest_hold(a, 1500);
     TEST_OK(zs_dev_event_record(ev, a, &err), err);
     TEST_CHECK(zs_dev_event_query(ev) == 0); /* cudaErrorNotReady */
     TEST_OK(zs_dev_scale(b, x, ZS_DTYPE_F32, 3.0f, 1, &err), err);
@@ -196,9 +199,8 @@ static void test_not_ready_not_left(zs_dev_t *d)
     TEST_OK(zs_dev_alloc(d, ZS_SPACE_DEVICE, ZS_MEM_SCRATCH, 8192, (void **)&y, &err), err);
     TEST_OK(zs_dev_scale(b, x, ZS_DTYPE_F32, 2.0f, 1, &err), err);
     TEST_OK(zs_dev_sumsq(b, x, ZS_DTYPE_F32, 1, (double *)y, &err), err);
-    /* b is read only after the gate opens: an allocation between two
-     * commands may serialise streams (CUDA's implicit synchronisation) */
-    atomic_store(&open, 1);
+    /* b is read only after a is done: an allocation between two commands
+     * may serialise streams (CUDA's implicit synchronisation) */
     TEST_OK(zs_dev_stream_sync(a, &err), err);
     zs_devtest_d2h(b, &one, x, sizeof one);
     TEST_CHECKF(one == 6.0f, "%g", one);

@@ -290,7 +290,12 @@ static void bf16_run(void)
            "bf16 GEMMs| %.3g, |cuda - cpu fp32 GEMMs| %.3g; steps 1..%d max |cuda - cpu bf16| "
            "%.3g (tolerance %.0e)\n",
            loss[0][0], loss[0][STEPS - 1], same, f32, STEPS, worst, BF16_LOSS_TOL);
-    TEST_CHECKF(same * 4 <= f32, "step 1: cuda is not closer to the same rounding (%.3g vs %.3g)",
+    /* 1.5, not more: the tensor cores sum the 16-bit products in their own
+     * order and rounding, which moves values across 16-bit ties (see
+     * test_gpt_cuda's mixed_step); on an H100 (2026-11-25) the step-1
+     * losses gave 4e-06 vs 8e-06 (the CSV holds 6 decimals). A GPU that
+     * skipped the bf16 rounding would be closer to the fp32 run. */
+    TEST_CHECKF(same * 1.5 <= f32, "step 1: cuda is not closer to the same rounding (%.3g vs %.3g)",
                 same, f32);
     TEST_CHECKF(worst <= BF16_LOSS_TOL, "bf16 losses differ by %.3g", worst);
     TEST_CHECKF(loss[0][STEPS - 1] < loss[0][0], "the loss should fall");

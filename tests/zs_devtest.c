@@ -93,6 +93,11 @@ void zs_devtest_gate(zs_stream_t *s, atomic_int *open)
     TEST_OK(zs_dev_host_fn(s, fn_gate, &open, sizeof open, &err), err);
 }
 
+void zs_devtest_hold(zs_stream_t *s, int ms)
+{
+    TEST_OK(zs_dev_host_fn(s, fn_sleep, &ms, sizeof ms, &err), err);
+}
+
 static void write_int(zs_stream_t *s, volatile int *dst, int value, int ms)
 {
     write_args_t a = {dst, value, ms};

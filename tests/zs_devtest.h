@@ -30,6 +30,12 @@ void zs_devtest_sleep_ms(int ms);
  * it then fails instead of hanging). *open must outlive the wait. */
 void zs_devtest_gate(zs_stream_t *s, atomic_int *open);
 
+/* Enqueue on s a host function that sleeps ms milliseconds. Unlike a gate
+ * it depends on no other thread, so it is safe where this thread goes on
+ * making CUDA calls before the stream is released: CUDA allows any call to
+ * block on its callback thread (a gate deadlocked that way on an H100). */
+void zs_devtest_hold(zs_stream_t *s, int ms);
+
 /* Copy `bytes` of device memory to the host and wait for s. */
 void zs_devtest_d2h(zs_stream_t *s, void *host, const void *dev, size_t bytes);
 
