@@ -4,7 +4,7 @@
 # which ctest reports as skipped (never passed).
 zs_add_test(test_math SRCS test_math.c LIBS zs_kernels LABELS unit TIMEOUT 120)
 if(ZS_WITH_CUDA)
-  zs_add_test(test_cuda_ops SRCS test_cuda_ops.c LIBS zs_cuda_kernels zs_kernels CUDA::cudart
+  zs_add_test(test_cuda_ops SRCS test_cuda_ops.c LIBS zs_cuda_kernels zs_kernels zs_cudart
               LABELS gpu TIMEOUT 300)
   set_tests_properties(test_cuda_ops PROPERTIES SKIP_RETURN_CODE 77)
 endif()

@@ -159,7 +159,7 @@ extern "C" int zs_cuda_attention_fwd_mixed(void *stream, zs_cuda_blas_t *blas, c
             return rc;
         }
     }
-    k_causal_softmax<<<sm_blocks(rows), SM_WARPS * 32, 0, cs>>>(att, T, rows);
+    ZS_CUDA_LAUNCH(k_causal_softmax, sm_blocks(rows), SM_WARPS * 32, 0, cs, att, T, rows);
     ZS_CUDA_LAUNCHED("k_causal_softmax");
     if (o.dt != ZS_DTYPE_F32 && (rc = zs__opnd_round(cs, &o, att, rows * T, &ga, err)))
         return rc;
@@ -229,7 +229,8 @@ extern "C" int zs_cuda_attention_bwd_mixed(void *stream, zs_cuda_blas_t *blas, c
             return rc;
         }
     }
-    k_causal_softmax_bwd<<<sm_blocks(rows), SM_WARPS * 32, 0, cs>>>(scratch, att, scale, T, rows);
+    ZS_CUDA_LAUNCH(k_causal_softmax_bwd, sm_blocks(rows), SM_WARPS * 32, 0, cs, scratch, att, scale,
+                   T, rows);
     ZS_CUDA_LAUNCHED("k_causal_softmax_bwd");
     if (o.dt != ZS_DTYPE_F32 &&
         (rc = zs_cuda_cast(cs, (void *)gD, (zs_dtype_t)o.dt, scratch, ZS_DTYPE_F32, rows * T, err)))

@@ -168,8 +168,8 @@ extern "C" int zs_cuda_embed_fwd(void *stream, float *out, const int32_t *tok, c
         return ZS_OK;
     if (!out || !tok || !wte || !wpe)
         return bad_shape(err, "zs_cuda_embed_fwd", "NULL buffer");
-    k_embed_fwd<<<zs__cuda_blocks(n, ZS_CUDA_EW_THREADS), ZS_CUDA_EW_THREADS, 0, cs>>>(
-        out, tok, wte, wpe, T, C, n);
+    ZS_CUDA_LAUNCH(k_embed_fwd, zs__cuda_blocks(n, ZS_CUDA_EW_THREADS), ZS_CUDA_EW_THREADS, 0, cs,
+                   out, tok, wte, wpe, T, C, n);
     ZS_CUDA_LAUNCHED("k_embed_fwd");
     return ZS_OK;
 }
@@ -204,20 +204,20 @@ extern "C" int zs_cuda_embed_bwd(void *stream, float *dwte, float *dwpe, const f
     void *sort_tmp = (char *)tmp + 3 * arr;
 
     cudaError_t e;
-    k_iota<<<zs__cuda_blocks((size_t)n, ZS_CUDA_EW_THREADS), ZS_CUDA_EW_THREADS, 0, cs>>>(pos_in,
-                                                                                          n);
+    ZS_CUDA_LAUNCH(k_iota, zs__cuda_blocks((size_t)n, ZS_CUDA_EW_THREADS), ZS_CUDA_EW_THREADS, 0,
+                   cs, pos_in, n);
     e = cudaGetLastError();
     if (e == cudaSuccess)
         e = cub::DeviceRadixSort::SortPairs(sort_tmp, sort_bytes, tok, key, pos_in, pos, n, 0, 32,
                                             cs);
     if (e == cudaSuccess) {
-        k_embed_bwd_wte<<<n, EMBED_THREADS, 0, cs>>>(dwte, dout, key, pos, n, C);
+        ZS_CUDA_LAUNCH(k_embed_bwd_wte, n, EMBED_THREADS, 0, cs, dwte, dout, key, pos, n, C);
         e = cudaGetLastError();
     }
     if (e == cudaSuccess) {
         size_t tc = (size_t)T * C;
-        k_embed_bwd_wpe<<<zs__cuda_blocks(tc, ZS_CUDA_EW_THREADS), ZS_CUDA_EW_THREADS, 0, cs>>>(
-            dwpe, dout, B, T, tc);
+        ZS_CUDA_LAUNCH(k_embed_bwd_wpe, zs__cuda_blocks(tc, ZS_CUDA_EW_THREADS), ZS_CUDA_EW_THREADS,
+                       0, cs, dwpe, dout, B, T, tc);
         e = cudaGetLastError();
     }
     if (e != cudaSuccess)
@@ -293,16 +293,18 @@ static int colsum(cudaStream_t cs, int ln, float *da, float *db, const float *do
     unsigned fb = (unsigned)((C + COL_THREADS - 1) / COL_THREADS);
     cudaError_t e;
     if (ln)
-        k_colsum_part<1><<<grid, COL_THREADS, 0, cs>>>(pa, pb, dout, inp, mean, rstd, N, C);
+        ZS_CUDA_LAUNCH(k_colsum_part<1>, grid, COL_THREADS, 0, cs, pa, pb, dout, inp, mean, rstd, N,
+                       C);
     else
-        k_colsum_part<0><<<grid, COL_THREADS, 0, cs>>>(pa, pb, dout, inp, mean, rstd, N, C);
+        ZS_CUDA_LAUNCH(k_colsum_part<0>, grid, COL_THREADS, 0, cs, pa, pb, dout, inp, mean, rstd, N,
+                       C);
     e = cudaGetLastError();
     if (e == cudaSuccess) {
-        k_colsum_final<<<fb, COL_THREADS, 0, cs>>>(da, pa, chunks, C);
+        ZS_CUDA_LAUNCH(k_colsum_final, fb, COL_THREADS, 0, cs, da, pa, chunks, C);
         e = cudaGetLastError();
     }
     if (e == cudaSuccess && ln) {
-        k_colsum_final<<<fb, COL_THREADS, 0, cs>>>(db, pb, chunks, C);
+        ZS_CUDA_LAUNCH(k_colsum_final, fb, COL_THREADS, 0, cs, db, pb, chunks, C);
         e = cudaGetLastError();
     }
     if (e != cudaSuccess)
@@ -394,8 +396,8 @@ extern "C" int zs_cuda_layernorm_fwd(void *stream, float *out, float *mean, floa
         return ZS_OK;
     if (!out || !mean || !rstd || !inp || !w || !b)
         return bad_shape(err, "zs_cuda_layernorm_fwd", "NULL buffer");
-    k_layernorm_fwd<<<(N + ROW_WARPS - 1) / ROW_WARPS, ROW_WARPS * 32, 0, cs>>>(out, mean, rstd,
-                                                                                inp, w, b, N, C);
+    ZS_CUDA_LAUNCH(k_layernorm_fwd, (N + ROW_WARPS - 1) / ROW_WARPS, ROW_WARPS * 32, 0, cs, out,
+                   mean, rstd, inp, w, b, N, C);
     ZS_CUDA_LAUNCHED("k_layernorm_fwd");
     return ZS_OK;
 }
@@ -413,8 +415,8 @@ extern "C" int zs_cuda_layernorm_bwd(void *stream, float *dinp, float *dw, float
         return ZS_OK;
     if (!dinp || !dw || !db || !dout || !inp || !w || !mean || !rstd)
         return bad_shape(err, "zs_cuda_layernorm_bwd", "NULL buffer");
-    k_layernorm_bwd_dx<<<(N + ROW_WARPS - 1) / ROW_WARPS, ROW_WARPS * 32, 0, cs>>>(
-        dinp, dout, inp, w, mean, rstd, N, C);
+    ZS_CUDA_LAUNCH(k_layernorm_bwd_dx, (N + ROW_WARPS - 1) / ROW_WARPS, ROW_WARPS * 32, 0, cs, dinp,
+                   dout, inp, w, mean, rstd, N, C);
     ZS_CUDA_LAUNCHED("k_layernorm_bwd_dx");
     return colsum(cs, 1, dw, db, dout, inp, mean, rstd, N, C,
                   "zs_cuda_layernorm_bwd: cudaMallocAsync", err);
@@ -446,8 +448,8 @@ extern "C" int zs_cuda_matmul_fwd(void *stream, zs_cuda_blas_t *blas, float *out
         return bad_shape(err, "zs_cuda_matmul_fwd", "NULL buffer");
     if (bias) {
         size_t n = (size_t)N * OC;
-        k_bias_fill<<<zs__cuda_blocks(n, ZS_CUDA_EW_THREADS), ZS_CUDA_EW_THREADS, 0, cs>>>(
-            out, bias, OC, n);
+        ZS_CUDA_LAUNCH(k_bias_fill, zs__cuda_blocks(n, ZS_CUDA_EW_THREADS), ZS_CUDA_EW_THREADS, 0,
+                       cs, out, bias, OC, n);
         ZS_CUDA_LAUNCHED("k_bias_fill");
     }
     return zs_cuda_gemm(stream, blas, 0, 0, N, OC, IC, 1.0f, inp, IC, w, OC, bias ? 1.0f : 0.0f,
@@ -532,8 +534,8 @@ extern "C" int zs_cuda_matmul_fwd_mixed(void *stream, zs_cuda_blas_t *blas, cons
         return rc;
     if (bias) {
         size_t n = (size_t)N * OC;
-        k_bias_fill<<<zs__cuda_blocks(n, ZS_CUDA_EW_THREADS), ZS_CUDA_EW_THREADS, 0, cs>>>(
-            out, bias, OC, n);
+        ZS_CUDA_LAUNCH(k_bias_fill, zs__cuda_blocks(n, ZS_CUDA_EW_THREADS), ZS_CUDA_EW_THREADS, 0,
+                       cs, out, bias, OC, n);
         ZS_CUDA_LAUNCHED("k_bias_fill");
     }
     return zs__cuda_gemm_batched(cs, blas, o.dt, 0, 0, N, OC, IC, 1.0f, ri, IC, 0, rw, OC, 0,
@@ -623,8 +625,8 @@ __global__ void __launch_bounds__(ZS_CUDA_EW_THREADS)
     do {                                                                                           \
         if ((n) == 0)                                                                              \
             return ZS_OK;                                                                          \
-        kernel<<<zs__cuda_blocks((n), ZS_CUDA_EW_THREADS), ZS_CUDA_EW_THREADS, 0,                  \
-                 (cudaStream_t)stream>>>(__VA_ARGS__);                                             \
+        ZS_CUDA_LAUNCH(kernel, zs__cuda_blocks((n), ZS_CUDA_EW_THREADS), ZS_CUDA_EW_THREADS, 0,    \
+                       (cudaStream_t)stream, __VA_ARGS__);                                         \
         ZS_CUDA_LAUNCHED(#kernel);                                                                 \
         return ZS_OK;                                                                              \
     } while (0)
@@ -732,8 +734,8 @@ extern "C" int zs_cuda_xent_fwd(void *stream, float *losses, float *lse, const f
     int rc = xent_args("zs_cuda_xent_fwd", N, V, losses, lse, logits, targets, err);
     if (rc != ZS_OK || N == 0)
         return rc;
-    k_xent<0>
-        <<<N, XENT_THREADS, 0, (cudaStream_t)stream>>>(losses, lse, NULL, logits, targets, V, 0.0f);
+    ZS_CUDA_LAUNCH(k_xent<0>, N, XENT_THREADS, 0, (cudaStream_t)stream, losses, lse, NULL, logits,
+                   targets, V, 0.0f);
     ZS_CUDA_LAUNCHED("k_xent<0>");
     return ZS_OK;
 }
@@ -759,8 +761,8 @@ extern "C" int zs_cuda_xent_fused(void *stream, float *losses, float *lse, float
         return rc;
     if (!dlogits)
         return bad_shape(err, "zs_cuda_xent_fused", "NULL dlogits");
-    k_xent<1><<<N, XENT_THREADS, 0, (cudaStream_t)stream>>>(losses, lse, dlogits, logits, targets,
-                                                            V, scale);
+    ZS_CUDA_LAUNCH(k_xent<1>, N, XENT_THREADS, 0, (cudaStream_t)stream, losses, lse, dlogits,
+                   logits, targets, V, scale);
     ZS_CUDA_LAUNCHED("k_xent<1>");
     return ZS_OK;
 }

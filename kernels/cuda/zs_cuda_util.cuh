@@ -89,7 +89,19 @@ static inline int zs__cuda_fail(zs_err_t *err, cudaError_t e, const char *what, 
             return zs__cuda_fail(err, e_, (what), __FILE__, __LINE__);                             \
     } while (0)
 
-/* After a <<<...>>> launch: the launch error, if any, named after the kernel. */
+/* The one way our code launches a kernel: nvcc expands it to the usual
+ * chevrons, kernel<<<grid, block, shmem, stream>>>(args...). The CUDA
+ * emulator (tests/cuda_emu/emu_shim.h, force-included before this file when
+ * the .cu files are compiled as host C++) defines it first, as a call that
+ * runs the grid on its emulated stream. `kernel` is a __global__ function
+ * or a pointer to one (a template instance with commas in its arguments
+ * goes through a pointer: see the dispatch in zs_cuda_vec.cu). */
+#ifndef ZS_CUDA_LAUNCH
+#define ZS_CUDA_LAUNCH(kernel, grid, block, shmem, stream, ...)                                    \
+    kernel<<<(grid), (block), (shmem), (stream)>>>(__VA_ARGS__)
+#endif
+
+/* After a ZS_CUDA_LAUNCH: the launch error, if any, named after the kernel. */
 #define ZS_CUDA_LAUNCHED(kernel) ZS_CUDA_TRY(cudaGetLastError(), "launch of " kernel)
 
 /* Blocks for a grid-stride loop over n elements. */

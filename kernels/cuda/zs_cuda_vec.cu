@@ -131,42 +131,48 @@ __global__ void __launch_bounds__(SUMSQ_THREADS)
 
 /* ---- launchers ------------------------------------------------------------- */
 
-#define EW_SHAPE(n) zs__cuda_blocks((n), ZS_CUDA_EW_THREADS), ZS_CUDA_EW_THREADS, 0, cs
+/* Grid and block of the element-wise launches over n elements. */
+#define EW_GRID(n) zs__cuda_blocks((n), ZS_CUDA_EW_THREADS)
 
 /* Index of a (dtype, dtype) pair for the dispatch switches. */
 #define PAIR(a, b) ((a)*4 + (b))
 
+/* The dispatch macros set the function pointer K to the instance of the
+ * kernel template KERNEL for the run-time dtypes (left NULL for a pair
+ * with no instance); the launcher then launches K once with
+ * ZS_CUDA_LAUNCH. Every instance of a kernel has the same parameters
+ * (void * buffers), so one pointer type holds them all. */
 /* clang-format off */
 /* The nine (dtype, dtype) cases of fp32, bf16 and fp16. */
-#define ZS_PAIR_CASES(KERNEL, ...)                                                                 \
-    case PAIR(ZS_DTYPE_F32, ZS_DTYPE_F32):   KERNEL<ZS_DTYPE_F32, ZS_DTYPE_F32>__VA_ARGS__; break;   \
-    case PAIR(ZS_DTYPE_F32, ZS_DTYPE_BF16):  KERNEL<ZS_DTYPE_F32, ZS_DTYPE_BF16>__VA_ARGS__; break;  \
-    case PAIR(ZS_DTYPE_F32, ZS_DTYPE_F16):   KERNEL<ZS_DTYPE_F32, ZS_DTYPE_F16>__VA_ARGS__; break;   \
-    case PAIR(ZS_DTYPE_BF16, ZS_DTYPE_F32):  KERNEL<ZS_DTYPE_BF16, ZS_DTYPE_F32>__VA_ARGS__; break;  \
-    case PAIR(ZS_DTYPE_BF16, ZS_DTYPE_BF16): KERNEL<ZS_DTYPE_BF16, ZS_DTYPE_BF16>__VA_ARGS__; break; \
-    case PAIR(ZS_DTYPE_BF16, ZS_DTYPE_F16):  KERNEL<ZS_DTYPE_BF16, ZS_DTYPE_F16>__VA_ARGS__; break;  \
-    case PAIR(ZS_DTYPE_F16, ZS_DTYPE_F32):   KERNEL<ZS_DTYPE_F16, ZS_DTYPE_F32>__VA_ARGS__; break;   \
-    case PAIR(ZS_DTYPE_F16, ZS_DTYPE_BF16):  KERNEL<ZS_DTYPE_F16, ZS_DTYPE_BF16>__VA_ARGS__; break;  \
-    case PAIR(ZS_DTYPE_F16, ZS_DTYPE_F16):   KERNEL<ZS_DTYPE_F16, ZS_DTYPE_F16>__VA_ARGS__; break;
-#define ZS_DISPATCH_PAIR(KERNEL, A, B, ...)                                                        \
+#define ZS_PAIR_CASES(KERNEL, K)                                                                   \
+    case PAIR(ZS_DTYPE_F32, ZS_DTYPE_F32):   K = KERNEL<ZS_DTYPE_F32, ZS_DTYPE_F32>; break;        \
+    case PAIR(ZS_DTYPE_F32, ZS_DTYPE_BF16):  K = KERNEL<ZS_DTYPE_F32, ZS_DTYPE_BF16>; break;       \
+    case PAIR(ZS_DTYPE_F32, ZS_DTYPE_F16):   K = KERNEL<ZS_DTYPE_F32, ZS_DTYPE_F16>; break;        \
+    case PAIR(ZS_DTYPE_BF16, ZS_DTYPE_F32):  K = KERNEL<ZS_DTYPE_BF16, ZS_DTYPE_F32>; break;       \
+    case PAIR(ZS_DTYPE_BF16, ZS_DTYPE_BF16): K = KERNEL<ZS_DTYPE_BF16, ZS_DTYPE_BF16>; break;      \
+    case PAIR(ZS_DTYPE_BF16, ZS_DTYPE_F16):  K = KERNEL<ZS_DTYPE_BF16, ZS_DTYPE_F16>; break;       \
+    case PAIR(ZS_DTYPE_F16, ZS_DTYPE_F32):   K = KERNEL<ZS_DTYPE_F16, ZS_DTYPE_F32>; break;        \
+    case PAIR(ZS_DTYPE_F16, ZS_DTYPE_BF16):  K = KERNEL<ZS_DTYPE_F16, ZS_DTYPE_BF16>; break;       \
+    case PAIR(ZS_DTYPE_F16, ZS_DTYPE_F16):   K = KERNEL<ZS_DTYPE_F16, ZS_DTYPE_F16>; break;
+#define ZS_DISPATCH_PAIR(KERNEL, A, B, K)                                                          \
     switch (PAIR(A, B)) {                                                                          \
-    ZS_PAIR_CASES(KERNEL, __VA_ARGS__)                                                             \
+    ZS_PAIR_CASES(KERNEL, K)                                                                       \
     default: break;                                                                                \
     }
 /* The pairs above plus an output dtype of NONE (AdamW without output). */
-#define ZS_DISPATCH_PAIR_OPT(KERNEL, A, B, ...)                                                    \
+#define ZS_DISPATCH_PAIR_OPT(KERNEL, A, B, K)                                                      \
     switch (PAIR(A, B)) {                                                                          \
-    ZS_PAIR_CASES(KERNEL, __VA_ARGS__)                                                             \
-    case PAIR(ZS_DTYPE_F32, ZS_DTYPE_NONE):  KERNEL<ZS_DTYPE_F32, ZS_DTYPE_NONE>__VA_ARGS__; break;  \
-    case PAIR(ZS_DTYPE_BF16, ZS_DTYPE_NONE): KERNEL<ZS_DTYPE_BF16, ZS_DTYPE_NONE>__VA_ARGS__; break; \
-    case PAIR(ZS_DTYPE_F16, ZS_DTYPE_NONE):  KERNEL<ZS_DTYPE_F16, ZS_DTYPE_NONE>__VA_ARGS__; break;  \
+    ZS_PAIR_CASES(KERNEL, K)                                                                       \
+    case PAIR(ZS_DTYPE_F32, ZS_DTYPE_NONE):  K = KERNEL<ZS_DTYPE_F32, ZS_DTYPE_NONE>; break;       \
+    case PAIR(ZS_DTYPE_BF16, ZS_DTYPE_NONE): K = KERNEL<ZS_DTYPE_BF16, ZS_DTYPE_NONE>; break;      \
+    case PAIR(ZS_DTYPE_F16, ZS_DTYPE_NONE):  K = KERNEL<ZS_DTYPE_F16, ZS_DTYPE_NONE>; break;       \
     default: break;                                                                                \
     }
-#define ZS_DISPATCH_ONE(KERNEL, A, ...)                                                            \
+#define ZS_DISPATCH_ONE(KERNEL, A, K)                                                              \
     switch (A) {                                                                                   \
-    case ZS_DTYPE_F32:  KERNEL<ZS_DTYPE_F32>__VA_ARGS__; break;                                     \
-    case ZS_DTYPE_BF16: KERNEL<ZS_DTYPE_BF16>__VA_ARGS__; break;                                   \
-    case ZS_DTYPE_F16:  KERNEL<ZS_DTYPE_F16>__VA_ARGS__; break;                                    \
+    case ZS_DTYPE_F32:  K = KERNEL<ZS_DTYPE_F32>; break;                                           \
+    case ZS_DTYPE_BF16: K = KERNEL<ZS_DTYPE_BF16>; break;                                          \
+    case ZS_DTYPE_F16:  K = KERNEL<ZS_DTYPE_F16>; break;                                           \
     default: break;                                                                                \
     }
 /* clang-format on */
@@ -211,7 +217,9 @@ extern "C" int zs_cuda_cast(void *stream, void *dst, zs_dtype_t ddt, const void 
                     "zs_cuda_cast: cudaMemcpyAsync");
         return ZS_OK;
     }
-    ZS_DISPATCH_PAIR(k_cast, ddt, sdt, <<<EW_SHAPE(n)>>>(dst, src, n))
+    decltype(&k_cast<ZS_DTYPE_F32, ZS_DTYPE_F32>) k = NULL;
+    ZS_DISPATCH_PAIR(k_cast, ddt, sdt, k)
+    ZS_CUDA_LAUNCH(k, EW_GRID(n), ZS_CUDA_EW_THREADS, 0, cs, dst, src, n);
     ZS_CUDA_LAUNCHED("k_cast");
     return ZS_OK;
 }
@@ -230,7 +238,9 @@ extern "C" int zs_cuda_accumulate(void *stream, void *dst, zs_dtype_t ddt, const
         return ZS_OK;
     if (!dst || !src)
         return bad_arg(err, "zs_cuda_accumulate", "NULL buffer");
-    ZS_DISPATCH_PAIR(k_accumulate, ddt, sdt, <<<EW_SHAPE(n)>>>(dst, src, n))
+    decltype(&k_accumulate<ZS_DTYPE_F32, ZS_DTYPE_F32>) k = NULL;
+    ZS_DISPATCH_PAIR(k_accumulate, ddt, sdt, k)
+    ZS_CUDA_LAUNCH(k, EW_GRID(n), ZS_CUDA_EW_THREADS, 0, cs, dst, src, n);
     ZS_CUDA_LAUNCHED("k_accumulate");
     return ZS_OK;
 }
@@ -249,7 +259,9 @@ extern "C" int zs_cuda_scale(void *stream, void *x, zs_dtype_t dt, float alpha, 
         return ZS_OK;
     if (!x)
         return bad_arg(err, "zs_cuda_scale", "NULL buffer");
-    ZS_DISPATCH_ONE(k_scale, dt, <<<EW_SHAPE(n)>>>(x, alpha, n))
+    decltype(&k_scale<ZS_DTYPE_F32>) k = NULL;
+    ZS_DISPATCH_ONE(k_scale, dt, k)
+    ZS_CUDA_LAUNCH(k, EW_GRID(n), ZS_CUDA_EW_THREADS, 0, cs, x, alpha, n);
     ZS_CUDA_LAUNCHED("k_scale");
     return ZS_OK;
 }
@@ -275,10 +287,12 @@ extern "C" int zs_cuda_sumsq(void *stream, const void *x, zs_dtype_t dt, size_t 
     ZS_CUDA_TRY(cudaMallocAsync(&tmp, bytes, cs), "zs_cuda_sumsq: cudaMallocAsync");
     double *partial = (double *)tmp;
     int *flag = (int *)(partial + SUMSQ_BLOCKS);
-    ZS_DISPATCH_ONE(k_sumsq_part, dt, <<<SUMSQ_BLOCKS, SUMSQ_THREADS, 0, cs>>>(x, n, partial, flag))
+    decltype(&k_sumsq_part<ZS_DTYPE_F32>) k = NULL;
+    ZS_DISPATCH_ONE(k_sumsq_part, dt, k)
+    ZS_CUDA_LAUNCH(k, SUMSQ_BLOCKS, SUMSQ_THREADS, 0, cs, x, n, partial, flag);
     cudaError_t e = cudaGetLastError();
     if (e == cudaSuccess) {
-        k_sumsq_final<<<1, SUMSQ_THREADS, 0, cs>>>(partial, flag, acc);
+        ZS_CUDA_LAUNCH(k_sumsq_final, 1, SUMSQ_THREADS, 0, cs, partial, flag, acc);
         e = cudaGetLastError();
     }
     cudaError_t ef = cudaFreeAsync(tmp, cs);
@@ -310,7 +324,9 @@ extern "C" int zs_cuda_adamw(void *stream, const zs_adam_hparams_t *hp, const zs
         return bad_arg(err, "zs_cuda_adamw", "NULL buffer");
     zs_math_adam_t c;
     zs_math_adam_init(&c, hp, st);
-    ZS_DISPATCH_PAIR_OPT(k_adamw, gdt, odt, <<<EW_SHAPE(n)>>>(c, p, m, v, grad, out, n))
+    decltype(&k_adamw<ZS_DTYPE_F32, ZS_DTYPE_F32>) k = NULL;
+    ZS_DISPATCH_PAIR_OPT(k_adamw, gdt, odt, k)
+    ZS_CUDA_LAUNCH(k, EW_GRID(n), ZS_CUDA_EW_THREADS, 0, cs, c, p, m, v, grad, out, n);
     ZS_CUDA_LAUNCHED("k_adamw");
     return ZS_OK;
 }
