@@ -293,6 +293,19 @@ int zs_data_sample(const zs_data_t *d, int64_t j, int T, int32_t *inputs, int32_
     return ZS_OK;
 }
 
+/* Tokens [start, start + n) as stored. */
+int zs_data_read(const zs_data_t *d, uint64_t start, uint64_t n, uint32_t *out, zs_err_t *err)
+{
+    if (start > d->count || n > d->count - start)
+        return zs_err_set(err, ZS_ERR_RANGE,
+                          "token file %.*s: tokens %llu..+%llu are outside its %llu tokens",
+                          PATH_SHOWN, d->path, (unsigned long long)start, (unsigned long long)n,
+                          (unsigned long long)d->count);
+    for (uint64_t i = 0; i < n; i++)
+        out[i] = token_at(d, start + i);
+    return ZS_OK;
+}
+
 /* ---- writing -------------------------------------------------------------- */
 
 static int write_all(int fd, const uint8_t *p, size_t n)

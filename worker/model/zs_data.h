@@ -40,6 +40,10 @@ uint64_t zs_data_offset(const zs_data_t *d, int64_t j, int T);
 int zs_data_sample(const zs_data_t *d, int64_t j, int T, int32_t *inputs, int32_t *targets,
                    zs_err_t *err);
 
+/* Copy tokens [start, start + n) into out (as stored; not checked against
+ * the vocab). ZS_ERR_RANGE if the range is not inside the file. */
+int zs_data_read(const zs_data_t *d, uint64_t start, uint64_t n, uint32_t *out, zs_err_t *err);
+
 /* Write `count` tokens (each < vocab) as a token file. */
 int zs_data_write(const char *path, uint32_t vocab, const uint16_t *tokens, uint64_t count,
                   zs_err_t *err);
