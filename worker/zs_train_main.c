@@ -106,7 +106,9 @@ static void usage(FILE *f)
 {
     fprintf(f, "usage: mpirun -np N zs-train --data FILE.tok [options]\n"
                "\n"
-               "  --data F         token file (zs-tokenize makes one from text)\n"
+               "  --data F         token file (zs-tokenize makes one from text), or llm.c\n"
+               "                   .bin shards; a comma list or a glob ('dir/*_train_*.bin')\n"
+               "                   is read as one stream, in order\n"
                "  --device D       auto (default): a GPU per rank when every rank has one,\n"
                "                   else the CPU; cuda: GPUs (NCCL), an error without;\n"
                "                   cpu: CPU workers (MPI collectives)\n"

@@ -1,6 +1,8 @@
 /*
  * zs_data.h - token files and deterministic sampling.
  *
+ * Also read: llm.c .bin shards and lists of files (zs_data_open).
+ *
  * File format (little-endian): a 64-byte header
  *   magic "ZSTOKENS" (8 bytes), version u32 (=1), vocab u32 (1..65536),
  *   count u64 (tokens), token_bytes u32 (2), reserved (36 bytes, zero)
@@ -24,9 +26,14 @@
 
 typedef struct zs_data zs_data_t;
 
-/* Open and validate a token file (mmap, read-only). *out freed with
- * zs_data_close. Refuses bad magic/version, a size that disagrees with
- * count, and (checked lazily per sample) tokens >= vocab. */
+/* Open and validate token data (mmap, read-only): one file, a comma list,
+ * or a glob (matches sorted by name), each a zeroshard token file or an
+ * llm.c .bin shard (magic 20240520, version 1, uint16 GPT-2 tokens, vocab
+ * 50257), told apart by the magic; several are concatenated in order
+ * (zs_data_shards.c). *out freed with zs_data_close. Refuses a glob with no
+ * match, bad magic/version, a size that disagrees with the count
+ * (truncated), files of different vocabs, and (checked lazily per sample)
+ * tokens >= vocab. */
 int zs_data_open(const char *path, zs_data_t **out, zs_err_t *err);
 void zs_data_close(zs_data_t *d);
 
