@@ -61,6 +61,7 @@
 #include "zs_engine.h"
 #include "zs_file.h"
 #include "zs_gpt.h"
+#include "zs_init_from.h"
 #include "zs_log.h"
 #include "zs_train_metrics.h"
 #if defined(ZS_WITH_CUDA) && defined(ZS_WITH_NCCL)
@@ -94,8 +95,10 @@ enum {
 
 typedef struct {
     const char *config, *servers, *data, *csv, *token_file, *name, *save_params, *device;
-    const char *gemm;                    /* --gemm: auto, fp32, bf16, fp16 */
-    const char *metrics, *metrics_ready; /* rank 0's Prometheus endpoint, its address file */
+    const char *gemm;                       /* --gemm: auto, fp32, bf16, fp16 */
+    const char *metrics, *metrics_ready;    /* rank 0's Prometheus endpoint, its address file */
+    const char *init_from;                  /* --init-from: pretrained weights (zs_init_from.h) */
+    int given_l, given_h, given_c, given_t; /* shape flags given on the command line */
     zs_gpt_config_t g;
     int steps, ckpt_every, resume, log_every, micro, mem_every, allow_unknown;
     int resume_auto, server_timeout, server_wait, max_recoveries, fresh;
@@ -127,6 +130,11 @@ static void usage(FILE *f)
                "  --heads N        attention heads (default 4)\n"
                "  --width N        model width C (default 128)\n"
                "  --ctx N          context length T (default 64)\n"
+               "  --init-from F    start from pretrained GPT-2 weights: Hugging Face\n"
+               "                   safetensors (zs-ctl export's layout) or an llm.c\n"
+               "                   checkpoint (gpt2_124M.bin); the shape comes from F (a\n"
+               "                   different --layers/--width is an error; --ctx may be\n"
+               "                   smaller), the optimizer starts fresh at step 0\n"
                "  --steps N        train until this step (default 200)\n"
                "  --ckpt-every K   checkpoint every K steps (needs --servers; default 0: off)\n"
                "  --resume         continue from the newest checkpoint complete on all servers\n"
@@ -205,6 +213,7 @@ static int parse(int argc, char **argv, opts_t *o, int loud)
         {"fresh", 0, 0, 'F'},       {"device", 1, 0, 'D'},
         {"metrics", 1, 0, 'P'},     {"metrics-ready-file", 1, 0, 'Q'},
         {"gemm", 1, 0, 'G'},        {"help", 0, 0, 'h'},
+        {"init-from", 1, 0, 'I'},
         {0, 0, 0, 0}};
     /* clang-format on */
     int ch;
@@ -222,15 +231,22 @@ static int parse(int argc, char **argv, opts_t *o, int loud)
             break;
         case 'L':
             o->g.layers = atoi(optarg);
+            o->given_l = 1;
             break;
         case 'H':
             o->g.heads = atoi(optarg);
+            o->given_h = 1;
             break;
         case 'C':
             o->g.width = atoi(optarg);
+            o->given_c = 1;
             break;
         case 'T':
             o->g.ctx = atoi(optarg);
+            o->given_t = 1;
+            break;
+        case 'I':
+            o->init_from = optarg;
             break;
         case 'n':
             o->steps = atoi(optarg);
@@ -313,6 +329,8 @@ static int parse(int argc, char **argv, opts_t *o, int loud)
         bad = "--gemm must be auto, fp32, bf16 or fp16";
     else if ((o->ckpt_every || o->resume || o->resume_auto) && !o->servers)
         bad = "--ckpt-every and --resume need --servers";
+    else if (o->init_from && (o->resume || o->resume_auto))
+        bad = "--init-from starts a fresh run; --resume and --resume-auto continue a checkpoint";
     else if (o->metrics_ready && !o->metrics)
         bad = "--metrics-ready-file needs --metrics";
     else if (o->g.layers < 1 || o->g.heads < 1 || o->g.width % o->g.heads || o->g.ctx < 2 ||
@@ -403,6 +421,22 @@ static int preflight(const opts_t *o, int rank, int W, zs_config_t *cfg, char **
         *what = "data";
         return ZS_EXIT_DATA;
     }
+    return 0;
+}
+
+/* --init-from: open the weights file and settle the model shape from it
+ * (zs_init_from_settle). 0, or ZS_EXIT_DATA (unreadable or not GPT-2
+ * weights) / ZS_EXIT_USAGE (a shape flag or the data's vocab disagrees)
+ * with *what and *err set. */
+static int init_from_open(opts_t *o, const zs_data_t *data, zs_init_from_t **f, const char **what,
+                          zs_err_t *err)
+{
+    *what = "--init-from";
+    if (zs_init_from_load(o->init_from, f, err))
+        return ZS_EXIT_DATA;
+    if (zs_init_from_settle(*f, &o->g, o->given_l, o->given_c, o->given_h, o->given_t,
+                            zs_data_vocab(data), err))
+        return ZS_EXIT_USAGE;
     return 0;
 }
 
@@ -614,6 +648,9 @@ int main(int argc, char **argv)
     char *token = NULL;
     const char *what = "";
     int code = preflight(&o, rank, W, &cfg, &token, &data, &what, &err);
+    zs_init_from_t *init = NULL; /* --init-from's weights */
+    if (!code && o.init_from)
+        code = init_from_open(&o, data, &init, &what, &err);
     zs_train_metrics_t *tm = NULL; /* rank 0's endpoint; a bad address is a usage error */
     if (!code && rank == 0 && o.metrics &&
         (zs_train_metrics_create(o.metrics, W, &tm, &err) ||
@@ -623,6 +660,7 @@ int main(int argc, char **argv)
         code = ZS_EXIT_USAGE;
     }
     if ((code = agree(rank, code, what, &err)) != 0) {
+        zs_init_from_free(init);
         zs_train_metrics_destroy(tm);
         if (data)
             zs_data_close(data);
@@ -670,7 +708,10 @@ int main(int argc, char **argv)
     zs_engine_opts_t eo = {&cfg, coll, o.servers, token, o.name, o.server_timeout * 1000, 0};
     eo.manifest = manifest;
     zs_engine_t *e;
-    int erc = zs_engine_create(&eo, zs_gpt_model(gpt), &e, &err);
+    const zs_model_t *model = zs_gpt_model(gpt);
+    if (init)
+        model = zs_init_from_wrap(init, &o.g, model); /* init_params: the file's weights */
+    int erc = zs_engine_create(&eo, model, &e, &err);
     free(manifest);
     if (erc)
         return die(rank, "engine", &err, ZS_EXIT_ENGINE);
@@ -680,6 +721,9 @@ int main(int argc, char **argv)
                (unsigned long long)zs_data_count(data), zs_data_vocab(data));
         printf("model: GPT L=%d H=%d C=%d T=%d V=%d: %llu parameters (%.2fM)\n", o.g.layers,
                o.g.heads, o.g.width, o.g.ctx, o.g.vocab, (unsigned long long)P, P / 1e6);
+        if (init)
+            printf("init-from: %s (%s): weights in, optimizer fresh at step 0\n", o.init_from,
+                   zs_init_from_format(init));
         printf("configuration (resolved for W=%d):\n", W);
         zs_config_print(&cfg, stdout);
         printf("device: %s%s%s; GEMMs %s%s\n", dev->desc,
@@ -716,6 +760,7 @@ int main(int argc, char **argv)
                         "--fresh starts over and deletes it\n",
                         (unsigned long long)newest);
             zs_engine_destroy(e);
+            zs_init_from_free(init);
             zs_gpt_destroy(gpt);
             zs_coll_destroy(coll);
             zs_dev_destroy(dev);
@@ -801,6 +846,7 @@ int main(int argc, char **argv)
         return die(rank, "--save-params", &err, ZS_EXIT_OTHER);
     zs_train_metrics_destroy(tm);
     zs_engine_destroy(e);
+    zs_init_from_free(init);
     zs_gpt_destroy(gpt);
     zs_data_close(data);
     zs_coll_destroy(coll);
