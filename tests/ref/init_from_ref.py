@@ -19,7 +19,8 @@ Usage:
                                 write_model: 256 int32 header, magic
                                 20240326, version 3, padded vocab rounded up
                                 to 128 with zero rows, matrices [out, in])
-      and DIR/loss.txt: the mean cross-entropy of tests/ref/gpt_torch.py's
+        DIR/llmc_bf16.bin       the same as version 5 (bf16)
+      and DIR/loss.txt (DIR/loss_bf16.txt: on the weights rounded to bf16): the mean cross-entropy of tests/ref/gpt_torch.py's
       GPT on DIR/tokens.bin (int32 inputs [1, T] then targets [1, T]).
   init_from_ref.py loss FILE DIR L NH C T V
       Load a safetensors FILE (any of the layouts above or an export) by
@@ -115,9 +116,20 @@ def write(d, L, NH, C, T, V, seed):
                for l in range(L)]
     native.append(("lm_head.weight", p["wte"]))
     write_safetensors(d + "/hf.safetensors", native, {"format": "pt"})
+    write_llmc(d + "/llmc.bin", p, 3, L, NH, C, T, V)
+    write_llmc(d + "/llmc_bf16.bin", p, 5, L, NH, C, T, V)
+    with open(d + "/loss.txt", "w") as f:
+        f.write("%.9f\n" % loss_of(p, d, L, NH, C, T, V))
+    rounded = {k: v.to(torch.bfloat16).float() for k, v in p.items()}
+    with open(d + "/loss_bf16.txt", "w") as f:
+        f.write("%.9f\n" % loss_of(rounded, d, L, NH, C, T, V))
+
+
+def write_llmc(path, p, version, L, NH, C, T, V):
+    """version 3: fp32; 5: bf16 (round to nearest even, torch's cast)."""
     Vp = (V + 127) // 128 * 128
-    with open(d + "/llmc.bin", "wb") as f:
-        hdr = [20240326, 3, T, V, L, NH, C, Vp] + [0] * 248
+    with open(path, "wb") as f:
+        hdr = [20240326, version, T, V, L, NH, C, Vp] + [0] * 248
         f.write(struct.pack("<256i", *hdr))
         wte = torch.zeros(Vp, C)
         wte[:V] = p["wte"]
@@ -128,9 +140,11 @@ def write(d, L, NH, C, T, V, seed):
             arrays.append(torch.stack([t.t() if t.dim() == 2 else t for t in per]))
         arrays += [p["lnf_w"], p["lnf_b"]]
         for a in arrays:
-            f.write(a.contiguous().numpy().astype("<f4").tobytes())
-    with open(d + "/loss.txt", "w") as f:
-        f.write("%.9f\n" % loss_of(p, d, L, NH, C, T, V))
+            a = a.contiguous()
+            if version == 5:
+                f.write(a.to(torch.bfloat16).view(torch.int16).numpy().astype("<i2").tobytes())
+            else:
+                f.write(a.numpy().astype("<f4").tobytes())
 
 
 def main():

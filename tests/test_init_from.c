@@ -1,0 +1,233 @@
+/*
+ * test_init_from.c - zs-train --init-from (worker/model/zs_init_from*.c)
+ * against PyTorch, with an independent writer of the weight files
+ * (tests/ref/init_from_ref.py: hand-written safetensors and llm.c
+ * checkpoint, loss by tests/ref/gpt_torch.py).
+ *
+ * A random GPT-2-shaped model (2 layers, 4 heads, width 32, 16 positions,
+ * vocab 300) and one sequence of T + 1 tokens (so every sample window is
+ * the whole file and the step-1 loss is the loss of that sequence):
+ *  1. zs-train --init-from on each of the three files (our export's
+ *     layout; GPT2Model's own names with mask buffers and a tied lm_head;
+ *     an llm.c checkpoint with padded vocab and [out, in] matrices, in fp32
+ *     and in bf16 (version 5; PyTorch then on bf16-rounded weights), W = 2:
+ *     the loss of step 1 (computed on the initial weights) equals
+ *     PyTorch's within 2e-5 (the CSV keeps 6 decimals).
+ *  2. With 2 zs-servers: 3 steps from the export-layout file, checkpoint 3
+ *     (--save-params), `zs-ctl export`; the exported file read back by
+ *     zs_init_from gives the step-3 weights bitwise and its metadata the
+ *     heads; PyTorch loads it (by hand) and its loss equals the step-4
+ *     loss of zs-train --resume from checkpoint 3 (computed on the step-3
+ *     weights).
+ *  3. Refusals: --layers and --width that disagree (exit 2, naming both),
+ *     data of another vocab (exit 2), a truncated llm.c checkpoint and a
+ *     safetensors file without ln_f (exit 4), --init-from with --resume.
+ * Skipped (77) when python3 cannot import torch.
+ */
+#define _GNU_SOURCE
+#include <math.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "zs_data.h"
+#include "zs_init_from.h"
+#include "zs_proc.h"
+#include "zs_test.h"
+
+#define L  2
+#define NH 4
+#define C  32
+#define T  16
+#define V  300
+
+static char dir[256], g_servers[256];
+
+static const char *tpath(const char *name)
+{
+    static char p[8][512];
+    static int k;
+    k = (k + 1) % 8;
+    snprintf(p[k], sizeof p[k], "%s/%s", dir, name);
+    return p[k];
+}
+
+static double read_double(const char *path)
+{
+    FILE *f = fopen(path, "r");
+    double v = NAN;
+    TEST_CHECKF(f && fscanf(f, "%lf", &v) == 1, "cannot read a number from %s", path);
+    fclose(f);
+    return v;
+}
+
+/* Loss of `step` from a zs-train CSV (NAN if absent). */
+static double csv_loss(const char *csv, int step)
+{
+    FILE *f = fopen(csv, "r");
+    char line[512];
+    double loss = NAN;
+    while (f && fgets(line, sizeof line, f)) {
+        int s;
+        double l;
+        if (sscanf(line, "%d,%lf,", &s, &l) == 2 && s == step)
+            loss = l;
+    }
+    if (f)
+        fclose(f);
+    return loss;
+}
+
+/* mpirun -np 2 zs-train --init-from ... ARGS; returns the exit code. */
+static int train(const char *init, const char *data, const char *args, const char *log)
+{
+    return zs_test_sh("ZS_LOG_LEVEL=warn %s " ZS_TEST_MPI_OPTS " -np 2 %s --data %s --init-from %s "
+                      "%s > %s 2>&1",
+                      ZS_MPIEXEC, ZS_TRAIN, data, init, args, log);
+}
+
+static void expect_refusal(const char *init, const char *data, const char *args, int code,
+                           const char *what)
+{
+    int rc = train(init, data, args, tpath("refuse.log"));
+    TEST_CHECKF(rc == code && zs_test_sh("grep -qF -- '%s' %s", what, tpath("refuse.log")) == 0,
+                "--init-from %s %s: exit %d (want %d, saying \"%s\")", init, args, rc, code, what);
+    zs_test_sh("grep 'error' %s | head -1 | sed 's/^/   refused: /'", tpath("refuse.log"));
+}
+
+static void check_step1(const char *file, double want)
+{
+    char args[600];
+    snprintf(args, sizeof args, "--heads %d --steps 1 --csv %s", NH, tpath("s1.csv"));
+    int rc = train(tpath(file), tpath("data.tok"), args, tpath("s1.log"));
+    if (rc)
+        zs_test_sh("cat %s >&2", tpath("s1.log"));
+    TEST_CHECKF(rc == 0, "zs-train --init-from %s exited %d", file, rc);
+    double got = csv_loss(tpath("s1.csv"), 1);
+    printf("1. --init-from %-18s step-1 loss %.6f, PyTorch %.6f (diff %.2g)\n", file, got, want,
+           fabs(got - want));
+    TEST_CHECKF(fabs(got - want) <= 2e-5, "%s: loss %.6f differs from PyTorch's %.6f", file, got,
+                want);
+}
+
+/* The exported file through zs_init_from: shape, heads, and the weights
+ * bitwise equal to the --save-params file. */
+static void check_export_bitwise(const char *exported, const char *params)
+{
+    zs_err_t err;
+    zs_init_from_t *f;
+    TEST_OK(zs_init_from_load(exported, &f, &err), err);
+    zs_gpt_config_t s = zs_init_from_shape(f), c = {4, 4, 128, 64, 256};
+    TEST_CHECKF(s.layers == L && s.heads == NH && s.width == C && s.ctx == T && s.vocab == V,
+                "exported shape L=%d H=%d C=%d T=%d V=%d", s.layers, s.heads, s.width, s.ctx,
+                s.vocab);
+    TEST_OK(zs_init_from_settle(f, &c, 0, 0, 0, 0, V, &err), err);
+    uint64_t P = zs_gpt_num_params(&c);
+    float *flat = malloc(P * sizeof *flat), *want = malloc(P * sizeof *want);
+    for (int i = 0; i < zs_gpt_num_tensors(&c); i++) {
+        zs_gpt_tensor_t t;
+        zs_gpt_tensor(&c, i, &t);
+        TEST_OK(zs_init_from_tensor(f, &c, i, flat + t.offset, &err), err);
+    }
+    FILE *pf = fopen(params, "rb");
+    TEST_CHECK(pf && fread(want, sizeof *want, P, pf) == P);
+    fclose(pf);
+    TEST_CHECKF(memcmp(flat, want, P * sizeof *flat) == 0,
+                "exported weights read by --init-from differ from the servers' step-3 weights");
+    printf("2. export -> init-from: %llu parameters bitwise equal to step 3's, heads %d from "
+           "the export's metadata\n",
+           (unsigned long long)P, s.heads);
+    free(flat);
+    free(want);
+    zs_init_from_free(f);
+}
+
+int main(void)
+{
+    setvbuf(stdout, NULL, _IONBF, 0);
+    snprintf(dir, sizeof dir, "%s", zs_test_tmpdir("init-from"));
+    if (zs_test_sh("%s -c 'import torch' 2>/dev/null", ZS_PYTHON) != 0) {
+        printf("SKIP test_init_from: %s cannot import torch (deploy/install-deps.sh installs "
+               "python3-torch)\n",
+               ZS_PYTHON);
+        return 77;
+    }
+    /* one sequence of T + 1 tokens: every sample is all of it */
+    uint16_t tok[T + 1];
+    int32_t io[2 * T];
+    uint64_t x = 99;
+    for (int i = 0; i <= T; i++) {
+        x = x * 6364136223846793005ull + 1442695040888963407ull;
+        tok[i] = (uint16_t)((x >> 33) % V);
+    }
+    for (int i = 0; i < T; i++) {
+        io[i] = tok[i];
+        io[T + i] = tok[i + 1];
+    }
+    zs_err_t err;
+    TEST_OK(zs_data_write(tpath("data.tok"), V, tok, T + 1, &err), err);
+    FILE *f = fopen(tpath("tokens.bin"), "wb");
+    TEST_CHECK(f && fwrite(io, sizeof *io, 2 * T, f) == 2 * T && fclose(f) == 0);
+    TEST_CHECK(zs_test_sh("%s %s/tests/ref/init_from_ref.py write %s %d %d %d %d %d 7", ZS_PYTHON,
+                          ZS_SOURCE_DIR, dir, L, NH, C, T, V) == 0);
+    double want = read_double(tpath("loss.txt"));
+
+    check_step1("export.safetensors", want);
+    check_step1("hf.safetensors", want);
+    check_step1("llmc.bin", want);
+    check_step1("llmc_bf16.bin", read_double(tpath("loss_bf16.txt")));
+
+    /* 2. train on servers, export, PyTorch and init-from read it back */
+    zs_test_server_t srv[2];
+    zs_test_servers_up(srv, 2, dir, "s", "--keep 3", g_servers, sizeof g_servers);
+    char args[1200];
+    snprintf(args, sizeof args,
+             "--heads %d --servers %s --steps 3 --ckpt-every 3 --save-params %s --csv %s", NH,
+             g_servers, tpath("p3.bin"), tpath("t.csv"));
+    TEST_CHECKF(train(tpath("export.safetensors"), tpath("data.tok"), args, tpath("t.log")) == 0,
+                "zs-train 3 steps on servers failed (%s)", tpath("t.log"));
+    TEST_CHECKF(zs_test_sh("ZS_LOG_LEVEL=warn %s export --servers %s --out %s > %s 2>&1", ZS_CTL,
+                           g_servers, tpath("out.safetensors"), tpath("ctl.log")) == 0,
+                "zs-ctl export failed (%s)", tpath("ctl.log"));
+    /* step 4 from checkpoint 3: its loss is computed on the step-3 weights */
+    TEST_CHECKF(zs_test_sh("ZS_LOG_LEVEL=warn %s " ZS_TEST_MPI_OPTS " -np 2 %s --data %s --servers "
+                           "%s --layers %d --heads %d --width %d --ctx %d --resume --steps 4 "
+                           "--csv %s > %s 2>&1",
+                           ZS_MPIEXEC, ZS_TRAIN, tpath("data.tok"), g_servers, L, NH, C, T,
+                           tpath("t4.csv"), tpath("t4.log")) == 0,
+                "zs-train --resume to step 4 failed (%s)", tpath("t4.log"));
+    TEST_CHECK(zs_test_sh("%s %s/tests/ref/init_from_ref.py loss %s %s %d %d %d %d %d > %s",
+                          ZS_PYTHON, ZS_SOURCE_DIR, tpath("out.safetensors"), dir, L, NH, C, T, V,
+                          tpath("loss4.txt")) == 0);
+    double torch4 = read_double(tpath("loss4.txt")), zs4 = csv_loss(tpath("t4.csv"), 4);
+    printf("2. after 3 steps: PyTorch on the exported file %.6f, zs-train step 4 %.6f (diff "
+           "%.2g)\n",
+           torch4, zs4, fabs(torch4 - zs4));
+    TEST_CHECKF(fabs(torch4 - zs4) <= 2e-5 && fabs(zs4 - want) > 1e-3,
+                "exported weights: PyTorch %.6f vs zs-train %.6f (initial %.6f)", torch4, zs4,
+                want);
+    check_export_bitwise(tpath("out.safetensors"), tpath("p3.bin"));
+    zs_test_servers_down(srv, 2);
+
+    /* 3. refusals */
+    printf("3. refusals\n");
+    expect_refusal(tpath("llmc.bin"), tpath("data.tok"), "--layers 3 --steps 1", 2,
+                   "--layers 3 disagrees with the 2 layers");
+    expect_refusal(tpath("hf.safetensors"), tpath("data.tok"), "--width 64 --heads 4 --steps 1", 2,
+                   "--width 64 disagrees with the width 32");
+    uint16_t other[40] = {0};
+    TEST_OK(zs_data_write(tpath("v256.tok"), 256, other, 40, &err), err);
+    expect_refusal(tpath("llmc.bin"), tpath("v256.tok"), "--steps 1", 2,
+                   "vocab 256 differs from the llm.c file");
+    TEST_CHECK(zs_test_sh("head -c 100000 %s > %s", tpath("llmc.bin"), tpath("cut.bin")) == 0);
+    expect_refusal(tpath("cut.bin"), tpath("data.tok"), "--steps 1", 4, "truncated");
+    TEST_CHECK(zs_test_sh("sed 's/ln_f.bias/ln_X.bias/' %s > %s", tpath("hf.safetensors"),
+                          tpath("nolnf.safetensors")) == 0);
+    expect_refusal(tpath("nolnf.safetensors"), tpath("data.tok"), "--heads 4 --steps 1", 4,
+                   "is not part of a GPT-2");
+    expect_refusal(tpath("llmc.bin"), tpath("data.tok"), "--resume --servers 127.0.0.1:1", 2,
+                   "--init-from starts a fresh run");
+    printf("test_init_from: all checks passed\n");
+    return 0;
+}
