@@ -19,6 +19,10 @@
  *     heads; PyTorch loads it (by hand) and its loss equals the step-4
  *     loss of zs-train --resume from checkpoint 3 (computed on the step-3
  *     weights).
+ *     The same resumed run evaluates --val-data (5 windows of T + 1, shared
+ *     3 + 2 by the ranks) after step 4; checkpoint 4 is exported and
+ *     PyTorch's mean loss on those windows equals the CSV's val_loss and
+ *     the log's "val loss" line.
  *  3. Refusals: --layers and --width that disagree (exit 2, naming both),
  *     data of another vocab (exit 2), a truncated llm.c checkpoint and a
  *     safetensors file without ln_f (exit 4), --init-from with --resume.
@@ -143,6 +147,31 @@ static void check_export_bitwise(const char *exported, const char *params)
     zs_init_from_free(f);
 }
 
+/* The val_loss column of step 4 (the CSV's 13th) and the log line against
+ * PyTorch on the exported step-4 weights over the same 5 windows. */
+static void check_val(const char *csv_path, const char *log_path)
+{
+    char csv[512], log[512]; /* tpath's buffers are reused below */
+    snprintf(csv, sizeof csv, "%s", csv_path);
+    snprintf(log, sizeof log, "%s", log_path);
+    TEST_CHECKF(zs_test_sh("ZS_LOG_LEVEL=warn %s export --servers %s --out %s > %s 2>&1", ZS_CTL,
+                           g_servers, tpath("out4.safetensors"), tpath("ctl.log")) == 0,
+                "zs-ctl export of step 4 failed (%s)", tpath("ctl.log"));
+    TEST_CHECK(zs_test_sh("%s %s/tests/ref/init_from_ref.py loss %s %s %d %d %d %d %d %s > %s",
+                          ZS_PYTHON, ZS_SOURCE_DIR, tpath("out4.safetensors"), dir, L, NH, C, T, V,
+                          tpath("val.bin"), tpath("val.txt")) == 0);
+    double want = read_double(tpath("val.txt"));
+    TEST_CHECK(zs_test_sh("grep '^4,' %s | cut -d, -f13 > %s", csv, tpath("val_csv.txt")) == 0);
+    double got = read_double(tpath("val_csv.txt"));
+    printf("4. validation loss after step 4 (5 windows, W=2): zs-train %.6f, PyTorch on the "
+           "export %.6f (diff %.2g)\n",
+           got, want, fabs(got - want));
+    TEST_CHECKF(fabs(got - want) <= 2e-5, "validation loss %.6f differs from PyTorch's %.6f", got,
+                want);
+    TEST_CHECKF(zs_test_sh("grep -q '^val loss %.4f at step 4 (81 tokens)' %s", got, log) == 0,
+                "the log lacks the validation line (%s)", log);
+}
+
 int main(void)
 {
     setvbuf(stdout, NULL, _IONBF, 0);
@@ -169,6 +198,16 @@ int main(void)
     TEST_OK(zs_data_write(tpath("data.tok"), V, tok, T + 1, &err), err);
     FILE *f = fopen(tpath("tokens.bin"), "wb");
     TEST_CHECK(f && fwrite(io, sizeof *io, 2 * T, f) == 2 * T && fclose(f) == 0);
+    /* validation tokens: 5 windows of T + 1 starting every T */
+    uint16_t vt[5 * T + 1];
+    int32_t vt32[5 * T + 1];
+    for (int i = 0; i <= 5 * T; i++) {
+        x = x * 6364136223846793005ull + 1442695040888963407ull;
+        vt32[i] = vt[i] = (uint16_t)((x >> 33) % V);
+    }
+    TEST_OK(zs_data_write(tpath("val.tok"), V, vt, 5 * T + 1, &err), err);
+    f = fopen(tpath("val.bin"), "wb");
+    TEST_CHECK(f && fwrite(vt32, sizeof *vt32, 5 * T + 1, f) == 5 * T + 1 && fclose(f) == 0);
     TEST_CHECK(zs_test_sh("%s %s/tests/ref/init_from_ref.py write %s %d %d %d %d %d 7", ZS_PYTHON,
                           ZS_SOURCE_DIR, dir, L, NH, C, T, V) == 0);
     double want = read_double(tpath("loss.txt"));
@@ -190,13 +229,16 @@ int main(void)
     TEST_CHECKF(zs_test_sh("ZS_LOG_LEVEL=warn %s export --servers %s --out %s > %s 2>&1", ZS_CTL,
                            g_servers, tpath("out.safetensors"), tpath("ctl.log")) == 0,
                 "zs-ctl export failed (%s)", tpath("ctl.log"));
-    /* step 4 from checkpoint 3: its loss is computed on the step-3 weights */
+    /* step 4 from checkpoint 3: its loss is computed on the step-3 weights;
+     * the validation loss after step 4 on 5 windows (3 on rank 0, 2 on 1) */
     TEST_CHECKF(zs_test_sh("ZS_LOG_LEVEL=warn %s " ZS_TEST_MPI_OPTS " -np 2 %s --data %s --servers "
                            "%s --layers %d --heads %d --width %d --ctx %d --resume --steps 4 "
-                           "--csv %s > %s 2>&1",
+                           "--ckpt-every 4 --val-data %s --val-every 4 --val-tokens %d --csv %s > "
+                           "%s 2>&1",
                            ZS_MPIEXEC, ZS_TRAIN, tpath("data.tok"), g_servers, L, NH, C, T,
-                           tpath("t4.csv"), tpath("t4.log")) == 0,
+                           tpath("val.tok"), 5 * T + 1, tpath("t4.csv"), tpath("t4.log")) == 0,
                 "zs-train --resume to step 4 failed (%s)", tpath("t4.log"));
+    check_val(tpath("t4.csv"), tpath("t4.log"));
     TEST_CHECK(zs_test_sh("%s %s/tests/ref/init_from_ref.py loss %s %s %d %d %d %d %d > %s",
                           ZS_PYTHON, ZS_SOURCE_DIR, tpath("out.safetensors"), dir, L, NH, C, T, V,
                           tpath("loss4.txt")) == 0);

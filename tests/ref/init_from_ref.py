@@ -22,9 +22,11 @@ Usage:
         DIR/llmc_bf16.bin       the same as version 5 (bf16)
       and DIR/loss.txt (DIR/loss_bf16.txt: on the weights rounded to bf16): the mean cross-entropy of tests/ref/gpt_torch.py's
       GPT on DIR/tokens.bin (int32 inputs [1, T] then targets [1, T]).
-  init_from_ref.py loss FILE DIR L NH C T V
+  init_from_ref.py loss FILE DIR L NH C T V [VAL]
       Load a safetensors FILE (any of the layouts above or an export) by
-      hand and print the loss of gpt_torch.py's GPT on DIR/tokens.bin.
+      hand and print the loss of gpt_torch.py's GPT on DIR/tokens.bin; with
+      VAL (int32 tokens), the mean loss over its windows of T + 1 tokens
+      starting every T tokens (zs-train's validation slice).
 Exits 2 if torch is missing.
 """
 import json
@@ -97,6 +99,18 @@ def loss_of(p, d, L, NH, C, T, V):
     return loss.item()
 
 
+def val_loss_of(p, path, L, NH, C, T, V):
+    """Mean loss over the windows of T + 1 tokens starting every T tokens of
+    the int32 tokens in path (the validation slice of zs_train_eval.h)."""
+    tok = gpt_torch.read(path, torch.int32).long()
+    nwin = (tok.numel() - 1) // T
+    idx = torch.stack([tok[w * T:w * T + T] for w in range(nwin)])
+    tgt = torch.stack([tok[w * T + 1:w * T + T + 1] for w in range(nwin)])
+    with torch.no_grad():
+        _, loss = gpt_torch.forward(p, idx, tgt, L, NH, C, V)
+    return loss.item()
+
+
 def write(d, L, NH, C, T, V, seed):
     g = torch.Generator().manual_seed(seed)
     p = {}
@@ -152,13 +166,16 @@ def main():
         d = sys.argv[2]
         L, NH, C, T, V, seed = (int(v) for v in sys.argv[3:9])
         write(d, L, NH, C, T, V, seed)
-    elif len(sys.argv) == 9 and sys.argv[1] == "loss":
+    elif len(sys.argv) in (9, 10) and sys.argv[1] == "loss":
         path, d = sys.argv[2], sys.argv[3]
         L, NH, C, T, V = (int(v) for v in sys.argv[4:9])
         t = read_safetensors(path)
         p = {ours: t[hf] for ours, hf in hf_names(L)}
         p["wpe"] = p["wpe"][:T]
-        print("%.9f" % loss_of(p, d, L, NH, C, T, V))
+        if len(sys.argv) == 10:
+            print("%.9f" % val_loss_of(p, sys.argv[9], L, NH, C, T, V))
+        else:
+            print("%.9f" % loss_of(p, d, L, NH, C, T, V))
     else:
         sys.exit(__doc__)
 
