@@ -22,7 +22,8 @@
  *     The same resumed run evaluates --val-data (5 windows of T + 1, shared
  *     3 + 2 by the ranks) after step 4; checkpoint 4 is exported and
  *     PyTorch's mean loss on those windows equals the CSV's val_loss and
- *     the log's "val loss" line.
+ *     the log's "val loss" line. zs-generate --temperature 0 on the export
+ *     and on the llm.c checkpoint gives PyTorch's greedy decode.
  *  3. Refusals: --layers and --width that disagree (exit 2, naming both),
  *     data of another vocab (exit 2), a truncated llm.c checkpoint and a
  *     safetensors file without ln_f (exit 4), --init-from with --resume.
@@ -172,6 +173,28 @@ static void check_val(const char *csv_path, const char *log_path)
                 "the log lacks the validation line (%s)", log);
 }
 
+/* zs-generate --temperature 0 on file (the llm.c checkpoint: on the same
+ * weights as export.safetensors) against PyTorch's greedy decode. */
+static void check_generate(const char *file_path)
+{
+    char file[512], torch_file[512];
+    snprintf(file, sizeof file, "%s", file_path);
+    snprintf(torch_file, sizeof torch_file, "%s",
+             strstr(file, "llmc") ? tpath("export.safetensors") : file);
+    TEST_CHECK(zs_test_sh("%s --model %s --heads %d --ids --temperature 0 --prompt-ids 5,17,3 "
+                          "--tokens 12 > %s 2>&1",
+                          ZS_GENERATE, file, NH, tpath("gen.txt")) == 0);
+    TEST_CHECK(zs_test_sh("%s %s/tests/ref/init_from_ref.py greedy %s %d %d %d %d %d 12 5,17,3 > "
+                          "%s",
+                          ZS_PYTHON, ZS_SOURCE_DIR, torch_file, L, NH, C, T, V,
+                          tpath("gen_torch.txt")) == 0);
+    TEST_CHECKF(zs_test_sh("cmp -s %s %s", tpath("gen.txt"), tpath("gen_torch.txt")) == 0,
+                "zs-generate on %s differs from PyTorch's greedy decode", file);
+    zs_test_sh("sed 's/^/   /' %s", tpath("gen.txt"));
+    printf("2. zs-generate --temperature 0 on %s == PyTorch's greedy decode (15 ids)\n",
+           strrchr(file, '/') + 1);
+}
+
 int main(void)
 {
     setvbuf(stdout, NULL, _IONBF, 0);
@@ -250,6 +273,8 @@ int main(void)
                 "exported weights: PyTorch %.6f vs zs-train %.6f (initial %.6f)", torch4, zs4,
                 want);
     check_export_bitwise(tpath("out.safetensors"), tpath("p3.bin"));
+    check_generate(tpath("out.safetensors"));
+    check_generate(tpath("llmc.bin"));
     zs_test_servers_down(srv, 2);
 
     /* 3. refusals */

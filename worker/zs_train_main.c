@@ -64,7 +64,7 @@
 #include "zs_gpt.h"
 #include "zs_init_from.h"
 #include "zs_log.h"
-#include "zs_train_eval.h"
+#include "zs_gpt_eval.h"
 #include "zs_train_metrics.h"
 #if defined(ZS_WITH_CUDA) && defined(ZS_WITH_NCCL)
 #include "zs_coll_nccl.h"
@@ -497,11 +497,11 @@ static int init_from_open(opts_t *o, const zs_data_t *data, zs_init_from_t **f, 
     return 0;
 }
 
-/* --val-data and --sample-every: the evaluator (zs_train_eval.h), the
+/* --val-data and --sample-every: the evaluator (zs_gpt_eval.h), the
  * validation data, the GPT-2 vocabulary for prompts and samples, and a
  * host copy of the parameters. */
 typedef struct evalstate {
-    zs_train_eval_t *ev;
+    zs_gpt_eval_t *ev;
     zs_data_t *val;
     zs_bpe_t *bpe;
     float *params;
@@ -528,7 +528,7 @@ static int eval_open(const opts_t *o, const zs_data_t *data, evalstate_t *es, co
 
 static void eval_close(evalstate_t *es)
 {
-    zs_train_eval_destroy(es->ev);
+    zs_gpt_eval_destroy(es->ev);
     zs_data_close(es->val);
     zs_bpe_free(es->bpe);
     free(es->params);
@@ -547,11 +547,11 @@ static int eval_step(evalstate_t *es, const opts_t *o, zs_engine_t *e, uint64_t 
         return ZS_OK;
     int rc = zs_engine_get_params(e, es->params, err);
     if (!rc)
-        rc = zs_train_eval_set_params(es->ev, es->params, err);
+        rc = zs_gpt_eval_set_params(es->ev, es->params, err);
     if (!rc && do_val) {
         double part[2] = {0, 0}, all[2];
         uint64_t pos = 0;
-        rc = zs_train_eval_loss(es->ev, es->val, o->val_tokens, rank, W, &part[0], &pos, err);
+        rc = zs_gpt_eval_loss(es->ev, es->val, o->val_tokens, rank, W, &part[0], &pos, err);
         part[1] = (double)pos;
         int bad = rc != 0, anybad = 0;
         MPI_Allreduce(&bad, &anybad, 1, MPI_INT, MPI_MAX, MPI_COMM_WORLD);
@@ -563,16 +563,16 @@ static int eval_step(evalstate_t *es, const opts_t *o, zs_engine_t *e, uint64_t 
     if (!rc && do_sample && rank == 0) {
         int32_t *tok = malloc((size_t)o->g.ctx * sizeof *tok);
         int n = 0;
-        zs_train_sample_opts_t so = {o->top_k, o->temperature, o->seed ^ (step * 0x9E3779B9ull)};
-        rc = tok ? zs_train_eval_prompt(&o->g, es->bpe, o->prompt, tok, &n, o->g.ctx, err)
+        zs_gpt_sample_opts_t so = {o->top_k, o->temperature, o->seed ^ (step * 0x9E3779B9ull)};
+        rc = tok ? zs_gpt_eval_prompt(&o->g, es->bpe, o->prompt, tok, &n, o->g.ctx, err)
                  : zs_err_set(err, ZS_ERR_NOMEM, "out of memory");
         int n0 = n;
         if (!rc)
-            rc = zs_train_eval_generate(es->ev, tok, &n, n + o->sample_tokens, &so, err);
+            rc = zs_gpt_eval_generate(es->ev, tok, &n, n + o->sample_tokens, &so, err);
         if (!rc) {
             printf("sample at step %llu (%d tokens after a %d-token prompt):\n---\n",
                    (unsigned long long)step, n - n0, n0);
-            zs_train_eval_print(stdout, es->bpe, o->g.vocab, tok, n);
+            zs_gpt_eval_print(stdout, es->bpe, o->g.vocab, tok, n);
             printf("\n---\n");
             fflush(stdout);
         }
@@ -921,7 +921,7 @@ int main(int argc, char **argv)
     if (es.val || o.sample_every) {
         if (!(es.params = malloc(P * sizeof *es.params)))
             return die(rank, "evaluator", &(zs_err_t){ZS_ERR_NOMEM, "out of memory"}, 1);
-        if (zs_train_eval_create(&o.g, (int)cfg.micro_batch_per_gpu, &es.ev, &err))
+        if (zs_gpt_eval_create(&o.g, (int)cfg.micro_batch_per_gpu, &es.ev, &err))
             return die(rank, "evaluator", &err, ZS_EXIT_OTHER);
     }
     FILE *csv = NULL;

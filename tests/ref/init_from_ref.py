@@ -27,6 +27,9 @@ Usage:
       hand and print the loss of gpt_torch.py's GPT on DIR/tokens.bin; with
       VAL (int32 tokens), the mean loss over its windows of T + 1 tokens
       starting every T tokens (zs-train's validation slice).
+  init_from_ref.py greedy FILE L NH C T V N IDS
+      Greedy decoding (argmax, first index on ties) of N tokens after the
+      comma-separated prompt IDS, at most T in all; prints the ids.
 Exits 2 if torch is missing.
 """
 import json
@@ -176,6 +179,18 @@ def main():
             print("%.9f" % val_loss_of(p, sys.argv[9], L, NH, C, T, V))
         else:
             print("%.9f" % loss_of(p, d, L, NH, C, T, V))
+    elif len(sys.argv) == 10 and sys.argv[1] == "greedy":
+        path = sys.argv[2]
+        L, NH, C, T, V, N = (int(v) for v in sys.argv[3:9])
+        tok = [int(v) for v in sys.argv[9].split(",")]
+        t = read_safetensors(path)
+        p = {ours: t[hf] for ours, hf in hf_names(L)}
+        with torch.no_grad():
+            while len(tok) < min(len(sys.argv[9].split(",")) + N, T):
+                idx = torch.tensor([tok])
+                logits, _ = gpt_torch.forward(p, idx, torch.zeros_like(idx), L, NH, C, V)
+                tok.append(int(torch.argmax(logits[0, -1])))
+        print(" ".join(str(v) for v in tok))
     else:
         sys.exit(__doc__)
 

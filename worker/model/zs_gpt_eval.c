@@ -1,11 +1,11 @@
 /*
- * zs_train_eval.c - zs-train's evaluator (zs_train_eval.h): a forward-only
- * GPT on its own CPU device for the validation loss and for samples.
+ * zs_gpt_eval.c - the evaluator (zs_gpt_eval.h): a forward-only GPT on its
+ * own CPU device for the validation loss and for samples.
  *
- * Not here: the command line, printing, the reduction over ranks
- * (zs_train_main.c).
+ * Not here: the command lines and the reduction over ranks
+ * (zs_train_main.c, tools/zs_generate.c).
  */
-#include "zs_train_eval.h"
+#include "zs_gpt_eval.h"
 
 #include <math.h>
 #include <stdio.h>
@@ -15,7 +15,7 @@
 #include "zs_dev.h"
 #include "zs_bpe.h"
 
-struct zs_train_eval {
+struct zs_gpt_eval {
     zs_gpt_config_t c;
     int maxB;
     zs_dev_t *dev;
@@ -28,11 +28,10 @@ struct zs_train_eval {
     float *logits; /* [T, V] of one sequence */
 };
 
-int zs_train_eval_create(const zs_gpt_config_t *c, int max_batch, zs_train_eval_t **out,
-                         zs_err_t *err)
+int zs_gpt_eval_create(const zs_gpt_config_t *c, int max_batch, zs_gpt_eval_t **out, zs_err_t *err)
 {
     *out = NULL;
-    zs_train_eval_t *ev = calloc(1, sizeof *ev);
+    zs_gpt_eval_t *ev = calloc(1, sizeof *ev);
     if (!ev)
         return zs_err_set(err, ZS_ERR_NOMEM, "evaluator: out of memory");
     ev->c = *c;
@@ -61,7 +60,7 @@ int zs_train_eval_create(const zs_gpt_config_t *c, int max_batch, zs_train_eval_
             rc = zs_err_set(err, ZS_ERR_NOMEM, "evaluator: out of memory");
     }
     if (rc) {
-        zs_train_eval_destroy(ev);
+        zs_gpt_eval_destroy(ev);
         return rc;
     }
     for (int i = 0; i < ev->m->nlayers; i++)
@@ -70,7 +69,7 @@ int zs_train_eval_create(const zs_gpt_config_t *c, int max_batch, zs_train_eval_
     return ZS_OK;
 }
 
-void zs_train_eval_destroy(zs_train_eval_t *ev)
+void zs_gpt_eval_destroy(zs_gpt_eval_t *ev)
 {
     if (!ev)
         return;
@@ -86,7 +85,7 @@ void zs_train_eval_destroy(zs_train_eval_t *ev)
     free(ev);
 }
 
-int zs_train_eval_set_params(zs_train_eval_t *ev, const float *params, zs_err_t *err)
+int zs_gpt_eval_set_params(zs_gpt_eval_t *ev, const float *params, zs_err_t *err)
 {
     int rc =
         zs_dev_memcpy(ev->stream, ev->w, params, zs_gpt_num_params(&ev->c) * sizeof(float), err);
@@ -94,7 +93,7 @@ int zs_train_eval_set_params(zs_train_eval_t *ev, const float *params, zs_err_t 
 }
 
 /* Forward of every layer on the tokens set last; *loss if not NULL. */
-static int forward(zs_train_eval_t *ev, double *loss, zs_err_t *err)
+static int forward(zs_gpt_eval_t *ev, double *loss, zs_err_t *err)
 {
     for (int i = 0; i < ev->m->nlayers; i++) {
         float *p[2] = {ev->w + ev->off[i], ev->w}; /* own, then layer 0 (the tied head's dep) */
@@ -105,8 +104,8 @@ static int forward(zs_train_eval_t *ev, double *loss, zs_err_t *err)
     return loss ? ev->m->loss(ev->m->self, loss, err) : zs_dev_stream_sync(ev->stream, err);
 }
 
-int zs_train_eval_loss(zs_train_eval_t *ev, const zs_data_t *val, uint64_t ntokens, int rank, int W,
-                       double *sum, uint64_t *positions, zs_err_t *err)
+int zs_gpt_eval_loss(zs_gpt_eval_t *ev, const zs_data_t *val, uint64_t ntokens, int rank, int W,
+                     double *sum, uint64_t *positions, zs_err_t *err)
 {
     const int T = ev->c.ctx;
     uint64_t n = zs_data_count(val) < ntokens ? zs_data_count(val) : ntokens;
@@ -161,7 +160,7 @@ static uint64_t next_rand(uint64_t *s)
 }
 
 /* One token from logits[V]: greedy, or top-k with temperature. */
-static int32_t pick(const float *logits, int V, const zs_train_sample_opts_t *o, uint64_t *rng,
+static int32_t pick(const float *logits, int V, const zs_gpt_sample_opts_t *o, uint64_t *rng,
                     int *idx, double *prob)
 {
     int best = 0;
@@ -198,8 +197,8 @@ static int32_t pick(const float *logits, int V, const zs_train_sample_opts_t *o,
     return idx[n - 1];
 }
 
-int zs_train_eval_generate(zs_train_eval_t *ev, int32_t *tok, int *n, int until,
-                           const zs_train_sample_opts_t *o, zs_err_t *err)
+int zs_gpt_eval_generate(zs_gpt_eval_t *ev, int32_t *tok, int *n, int until,
+                         const zs_gpt_sample_opts_t *o, zs_err_t *err)
 {
     const int V = ev->c.vocab;
     if (until > ev->c.ctx)
@@ -250,8 +249,8 @@ static int prompt_emit(void *ctx, const uint32_t *ids, size_t k)
     return ZS_OK;
 }
 
-int zs_train_eval_prompt(const zs_gpt_config_t *c, zs_bpe_t *bpe, const char *text, int32_t *tok,
-                         int *n, int max, zs_err_t *err)
+int zs_gpt_eval_prompt(const zs_gpt_config_t *c, zs_bpe_t *bpe, const char *text, int32_t *tok,
+                       int *n, int max, zs_err_t *err)
 {
     *n = 0;
     if (!text) { /* the default: <|endoftext|>, or a newline byte */
@@ -281,7 +280,7 @@ int zs_train_eval_prompt(const zs_gpt_config_t *c, zs_bpe_t *bpe, const char *te
     return *n > 0 ? ZS_OK : zs_err_set(err, ZS_ERR_INVALID, "--prompt is empty");
 }
 
-void zs_train_eval_print(FILE *f, const zs_bpe_t *bpe, int vocab, const int32_t *tok, int n)
+void zs_gpt_eval_print(FILE *f, const zs_bpe_t *bpe, int vocab, const int32_t *tok, int n)
 {
     for (int i = 0; i < n; i++) {
         const uint8_t *p;

@@ -1,9 +1,11 @@
 /*
- * zs_train_eval.h - zs-train's evaluator: validation loss (--val-data) and
- * text samples (--sample-every) from the current parameters.
+ * zs_gpt_eval.h - a forward-only GPT for evaluation: zs-train's
+ * validation loss (--val-data) and samples (--sample-every), and
+ * zs-generate's text from a weights file.
  *
  * It is a second GPT of the training config on a CPU device of its own,
- * fed the full fp32 parameters (zs_engine_get_params), forward only. So it
+ * fed the full fp32 parameters (zs-train: zs_engine_get_params; zs-generate:
+ * zs_init_from_tensor), forward only. So it
  * works the same whatever the stage, the device or the precision of the
  * training (it is the fp32 CPU reference model: on a GPU run it is slow but
  * exact), and it does not touch the engine's buffers. Cost: P floats of
@@ -20,10 +22,10 @@
  * continued token by token, each from the logits at the last position
  * (top-k, temperature, seeded; temperature 0 is greedy), printed decoded.
  *
- * Not here: the command line, MPI (zs_train_main.c).
+ * Not here: the command lines, MPI (zs_train_main.c, tools/zs_generate.c).
  */
-#ifndef ZS_TRAIN_EVAL_H
-#define ZS_TRAIN_EVAL_H
+#ifndef ZS_GPT_EVAL_H
+#define ZS_GPT_EVAL_H
 
 #include <stdint.h>
 
@@ -34,46 +36,45 @@
 #include "zs_gpt.h"
 #include "zs_status.h"
 
-typedef struct zs_train_eval zs_train_eval_t;
+typedef struct zs_gpt_eval zs_gpt_eval_t;
 
 /* An evaluator for config c with micro-batches of up to max_batch
  * sequences, on its own CPU device. */
-int zs_train_eval_create(const zs_gpt_config_t *c, int max_batch, zs_train_eval_t **out,
-                         zs_err_t *err);
-void zs_train_eval_destroy(zs_train_eval_t *ev);
+int zs_gpt_eval_create(const zs_gpt_config_t *c, int max_batch, zs_gpt_eval_t **out, zs_err_t *err);
+void zs_gpt_eval_destroy(zs_gpt_eval_t *ev);
 
 /* Use these parameters (P = zs_gpt_num_params(c) floats, host; copied). */
-int zs_train_eval_set_params(zs_train_eval_t *ev, const float *params, zs_err_t *err);
+int zs_gpt_eval_set_params(zs_gpt_eval_t *ev, const float *params, zs_err_t *err);
 
 /* This rank's share of the validation slice of `ntokens` tokens of val:
  * *sum = sum over its windows of the mean loss * T, *positions = its
  * windows * T. ZS_ERR_RANGE if the slice holds no window (fewer than
  * T + 1 tokens), ZS_ERR_CORRUPT for a token >= vocab. */
-int zs_train_eval_loss(zs_train_eval_t *ev, const zs_data_t *val, uint64_t ntokens, int rank, int W,
-                       double *sum, uint64_t *positions, zs_err_t *err);
+int zs_gpt_eval_loss(zs_gpt_eval_t *ev, const zs_data_t *val, uint64_t ntokens, int rank, int W,
+                     double *sum, uint64_t *positions, zs_err_t *err);
 
 /* Sampling options: top_k 0 = the whole vocab; temperature 0 = greedy
  * (argmax, lowest id on ties). */
-typedef struct zs_train_sample_opts {
+typedef struct zs_gpt_sample_opts {
     int top_k;
     double temperature;
     uint64_t seed;
-} zs_train_sample_opts_t;
+} zs_gpt_sample_opts_t;
 
 /* Continue tok[0..*n) (at least one token) up to `until` tokens (at most
  * the context T; tokens beyond it are not generated): each new token from
  * the logits at the last position of a full forward. */
-int zs_train_eval_generate(zs_train_eval_t *ev, int32_t *tok, int *n, int until,
-                           const zs_train_sample_opts_t *o, zs_err_t *err);
+int zs_gpt_eval_generate(zs_gpt_eval_t *ev, int32_t *tok, int *n, int until,
+                         const zs_gpt_sample_opts_t *o, zs_err_t *err);
 
 /* The ids of a prompt: GPT-2 BPE with bpe (may be NULL), else the bytes
  * when vocab is 256; text NULL: <|endoftext|> (bpe) or "\n" (bytes) or id
  * 0. At most max ids. */
-int zs_train_eval_prompt(const zs_gpt_config_t *c, zs_bpe_t *bpe, const char *text, int32_t *tok,
-                         int *n, int max, zs_err_t *err);
+int zs_gpt_eval_prompt(const zs_gpt_config_t *c, zs_bpe_t *bpe, const char *text, int32_t *tok,
+                       int *n, int max, zs_err_t *err);
 
 /* Print ids as text: decoded with bpe, as bytes for vocab 256, else as
  * numbers. */
-void zs_train_eval_print(FILE *f, const zs_bpe_t *bpe, int vocab, const int32_t *tok, int n);
+void zs_gpt_eval_print(FILE *f, const zs_bpe_t *bpe, int vocab, const int32_t *tok, int n);
 
 #endif
