@@ -27,7 +27,13 @@
  *  3. Refusals: --layers and --width that disagree (exit 2, naming both),
  *     data of another vocab (exit 2), a truncated llm.c checkpoint and a
  *     safetensors file without ln_f (exit 4), --init-from with --resume.
- * Skipped (77) when python3 cannot import torch.
+ *  0. First, without torch: zs_init_from_load on crafted files: a good
+ *     safetensors and llm.c file (v3, v5) load, with their shape; refused,
+ *     naming the file: a header longer than the file, JSON that does not
+ *     parse, dtype I32, data offsets beyond the data, a shape that does not
+ *     fit, one tensor under two names, a missing tensor, llm.c version 4, an
+ *     llm.c header whose heads do not divide the width, a missing file.
+ * The rest is skipped (77) when python3 cannot import torch.
  */
 #define _GNU_SOURCE
 #include <math.h>
@@ -195,10 +201,135 @@ static void check_generate(const char *file_path)
            strrchr(file, '/') + 1);
 }
 
+/* ---- the reader's refusals on crafted files (no torch needed) ---------- */
+
+enum { ST_OK, ST_BIG_HEADER, ST_JSON, ST_I32, ST_OFFSETS, ST_SHAPE, ST_DUP, ST_MISSING };
+
+/* A safetensors file of a 1-layer GPT (C 4, T 2, V 3, F32 zeros), spoiled
+ * as `how` says. */
+static void st_write(const char *path, int how)
+{
+    static const char *const blk[12] = {
+        "ln_1.weight",        "ln_1.bias",        "attn.c_attn.weight", "attn.c_attn.bias",
+        "attn.c_proj.weight", "attn.c_proj.bias", "ln_2.weight",        "ln_2.bias",
+        "mlp.c_fc.weight",    "mlp.c_fc.bias",    "mlp.c_proj.weight",  "mlp.c_proj.bias"};
+    const int r[12] = {0, 0, 4, 0, 4, 0, 0, 0, 4, 0, 16, 0}; /* rows (0: 1-D) */
+    const int c[12] = {4, 4, 12, 12, 4, 4, 4, 4, 16, 16, 4, 4};
+    char h[4096];
+    size_t n = 0, off = 0;
+    n += (size_t)snprintf(h + n, sizeof h - n, "{\"__metadata__\":{\"format\":\"pt\"}");
+#define T1(name, dt, rows, cols)                                                                   \
+    do {                                                                                           \
+        size_t bytes = (size_t)((rows) ? (rows) : 1) * (cols)*4;                                   \
+        if ((rows))                                                                                \
+            n += (size_t)snprintf(h + n, sizeof h - n,                                             \
+                                  ",\"%s\":{\"dtype\":\"%s\",\"shape\":[%d,%d],"                   \
+                                  "\"data_offsets\":[%zu,%zu]}",                                   \
+                                  name, dt, rows, cols, off, off + bytes);                         \
+        else                                                                                       \
+            n += (size_t)snprintf(h + n, sizeof h - n,                                             \
+                                  ",\"%s\":{\"dtype\":\"%s\",\"shape\":[%d],"                      \
+                                  "\"data_offsets\":[%zu,%zu]}",                                   \
+                                  name, dt, cols, off, off + bytes);                               \
+        off += bytes;                                                                              \
+    } while (0)
+    T1("transformer.wte.weight", how == ST_I32 ? "I32" : "F32", 3, 4);
+    T1("transformer.wpe.weight", "F32", 2, how == ST_SHAPE ? 5 : 4);
+    for (int k = 0; k < 12; k++) {
+        char name[80];
+        snprintf(name, sizeof name, "transformer.h.0.%s", blk[k]);
+        if (how == ST_MISSING && k == 1)
+            continue;
+        T1(name, "F32", r[k], c[k]);
+    }
+    T1("transformer.ln_f.weight", "F32", 0, 4);
+    T1("transformer.ln_f.bias", "F32", 0, 4);
+    if (how == ST_DUP)
+        T1("ln_f.bias", "F32", 0, 4);
+#undef T1
+    n += (size_t)snprintf(h + n, sizeof h - n, "}");
+    if (how == ST_JSON)
+        h[n - 1] = ','; /* unbalanced */
+    size_t data = how == ST_OFFSETS ? off - 4 : off;
+    uint64_t hl = how == ST_BIG_HEADER ? n + data + 1 : n;
+    FILE *f = fopen(path, "wb");
+    TEST_CHECK(f && fwrite(&hl, 8, 1, f) == 1 && fwrite(h, 1, n, f) == n);
+    for (size_t i = 0; i < data; i++)
+        fputc(0, f);
+    TEST_CHECK(fclose(f) == 0);
+}
+
+/* An llm.c checkpoint header (L 1, C 4, T 2, V 3, Vp 4) with the given
+ * version and heads, and the parameters it implies (zeros). */
+static void llmc_write(const char *path, int version, int heads)
+{
+    int32_t h[256] = {20240326, version, 2, 3, 1, heads, 4, 4};
+    uint64_t P = 4 * 4 + 2 * 4 + (12 * 16 + 13 * 4) + 2 * 4;
+    FILE *f = fopen(path, "wb");
+    TEST_CHECK(f && fwrite(h, 4, 256, f) == 256);
+    for (uint64_t i = 0; i < P * (version == 5 ? 2 : 4); i++)
+        fputc(0, f);
+    TEST_CHECK(fclose(f) == 0);
+}
+
+static void expect_load_error(const char *path, int code, const char *what)
+{
+    zs_err_t err;
+    zs_init_from_t *f = NULL;
+    int rc = zs_init_from_load(path, &f, &err);
+    TEST_CHECKF(rc == code && !f && strstr(err.msg, what) && strstr(err.msg, path),
+                "%s: rc %d, want %d with \"%s\": %s", path, rc, code, what, err.msg);
+    printf("   refused: %s\n", err.msg);
+}
+
+static void check_reader_refusals(void)
+{
+    zs_err_t err;
+    zs_init_from_t *f;
+    printf("0. the reader on crafted files\n");
+    st_write(tpath("ok.safetensors"), ST_OK);
+    TEST_OK(zs_init_from_load(tpath("ok.safetensors"), &f, &err), err);
+    zs_gpt_config_t s = zs_init_from_shape(f);
+    TEST_CHECK(s.layers == 1 && s.width == 4 && s.ctx == 2 && s.vocab == 3 && s.heads == 0);
+    zs_gpt_config_t c = {4, 4, 128, 64, 256};
+    TEST_CHECK(zs_init_from_settle(f, &c, 0, 0, 0, 0, 3, &err) == ZS_ERR_INVALID &&
+               strstr(err.msg, "pass --heads")); /* width 4: no GPT-2 head size */
+    zs_init_from_free(f);
+    static const struct {
+        int how;
+        const char *what;
+    } st[] = {{ST_BIG_HEADER, "does not fit"},
+              {ST_JSON, "does not parse"},
+              {ST_I32, "dtype I32"},
+              {ST_OFFSETS, "data_offsets are not valid"},
+              {ST_SHAPE, "has shape [2, 5]"},
+              {ST_DUP, "are the same tensor"},
+              {ST_MISSING, "[transformer.]h.0.ln_1.bias is missing"}};
+    for (size_t i = 0; i < sizeof st / sizeof *st; i++) {
+        char name[64];
+        snprintf(name, sizeof name, "bad%zu.safetensors", i);
+        st_write(tpath(name), st[i].how);
+        expect_load_error(tpath(name), ZS_ERR_CORRUPT, st[i].what);
+    }
+    llmc_write(tpath("ok.bin"), 3, 2);
+    TEST_OK(zs_init_from_load(tpath("ok.bin"), &f, &err), err);
+    TEST_CHECK(zs_init_from_shape(f).heads == 2);
+    zs_init_from_free(f);
+    llmc_write(tpath("v5.bin"), 5, 2);
+    TEST_OK(zs_init_from_load(tpath("v5.bin"), &f, &err), err);
+    zs_init_from_free(f);
+    llmc_write(tpath("v4.bin"), 4, 2);
+    expect_load_error(tpath("v4.bin"), ZS_ERR_CORRUPT, "version 4");
+    llmc_write(tpath("h3.bin"), 3, 3);
+    expect_load_error(tpath("h3.bin"), ZS_ERR_CORRUPT, "heads 3, channels 4");
+    expect_load_error(tpath("none.bin"), ZS_ERR_NOTFOUND, "cannot open");
+}
+
 int main(void)
 {
     setvbuf(stdout, NULL, _IONBF, 0);
     snprintf(dir, sizeof dir, "%s", zs_test_tmpdir("init-from"));
+    check_reader_refusals();
     if (zs_test_sh("%s -c 'import torch' 2>/dev/null", ZS_PYTHON) != 0) {
         printf("SKIP test_init_from: %s cannot import torch (deploy/install-deps.sh installs "
                "python3-torch)\n",

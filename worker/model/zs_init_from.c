@@ -148,12 +148,19 @@ static int check_shapes(const char *path, zs_init_from_t *f, const st_entry_t *e
                 (unsigned long long)t.rows, (unsigned long long)t.cols);
         f->src[e[j].idx] = e[j].src;
     }
-    for (int i = 0; i < zs_gpt_num_tensors(&c); i++)
+    int nt = zs_gpt_num_tensors(&c);
+    for (int i = 0; i < nt; i++)
         if (!f->src[i].p) {
-            zs_gpt_tensor_t t;
-            zs_gpt_tensor(&c, i, &t);
-            return zs_err_set(err, ZS_ERR_CORRUPT, "--init-from %.*s: tensor %s is missing", SHOWN,
-                              path, t.name);
+            char hf[64];
+            if (i < 2)
+                snprintf(hf, sizeof hf, "%s.weight", i ? "wpe" : "wte");
+            else if (i < nt - 2)
+                snprintf(hf, sizeof hf, "h.%d.%s", (i - 2) / 12, k_block[(i - 2) % 12]);
+            else
+                snprintf(hf, sizeof hf, "ln_f.%s", i == nt - 2 ? "weight" : "bias");
+            return zs_err_set(err, ZS_ERR_CORRUPT,
+                              "--init-from %.*s: tensor [transformer.]%s is missing", SHOWN, path,
+                              hf);
         }
     return ZS_OK;
 }
