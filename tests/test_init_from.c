@@ -22,8 +22,12 @@
  *     The same resumed run evaluates --val-data (5 windows of T + 1, shared
  *     3 + 2 by the ranks) after step 4; checkpoint 4 is exported and
  *     PyTorch's mean loss on those windows equals the CSV's val_loss and
- *     the log's "val loss" line. zs-generate --temperature 0 on the export
- *     and on the llm.c checkpoint gives PyTorch's greedy decode.
+ *     the log's "val loss" line; the run's greedy sample (--sample-every
+ *     --temperature 0) equals zs-generate's and PyTorch's greedy decode on
+ *     that export; zs-generate's sampling repeats with its seed, changes
+ *     with another, and is greedy at top-k 1. zs-generate --temperature 0
+ *     on the step-3 export and on the llm.c checkpoint gives PyTorch's
+ *     greedy decode.
  *  3. Refusals: --layers and --width that disagree (exit 2, naming both),
  *     data of another vocab (exit 2), a truncated llm.c checkpoint and a
  *     safetensors file without ln_f (exit 4), --init-from with --resume.
@@ -177,6 +181,33 @@ static void check_val(const char *csv_path, const char *log_path)
                 want);
     TEST_CHECKF(zs_test_sh("grep -q '^val loss %.4f at step 4 (81 tokens)' %s", got, log) == 0,
                 "the log lacks the validation line (%s)", log);
+    /* the trainer's greedy sample after step 4 (default prompt: id 0, ids
+     * printed for vocab 300) == zs-generate and PyTorch on the export */
+    TEST_CHECK(zs_test_sh("grep -A2 '^sample at step 4 (8 tokens after a 1-token prompt):' %s | "
+                          "tail -1 > %s",
+                          log, tpath("sample.txt")) == 0);
+    TEST_CHECK(zs_test_sh("%s --model %s --ids --temperature 0 --prompt-ids 0 --tokens 8 > %s",
+                          ZS_GENERATE, tpath("out4.safetensors"), tpath("gen4.txt")) == 0);
+    TEST_CHECK(zs_test_sh("%s %s/tests/ref/init_from_ref.py greedy %s %d %d %d %d %d 8 0 > %s",
+                          ZS_PYTHON, ZS_SOURCE_DIR, tpath("out4.safetensors"), L, NH, C, T, V,
+                          tpath("torch4.txt")) == 0);
+    TEST_CHECKF(zs_test_sh("cmp -s %s %s && cmp -s %s %s", tpath("sample.txt"), tpath("gen4.txt"),
+                           tpath("gen4.txt"), tpath("torch4.txt")) == 0,
+                "--sample-every's greedy sample, zs-generate and PyTorch differ (%s)", log);
+    zs_test_sh("sed 's/^/   /' %s", tpath("sample.txt"));
+    printf("4. --sample-every 4 --temperature 0 == zs-generate == PyTorch greedy on the export\n");
+    /* sampling: seeded (same seed, same text), top-k 1 is greedy */
+    TEST_CHECK(zs_test_sh("for s in 1 1 2; do %s --model %s --ids --prompt-ids 0 --tokens 12 "
+                          "--seed $s --temperature 2 --top-k 50; done > %s",
+                          ZS_GENERATE, tpath("out4.safetensors"), tpath("seeds.txt")) == 0);
+    TEST_CHECK(zs_test_sh("%s --model %s --ids --prompt-ids 0 --tokens 8 --top-k 1 --seed 5 > %s",
+                          ZS_GENERATE, tpath("out4.safetensors"), tpath("k1.txt")) == 0);
+    TEST_CHECKF(zs_test_sh("test \"$(sed -n 1p %s)\" = \"$(sed -n 2p %s)\" && "
+                           "test \"$(sed -n 1p %s)\" != \"$(sed -n 3p %s)\" && cmp -s %s %s",
+                           tpath("seeds.txt"), tpath("seeds.txt"), tpath("seeds.txt"),
+                           tpath("seeds.txt"), tpath("k1.txt"), tpath("gen4.txt")) == 0,
+                "sampling: the same seed must repeat, another seed differ, top-k 1 be greedy");
+    printf("4. zs-generate sampling: seeded, top-k 1 == greedy\n");
 }
 
 /* zs-generate --temperature 0 on file (the llm.c checkpoint: on the same
@@ -387,8 +418,8 @@ int main(void)
      * the validation loss after step 4 on 5 windows (3 on rank 0, 2 on 1) */
     TEST_CHECKF(zs_test_sh("ZS_LOG_LEVEL=warn %s " ZS_TEST_MPI_OPTS " -np 2 %s --data %s --servers "
                            "%s --layers %d --heads %d --width %d --ctx %d --resume --steps 4 "
-                           "--ckpt-every 4 --val-data %s --val-every 4 --val-tokens %d --csv %s > "
-                           "%s 2>&1",
+                           "--ckpt-every 4 --val-data %s --val-every 4 --val-tokens %d --csv %s "
+                           "--sample-every 4 --sample-tokens 8 --temperature 0 > %s 2>&1",
                            ZS_MPIEXEC, ZS_TRAIN, tpath("data.tok"), g_servers, L, NH, C, T,
                            tpath("val.tok"), 5 * T + 1, tpath("t4.csv"), tpath("t4.log")) == 0,
                 "zs-train --resume to step 4 failed (%s)", tpath("t4.log"));
