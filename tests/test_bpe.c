@@ -11,8 +11,10 @@
  * Texts, each must give tiktoken's ids exactly and decode back to its bytes:
  * the licence texts of /usr/share/common-licenses (one run, <|endoftext|>
  * between files), a multilingual and emoji sample, whitespace runs,
- * contractions, invalid UTF-8, and a 3 MiB text whose chunk boundaries fall
- * in a long space run and inside a multi-byte character. In-process: the
+ * contractions, invalid UTF-8, and a 4 MiB text whose 1 MiB chunk
+ * boundaries fall in a long space run, an emoji and a word. zs-tokenize's
+ * peak memory on 48 MiB of text must stay within 8 MiB of its peak on
+ * 1 KiB (tokens are streamed to the file). In-process: the
  * same ids whatever the chunking of zs_bpe_encode, and the refusals of
  * zs_bpe_load (missing files, a key that is not byte-to-unicode text, a
  * merge of unknown tokens).
@@ -28,6 +30,7 @@
 #include <unistd.h>
 
 #include "zs_bpe.h"
+#include "zs_proc.h"
 #include "zs_test.h"
 
 #ifndef ZS_TOKENIZE
@@ -236,6 +239,62 @@ static void check_streaming(void)
     free(gpl);
 }
 
+/* Peak memory (the summary's "peak memory N MiB") of zs-tokenize --gpt2
+ * on `file`. */
+static double tokenize_peak(const char *file)
+{
+    char cmd[1200];
+    snprintf(cmd, sizeof cmd, "'%s' -q --gpt2 '%s' -o '%s' '%s' > '%s'", ZS_TOKENIZE, vocab,
+             tpath("peak.tok"), file, tpath("peak.txt"));
+    TEST_CHECK(sh(cmd) == 0);
+    char *out = slurp(tpath("peak.txt"), NULL), *p = strstr(out, "peak memory ");
+    double mib = -1;
+    TEST_CHECKF(p && sscanf(p, "peak memory %lf MiB", &mib) == 1, "no peak memory in: %s", out);
+    free(out);
+    return mib;
+}
+
+/* Streaming: memory does not grow with the input. 48 MiB of text (11M
+ * tokens, 22 MB if they were held) peak within 8 MiB of a 1 KiB input. */
+static void check_memory(void)
+{
+    size_t n;
+    char *gpl = slurp("/usr/share/common-licenses/GPL-3", &n);
+    write_file(tpath("small.txt"), gpl, 1024);
+    FILE *f = fopen(tpath("big.txt"), "wb");
+    TEST_CHECK(f);
+    for (size_t k = 0; k < (48u << 20) / n + 1; k++)
+        TEST_CHECK(fwrite(gpl, 1, n, f) == n);
+    TEST_CHECK(fclose(f) == 0);
+    free(gpl);
+    double small = tokenize_peak(tpath("small.txt")), big = tokenize_peak(tpath("big.txt"));
+    printf("ok   streaming memory             peak %.0f MiB for 48 MiB of text, %.0f MiB for 1 "
+           "KiB\n",
+           big, small);
+    TEST_CHECKF(big - small < 8, "peak memory grows with the input: %.0f MiB vs %.0f MiB", big,
+                small);
+    unlink(tpath("big.txt"));
+}
+
+/* A failure half-way (the second input is missing) leaves the output as
+ * it was and no temporary file behind. */
+static void check_atomic(void)
+{
+    char cmd[1600];
+    write_file(tpath("old.tok"), "previous", 8);
+    snprintf(cmd, sizeof cmd, "'%s' -q --gpt2 '%s' -o '%s' '%s' '%s' 2>'%s'", ZS_TOKENIZE, vocab,
+             tpath("old.tok"), "/usr/share/common-licenses/GPL-3", tpath("missing.txt"),
+             tpath("err.txt"));
+    TEST_CHECK(sh(cmd) == 1);
+    size_t n;
+    char *old = slurp(tpath("old.tok"), &n);
+    TEST_CHECKF(n == 8 && memcmp(old, "previous", 8) == 0, "the output changed on failure");
+    free(old);
+    snprintf(cmd, sizeof cmd, "ls '%s'/old.tok.tmp* 2>/dev/null | grep -q .", dir);
+    TEST_CHECKF(sh(cmd) != 0, "a temporary file was left behind");
+    printf("ok   failure leaves the output    unchanged, no temporary file\n");
+}
+
 typedef struct ids {
     uint32_t *v;
     size_t n, cap;
@@ -333,15 +392,15 @@ static void check_refusals(void)
 
 int main(void)
 {
-    snprintf(dir, sizeof dir, "/tmp/zs_test_bpe_XXXXXX");
-    TEST_CHECK(mkdtemp(dir));
+    snprintf(dir, sizeof dir, "%s", zs_test_tmpdir("bpe")); /* removed at exit */
     check_refusals();
     find_reference();
 
     static const char multi[] =
         "English, Français (ça déjà), Deutsch: Größe straße. Русский текст, Ελληνικά. "
         "中文字符和标点，日本語のテキスト、한국어 문장. العربية مع أرقام ١٢٣ and हिन्दी देवनागरी. "
-        "Emoji: 😀👍🏽👨‍👩‍👧‍👦🇫🇷 ❤️ ✨ — numbers ½ Ⅻ ²³ 3.14159 "
+        "Emoji: 😀👍🏽👨‍👩‍👧‍👦🇫🇷 ❤️ ✨ — numbers ½ Ⅻ ²³ "
+        "3.14159 "
         "1,000,000. "
         "Combining: e\xcc\x81 n\xcc\x83; math ∑∫√∞ ≠ ≤; symbols ©®™ €£¥ ₹.\n";
     static const char ws[] = "a  b   c\t\td\n\ne\r\n\r\n   \n  \t f      g\v\fh\x1c\x1d\x1e\x1f"
@@ -361,6 +420,8 @@ int main(void)
     check_text("invalid UTF-8", bad, sizeof bad - 1);
     check_licences();
     check_streaming();
+    check_memory();
+    check_atomic();
 
     zs_err_t err;
     zs_bpe_t *b;
@@ -375,9 +436,6 @@ int main(void)
     check_chunking(b, all, n);
     zs_bpe_free(b);
 
-    char cmd[600];
-    snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
-    (void)system(cmd);
     printf("test_bpe: all checks passed\n");
     return 0;
 }

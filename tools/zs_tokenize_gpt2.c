@@ -1,8 +1,10 @@
 /*
  * zs_tokenize_gpt2.c - zs-tokenize's GPT-2 mode (--gpt2 DIR: byte-level BPE
- * of worker/model/zs_bpe.h, streamed in 1 MiB chunks with a progress line
- * every 64 MiB), and the readers --print (ids, one per line) and --decode
- * DIR (the text).
+ * of worker/model/zs_bpe.h, streamed: text read in 1 MiB chunks, tokens
+ * written as they come through zs_data_writer, so memory does not grow with
+ * the input; a progress line every 64 MiB; the summary gives the peak
+ * memory), and the readers --print (ids, one per line) and --decode DIR
+ * (the text).
  *
  * Not here: option parsing and the byte-level mode (zs_tokenize.c).
  */
@@ -26,20 +28,35 @@ static double now_s(void)
     return (double)ts.tv_sec + ts.tv_nsec * 1e-9;
 }
 
-/* zs_bpe_emit_fn: append ids to the token buffer. */
+/* The output: the stream writer and its last error. */
+typedef struct sink {
+    zs_data_writer_t *w;
+    zs_err_t err;
+} sink_t;
+
+/* zs_bpe_emit_fn: append ids to the output file. */
 static int collect(void *ctx, const uint32_t *ids, size_t n)
 {
-    zs__tokbuf_t *b = ctx;
-    if (zs__tokbuf_grow(b, b->n + n))
-        return ZS_ERR_NOMEM;
-    for (size_t i = 0; i < n; i++)
-        b->t[b->n + i] = (uint16_t)ids[i];
-    b->n += n;
-    return ZS_OK;
+    sink_t *o = ctx;
+    return zs_data_writer_add(o->w, ids, n, &o->err);
+}
+
+/* Peak resident memory of this process in MiB (VmHWM), 0 if unknown. */
+static double peak_mib(void)
+{
+    FILE *f = fopen("/proc/self/status", "r");
+    char line[256];
+    double kb = 0;
+    while (f && fgets(line, sizeof line, f))
+        if (sscanf(line, "VmHWM: %lf kB", &kb) == 1)
+            break;
+    if (f)
+        fclose(f);
+    return kb / 1024;
 }
 
 /* Stream one file through the encoder; returns its size in bytes or -1. */
-static long long encode_file(zs_bpe_t *bpe, const char *path, zs__tokbuf_t *b, int quiet)
+static long long encode_file(zs_bpe_t *bpe, const char *path, sink_t *b, int quiet)
 {
     FILE *f = fopen(path, "rb");
     if (!f) {
@@ -75,14 +92,18 @@ static long long encode_file(zs_bpe_t *bpe, const char *path, zs__tokbuf_t *b, i
         int at_end = n == 0;
         size_t used = 0;
         rc = zs_bpe_encode(bpe, buf, have, at_end, &used, collect, b, &err);
-        if (rc != ZS_OK)
+        if (rc != ZS_OK) {
+            if (b->err.code)
+                err = b->err; /* the writer's own message */
             break;
+        }
         memmove(buf, buf + used, have - used);
         have -= used;
         if (!quiet && total >= next_report) {
             double dt = now_s() - t0;
             fprintf(stderr, "zs-tokenize: %s: %lld MiB, %llu tokens so far, %.1f MB/s\n", path,
-                    total >> 20, (unsigned long long)b->n, dt > 0 ? total / dt / 1e6 : 0.0);
+                    total >> 20, (unsigned long long)zs_data_writer_count(b->w),
+                    dt > 0 ? total / dt / 1e6 : 0.0);
             next_report += PROGRESS;
         }
         if (at_end)
@@ -111,7 +132,12 @@ int zs__tokenize_gpt2(const char *dir, char *const *files, int nfiles, int eot_b
         zs_bpe_free(bpe);
         return 1;
     }
-    zs__tokbuf_t b = {0};
+    sink_t b = {0};
+    if (zs_data_writer_open(out, zs_bpe_vocab(bpe), &b.w, &err) != ZS_OK) {
+        fprintf(stderr, "zs-tokenize: %s\n", err.msg);
+        zs_bpe_free(bpe);
+        return 1;
+    }
     long long bytes = 0;
     double t0 = now_s();
     int status = 0;
@@ -119,8 +145,7 @@ int zs__tokenize_gpt2(const char *dir, char *const *files, int nfiles, int eot_b
         if (eot_between && i > 0) {
             uint32_t eot = (uint32_t)zs_bpe_eot(bpe);
             if (collect(&b, &eot, 1) != ZS_OK) {
-                fprintf(stderr, "zs-tokenize: out of memory at %llu tokens\n",
-                        (unsigned long long)b.n);
+                fprintf(stderr, "zs-tokenize: %s\n", b.err.msg);
                 status = 1;
                 break;
             }
@@ -133,22 +158,25 @@ int zs__tokenize_gpt2(const char *dir, char *const *files, int nfiles, int eot_b
         bytes += n;
         if (!quiet)
             fprintf(stderr, "zs-tokenize: [%d/%d] %s: %lld bytes (%llu tokens so far)\n", i + 1,
-                    nfiles, files[i], n, (unsigned long long)b.n);
+                    nfiles, files[i], n, (unsigned long long)zs_data_writer_count(b.w));
     }
-    if (status == 0 && b.n == 0) {
+    uint64_t count = zs_data_writer_count(b.w);
+    if (status == 0 && count == 0) {
         fprintf(stderr, "zs-tokenize: the input files are empty; nothing written to %s\n", out);
         status = 1;
     }
-    if (status == 0 && zs_data_write(out, zs_bpe_vocab(bpe), b.t, b.n, &err) != ZS_OK) {
+    /* without commit the temporary file goes and OUT stays as it was */
+    if (zs_data_writer_close(b.w, status == 0, &err) != ZS_OK) {
         fprintf(stderr, "zs-tokenize: %s\n", err.msg);
         status = 1;
     }
     if (status == 0) {
         double dt = now_s() - t0;
-        printf("%lld bytes -> %llu tokens, vocab %u (GPT-2 BPE), %.1f MB/s: %s\n", bytes,
-               (unsigned long long)b.n, zs_bpe_vocab(bpe), dt > 0 ? bytes / dt / 1e6 : 0.0, out);
+        printf("%lld bytes -> %llu tokens, vocab %u (GPT-2 BPE), %.1f MB/s, peak memory %.0f "
+               "MiB: %s\n",
+               bytes, (unsigned long long)count, zs_bpe_vocab(bpe), dt > 0 ? bytes / dt / 1e6 : 0.0,
+               peak_mib(), out);
     }
-    free(b.t);
     zs_bpe_free(bpe);
     return status;
 }

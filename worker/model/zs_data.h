@@ -55,4 +55,17 @@ int zs_data_read(const zs_data_t *d, uint64_t start, uint64_t n, uint32_t *out, 
 int zs_data_write(const char *path, uint32_t vocab, const uint16_t *tokens, uint64_t count,
                   zs_err_t *err);
 
+/* Writing a token file as a stream (zs_data_writer.c): memory stays
+ * bounded whatever the count. open creates PATH.tmpXXXXXX next to PATH;
+ * add appends tokens (each < vocab, else ZS_ERR_RANGE: then close without
+ * commit); close with
+ * commit writes the header, fsyncs and renames over PATH (a reader sees the
+ * old file or the whole new one), without commit removes the temporary
+ * file and leaves PATH as it was. close frees w in both cases. */
+typedef struct zs_data_writer zs_data_writer_t;
+int zs_data_writer_open(const char *path, uint32_t vocab, zs_data_writer_t **out, zs_err_t *err);
+int zs_data_writer_add(zs_data_writer_t *w, const uint32_t *tokens, size_t n, zs_err_t *err);
+uint64_t zs_data_writer_count(const zs_data_writer_t *w);
+int zs_data_writer_close(zs_data_writer_t *w, int commit, zs_err_t *err);
+
 #endif
