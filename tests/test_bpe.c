@@ -222,7 +222,8 @@ static void check_licences(void)
 }
 
 /* 4 MiB: licence text repeated; across the 1 MiB chunk boundaries of
- * zs-tokenize: a 70000-space run, a 4-byte emoji after " x ", a word. */
+ * zs-tokenize: a 70000-space run, a 4-byte emoji after " x ", a word; and
+ * pieces of 20000 letters, 3000 digits, 5000 punctuation characters. */
 static void check_streaming(void)
 {
     size_t n;
@@ -234,6 +235,18 @@ static void check_streaming(void)
     memset(t + (1u << 20) - 30000, ' ', 70000);
     memcpy(t + (2u << 20) - 5, " x \xF0\x9F\x98\x80", 7);
     memcpy(t + (3u << 20) - 10, " internationalization ", 22);
+    /* long pieces (the heap merge of zs_bpe.c): letters, digits, punctuation */
+    static const char *const alpha[3] = {"acgtACGTxyz", "0123456789", "!?.,;:-_=+*#"};
+    const size_t at[3] = {500000, 1500000, 2500000}, len[3] = {20000, 3000, 5000};
+    unsigned r = 1;
+    for (int k = 0; k < 3; k++) {
+        t[at[k] - 1] = ' ';
+        for (size_t i = 0; i < len[k]; i++) {
+            r = r * 1103515245u + 12345u;
+            t[at[k] + i] = alpha[k][(r >> 16) % strlen(alpha[k])];
+        }
+        t[at[k] + len[k]] = ' ';
+    }
     check_text("4 MiB, chunk boundaries", t, cap);
     free(t);
     free(gpl);
@@ -293,6 +306,29 @@ static void check_atomic(void)
     snprintf(cmd, sizeof cmd, "ls '%s'/old.tok.tmp* 2>/dev/null | grep -q .", dir);
     TEST_CHECKF(sh(cmd) != 0, "a temporary file was left behind");
     printf("ok   failure leaves the output    unchanged, no temporary file\n");
+}
+
+/* One piece of 2 MiB (letters only): merged in O(n log n), so seconds,
+ * where a quadratic merge would take hours; it decodes back. */
+static void check_long_piece(void)
+{
+    size_t n = 2u << 20;
+    char *t = malloc(n);
+    unsigned r = 7;
+    for (size_t i = 0; i < n; i++) {
+        r = r * 1103515245u + 12345u;
+        t[i] = "acgt"[(r >> 16) % 4];
+    }
+    write_file(tpath("long.txt"), t, n);
+    char cmd[4096];
+    snprintf(cmd, sizeof cmd,
+             "timeout 60 '%s' -q --gpt2 '%s' -o '%s' '%s' > /dev/null && '%s' "
+             "--decode '%s' '%s' | cmp -s - '%s'",
+             ZS_TOKENIZE, vocab, tpath("long.tok"), tpath("long.txt"), ZS_TOKENIZE, vocab,
+             tpath("long.tok"), tpath("long.txt"));
+    TEST_CHECKF(sh(cmd) == 0, "a 2 MiB piece: not encoded within 60 s or not decoded back");
+    printf("ok   one 2 MiB piece              encoded within 60 s, decodes back\n");
+    free(t);
 }
 
 typedef struct ids {
@@ -422,6 +458,7 @@ int main(void)
     check_streaming();
     check_memory();
     check_atomic();
+    check_long_piece();
 
     zs_err_t err;
     zs_bpe_t *b;

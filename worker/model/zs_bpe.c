@@ -357,9 +357,106 @@ static size_t merge_ids(const zs_bpe_t *b, uint32_t *w, uint32_t *rank, size_t n
     return n;
 }
 
+/* The heap of merge_long: candidate pairs by (rank, start of the left
+ * symbol), the order merge_ids picks them in. */
+typedef struct hent {
+    uint32_t rank, start;
+} hent_t;
+
+static int hless(hent_t a, hent_t b)
+{
+    return a.rank < b.rank || (a.rank == b.rank && a.start < b.start);
+}
+
+static void hpush(hent_t *h, size_t *n, hent_t e)
+{
+    size_t i = (*n)++;
+    while (i > 0 && hless(e, h[(i - 1) / 2])) {
+        h[i] = h[(i - 1) / 2];
+        i = (i - 1) / 2;
+    }
+    h[i] = e;
+}
+
+static hent_t hpop(hent_t *h, size_t *n)
+{
+    hent_t top = h[0], e = h[--*n];
+    size_t i = 0;
+    for (;;) {
+        size_t c = 2 * i + 1;
+        if (c >= *n)
+            break;
+        if (c + 1 < *n && hless(h[c + 1], h[c]))
+            c++;
+        if (!hless(h[c], e))
+            break;
+        h[i] = h[c];
+        i = c;
+    }
+    if (*n)
+        h[i] = e;
+    return top;
+}
+
+#define NONE UINT32_MAX
+
+/* merge_ids for long pieces in O(n log n): the symbols as a linked list
+ * (indexed by their first byte), the candidate pairs in a heap; a popped
+ * pair is used only if it is still adjacent with that rank (a pair's rank
+ * names the pair, so this is exact). Same result as merge_ids: lowest rank
+ * first, leftmost on ties. A run of a million spaces or letters is one
+ * piece; merge_ids would take n^2. Returns the count, ids in out. */
+static int merge_long(const zs_bpe_t *b, const uint8_t *piece, size_t n, uint32_t *out,
+                      size_t *nout, zs_err_t *err)
+{
+    uint32_t *id = malloc(n * sizeof *id), *next = malloc(n * sizeof *next);
+    uint32_t *prev = malloc(n * sizeof *prev);
+    hent_t *h = malloc(3 * n * sizeof *h);
+    size_t nh = 0, cnt = 0;
+    if (!id || !next || !prev || !h) {
+        free(id), free(next), free(prev), free(h);
+        return zs_err_set(err, ZS_ERR_NOMEM, "out of memory for a piece of %zu bytes", n);
+    }
+    for (size_t i = 0; i < n; i++) {
+        id[i] = b->byte_id[piece[i]];
+        next[i] = i + 1 < n ? (uint32_t)(i + 1) : NONE;
+        prev[i] = i ? (uint32_t)(i - 1) : NONE;
+    }
+    for (size_t i = 0; i + 1 < n; i++) {
+        const zs__bpe_pair_t *p = pair_find(b, id[i], id[i + 1]);
+        if (p)
+            hpush(h, &nh, (hent_t){p->rank, (uint32_t)i});
+    }
+    while (nh > 0) {
+        hent_t e = hpop(h, &nh);
+        uint32_t i = e.start, j = next[i];
+        if (id[i] == NONE || j == NONE)
+            continue;
+        const zs__bpe_pair_t *p = pair_find(b, id[i], id[j]);
+        if (!p || p->rank != e.rank)
+            continue; /* stale: a neighbour was merged since */
+        id[i] = p->merged;
+        id[j] = NONE;
+        next[i] = next[j];
+        if (next[j] != NONE)
+            prev[next[j]] = i;
+        if (prev[i] != NONE && (p = pair_find(b, id[prev[i]], id[i])))
+            hpush(h, &nh, (hent_t){p->rank, prev[i]});
+        if (next[i] != NONE && (p = pair_find(b, id[i], id[next[i]])))
+            hpush(h, &nh, (hent_t){p->rank, i});
+    }
+    for (uint32_t i = 0; i != NONE; i = next[i])
+        out[*nout + cnt++] = id[i];
+    *nout += cnt;
+    free(id), free(next), free(prev), free(h);
+    return ZS_OK;
+}
+
 int zs__bpe_piece(zs_bpe_t *b, const uint8_t *piece, size_t len, uint32_t *out, size_t *nout,
                   zs_err_t *err)
 {
+    if (len > ZS__BPE_LONG_PIECE)
+        return merge_long(b, piece, len, out, nout, err);
     zs__bpe_slot_t *slot = NULL;
     if (b->cache && len <= ZS__BPE_CACHE_KEY) {
         slot = &b->cache[fnv1a(piece, len) & (ZS__BPE_CACHE_SLOTS - 1)];

@@ -14,6 +14,9 @@
 
 #define ZS__BPE_CACHE_SLOTS 65536 /* direct-mapped piece cache */
 #define ZS__BPE_CACHE_KEY   24    /* pieces up to this many bytes are cached */
+#ifndef ZS__BPE_LONG_PIECE
+#define ZS__BPE_LONG_PIECE 256 /* longer pieces merge with a heap (O(n log n)) */
+#endif
 
 /* One slot of the piece cache: a short piece's bytes and its ids (a piece
  * of k bytes has at most k ids). */
