@@ -26,6 +26,7 @@
 #include "zs_gpt_eval.h"
 #include "zs_init_from.h"
 
+/* The --help text. */
 static void usage(FILE *f)
 {
     fprintf(f, "usage: zs-generate --model F [options]\n"

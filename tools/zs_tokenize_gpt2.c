@@ -118,6 +118,7 @@ static long long encode_file(zs_bpe_t *bpe, const char *path, sink_t *b, int qui
     return total;
 }
 
+/* zs-tokenize --gpt2 (zs_tokenize.h). */
 int zs__tokenize_gpt2(const char *dir, char *const *files, int nfiles, int eot_between, int quiet,
                       const char *out)
 {
@@ -210,6 +211,7 @@ static int each_block(const char *path, int (*fn)(void *, const uint32_t *, size
     return status;
 }
 
+/* Print ids, one per line. */
 static int print_ids(void *ctx, const uint32_t *ids, size_t n)
 {
     for (size_t i = 0; i < n; i++)
@@ -218,11 +220,13 @@ static int print_ids(void *ctx, const uint32_t *ids, size_t n)
     return 0;
 }
 
+/* zs-tokenize --print (zs_tokenize.h). */
 int zs__tokenize_print(const char *path)
 {
     return each_block(path, print_ids, NULL);
 }
 
+/* Write the bytes of ids with the GPT-2 vocab in ctx. */
 static int decode_ids(void *ctx, const uint32_t *ids, size_t n)
 {
     const zs_bpe_t *bpe = ctx;
@@ -240,6 +244,7 @@ static int decode_ids(void *ctx, const uint32_t *ids, size_t n)
     return 0;
 }
 
+/* zs-tokenize --decode (zs_tokenize.h). */
 int zs__tokenize_decode(const char *dir, const char *path)
 {
     zs_err_t err;

@@ -56,6 +56,7 @@ static long unicode_to_bytes(const int uni2byte[324], const char *s, size_t n, u
     return k;
 }
 
+/* FNV-1a hash of p[0..n). */
 static uint64_t fnv1a(const uint8_t *p, size_t n)
 {
     uint64_t h = 1469598103934665603ull;
@@ -70,6 +71,7 @@ typedef struct bytemap {
     uint64_t mask;
 } bytemap_t;
 
+/* The id whose bytes are p[0..n), -1 if none. */
 static int64_t bytemap_find(const zs_bpe_t *b, const bytemap_t *m, const uint8_t *p, size_t n)
 {
     for (uint64_t h = fnv1a(p, n) & m->mask;; h = (h + 1) & m->mask) {
@@ -81,6 +83,7 @@ static int64_t bytemap_find(const zs_bpe_t *b, const bytemap_t *m, const uint8_t
     }
 }
 
+/* Add id (its bytes must not be in m yet; m has room). */
 static void bytemap_put(const zs_bpe_t *b, bytemap_t *m, uint32_t id)
 {
     uint64_t h = fnv1a(b->pool + b->off[id], b->len[id]) & m->mask;
@@ -89,6 +92,7 @@ static void bytemap_put(const zs_bpe_t *b, bytemap_t *m, uint32_t id)
     m->slot[h] = id;
 }
 
+/* Slot of a pair key (a << 32 | b) in a table of mask + 1 slots. */
 static uint64_t pair_hash(uint64_t key, uint64_t mask)
 {
     return (key * 0x9E3779B97F4A7C15ull >> 20) & mask;
@@ -255,6 +259,7 @@ static int load_merges(zs_bpe_t *b, const char *path, const int uni2byte[324], c
     return rc;
 }
 
+/* Load DIR/encoder.json and DIR/vocab.bpe (zs_bpe.h), compile the regex. */
 int zs_bpe_load(const char *dir, zs_bpe_t **out, zs_err_t *err)
 {
     *out = NULL;
@@ -293,6 +298,7 @@ int zs_bpe_load(const char *dir, zs_bpe_t **out, zs_err_t *err)
     return ZS_OK;
 }
 
+/* Free everything (NULL is fine). */
 void zs_bpe_free(zs_bpe_t *b)
 {
     if (!b)
@@ -307,16 +313,19 @@ void zs_bpe_free(zs_bpe_t *b)
     free(b);
 }
 
+/* Number of ids. */
 uint32_t zs_bpe_vocab(const zs_bpe_t *b)
 {
     return b->vocab;
 }
 
+/* Id of <|endoftext|>, -1 if none. */
 int32_t zs_bpe_eot(const zs_bpe_t *b)
 {
     return b->eot;
 }
 
+/* The bytes of id (valid while b lives). */
 int zs_bpe_token_bytes(const zs_bpe_t *b, uint32_t id, const uint8_t **bytes, size_t *len,
                        zs_err_t *err)
 {
@@ -363,11 +372,13 @@ typedef struct hent {
     uint32_t rank, start;
 } hent_t;
 
+/* Heap order: lower rank first, then the leftmost pair. */
 static int hless(hent_t a, hent_t b)
 {
     return a.rank < b.rank || (a.rank == b.rank && a.start < b.start);
 }
 
+/* Push e onto the heap h of *n entries (room for it is the caller's). */
 static void hpush(hent_t *h, size_t *n, hent_t e)
 {
     size_t i = (*n)++;
@@ -378,6 +389,7 @@ static void hpush(hent_t *h, size_t *n, hent_t e)
     h[i] = e;
 }
 
+/* Pop the least entry of a non-empty heap. */
 static hent_t hpop(hent_t *h, size_t *n)
 {
     hent_t top = h[0], e = h[--*n];
@@ -452,6 +464,7 @@ static int merge_long(const zs_bpe_t *b, const uint8_t *piece, size_t n, uint32_
     return ZS_OK;
 }
 
+/* One piece to ids (zs_bpe_impl.h): the cache, the scan, or the heap for long pieces. */
 int zs__bpe_piece(zs_bpe_t *b, const uint8_t *piece, size_t len, uint32_t *out, size_t *nout,
                   zs_err_t *err)
 {

@@ -45,6 +45,7 @@ int zs__bpe_regex_init(zs_bpe_t *b, zs_err_t *err)
     return ZS_OK;
 }
 
+/* Free the regex and its match data (NULL fields are fine). */
 void zs__bpe_regex_free(zs_bpe_t *b)
 {
     pcre2_match_data_free(b->md);
@@ -96,6 +97,7 @@ typedef struct sink {
     int heap;
 } sink_t;
 
+/* Hand the buffered ids to emit; its status. */
 static int sink_flush(sink_t *s)
 {
     int rc = s->n ? s->emit(s->ctx, s->ids, s->n) : ZS_OK;
@@ -122,6 +124,7 @@ static int sink_room(sink_t *s, size_t need, zs_err_t *err)
     return ZS_OK;
 }
 
+/* Merge one piece and buffer its ids. */
 static int emit_piece(zs_bpe_t *b, sink_t *s, const uint8_t *p, size_t len, zs_err_t *err)
 {
     int rc = sink_room(s, len, err);
@@ -161,6 +164,8 @@ static int encode_segment(zs_bpe_t *b, sink_t *s, const uint8_t *seg, size_t n, 
     return ZS_OK;
 }
 
+/* Encode a prefix of text (zs_bpe.h): valid UTF-8 stretches through the regex, bad bytes as byte
+ * tokens, the last piece kept back unless at_end. */
 int zs_bpe_encode(zs_bpe_t *b, const uint8_t *text, size_t n, int at_end, size_t *used,
                   zs_bpe_emit_fn emit, void *ctx, zs_err_t *err)
 {

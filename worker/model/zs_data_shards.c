@@ -35,11 +35,13 @@
 #define MAX_SHARDS    100000
 #define MAX_SPEC_LIST 4096 /* items of a comma list */
 
+/* Little-endian u32 at p. */
 static uint32_t rd32(const uint8_t *p)
 {
     return (uint32_t)p[0] | (uint32_t)p[1] << 8 | (uint32_t)p[2] << 16 | (uint32_t)p[3] << 24;
 }
 
+/* The shard holding token i: binary search on the starts. */
 const zs__data_shard_t *zs__data_shard_of(const zs_data_t *d, uint64_t i)
 {
     int lo = 0, hi = d->nsh - 1;
@@ -214,6 +216,7 @@ static int expand(const char *spec, char ***paths, int *n, zs_err_t *err)
     return rc;
 }
 
+/* Open a file, a comma list or a glob of token files (zs_data.h). */
 int zs_data_open(const char *path, zs_data_t **out, zs_err_t *err)
 {
     if (!path || !out)
@@ -254,6 +257,7 @@ int zs_data_open(const char *path, zs_data_t **out, zs_err_t *err)
     return ZS_OK;
 }
 
+/* Unmap every shard and free (NULL is fine). */
 void zs_data_close(zs_data_t *d)
 {
     if (!d)

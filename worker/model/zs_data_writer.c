@@ -32,12 +32,14 @@ struct zs_data_writer {
     size_t n; /* tokens in buf */
 };
 
+/* Store v little-endian at p. */
 static void wr32(uint8_t *p, uint32_t v)
 {
     for (int i = 0; i < 4; i++)
         p[i] = (uint8_t)(v >> (8 * i));
 }
 
+/* Write all n bytes (retrying short writes and EINTR); 0 or -1 with errno. */
 static int write_all(int fd, const uint8_t *p, size_t n)
 {
     while (n > 0) {
@@ -53,6 +55,7 @@ static int write_all(int fd, const uint8_t *p, size_t n)
     return 0;
 }
 
+/* Create PATH.tmpXXXXXX with a zeroed header (zs_data.h). */
 int zs_data_writer_open(const char *path, uint32_t vocab, zs_data_writer_t **out, zs_err_t *err)
 {
     *out = NULL;
@@ -96,6 +99,7 @@ int zs_data_writer_open(const char *path, uint32_t vocab, zs_data_writer_t **out
     return ZS_OK;
 }
 
+/* Write the buffered tokens. */
 static int flush(zs_data_writer_t *w, zs_err_t *err)
 {
     if (w->n && write_all(w->fd, w->buf, 2 * w->n))
@@ -105,6 +109,7 @@ static int flush(zs_data_writer_t *w, zs_err_t *err)
     return ZS_OK;
 }
 
+/* Append tokens, each < vocab (zs_data.h). */
 int zs_data_writer_add(zs_data_writer_t *w, const uint32_t *tokens, size_t n, zs_err_t *err)
 {
     for (size_t i = 0; i < n; i++) {
@@ -125,11 +130,13 @@ int zs_data_writer_add(zs_data_writer_t *w, const uint32_t *tokens, size_t n, zs
     return ZS_OK;
 }
 
+/* Tokens added so far. */
 uint64_t zs_data_writer_count(const zs_data_writer_t *w)
 {
     return w->count;
 }
 
+/* Commit (header, fsync, rename, sync the folder) or discard; frees w. */
 int zs_data_writer_close(zs_data_writer_t *w, int commit, zs_err_t *err)
 {
     if (!w)

@@ -28,6 +28,7 @@ struct zs_gpt_eval {
     float *logits; /* [T, V] of one sequence */
 };
 
+/* A CPU device, its stream, a bound GPT and its parameter buffer (zs_gpt_eval.h). */
 int zs_gpt_eval_create(const zs_gpt_config_t *c, int max_batch, zs_gpt_eval_t **out, zs_err_t *err)
 {
     *out = NULL;
@@ -69,6 +70,7 @@ int zs_gpt_eval_create(const zs_gpt_config_t *c, int max_batch, zs_gpt_eval_t **
     return ZS_OK;
 }
 
+/* Free everything (NULL is fine). */
 void zs_gpt_eval_destroy(zs_gpt_eval_t *ev)
 {
     if (!ev)
@@ -85,6 +87,7 @@ void zs_gpt_eval_destroy(zs_gpt_eval_t *ev)
     free(ev);
 }
 
+/* Copy P floats of parameters in and wait. */
 int zs_gpt_eval_set_params(zs_gpt_eval_t *ev, const float *params, zs_err_t *err)
 {
     int rc =
@@ -104,6 +107,7 @@ static int forward(zs_gpt_eval_t *ev, double *loss, zs_err_t *err)
     return loss ? ev->m->loss(ev->m->self, loss, err) : zs_dev_stream_sync(ev->stream, err);
 }
 
+/* This rank's windows of the validation slice, in micro-batches (zs_gpt_eval.h). */
 int zs_gpt_eval_loss(zs_gpt_eval_t *ev, const zs_data_t *val, uint64_t ntokens, int rank, int W,
                      double *sum, uint64_t *positions, zs_err_t *err)
 {
@@ -151,6 +155,7 @@ int zs_gpt_eval_loss(zs_gpt_eval_t *ev, const zs_data_t *val, uint64_t ntokens, 
     return ZS_OK;
 }
 
+/* SplitMix64 step: the next pseudo-random 64 bits of *s. */
 static uint64_t next_rand(uint64_t *s)
 {
     uint64_t x = (*s += 0x9E3779B97F4A7C15ull);
@@ -197,6 +202,7 @@ static int32_t pick(const float *logits, int V, const zs_gpt_sample_opts_t *o, u
     return idx[n - 1];
 }
 
+/* Continue tok up to `until` tokens, one forward per token (zs_gpt_eval.h). */
 int zs_gpt_eval_generate(zs_gpt_eval_t *ev, int32_t *tok, int *n, int until,
                          const zs_gpt_sample_opts_t *o, zs_err_t *err)
 {
@@ -238,6 +244,7 @@ typedef struct prompt_sink {
     int n, max;
 } prompt_sink_t;
 
+/* zs_bpe_emit_fn: append ids to the prompt (ZS_ERR_RANGE when full). */
 static int prompt_emit(void *ctx, const uint32_t *ids, size_t k)
 {
     prompt_sink_t *s = ctx;
@@ -249,6 +256,7 @@ static int prompt_emit(void *ctx, const uint32_t *ids, size_t k)
     return ZS_OK;
 }
 
+/* The ids of a prompt (zs_gpt_eval.h). */
 int zs_gpt_eval_prompt(const zs_gpt_config_t *c, zs_bpe_t *bpe, const char *text, int32_t *tok,
                        int *n, int max, zs_err_t *err)
 {
@@ -280,6 +288,7 @@ int zs_gpt_eval_prompt(const zs_gpt_config_t *c, zs_bpe_t *bpe, const char *text
     return *n > 0 ? ZS_OK : zs_err_set(err, ZS_ERR_INVALID, "--prompt is empty");
 }
 
+/* Print ids as text, bytes or numbers (zs_gpt_eval.h). */
 void zs_gpt_eval_print(FILE *f, const zs_bpe_t *bpe, int vocab, const int32_t *tok, int n)
 {
     for (int i = 0; i < n; i++) {

@@ -34,11 +34,13 @@ static const char *const k_block[12] = {
     "attn.c_proj.weight", "attn.c_proj.bias", "ln_2.weight",        "ln_2.bias",
     "mlp.c_fc.weight",    "mlp.c_fc.bias",    "mlp.c_proj.weight",  "mlp.c_proj.bias"};
 
+/* Bytes of one element of F32 (4), BF16 or F16 (2). */
 static size_t dt_size(int dt)
 {
     return dt == ZS_DTYPE_F32 ? 4 : 2;
 }
 
+/* Little-endian u64 at p. */
 static uint64_t rd64(const uint8_t *p)
 {
     uint64_t v = 0;
@@ -47,6 +49,7 @@ static uint64_t rd64(const uint8_t *p)
     return v;
 }
 
+/* Little-endian int32 at p. */
 static int32_t rd32s(const uint8_t *p)
 {
     return (int32_t)((uint32_t)p[0] | (uint32_t)p[1] << 8 | (uint32_t)p[2] << 16 |
@@ -183,6 +186,7 @@ static int st_heads(const cJSON *root)
     return heads;
 }
 
+/* Parse a safetensors header and locate every GPT-2 tensor (zs_init_from.h). */
 static int load_safetensors(const char *path, zs_init_from_t *f, zs_err_t *err)
 {
     uint64_t n = rd64(f->map);
@@ -309,6 +313,7 @@ static int load_safetensors(const char *path, zs_init_from_t *f, zs_err_t *err)
     return rc;
 }
 
+/* Check an llm.c checkpoint header and size and locate its 16 arrays. */
 static int load_llmc(const char *path, zs_init_from_t *f, zs_err_t *err)
 {
     if (f->len < 1024)
@@ -387,6 +392,7 @@ static int load_llmc(const char *path, zs_init_from_t *f, zs_err_t *err)
     return ZS_OK;
 }
 
+/* Map a weights file and read it by its first bytes (zs_init_from.h). */
 int zs_init_from_load(const char *path, zs_init_from_t **out, zs_err_t *err)
 {
     *out = NULL;
@@ -404,6 +410,7 @@ int zs_init_from_load(const char *path, zs_init_from_t **out, zs_err_t *err)
     return ZS_OK;
 }
 
+/* Unmap and free (NULL is fine). */
 void zs_init_from_free(zs_init_from_t *f)
 {
     if (!f)
@@ -414,16 +421,19 @@ void zs_init_from_free(zs_init_from_t *f)
     free(f);
 }
 
+/* The file's shape (heads 0 if it does not say). */
 zs_gpt_config_t zs_init_from_shape(const zs_init_from_t *f)
 {
     return f->shape;
 }
 
+/* "safetensors" or "llm.c". */
 const char *zs_init_from_format(const zs_init_from_t *f)
 {
     return f->format;
 }
 
+/* Settle the model config from the file and the flags given (zs_init_from.h). */
 int zs_init_from_settle(const zs_init_from_t *f, zs_gpt_config_t *c, int given_layers,
                         int given_width, int given_heads, int given_ctx, uint32_t data_vocab,
                         zs_err_t *err)
@@ -467,6 +477,7 @@ int zs_init_from_settle(const zs_init_from_t *f, zs_gpt_config_t *c, int given_l
     return ZS_OK;
 }
 
+/* Element i of a source as fp32. */
 static float elem(const zs__init_src_t *s, uint64_t i)
 {
     const uint8_t *p = s->p + i * dt_size(s->dt);
@@ -479,6 +490,7 @@ static float elem(const zs__init_src_t *s, uint64_t i)
     return s->dt == ZS_DTYPE_BF16 ? zs_bf16_to_f32(h) : zs_f16_to_f32(h);
 }
 
+/* Tensor i of a settled config as fp32 (a copy when F32 and not transposed). */
 int zs_init_from_tensor(const zs_init_from_t *f, const zs_gpt_config_t *c, int i, float *out,
                         zs_err_t *err)
 {

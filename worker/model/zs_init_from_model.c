@@ -10,6 +10,7 @@
  */
 #include "zs_init_from_impl.h"
 
+/* The wrapper behind a model's self. */
 static zs_init_from_t *F(void *self)
 {
     return self;
@@ -35,32 +36,38 @@ static int init_params(void *self, int layer, float *params, zs_err_t *err)
     return ZS_OK;
 }
 
+/* The inner model's bind. */
 static int bind(void *self, zs_dev_t *dev, zs_stream_t *compute, zs_err_t *err)
 {
     return F(self)->inner.bind(F(self)->inner.self, dev, compute, err);
 }
 
+/* The inner model's load_batch. */
 static int load_batch(void *self, const zs_batch_ctx_t *b, zs_err_t *err)
 {
     return F(self)->inner.load_batch(F(self)->inner.self, b, err);
 }
 
+/* The inner model's forward. */
 static int forward(void *self, int layer, float *const *params, zs_err_t *err)
 {
     return F(self)->inner.forward(F(self)->inner.self, layer, params, err);
 }
 
+/* The inner model's loss. */
 static int loss(void *self, double *l, zs_err_t *err)
 {
     return F(self)->inner.loss(F(self)->inner.self, l, err);
 }
 
+/* The inner model's backward. */
 static int backward(void *self, int layer, float *const *params, float *const *grads, float dloss,
                     zs_err_t *err)
 {
     return F(self)->inner.backward(F(self)->inner.self, layer, params, grads, dloss, err);
 }
 
+/* The inner model with init_params from the file (zs_init_from.h). */
 const zs_model_t *zs_init_from_wrap(zs_init_from_t *f, const zs_gpt_config_t *c,
                                     const zs_model_t *inner)
 {
