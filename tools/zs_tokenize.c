@@ -2,14 +2,15 @@
  * zs_tokenize.c - zs-tokenize: text files to a zeroshard token file.
  *
  *   zs-tokenize -o OUT.tok FILE...
+ *   zs-tokenize --gpt2 DIR [--eot-between-files] -o OUT.tok FILE...
+ *   zs-tokenize --print F.tok | --decode DIR F.tok
  *
- * Byte-level tokenizer: vocab 256, token = byte value, so any file
- * (UTF-8 text or not) is encoded losslessly and nothing needs training.
- * The files are concatenated in the order given, with nothing between
- * them. The output is written atomically (zs_data_write: temporary file,
- * fsync, rename) in the format of worker/model/zs_data.h. One progress line per
- * input goes to stderr, the summary "N bytes -> N tokens, vocab 256" to
- * stdout.
+ * This file: options, and the byte-level tokenizer (the default): vocab 256, token = byte value, so
+ * any file (UTF-8 text or not) is encoded losslessly and nothing needs training. The files are
+ * concatenated in the order given, with nothing between them. The output is written atomically
+ * (zs_data_write: temporary file, fsync, rename) in the format of worker/model/zs_data.h. One
+ * progress line per input goes to stderr, the summary "N bytes -> N tokens, vocab 256" to stdout.
+ * The GPT-2 BPE mode and the readers are in zs_tokenize_gpt2.c.
  */
 #include <errno.h>
 #include <getopt.h>
@@ -19,26 +20,32 @@
 #include <string.h>
 
 #include "zs_data.h"
+#include "zs_tokenize.h"
 
 #define VOCAB 256u
 
 static void usage(FILE *f)
 {
     fprintf(f, "usage: zs-tokenize -o OUT.tok FILE...\n"
-               "  Byte-level tokenizer (vocab 256, token = byte value): concatenates the\n"
-               "  FILEs and writes them as one zeroshard token file (docs/data.md).\n"
+               "       zs-tokenize --gpt2 DIR [--eot-between-files] -o OUT.tok FILE...\n"
+               "       zs-tokenize --print F.tok\n"
+               "       zs-tokenize --decode DIR F.tok\n"
+               "  Concatenates the FILEs and writes them as one zeroshard token file\n"
+               "  (docs/data.md). Default: byte-level (vocab 256, token = byte value).\n"
+               "  --gpt2 DIR            GPT-2 byte-level BPE (vocab 50257); DIR holds OpenAI's\n"
+               "                        encoder.json and vocab.bpe\n"
+               "  --eot-between-files   with --gpt2: <|endoftext|> (50256) between files\n"
                "  -o, --output OUT.tok  the token file to write (replaced atomically)\n"
                "  -q, --quiet           no progress lines\n"
+               "  --print F.tok         print the ids of F.tok, one per line\n"
+               "  --decode DIR F.tok    print the text of F.tok, decoded with DIR's GPT-2 vocab\n"
                "  -h, --help            this text\n"
                "  example: zs-tokenize -o licenses.tok /usr/share/common-licenses/*\n");
 }
 
-typedef struct tokbuf {
-    uint16_t *t;
-    uint64_t n, cap;
-} tokbuf_t;
+typedef zs__tokbuf_t tokbuf_t;
 
-static int grow(tokbuf_t *b, uint64_t need)
+int zs__tokbuf_grow(tokbuf_t *b, uint64_t need)
 {
     if (need <= b->cap)
         return 0;
@@ -67,7 +74,7 @@ static int64_t add_file(tokbuf_t *b, const char *path)
     int64_t total = 0;
     size_t n;
     while ((n = fread(buf, 1, sizeof buf, f)) > 0) {
-        if (grow(b, b->n + n)) {
+        if (zs__tokbuf_grow(b, b->n + n)) {
             fprintf(stderr, "zs-tokenize: %s: out of memory at %llu tokens\n", path,
                     (unsigned long long)b->n);
             fclose(f);
@@ -91,14 +98,31 @@ static int64_t add_file(tokbuf_t *b, const char *path)
 /* zs-tokenize entry point: 0 on success, 1 on an I/O error, 2 on usage. */
 int main(int argc, char **argv)
 {
+    enum { OPT_GPT2 = 256, OPT_EOT, OPT_PRINT, OPT_DECODE };
     static const struct option opts[] = {{"output", required_argument, 0, 'o'},
                                          {"quiet", no_argument, 0, 'q'},
                                          {"help", no_argument, 0, 'h'},
+                                         {"gpt2", required_argument, 0, OPT_GPT2},
+                                         {"eot-between-files", no_argument, 0, OPT_EOT},
+                                         {"print", no_argument, 0, OPT_PRINT},
+                                         {"decode", required_argument, 0, OPT_DECODE},
                                          {0, 0, 0, 0}};
-    const char *out = NULL;
-    int quiet = 0, ch;
+    const char *out = NULL, *gpt2 = NULL, *decode = NULL;
+    int quiet = 0, eot = 0, print = 0, ch;
     while ((ch = getopt_long(argc, argv, "o:qh", opts, NULL)) != -1) {
         switch (ch) {
+        case OPT_GPT2:
+            gpt2 = optarg;
+            break;
+        case OPT_EOT:
+            eot = 1;
+            break;
+        case OPT_PRINT:
+            print = 1;
+            break;
+        case OPT_DECODE:
+            decode = optarg;
+            break;
         case 'o':
             out = optarg;
             break;
@@ -113,13 +137,33 @@ int main(int argc, char **argv)
             return 2;
         }
     }
+    if (print || decode) {
+        if (print && decode) {
+            fprintf(stderr, "zs-tokenize: --print and --decode exclude each other\n");
+            return 2;
+        }
+        if (out || gpt2 || eot || optind + 1 != argc) {
+            fprintf(stderr, "zs-tokenize: --%s takes one token file and no other option\n",
+                    print ? "print" : "decode");
+            usage(stderr);
+            return 2;
+        }
+        return print ? zs__tokenize_print(argv[optind]) : zs__tokenize_decode(decode, argv[optind]);
+    }
+    if (eot && !gpt2) {
+        fprintf(stderr, "zs-tokenize: --eot-between-files needs --gpt2 DIR (the byte-level "
+                        "vocab has no <|endoftext|>)\n");
+        return 2;
+    }
     if (!out || optind >= argc) {
         fprintf(stderr, "zs-tokenize: %s\n", !out ? "-o OUT.tok is required" : "no input files");
         usage(stderr);
         return 2;
     }
-    tokbuf_t b = {0};
     int nfiles = argc - optind;
+    if (gpt2)
+        return zs__tokenize_gpt2(gpt2, argv + optind, nfiles, eot, quiet, out);
+    tokbuf_t b = {0};
     for (int i = 0; i < nfiles; i++) {
         const char *path = argv[optind + i];
         int64_t n = add_file(&b, path);

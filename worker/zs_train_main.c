@@ -50,6 +50,7 @@
  */
 #include <getopt.h>
 #include <limits.h>
+#include <math.h>
 #include <mpi.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -61,7 +62,9 @@
 #include "zs_engine.h"
 #include "zs_file.h"
 #include "zs_gpt.h"
+#include "zs_init_from.h"
 #include "zs_log.h"
+#include "zs_gpt_eval.h"
 #include "zs_train_metrics.h"
 #if defined(ZS_WITH_CUDA) && defined(ZS_WITH_NCCL)
 #include "zs_coll_nccl.h"
@@ -94,8 +97,14 @@ enum {
 
 typedef struct {
     const char *config, *servers, *data, *csv, *token_file, *name, *save_params, *device;
-    const char *gemm;                    /* --gemm: auto, fp32, bf16, fp16 */
-    const char *metrics, *metrics_ready; /* rank 0's Prometheus endpoint, its address file */
+    const char *gemm;                       /* --gemm: auto, fp32, bf16, fp16 */
+    const char *metrics, *metrics_ready;    /* rank 0's Prometheus endpoint, its address file */
+    const char *init_from;                  /* --init-from: pretrained weights (zs_init_from.h) */
+    int given_l, given_h, given_c, given_t; /* shape flags given on the command line */
+    const char *val_data, *prompt, *vocab_dir; /* --val-data, --prompt, --vocab-dir */
+    int val_every, sample_every, sample_tokens, top_k;
+    uint64_t val_tokens;
+    double temperature;
     zs_gpt_config_t g;
     int steps, ckpt_every, resume, log_every, micro, mem_every, allow_unknown;
     int resume_auto, server_timeout, server_wait, max_recoveries, fresh;
@@ -106,7 +115,9 @@ static void usage(FILE *f)
 {
     fprintf(f, "usage: mpirun -np N zs-train --data FILE.tok [options]\n"
                "\n"
-               "  --data F         token file (zs-tokenize makes one from text)\n"
+               "  --data F         token file (zs-tokenize makes one from text), or llm.c\n"
+               "                   .bin shards; a comma list or a glob ('dir/*_train_*.bin')\n"
+               "                   is read as one stream, in order\n"
                "  --device D       auto (default): a GPU per rank when every rank has one,\n"
                "                   else the CPU; cuda: GPUs (NCCL), an error without;\n"
                "                   cpu: CPU workers (MPI collectives)\n"
@@ -125,6 +136,22 @@ static void usage(FILE *f)
                "  --heads N        attention heads (default 4)\n"
                "  --width N        model width C (default 128)\n"
                "  --ctx N          context length T (default 64)\n"
+               "  --init-from F    start from pretrained GPT-2 weights: Hugging Face\n"
+               "                   safetensors (zs-ctl export's layout) or an llm.c\n"
+               "                   checkpoint (gpt2_124M.bin); the shape comes from F (a\n"
+               "                   different --layers/--width is an error; --ctx may be\n"
+               "                   smaller), the optimizer starts fresh at step 0\n"
+               "  --val-data F     validation tokens (same formats as --data): the mean loss\n"
+               "                   over the first --val-tokens of F (default 65536), in\n"
+               "                   windows of T+1 shared by the ranks, every --val-every K\n"
+               "                   steps (default 100) and after the last; printed, in the\n"
+               "                   CSV (val_loss) and in the metrics\n"
+               "  --sample-every K print a sample from rank 0 every K steps and after the last:\n"
+               "                   --sample-tokens N (default 64, at most --ctx), --prompt\n"
+               "                   TEXT, --top-k K (default 40), --temperature X (default\n"
+               "                   1; 0 = greedy); seeded by --seed and the step\n"
+               "  --vocab-dir DIR  GPT-2's encoder.json and vocab.bpe: encode --prompt and\n"
+               "                   decode samples (vocab 256 uses bytes without it)\n"
                "  --steps N        train until this step (default 200)\n"
                "  --ckpt-every K   checkpoint every K steps (needs --servers; default 0: off)\n"
                "  --resume         continue from the newest checkpoint complete on all servers\n"
@@ -187,6 +214,11 @@ static int parse(int argc, char **argv, opts_t *o, int loud)
     o->max_recoveries = 20;
     o->device = "auto";
     o->gemm = "auto";
+    o->val_every = 100;
+    o->val_tokens = 65536;
+    o->sample_tokens = 64;
+    o->top_k = 40;
+    o->temperature = 1.0;
     /* clang-format off */
     static const struct option lo[] = {
         {"data", 1, 0, 'd'},        {"config", 1, 0, 'c'},
@@ -203,6 +235,11 @@ static int parse(int argc, char **argv, opts_t *o, int loud)
         {"fresh", 0, 0, 'F'},       {"device", 1, 0, 'D'},
         {"metrics", 1, 0, 'P'},     {"metrics-ready-file", 1, 0, 'Q'},
         {"gemm", 1, 0, 'G'},        {"help", 0, 0, 'h'},
+        {"init-from", 1, 0, 'I'},   {"val-data", 1, 0, 1000},
+        {"val-every", 1, 0, 1001},  {"val-tokens", 1, 0, 1002},
+        {"sample-every", 1, 0, 1003}, {"sample-tokens", 1, 0, 1004},
+        {"prompt", 1, 0, 1005},     {"vocab-dir", 1, 0, 1006},
+        {"top-k", 1, 0, 1007},      {"temperature", 1, 0, 1008},
         {0, 0, 0, 0}};
     /* clang-format on */
     int ch;
@@ -220,15 +257,49 @@ static int parse(int argc, char **argv, opts_t *o, int loud)
             break;
         case 'L':
             o->g.layers = atoi(optarg);
+            o->given_l = 1;
             break;
         case 'H':
             o->g.heads = atoi(optarg);
+            o->given_h = 1;
             break;
         case 'C':
             o->g.width = atoi(optarg);
+            o->given_c = 1;
             break;
         case 'T':
             o->g.ctx = atoi(optarg);
+            o->given_t = 1;
+            break;
+        case 'I':
+            o->init_from = optarg;
+            break;
+        case 1000:
+            o->val_data = optarg;
+            break;
+        case 1001:
+            o->val_every = atoi(optarg);
+            break;
+        case 1002:
+            o->val_tokens = strtoull(optarg, NULL, 10);
+            break;
+        case 1003:
+            o->sample_every = atoi(optarg);
+            break;
+        case 1004:
+            o->sample_tokens = atoi(optarg);
+            break;
+        case 1005:
+            o->prompt = optarg;
+            break;
+        case 1006:
+            o->vocab_dir = optarg;
+            break;
+        case 1007:
+            o->top_k = atoi(optarg);
+            break;
+        case 1008:
+            o->temperature = atof(optarg);
             break;
         case 'n':
             o->steps = atoi(optarg);
@@ -311,6 +382,12 @@ static int parse(int argc, char **argv, opts_t *o, int loud)
         bad = "--gemm must be auto, fp32, bf16 or fp16";
     else if ((o->ckpt_every || o->resume || o->resume_auto) && !o->servers)
         bad = "--ckpt-every and --resume need --servers";
+    else if (o->init_from && (o->resume || o->resume_auto))
+        bad = "--init-from starts a fresh run; --resume and --resume-auto continue a checkpoint";
+    else if (o->val_every < 1 || o->val_tokens < 2 || o->sample_every < 0 || o->sample_tokens < 1 ||
+             o->top_k < 0 || !(o->temperature >= 0))
+        bad = "bad --val-every, --val-tokens, --sample-every, --sample-tokens, --top-k or "
+              "--temperature";
     else if (o->metrics_ready && !o->metrics)
         bad = "--metrics-ready-file needs --metrics";
     else if (o->g.layers < 1 || o->g.heads < 1 || o->g.width % o->g.heads || o->g.ctx < 2 ||
@@ -336,7 +413,7 @@ static void warn_key(void *ud, const char *path, const char *why)
 static FILE *csv_open(const char *path, int resumed, uint64_t at)
 {
     static const char *header = "step,loss,lr,loss_scale,tokens_per_s,ms_step,ms_forward,"
-                                "ms_backward,ms_comm,ms_optimizer,skipped,workers\n";
+                                "ms_backward,ms_comm,ms_optimizer,skipped,workers,val_loss\n";
     char *old = resumed ? zs_file_read_text(path, (size_t)1 << 30, 0) : NULL;
     FILE *f = fopen(path, "w");
     if (!f) {
@@ -402,6 +479,106 @@ static int preflight(const opts_t *o, int rank, int W, zs_config_t *cfg, char **
         return ZS_EXIT_DATA;
     }
     return 0;
+}
+
+/* --init-from: open the weights file and settle the model shape from it
+ * (zs_init_from_settle). 0, or ZS_EXIT_DATA (unreadable or not GPT-2
+ * weights) / ZS_EXIT_USAGE (a shape flag or the data's vocab disagrees)
+ * with *what and *err set. */
+static int init_from_open(opts_t *o, const zs_data_t *data, zs_init_from_t **f, const char **what,
+                          zs_err_t *err)
+{
+    *what = "--init-from";
+    if (zs_init_from_load(o->init_from, f, err))
+        return ZS_EXIT_DATA;
+    if (zs_init_from_settle(*f, &o->g, o->given_l, o->given_c, o->given_h, o->given_t,
+                            zs_data_vocab(data), err))
+        return ZS_EXIT_USAGE;
+    return 0;
+}
+
+/* --val-data and --sample-every: the evaluator (zs_gpt_eval.h), the
+ * validation data, the GPT-2 vocabulary for prompts and samples, and a
+ * host copy of the parameters. */
+typedef struct evalstate {
+    zs_gpt_eval_t *ev;
+    zs_data_t *val;
+    zs_bpe_t *bpe;
+    float *params;
+} evalstate_t;
+
+/* Before the ranks agree: open --val-data (vocab as the training data's)
+ * and --vocab-dir. 0 or ZS_EXIT_DATA with *what and *err set. */
+static int eval_open(const opts_t *o, const zs_data_t *data, evalstate_t *es, const char **what,
+                     zs_err_t *err)
+{
+    *what = o->val_data ? "--val-data" : "--vocab-dir";
+    if (o->val_data && zs_data_open(o->val_data, &es->val, err))
+        return ZS_EXIT_DATA;
+    if (es->val && zs_data_vocab(es->val) != zs_data_vocab(data)) {
+        zs_err_set(err, ZS_ERR_INVALID, "%s has vocab %u, the training data vocab %u", o->val_data,
+                   zs_data_vocab(es->val), zs_data_vocab(data));
+        return ZS_EXIT_DATA;
+    }
+    *what = "--vocab-dir";
+    if (o->vocab_dir && zs_bpe_load(o->vocab_dir, &es->bpe, err))
+        return ZS_EXIT_DATA;
+    return 0;
+}
+
+static void eval_close(evalstate_t *es)
+{
+    zs_gpt_eval_destroy(es->ev);
+    zs_data_close(es->val);
+    zs_bpe_free(es->bpe);
+    free(es->params);
+}
+
+/* After step `step` (collective): the validation loss into *val when due
+ * (NAN otherwise), and rank 0's sample when due. */
+static int eval_step(evalstate_t *es, const opts_t *o, zs_engine_t *e, uint64_t step, int rank,
+                     int W, double *val, zs_err_t *err)
+{
+    int last = step == (uint64_t)o->steps;
+    int do_val = es->val && (step % (uint64_t)o->val_every == 0 || last);
+    int do_sample = o->sample_every && (step % (uint64_t)o->sample_every == 0 || last);
+    *val = NAN;
+    if (!do_val && !do_sample)
+        return ZS_OK;
+    int rc = zs_engine_get_params(e, es->params, err);
+    if (!rc)
+        rc = zs_gpt_eval_set_params(es->ev, es->params, err);
+    if (!rc && do_val) {
+        double part[2] = {0, 0}, all[2];
+        uint64_t pos = 0;
+        rc = zs_gpt_eval_loss(es->ev, es->val, o->val_tokens, rank, W, &part[0], &pos, err);
+        part[1] = (double)pos;
+        int bad = rc != 0, anybad = 0;
+        MPI_Allreduce(&bad, &anybad, 1, MPI_INT, MPI_MAX, MPI_COMM_WORLD);
+        if (anybad)
+            return rc ? rc : zs_err_set(err, ZS_ERR_STATE, "validation failed on another rank");
+        MPI_Allreduce(part, all, 2, MPI_DOUBLE, MPI_SUM, MPI_COMM_WORLD);
+        *val = all[0] / all[1];
+    }
+    if (!rc && do_sample && rank == 0) {
+        int32_t *tok = malloc((size_t)o->g.ctx * sizeof *tok);
+        int n = 0;
+        zs_gpt_sample_opts_t so = {o->top_k, o->temperature, o->seed ^ (step * 0x9E3779B9ull)};
+        rc = tok ? zs_gpt_eval_prompt(&o->g, es->bpe, o->prompt, tok, &n, o->g.ctx, err)
+                 : zs_err_set(err, ZS_ERR_NOMEM, "out of memory");
+        int n0 = n;
+        if (!rc)
+            rc = zs_gpt_eval_generate(es->ev, tok, &n, n + o->sample_tokens, &so, err);
+        if (!rc) {
+            printf("sample at step %llu (%d tokens after a %d-token prompt):\n---\n",
+                   (unsigned long long)step, n - n0, n0);
+            zs_gpt_eval_print(stdout, es->bpe, o->g.vocab, tok, n);
+            printf("\n---\n");
+            fflush(stdout);
+        }
+        free(tok);
+    }
+    return rc;
 }
 
 /* Make the ranks agree on the preflight outcome (collective on
@@ -612,6 +789,12 @@ int main(int argc, char **argv)
     char *token = NULL;
     const char *what = "";
     int code = preflight(&o, rank, W, &cfg, &token, &data, &what, &err);
+    zs_init_from_t *init = NULL; /* --init-from's weights */
+    if (!code && o.init_from)
+        code = init_from_open(&o, data, &init, &what, &err);
+    evalstate_t es = {0}; /* --val-data, --sample-every */
+    if (!code)
+        code = eval_open(&o, data, &es, &what, &err);
     zs_train_metrics_t *tm = NULL; /* rank 0's endpoint; a bad address is a usage error */
     if (!code && rank == 0 && o.metrics &&
         (zs_train_metrics_create(o.metrics, W, &tm, &err) ||
@@ -621,6 +804,8 @@ int main(int argc, char **argv)
         code = ZS_EXIT_USAGE;
     }
     if ((code = agree(rank, code, what, &err)) != 0) {
+        eval_close(&es);
+        zs_init_from_free(init);
         zs_train_metrics_destroy(tm);
         if (data)
             zs_data_close(data);
@@ -668,7 +853,10 @@ int main(int argc, char **argv)
     zs_engine_opts_t eo = {&cfg, coll, o.servers, token, o.name, o.server_timeout * 1000, 0};
     eo.manifest = manifest;
     zs_engine_t *e;
-    int erc = zs_engine_create(&eo, zs_gpt_model(gpt), &e, &err);
+    const zs_model_t *model = zs_gpt_model(gpt);
+    if (init)
+        model = zs_init_from_wrap(init, &o.g, model); /* init_params: the file's weights */
+    int erc = zs_engine_create(&eo, model, &e, &err);
     free(manifest);
     if (erc)
         return die(rank, "engine", &err, ZS_EXIT_ENGINE);
@@ -678,6 +866,9 @@ int main(int argc, char **argv)
                (unsigned long long)zs_data_count(data), zs_data_vocab(data));
         printf("model: GPT L=%d H=%d C=%d T=%d V=%d: %llu parameters (%.2fM)\n", o.g.layers,
                o.g.heads, o.g.width, o.g.ctx, o.g.vocab, (unsigned long long)P, P / 1e6);
+        if (init)
+            printf("init-from: %s (%s): weights in, optimizer fresh at step 0\n", o.init_from,
+                   zs_init_from_format(init));
         printf("configuration (resolved for W=%d):\n", W);
         zs_config_print(&cfg, stdout);
         printf("device: %s%s%s; GEMMs %s%s\n", dev->desc,
@@ -714,6 +905,7 @@ int main(int argc, char **argv)
                         "--fresh starts over and deletes it\n",
                         (unsigned long long)newest);
             zs_engine_destroy(e);
+            zs_init_from_free(init);
             zs_gpt_destroy(gpt);
             zs_coll_destroy(coll);
             zs_dev_destroy(dev);
@@ -726,6 +918,12 @@ int main(int argc, char **argv)
             return die(rank, "start", &err, ZS_EXIT_ENGINE);
     }
     zs_train_metrics_start(tm, P, start);
+    if (es.val || o.sample_every) {
+        if (!(es.params = malloc(P * sizeof *es.params)))
+            return die(rank, "evaluator", &(zs_err_t){ZS_ERR_NOMEM, "out of memory"}, 1);
+        if (zs_gpt_eval_create(&o.g, (int)cfg.micro_batch_per_gpu, &es.ev, &err))
+            return die(rank, "evaluator", &err, ZS_EXIT_OTHER);
+    }
     FILE *csv = NULL;
     if (rank == 0 && o.csv && !(csv = csv_open(o.csv, resumed, start)))
         MPI_Abort(MPI_COMM_WORLD, ZS_EXIT_OTHER);
@@ -752,6 +950,18 @@ int main(int argc, char **argv)
         if (nsteps++ == 0)
             first_loss = st.loss;
         last_loss = st.loss;
+        double val;
+        if (eval_step(&es, &o, e, st.step, rank, W, &val, &err))
+            return die(rank, "validation / sample", &err, ZS_EXIT_OTHER);
+        if (!isnan(val)) {
+            zs_train_metrics_val(tm, st.step, val);
+            if (rank == 0)
+                printf("val loss %.4f at step %llu (%llu tokens)\n", val,
+                       (unsigned long long)st.step,
+                       (unsigned long long)(zs_data_count(es.val) < o.val_tokens
+                                                ? zs_data_count(es.val)
+                                                : o.val_tokens));
+        }
         zs_train_metrics_step(tm, &st, sec, tokens_per_step, e);
         if (rank == 0 && (st.step % (uint64_t)o.log_every == 0 || st.step == (uint64_t)o.steps)) {
             printf("%6llu %9.4f %10.3g %8g %9.0f %8.1f %8.1f %8.1f %8.1f%s\n",
@@ -761,10 +971,13 @@ int main(int argc, char **argv)
             fflush(stdout);
         }
         if (csv) {
-            fprintf(csv, "%llu,%.6f,%.6g,%g,%.1f,%.2f,%.2f,%.2f,%.2f,%.2f,%d,%d\n",
+            fprintf(csv, "%llu,%.6f,%.6g,%g,%.1f,%.2f,%.2f,%.2f,%.2f,%.2f,%d,%d,",
                     (unsigned long long)st.step, st.loss, st.lr, st.loss_scale,
                     tokens_per_step / sec, sec * 1e3, st.ms_forward, st.ms_backward, st.ms_comm,
                     st.ms_optimizer, st.skipped, W);
+            if (!isnan(val))
+                fprintf(csv, "%.6f", val);
+            fputc('\n', csv);
             fflush(csv);
         }
         if (nsteps == 1 || (o.mem_every && st.step % (uint64_t)o.mem_every == 0)) {
@@ -799,6 +1012,8 @@ int main(int argc, char **argv)
         return die(rank, "--save-params", &err, ZS_EXIT_OTHER);
     zs_train_metrics_destroy(tm);
     zs_engine_destroy(e);
+    zs_init_from_free(init);
+    eval_close(&es);
     zs_gpt_destroy(gpt);
     zs_data_close(data);
     zs_coll_destroy(coll);

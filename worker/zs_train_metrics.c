@@ -14,7 +14,7 @@ static const char *const k_phases[PH_N] = {"forward", "backward", "comm", "optim
 struct zs_train_metrics {
     zs_metrics_t *reg;
     zs_series_t *step, *loss, *lr, *scale, *norm, *tps, *tokens, *steps, *skipped, *ckpts,
-        *ckpt_step, *recoveries, *recovered_step, *workers, *params;
+        *ckpt_step, *recoveries, *recovered_step, *workers, *params, *val_loss, *val_step;
     zs_series_t *dur[PH_N], *sec[PH_N];
     zs_metric_t *mem_cur, *mem_peak;
     zs_series_t *held[ZS_NSPACES];
@@ -50,6 +50,11 @@ int zs_train_metrics_create(const char *hostport, int workers, zs_train_metrics_
     tm->step = reg1(tm, "zs_train_step", G, "Last completed training step.", 0, 0, &rc, err);
     tm->loss = reg1(tm, "zs_train_loss", G, "Loss of the last step (mean over the global batch).",
                     0, 0, &rc, err);
+    tm->val_loss =
+        reg1(tm, "zs_train_val_loss", G,
+             "Validation loss of the last evaluation (--val-data; 0 before one).", 0, 0, &rc, err);
+    tm->val_step =
+        reg1(tm, "zs_train_val_step", G, "Step of the last validation loss.", 0, 0, &rc, err);
     tm->lr =
         reg1(tm, "zs_train_learning_rate", G, "Learning rate of the last step.", 0, 0, &rc, err);
     tm->scale =
@@ -194,6 +199,14 @@ void zs_train_metrics_step(zs_train_metrics_t *tm, const zs_step_stats_t *st, do
             set_mem(&tm->peak[s][c], tm->mem_peak, s, c, peak, peak);
         }
     }
+}
+
+void zs_train_metrics_val(zs_train_metrics_t *tm, uint64_t step, double loss)
+{
+    if (!tm)
+        return;
+    zs_series_set(tm->val_loss, loss);
+    zs_series_set(tm->val_step, (double)step);
 }
 
 void zs_train_metrics_checkpoint(zs_train_metrics_t *tm, uint64_t step)

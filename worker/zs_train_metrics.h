@@ -1,6 +1,6 @@
 /*
  * zs_train_metrics.h - zs-train's Prometheus metrics (`--metrics HOST:PORT`
- * on rank 0): step, loss, learning rate, loss scale, tokens per second, the
+ * on rank 0): step, loss, validation loss, learning rate, loss scale, tokens per second, the
  * step-time split, memory by space and category as the device allocator
  * measures it, checkpoints and recoveries; every name is defined in
  * docs/metrics.md and served on http://HOST:PORT/metrics by common/zs_metrics.
@@ -35,6 +35,9 @@ void zs_train_metrics_start(zs_train_metrics_t *tm, uint64_t params, uint64_t st
  * whole job trained in it; and this worker's memory (zs_engine_mem). */
 void zs_train_metrics_step(zs_train_metrics_t *tm, const zs_step_stats_t *st, double seconds,
                            double tokens, zs_engine_t *e);
+
+/* The validation loss evaluated after `step` (--val-data). */
+void zs_train_metrics_val(zs_train_metrics_t *tm, uint64_t step, double loss);
 
 /* A checkpoint of `step` complete on all servers. */
 void zs_train_metrics_checkpoint(zs_train_metrics_t *tm, uint64_t step);

@@ -31,6 +31,7 @@
  */
 #define _GNU_SOURCE
 #include "zs_data.h"
+#include "zs_data_impl.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -46,17 +47,8 @@
 #define VERSION     1u
 #define TOKEN_BYTES 2u
 #define VOCAB_MAX   65536u
-#define PATH_SHOWN  200 /* longest path quoted in an error message */
+#define PATH_SHOWN  ZS__DATA_PATH_SHOWN
 #define WRITE_CHUNK (1u << 16)
-
-struct zs_data {
-    char *path;
-    const uint8_t *map; /* whole file */
-    size_t map_len;
-    const uint8_t *tok; /* map + header */
-    uint32_t vocab;
-    uint64_t count;
-};
 
 /* ---- little-endian helpers ------------------------------------------------ */
 
@@ -82,9 +74,11 @@ static void wr64(uint8_t *p, uint64_t v)
     wr32(p + 4, (uint32_t)(v >> 32));
 }
 
+/* Token i of the concatenation of the shards. */
 static uint16_t token_at(const zs_data_t *d, uint64_t i)
 {
-    const uint8_t *p = d->tok + 2 * i;
+    const zs__data_shard_t *sh = zs__data_shard_of(d, i);
+    const uint8_t *p = sh->tok + 2 * (i - sh->start);
     return (uint16_t)(p[0] | p[1] << 8);
 }
 
@@ -98,16 +92,17 @@ static uint64_t splitmix64(uint64_t x)
     return x ^ (x >> 31);
 }
 
-/* ---- open / close --------------------------------------------------------- */
+/* ---- header ---------------------------------------------------------------- */
 
 static int io_status(int e)
 {
     return e == ENOENT ? ZS_ERR_NOTFOUND : ZS_ERR_IO;
 }
 
-/* Validate the header of a file of `size` bytes; fills vocab and count. */
-static int check_header(const char *path, const uint8_t *h, uint64_t size, uint32_t *vocab,
-                        uint64_t *count, zs_err_t *err)
+/* Validate the header of a zeroshard token file of `size` bytes; fills
+ * vocab and count. */
+int zs__data_check_header(const char *path, const uint8_t *h, uint64_t size, uint32_t *vocab,
+                          uint64_t *count, zs_err_t *err)
 {
     if (memcmp(h, MAGIC, 8) != 0) {
         char shown[8 * 4 + 1];
@@ -118,7 +113,7 @@ static int check_header(const char *path, const uint8_t *h, uint64_t size, uint3
                                   h[i]);
         return zs_err_set(err, ZS_ERR_CORRUPT,
                           "token file %.*s: bad magic \"%s\", expected \"" MAGIC
-                          "\" (not a zeroshard token file)",
+                          "\" (zeroshard) or int32 20240520 (llm.c .bin shard)",
                           PATH_SHOWN, path, shown);
     }
     uint32_t version = rd32(h + 8), v = rd32(h + 12), tb = rd32(h + 24);
@@ -155,83 +150,7 @@ static int check_header(const char *path, const uint8_t *h, uint64_t size, uint3
     return ZS_OK;
 }
 
-/* Open and validate a token file, mapped read-only. */
-int zs_data_open(const char *path, zs_data_t **out, zs_err_t *err)
-{
-    if (!path || !out)
-        return zs_err_set(err, ZS_ERR_INVALID, "zs_data_open: path and out must not be NULL");
-    *out = NULL;
-    int fd = open(path, O_RDONLY | O_CLOEXEC);
-    if (fd < 0) {
-        int e = errno;
-        return zs_err_set(err, io_status(e), "token file %.*s: cannot open: %s", PATH_SHOWN, path,
-                          strerror(e));
-    }
-    struct stat st;
-    if (fstat(fd, &st) != 0) {
-        int e = errno;
-        close(fd);
-        return zs_err_set(err, ZS_ERR_IO, "token file %.*s: cannot stat: %s", PATH_SHOWN, path,
-                          strerror(e));
-    }
-    if (!S_ISREG(st.st_mode)) {
-        close(fd);
-        return zs_err_set(err, ZS_ERR_INVALID, "token file %.*s: not a regular file", PATH_SHOWN,
-                          path);
-    }
-    uint64_t size = (uint64_t)st.st_size;
-    if (size < ZS_DATA_HEADER_BYTES) {
-        close(fd);
-        return zs_err_set(err, ZS_ERR_CORRUPT,
-                          "token file %.*s: %llu bytes, shorter than the %d-byte header",
-                          PATH_SHOWN, path, (unsigned long long)size, ZS_DATA_HEADER_BYTES);
-    }
-    if (size > SIZE_MAX) {
-        close(fd);
-        return zs_err_set(err, ZS_ERR_RANGE, "token file %.*s: %llu bytes cannot be mapped",
-                          PATH_SHOWN, path, (unsigned long long)size);
-    }
-    void *m = mmap(NULL, (size_t)size, PROT_READ, MAP_PRIVATE, fd, 0);
-    int e = errno;
-    close(fd);
-    if (m == MAP_FAILED)
-        return zs_err_set(err, ZS_ERR_IO, "token file %.*s: mmap of %llu bytes failed: %s",
-                          PATH_SHOWN, path, (unsigned long long)size, strerror(e));
-    uint32_t vocab = 0;
-    uint64_t count = 0;
-    int rc = check_header(path, m, size, &vocab, &count, err);
-    if (rc != ZS_OK) {
-        munmap(m, (size_t)size);
-        return rc;
-    }
-    (void)madvise(m, (size_t)size, MADV_RANDOM); /* windows are scattered: no read-ahead */
-    zs_data_t *d = calloc(1, sizeof *d);
-    char *p = strdup(path);
-    if (!d || !p) {
-        free(d);
-        free(p);
-        munmap(m, (size_t)size);
-        return zs_err_set(err, ZS_ERR_NOMEM, "token file %.*s: out of memory", PATH_SHOWN, path);
-    }
-    d->path = p;
-    d->map = m;
-    d->map_len = (size_t)size;
-    d->tok = d->map + ZS_DATA_HEADER_BYTES;
-    d->vocab = vocab;
-    d->count = count;
-    *out = d;
-    return ZS_OK;
-}
-
-/* Unmap and free (NULL is fine). */
-void zs_data_close(zs_data_t *d)
-{
-    if (!d)
-        return;
-    munmap((void *)d->map, d->map_len);
-    free(d->path);
-    free(d);
-}
+/* ---- accessors ----------------------------------------------------------- */
 
 /* Vocabulary size from the header. */
 uint32_t zs_data_vocab(const zs_data_t *d)
@@ -290,6 +209,19 @@ int zs_data_sample(const zs_data_t *d, int64_t j, int T, int32_t *inputs, int32_
         if (i > 0)
             targets[i - 1] = t;
     }
+    return ZS_OK;
+}
+
+/* Tokens [start, start + n) as stored. */
+int zs_data_read(const zs_data_t *d, uint64_t start, uint64_t n, uint32_t *out, zs_err_t *err)
+{
+    if (start > d->count || n > d->count - start)
+        return zs_err_set(err, ZS_ERR_RANGE,
+                          "token file %.*s: tokens %llu..+%llu are outside its %llu tokens",
+                          PATH_SHOWN, d->path, (unsigned long long)start, (unsigned long long)n,
+                          (unsigned long long)d->count);
+    for (uint64_t i = 0; i < n; i++)
+        out[i] = token_at(d, start + i);
     return ZS_OK;
 }
 

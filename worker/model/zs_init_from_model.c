@@ -1,0 +1,85 @@
+/*
+ * zs_init_from_model.c - the GPT with pretrained weights as its initial
+ * parameters (zs_init_from_wrap): every callback is the inner model's,
+ * except init_params, which converts the file's tensors of that engine
+ * layer (zs_init_from_tensor) into the layer's host buffer. Every worker
+ * reads the same file, so every worker gets the same numbers, as the
+ * engine requires.
+ *
+ * Not here: reading the files (zs_init_from.c).
+ */
+#include "zs_init_from_impl.h"
+
+/* The wrapper behind a model's self. */
+static zs_init_from_t *F(void *self)
+{
+    return self;
+}
+
+/* The layer's tensors, in flat order, each at its offset from the layer's
+ * first tensor. */
+static int init_params(void *self, int layer, float *params, zs_err_t *err)
+{
+    zs_init_from_t *f = F(self);
+    uint64_t first = UINT64_MAX;
+    for (int i = 0; i < zs_gpt_num_tensors(&f->cfg); i++) {
+        zs_gpt_tensor_t t;
+        zs_gpt_tensor(&f->cfg, i, &t);
+        if (t.layer != layer)
+            continue;
+        if (first == UINT64_MAX)
+            first = t.offset;
+        int rc = zs_init_from_tensor(f, &f->cfg, i, params + (t.offset - first), err);
+        if (rc != ZS_OK)
+            return rc;
+    }
+    return ZS_OK;
+}
+
+/* The inner model's bind. */
+static int bind(void *self, zs_dev_t *dev, zs_stream_t *compute, zs_err_t *err)
+{
+    return F(self)->inner.bind(F(self)->inner.self, dev, compute, err);
+}
+
+/* The inner model's load_batch. */
+static int load_batch(void *self, const zs_batch_ctx_t *b, zs_err_t *err)
+{
+    return F(self)->inner.load_batch(F(self)->inner.self, b, err);
+}
+
+/* The inner model's forward. */
+static int forward(void *self, int layer, float *const *params, zs_err_t *err)
+{
+    return F(self)->inner.forward(F(self)->inner.self, layer, params, err);
+}
+
+/* The inner model's loss. */
+static int loss(void *self, double *l, zs_err_t *err)
+{
+    return F(self)->inner.loss(F(self)->inner.self, l, err);
+}
+
+/* The inner model's backward. */
+static int backward(void *self, int layer, float *const *params, float *const *grads, float dloss,
+                    zs_err_t *err)
+{
+    return F(self)->inner.backward(F(self)->inner.self, layer, params, grads, dloss, err);
+}
+
+/* The inner model with init_params from the file (zs_init_from.h). */
+const zs_model_t *zs_init_from_wrap(zs_init_from_t *f, const zs_gpt_config_t *c,
+                                    const zs_model_t *inner)
+{
+    f->cfg = *c;
+    f->inner = *inner;
+    f->model = *inner;
+    f->model.self = f;
+    f->model.init_params = init_params;
+    f->model.bind = inner->bind ? bind : NULL;
+    f->model.load_batch = inner->load_batch ? load_batch : NULL;
+    f->model.forward = forward;
+    f->model.loss = inner->loss ? loss : NULL;
+    f->model.backward = backward;
+    return &f->model;
+}
