@@ -408,18 +408,32 @@ template <class... P> static void zs_emu_closure_free(void *c)
 {
     delete static_cast<zs_emu_closure<P...> *>(c);
 }
-template <class... P, class... A>
-static inline void zs_emu_launch_(const char *name, const char *file, int line, void (*k)(P...),
-                                  dim3 grid, dim3 block, size_t shmem, cudaStream_t s,
-                                  A &&...args)
+/* The launcher object's call operator has exactly the kernel's parameter
+ * types, so the arguments convert at the call site: a NULL or 0 passed for
+ * a pointer is a null pointer, not a long (a variadic template would
+ * deduce). */
+template <class... P> struct zs_emu_launcher {
+    void (*k)(P...);
+    const char *name, *file;
+    int line;
+    dim3 grid, block;
+    size_t shmem;
+    cudaStream_t s;
+    void operator()(P... args) const
+    {
+        auto *c = new zs_emu_closure<P...>{k, std::tuple<typename std::decay<P>::type...>(args...)};
+        zs_emu_launch(name, file, line, grid, block, shmem, s, zs_emu_closure_run<P...>, c,
+                      zs_emu_closure_free<P...>);
+    }
+};
+template <class... P>
+static inline zs_emu_launcher<P...> zs_emu_launcher_(void (*k)(P...), const char *name,
+                                                     const char *file, int line, dim3 grid,
+                                                     dim3 block, size_t shmem, cudaStream_t s)
 {
-    static_assert(sizeof...(P) == sizeof...(A), "kernel argument count");
-    auto *c = new zs_emu_closure<P...>{k, std::tuple<typename std::decay<P>::type...>(
-                                              static_cast<P>(std::forward<A>(args))...)};
-    zs_emu_launch(name, file, line, grid, block, shmem, s, zs_emu_closure_run<P...>, c,
-                  zs_emu_closure_free<P...>);
+    return zs_emu_launcher<P...>{k, name, file, line, grid, block, shmem, s};
 }
 #define ZS_CUDA_LAUNCH(kernel, grid, block, shmem, stream, ...)                                    \
-    zs_emu_launch_(#kernel, __FILE__, __LINE__, kernel, grid, block, shmem, stream, ##__VA_ARGS__)
+    zs_emu_launcher_(kernel, #kernel, __FILE__, __LINE__, grid, block, shmem, stream)(__VA_ARGS__)
 
 #endif
