@@ -90,6 +90,8 @@ void zs_emu_mem_init(void);
 
 /* --- kernels (emu_kernel.cpp) --- */
 void zs_emu_kernel_init(void);
+/* An executor thread ends: release its fibers. */
+void zs_emu_kernel_thread_exit(void);
 
 #ifdef __cplusplus
 }

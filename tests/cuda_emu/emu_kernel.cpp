@@ -560,6 +560,20 @@ void zs_emu_kernel_init(void)
         g_stack = 64u << 10;
 }
 
+void zs_emu_kernel_thread_exit(void)
+{
+    sched *s = t_s;
+    if (!s)
+        return;
+    for (fiber *f : s->pool) {
+        munmap(f->map, f->map_len);
+        delete f;
+    }
+    free(s->dyn);
+    delete s;
+    t_s = nullptr;
+}
+
 void zs_emu_syncthreads(const char *file, int line)
 {
     zs_emu_syncthreads_op(ZS_BAR_PLAIN, 1, file, line);

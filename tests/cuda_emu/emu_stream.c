@@ -255,6 +255,7 @@ static void *executor(void *p)
     st->thread_running = 0;
     pthread_cond_broadcast(&g_cond);
     pthread_mutex_unlock(&g_lock);
+    zs_emu_kernel_thread_exit();
     return NULL;
 }
 
