@@ -560,6 +560,19 @@ void zs_emu_kernel_init(void)
         g_stack = 64u << 10;
 }
 
+size_t zs_emu_fiber_guard(const void *addr)
+{
+    /* Called from the SIGSEGV handler of the protected build, on the
+     * faulting thread: no locks, only this thread's pool. */
+    sched *s = t_s;
+    size_t pg = (size_t)sysconf(_SC_PAGESIZE);
+    if (s)
+        for (fiber *f : s->pool)
+            if ((const char *)addr >= f->map - pg && (const char *)addr < f->map + pg)
+                return g_stack;
+    return 0;
+}
+
 void zs_emu_kernel_thread_exit(void)
 {
     sched *s = t_s;

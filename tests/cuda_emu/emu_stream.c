@@ -15,6 +15,7 @@
 #define _GNU_SOURCE
 #include <cuda_runtime_api.h>
 
+#include <signal.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
@@ -213,6 +214,13 @@ static void *executor(void *p)
 {
     zs_emu_stream *st = p;
     zs_emu_set_role(ZS_EMU_ROLE_EXECUTOR);
+#if ZS_EMU_PROTECT
+    /* The SIGSEGV diagnostic must run when a kernel thread overflows its
+     * fiber stack: give it a stack of its own. (ASan sets up its own.) */
+    stack_t ss = {.ss_sp = malloc(64 << 10), .ss_size = 64 << 10, .ss_flags = 0};
+    if (ss.ss_sp)
+        sigaltstack(&ss, NULL);
+#endif
     pthread_mutex_lock(&g_lock);
     for (;;) {
         while (!st->head && !st->destroyed)
@@ -256,6 +264,11 @@ static void *executor(void *p)
     pthread_cond_broadcast(&g_cond);
     pthread_mutex_unlock(&g_lock);
     zs_emu_kernel_thread_exit();
+#if ZS_EMU_PROTECT
+    stack_t off = {.ss_sp = NULL, .ss_size = 0, .ss_flags = SS_DISABLE};
+    sigaltstack(&off, NULL);
+    free(ss.ss_sp);
+#endif
     return NULL;
 }
 
