@@ -180,7 +180,7 @@ static void *hostfn_thread(void *unused)
 }
 
 /* Run a host function on the single host-function thread and wait for it.
- * CUDA Runtime API, 6.4 Stream Management, cudaLaunchHostFunc: "Host
+ * CUDA Runtime API, 6.5 Stream Management, cudaLaunchHostFunc: "Host
  * functions without a mandated order (such as in independent streams)
  * execute in undefined order and may be serialized." Hostile reading: all
  * of them are serialised on one thread, so a host function that waits for
@@ -386,7 +386,7 @@ cudaError_t zs_emu_enqueue(cudaStream_t s, zs_emu_work_fn fn, void *arg, void (*
     return cudaSuccess;
 }
 
-/* ---- Stream management (CUDA Runtime API, 6.4 Stream Management) ---- */
+/* ---- Stream management (CUDA Runtime API, 6.5 Stream Management) ---- */
 
 cudaError_t cudaStreamCreateWithPriority(cudaStream_t *pStream, unsigned int flags, int priority)
 {
@@ -527,7 +527,7 @@ cudaError_t cudaLaunchHostFunc(cudaStream_t stream, cudaHostFn_t fn, void *userD
     return cudaSuccess;
 }
 
-/* ---- Events (CUDA Runtime API, 6.5 Event Management) ---- */
+/* ---- Events (CUDA Runtime API, 6.6 Event Management) ---- */
 
 static zs_emu_event *event_get(cudaEvent_t e)
 {

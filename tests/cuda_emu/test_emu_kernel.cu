@@ -210,10 +210,10 @@ static void test_config(void)
     struct {
         dim3 g, b;
         size_t sh;
-    } bad[] = {{dim3(1), dim3(1025), 0},       {dim3(1), dim3(32, 32, 2), 0},
-               {dim3(1), dim3(1, 1, 65), 0},   {dim3(1, 65536), dim3(1), 0},
+    } bad[] = {{dim3(1), dim3(1025), 0},        {dim3(1), dim3(32, 32, 2), 0},
+               {dim3(1), dim3(1, 1, 65), 0},    {dim3(1, 65536), dim3(1), 0},
                {dim3(1, 1, 65536), dim3(1), 0}, {dim3(0), dim3(1), 0},
-               {dim3(1), dim3(0), 0},          {dim3(1), dim3(32), (48 << 10) + 1}};
+               {dim3(1), dim3(0), 0},           {dim3(1), dim3(32), (48 << 10) + 1}};
     for (auto &c : bad) {
         ZS_CUDA_LAUNCH(k_mark, c.g, c.b, c.sh, 0, o);
         EMU_CHECK(cudaPeekAtLastError() == cudaErrorInvalidConfiguration,
