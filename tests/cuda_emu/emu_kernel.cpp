@@ -681,7 +681,10 @@ cudaError_t zs_emu_launch(const char *name, const char *file, int line, dim3 gri
     zs_emu_stream *st = nullptr;
     if (e == cudaSuccess) {
         st = zs_emu_stream_get(s);
-        if (!st)
+        /* "A kernel launch will fail if it is issued to a stream that is
+         * not associated to the current device" (CUDA C++ Programming
+         * Guide, Multi-Device System, Stream and Event Behavior). */
+        if (!st || zs_emu_stream_device(st) != zs_emu_current_device())
             e = cudaErrorInvalidResourceHandle;
     }
     if (e == cudaSuccess)

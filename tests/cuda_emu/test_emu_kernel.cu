@@ -232,6 +232,24 @@ static void test_config(void)
     EMU_CUDA(cudaMemcpy(&h, o, sizeof h, cudaMemcpyDeviceToHost));
     EMU_CHECK(h == 42, "the largest valid launch ran: %d", h);
     EMU_CUDA(cudaFree(o));
+    printf("launch into a stream of another device: cudaErrorInvalidResourceHandle\n");
+    const char *env[] = {"ZS_EMU_DEVICES=2", NULL};
+    emu_child c;
+    emu_run_child(&c, "wrong_device", env);
+    EMU_CHECK(c.exited && c.code == 0, "child: %s", c.out);
+}
+
+static int child_wrong_device(void)
+{
+    int *o;
+    cudaStream_t s1;
+    EMU_CUDA(cudaMalloc(&o, sizeof(int)));
+    EMU_CUDA(cudaSetDevice(1));
+    EMU_CUDA(cudaStreamCreate(&s1));
+    EMU_CUDA(cudaSetDevice(0));
+    ZS_CUDA_LAUNCH(k_mark, 1, 1, 0, s1, o);
+    EMU_CHECK(cudaGetLastError() == cudaErrorInvalidResourceHandle, "launch on device 1's stream");
+    return 0;
 }
 
 /* ---- Shared memory ---- */
@@ -422,6 +440,8 @@ int main(int argc, char **argv)
             printf("diff %g\n", run_reduce(!strcmp(n, "reduce")));
             return 0;
         }
+        if (!strcmp(n, "wrong_device"))
+            return child_wrong_device();
         return child_death(n);
     }
     test_reduce();
