@@ -127,6 +127,12 @@ __global__ void k_oob(const float *x, float *o, int n)
     o[threadIdx.x] = x[n + threadIdx.x];
 }
 
+__global__ void k_dyn_oob(int n)
+{
+    extern __shared__ float buf[];
+    buf[n + threadIdx.x] = 1.0f;
+}
+
 __device__ __noinline__ int deep(int n)
 {
     volatile char buf[4096];
@@ -170,6 +176,13 @@ static void test_deaths(void)
     EMU_CHECK(emu_died(&c), "oob passed: %s", c.out);
     EMU_CHECK(emu_has(&c, ASAN_BUILD ? "heap-buffer-overflow" : "cuda-emu: out-of-bounds access"),
               "oob: %s", c.out);
+    printf("kernel writing past its dynamic shared memory dies (%s)\n",
+           ASAN_BUILD ? "ASan" : "guard page");
+    emu_run_child(&c, "dyn_oob", NULL);
+    EMU_CHECK(emu_died(&c), "dyn_oob passed: %s", c.out);
+    EMU_CHECK(emu_has(&c, ASAN_BUILD ? "heap-buffer-overflow"
+                                     : "access past the end of dynamic shared memory"),
+              "dyn_oob: %s", c.out);
     printf("kernel thread overflowing its fiber stack dies with a message\n");
     emu_run_child(&c, "deep", NULL);
     EMU_CHECK(emu_has(&c, ASAN_BUILD ? "stack-overflow" : "stack overflow in a kernel thread"),
@@ -184,6 +197,8 @@ static int child_death(const char *n)
         ZS_CUDA_LAUNCH(k_divergent, 1, 64, 0, 0, o);
     else if (!strcmp(n, "oob"))
         ZS_CUDA_LAUNCH(k_oob, 1, 1, 0, 0, (const float *)o, (float *)o, 256);
+    else if (!strcmp(n, "dyn_oob"))
+        ZS_CUDA_LAUNCH(k_dyn_oob, 1, 1, 1024, 0, 256);
     else if (!strcmp(n, "deep"))
         ZS_CUDA_LAUNCH(k_deep, 1, 2, 0, 0, o);
     else if (!strcmp(n, "two_barriers"))
