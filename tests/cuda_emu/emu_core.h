@@ -77,6 +77,22 @@ enum {
  * whose memory fn touches (peer copy), or -1. */
 uint64_t zs_emu_stream_push(zs_emu_stream *st, int flags, int extra_dev, zs_emu_work_fn fn,
                             void *arg, void (*free_arg)(void *));
+/* The stream lock (one for all stream state); zs_emu_stream_done_seq
+ * wants it held. */
+void zs_emu_lock(void);
+void zs_emu_unlock(void);
+uint64_t zs_emu_stream_done_seq(const zs_emu_stream *st);
+/* A dependency: item seq of stream st. */
+typedef struct zs_emu_dep {
+    zs_emu_stream *st;
+    uint64_t seq;
+} zs_emu_dep;
+/* zs_emu_stream_push with a dependency on another stream's item (extra,
+ * may be NULL) and a hook called under the stream lock with the new item's
+ * seq before the item can run (on_seq, may be NULL). */
+uint64_t zs_emu_stream_push_ex(zs_emu_stream *st, int flags, int extra_dev, zs_emu_work_fn fn,
+                               void *arg, void (*free_arg)(void *), const zs_emu_dep *extra,
+                               void (*on_seq)(void *, uint64_t), void *on_seq_arg);
 /* Wait until item seq of st has completed. */
 void zs_emu_stream_wait(zs_emu_stream *st, uint64_t seq);
 /* Wait until all work enqueued so far on every stream of device dev has
@@ -89,6 +105,10 @@ void zs_emu_device_wait(int dev);
 void zs_emu_window_open(int dev);
 void zs_emu_window_close(int dev);
 void zs_emu_mem_init(void);
+/* Where [p, p + n) lies (emu_mem.c's allocation table); *dev gets the
+ * device of device memory, else -1. */
+enum { ZS_EMU_P_PAGEABLE, ZS_EMU_P_PINNED, ZS_EMU_P_DEVICE, ZS_EMU_P_BAD };
+int zs_emu_classify(const void *p, size_t n, int *dev);
 
 /* --- kernels (emu_kernel.cpp) --- */
 void zs_emu_kernel_init(void);

@@ -8,9 +8,9 @@
  * synchronisation) and runs only once those completed. Host functions of
  * all streams run on ONE host-function thread, one at a time.
  *
- * Does not: copy or allocate memory (emu_mem.c), run kernels
- * (emu_kernel.cpp), emulate graphs, stream capture or stream priorities
- * (priorities are recorded only).
+ * Does not: events (emu_event.c), copy or allocate memory (emu_mem.c,
+ * emu_copy.c), run kernels (emu_kernel.cpp), emulate graphs, stream capture
+ * or stream priorities (priorities are recorded only).
  */
 #define _GNU_SOURCE
 #include <cuda_runtime_api.h>
@@ -23,12 +23,6 @@
 #include "emu_core.h"
 
 #define STREAM_MAGIC 0x5a537472u
-#define EVENT_MAGIC  0x5a457674u
-
-typedef struct dep {
-    zs_emu_stream *st;
-    uint64_t seq;
-} dep;
 
 typedef struct work {
     struct work *next;
@@ -38,7 +32,7 @@ typedef struct work {
     void *arg;
     void (*free_arg)(void *);
     int ndeps;
-    dep deps[];
+    zs_emu_dep deps[];
 } work;
 
 enum { KIND_CREATED, KIND_LEGACY, KIND_PER_THREAD };
@@ -56,16 +50,6 @@ struct zs_emu_stream {
     zs_emu_stream *next_all;
 };
 
-typedef struct zs_emu_event {
-    uint32_t magic;
-    unsigned flags;
-    int device, destroyed;
-    zs_emu_stream *st; /* most recent record, NULL if never recorded */
-    uint64_t seq;
-    double time_ms; /* when the most recent record ran */
-    struct zs_emu_event *next_all;
-} zs_emu_event;
-
 typedef struct hostfn_req {
     struct hostfn_req *next;
     zs_emu_work_fn fn;
@@ -78,18 +62,10 @@ typedef struct hostfn_req {
 static pthread_mutex_t g_lock = PTHREAD_MUTEX_INITIALIZER;
 static pthread_cond_t g_cond = PTHREAD_COND_INITIALIZER;
 static zs_emu_stream *g_streams; /* all streams ever made; never freed */
-static zs_emu_event *g_events;   /* all events ever made; never freed */
 static zs_emu_stream *g_legacy[ZS_EMU_MAX_DEVICES];
 static _Thread_local zs_emu_stream *t_per_thread[ZS_EMU_MAX_DEVICES];
 static hostfn_req *g_hf_head, *g_hf_tail;
 static int g_hf_running;
-
-static double now_ms(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return ts.tv_sec * 1e3 + ts.tv_nsec / 1e6;
-}
 
 /* g_lock held. */
 static zs_emu_stream *stream_new(int device, int kind, unsigned flags, int priority)
@@ -278,11 +254,26 @@ static int has_pending(const zs_emu_stream *s)
     return s->enq_seq > s->done_seq;
 }
 
+void zs_emu_lock(void)
+{
+    pthread_mutex_lock(&g_lock);
+}
+
+void zs_emu_unlock(void)
+{
+    pthread_mutex_unlock(&g_lock);
+}
+
+uint64_t zs_emu_stream_done_seq(const zs_emu_stream *st)
+{
+    return st->done_seq;
+}
+
 /* on_seq (may be NULL) is called under g_lock with the item's seq before
  * the item can run: cudaEventRecord publishes the captured point there. */
-static uint64_t push_ex(zs_emu_stream *st, int flags, int extra_dev, zs_emu_work_fn fn, void *arg,
-                        void (*free_arg)(void *), const dep *extra,
-                        void (*on_seq)(void *, uint64_t), void *on_seq_arg)
+uint64_t zs_emu_stream_push_ex(zs_emu_stream *st, int flags, int extra_dev, zs_emu_work_fn fn,
+                               void *arg, void (*free_arg)(void *), const zs_emu_dep *extra,
+                               void (*on_seq)(void *, uint64_t), void *on_seq_arg)
 {
     if (zs_emu_sticky(st->device) != cudaSuccess) {
         if (free_arg)
@@ -293,7 +284,7 @@ static uint64_t push_ex(zs_emu_stream *st, int flags, int extra_dev, zs_emu_work
     int n = 0;
     for (zs_emu_stream *s = g_streams; s; s = s->next_all)
         n++;
-    work *w = calloc(1, sizeof *w + (size_t)(n + 1) * sizeof(dep));
+    work *w = calloc(1, sizeof *w + (size_t)(n + 1) * sizeof(zs_emu_dep));
     if (!w)
         zs_emu_fatal("stream", "out of host memory");
     /* CUDA Runtime API, 3. Stream synchronization behavior, "Legacy default
@@ -306,9 +297,9 @@ static uint64_t push_ex(zs_emu_stream *st, int flags, int extra_dev, zs_emu_work
         for (zs_emu_stream *s = g_streams; s; s = s->next_all)
             if (s != st && s->device == st->device && !(s->flags & cudaStreamNonBlocking) &&
                 has_pending(s))
-                w->deps[w->ndeps++] = (dep){s, s->enq_seq};
+                w->deps[w->ndeps++] = (zs_emu_dep){s, s->enq_seq};
     } else if (!(st->flags & cudaStreamNonBlocking) && leg && has_pending(leg)) {
-        w->deps[w->ndeps++] = (dep){leg, leg->enq_seq};
+        w->deps[w->ndeps++] = (zs_emu_dep){leg, leg->enq_seq};
     }
     if (extra && extra->st && extra->st != st)
         w->deps[w->ndeps++] = *extra;
@@ -344,9 +335,9 @@ static uint64_t push_ex(zs_emu_stream *st, int flags, int extra_dev, zs_emu_work
 }
 
 static uint64_t push(zs_emu_stream *st, int flags, int extra_dev, zs_emu_work_fn fn, void *arg,
-                     void (*free_arg)(void *), const dep *extra)
+                     void (*free_arg)(void *), const zs_emu_dep *extra)
 {
-    return push_ex(st, flags, extra_dev, fn, arg, free_arg, extra, NULL, NULL);
+    return zs_emu_stream_push_ex(st, flags, extra_dev, fn, arg, free_arg, extra, NULL, NULL);
 }
 
 uint64_t zs_emu_stream_push(zs_emu_stream *st, int flags, int extra_dev, zs_emu_work_fn fn,
@@ -534,209 +525,6 @@ cudaError_t cudaLaunchHostFunc(cudaStream_t stream, cudaHostFn_t fn, void *userD
     a->fn = fn;
     a->data = userData;
     if (!push(st, ZS_EMU_WORK_HOSTFN, -1, call_hostfn, a, free, NULL))
-        return zs_emu_ret(zs_emu_sticky(st->device));
-    return cudaSuccess;
-}
-
-/* ---- Events (CUDA Runtime API, 6.6 Event Management) ---- */
-
-static zs_emu_event *event_get(cudaEvent_t e)
-{
-    zs_emu_event *r = NULL;
-    pthread_mutex_lock(&g_lock);
-    for (zs_emu_event *x = g_events; x; x = x->next_all)
-        if (x == (zs_emu_event *)e && x->magic == EVENT_MAGIC && !x->destroyed)
-            r = x;
-    pthread_mutex_unlock(&g_lock);
-    return r;
-}
-
-cudaError_t cudaEventCreateWithFlags(cudaEvent_t *event, unsigned int flags)
-{
-    zs_emu_api_enter("cudaEventCreateWithFlags");
-    unsigned ok = cudaEventBlockingSync | cudaEventDisableTiming | cudaEventInterprocess;
-    if (!event || (flags & ~ok))
-        return zs_emu_ret(cudaErrorInvalidValue);
-    /* cudaEventCreateWithFlags: cudaEventInterprocess requires
-     * cudaEventDisableTiming. */
-    if ((flags & cudaEventInterprocess) && !(flags & cudaEventDisableTiming))
-        return zs_emu_ret(cudaErrorInvalidValue);
-    pthread_mutex_lock(&g_lock);
-    zs_emu_event *ev = NULL;
-    /* Reuse a destroyed event whose last record has completed: destroying
-     * an event with pending work releases it once that work is done
-     * (cudaEventDestroy). */
-    for (zs_emu_event *x = g_events; x; x = x->next_all)
-        if (x->destroyed && (!x->st || x->st->done_seq >= x->seq)) {
-            ev = x;
-            break;
-        }
-    if (!ev) {
-        ev = calloc(1, sizeof *ev);
-        if (!ev) {
-            pthread_mutex_unlock(&g_lock);
-            return zs_emu_ret(cudaErrorMemoryAllocation);
-        }
-        ev->next_all = g_events;
-        g_events = ev;
-    }
-    ev->magic = EVENT_MAGIC;
-    ev->flags = flags;
-    ev->device = zs_emu_current_device();
-    ev->destroyed = 0;
-    ev->st = NULL;
-    ev->seq = 0;
-    pthread_mutex_unlock(&g_lock);
-    *event = (cudaEvent_t)ev;
-    return cudaSuccess;
-}
-
-cudaError_t cudaEventCreate(cudaEvent_t *event)
-{
-    return cudaEventCreateWithFlags(event, cudaEventDefault);
-}
-
-cudaError_t cudaEventDestroy(cudaEvent_t event)
-{
-    zs_emu_api_enter("cudaEventDestroy");
-    zs_emu_event *ev = event_get(event);
-    if (!ev)
-        return zs_emu_ret(cudaErrorInvalidResourceHandle);
-    pthread_mutex_lock(&g_lock);
-    ev->destroyed = 1;
-    pthread_mutex_unlock(&g_lock);
-    return cudaSuccess;
-}
-
-typedef struct record_arg {
-    zs_emu_event *ev;
-    zs_emu_stream *st;
-    uint64_t seq;
-} record_arg;
-
-static cudaError_t record_ran(void *p)
-{
-    record_arg *r = p;
-    pthread_mutex_lock(&g_lock);
-    /* Only the most recent record sets the time (re-recording overwrites
-     * the captured state: cudaEventRecord). */
-    if (r->ev->st == r->st && r->ev->seq == r->seq)
-        r->ev->time_ms = now_ms();
-    pthread_mutex_unlock(&g_lock);
-    return cudaSuccess;
-}
-
-/* g_lock held, before the record item can run or be freed. */
-static void record_publish(void *p, uint64_t seq)
-{
-    record_arg *r = p;
-    r->seq = seq;
-    r->ev->st = r->st;
-    r->ev->seq = seq;
-}
-
-/* cudaEventRecord: "Captures in event the contents of stream at the time of
- * this call." It "can be called multiple times on the same event and will
- * overwrite the previously captured state. Other APIs such as
- * cudaStreamWaitEvent() use the most recently captured state at the time of
- * the API call, and are not affected by later calls to cudaEventRecord()."
- * Event and stream must belong to the same device. */
-cudaError_t cudaEventRecord(cudaEvent_t event, cudaStream_t stream)
-{
-    zs_emu_api_enter("cudaEventRecord");
-    zs_emu_event *ev = event_get(event);
-    zs_emu_stream *st = zs_emu_stream_get(stream);
-    if (!ev || !st || ev->device != st->device)
-        return zs_emu_ret(cudaErrorInvalidResourceHandle);
-    record_arg *r = malloc(sizeof *r);
-    if (!r)
-        return zs_emu_ret(cudaErrorMemoryAllocation);
-    r->ev = ev;
-    r->st = st;
-    if (!push_ex(st, 0, -1, record_ran, r, free, NULL, record_publish, r))
-        return zs_emu_ret(zs_emu_sticky(st->device));
-    return cudaSuccess;
-}
-
-cudaError_t cudaEventRecordWithFlags(cudaEvent_t event, cudaStream_t stream, unsigned int flags)
-{
-    if (flags)
-        return zs_emu_ret(cudaErrorInvalidValue);
-    return cudaEventRecord(event, stream);
-}
-
-/* cudaEventQuery: cudaSuccess if all work captured by the most recent
- * cudaEventRecord has completed (or if the event was never recorded),
- * cudaErrorNotReady if not. As with cudaStreamQuery, "not ready" is also
- * recorded as the thread's last error (hostile reading). */
-cudaError_t cudaEventQuery(cudaEvent_t event)
-{
-    zs_emu_api_enter("cudaEventQuery");
-    zs_emu_event *ev = event_get(event);
-    if (!ev)
-        return zs_emu_ret(cudaErrorInvalidResourceHandle);
-    cudaError_t e = zs_emu_sticky(ev->device);
-    if (e != cudaSuccess)
-        return zs_emu_ret(e);
-    pthread_mutex_lock(&g_lock);
-    int busy = ev->st && ev->st->done_seq < ev->seq;
-    pthread_mutex_unlock(&g_lock);
-    return busy ? zs_emu_ret(cudaErrorNotReady) : cudaSuccess;
-}
-
-cudaError_t cudaEventSynchronize(cudaEvent_t event)
-{
-    zs_emu_api_enter("cudaEventSynchronize");
-    zs_emu_event *ev = event_get(event);
-    if (!ev)
-        return zs_emu_ret(cudaErrorInvalidResourceHandle);
-    pthread_mutex_lock(&g_lock);
-    zs_emu_stream *st = ev->st;
-    uint64_t seq = ev->seq;
-    pthread_mutex_unlock(&g_lock);
-    if (st)
-        zs_emu_stream_wait(st, seq);
-    return zs_emu_ret(zs_emu_sticky(ev->device));
-}
-
-/* cudaEventElapsedTime: both events recorded and completed, neither
- * created with cudaEventDisableTiming. Wall-clock time of the emulator:
- * meaningless as a GPU timing. */
-cudaError_t cudaEventElapsedTime(float *ms, cudaEvent_t start, cudaEvent_t end)
-{
-    zs_emu_api_enter("cudaEventElapsedTime");
-    zs_emu_event *a = event_get(start), *b = event_get(end);
-    if (!ms)
-        return zs_emu_ret(cudaErrorInvalidValue);
-    if (!a || !b || !a->st || !b->st || ((a->flags | b->flags) & cudaEventDisableTiming))
-        return zs_emu_ret(cudaErrorInvalidResourceHandle);
-    pthread_mutex_lock(&g_lock);
-    int busy = a->st->done_seq < a->seq || b->st->done_seq < b->seq;
-    float v = (float)(b->time_ms - a->time_ms);
-    pthread_mutex_unlock(&g_lock);
-    if (busy)
-        return zs_emu_ret(cudaErrorNotReady);
-    *ms = v;
-    return cudaSuccess;
-}
-
-/* cudaStreamWaitEvent: "Makes all future work submitted to stream wait for
- * all work captured in event", using the state captured at the time of
- * this call; an event never recorded makes it a no-op. The event may belong
- * to another device. */
-cudaError_t cudaStreamWaitEvent(cudaStream_t stream, cudaEvent_t event, unsigned int flags)
-{
-    zs_emu_api_enter("cudaStreamWaitEvent");
-    zs_emu_stream *st = zs_emu_stream_get(stream);
-    zs_emu_event *ev = event_get(event);
-    if (!st || !ev)
-        return zs_emu_ret(cudaErrorInvalidResourceHandle);
-    if (flags & ~(unsigned)cudaEventWaitExternal)
-        return zs_emu_ret(cudaErrorInvalidValue);
-    pthread_mutex_lock(&g_lock);
-    dep d = {ev->st, ev->seq};
-    pthread_mutex_unlock(&g_lock);
-    if (!push(st, 0, -1, NULL, NULL, NULL, d.st ? &d : NULL))
         return zs_emu_ret(zs_emu_sticky(st->device));
     return cudaSuccess;
 }
