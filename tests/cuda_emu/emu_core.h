@@ -1,7 +1,8 @@
 /*
  * emu_core.h - private declarations shared by the emulator's runtime files
- * (emu_runtime.c, emu_stream.c, emu_mem.c, emu_kernel.cpp). Not for the
- * libraries built on the runtime: they use emu_internal.h only.
+ * (emu_runtime.c, emu_stream.c, emu_event.c, emu_mem.c, emu_copy.c,
+ * emu_launch.cpp, emu_fiber.cpp). Not for the libraries built on the
+ * runtime: they use emu_internal.h only.
  *
  * What is here: the API entry guard, the thread's last error, sticky
  * context errors, the stream/work-item plumbing, the device-memory access
@@ -110,7 +111,7 @@ void zs_emu_mem_init(void);
 enum { ZS_EMU_P_PAGEABLE, ZS_EMU_P_PINNED, ZS_EMU_P_DEVICE, ZS_EMU_P_BAD };
 int zs_emu_classify(const void *p, size_t n, int *dev);
 
-/* --- kernels (emu_kernel.cpp) --- */
+/* --- kernels (emu_launch.cpp, emu_fiber.cpp) --- */
 void zs_emu_kernel_init(void);
 /* If addr is in a guard page of this thread's kernel state (a fiber
  * stack overflow, an overrun of dynamic shared memory), write the

@@ -4,7 +4,7 @@
  * sticky context errors, the API entry guard and zs_emu_fatal.
  *
  * Does not do streams (emu_stream.c), memory (emu_mem.c) or kernels
- * (emu_kernel.cpp). Names and strings of errors are in emu_errors.c.
+ * (emu_launch.cpp, emu_fiber.cpp). Names and strings of errors are in emu_errors.c.
  */
 #define _GNU_SOURCE
 #include <cuda_runtime_api.h>

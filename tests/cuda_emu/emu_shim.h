@@ -60,7 +60,7 @@
 #define ZS_EMU_SHARED_NOTE(name)                                                                   \
     [[maybe_unused]] const int zs_emu_sn_##name = zs_emu_shared_note(&(name), sizeof(name))
 
-/* ---- Runtime side, implemented in emu_kernel.cpp ---- */
+/* ---- Runtime side, implemented in emu_fiber.cpp and emu_launch.cpp ---- */
 struct zs_emu_tview {
     uint3 tid;     /* threadIdx */
     unsigned lane; /* linear index % 32 */

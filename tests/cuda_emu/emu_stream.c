@@ -9,7 +9,7 @@
  * all streams run on ONE host-function thread, one at a time.
  *
  * Does not: events (emu_event.c), copy or allocate memory (emu_mem.c,
- * emu_copy.c), run kernels (emu_kernel.cpp), emulate graphs, stream capture
+ * emu_copy.c), run kernels (emu_launch.cpp, emu_fiber.cpp), emulate graphs, stream capture
  * or stream priorities (priorities are recorded only).
  */
 #define _GNU_SOURCE

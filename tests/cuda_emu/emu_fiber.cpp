@@ -1,67 +1,28 @@
 /*
- * emu_kernel.cpp - kernel execution for the CUDA emulator: the launch
- * (validation, enqueue), fibers, the per-block scheduler, barriers, warp
- * shuffles and votes, shared-memory poisoning.
+ * emu_fiber.cpp - fibers and the per-block scheduler of the CUDA emulator
+ * (tests/cuda_emu/): the x86-64 context switch, pooled fiber stacks with
+ * guard pages (annotated for ASan), rounds in schedule order, barriers,
+ * warp shuffles and votes, shared-memory poisoning notes, and the
+ * diagnostics for undefined behaviour of barriers and warp operations.
  *
- * A launch becomes one work item on its stream. The executor thread runs
- * the grid's blocks one after another in schedule order; each block's
- * threads are fibers on that thread (so thread_local storage is
- * block-shared). A fiber runs until it blocks at a barrier or warp
- * operation, or returns; when all have stopped, the scheduler resolves the
- * barriers and warp operations that are complete and starts the next round
- * in schedule order (ZS_EMU_SCHEDULE=forward|reverse|random[:SEED]).
- * Undefined behaviour of barriers and warp operations is a zs_emu_fatal
- * naming the kernel and file:line.
+ * A block's threads are fibers on the executor thread that runs the launch
+ * (so thread_local storage is block-shared). A fiber runs until it blocks
+ * at a barrier or warp operation, or returns; when all have stopped, the
+ * scheduler resolves the barriers and warp operations that are complete
+ * and starts the next round.
  *
- * Does not: run blocks of one launch concurrently, model warps executing
- * in lock step (threads of a warp interleave only at warp operations and
- * barriers, which is one legal schedule under independent thread
- * scheduling), cooperative launches, cudaFuncSetAttribute.
+ * Does not: launch, validate or order blocks (emu_launch.cpp), model warps
+ * executing in lock step (threads of a warp interleave only at warp
+ * operations and barriers, one legal schedule under independent thread
+ * scheduling), cooperative groups.
  */
-#include <cuda_runtime_api.h>
+#include "emu_fiber.h"
 
-#include <cstdarg>
-#include <cstdio>
-#include <cstdlib>
-#include <cstring>
-#include <new>
-#include <sys/mman.h>
-#include <unistd.h>
-#include <vector>
-
-#include "emu_core.h"
-
-#if !defined(__x86_64__)
-#error "emu_kernel.cpp: the fiber switch is written for x86-64"
-#endif
-
-#if ZS_EMU_PROTECT == 0
-#include <sanitizer/asan_interface.h>
-#define ZS_ASAN 1
-#else
-#define ZS_ASAN 0
-#endif
-
-/* The kernel-side interface; emu_shim.h declares the same. */
-struct zs_emu_tview {
-    uint3 tid;
-    unsigned lane;
-};
-extern "C" {
-void zs_emu_syncthreads(const char *file, int line);
-int zs_emu_syncthreads_op(int op, int pred, const char *file, int line);
-void zs_emu_syncwarp(unsigned mask, const char *file, int line);
-uint64_t zs_emu_warp_op(int op, unsigned mask, uint64_t bits, int arg, int width, const char *file,
-                        int line);
-void *zs_emu_dyn_shared(void);
-int zs_emu_shared_note(void *p, size_t n);
-cudaError_t zs_emu_launch(const char *name, const char *file, int line, dim3 grid, dim3 block,
-                          size_t shmem, cudaStream_t s, void (*run)(void *), void *closure,
-                          void (*free_closure)(void *));
-}
 __thread zs_emu_tview *zs_emu_tv;
 __thread uint3 zs_emu_bid, zs_emu_bdim, zs_emu_gdim;
 
+/* ---- The context switch: callee-saved registers, MXCSR and the x87
+ * control word (System V AMD64 ABI: those are preserved across calls). */
 /* ---- The context switch: callee-saved registers, MXCSR and the x87
  * control word (System V AMD64 ABI: those are preserved across calls). */
 extern "C" void zs_emu_ctx_switch(void **save_sp, void *new_sp);
@@ -104,69 +65,19 @@ zs_emu_fiber_tramp:
 .text
 )");
 
-namespace
+namespace zs_emu
 {
 
-enum { F_RUN, F_BAR, F_WARP, F_DONE };
-const char *const warp_op_name[] = {"__syncwarp",       "__shfl_sync",     "__shfl_up_sync",
-                                    "__shfl_down_sync", "__shfl_xor_sync", "__ballot_sync"};
-/* Same values as emu_shim.h's ZS_EMU_W_* and ZS_EMU_BAR_*. */
-enum { W_SYNC, W_IDX, W_UP, W_DOWN, W_XOR, W_BALLOT };
-enum { ZS_BAR_PLAIN, ZS_BAR_COUNT, ZS_BAR_AND, ZS_BAR_OR };
-const char *const bar_name[] = {"__syncthreads", "__syncthreads_count", "__syncthreads_and",
-                                "__syncthreads_or"};
-
-struct launch {
-    const char *name, *file;
-    int line;
-    uint3 grid, block;
-    size_t shmem;
-    void (*run)(void *);
-    void *closure;
-    void (*free_closure)(void *);
-    uint64_t seed;
-};
-
-struct fiber {
-    zs_emu_tview tv;
-    unsigned idx;
-    void *sp;
-    char *map;
-    size_t map_len;
-    int state;
-    const char *file;
-    int line;
-    int op;        /* barrier kind or warp op */
-    unsigned mask; /* warp op */
-    uint64_t val, result;
-    int arg, width;
-    void *asan_fake;
-};
-
-/* Per executor thread. */
-struct sched {
-    void *sp; /* the scheduler's saved context */
-    std::vector<fiber *> pool;
-    const launch *L;
-    unsigned nthreads;
-    unsigned char *dyn;     /* this launch's dynamic shared memory */
-    unsigned char *dyn_map; /* protected build: mapping, guard page last */
-    size_t dyn_map_len;
-    uint64_t epoch; /* block counter, for shared-memory poisoning */
-    const void *main_bottom;
-    size_t main_size;
-    void *main_fake;
-    /* shared-variable notes: address -> epoch of last poisoning */
-    std::vector<std::pair<void *, uint64_t>> notes;
-};
-
 thread_local sched *t_s;
-__thread fiber *t_cur;
-
-int g_schedule; /* 0 forward, 1 reverse, 2 random */
+int g_schedule;
 uint64_t g_seed = 1;
 uint64_t g_launches;
 size_t g_stack;
+
+namespace
+{
+__thread fiber *t_cur;
+} // namespace
 
 uint64_t rng_next(uint64_t *s)
 {
@@ -189,9 +100,9 @@ void order(std::vector<unsigned> &o, unsigned n, uint64_t *rng)
         }
 }
 
-[[noreturn]] void kfatal(const launch *L, const char *file, int line, const char *fmt, ...)
+[[noreturn]] static void kfatal(const launch *L, const char *file, int line, const char *fmt, ...)
     __attribute__((format(printf, 4, 5)));
-void kfatal(const launch *L, const char *file, int line, const char *fmt, ...)
+static void kfatal(const launch *L, const char *file, int line, const char *fmt, ...)
 {
     char where[512], msg[768];
     snprintf(where, sizeof where, "kernel %s (launched at %s:%d), %s:%d", L->name, L->file, L->line,
@@ -475,69 +386,6 @@ void run_block(const launch *L, uint3 bid, uint64_t *rng, std::vector<unsigned> 
     }
 }
 
-cudaError_t run_grid(void *p)
-{
-    launch *L = (launch *)p;
-    if (!t_s)
-        t_s = new sched();
-    sched *s = t_s;
-    s->L = L;
-    zs_emu_bdim = L->block;
-    zs_emu_gdim = L->grid;
-#if ZS_ASAN
-    /* Exactly the launch's bytes, so an overrun of dynamic shared memory
-     * is a heap-buffer-overflow report. */
-    free(s->dyn);
-    s->dyn = (unsigned char *)malloc(L->shmem ? L->shmem : 1);
-#else
-    /* The buffer ends (16-byte aligned) at a guard page, so an overrun
-     * faults and the SIGSEGV handler names it. */
-    size_t pg = (size_t)sysconf(_SC_PAGESIZE), want = (L->shmem + pg - 1) / pg * pg + pg;
-    if (want > s->dyn_map_len) {
-        if (s->dyn_map)
-            munmap(s->dyn_map, s->dyn_map_len);
-        s->dyn_map = (unsigned char *)mmap(nullptr, want, PROT_READ | PROT_WRITE,
-                                           MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
-        if (s->dyn_map == MAP_FAILED)
-            zs_emu_fatal("kernel launch", "cannot map dynamic shared memory");
-        s->dyn_map_len = want;
-        mprotect(s->dyn_map + want - pg, pg, PROT_NONE);
-    }
-    s->dyn = s->dyn_map + s->dyn_map_len - pg - (L->shmem + 15) / 16 * 16;
-#endif
-    uint64_t rng = L->seed;
-    uint64_t nb = (uint64_t)L->grid.x * L->grid.y * L->grid.z;
-    std::vector<unsigned> ord;
-    /* Block order: the schedule's, as a permutation of all blocks when the
-     * grid is small enough to hold one; large random grids shuffle within
-     * windows of 65536 blocks. The Programming Guide (Thread Hierarchy):
-     * blocks "must be able to execute in any order". */
-    std::vector<unsigned> bord;
-    for (uint64_t b0 = 0; b0 < nb; b0 += 65536) {
-        unsigned wn = (unsigned)(nb - b0 < 65536 ? nb - b0 : 65536);
-        order(bord, wn, &rng);
-        for (unsigned k = 0; k < wn; k++) {
-            uint64_t b = g_schedule == 0   ? b0 + k
-                         : g_schedule == 1 ? nb - 1 - (b0 + k)
-                                           : b0 + bord[k];
-            uint3 bid;
-            bid.x = (unsigned)(b % L->grid.x);
-            bid.y = (unsigned)(b / L->grid.x % L->grid.y);
-            bid.z = (unsigned)(b / ((uint64_t)L->grid.x * L->grid.y));
-            run_block(L, bid, &rng, ord);
-        }
-    }
-    s->L = nullptr;
-    return cudaSuccess;
-}
-
-void free_launch(void *p)
-{
-    launch *L = (launch *)p;
-    L->free_closure(L->closure);
-    delete L;
-}
-
 fiber *self(const char *what, const char *file, int line)
 {
     fiber *f = t_cur;
@@ -549,33 +397,11 @@ fiber *self(const char *what, const char *file, int line)
     return f;
 }
 
-} // namespace
+} // namespace zs_emu
+
+using namespace zs_emu;
 
 extern "C" {
-
-void zs_emu_kernel_init(void)
-{
-    const char *s = getenv("ZS_EMU_SCHEDULE");
-    if (s && *s) {
-        if (!strcmp(s, "forward"))
-            g_schedule = 0;
-        else if (!strcmp(s, "reverse"))
-            g_schedule = 1;
-        else if (!strncmp(s, "random", 6) && (s[6] == 0 || s[6] == ':')) {
-            g_schedule = 2;
-            if (s[6] == ':')
-                g_seed = strtoull(s + 7, nullptr, 10);
-        } else
-            zs_emu_fatal("environment",
-                         "ZS_EMU_SCHEDULE=%s: want forward, reverse or "
-                         "random[:SEED]",
-                         s);
-    }
-    const char *k = getenv("ZS_EMU_STACK_KB");
-    g_stack = (size_t)(k && *k ? atol(k) : (ZS_ASAN ? 512 : 256)) << 10;
-    if (g_stack < (64u << 10))
-        g_stack = 64u << 10;
-}
 
 int zs_emu_kernel_fault(const void *addr, char *msg, size_t n)
 {
@@ -671,11 +497,6 @@ void zs_emu_syncwarp(unsigned mask, const char *file, int line)
     zs_emu_warp_op(W_SYNC, mask, 0, 0, 32, file, line);
 }
 
-void *zs_emu_dyn_shared(void)
-{
-    return t_s ? t_s->dyn : nullptr;
-}
-
 int zs_emu_shared_note(void *p, size_t n)
 {
     sched *s = t_s;
@@ -700,46 +521,5 @@ int zs_emu_shared_note(void *p, size_t n)
  * "Technical Specifications per Compute Capability"). An invalid
  * configuration launches nothing and is reported, as on a GPU, only
  * through the thread's last error (cudaGetLastError). */
-cudaError_t zs_emu_launch(const char *name, const char *file, int line, dim3 grid, dim3 block,
-                          size_t shmem, cudaStream_t s, void (*run)(void *), void *closure,
-                          void (*free_closure)(void *))
-{
-    zs_emu_api_enter("kernel launch");
-    cudaError_t e = cudaSuccess;
-    uint64_t threads = (uint64_t)block.x * block.y * block.z;
-    if (!grid.x || !grid.y || !grid.z || !block.x || !block.y || !block.z || threads > 1024 ||
-        block.x > 1024 || block.y > 1024 || block.z > 64 || grid.x > 0x7fffffffu ||
-        grid.y > 65535 || grid.z > 65535 || shmem > (48u << 10))
-        e = cudaErrorInvalidConfiguration;
-    zs_emu_stream *st = nullptr;
-    if (e == cudaSuccess) {
-        st = zs_emu_stream_get(s);
-        /* "A kernel launch will fail if it is issued to a stream that is
-         * not associated to the current device" (CUDA C++ Programming
-         * Guide, Multi-Device System, Stream and Event Behavior). */
-        if (!st || zs_emu_stream_device(st) != zs_emu_current_device())
-            e = cudaErrorInvalidResourceHandle;
-    }
-    if (e == cudaSuccess)
-        e = zs_emu_sticky(zs_emu_stream_device(st));
-    if (e != cudaSuccess) {
-        free_closure(closure);
-        return zs_emu_ret(e);
-    }
-    launch *L = new launch();
-    L->name = name;
-    L->file = file;
-    L->line = line;
-    L->grid = {grid.x, grid.y, grid.z};
-    L->block = {block.x, block.y, block.z};
-    L->shmem = shmem;
-    L->run = run;
-    L->closure = closure;
-    L->free_closure = free_closure;
-    L->seed = g_seed * 0x9e3779b97f4a7c15ull + __atomic_fetch_add(&g_launches, 1, __ATOMIC_RELAXED);
-    if (!zs_emu_stream_push(st, ZS_EMU_WORK_DEVICE, -1, run_grid, L, free_launch))
-        return zs_emu_ret(zs_emu_sticky(zs_emu_stream_device(st)));
-    return cudaSuccess;
-}
 
 } // extern "C"
