@@ -261,7 +261,8 @@ static void test_not_ready(void)
 
 static void test_legacy(void)
 {
-    printf("legacy stream: waits for blocking streams, not for non-blocking ones\n");
+    printf("legacy stream: waits for blocking streams (and the per-thread stream), not for "
+           "non-blocking ones\n");
     cudaStream_t blk, nb;
     cudaEvent_t ev;
     atomic_int f1, f2;
@@ -281,6 +282,12 @@ static void test_legacy(void)
     EMU_CUDA(cudaEventRecord(ev, blk));
     EMU_CUDA(cudaEventSynchronize(ev));
     EMU_CHECK(atomic_load(&f1) == 1, "blocking stream ran before earlier legacy work");
+    /* The per-thread default stream is a blocking stream too (3. Stream
+     * synchronization behavior). */
+    enqueue_slow(cudaStreamPerThread, 100, &f1);
+    EMU_CUDA(cudaEventRecord(ev, 0));
+    EMU_CUDA(cudaEventSynchronize(ev));
+    EMU_CHECK(atomic_load(&f1) == 1, "legacy work ran before the per-thread stream's work");
     EMU_CUDA(cudaDeviceSynchronize());
     EMU_CHECK(atomic_load(&f2) == 1, "device synchronize waits for all streams");
     EMU_CUDA(cudaEventDestroy(ev));
