@@ -197,15 +197,29 @@ static void *executor(void *p)
     if (ss.ss_sp)
         sigaltstack(&ss, NULL);
 #endif
+    /* held: this executor holds its device's memory window open. It stays
+     * open across back-to-back ready work (the device is busy; each
+     * open/close is an mprotect of every allocation), and closes as soon as
+     * the stream goes idle, waits on another stream, or reaches a host
+     * function, so host code is caught again. */
+    int held = 0;
     pthread_mutex_lock(&g_lock);
     for (;;) {
-        while (!st->head && !st->destroyed)
-            pthread_cond_wait(&g_cond, &g_lock);
-        if (!st->head)
-            break;
         work *w = st->head;
-        while (!deps_done(w))
+        int ready = w && deps_done(w);
+        if (held && !(ready && !(w->flags & ZS_EMU_WORK_HOSTFN))) {
+            pthread_mutex_unlock(&g_lock);
+            zs_emu_window_close(st->device);
+            held = 0;
+            pthread_mutex_lock(&g_lock);
+            continue;
+        }
+        if (!w && st->destroyed)
+            break;
+        if (!ready) {
             pthread_cond_wait(&g_cond, &g_lock);
+            continue;
+        }
         pthread_mutex_unlock(&g_lock);
         if (w->fn) {
             if (w->flags & ZS_EMU_WORK_HOSTFN) {
@@ -214,21 +228,30 @@ static void *executor(void *p)
                 /* A corrupted context runs no further work (CUDA C++
                  * Programming Guide, Error Checking: sticky errors). */
                 int dv = (w->flags & ZS_EMU_WORK_DEVICE) != 0;
-                if (dv)
+                if (dv && !held) {
                     zs_emu_window_open(st->device);
+                    held = 1;
+                }
                 if (dv && w->extra_dev >= 0 && w->extra_dev != st->device)
                     zs_emu_window_open(w->extra_dev);
                 cudaError_t e = w->fn(w->arg);
                 if (dv && w->extra_dev >= 0 && w->extra_dev != st->device)
                     zs_emu_window_close(w->extra_dev);
-                if (dv)
-                    zs_emu_window_close(st->device);
                 zs_emu_set_sticky(st->device, e);
             }
         }
         if (w->free_arg)
             w->free_arg(w->arg);
         pthread_mutex_lock(&g_lock);
+        /* Close the window before the item counts as done: a host thread
+         * synchronising on it must find the memory protected again. */
+        work *nx = w->next;
+        if (held && !(nx && deps_done(nx) && !(nx->flags & ZS_EMU_WORK_HOSTFN))) {
+            pthread_mutex_unlock(&g_lock);
+            zs_emu_window_close(st->device);
+            held = 0;
+            pthread_mutex_lock(&g_lock);
+        }
         st->head = w->next;
         if (!st->head)
             st->tail = NULL;
