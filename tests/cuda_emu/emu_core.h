@@ -38,6 +38,8 @@ extern "C" {
 #endif
 
 #define ZS_EMU_MAX_DEVICES 16
+/* sm_90's cudaDevAttrMaxSharedMemoryPerBlockOptin: 227 KiB. */
+#define ZS_EMU_SMEM_OPTIN (227 << 10)
 /* Poison byte for uninitialised or freed device memory and shared memory:
  * 0xFF bytes are NaN in fp32/fp16/bf16/fp64 and -1 in integers. */
 #define ZS_EMU_POISON 0xFF

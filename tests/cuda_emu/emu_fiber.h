@@ -42,9 +42,9 @@ uint64_t zs_emu_warp_op(int op, unsigned mask, uint64_t bits, int arg, int width
                         int line);
 void *zs_emu_dyn_shared(void);
 int zs_emu_shared_note(void *p, size_t n);
-cudaError_t zs_emu_launch(const char *name, const char *file, int line, dim3 grid, dim3 block,
-                          size_t shmem, cudaStream_t s, void (*run)(void *), void *closure,
-                          void (*free_closure)(void *));
+cudaError_t zs_emu_launch(const void *func, const char *name, const char *file, int line, dim3 grid,
+                          dim3 block, size_t shmem, cudaStream_t s, void (*run)(void *),
+                          void *closure, void (*free_closure)(void *));
 }
 
 /* The built-in variables of the running fiber (emu_shim.h's threadIdx,

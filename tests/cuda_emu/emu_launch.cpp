@@ -11,6 +11,27 @@
 namespace zs_emu
 {
 
+namespace
+{
+pthread_mutex_t g_attr_lock = PTHREAD_MUTEX_INITIALIZER;
+/* cudaFuncSetAttribute's dynamic shared memory limits, per kernel. */
+std::vector<std::pair<const void *, int>> g_attrs;
+
+/* 48 KiB unless raised by cudaFuncSetAttribute (Programming Guide,
+ * Shared Memory: allocations above 48 KB per block need an explicit
+ * opt-in). */
+size_t max_dyn_shared(const void *func)
+{
+    size_t r = 48u << 10;
+    pthread_mutex_lock(&g_attr_lock);
+    for (auto &a : g_attrs)
+        if (a.first == func)
+            r = (size_t)a.second;
+    pthread_mutex_unlock(&g_attr_lock);
+    return r;
+}
+} // namespace
+
 cudaError_t run_grid(void *p)
 {
     launch *L = (launch *)p;
@@ -104,21 +125,49 @@ void zs_emu_kernel_init(void)
         g_stack = 64u << 10;
 }
 
+/* CUDA Runtime API, 6.8 Execution Control, cudaFuncSetAttribute:
+ * cudaFuncAttributeMaxDynamicSharedMemorySize may raise a kernel's dynamic
+ * shared memory up to cudaDevAttrMaxSharedMemoryPerBlockOptin (227 KiB on
+ * sm_90; the emulator does not know a kernel's static shared memory, so it
+ * does not subtract it). The carveout is a hint: accepted and ignored.
+ * Other attributes are not emulated: cudaErrorInvalidValue. */
+cudaError_t cudaFuncSetAttribute(const void *func, enum cudaFuncAttribute attr, int value)
+{
+    zs_emu_api_enter("cudaFuncSetAttribute");
+    if (!func)
+        return zs_emu_ret(cudaErrorInvalidDeviceFunction);
+    if (attr == cudaFuncAttributePreferredSharedMemoryCarveout)
+        return value >= -1 && value <= 100 ? cudaSuccess : zs_emu_ret(cudaErrorInvalidValue);
+    if (attr != cudaFuncAttributeMaxDynamicSharedMemorySize || value < 0 ||
+        value > ZS_EMU_SMEM_OPTIN)
+        return zs_emu_ret(cudaErrorInvalidValue);
+    pthread_mutex_lock(&g_attr_lock);
+    for (auto &a : g_attrs)
+        if (a.first == func) {
+            a.second = value;
+            pthread_mutex_unlock(&g_attr_lock);
+            return cudaSuccess;
+        }
+    g_attrs.emplace_back(func, value);
+    pthread_mutex_unlock(&g_attr_lock);
+    return cudaSuccess;
+}
+
 void *zs_emu_dyn_shared(void)
 {
     return t_s ? t_s->dyn : nullptr;
 }
 
-cudaError_t zs_emu_launch(const char *name, const char *file, int line, dim3 grid, dim3 block,
-                          size_t shmem, cudaStream_t s, void (*run)(void *), void *closure,
-                          void (*free_closure)(void *))
+cudaError_t zs_emu_launch(const void *func, const char *name, const char *file, int line, dim3 grid,
+                          dim3 block, size_t shmem, cudaStream_t s, void (*run)(void *),
+                          void *closure, void (*free_closure)(void *))
 {
     zs_emu_api_enter("kernel launch");
     cudaError_t e = cudaSuccess;
     uint64_t threads = (uint64_t)block.x * block.y * block.z;
     if (!grid.x || !grid.y || !grid.z || !block.x || !block.y || !block.z || threads > 1024 ||
         block.x > 1024 || block.y > 1024 || block.z > 64 || grid.x > 0x7fffffffu ||
-        grid.y > 65535 || grid.z > 65535 || shmem > (48u << 10))
+        grid.y > 65535 || grid.z > 65535 || shmem > max_dyn_shared(func))
         e = cudaErrorInvalidConfiguration;
     zs_emu_stream *st = nullptr;
     if (e == cudaSuccess) {

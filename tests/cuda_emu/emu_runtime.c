@@ -233,7 +233,7 @@ cudaError_t cudaGetDeviceProperties(struct cudaDeviceProp *prop, int device)
         prop->uuid.bytes[i] = (char)(0x5a ^ (i * 17) ^ phys);
     prop->totalGlobalMem = g_mem_limit;
     prop->sharedMemPerBlock = 48 << 10;
-    prop->sharedMemPerBlockOptin = 48 << 10; /* no cudaFuncSetAttribute */
+    prop->sharedMemPerBlockOptin = ZS_EMU_SMEM_OPTIN; /* via cudaFuncSetAttribute */
     prop->sharedMemPerMultiprocessor = 228 << 10;
     prop->regsPerBlock = 65536;
     prop->regsPerMultiprocessor = 65536;

@@ -76,9 +76,9 @@ uint64_t zs_emu_warp_op(int op, unsigned mask, uint64_t bits, int arg, int width
                         int line);
 void *zs_emu_dyn_shared(void);
 int zs_emu_shared_note(void *p, size_t n);
-cudaError_t zs_emu_launch(const char *name, const char *file, int line, dim3 grid, dim3 block,
-                          size_t shmem, cudaStream_t s, void (*run)(void *), void *closure,
-                          void (*free_closure)(void *));
+cudaError_t zs_emu_launch(const void *func, const char *name, const char *file, int line, dim3 grid,
+                          dim3 block, size_t shmem, cudaStream_t s, void (*run)(void *),
+                          void *closure, void (*free_closure)(void *));
 }
 
 /* ---- Built-in variables (CUDA C++ Programming Guide, Built-in
@@ -551,8 +551,8 @@ template <class... P> struct zs_emu_launcher {
     void operator()(P... args) const
     {
         auto *c = new zs_emu_closure<P...>{k, std::tuple<typename std::decay<P>::type...>(args...)};
-        zs_emu_launch(name, file, line, grid, block, shmem, s, zs_emu_closure_run<P...>, c,
-                      zs_emu_closure_free<P...>);
+        zs_emu_launch(reinterpret_cast<const void *>(k), name, file, line, grid, block, shmem, s,
+                      zs_emu_closure_run<P...>, c, zs_emu_closure_free<P...>);
     }
 };
 template <class... P>
@@ -561,6 +561,14 @@ static inline zs_emu_launcher<P...> zs_emu_launcher_(void (*k)(P...), const char
                                                      dim3 block, size_t shmem, cudaStream_t s)
 {
     return zs_emu_launcher<P...>{k, name, file, line, grid, block, shmem, s};
+}
+/* cuda_runtime.h's kernel-pointer overload of cudaFuncSetAttribute is for
+ * nvcc only; the same for g++ (implemented in emu_launch.cpp). */
+template <class... P>
+static inline cudaError_t cudaFuncSetAttribute(void (*k)(P...), enum cudaFuncAttribute attr,
+                                               int value)
+{
+    return cudaFuncSetAttribute(reinterpret_cast<const void *>(k), attr, value);
 }
 #define ZS_CUDA_LAUNCH(kernel, grid, block, shmem, stream, ...)                                    \
     zs_emu_launcher_(kernel, #kernel, __FILE__, __LINE__, grid, block, shmem, stream)(__VA_ARGS__)

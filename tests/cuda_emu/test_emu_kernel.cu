@@ -314,6 +314,21 @@ static void test_shared(void)
         EMU_CHECK(h[2 * b] == want, "block %d sum %f want %f", b, h[2 * b], want);
         EMU_CHECK(h[2 * b + 1] == n, "block %d: %f poisoned words of %d", b, h[2 * b + 1], n);
     }
+    printf("dynamic shared memory above 48 KiB: refused until cudaFuncSetAttribute raises it\n");
+    const int big = 16384; /* 64 KiB */
+    ZS_CUDA_LAUNCH(k_dyn, 1, 128, big * sizeof(float), 0, o, big);
+    EMU_CHECK(cudaGetLastError() == cudaErrorInvalidConfiguration, "64 KiB without opt-in");
+    EMU_CHECK(cudaFuncSetAttribute(k_dyn, cudaFuncAttributeMaxDynamicSharedMemorySize, 228 << 10) ==
+                  cudaErrorInvalidValue,
+              "above the 227 KiB opt-in limit");
+    EMU_CHECK(cudaGetLastError() == cudaErrorInvalidValue, "last error");
+    EMU_CUDA(cudaFuncSetAttribute(k_dyn, cudaFuncAttributeMaxDynamicSharedMemorySize, 100 << 10));
+    ZS_CUDA_LAUNCH(k_dyn, 1, 128, big * sizeof(float), 0, o, big);
+    EMU_CUDA(cudaGetLastError());
+    EMU_CUDA(cudaMemcpy(h, o, 2 * sizeof(float), cudaMemcpyDeviceToHost));
+    /* fp32 sum of 0..16383 rounds: compare loosely; the poison count is exact. */
+    EMU_CHECK(std::fabs(h[0] / ((double)big * (big - 1) / 2) - 1) < 1e-3 && h[1] == big,
+              "64 KiB: sum %f poisoned %f", h[0], h[1]);
     printf("static shared memory: poisoned again for each block\n");
     ZS_CUDA_LAUNCH(k_static_poison, 4, 32, 0, 0, o);
     EMU_CUDA(cudaMemcpy(h, o, 4 * sizeof(float), cudaMemcpyDeviceToHost));
