@@ -1,10 +1,12 @@
 /*
  * emu_launch.cpp - kernel launches of the CUDA emulator (tests/cuda_emu/):
- * the schedule setting, launch validation, the enqueue of a grid on its
- * stream, the order of blocks, dynamic shared memory.
+ * the schedule setting, launch validation (cudaFuncSetAttribute's dynamic
+ * shared memory opt-in), the enqueue of a grid on its stream, the order of
+ * blocks, dynamic shared memory.
  *
  * Does not: run a block's threads (emu_fiber.cpp), run blocks of one launch
- * concurrently, cooperative launches, cudaFuncSetAttribute.
+ * concurrently, cooperative launches, cudaFuncSetAttribute beyond the
+ * dynamic shared memory limit.
  */
 #include "emu_fiber.h"
 
