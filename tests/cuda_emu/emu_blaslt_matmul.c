@@ -602,15 +602,15 @@ cublasStatus_t cublasLtMatmul(cublasLtHandle_t lightHandle, cublasLtMatmulDesc_t
      * search preferences" (cuBLAS docs, cublasLtMatmul(), algo) - default
      * alignment 256 and no workspace - and that implicit query can find
      * nothing too (NOT_SUPPORTED: the implementation has no algorithm). */
-    zs_emu_lt_algo implicit;
+    cublasLtMatmulAlgo_t implicit; /* make_algo fills the whole opaque struct */
     const zs_emu_lt_algo *al = (const zs_emu_lt_algo *)algo;
     if (!al) {
         if (!heuristic_gives(p.compute))
             return CUBLAS_STATUS_NOT_SUPPORTED;
         cublasLtMatmulPreferenceOpaque_t defpref;
         cublasLtMatmulPreferenceInit(&defpref);
-        make_algo(&p, (const zs_emu_lt_pref *)&defpref, &implicit);
-        al = &implicit;
+        make_algo(&p, (const zs_emu_lt_pref *)&defpref, (zs_emu_lt_algo *)&implicit);
+        al = (const zs_emu_lt_algo *)&implicit;
     } else if (al->magic != ZS_EMU_LT_ALGO_MAGIC) {
         return CUBLAS_STATUS_INVALID_VALUE; /* not an algo a heuristic gave */
     } else if (al->problem != problem_hash(&p)) {
