@@ -358,26 +358,32 @@ cublasStatus_t cublasLtMatmulDescDestroy(cublasLtMatmulDesc_t matmulDesc)
     return CUBLAS_STATUS_SUCCESS;
 }
 
-static cublasStatus_t desc_attr(cublasLtMatmulDesc_t matmulDesc, cublasLtMatmulDescAttributes_t attr,
-                                void *out, const void *in, size_t size, size_t *written)
+static cublasStatus_t desc_attr(cublasLtMatmulDesc_t matmulDesc,
+                                cublasLtMatmulDescAttributes_t attr, void *out, const void *in,
+                                size_t size, size_t *written)
 {
     zs_emu_lt_desc *x = desc_of(matmulDesc);
     if (!x)
         return CUBLAS_STATUS_INVALID_VALUE;
     switch (attr) {
     case CUBLASLT_MATMUL_DESC_COMPUTE_TYPE:
-        return in ? attr_set(ATTR(x->compute), in, size) : attr_get(ATTR(x->compute), out, size, written);
+        return in ? attr_set(ATTR(x->compute), in, size)
+                  : attr_get(ATTR(x->compute), out, size, written);
     case CUBLASLT_MATMUL_DESC_SCALE_TYPE:
-        return in ? attr_set(ATTR(x->scale), in, size) : attr_get(ATTR(x->scale), out, size, written);
+        return in ? attr_set(ATTR(x->scale), in, size)
+                  : attr_get(ATTR(x->scale), out, size, written);
     case CUBLASLT_MATMUL_DESC_POINTER_MODE:
         return in ? attr_set(ATTR(x->pointer_mode), in, size)
                   : attr_get(ATTR(x->pointer_mode), out, size, written);
     case CUBLASLT_MATMUL_DESC_TRANSA:
-        return in ? attr_set(ATTR(x->transa), in, size) : attr_get(ATTR(x->transa), out, size, written);
+        return in ? attr_set(ATTR(x->transa), in, size)
+                  : attr_get(ATTR(x->transa), out, size, written);
     case CUBLASLT_MATMUL_DESC_TRANSB:
-        return in ? attr_set(ATTR(x->transb), in, size) : attr_get(ATTR(x->transb), out, size, written);
+        return in ? attr_set(ATTR(x->transb), in, size)
+                  : attr_get(ATTR(x->transb), out, size, written);
     case CUBLASLT_MATMUL_DESC_TRANSC:
-        return in ? attr_set(ATTR(x->transc), in, size) : attr_get(ATTR(x->transc), out, size, written);
+        return in ? attr_set(ATTR(x->transc), in, size)
+                  : attr_get(ATTR(x->transc), out, size, written);
     case CUBLASLT_MATMUL_DESC_FILL_MODE:
         return in ? attr_set(ATTR(x->fill_mode), in, size)
                   : attr_get(ATTR(x->fill_mode), out, size, written);

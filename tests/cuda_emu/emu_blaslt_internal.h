@@ -26,8 +26,8 @@
 /* cublasLtMatrixLayoutOpaque_t holds 64 bytes: this must fit. */
 typedef struct {
     uint64_t magic;
-    uint32_t type;  /* cudaDataType */
-    int32_t order;  /* cublasLtOrder_t */
+    uint32_t type; /* cudaDataType */
+    int32_t order; /* cublasLtOrder_t */
     uint64_t rows, cols;
     int64_t ld;
     int64_t stride; /* STRIDED_BATCH_OFFSET, elements */
@@ -39,8 +39,8 @@ typedef struct {
 /* cublasLtMatmulDescOpaque_t holds 256 bytes. */
 typedef struct {
     uint64_t magic;
-    int32_t compute;    /* cublasComputeType_t */
-    int32_t scale;      /* cudaDataType */
+    int32_t compute; /* cublasComputeType_t */
+    int32_t scale;   /* cudaDataType */
     int32_t pointer_mode;
     int32_t transa, transb, transc;
     int32_t fill_mode;
@@ -86,8 +86,8 @@ struct cublasLtContext {
 /* One GEMM as the descriptors define it, after validation. */
 typedef struct {
     int compute;
-    int transa, transb; /* CUBLAS_OP_N or CUBLAS_OP_T (OP_C is T for real types) */
-    uint32_t ta, tb, tc;  /* A/B type, C = D type */
+    int transa, transb;  /* CUBLAS_OP_N or CUBLAS_OP_T (OP_C is T for real types) */
+    uint32_t ta, tb, tc; /* A/B type, C = D type */
     int64_t m, n, k;
     int64_t lda, ldb, ldc, ldd;
     int64_t sa, sb, sc, sd; /* batch strides, elements */
@@ -156,9 +156,9 @@ static inline uint16_t zs_emu_f2h(float f)
     uint32_t x = zs_emu_f_bits(f), sign = (x >> 16) & 0x8000u;
     x &= 0x7fffffffu;
     uint16_t o;
-    if (x >= 0x47800000u) {                             /* >= 65536, inf or NaN */
+    if (x >= 0x47800000u) { /* >= 65536, inf or NaN */
         o = x > 0x7f800000u ? 0x7e00 : 0x7c00;
-    } else if (x < 0x38800000u) {                       /* below 2^-14: subnormal or 0 */
+    } else if (x < 0x38800000u) { /* below 2^-14: subnormal or 0 */
         /* adding 0.5 (2^-1) leaves the value's 2^-24 multiples in the low
          * mantissa bits, rounded to nearest even by the fp32 add */
         float t = zs_emu_bits_f(x) + 0.5f;

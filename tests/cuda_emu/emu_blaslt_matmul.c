@@ -123,8 +123,8 @@ cublasStatus_t zs_emu_lt_check(cublasLtHandle_t h, cublasLtMatmulDesc_t desc,
         d->pointer_mode != CUBLASLT_POINTER_MODE_DEVICE)
         return CUBLAS_STATUS_NOT_SUPPORTED;
     cublasStatus_t st;
-    if ((st = layout_supported(A)) || (st = layout_supported(B)) ||
-        (st = layout_supported(C)) || (st = layout_supported(D)))
+    if ((st = layout_supported(A)) || (st = layout_supported(B)) || (st = layout_supported(C)) ||
+        (st = layout_supported(D)))
         return st;
     if (!types_ok(d->compute, d->scale, A->type, B->type, C->type, D->type))
         return CUBLAS_STATUS_NOT_SUPPORTED;
@@ -187,8 +187,8 @@ cublasStatus_t zs_emu_lt_check(cublasLtHandle_t h, cublasLtMatmulDesc_t desc,
  * it (the alignment preferences cover pointers). */
 static uint64_t problem_hash(const zs_emu_lt_problem *p)
 {
-    int64_t v[] = {p->compute, p->transa, p->transb, p->ta, p->tb, p->tc,
-                   p->m,       p->n,      p->k,      p->batch};
+    int64_t v[] = {p->compute, p->transa, p->transb, p->ta, p->tb,
+                   p->tc,      p->m,      p->n,      p->k,  p->batch};
     uint64_t h = 1469598103934665603ull;
     for (size_t i = 0; i < sizeof(v) / sizeof(v[0]); i++) {
         h ^= (uint64_t)v[i];
@@ -233,7 +233,8 @@ static int heuristic_gives(int compute)
         char *end;
         uint64_t seed = strtoull(e + 7, &end, 0);
         if (end == e + 7 || *end)
-            zs_emu_fatal("cublasLtMatmulAlgoGetHeuristic", "ZS_EMU_BLAS_HEURISTIC=%s: want random:SEED", e);
+            zs_emu_fatal("cublasLtMatmulAlgoGetHeuristic",
+                         "ZS_EMU_BLAS_HEURISTIC=%s: want random:SEED", e);
         pthread_mutex_lock(&g_heur_mu);
         if (strncmp(g_heur_seed_text, e, sizeof(g_heur_seed_text) - 1)) {
             snprintf(g_heur_seed_text, sizeof(g_heur_seed_text), "%s", e);
@@ -277,16 +278,11 @@ static void make_algo(const zs_emu_lt_problem *p, const zs_emu_lt_pref *pref, zs
     a->serial = atomic_fetch_add(&g_algo_serial, 1) + 1;
 }
 
-cublasStatus_t cublasLtMatmulAlgoGetHeuristic(cublasLtHandle_t lightHandle,
-                                              cublasLtMatmulDesc_t operationDesc,
-                                              cublasLtMatrixLayout_t Adesc,
-                                              cublasLtMatrixLayout_t Bdesc,
-                                              cublasLtMatrixLayout_t Cdesc,
-                                              cublasLtMatrixLayout_t Ddesc,
-                                              cublasLtMatmulPreference_t preference,
-                                              int requestedAlgoCount,
-                                              cublasLtMatmulHeuristicResult_t heuristicResultsArray[],
-                                              int *returnAlgoCount)
+cublasStatus_t cublasLtMatmulAlgoGetHeuristic(
+    cublasLtHandle_t lightHandle, cublasLtMatmulDesc_t operationDesc, cublasLtMatrixLayout_t Adesc,
+    cublasLtMatrixLayout_t Bdesc, cublasLtMatrixLayout_t Cdesc, cublasLtMatrixLayout_t Ddesc,
+    cublasLtMatmulPreference_t preference, int requestedAlgoCount,
+    cublasLtMatmulHeuristicResult_t heuristicResultsArray[], int *returnAlgoCount)
 {
     if (!zs_emu_lt_handle_live(lightHandle))
         return CUBLAS_STATUS_NOT_INITIALIZED;
@@ -362,7 +358,8 @@ static int mats_overlap(const mat *x, const mat *y)
         return 0;
     size_t nx, ny = 0;
     span *sx = spans_of(x->base, x->rows, x->cols, x->ld, x->batch, x->stride, x->es, &nx);
-    span *sy = y ? spans_of(y->base, y->rows, y->cols, y->ld, y->batch, y->stride, y->es, &ny) : NULL;
+    span *sy =
+        y ? spans_of(y->base, y->rows, y->cols, y->ld, y->batch, y->stride, y->es, &ny) : NULL;
     int hit = 0;
     if (!y) {
         qsort(sx, nx, sizeof(span), span_cmp);
@@ -479,7 +476,8 @@ static cudaError_t run_gemm(void *arg)
     if (j->device_scalars) {
         /* CUBLASLT_POINTER_MODE_DEVICE: alpha/beta are read on the device
          * when the GEMM runs, i.e. in stream order. */
-        if (zs_emu_dev_ptr(j->alpha_dev, 4) != j->device || zs_emu_dev_ptr(j->beta_dev, 4) != j->device)
+        if (zs_emu_dev_ptr(j->alpha_dev, 4) != j->device ||
+            zs_emu_dev_ptr(j->beta_dev, 4) != j->device)
             return cudaErrorIllegalAddress;
         alpha = *j->alpha_dev;
         beta = *j->beta_dev;
@@ -643,10 +641,20 @@ cublasStatus_t cublasLtMatmul(cublasLtHandle_t lightHandle, cublasLtMatmulDesc_t
      * is a write racing reads or writes: refused too. */
     const zs_emu_lt_layout *Dl = (const zs_emu_lt_layout *)Ddesc;
     const zs_emu_lt_layout *Cl = Cdesc ? (const zs_emu_lt_layout *)Cdesc : Dl;
-    mat mA = {(uintptr_t)A, p.transa == CUBLAS_OP_N ? p.m : p.k, p.transa == CUBLAS_OP_N ? p.k : p.m,
-              p.lda, p.batch, p.sa, esa};
-    mat mB = {(uintptr_t)B, p.transb == CUBLAS_OP_N ? p.k : p.n, p.transb == CUBLAS_OP_N ? p.n : p.k,
-              p.ldb, p.batch, p.sb, esa};
+    mat mA = {(uintptr_t)A,
+              p.transa == CUBLAS_OP_N ? p.m : p.k,
+              p.transa == CUBLAS_OP_N ? p.k : p.m,
+              p.lda,
+              p.batch,
+              p.sa,
+              esa};
+    mat mB = {(uintptr_t)B,
+              p.transb == CUBLAS_OP_N ? p.k : p.n,
+              p.transb == CUBLAS_OP_N ? p.n : p.k,
+              p.ldb,
+              p.batch,
+              p.sb,
+              esa};
     mat mC = {(uintptr_t)C, p.m, p.n, p.ldc, p.batch, p.sc, esc};
     mat mD = {(uintptr_t)D, p.m, p.n, p.ldd, p.batch, p.sd, esc};
     size_t bA = (size_t)p.ea * esa, bB = (size_t)p.eb * esa, bC = (size_t)p.ec * esc,

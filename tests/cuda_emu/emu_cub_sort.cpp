@@ -23,7 +23,8 @@
 #include <cstring>
 #include <vector>
 
-namespace {
+namespace
+{
 
 struct sort_job {
     void *temp;
@@ -128,8 +129,7 @@ cudaError_t run_sort(void *arg)
         idx[i] = i;
     }
     /* "DeviceRadixSort is stable": equal (masked) keys keep input order. */
-    std::stable_sort(idx.begin(), idx.end(),
-                     [&](size_t a, size_t b) { return key[a] < key[b]; });
+    std::stable_sort(idx.begin(), idx.end(), [&](size_t a, size_t b) { return key[a] < key[b]; });
 
     const unsigned char *kin = static_cast<const unsigned char *>(j->keys_in);
     unsigned char *kout = static_cast<unsigned char *>(j->keys_out);
@@ -164,7 +164,8 @@ void need_dev(const char *what, const void *p, size_t bytes, int device)
 {
     int d = zs_emu_dev_ptr(p, bytes);
     if (d != device)
-        zs_emu_fatal("cub::DeviceRadixSort", "%s = %p (%zu bytes) is not inside one live device "
+        zs_emu_fatal("cub::DeviceRadixSort",
+                     "%s = %p (%zu bytes) is not inside one live device "
                      "allocation of the current device %d",
                      what, p, bytes, device);
 }
@@ -238,8 +239,8 @@ extern "C" cudaError_t zs_emu_cub_sort_pairs(void *d_temp_storage, size_t *temp_
                              "overlap (no in-place sort)",
                              r[a].name, r[a].p, r[a].n, r[b].name, r[b].p, r[b].n);
 
-    sort_job *j = new sort_job{d_temp_storage, need,     d_keys_in, d_keys_out,
-                               d_values_in,    d_values_out, n,     key_size,
-                               val_size,       key_kind, begin_bit, end_bit, device};
+    sort_job *j =
+        new sort_job{d_temp_storage, need,     d_keys_in, d_keys_out, d_values_in, d_values_out, n,
+                     key_size,       val_size, key_kind,  begin_bit,  end_bit,     device};
     return zs_emu_enqueue(stream, run_sort, j, free_job);
 }

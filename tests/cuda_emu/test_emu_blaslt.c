@@ -94,12 +94,12 @@ static cublasLtMatmulPreference_t mpref(uint64_t ws, uint32_t align)
 {
     cublasLtMatmulPreference_t p;
     TEST_CHECK(cublasLtMatmulPreferenceCreate(&p) == CUBLAS_STATUS_SUCCESS);
-    TEST_CHECK(cublasLtMatmulPreferenceSetAttribute(p, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &ws,
-                                                    sizeof(ws)) == CUBLAS_STATUS_SUCCESS);
+    TEST_CHECK(cublasLtMatmulPreferenceSetAttribute(p, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES,
+                                                    &ws, sizeof(ws)) == CUBLAS_STATUS_SUCCESS);
     for (int i = 0; i < 4; i++)
-        TEST_CHECK(cublasLtMatmulPreferenceSetAttribute(
-                       p, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES + i, &align, sizeof(align)) ==
-                   CUBLAS_STATUS_SUCCESS);
+        TEST_CHECK(
+            cublasLtMatmulPreferenceSetAttribute(p, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES + i,
+                                                 &align, sizeof(align)) == CUBLAS_STATUS_SUCCESS);
     return p;
 }
 
@@ -114,11 +114,11 @@ typedef struct {
     int opa, opb;
     int64_t m, n, k;
     int batch;
-    int pad;       /* added to every leading dimension */
+    int pad; /* added to every leading dimension */
     double alpha, beta;
-    int in_place;  /* C == D */
-    int c_ld0;     /* C broadcast: ld 0, one column */
-    int nan_c;     /* fill C (and D) with NaN; needs beta == 0 */
+    int in_place; /* C == D */
+    int c_ld0;    /* C broadcast: ld 0, one column */
+    int nan_c;    /* fill C (and D) with NaN; needs beta == 0 */
 } gcase;
 
 static void run_case(const gcase *g)
@@ -181,7 +181,8 @@ static void run_case(const gcase *g)
     int got = -1;
     TEST_CHECK(cublasLtMatmulAlgoGetHeuristic(g_h, desc, lA, lB, lC, lD, pref, 3, res, &got) ==
                CUBLAS_STATUS_SUCCESS);
-    TEST_CHECK(got >= 1 && res[0].state == CUBLAS_STATUS_SUCCESS && res[0].workspaceSize <= WS_BYTES);
+    TEST_CHECK(got >= 1 && res[0].state == CUBLAS_STATUS_SUCCESS &&
+               res[0].workspaceSize <= WS_BYTES);
     float alpha = (float)g->alpha, beta = (float)g->beta;
     cublasStatus_t st = cublasLtMatmul(g_h, desc, &alpha, dA, lA, dB, lB, &beta, dC, lC, dD, lD,
                                        &res[0].algo, g_ws, WS_BYTES, 0);
@@ -215,11 +216,12 @@ static void run_case(const gcase *g)
                 double tol = (double)(k + 3) * 0x1p-24 * (fabs(g->alpha) * mag + cmag) +
                              out_round * fabs(ref) + out_abs;
                 double d = get(hD, g->tcd, (size_t)(b * sd + i + j * ldd));
-                TEST_CHECKF(!isnan(d) && zs_test_close(d, ref, tol, 0, &worst),
-                            "compute %d types %u/%u ops %d%d m%ld n%ld k%ld batch %d b%d (%ld,%ld): "
-                            "got %.9g want %.9g tol %.3g",
-                            g->compute, g->tab, g->tcd, g->opa, g->opb, (long)m, (long)n, (long)k,
-                            g->batch, b, (long)i, (long)j, d, ref, tol);
+                TEST_CHECKF(
+                    !isnan(d) && zs_test_close(d, ref, tol, 0, &worst),
+                    "compute %d types %u/%u ops %d%d m%ld n%ld k%ld batch %d b%d (%ld,%ld): "
+                    "got %.9g want %.9g tol %.3g",
+                    g->compute, g->tab, g->tcd, g->opa, g->opb, (long)m, (long)n, (long)k, g->batch,
+                    b, (long)i, (long)j, d, ref, tol);
             }
     /* D's padding rows (ld > m) are untouched. */
     if (g->pad && !g->nan_c && !g->in_place)
@@ -266,11 +268,21 @@ static void test_all_combinations(void)
                 for (int batch = 1; batch <= 3; batch += 2)
                     for (size_t s = 0; s < sizeof(shapes) / sizeof(shapes[0]); s++)
                         for (int v = 0; v < 4; v++) {
-                            gcase g = {types[t].compute, types[t].tab, types[t].tcd,
+                            gcase g = {types[t].compute,
+                                       types[t].tab,
+                                       types[t].tcd,
                                        opa ? CUBLAS_OP_T : CUBLAS_OP_N,
                                        opb ? CUBLAS_OP_T : CUBLAS_OP_N,
-                                       shapes[s][0], shapes[s][1], shapes[s][2], batch,
-                                       (int)(s + v) % 3, 1.0, 0.0, 0, 0, 0};
+                                       shapes[s][0],
+                                       shapes[s][1],
+                                       shapes[s][2],
+                                       batch,
+                                       (int)(s + v) % 3,
+                                       1.0,
+                                       0.0,
+                                       0,
+                                       0,
+                                       0};
                             if (v == 0) { /* beta 0, NaN everywhere in C and D */
                                 g.nan_c = 1;
                                 g.alpha = -1.5;
@@ -289,8 +301,21 @@ static void test_all_combinations(void)
                             count++;
                         }
     /* C broadcast with ld 0 (out of place only) */
-    gcase g = {CUBLAS_COMPUTE_32F, CUDA_R_32F, CUDA_R_32F, CUBLAS_OP_N, CUBLAS_OP_T, 6, 4, 3, 2,
-               1, 1.0, 1.0, 0, 1, 0};
+    gcase g = {CUBLAS_COMPUTE_32F,
+               CUDA_R_32F,
+               CUDA_R_32F,
+               CUBLAS_OP_N,
+               CUBLAS_OP_T,
+               6,
+               4,
+               3,
+               2,
+               1,
+               1.0,
+               1.0,
+               0,
+               1,
+               0};
     run_case(&g);
     count++;
     printf("combinations: %d GEMMs match the double reference\n", count);
@@ -414,9 +439,9 @@ static void test_refusals(void)
     TEST_CHECK(cublasLtMatmulDescSetAttribute(s.desc, CUBLASLT_MATMUL_DESC_TRANSA, &op64,
                                               sizeof(op64)) == CUBLAS_STATUS_INVALID_VALUE);
     uint32_t ws32 = 5;
-    TEST_CHECK(cublasLtMatmulPreferenceSetAttribute(s.pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES,
-                                                    &ws32, sizeof(ws32)) ==
-               CUBLAS_STATUS_INVALID_VALUE);
+    TEST_CHECK(cublasLtMatmulPreferenceSetAttribute(s.pref,
+                                                    CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &ws32,
+                                                    sizeof(ws32)) == CUBLAS_STATUS_INVALID_VALUE);
     size_t need = 0;
     TEST_CHECK(cublasLtMatrixLayoutGetAttribute(s.A, CUBLASLT_MATRIX_LAYOUT_LD, NULL, 0, &need) ==
                    CUBLAS_STATUS_SUCCESS &&
@@ -532,13 +557,15 @@ static void test_refusals(void)
 
     /* workspace: smaller than the algo needs, misaligned, NULL */
     TEST_CHECK(r.workspaceSize == WS_BYTES);
-    TEST_CHECK(mm(&s, &r.algo, s.dA, s.dC, s.dD, g_ws, WS_BYTES - 1) == CUBLAS_STATUS_INVALID_VALUE);
+    TEST_CHECK(mm(&s, &r.algo, s.dA, s.dC, s.dD, g_ws, WS_BYTES - 1) ==
+               CUBLAS_STATUS_INVALID_VALUE);
     TEST_CHECK(mm(&s, &r.algo, s.dA, s.dC, s.dD, (char *)g_ws + 16, WS_BYTES) ==
                CUBLAS_STATUS_INVALID_VALUE);
     TEST_CHECK(mm(&s, &r.algo, s.dA, s.dC, s.dD, NULL, WS_BYTES) == CUBLAS_STATUS_INVALID_VALUE);
 
     /* alignment: default preference 256; a pointer 4 bytes off is refused */
-    TEST_CHECK(mm(&s, &r.algo, s.dA + 1, s.dC, s.dD, g_ws, WS_BYTES) == CUBLAS_STATUS_INVALID_VALUE);
+    TEST_CHECK(mm(&s, &r.algo, s.dA + 1, s.dC, s.dD, g_ws, WS_BYTES) ==
+               CUBLAS_STATUS_INVALID_VALUE);
     TEST_CHECK(mm(&s, &r.algo, s.dA, s.dC + 1, s.dD + 1, g_ws, WS_BYTES) ==
                CUBLAS_STATUS_INVALID_VALUE);
     TEST_CHECK(mm(&s, NULL, s.dA + 1, s.dC, s.dD, NULL, 0) == CUBLAS_STATUS_INVALID_VALUE);
@@ -677,8 +704,8 @@ static void test_capture(void)
     cudaMemset(g_ws, 0, WS_BYTES);
     zs_emu_stub_defer(1);
     float alpha = 2, beta = 0;
-    TEST_CHECK(cublasLtMatmul(g_h, s.desc, &alpha, s.dA, s.A, s.dB, s.B, &beta, s.dC, s.C, s.dD, s.D,
-                              &r.algo, g_ws, WS_BYTES, 0) == CUBLAS_STATUS_SUCCESS);
+    TEST_CHECK(cublasLtMatmul(g_h, s.desc, &alpha, s.dA, s.A, s.dB, s.B, &beta, s.dC, s.C, s.dD,
+                              s.D, &r.algo, g_ws, WS_BYTES, 0) == CUBLAS_STATUS_SUCCESS);
     alpha = 100, beta = 100;
     TEST_CHECK(cudaStreamSynchronize(0) == cudaSuccess);
     float out[64];
@@ -736,15 +763,15 @@ static void expect_fatal(const void *A)
 static void test_fatal(void)
 {
     static float host[64] __attribute__((aligned(256)));
-    expect_fatal(host);  /* host memory */
-    expect_fatal(NULL);  /* device memory, but the 8x8 matrix runs past the end */
+    expect_fatal(host); /* host memory */
+    expect_fatal(NULL); /* device memory, but the 8x8 matrix runs past the end */
     printf("fatal on non-device pointers: ok\n");
 }
 
 int main(void)
 {
-    TEST_CHECK(!strcmp(cublasLtGetStatusName(CUBLAS_STATUS_NOT_SUPPORTED),
-                       "CUBLAS_STATUS_NOT_SUPPORTED"));
+    TEST_CHECK(
+        !strcmp(cublasLtGetStatusName(CUBLAS_STATUS_NOT_SUPPORTED), "CUBLAS_STATUS_NOT_SUPPORTED"));
     TEST_CHECK(strlen(cublasLtGetStatusString(CUBLAS_STATUS_INVALID_VALUE)) > 0);
     TEST_CHECK(cublasLtCreate(&g_h) == CUBLAS_STATUS_SUCCESS);
     g_ws = dalloc(WS_BYTES);

@@ -130,7 +130,8 @@ static void check_sort(const std::vector<K> &keys, int begin_bit, int end_bit)
                 want = 0; /* -0.0 comes out as +0.0 */
         }
         if (std::memcmp(&ko[i], &want, sizeof(K)) != 0 || vo[i] != vals[ref[i].idx]) {
-            std::fprintf(stderr, "FAIL sizeof(K)=%zu n=%zu bits [%d,%d) at %zu: key %.17g want %.17g\n",
+            std::fprintf(stderr,
+                         "FAIL sizeof(K)=%zu n=%zu bits [%d,%d) at %zu: key %.17g want %.17g\n",
                          sizeof(K), n, begin_bit, end_bit, i, (double)ko[i], (double)want);
             std::exit(1);
         }
@@ -237,7 +238,8 @@ static void test_temp_storage()
           cudaErrorInvalidValue);
     CHECK(cub::DeviceRadixSort::SortPairs(temp, bytes, ki, ko, vi, vo, n, 9, 8) ==
           cudaErrorInvalidValue);
-    CHECK(cub::DeviceRadixSort::SortPairs(temp, bytes, ki, ko, vi, vo, -1) == cudaErrorInvalidValue);
+    CHECK(cub::DeviceRadixSort::SortPairs(temp, bytes, ki, ko, vi, vo, -1) ==
+          cudaErrorInvalidValue);
 
     /* stream order: deferred work has not run until the stream syncs */
     zs_emu_stub_defer(1);
@@ -275,33 +277,35 @@ static void test_fatal()
 {
     const int n = 64;
     expect_fatal([] { /* in place: keys out == keys in */
-        int32_t *k = dalloc<int32_t>(n), *vi = dalloc<int32_t>(n), *vo = dalloc<int32_t>(n);
-        size_t bytes = 0;
-        cub::DeviceRadixSort::SortPairs(nullptr, bytes, k, k, vi, vo, n);
-        void *t = dalloc<char>(bytes);
-        cub::DeviceRadixSort::SortPairs(t, bytes, k, k, vi, vo, n);
+                      int32_t *k = dalloc<int32_t>(n), *vi = dalloc<int32_t>(n),
+                              *vo = dalloc<int32_t>(n);
+                      size_t bytes = 0;
+                      cub::DeviceRadixSort::SortPairs(nullptr, bytes, k, k, vi, vo, n);
+                      void *t = dalloc<char>(bytes);
+                      cub::DeviceRadixSort::SortPairs(t, bytes, k, k, vi, vo, n);
     });
     expect_fatal([] { /* values out overlapping values in by one element */
-        int32_t *ki = dalloc<int32_t>(n), *ko = dalloc<int32_t>(n), *v = dalloc<int32_t>(2 * n);
-        size_t bytes = 0;
-        cub::DeviceRadixSort::SortPairs(nullptr, bytes, ki, ko, v, v + n - 1, n);
-        void *t = dalloc<char>(bytes);
-        cub::DeviceRadixSort::SortPairs(t, bytes, ki, ko, v, v + n - 1, n);
+                      int32_t *ki = dalloc<int32_t>(n), *ko = dalloc<int32_t>(n),
+                              *v = dalloc<int32_t>(2 * n);
+                      size_t bytes = 0;
+                      cub::DeviceRadixSort::SortPairs(nullptr, bytes, ki, ko, v, v + n - 1, n);
+                      void *t = dalloc<char>(bytes);
+                      cub::DeviceRadixSort::SortPairs(t, bytes, ki, ko, v, v + n - 1, n);
     });
     expect_fatal([] { /* host memory */
-        static int32_t hk[n], ho[n], hv[n], hw[n];
-        size_t bytes = 0;
-        cub::DeviceRadixSort::SortPairs(nullptr, bytes, hk, ho, hv, hw, n);
-        void *t = dalloc<char>(bytes);
-        cub::DeviceRadixSort::SortPairs(t, bytes, hk, ho, hv, hw, n);
+                      static int32_t hk[n], ho[n], hv[n], hw[n];
+                      size_t bytes = 0;
+                      cub::DeviceRadixSort::SortPairs(nullptr, bytes, hk, ho, hv, hw, n);
+                      void *t = dalloc<char>(bytes);
+                      cub::DeviceRadixSort::SortPairs(t, bytes, hk, ho, hv, hw, n);
     });
     expect_fatal([] { /* temporary storage smaller than claimed */
-        int32_t *ki = dalloc<int32_t>(n), *ko = dalloc<int32_t>(n), *vi = dalloc<int32_t>(n),
-                *vo = dalloc<int32_t>(n);
-        size_t bytes = 0;
-        cub::DeviceRadixSort::SortPairs(nullptr, bytes, ki, ko, vi, vo, n);
-        void *t = dalloc<char>(16);
-        cub::DeviceRadixSort::SortPairs(t, bytes, ki, ko, vi, vo, n);
+                      int32_t *ki = dalloc<int32_t>(n), *ko = dalloc<int32_t>(n),
+                              *vi = dalloc<int32_t>(n), *vo = dalloc<int32_t>(n);
+                      size_t bytes = 0;
+                      cub::DeviceRadixSort::SortPairs(nullptr, bytes, ki, ko, vi, vo, n);
+                      void *t = dalloc<char>(16);
+                      cub::DeviceRadixSort::SortPairs(t, bytes, ki, ko, vi, vo, n);
     });
     std::printf("fatal on overlap / host pointers: ok\n");
 }

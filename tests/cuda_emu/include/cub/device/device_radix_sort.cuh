@@ -27,14 +27,14 @@ extern "C" {
 /* key_kind: 0 unsigned integer, 1 signed integer, 2 IEEE floating point.
  * val_size 0: no values (SortKeys). */
 cudaError_t zs_emu_cub_sort_pairs(void *d_temp_storage, size_t *temp_storage_bytes,
-                                  const void *d_keys_in, void *d_keys_out,
-                                  const void *d_values_in, void *d_values_out,
-                                  long long num_items, int key_kind, size_t key_size,
-                                  size_t val_size, int begin_bit, int end_bit,
+                                  const void *d_keys_in, void *d_keys_out, const void *d_values_in,
+                                  void *d_values_out, long long num_items, int key_kind,
+                                  size_t key_size, size_t val_size, int begin_bit, int end_bit,
                                   cudaStream_t stream);
 }
 
-namespace cub {
+namespace cub
+{
 
 struct DeviceRadixSort {
   private:
@@ -54,18 +54,17 @@ struct DeviceRadixSort {
      * four ranges; [begin_bit, end_bit) of the transformed key compared). */
     template <typename KeyT, typename ValueT, typename NumItemsT>
     static cudaError_t SortPairs(void *d_temp_storage, size_t &temp_storage_bytes,
-                                 const KeyT *d_keys_in, KeyT *d_keys_out,
-                                 const ValueT *d_values_in, ValueT *d_values_out,
-                                 NumItemsT num_items, int begin_bit = 0,
+                                 const KeyT *d_keys_in, KeyT *d_keys_out, const ValueT *d_values_in,
+                                 ValueT *d_values_out, NumItemsT num_items, int begin_bit = 0,
                                  int end_bit = sizeof(KeyT) * 8, cudaStream_t stream = 0)
     {
         static_assert(std::is_trivially_copyable<ValueT>::value,
                       "cuda-emu DeviceRadixSort: values are moved as bytes");
         static_assert(std::is_integral<NumItemsT>::value, "num_items is an integer");
         return zs_emu_cub_sort_pairs(d_temp_storage, &temp_storage_bytes, d_keys_in, d_keys_out,
-                                     d_values_in, d_values_out,
-                                     static_cast<long long>(num_items), key_kind<KeyT>(),
-                                     sizeof(KeyT), sizeof(ValueT), begin_bit, end_bit, stream);
+                                     d_values_in, d_values_out, static_cast<long long>(num_items),
+                                     key_kind<KeyT>(), sizeof(KeyT), sizeof(ValueT), begin_bit,
+                                     end_bit, stream);
     }
 
     /* Sorts keys into ascending order (same rules, no values). */
@@ -78,8 +77,7 @@ struct DeviceRadixSort {
         static_assert(std::is_integral<NumItemsT>::value, "num_items is an integer");
         return zs_emu_cub_sort_pairs(d_temp_storage, &temp_storage_bytes, d_keys_in, d_keys_out,
                                      nullptr, nullptr, static_cast<long long>(num_items),
-                                     key_kind<KeyT>(), sizeof(KeyT), 0, begin_bit, end_bit,
-                                     stream);
+                                     key_kind<KeyT>(), sizeof(KeyT), 0, begin_bit, end_bit, stream);
     }
 };
 
