@@ -34,10 +34,9 @@ else()
       $<$<COMPILE_LANGUAGE:CXX>:-fsanitize=address,undefined -fno-omit-frame-pointer>)
   endif()
   set(ZS_EMU_BLAS_LIB zs_emu_blas_stub)
+  set(ZS_EMU_BLAS_STUB ON)
 endif()
 
-# The stand-in's test controls (zs_emu_stub_defer, zs_emu_stub_sticky):
-# emu-core's runtime will need an equivalent before the stub goes.
 set(ZS_EMU_TEST_LIBS ${ZS_EMU_BLAS_LIB})
 
 if(COMMAND zs_add_test)
@@ -58,8 +57,13 @@ else()
 endif()
 foreach(t test_emu_blaslt test_emu_cub)
   target_include_directories(${t} BEFORE PRIVATE ${ZS_EMU_DIR}/include)
-  target_include_directories(${t} PRIVATE ${ZS_EMU_DIR} ${ZS_EMU_DIR}/stub
-                             ${ZS_EMU_CUDA_INCLUDE} ${PROJECT_SOURCE_DIR}/tests)
+  target_include_directories(${t} PRIVATE ${ZS_EMU_DIR} ${ZS_EMU_CUDA_INCLUDE}
+                             ${PROJECT_SOURCE_DIR}/tests)
+  if(ZS_EMU_BLAS_STUB)
+    # the stand-in's test controls (stub/emu_stub.h): deferral, sticky error
+    target_include_directories(${t} PRIVATE ${ZS_EMU_DIR}/stub)
+    target_compile_definitions(${t} PRIVATE ZS_EMU_STUB)
+  endif()
   if(ZS_SANITIZE)
     target_compile_options(${t} PRIVATE
       $<$<COMPILE_LANGUAGE:CXX>:-fsanitize=address,undefined -fno-omit-frame-pointer>)
