@@ -46,13 +46,14 @@ static int64_t footprint(const zs_emu_lt_layout *l)
  *   CUBLAS_COMPUTE_32F / 32F_PEDANTIC: A/B 16BF -> C/D 16BF or 32F;
  *     A/B 16F -> C/D 16F or 32F; A/B 32F -> C/D 32F;
  *   CUBLAS_COMPUTE_32F_FAST_TF32 (also FAST_16F/FAST_16BF): A/B/C/D 32F.
- * D's type equals C's ("both matrices must have the same data type" for
- * out-of-place). FAST_16F/FAST_16BF, int8 and fp8 rows exist in the table but
+ * (A/B and C/D type equality is checked by the caller.) HOSTILE: cuBLASLt
+ * 13.1 on an H100 also runs FAST_TF32 with 16BF operands, which the table
+ * does not list; we refuse it. FAST_16F/FAST_16BF, int8 and fp8 rows exist in the table but
  * are not emulated: NOT_SUPPORTED, as for a configuration the "current
  * implementation" lacks. */
 static int types_ok(int compute, int scale, uint32_t ta, uint32_t tb, uint32_t tc, uint32_t td)
 {
-    if (scale != CUDA_R_32F || ta != tb || tc != td)
+    if (scale != CUDA_R_32F)
         return 0;
     switch (compute) {
     case CUBLAS_COMPUTE_32F:
@@ -126,6 +127,13 @@ cublasStatus_t zs_emu_lt_check(cublasLtHandle_t h, cublasLtMatmulDesc_t desc,
     if ((st = layout_supported(A)) || (st = layout_supported(B)) || (st = layout_supported(C)) ||
         (st = layout_supported(D)))
         return st;
+    /* A and B of different types, or C and D ("both matrices must have the
+     * same data type"), are parameters in conflict: INVALID_VALUE (what
+     * cuBLASLt 13.1 on an H100 returns too). A consistent combination missing
+     * from the table is a configuration the implementation lacks:
+     * NOT_SUPPORTED. */
+    if (A->type != B->type || C->type != D->type)
+        return CUBLAS_STATUS_INVALID_VALUE;
     if (!types_ok(d->compute, d->scale, A->type, B->type, C->type, D->type))
         return CUBLAS_STATUS_NOT_SUPPORTED;
 
@@ -610,7 +618,9 @@ cublasStatus_t cublasLtMatmul(cublasLtHandle_t lightHandle, cublasLtMatmulDesc_t
         make_algo(&p, (const zs_emu_lt_pref *)&defpref, (zs_emu_lt_algo *)&implicit);
         al = (const zs_emu_lt_algo *)&implicit;
     } else if (al->magic != ZS_EMU_LT_ALGO_MAGIC) {
-        return CUBLAS_STATUS_INVALID_VALUE; /* not an algo a heuristic gave */
+        /* not an algo a heuristic gave (cuBLASLt 13.1 answers a zeroed algo
+         * with NOT_SUPPORTED too) */
+        return CUBLAS_STATUS_NOT_SUPPORTED;
     } else if (al->problem != problem_hash(&p)) {
         return CUBLAS_STATUS_NOT_SUPPORTED; /* see problem_hash: HOSTILE */
     }
