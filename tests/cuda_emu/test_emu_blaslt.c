@@ -11,26 +11,16 @@
  * Does not: run on a GPU or compare with real cuBLAS results.
  */
 #include "emu_blaslt_internal.h"
-#ifdef ZS_EMU_STUB /* the stand-in runtime (stub/): synchronous unless deferred */
-#include "emu_stub.h"
-static cudaError_t sticky(void)
-{
-    return zs_emu_stub_sticky();
-}
-#else /* emu-core's runtime: work is asynchronous; sticky errors show at sync */
+/* Work is asynchronous; a sticky error shows at the next synchronisation. */
 static cudaError_t sticky(void)
 {
     return cudaDeviceSynchronize();
 }
-static void zs_emu_stub_defer(int on)
-{
-    (void)on; /* asynchronous anyway: nothing to turn on */
-}
-#endif
 #include "zs_test.h"
 
 #include <cuda_runtime_api.h>
 #include <signal.h>
+#include <stdatomic.h>
 #include <stdint.h>
 #include <string.h>
 #include <sys/wait.h>
@@ -709,6 +699,27 @@ static void test_heuristic_modes(void)
 
 /* Host alpha/beta are read at the call; device ones when the work runs. The
  * workspace is scribbled. */
+/* A gate: a host function that holds its (non-blocking) stream until the
+ * test opens it, so work enqueued behind it provably runs after the call
+ * returned and after whatever the test does in between. */
+static atomic_int g_gate;
+
+static void CUDART_CB gate_fn(void *arg)
+{
+    (void)arg;
+    while (!atomic_load(&g_gate))
+        usleep(100);
+}
+
+static cudaStream_t gated_stream(void)
+{
+    cudaStream_t st;
+    TEST_CHECK(cudaStreamCreateWithFlags(&st, cudaStreamNonBlocking) == cudaSuccess);
+    atomic_store(&g_gate, 0);
+    TEST_CHECK(cudaLaunchHostFunc(st, gate_fn, NULL) == cudaSuccess);
+    return st;
+}
+
 static void test_capture(void)
 {
     small s;
@@ -717,38 +728,50 @@ static void test_capture(void)
     int got;
     TEST_CHECK(heur(&s, &r, &got) == CUBLAS_STATUS_SUCCESS && got == 1);
     cudaMemset(g_ws, 0, WS_BYTES);
-    zs_emu_stub_defer(1);
+    float out[64];
+
+    /* host pointer mode: alpha/beta read at the call */
+    cudaStream_t st = gated_stream();
     float alpha = 2, beta = 0;
     TEST_CHECK(cublasLtMatmul(g_h, s.desc, &alpha, s.dA, s.A, s.dB, s.B, &beta, s.dC, s.C, s.dD,
-                              s.D, &r.algo, g_ws, WS_BYTES, 0) == CUBLAS_STATUS_SUCCESS);
+                              s.D, &r.algo, g_ws, WS_BYTES, st) == CUBLAS_STATUS_SUCCESS);
     alpha = 100, beta = 100;
-    TEST_CHECK(cudaStreamSynchronize(0) == cudaSuccess);
-    float out[64];
+    /* not run yet: D still holds the allocation's poison, not 16 */
+    cudaMemcpy(out, s.dD, sizeof(out), cudaMemcpyDeviceToHost);
+    TEST_CHECK(out[0] != 16.0f);
+    atomic_store(&g_gate, 1);
+    TEST_CHECK(cudaStreamSynchronize(st) == cudaSuccess);
     cudaMemcpy(out, s.dD, sizeof(out), cudaMemcpyDeviceToHost);
     for (int i = 0; i < 64; i++)
         TEST_CHECK(out[i] == 16.0f);
     unsigned char wsb[16];
     cudaMemcpy(wsb, g_ws, sizeof(wsb), cudaMemcpyDeviceToHost);
-    TEST_CHECK(wsb[0] == 0xff && wsb[15] == 0xff);
+    TEST_CHECK(wsb[0] == 0xff && wsb[15] == 0xff); /* scribbled */
 
-    /* device pointer mode */
+    /* device pointer mode: alpha/beta read when the GEMM runs */
     int32_t pm = CUBLASLT_POINTER_MODE_DEVICE;
     TEST_CHECK(cublasLtMatmulDescSetAttribute(s.desc, CUBLASLT_MATMUL_DESC_POINTER_MODE, &pm,
                                               sizeof(pm)) == CUBLAS_STATUS_SUCCESS);
     float *dab = dalloc(8);
     float ab[2] = {3, 0};
     cudaMemcpy(dab, ab, 8, cudaMemcpyHostToDevice);
+    atomic_store(&g_gate, 0);
+    TEST_CHECK(cudaLaunchHostFunc(st, gate_fn, NULL) == cudaSuccess);
     TEST_CHECK(cublasLtMatmul(g_h, s.desc, dab, s.dA, s.A, s.dB, s.B, dab + 1, s.dC, s.C, s.dD, s.D,
-                              &r.algo, g_ws, WS_BYTES, 0) == CUBLAS_STATUS_SUCCESS);
+                              &r.algo, g_ws, WS_BYTES, st) == CUBLAS_STATUS_SUCCESS);
     ab[0] = 0.5f;
     ab[1] = 1.0f;
-    /* this copy is stream-ordered after the GEMM in the stub (it drains
-     * first), so the GEMM still sees 3 and 0 */
+    /* before the gate opens; a pageable H2D cudaMemcpy may return before the
+     * copy lands (CUDA Runtime API, "API synchronization behavior"), so
+     * wait for the legacy stream, which does not wait for st */
     cudaMemcpy(dab, ab, 8, cudaMemcpyHostToDevice);
+    TEST_CHECK(cudaStreamSynchronize(cudaStreamLegacy) == cudaSuccess);
+    atomic_store(&g_gate, 1);
+    TEST_CHECK(cudaStreamSynchronize(st) == cudaSuccess);
     cudaMemcpy(out, s.dD, sizeof(out), cudaMemcpyDeviceToHost);
     for (int i = 0; i < 64; i++)
-        TEST_CHECK(out[i] == 24.0f);
-    zs_emu_stub_defer(0);
+        TEST_CHECKF(out[i] == 5.0f, "%g", out[i]); /* 0.5 * 8 + 1 * 1 */
+    TEST_CHECK(cudaStreamDestroy(st) == cudaSuccess);
     cudaFree(dab);
     small_free(&s);
     printf("capture: ok\n");
@@ -758,6 +781,7 @@ static void test_capture(void)
  * must die of SIGABRT). */
 static void expect_fatal(small *s, const void *A, int64_t lda)
 {
+    TEST_CHECK(cudaDeviceSynchronize() == cudaSuccess); /* executors idle at fork */
     fflush(NULL);
     pid_t pid = fork();
     TEST_CHECK(pid >= 0);

@@ -11,21 +11,15 @@
  */
 #include <cub/cub.cuh>
 
-#ifdef ZS_EMU_STUB /* the stand-in runtime (stub/): synchronous unless deferred */
-#include "emu_stub.h"
-static cudaError_t sticky()
-{
-    return zs_emu_stub_sticky();
-}
-#else /* emu-core's runtime: work is asynchronous; sticky errors show at sync */
+/* Work is asynchronous; a sticky error shows at the next synchronisation. */
 static cudaError_t sticky()
 {
     return cudaDeviceSynchronize();
 }
-#endif
 
 #include <cuda_runtime_api.h>
 
+#include <atomic>
 #include <cmath>
 #include <csignal>
 #include <cstdint>
@@ -218,6 +212,14 @@ static void test_sorts()
     std::printf("sorts: %d match the stable reference\n", count);
 }
 
+static std::atomic<int> g_gate;
+
+static void CUDART_CB gate_fn(void *)
+{
+    while (!g_gate.load())
+        usleep(100);
+}
+
 static void test_temp_storage()
 {
     const int n = 100;
@@ -252,18 +254,20 @@ static void test_temp_storage()
     CHECK(cub::DeviceRadixSort::SortPairs(temp, bytes, ki, ko, vi, vo, -1) ==
           cudaErrorInvalidValue);
 
-    /* stream order: the sort runs after the call returns, in stream order */
-#ifdef ZS_EMU_STUB
-    zs_emu_stub_defer(1);
-#endif
-    CHECK(cub::DeviceRadixSort::SortPairs(temp, bytes, ki, ko, vi, vo, n) == cudaSuccess);
-#ifdef ZS_EMU_STUB
-    CHECK(ko[0] == 0); /* the stub's device memory is plain host memory: peek */
-#endif
-    CHECK(cudaStreamSynchronize(0) == cudaSuccess);
-#ifdef ZS_EMU_STUB
-    zs_emu_stub_defer(0);
-#endif
+    /* stream order: the sort runs after the call returns, in stream order
+     * (behind a host function that holds the stream until we open it) */
+    cudaStream_t st;
+    CHECK(cudaStreamCreateWithFlags(&st, cudaStreamNonBlocking) == cudaSuccess);
+    g_gate = 0;
+    CHECK(cudaLaunchHostFunc(st, gate_fn, nullptr) == cudaSuccess);
+    CHECK(cub::DeviceRadixSort::SortPairs(temp, bytes, ki, ko, vi, vo, n, 0, 32, st) ==
+          cudaSuccess);
+    int32_t k0 = -1;
+    cudaMemcpy(&k0, ko, sizeof(k0), cudaMemcpyDeviceToHost); /* legacy stream: no wait on st */
+    CHECK(k0 == 0);
+    g_gate = 1;
+    CHECK(cudaStreamSynchronize(st) == cudaSuccess);
+    CHECK(cudaStreamDestroy(st) == cudaSuccess);
     int32_t first[2], last;
     cudaMemcpy(first, ko, sizeof(first), cudaMemcpyDeviceToHost);
     cudaMemcpy(&last, ko + n - 1, sizeof(last), cudaMemcpyDeviceToHost);
@@ -284,6 +288,7 @@ static void test_temp_storage()
 /* The child must die of SIGABRT (zs_emu_fatal). */
 template <typename F> static void expect_fatal(F f)
 {
+    CHECK(cudaDeviceSynchronize() == cudaSuccess); /* executors idle at fork */
     std::fflush(nullptr);
     pid_t pid = fork();
     CHECK(pid >= 0);
