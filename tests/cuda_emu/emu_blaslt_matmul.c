@@ -275,15 +275,22 @@ static cublasStatus_t no_algorithm(int *returnAlgoCount)
  * as they need" - so the algorithm chosen assumes exactly the alignment the
  * preference allowed (default 256); MAX_WORKSPACE_BYTES is the most it may
  * use, and ours needs all of it. */
-static void make_algo(const zs_emu_lt_problem *p, const zs_emu_lt_pref *pref, zs_emu_lt_algo *a)
+/* The caller's cublasLtMatmulAlgo_t is copied in and out with memcpy: it is
+ * the caller's object (copied around as a value), never accessed through our
+ * struct type. */
+static void make_algo(const zs_emu_lt_problem *p, const zs_emu_lt_pref *pref,
+                      cublasLtMatmulAlgo_t *out)
 {
-    memset(a, 0, sizeof(cublasLtMatmulAlgo_t));
-    a->magic = ZS_EMU_LT_ALGO_MAGIC;
-    a->problem = problem_hash(p);
-    a->workspace = pref->max_workspace;
+    zs_emu_lt_algo a;
+    memset(&a, 0, sizeof(a));
+    a.magic = ZS_EMU_LT_ALGO_MAGIC;
+    a.problem = problem_hash(p);
+    a.workspace = pref->max_workspace;
     for (int i = 0; i < 4; i++)
-        a->align[i] = pref->align[i] ? pref->align[i] : 1;
-    a->serial = atomic_fetch_add(&g_algo_serial, 1) + 1;
+        a.align[i] = pref->align[i] ? pref->align[i] : 1;
+    a.serial = atomic_fetch_add(&g_algo_serial, 1) + 1;
+    memset(out, 0, sizeof(*out));
+    memcpy(out, &a, sizeof(a));
 }
 
 cublasStatus_t cublasLtMatmulAlgoGetHeuristic(
@@ -311,7 +318,7 @@ cublasStatus_t cublasLtMatmulAlgoGetHeuristic(
      * may be anything from 0 to requestedAlgoCount). */
     cublasLtMatmulHeuristicResult_t *r = &heuristicResultsArray[0];
     memset(r, 0, sizeof(*r));
-    make_algo(&p, pref, (zs_emu_lt_algo *)&r->algo);
+    make_algo(&p, pref, &r->algo);
     r->workspaceSize = (size_t)pref->max_workspace;
     r->state = CUBLAS_STATUS_SUCCESS;
     r->wavesCount = 1.0f;
@@ -608,22 +615,26 @@ cublasStatus_t cublasLtMatmul(cublasLtHandle_t lightHandle, cublasLtMatmulDesc_t
      * search preferences" (cuBLAS docs, cublasLtMatmul(), algo) - default
      * alignment 256 and no workspace - and that implicit query can find
      * nothing too (NOT_SUPPORTED: the implementation has no algorithm). */
-    cublasLtMatmulAlgo_t implicit; /* make_algo fills the whole opaque struct */
-    const zs_emu_lt_algo *al = (const zs_emu_lt_algo *)algo;
-    if (!al) {
+    zs_emu_lt_algo algo_copy;
+    const zs_emu_lt_algo *al = &algo_copy;
+    if (!algo) {
         if (!heuristic_gives(p.compute))
             return CUBLAS_STATUS_NOT_SUPPORTED;
         cublasLtMatmulPreferenceOpaque_t defpref;
         cublasLtMatmulPreferenceInit(&defpref);
-        make_algo(&p, (const zs_emu_lt_pref *)&defpref, (zs_emu_lt_algo *)&implicit);
-        al = (const zs_emu_lt_algo *)&implicit;
-    } else if (al->magic != ZS_EMU_LT_ALGO_MAGIC) {
+        cublasLtMatmulAlgo_t implicit;
+        make_algo(&p, (const zs_emu_lt_pref *)&defpref, &implicit);
+        memcpy(&algo_copy, &implicit, sizeof(algo_copy));
+    } else {
+        memcpy(&algo_copy, algo, sizeof(algo_copy));
+    }
+    if (al->magic != ZS_EMU_LT_ALGO_MAGIC) {
         /* not an algo a heuristic gave (cuBLASLt 13.1 answers a zeroed algo
          * with NOT_SUPPORTED too) */
         return CUBLAS_STATUS_NOT_SUPPORTED;
-    } else if (al->problem != problem_hash(&p)) {
-        return CUBLAS_STATUS_NOT_SUPPORTED; /* see problem_hash: HOSTILE */
     }
+    if (al->problem != problem_hash(&p))
+        return CUBLAS_STATUS_NOT_SUPPORTED; /* see problem_hash: HOSTILE */
 
     /* Alignment: the algo assumes each pointer is aligned as the preference
      * promised (see make_algo). A less aligned pointer is in conflict with
@@ -711,6 +722,13 @@ cublasStatus_t cublasLtMatmul(cublasLtHandle_t lightHandle, cublasLtMatmulDesc_t
         j->alpha_dev = alpha;
         j->beta_dev = beta;
     } else {
+        /* Pointer mode HOST with device pointers: on a GPU the host would
+         * read device memory (a crash, or garbage with unified addressing
+         * rules aside); stop with a diagnostic. */
+        if (zs_emu_dev_ptr(alpha, 0) >= 0 || zs_emu_dev_ptr(beta, 0) >= 0)
+            zs_emu_fatal("cublasLtMatmul",
+                         "alpha/beta are device memory but CUBLASLT_MATMUL_DESC_POINTER_MODE is "
+                         "CUBLASLT_POINTER_MODE_HOST (the default)");
         /* CUBLASLT_POINTER_MODE_HOST: alpha and beta are host values read
          * now; the caller may reuse that memory as soon as we return (cuBLAS
          * docs, "Scalar Parameters": with host pointers the call reads them

@@ -779,7 +779,8 @@ static void test_capture(void)
 
 /* A pointer that is not device memory stops the emulator (fork: the child
  * must die of SIGABRT). */
-static void expect_fatal(small *s, const void *A, int64_t lda)
+/* alpha_dev non-NULL: pass it as alpha with the default (host) pointer mode */
+static void expect_fatal(small *s, const void *A, int64_t lda, const float *alpha_dev)
 {
     TEST_CHECK(cudaDeviceSynchronize() == cudaSuccess); /* executors idle at fork */
     fflush(NULL);
@@ -789,8 +790,8 @@ static void expect_fatal(small *s, const void *A, int64_t lda)
         TEST_CHECK(freopen("/dev/null", "w", stderr));
         float alpha = 1, beta = 0;
         set_ld(s->A, lda);
-        cublasLtMatmul(g_h, s->desc, &alpha, A, s->A, s->dB, s->B, &beta, s->dC, s->C, s->dD, s->D,
-                       NULL, NULL, 0, 0);
+        cublasLtMatmul(g_h, s->desc, alpha_dev ? alpha_dev : &alpha, A, s->A, s->dB, s->B, &beta,
+                       s->dC, s->C, s->dD, s->D, NULL, NULL, 0, 0);
         _exit(0);
     }
     int status;
@@ -806,9 +807,10 @@ static void test_fatal(void)
     static float host[64] __attribute__((aligned(256)));
     small s;
     small_init(&s, CUBLAS_COMPUTE_32F);
-    expect_fatal(&s, host, SM);           /* host memory */
-    expect_fatal(&s, s.dA + 64 * 16, SM); /* one past the end of A's allocation */
-    expect_fatal(&s, s.dA + 64 * 15, 16); /* A (ld 16) runs past the end */
+    expect_fatal(&s, host, SM, NULL);           /* host memory */
+    expect_fatal(&s, s.dA + 64 * 16, SM, NULL); /* one past the end of A's allocation */
+    expect_fatal(&s, s.dA + 64 * 15, 16, NULL); /* A (ld 16) runs past the end */
+    expect_fatal(&s, s.dA, SM, s.dC);           /* device alpha, host pointer mode */
     /* the control: the last 8x8 (ld 8) that fits is accepted */
     TEST_CHECK(mm(&s, NULL, s.dA + 64 * 15, s.dC, s.dD, NULL, 0) == CUBLAS_STATUS_SUCCESS);
     TEST_CHECK(sticky() == cudaSuccess);
