@@ -138,7 +138,8 @@ cudaError_t run_sort(void *arg)
         std::memcpy(kout + i * j->key_size, kin + idx[i] * j->key_size, j->key_size);
         /* HOSTILE: "Any transformations applied to the keys prior to sorting
          * are reversed while writing to the final output buffer", and -0.0
-         * was transformed as +0.0: it comes out as +0.0. */
+         * was transformed as +0.0: it comes out as +0.0. (CUB in CUDA 13.0
+         * on an H100 kept -0.0's bits; the docs do not promise that.) */
         if (j->kind == 2 && load_key(kout, i, j->key_size) == sign)
             std::memset(kout + i * j->key_size, 0, j->key_size);
     }
@@ -190,7 +191,10 @@ extern "C" cudaError_t zs_emu_cub_sort_pairs(void *d_temp_storage, size_t *temp_
     /* begin_bit / end_bit: "The least-significant bit index (inclusive)" /
      * "The most-significant bit index (exclusive) needed for key comparison
      * (e.g., sizeof(unsigned int) * 8)". HOSTILE: a range outside the key
-     * or reversed is refused (cudaErrorInvalidValue), not clamped. */
+     * or reversed is refused (cudaErrorInvalidValue), not clamped. (CUB in
+     * CUDA 13.0 on an H100 returned cudaSuccess for end_bit 33 and for
+     * begin_bit > end_bit, and the device then faulted with an illegal
+     * address: no caller can rely on such a range.) */
     if (begin_bit < 0 || end_bit > static_cast<int>(key_size * 8) || begin_bit > end_bit)
         return cudaErrorInvalidValue;
     const size_t n = static_cast<size_t>(num_items);
