@@ -69,9 +69,10 @@ cublasStatus_t cublasLtCreate(cublasLtHandle_t *lightHandle)
 }
 
 /* cuBLAS docs, cublasLtDestroy(): NOT_INITIALIZED if the handle was not
- * initialized. The docs also say destroy implicitly synchronises the device;
- * the work we enqueued holds no pointer to the handle, so freeing it early is
- * safe here. */
+ * initialized; "the release of those resources by calling cublasLtDestroy()
+ * will implicitly call cudaDeviceSynchronize()" - so we do, on the handle's
+ * device (callers may rely on it: work of this handle is done afterwards).
+ * Like the real one it is a CUDA call: not allowed from a host function. */
 cublasStatus_t cublasLtDestroy(cublasLtHandle_t lightHandle)
 {
     int found = 0;
@@ -84,6 +85,12 @@ cublasStatus_t cublasLtDestroy(cublasLtHandle_t lightHandle)
     pthread_mutex_unlock(&g_handles_mu);
     if (!found)
         return CUBLAS_STATUS_NOT_INITIALIZED;
+    int cur = zs_emu_current_device();
+    if (cur != lightHandle->device)
+        cudaSetDevice(lightHandle->device);
+    cudaDeviceSynchronize(); /* a sticky error stays for the caller's next call */
+    if (cur != lightHandle->device)
+        cudaSetDevice(cur);
     lightHandle->magic = 0;
     free(lightHandle);
     return CUBLAS_STATUS_SUCCESS;

@@ -19,6 +19,7 @@ static cudaError_t sticky(void)
 #include "zs_test.h"
 
 #include <cuda_runtime_api.h>
+#include <pthread.h>
 #include <signal.h>
 #include <stdatomic.h>
 #include <stdint.h>
@@ -711,6 +712,14 @@ static void CUDART_CB gate_fn(void *arg)
         usleep(100);
 }
 
+static void *open_gate_later(void *arg)
+{
+    (void)arg;
+    usleep(50000);
+    atomic_store(&g_gate, 1);
+    return NULL;
+}
+
 static cudaStream_t gated_stream(void)
 {
     cudaStream_t st;
@@ -771,6 +780,25 @@ static void test_capture(void)
     cudaMemcpy(out, s.dD, sizeof(out), cudaMemcpyDeviceToHost);
     for (int i = 0; i < 64; i++)
         TEST_CHECKF(out[i] == 5.0f, "%g", out[i]); /* 0.5 * 8 + 1 * 1 */
+
+    /* cublasLtDestroy synchronises the device: a GEMM still held behind the
+     * gate (opened 50 ms later by another thread) is done when it returns */
+    cublasLtHandle_t h2;
+    TEST_CHECK(cublasLtCreate(&h2) == CUBLAS_STATUS_SUCCESS);
+    pm = CUBLASLT_POINTER_MODE_HOST;
+    cublasLtMatmulDescSetAttribute(s.desc, CUBLASLT_MATMUL_DESC_POINTER_MODE, &pm, sizeof(pm));
+    atomic_store(&g_gate, 0);
+    TEST_CHECK(cudaLaunchHostFunc(st, gate_fn, NULL) == cudaSuccess);
+    alpha = 1, beta = 0;
+    TEST_CHECK(cublasLtMatmul(h2, s.desc, &alpha, s.dA, s.A, s.dB, s.B, &beta, s.dC, s.C, s.dD, s.D,
+                              &r.algo, g_ws, WS_BYTES, st) == CUBLAS_STATUS_SUCCESS);
+    pthread_t opener;
+    TEST_CHECK(pthread_create(&opener, NULL, open_gate_later, NULL) == 0);
+    TEST_CHECK(cublasLtDestroy(h2) == CUBLAS_STATUS_SUCCESS);
+    cudaMemcpy(out, s.dD, sizeof(out), cudaMemcpyDeviceToHost);
+    for (int i = 0; i < 64; i++)
+        TEST_CHECKF(out[i] == 8.0f, "%g", out[i]);
+    pthread_join(opener, NULL);
     TEST_CHECK(cudaStreamDestroy(st) == cudaSuccess);
     cudaFree(dab);
     small_free(&s);
