@@ -6,12 +6,16 @@
 #
 # emu.cmake has an include guard: including it here makes this file work
 # whether or not the project included it first.
-include(${CMAKE_CURRENT_LIST_DIR}/emu.cmake)
-if(NOT EXISTS ${ZS_EMU_CUDA_INCLUDE}/cublasLt.h)
+# Without NVIDIA's headers there is nothing to build (checked before
+# emu.cmake, which would otherwise define a library that cannot compile).
+find_path(ZS_EMU_BLAS_CUBLASLT_H cublasLt.h HINTS ${CUDAToolkit_INCLUDE_DIRS} ENV CUDA_HOME
+          /usr/local/cuda PATH_SUFFIXES include)
+if(NOT ZS_EMU_BLAS_CUBLASLT_H)
   message(STATUS "zeroshard: cublasLt.h not found: emulator cuBLASLt/CUB tests off")
   return()
 endif()
 enable_language(CXX)
+include(${CMAKE_CURRENT_LIST_DIR}/emu.cmake)
 
 set(ZS_EMU_BLAS_TESTS test_emu_blaslt:c test_emu_cub:cpp)
 foreach(t ${ZS_EMU_BLAS_TESTS})
