@@ -407,14 +407,23 @@ static cublasStatus_t desc_attr(cublasLtMatmulDesc_t matmulDesc,
                   : attr_get(ATTR(x->fast_accum), out, size, written);
     default: {
         /* Pointers and other attributes of epilogues/scaling we do not
-         * emulate: any Set marks the descriptor, and cublasLtMatmul then
-         * refuses it (NOT_SUPPORTED) instead of ignoring it. */
+         * emulate: setting one to a nonzero value marks the descriptor, and
+         * cublasLtMatmul then refuses it (NOT_SUPPORTED) instead of ignoring
+         * it. All-zero bytes is every such attribute's default (NULL
+         * pointer, 0 stride/ld, mode 0), so it clears the mark. */
         if (!in)
             return CUBLAS_STATUS_INVALID_VALUE;
-        if (!size)
+        if (!size || size > 8)
             return CUBLAS_STATUS_INVALID_VALUE;
-        if ((int)attr >= 0 && (int)attr < 64)
+        if ((int)attr < 0 || (int)attr >= 64)
+            return CUBLAS_STATUS_INVALID_VALUE;
+        int nonzero = 0;
+        for (size_t i = 0; i < size; i++)
+            nonzero |= ((const unsigned char *)in)[i] != 0;
+        if (nonzero)
             x->other_set |= 1ull << attr;
+        else
+            x->other_set &= ~(1ull << attr);
         return CUBLAS_STATUS_SUCCESS;
     }
     }
