@@ -848,6 +848,16 @@ static void test_fatal(void)
     expect_fatal(&s, s.dA + 64 * 16, SM, NULL); /* one past the end of A's allocation */
     expect_fatal(&s, s.dA + 64 * 15, 16, NULL); /* A (ld 16) runs past the end */
     expect_fatal(&s, s.dA, SM, s.dC);           /* device alpha, host pointer mode */
+    /* memory of another device than the handle's (ZS_EMU_DEVICES=2) */
+    int ndev = 0;
+    TEST_CHECK(cudaGetDeviceCount(&ndev) == cudaSuccess && ndev == 2);
+    TEST_CHECK(cudaSetDevice(1) == cudaSuccess);
+    float *other = dalloc(4096);
+    TEST_CHECK(cudaSetDevice(0) == cudaSuccess);
+    expect_fatal(&s, other, SM, NULL);
+    TEST_CHECK(cudaSetDevice(1) == cudaSuccess);
+    cudaFree(other);
+    TEST_CHECK(cudaSetDevice(0) == cudaSuccess);
     /* the control: the last 8x8 (ld 8) that fits is accepted */
     TEST_CHECK(mm(&s, NULL, s.dA + 64 * 15, s.dC, s.dD, NULL, 0) == CUBLAS_STATUS_SUCCESS);
     TEST_CHECK(sticky() == cudaSuccess);
@@ -857,6 +867,9 @@ static void test_fatal(void)
 
 int main(void)
 {
+    /* two emulated devices (emu-core's runtime reads this at its first
+     * call): one test hands the handle of device 0 memory of device 1 */
+    setenv("ZS_EMU_DEVICES", "2", 1);
     TEST_CHECK(
         !strcmp(cublasLtGetStatusName(CUBLAS_STATUS_NOT_SUPPORTED), "CUBLAS_STATUS_NOT_SUPPORTED"));
     TEST_CHECK(strlen(cublasLtGetStatusString(CUBLAS_STATUS_INVALID_VALUE)) > 0);
