@@ -1,0 +1,470 @@
+/*
+ * emu_nccl_comm.c - the emulated NCCL's communicator life: unique id,
+ * init (blocking and non-blocking), finalize, destroy, abort, the error
+ * queries and the attribute queries.
+ *
+ * Does: the rules of the NCCL user guide, "Communicators" / "Creating a
+ * communicator", "Non-blocking communicators" (ncclInProgress and
+ * ncclCommGetAsyncError), "Fault Tolerance" / "Error handling and
+ * communicator abort", and api/comms ("ncclCommFinalize",
+ * "ncclCommDestroy", "ncclCommAbort", "ncclGetLastError"), each at its
+ * most hostile legal reading (README.md lists them). Does not: ncclCommSplit,
+ * ncclCommInitAll, ncclCommShrink (not called by zeroshard; link errors).
+ *
+ * A handle is never freed: after destroy or abort it stays as a tombstone
+ * (magic DEAD), so any later use is reported, not undefined.
+ */
+#define _GNU_SOURCE
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "emu_nccl.h"
+
+#define EXPORT_P(ret, name, params, args)                                                          \
+    ret p##name params __attribute__((alias(#name)));
+
+static pthread_mutex_t g_last_mu = PTHREAD_MUTEX_INITIALIZER;
+static char g_last[ZS_EMU_NCCL_MSG];
+
+void zs_emu_nccl_set_last(const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    pthread_mutex_lock(&g_last_mu);
+    vsnprintf(g_last, sizeof g_last, fmt, ap);
+    pthread_mutex_unlock(&g_last_mu);
+    va_end(ap);
+}
+
+void zs_emu_nccl_fail(struct ncclComm *c, ncclResult_t rc, const char *msg)
+{
+    int expect = ncclSuccess;
+    zs_emu_nccl_set_last("%s", msg);
+    pthread_mutex_lock(&c->mu);
+    if (atomic_compare_exchange_strong(&c->async_err, &expect, (int)rc)) {
+        snprintf(c->errmsg, sizeof c->errmsg, "%s", msg);
+        if (c->seg) {
+            /* Peers waiting on this rank learn why (they report
+             * ncclRemoteError naming this rank). Message before state. */
+            zs_emu_nccl_slot *sl = &c->seg->slot[c->rank];
+            snprintf(sl->msg, sizeof sl->msg, "%s", msg);
+            int ok = ZS_EMU_PEER_OK;
+            atomic_compare_exchange_strong(&sl->state, &ok, ZS_EMU_PEER_FAILED);
+            zs_emu_nccl_ring(c->seg);
+        }
+    }
+    pthread_mutex_unlock(&c->mu);
+}
+
+/* ZS_EMU_NCCL_INPROGRESS: "always" (every non-blocking init, group end and
+ * collective returns ncclInProgress), "0" (never), or a seed (default 1):
+ * about half of them do, settling after 1 to 4 polls. NCCL's docs allow
+ * ncclInProgress from any call on a non-blocking communicator ("Non-blocking
+ * communicators"), so the hostile reading returns it from all of them. */
+int zs_emu_nccl_draw_polls(int rank)
+{
+    static pthread_mutex_t mu = PTHREAD_MUTEX_INITIALIZER;
+    static uint64_t state;
+    static int mode = -1; /* 0 never, 1 always, 2 seeded */
+    int polls;
+    pthread_mutex_lock(&mu);
+    if (mode < 0) {
+        const char *e = getenv("ZS_EMU_NCCL_INPROGRESS");
+        uint64_t seed = 1;
+        mode = 2;
+        if (e && strcmp(e, "always") == 0)
+            mode = 1;
+        else if (e && strcmp(e, "0") == 0)
+            mode = 0;
+        else if (e && *e)
+            seed = strtoull(e, NULL, 0);
+        state = (seed + 1) * 0x9e3779b97f4a7c15ull ^ ((uint64_t)rank << 32);
+    }
+    state ^= state << 13; /* xorshift64 */
+    state ^= state >> 7;
+    state ^= state << 17;
+    if (mode == 0)
+        polls = 0;
+    else if (mode == 1)
+        polls = 1 + (int)(state >> 62);
+    else
+        polls = (state >> 63) ? 1 + (int)((state >> 40) & 3) : 0;
+    pthread_mutex_unlock(&mu);
+    return polls;
+}
+
+ncclResult_t zs_emu_nccl_check(struct ncclComm *c, const char *fn)
+{
+    if (!c) {
+        zs_emu_nccl_set_last("cuda-emu nccl: %s: NULL communicator", fn);
+        return ncclInvalidArgument;
+    }
+    if (c->magic == ZS_EMU_COMM_DEAD) {
+        /* api/comms: a destroyed or aborted communicator must not be used. */
+        zs_emu_nccl_set_last("cuda-emu nccl: %s: communicator (rank %d) used after "
+                             "ncclCommDestroy/ncclCommAbort",
+                             fn, c->rank);
+        fprintf(stderr, "cuda-emu nccl: %s: communicator (rank %d) used after "
+                        "ncclCommDestroy/ncclCommAbort\n", fn, c->rank);
+        return ncclInvalidUsage;
+    }
+    if (c->magic != ZS_EMU_COMM_LIVE) {
+        zs_emu_nccl_set_last("cuda-emu nccl: %s: not a communicator", fn);
+        return ncclInvalidArgument;
+    }
+    pthread_mutex_lock(&c->mu);
+    int pending = c->pending_polls;
+    pthread_mutex_unlock(&c->mu);
+    if (pending > 0) {
+        /* "Non-blocking communicators": after ncclInProgress, query
+         * ncclCommGetAsyncError until it is no longer ncclInProgress before
+         * calling another NCCL function. */
+        char m[ZS_EMU_NCCL_MSG];
+        snprintf(m, sizeof m,
+                 "cuda-emu nccl: %s: rank %d: called while the communicator is ncclInProgress "
+                 "(settle with ncclCommGetAsyncError first)",
+                 fn, c->rank);
+        fprintf(stderr, "%s\n", m);
+        zs_emu_nccl_fail(c, ncclInvalidUsage, m);
+        return ncclInvalidUsage;
+    }
+    int e = atomic_load(&c->async_err);
+    if (e != ncclSuccess && e != ncclInProgress) {
+        /* Fault tolerance: after an error the communicator is only good for
+         * ncclCommAbort; the hostile reading refuses everything else. */
+        zs_emu_nccl_set_last("cuda-emu nccl: %s: rank %d: communicator has failed earlier: %s",
+                             fn, c->rank, c->errmsg);
+        return (ncclResult_t)e;
+    }
+    return ncclSuccess;
+}
+
+void zs_emu_nccl_unref(struct ncclComm *c)
+{
+    pthread_mutex_lock(&c->mu);
+    int left = --c->refs;
+    pthread_mutex_unlock(&c->mu);
+    if (left == 0)
+        zs_emu_nccl_detach(c); /* the struct itself stays: tombstone */
+}
+
+ncclResult_t ncclGetUniqueId(ncclUniqueId *uniqueId)
+{
+    static _Atomic unsigned counter;
+    if (!uniqueId)
+        return ncclInvalidArgument;
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    memset(uniqueId, 0, sizeof *uniqueId);
+    /* The name only: the segment is created by the first rank to init. Pid,
+     * time and a counter make it unique, so a crashed run's leftover can
+     * never be attached to by the next run. */
+    snprintf(uniqueId->internal, 64, "/zs_emu_nccl_%d_%lld%09ld_%u", (int)getpid(),
+             (long long)ts.tv_sec, ts.tv_nsec, atomic_fetch_add(&counter, 1));
+    return ncclSuccess;
+}
+EXPORT_P(ncclResult_t, ncclGetUniqueId, (ncclUniqueId * uniqueId), (uniqueId))
+
+ncclResult_t ncclCommInitRankConfig(ncclComm_t *comm, int nranks, ncclUniqueId commId, int rank,
+                                    ncclConfig_t *config)
+{
+    int blocking = 1;
+    if (!comm)
+        return ncclInvalidArgument;
+    *comm = NULL;
+    if (nranks < 1 || nranks > ZS_EMU_NCCL_MAX_RANKS || rank < 0 || rank >= nranks) {
+        zs_emu_nccl_set_last("cuda-emu nccl: ncclCommInitRank: rank %d of nranks %d", rank,
+                             nranks);
+        return ncclInvalidArgument;
+    }
+    if (config) {
+        /* nccl.h: "Not initialized config will result in NCCL error." */
+        if (config->magic != 0xcafebeef || config->size != sizeof(ncclConfig_t)) {
+            zs_emu_nccl_set_last("cuda-emu nccl: ncclCommInitRankConfig: config not set from "
+                                 "NCCL_CONFIG_INITIALIZER");
+            return ncclInvalidArgument;
+        }
+        if (config->blocking != NCCL_CONFIG_UNDEF_INT)
+            blocking = config->blocking != 0;
+    }
+    if (zs_emu_nccl_group_depth() > 0) {
+        /* "Group Calls": init can not be merged with other calls; the
+         * emulator's rendezvous is synchronous, so a thread initialising
+         * several ranks in one group is not supported either. */
+        zs_emu_nccl_set_last("cuda-emu nccl: ncclCommInitRank inside ncclGroupStart/End is not "
+                             "supported by the emulator");
+        return ncclInvalidUsage;
+    }
+    struct ncclComm *c = calloc(1, sizeof *c);
+    if (!c)
+        return ncclSystemError;
+    c->rank = rank;
+    c->nranks = nranks;
+    c->dev = zs_emu_current_device();
+    c->blocking = blocking;
+    c->refs = 1;
+    c->next_seq = 1;
+    c->exec_seq = 1;
+    pthread_mutex_init(&c->mu, NULL);
+    pthread_cond_init(&c->cv, NULL);
+    ncclResult_t rc = zs_emu_nccl_attach(c, &commId);
+    if (rc != ncclSuccess) {
+        /* A failed init returns no communicator (*comm stays NULL). */
+        pthread_mutex_destroy(&c->mu);
+        pthread_cond_destroy(&c->cv);
+        free(c);
+        return rc;
+    }
+    c->magic = ZS_EMU_COMM_LIVE;
+    *comm = c;
+    if (!blocking && (c->pending_polls = zs_emu_nccl_draw_polls(rank)) > 0)
+        return ncclInProgress; /* the handle is valid; poll ncclCommGetAsyncError */
+    return ncclSuccess;
+}
+EXPORT_P(ncclResult_t, ncclCommInitRankConfig,
+         (ncclComm_t * comm, int nranks, ncclUniqueId commId, int rank, ncclConfig_t *config),
+         (comm, nranks, commId, rank, config))
+
+ncclResult_t ncclCommInitRank(ncclComm_t *comm, int nranks, ncclUniqueId commId, int rank)
+{
+    return ncclCommInitRankConfig(comm, nranks, commId, rank, NULL);
+}
+EXPORT_P(ncclResult_t, ncclCommInitRank,
+         (ncclComm_t * comm, int nranks, ncclUniqueId commId, int rank),
+         (comm, nranks, commId, rank))
+
+/* Wait until every op this rank launched has finished on its stream. */
+static void drain(struct ncclComm *c)
+{
+    pthread_mutex_lock(&c->mu);
+    while (c->inflight > 0)
+        pthread_cond_wait(&c->cv, &c->mu); /* every op ends: barriers time out */
+    pthread_mutex_unlock(&c->mu);
+}
+
+static ncclResult_t open_group_check(struct ncclComm *c, const char *fn)
+{
+    if (zs_emu_nccl_group_depth() > 0) {
+        /* "Group Calls": a group must be closed by ncclGroupEnd; tearing a
+         * communicator down with the group open would drop its ops. */
+        char m[ZS_EMU_NCCL_MSG];
+        snprintf(m, sizeof m,
+                 "cuda-emu nccl: %s: rank %d: called with a group open (ncclGroupStart without "
+                 "ncclGroupEnd, depth %d%s)",
+                 fn, c->rank, zs_emu_nccl_group_depth(),
+                 zs_emu_nccl_group_has(c) ? ", holding calls on this communicator" : "");
+        fprintf(stderr, "%s\n", m);
+        zs_emu_nccl_fail(c, ncclInvalidUsage, m);
+        return ncclInvalidUsage;
+    }
+    return ncclSuccess;
+}
+
+/* api/comms "ncclCommFinalize": flushes every uncompleted operation. A
+ * non-blocking communicator may return ncclInProgress and report it until
+ * the operations are done. */
+ncclResult_t ncclCommFinalize(ncclComm_t comm)
+{
+    ncclResult_t rc = zs_emu_nccl_check(comm, "ncclCommFinalize");
+    if (rc != ncclSuccess)
+        return rc;
+    if ((rc = open_group_check(comm, "ncclCommFinalize")) != ncclSuccess)
+        return rc;
+    if (comm->finalized) {
+        zs_emu_nccl_set_last("cuda-emu nccl: ncclCommFinalize called twice");
+        return ncclInvalidUsage;
+    }
+    comm->finalized = 1;
+    if (!comm->blocking) {
+        pthread_mutex_lock(&comm->mu);
+        int polls = zs_emu_nccl_draw_polls(comm->rank);
+        if (comm->inflight > 0 && polls == 0)
+            polls = 1;
+        comm->pending_polls = polls;
+        pthread_mutex_unlock(&comm->mu);
+        if (polls > 0)
+            return ncclInProgress; /* GetAsyncError waits for the drain */
+    }
+    drain(comm);
+    return ncclSuccess;
+}
+EXPORT_P(ncclResult_t, ncclCommFinalize, (ncclComm_t comm), (comm))
+
+static void publish_end(struct ncclComm *c, int state)
+{
+    if (!c->seg)
+        return;
+    zs_emu_nccl_slot *sl = &c->seg->slot[c->rank];
+    pthread_mutex_lock(&c->mu);
+    atomic_store(&sl->ncolls, c->exec_seq - 1);
+    pthread_mutex_unlock(&c->mu);
+    int ok = ZS_EMU_PEER_OK;
+    atomic_compare_exchange_strong(&sl->state, &ok, state);
+    zs_emu_nccl_ring(c->seg);
+}
+
+ncclResult_t ncclCommDestroy(ncclComm_t comm)
+{
+    if (!comm)
+        return ncclInvalidArgument;
+    if (comm->magic == ZS_EMU_COMM_DEAD)
+        return zs_emu_nccl_check(comm, "ncclCommDestroy");
+    ncclResult_t rc = open_group_check(comm, "ncclCommDestroy");
+    if (rc != ncclSuccess)
+        return rc;
+    pthread_mutex_lock(&comm->mu);
+    int pending = comm->pending_polls;
+    pthread_mutex_unlock(&comm->mu);
+    if (pending > 0 && !comm->finalized)
+        return zs_emu_nccl_check(comm, "ncclCommDestroy");
+    /* api/comms "ncclCommDestroy": without a prior ncclCommFinalize it
+     * finalizes internally, i.e. waits for the outstanding operations. */
+    drain(comm);
+    publish_end(comm, ZS_EMU_PEER_DESTROYED);
+    comm->magic = ZS_EMU_COMM_DEAD;
+    zs_emu_nccl_unref(comm);
+    return ncclSuccess;
+}
+EXPORT_P(ncclResult_t, ncclCommDestroy, (ncclComm_t comm), (comm))
+
+/* api/comms "ncclCommAbort": frees the communicator and stops its
+ * uncompleted operations. Every waiting op returns (marked failed), the
+ * peers waiting on this rank see it (ncclRemoteError), and the handle
+ * becomes a tombstone. Does not wait for a peer. */
+ncclResult_t ncclCommAbort(ncclComm_t comm)
+{
+    if (!comm)
+        return ncclInvalidArgument;
+    if (comm->magic == ZS_EMU_COMM_DEAD)
+        return zs_emu_nccl_check(comm, "ncclCommAbort");
+    atomic_store(&comm->aborted, 1);
+    publish_end(comm, ZS_EMU_PEER_ABORTED);
+    if (comm->seg)
+        zs_emu_nccl_ring(comm->seg);
+    pthread_mutex_lock(&comm->mu);
+    pthread_cond_broadcast(&comm->cv);
+    comm->pending_polls = 0;
+    pthread_mutex_unlock(&comm->mu);
+    zs_emu_nccl_flush_stash(comm); /* drops them: aborted */
+    drain(comm); /* returns promptly: every wait checks `aborted` */
+    comm->magic = ZS_EMU_COMM_DEAD;
+    zs_emu_nccl_unref(comm);
+    return ncclSuccess;
+}
+EXPORT_P(ncclResult_t, ncclCommAbort, (ncclComm_t comm), (comm))
+
+ncclResult_t ncclCommGetAsyncError(ncclComm_t comm, ncclResult_t *asyncError)
+{
+    if (!comm || !asyncError)
+        return ncclInvalidArgument;
+    if (comm->magic != ZS_EMU_COMM_LIVE)
+        return zs_emu_nccl_check(comm, "ncclCommGetAsyncError");
+    int e = atomic_load(&comm->async_err);
+    if (e != ncclSuccess) {
+        *asyncError = (ncclResult_t)e;
+        return ncclSuccess;
+    }
+    pthread_mutex_lock(&comm->mu);
+    int settle = 0;
+    if (comm->pending_polls > 0) {
+        /* Finalize settles only once the operations drained. */
+        if (!(comm->finalized && comm->inflight > 0 && comm->pending_polls == 1))
+            comm->pending_polls--;
+        settle = comm->pending_polls == 0;
+        *asyncError = settle ? ncclSuccess : ncclInProgress;
+    } else {
+        *asyncError = ncclSuccess;
+    }
+    pthread_mutex_unlock(&comm->mu);
+    if (settle && comm->nstash > 0) {
+        /* A group that returned ncclInProgress launches when it settles. */
+        zs_emu_nccl_flush_stash(comm);
+        e = atomic_load(&comm->async_err);
+        if (e != ncclSuccess)
+            *asyncError = (ncclResult_t)e;
+    }
+    return ncclSuccess;
+}
+EXPORT_P(ncclResult_t, ncclCommGetAsyncError, (ncclComm_t comm, ncclResult_t * asyncError),
+         (comm, asyncError))
+
+/* api/comms "ncclGetLastError": the last error in NCCL, possibly from an
+ * earlier asynchronous operation; not cleared by the call. */
+const char *ncclGetLastError(ncclComm_t comm)
+{
+    if (comm && comm->errmsg[0])
+        return comm->errmsg;
+    return g_last;
+}
+EXPORT_P(const char *, ncclGetLastError, (ncclComm_t comm), (comm))
+
+const char *ncclGetErrorString(ncclResult_t result)
+{
+    switch (result) {
+    case ncclSuccess:
+        return "no error";
+    case ncclUnhandledCudaError:
+        return "unhandled cuda error (run with NCCL_DEBUG=INFO for details)";
+    case ncclSystemError:
+        return "unhandled system error (run with NCCL_DEBUG=INFO for details)";
+    case ncclInternalError:
+        return "internal error - please report this issue to the NCCL developers";
+    case ncclInvalidArgument:
+        return "invalid argument (run with NCCL_DEBUG=WARN for details)";
+    case ncclInvalidUsage:
+        return "invalid usage (run with NCCL_DEBUG=WARN for details)";
+    case ncclRemoteError:
+        return "remote process exited or there was a network error";
+    case ncclInProgress:
+        return "NCCL operation in progress";
+    default:
+        return "unknown result code";
+    }
+}
+EXPORT_P(const char *, ncclGetErrorString, (ncclResult_t result), (result))
+
+ncclResult_t ncclCommCount(const ncclComm_t comm, int *count)
+{
+    ncclResult_t rc = zs_emu_nccl_check(comm, "ncclCommCount");
+    if (rc == ncclSuccess && !count)
+        rc = ncclInvalidArgument;
+    if (rc == ncclSuccess)
+        *count = comm->nranks;
+    return rc;
+}
+EXPORT_P(ncclResult_t, ncclCommCount, (const ncclComm_t comm, int *count), (comm, count))
+
+ncclResult_t ncclCommUserRank(const ncclComm_t comm, int *rank)
+{
+    ncclResult_t rc = zs_emu_nccl_check(comm, "ncclCommUserRank");
+    if (rc == ncclSuccess && !rank)
+        rc = ncclInvalidArgument;
+    if (rc == ncclSuccess)
+        *rank = comm->rank;
+    return rc;
+}
+EXPORT_P(ncclResult_t, ncclCommUserRank, (const ncclComm_t comm, int *rank), (comm, rank))
+
+ncclResult_t ncclCommCuDevice(const ncclComm_t comm, int *device)
+{
+    ncclResult_t rc = zs_emu_nccl_check(comm, "ncclCommCuDevice");
+    if (rc == ncclSuccess && !device)
+        rc = ncclInvalidArgument;
+    if (rc == ncclSuccess)
+        *device = comm->dev;
+    return rc;
+}
+EXPORT_P(ncclResult_t, ncclCommCuDevice, (const ncclComm_t comm, int *device), (comm, device))
+
+ncclResult_t ncclGetVersion(int *version)
+{
+    if (!version)
+        return ncclInvalidArgument;
+    *version = NCCL_VERSION_CODE;
+    return ncclSuccess;
+}
+EXPORT_P(ncclResult_t, ncclGetVersion, (int *version), (version))
