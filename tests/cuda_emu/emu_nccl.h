@@ -43,11 +43,11 @@ typedef struct {
 enum { ZS_EMU_PEER_OK = 0, ZS_EMU_PEER_FAILED, ZS_EMU_PEER_ABORTED, ZS_EMU_PEER_DESTROYED };
 
 typedef struct {
-    _Atomic int32_t pid;      /* 0 until the rank attached */
-    _Atomic int32_t state;    /* ZS_EMU_PEER_* */
-    _Atomic uint64_t arrive;  /* last barrier step this rank reached */
-    _Atomic uint64_t ncolls;  /* collectives it completed (for DESTROYED) */
-    zs_emu_nccl_desc desc;    /* its current collective */
+    _Atomic int32_t pid;       /* 0 until the rank attached */
+    _Atomic int32_t state;     /* ZS_EMU_PEER_* */
+    _Atomic uint64_t arrive;   /* last barrier step this rank reached */
+    _Atomic uint64_t ncolls;   /* collectives it completed (for DESTROYED) */
+    zs_emu_nccl_desc desc;     /* its current collective */
     char msg[ZS_EMU_NCCL_MSG]; /* why it FAILED (written before state) */
 } zs_emu_nccl_slot;
 
@@ -60,9 +60,9 @@ typedef struct {
     _Atomic int32_t attached; /* ranks attached so far */
     _Atomic int32_t printed;  /* the mismatch message was printed by someone */
     int32_t nranks;
-    uint64_t chunk;           /* staging bytes per rank */
-    uint64_t total;           /* segment bytes */
-    zs_emu_nccl_slot slot[];  /* nranks of them, then the staging */
+    uint64_t chunk;          /* staging bytes per rank */
+    uint64_t total;          /* segment bytes */
+    zs_emu_nccl_slot slot[]; /* nranks of them, then the staging */
 } zs_emu_nccl_seg;
 
 #define ZS_EMU_NCCL_MAGIC 0x7a73e0ccu
@@ -79,15 +79,15 @@ struct ncclComm {
 
     pthread_mutex_t mu;
     pthread_cond_t cv;
-    int refs;           /* the user's handle + every launched/stashed op */
-    int inflight;       /* ops enqueued and not yet finished */
-    uint64_t next_seq;  /* seq of the next op launched */
-    uint64_t exec_seq;  /* seq of the next op allowed to run */
-    uint64_t step;      /* barrier steps done by this rank (executor side) */
+    int refs;          /* the user's handle + every launched/stashed op */
+    int inflight;      /* ops enqueued and not yet finished */
+    uint64_t next_seq; /* seq of the next op launched */
+    uint64_t exec_seq; /* seq of the next op allowed to run */
+    uint64_t step;     /* barrier steps done by this rank (executor side) */
     _Atomic int aborted;
-    _Atomic int async_err;  /* ncclResult_t, first error wins */
-    int pending_polls;      /* ncclInProgress left to report */
-    void *stash;            /* ops of a group that returned ncclInProgress */
+    _Atomic int async_err; /* ncclResult_t, first error wins */
+    int pending_polls;     /* ncclInProgress left to report */
+    void *stash;           /* ops of a group that returned ncclInProgress */
     int nstash, capstash;
     int finalized;
     char errmsg[ZS_EMU_NCCL_MSG];

@@ -50,8 +50,8 @@ int zs_emu_nccl_group_has(struct ncclComm *c)
 
 static const char *kind_name(int k)
 {
-    static const char *n[] = {"?", "AllReduce", "ReduceScatter", "AllGather", "Broadcast",
-                              "Reduce"};
+    static const char *n[] = {"?",         "AllReduce", "ReduceScatter",
+                              "AllGather", "Broadcast", "Reduce"};
     return (k >= 1 && k <= 5) ? n[k] : "?";
 }
 
@@ -283,7 +283,7 @@ void zs_emu_nccl_flush_stash(struct ncclComm *c)
     for (int i = 0; i < n; i++) {
         if (atomic_load(&c->async_err) == ncclSuccess && !atomic_load(&c->aborted))
             zs_emu_nccl_launch(&ops[i]); /* else dropped (abort, error) */
-        zs_emu_nccl_unref(c); /* the stash's reference */
+        zs_emu_nccl_unref(c);            /* the stash's reference */
     }
     free(ops);
 }
@@ -378,14 +378,17 @@ static ncclResult_t coll(int kind, const char *fn, const void *send, void *recv,
     int n = c->nranks, r = c->rank;
     size_t esz = zs_emu_nccl_dtype_size(dtype);
     if (!esz)
-        return group_fail(c, ncclInvalidArgument, "cuda-emu nccl: %s: rank %d: data type %d not "
-                          "supported by the emulator", fn, r, (int)dtype);
+        return group_fail(c, ncclInvalidArgument,
+                          "cuda-emu nccl: %s: rank %d: data type %d not "
+                          "supported by the emulator",
+                          fn, r, (int)dtype);
     int reduces = kind == ZS_EMU_NCCL_ALLREDUCE || kind == ZS_EMU_NCCL_REDUCESCATTER ||
                   kind == ZS_EMU_NCCL_REDUCE;
     if (reduces && !zs_emu_nccl_op_ok(redop))
         return group_fail(c, ncclInvalidArgument,
                           "cuda-emu nccl: %s: rank %d: reduction op %d not supported by the "
-                          "emulator", fn, r, (int)redop);
+                          "emulator",
+                          fn, r, (int)redop);
     int rooted = kind == ZS_EMU_NCCL_BROADCAST || kind == ZS_EMU_NCCL_REDUCE;
     if (rooted && (root < 0 || root >= n))
         return group_fail(c, ncclInvalidArgument, "cuda-emu nccl: %s: rank %d: root %d of %d ranks",
@@ -543,8 +546,8 @@ EXPORT_P(ncclResult_t, ncclBroadcast,
          (const void *sendbuff, void *recvbuff, size_t count, ncclDataType_t datatype, int root,
           ncclComm_t comm, cudaStream_t stream))
 
-ncclResult_t ncclBcast(void *buff, size_t count, ncclDataType_t datatype, int root,
-                       ncclComm_t comm, cudaStream_t stream)
+ncclResult_t ncclBcast(void *buff, size_t count, ncclDataType_t datatype, int root, ncclComm_t comm,
+                       cudaStream_t stream)
 {
     return coll(ZS_EMU_NCCL_BROADCAST, "ncclBcast", buff, buff, count, datatype, ncclSum, root,
                 comm, stream);
@@ -553,9 +556,8 @@ EXPORT_P(ncclResult_t, ncclBcast,
          (void *buff, size_t count, ncclDataType_t datatype, int root, ncclComm_t comm,
           cudaStream_t stream))
 
-ncclResult_t ncclReduce(const void *sendbuff, void *recvbuff, size_t count,
-                        ncclDataType_t datatype, ncclRedOp_t op, int root, ncclComm_t comm,
-                        cudaStream_t stream)
+ncclResult_t ncclReduce(const void *sendbuff, void *recvbuff, size_t count, ncclDataType_t datatype,
+                        ncclRedOp_t op, int root, ncclComm_t comm, cudaStream_t stream)
 {
     return coll(ZS_EMU_NCCL_REDUCE, "ncclReduce", sendbuff, recvbuff, count, datatype, op, root,
                 comm, stream);

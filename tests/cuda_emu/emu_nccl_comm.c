@@ -24,8 +24,7 @@
 
 #include "emu_nccl.h"
 
-#define EXPORT_P(ret, name, params, args)                                                          \
-    ret p##name params __attribute__((alias(#name)));
+#define EXPORT_P(ret, name, params, args) ret p##name params __attribute__((alias(#name)));
 
 static pthread_mutex_t g_last_mu = PTHREAD_MUTEX_INITIALIZER;
 static char g_last[ZS_EMU_NCCL_MSG];
@@ -69,20 +68,18 @@ int zs_emu_nccl_draw_polls(int rank)
 {
     static pthread_mutex_t mu = PTHREAD_MUTEX_INITIALIZER;
     static uint64_t state;
-    static int mode = -1; /* 0 never, 1 always, 2 seeded */
-    int polls;
+    static int seeded;
+    int polls, mode = 2; /* 0 never, 1 always, 2 seeded; read on every call */
     pthread_mutex_lock(&mu);
-    if (mode < 0) {
-        const char *e = getenv("ZS_EMU_NCCL_INPROGRESS");
-        uint64_t seed = 1;
-        mode = 2;
-        if (e && strcmp(e, "always") == 0)
-            mode = 1;
-        else if (e && strcmp(e, "0") == 0)
-            mode = 0;
-        else if (e && *e)
-            seed = strtoull(e, NULL, 0);
+    const char *e = getenv("ZS_EMU_NCCL_INPROGRESS");
+    if (e && strcmp(e, "always") == 0)
+        mode = 1;
+    else if (e && strcmp(e, "0") == 0)
+        mode = 0;
+    if (!seeded) {
+        uint64_t seed = (e && mode == 2 && *e) ? strtoull(e, NULL, 0) : 1;
         state = (seed + 1) * 0x9e3779b97f4a7c15ull ^ ((uint64_t)rank << 32);
+        seeded = 1;
     }
     state ^= state << 13; /* xorshift64 */
     state ^= state >> 7;
@@ -108,8 +105,10 @@ ncclResult_t zs_emu_nccl_check(struct ncclComm *c, const char *fn)
         zs_emu_nccl_set_last("cuda-emu nccl: %s: communicator (rank %d) used after "
                              "ncclCommDestroy/ncclCommAbort",
                              fn, c->rank);
-        fprintf(stderr, "cuda-emu nccl: %s: communicator (rank %d) used after "
-                        "ncclCommDestroy/ncclCommAbort\n", fn, c->rank);
+        fprintf(stderr,
+                "cuda-emu nccl: %s: communicator (rank %d) used after "
+                "ncclCommDestroy/ncclCommAbort\n",
+                fn, c->rank);
         return ncclInvalidUsage;
     }
     if (c->magic != ZS_EMU_COMM_LIVE) {
@@ -136,8 +135,8 @@ ncclResult_t zs_emu_nccl_check(struct ncclComm *c, const char *fn)
     if (e != ncclSuccess && e != ncclInProgress) {
         /* Fault tolerance: after an error the communicator is only good for
          * ncclCommAbort; the hostile reading refuses everything else. */
-        zs_emu_nccl_set_last("cuda-emu nccl: %s: rank %d: communicator has failed earlier: %s",
-                             fn, c->rank, c->errmsg);
+        zs_emu_nccl_set_last("cuda-emu nccl: %s: rank %d: communicator has failed earlier: %s", fn,
+                             c->rank, c->errmsg);
         return (ncclResult_t)e;
     }
     return ncclSuccess;
@@ -177,8 +176,7 @@ ncclResult_t ncclCommInitRankConfig(ncclComm_t *comm, int nranks, ncclUniqueId c
         return ncclInvalidArgument;
     *comm = NULL;
     if (nranks < 1 || nranks > ZS_EMU_NCCL_MAX_RANKS || rank < 0 || rank >= nranks) {
-        zs_emu_nccl_set_last("cuda-emu nccl: ncclCommInitRank: rank %d of nranks %d", rank,
-                             nranks);
+        zs_emu_nccl_set_last("cuda-emu nccl: ncclCommInitRank: rank %d of nranks %d", rank, nranks);
         return ncclInvalidArgument;
     }
     if (config) {
@@ -350,7 +348,7 @@ ncclResult_t ncclCommAbort(ncclComm_t comm)
     comm->pending_polls = 0;
     pthread_mutex_unlock(&comm->mu);
     zs_emu_nccl_flush_stash(comm); /* drops them: aborted */
-    drain(comm); /* returns promptly: every wait checks `aborted` */
+    drain(comm);                   /* returns promptly: every wait checks `aborted` */
     comm->magic = ZS_EMU_COMM_DEAD;
     zs_emu_nccl_unref(comm);
     return ncclSuccess;
@@ -389,7 +387,7 @@ ncclResult_t ncclCommGetAsyncError(ncclComm_t comm, ncclResult_t *asyncError)
     }
     return ncclSuccess;
 }
-EXPORT_P(ncclResult_t, ncclCommGetAsyncError, (ncclComm_t comm, ncclResult_t * asyncError),
+EXPORT_P(ncclResult_t, ncclCommGetAsyncError, (ncclComm_t comm, ncclResult_t *asyncError),
          (comm, asyncError))
 
 /* api/comms "ncclGetLastError": the last error in NCCL, possibly from an

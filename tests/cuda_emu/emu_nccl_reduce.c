@@ -94,7 +94,7 @@ static uint16_t f_to_bf16(float f)
     memcpy(&u, &f, 4);
     if ((u & 0x7fffffffu) > 0x7f800000u)
         return (uint16_t)((u >> 16) | 0x40); /* quiet NaN, keep sign */
-    u += 0x7fffu + ((u >> 16) & 1u);           /* round to nearest even */
+    u += 0x7fffu + ((u >> 16) & 1u);         /* round to nearest even */
     return (uint16_t)(u >> 16);
 }
 
@@ -126,7 +126,7 @@ static uint16_t f_to_h(float f)
         return sign | 0x7e00u;
     if (a >= 65520.0f) /* rounds to infinity (max finite 65504) */
         return sign | 0x7c00u;
-    if (a < 6.103515625e-05f) { /* subnormal range: units of 2^-24 */
+    if (a < 6.103515625e-05f) {                /* subnormal range: units of 2^-24 */
         float q = nearbyintf(a * 16777216.0f); /* default rounding: nearest even */
         return sign | (uint16_t)q;
     }

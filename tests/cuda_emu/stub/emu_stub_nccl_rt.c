@@ -35,7 +35,7 @@ static pthread_mutex_t g_mu = PTHREAD_MUTEX_INITIALIZER;
 static struct alloc {
     char *p;
     size_t n;
-} *g_allocs;
+} * g_allocs;
 static int g_nallocs;
 static _Thread_local int t_dev;
 static struct CUstream_st *g_default;
