@@ -122,6 +122,9 @@ static ncclResult_t exchange(struct ncclComm *c, zs_emu_nccl_op *op, char *msg, 
     for (size_t ci = 0; ci < nchunks; ci++) {
         size_t c0 = ci * chunk_el, c1 = c0 + chunk_el < total ? c0 + chunk_el : total;
         size_t len = c1 - c0;
+        if (nchunks > 1) /* a death names the chunk: proof it was mid-collective */
+            snprintf(what, sizeof what, "collective #%llu %s, chunk %zu of %zu",
+                     (unsigned long long)d->seq, me, ci + 1, nchunks);
         if (ci == 0)
             s->slot[r].desc = *d; /* published by the barrier's release store */
         if (post && len)
