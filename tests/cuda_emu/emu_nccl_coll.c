@@ -113,7 +113,7 @@ static ncclResult_t exchange(struct ncclComm *c, zs_emu_nccl_op *op, char *msg, 
     unsigned char *recv = op->recv;
     size_t chunk_el = s->chunk / esz;
     size_t nchunks = total ? (total + chunk_el - 1) / chunk_el : 1;
-    char what[160], me[96];
+    char what[256], me[96];
     zs_emu_nccl_describe(d, me, sizeof me);
     snprintf(what, sizeof what, "collective #%llu %s", (unsigned long long)d->seq, me);
     const void *src[ZS_EMU_NCCL_MAX_RANKS];
