@@ -15,10 +15,15 @@
  * (magic DEAD), so any later use is reported, not undefined.
  */
 #define _GNU_SOURCE
+#include <dirent.h>
+#include <errno.h>
+#include <signal.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -151,11 +156,42 @@ void zs_emu_nccl_unref(struct ncclComm *c)
         zs_emu_nccl_detach(c); /* the struct itself stays: tombstone */
 }
 
+/* A run that crashed before every rank attached leaves its segment in
+ * /dev/shm (the name is unlinked only once all attached). Its name never
+ * comes back, so it can not break a later run; this only reclaims the
+ * memory: segments whose id maker (the pid in the name) is dead and that
+ * are older than a minute. */
+static void sweep_stale(void)
+{
+    DIR *d = opendir("/dev/shm");
+    if (!d)
+        return;
+    struct dirent *e;
+    time_t now = time(NULL);
+    while ((e = readdir(d))) {
+        int pid;
+        if (sscanf(e->d_name, "zs_emu_nccl_%d_", &pid) != 1 || pid <= 0)
+            continue;
+        if (kill(pid, 0) == 0 || errno != ESRCH)
+            continue;
+        char path[320];
+        struct stat st;
+        snprintf(path, sizeof path, "/dev/shm/%s", e->d_name);
+        if (stat(path, &st) == 0 && now - st.st_mtime > 60) {
+            char name[300];
+            snprintf(name, sizeof name, "/%s", e->d_name);
+            shm_unlink(name);
+        }
+    }
+    closedir(d);
+}
+
 ncclResult_t ncclGetUniqueId(ncclUniqueId *uniqueId)
 {
     static _Atomic unsigned counter;
     if (!uniqueId)
         return ncclInvalidArgument;
+    sweep_stale();
     struct timespec ts;
     clock_gettime(CLOCK_REALTIME, &ts);
     memset(uniqueId, 0, sizeof *uniqueId);
