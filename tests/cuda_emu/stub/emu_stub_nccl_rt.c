@@ -67,13 +67,13 @@ static void *stream_main(void *arg)
         cudaError_t e = w->fn(w->arg);
         if (w->free_arg)
             w->free_arg(w->arg);
-        free(w);
         pthread_mutex_lock(&s->mu);
         if (e != cudaSuccess && g_sticky == cudaSuccess)
             g_sticky = e;
-        s->head = w == s->tail ? NULL : s->head->next;
+        s->head = w->next;
         if (!s->head)
             s->tail = NULL;
+        free(w);
         s->busy = 0;
         pthread_cond_broadcast(&s->cv);
     }
