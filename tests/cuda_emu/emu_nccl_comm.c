@@ -353,7 +353,7 @@ ncclResult_t ncclCommDestroy(ncclComm_t comm)
     pthread_mutex_lock(&comm->mu);
     int pending = comm->pending_polls;
     pthread_mutex_unlock(&comm->mu);
-    if (pending > 0 && !comm->finalized)
+    if (pending > 0) /* also a finalize not yet settled ("Non-blocking communicators") */
         return zs_emu_nccl_check(comm, "ncclCommDestroy");
     /* api/comms "ncclCommDestroy": without a prior ncclCommFinalize it
      * finalizes internally, i.e. waits for the outstanding operations. */

@@ -238,6 +238,17 @@ static void test_results(cudaStream_t s)
                     for (int ip = 0; ip < 2; ip++, nops++)
                         one(c, s, kind, types[ti], ops[oi], counts[ci], ip, ++salt);
             }
+    /* The legacy in-place broadcast. */
+    float hb[64], *db;
+    for (int i = 0; i < 64; i++)
+        hb[i] = (float)(g_rank * 100 + i);
+    CUDAOK(cudaMalloc((void **)&db, sizeof hb));
+    CUDAOK(cudaMemcpy(db, hb, sizeof hb, cudaMemcpyHostToDevice));
+    NCCLOK(ncclBcast(db, 64, ncclFloat32, 1, c, s));
+    CUDAOK(cudaStreamSynchronize(s));
+    CUDAOK(cudaMemcpy(hb, db, sizeof hb, cudaMemcpyDeviceToHost));
+    CHECK(hb[0] == 100.0f && hb[63] == 163.0f, "bcast %g %g", hb[0], hb[63]);
+    cudaFree(db);
     /* count 0 is a collective too (matched across ranks), any pointers. */
     NCCLOK(ncclAllReduce(NULL, NULL, 0, ncclFloat32, ncclSum, c, s));
     CUDAOK(cudaStreamSynchronize(s));

@@ -191,8 +191,34 @@ static void abort_releases(cudaStream_t s)
         CHECK(test_now() - t0 < 2.0, "abort took %.2f s", test_now() - t0);
     }
     MPI_Barrier(MPI_COMM_WORLD);
-    if (g_rank != 0)
+    if (g_rank != 0) {
+        /* The peers of the aborted rank: their next collective fails. */
+        NCCLOK(ncclAllReduce(a, a, CNT, ncclFloat32, ncclSum, c, s));
+        CUDAOK(cudaStreamSynchronize(s));
+        expect_async(c, ncclRemoteError, "rank 0 called ncclCommAbort");
         NCCLOK(ncclCommAbort(c));
+    }
+    cudaFree(a);
+}
+
+/* A live peer that never joins: after ZS_EMU_NCCL_TIMEOUT the wait ends
+ * with ncclSystemError (real NCCL would hang). */
+static void timeout(cudaStream_t s)
+{
+    ncclComm_t c = test_comm(1);
+    void *a;
+    CUDAOK(cudaMalloc(&a, CNT * 4));
+    if (g_rank == 0) {
+        setenv("ZS_EMU_NCCL_TIMEOUT", "1", 1);
+        double t0 = test_now();
+        NCCLOK(ncclAllReduce(a, a, CNT, ncclFloat32, ncclSum, c, s));
+        CUDAOK(cudaStreamSynchronize(s));
+        CHECK(test_now() - t0 < 3.0, "timeout took %.2f s", test_now() - t0);
+        expect_async(c, ncclSystemError, "ZS_EMU_NCCL_TIMEOUT");
+        setenv("ZS_EMU_NCCL_TIMEOUT", "60", 1);
+    }
+    MPI_Barrier(MPI_COMM_WORLD);
+    NCCLOK(ncclCommAbort(c));
     cudaFree(a);
 }
 
@@ -205,8 +231,9 @@ void test_faults(cudaStream_t s)
     group_rules(s);
     inprogress(s);
     abort_releases(s);
+    timeout(s);
     if (g_rank == 0)
-        printf("faults: refusals, mismatch, skipped, group rules, settle, abort ok\n");
+        printf("faults: refusals, mismatch, skipped, group rules, settle, abort, timeout ok\n");
 }
 
 /* --- kill test: nranks forked processes, no MPI --- */
