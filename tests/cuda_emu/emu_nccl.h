@@ -90,6 +90,10 @@ struct ncclComm {
     void *stash;           /* ops of a group that returned ncclInProgress */
     int nstash, capstash;
     int finalized;
+    ncclUniqueId id;
+    pthread_t init_th;        /* a non-blocking init's rendezvous */
+    int init_thread;          /* init_th was started and not joined */
+    _Atomic int initializing; /* the rendezvous has not finished */
     char errmsg[ZS_EMU_NCCL_MSG];
 };
 

@@ -51,7 +51,7 @@ void zs_emu_nccl_fail(struct ncclComm *c, ncclResult_t rc, const char *msg)
     pthread_mutex_lock(&c->mu);
     if (atomic_compare_exchange_strong(&c->async_err, &expect, (int)rc)) {
         snprintf(c->errmsg, sizeof c->errmsg, "%s", msg);
-        if (c->seg) {
+        if (c->seg && !atomic_load(&c->initializing)) {
             /* Peers waiting on this rank learn why (they report
              * ncclRemoteError naming this rank). Message before state. */
             zs_emu_nccl_slot *sl = &c->seg->slot[c->rank];
@@ -204,6 +204,31 @@ ncclResult_t ncclGetUniqueId(ncclUniqueId *uniqueId)
 }
 EXPORT_P(ncclResult_t, ncclGetUniqueId, (ncclUniqueId * uniqueId), (uniqueId))
 
+static void *init_main(void *arg)
+{
+    struct ncclComm *c = arg;
+    ncclResult_t rc = zs_emu_nccl_attach(c, &c->id);
+    if (rc != ncclSuccess) {
+        char m[ZS_EMU_NCCL_MSG];
+        snprintf(m, sizeof m, "%s", ncclGetLastError(NULL));
+        atomic_store(&c->initializing, 0);
+        zs_emu_nccl_fail(c, rc, m);
+        pthread_mutex_lock(&c->mu);
+        c->pending_polls = 0; /* the error is the settled state */
+        pthread_mutex_unlock(&c->mu);
+    }
+    atomic_store(&c->initializing, 0);
+    return NULL;
+}
+
+static void join_init(struct ncclComm *c)
+{
+    if (c->init_thread) {
+        pthread_join(c->init_th, NULL);
+        c->init_thread = 0;
+    }
+}
+
 ncclResult_t ncclCommInitRankConfig(ncclComm_t *comm, int nranks, ncclUniqueId commId, int rank,
                                     ncclConfig_t *config)
 {
@@ -245,6 +270,25 @@ ncclResult_t ncclCommInitRankConfig(ncclComm_t *comm, int nranks, ncclUniqueId c
     c->exec_seq = 1;
     pthread_mutex_init(&c->mu, NULL);
     pthread_cond_init(&c->cv, NULL);
+    c->id = commId;
+    int polls = blocking ? 0 : zs_emu_nccl_draw_polls(rank);
+    if (polls > 0) {
+        /* "Non-blocking communicators": init returns ncclInProgress at once
+         * with a valid handle; the rendezvous goes on in the background and
+         * ncclCommGetAsyncError reports ncclInProgress until it is done (and
+         * then for the drawn number of polls). */
+        c->magic = ZS_EMU_COMM_LIVE;
+        c->pending_polls = polls;
+        atomic_store(&c->initializing, 1);
+        if (pthread_create(&c->init_th, NULL, init_main, c) == 0) {
+            c->init_thread = 1;
+            *comm = c;
+            return ncclInProgress;
+        }
+        atomic_store(&c->initializing, 0);
+        c->magic = 0;
+        c->pending_polls = 0;
+    }
     ncclResult_t rc = zs_emu_nccl_attach(c, &commId);
     if (rc != ncclSuccess) {
         /* A failed init returns no communicator (*comm stays NULL). */
@@ -255,8 +299,6 @@ ncclResult_t ncclCommInitRankConfig(ncclComm_t *comm, int nranks, ncclUniqueId c
     }
     c->magic = ZS_EMU_COMM_LIVE;
     *comm = c;
-    if (!blocking && (c->pending_polls = zs_emu_nccl_draw_polls(rank)) > 0)
-        return ncclInProgress; /* the handle is valid; poll ncclCommGetAsyncError */
     return ncclSuccess;
 }
 EXPORT_P(ncclResult_t, ncclCommInitRankConfig,
@@ -355,6 +397,7 @@ ncclResult_t ncclCommDestroy(ncclComm_t comm)
     pthread_mutex_unlock(&comm->mu);
     if (pending > 0) /* also a finalize not yet settled ("Non-blocking communicators") */
         return zs_emu_nccl_check(comm, "ncclCommDestroy");
+    join_init(comm); /* settled, so finished */
     /* api/comms "ncclCommDestroy": without a prior ncclCommFinalize it
      * finalizes internally, i.e. waits for the outstanding operations. */
     drain(comm);
@@ -376,6 +419,7 @@ ncclResult_t ncclCommAbort(ncclComm_t comm)
     if (comm->magic == ZS_EMU_COMM_DEAD)
         return zs_emu_nccl_check(comm, "ncclCommAbort");
     atomic_store(&comm->aborted, 1);
+    join_init(comm); /* its wait checks `aborted` */
     publish_end(comm, ZS_EMU_PEER_ABORTED);
     if (comm->seg)
         zs_emu_nccl_ring(comm->seg);
@@ -397,6 +441,10 @@ ncclResult_t ncclCommGetAsyncError(ncclComm_t comm, ncclResult_t *asyncError)
         return ncclInvalidArgument;
     if (comm->magic != ZS_EMU_COMM_LIVE)
         return zs_emu_nccl_check(comm, "ncclCommGetAsyncError");
+    if (atomic_load(&comm->initializing)) {
+        *asyncError = ncclInProgress; /* the rendezvous goes on */
+        return ncclSuccess;
+    }
     int e = atomic_load(&comm->async_err);
     if (e != ncclSuccess) {
         *asyncError = (ncclResult_t)e;

@@ -183,20 +183,40 @@ ncclResult_t zs_emu_nccl_attach(struct ncclComm *c, const ncclUniqueId *id)
         shm_unlink(c->name); /* all here: the name is no longer needed */
     zs_emu_nccl_ring(s);
     /* Wait for all ranks (ncclCommInitRank is collective). */
+    ncclResult_t rc;
+    int mystate = ZS_EMU_PEER_FAILED;
     for (;;) {
         uint32_t seen = atomic_load(&s->bell);
         if (atomic_load(&s->attached) >= c->nranks)
             return ncclSuccess;
+        if (atomic_load(&c->aborted)) { /* a non-blocking init, aborted */
+            snprintf(msg, sizeof msg, "cuda-emu nccl: ncclCommInitRank: rank %d: aborted", c->rank);
+            rc = ncclInvalidUsage;
+            mystate = ZS_EMU_PEER_ABORTED;
+            goto leave;
+        }
         for (int k = 0; k < c->nranks; k++) {
             pid_t pk = atomic_load(&s->slot[k].pid);
+            int st = atomic_load(&s->slot[k].state);
+            /* Re-read `attached` before blaming k: k may have attached,
+             * returned and failed since this loop's first check. */
+            if (atomic_load(&s->attached) >= c->nranks)
+                return ncclSuccess;
+            if (pk && st != ZS_EMU_PEER_OK) {
+                snprintf(msg, sizeof msg,
+                         "cuda-emu nccl: ncclCommInitRank: rank %d gave up (%s) before every "
+                         "rank attached",
+                         k, st == ZS_EMU_PEER_ABORTED ? "ncclCommAbort" : "failed");
+                rc = ncclRemoteError;
+                goto leave;
+            }
             if (pk && pid_dead(pk)) {
                 snprintf(msg, sizeof msg,
                          "cuda-emu nccl: ncclCommInitRank: rank %d (pid %d) died before every "
                          "rank attached",
                          k, (int)pk);
-                zs_emu_nccl_set_last("%s", msg);
-                shm_unlink(c->name);
-                return ncclRemoteError;
+                rc = ncclRemoteError;
+                goto leave;
             }
         }
         if (now_s() > deadline) {
@@ -204,12 +224,20 @@ ncclResult_t zs_emu_nccl_attach(struct ncclComm *c, const ncclUniqueId *id)
                      "cuda-emu nccl: ncclCommInitRank: rank %d: only %d of %d ranks attached "
                      "within %.0f s (ZS_EMU_NCCL_TIMEOUT)",
                      c->rank, (int)atomic_load(&s->attached), c->nranks, zs_emu_nccl_timeout_s());
-            zs_emu_nccl_set_last("%s", msg);
-            shm_unlink(c->name);
-            return ncclSystemError;
+            rc = ncclSystemError;
+            goto leave;
         }
         wait_bell(s, seen);
     }
+leave:
+    /* Tell the ranks still attaching, and let no one else attach. */
+    atomic_store(&s->slot[c->rank].state, mystate);
+    zs_emu_nccl_ring(s);
+    shm_unlink(c->name);
+    zs_emu_nccl_set_last("%s", msg);
+    munmap(p, total);
+    c->seg = NULL;
+    return rc;
 usage:
     zs_emu_nccl_set_last("%s", msg);
     fprintf(stderr, "%s\n", msg);
@@ -250,9 +278,17 @@ ncclResult_t zs_emu_nccl_barrier(struct ncclComm *c, uint64_t step, const char *
         for (int k = 0; k < c->nranks; k++) {
             if (atomic_load(&s->slot[k].arrive) >= step)
                 continue;
-            all = 0;
             zs_emu_nccl_slot *sl = &s->slot[k];
+            all = 0;
             int st = atomic_load(&sl->state);
+            int dead = st == ZS_EMU_PEER_OK && pid_dead(atomic_load(&sl->pid));
+            if (st == ZS_EMU_PEER_OK && !dead)
+                continue;
+            /* k may have reached `step` and then failed, been destroyed or
+             * exited since the first read: its state changes after its
+             * arrival, so a second read of the arrival tells. */
+            if (atomic_load(&sl->arrive) >= step)
+                continue; /* all stays 0: the next round sees it arrived */
             if (st == ZS_EMU_PEER_FAILED) {
                 snprintf(msg, cap, "cuda-emu nccl: %s: rank %d failed: %s", what, k, sl->msg);
                 return ncclRemoteError;
@@ -268,11 +304,9 @@ ncclResult_t zs_emu_nccl_barrier(struct ncclComm *c, uint64_t step, const char *
                          what, k, (unsigned long long)atomic_load(&sl->ncolls), k);
                 return ncclInvalidUsage;
             }
-            if (pid_dead(atomic_load(&sl->pid))) {
-                snprintf(msg, cap, "cuda-emu nccl: %s: rank %d (pid %d) died", what, k,
-                         (int)atomic_load(&sl->pid));
-                return ncclRemoteError;
-            }
+            snprintf(msg, cap, "cuda-emu nccl: %s: rank %d (pid %d) died", what, k,
+                     (int)atomic_load(&sl->pid));
+            return ncclRemoteError;
         }
         if (all)
             return ncclSuccess;
