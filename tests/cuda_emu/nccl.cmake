@@ -4,28 +4,23 @@
 # tests without MPI (the test forks its ranks: a rank killed under mpiexec
 # would make mpiexec kill the others). Labelled `emu`.
 #
-# The emulator's sources are built into zs_cuda_emu by emu-core's emu.cmake
-# (it globs emu_*.c). Until that library exists, the tests build the NCCL
-# sources with the stand-in runtime stub/emu_stub_nccl_rt.c.
-find_path(ZS_EMU_NCCL_INCLUDE nccl.h HINTS /usr/local/cuda/include ENV NCCL_HOME
-          PATH_SUFFIXES include)
-find_path(ZS_EMU_CUDA_INCLUDE cuda_runtime_api.h HINTS /usr/local/cuda/include)
-if(NOT ZS_EMU_NCCL_INCLUDE OR NOT ZS_EMU_CUDA_INCLUDE)
-  message(STATUS "cuda_emu nccl: nccl.h / CUDA headers not found: emulated NCCL tests off")
+# The emulator's sources (emu_nccl*.c among them) are built into
+# zs_cuda_emu by emu-core's emu.cmake (include_guard: including it again is
+# harmless). nccl.h comes from the CUDA include directory it adds.
+# zs_cuda_emu has C++ sources (the kernel part); the project enables only C.
+get_property(_emu_langs GLOBAL PROPERTY ENABLED_LANGUAGES)
+if(NOT "CXX" IN_LIST _emu_langs)
+  enable_language(CXX)
+endif()
+include(${CMAKE_CURRENT_LIST_DIR}/emu.cmake)
+find_path(ZS_EMU_NCCL_INCLUDE nccl.h HINTS ${ZS_EMU_CUDA_INCLUDE} /usr/local/cuda/include
+          ENV NCCL_HOME PATH_SUFFIXES include)
+if(NOT ZS_EMU_NCCL_INCLUDE)
+  message(STATUS "cuda_emu nccl: nccl.h not found: emulated NCCL tests off")
   return()
 endif()
-
 set(_emu_dir ${CMAKE_CURRENT_LIST_DIR})
-if(TARGET zs_cuda_emu)
-  set(_emu_lib zs_cuda_emu)
-else()
-  file(GLOB _emu_nccl_srcs ${_emu_dir}/emu_nccl*.c)
-  add_library(zs_emu_nccl_stub STATIC ${_emu_nccl_srcs} ${_emu_dir}/stub/emu_stub_nccl_rt.c)
-  target_include_directories(zs_emu_nccl_stub PUBLIC ${_emu_dir} ${ZS_EMU_NCCL_INCLUDE}
-                             ${ZS_EMU_CUDA_INCLUDE})
-  target_link_libraries(zs_emu_nccl_stub PUBLIC Threads::Threads m rt)
-  set(_emu_lib zs_emu_nccl_stub)
-endif()
+set(_emu_lib zs_cuda_emu)
 
 add_executable(test_emu_nccl ${_emu_dir}/test_emu_nccl.c ${_emu_dir}/test_emu_nccl_faults.c)
 target_include_directories(test_emu_nccl PRIVATE ${_emu_dir} ${ZS_EMU_NCCL_INCLUDE})
