@@ -95,6 +95,7 @@ struct ncclComm {
     int init_thread;          /* init_th was started and not joined */
     _Atomic int initializing; /* the rendezvous has not finished */
     char errmsg[ZS_EMU_NCCL_MSG];
+    struct ncclComm *all_next; /* every communicator ever made (tombstones stay reachable) */
 };
 
 /* One collective call, as recorded in a group or launched on a stream. */

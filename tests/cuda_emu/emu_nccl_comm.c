@@ -32,6 +32,10 @@
 #define EXPORT_P(ret, name, params, args) ret p##name params __attribute__((alias(#name)));
 
 static pthread_mutex_t g_last_mu = PTHREAD_MUTEX_INITIALIZER;
+/* Every communicator handed out, never freed: a destroyed one is a
+ * tombstone, so a later use is reported, not undefined; the list keeps
+ * them reachable (no LeakSanitizer report for a deliberate tombstone). */
+static struct ncclComm *g_all;
 static char g_last[ZS_EMU_NCCL_MSG];
 
 void zs_emu_nccl_set_last(const char *fmt, ...)
@@ -204,6 +208,14 @@ ncclResult_t ncclGetUniqueId(ncclUniqueId *uniqueId)
 }
 EXPORT_P(ncclResult_t, ncclGetUniqueId, (ncclUniqueId * uniqueId), (uniqueId))
 
+static void keep(struct ncclComm *c)
+{
+    pthread_mutex_lock(&g_last_mu);
+    c->all_next = g_all;
+    g_all = c;
+    pthread_mutex_unlock(&g_last_mu);
+}
+
 static void *init_main(void *arg)
 {
     struct ncclComm *c = arg;
@@ -279,15 +291,23 @@ ncclResult_t ncclCommInitRankConfig(ncclComm_t *comm, int nranks, ncclUniqueId c
          * then for the drawn number of polls). */
         c->magic = ZS_EMU_COMM_LIVE;
         c->pending_polls = polls;
+        keep(c);
         atomic_store(&c->initializing, 1);
         if (pthread_create(&c->init_th, NULL, init_main, c) == 0) {
             c->init_thread = 1;
             *comm = c;
             return ncclInProgress;
         }
+        /* No thread: do it here (the communicator stays on the list). */
         atomic_store(&c->initializing, 0);
-        c->magic = 0;
         c->pending_polls = 0;
+        ncclResult_t rc = zs_emu_nccl_attach(c, &commId);
+        if (rc != ncclSuccess) {
+            c->magic = ZS_EMU_COMM_DEAD;
+            return rc;
+        }
+        *comm = c;
+        return ncclSuccess;
     }
     ncclResult_t rc = zs_emu_nccl_attach(c, &commId);
     if (rc != ncclSuccess) {
@@ -298,6 +318,7 @@ ncclResult_t ncclCommInitRankConfig(ncclComm_t *comm, int nranks, ncclUniqueId c
         return rc;
     }
     c->magic = ZS_EMU_COMM_LIVE;
+    keep(c);
     *comm = c;
     return ncclSuccess;
 }
