@@ -4,9 +4,14 @@
  * fixed rank order.
  *
  * Does: ncclFloat32, ncclFloat16, ncclBfloat16 (and ncclFloat64, trivial);
- * ops ncclSum, ncclProd, ncclMax, ncclMin. Does not: ncclAvg or
+ * ops ncclSum, ncclProd, ncclMax, ncclMin, ncclAvg. Does not:
  * ncclRedOpCreatePreMulSum ops (refused with ncclInvalidArgument by the
  * caller), integer or fp8 types (refused likewise).
+ *
+ * ncclAvg: the docs define it as the average; the emulator computes the
+ * sum as above (same order and rounding), then divides once by nranks and
+ * rounds to the type. (Real NCCL may pre-scale each input instead; callers
+ * must not count on either bit pattern across implementations.)
  *
  * Order and rounding (documented in README.md): the result is
  * ((v0 op v1) op v2) op ... in rank order, every time, so results are
@@ -77,7 +82,7 @@ const char *zs_emu_nccl_op_name(int op)
 
 int zs_emu_nccl_op_ok(ncclRedOp_t op)
 {
-    return op == ncclSum || op == ncclProd || op == ncclMax || op == ncclMin;
+    return op == ncclSum || op == ncclProd || op == ncclMax || op == ncclMin || op == ncclAvg;
 }
 
 static float bf16_to_f(uint16_t h)
@@ -141,6 +146,7 @@ static uint16_t f_to_h(float f)
 static double apply(double a, double b, int op)
 {
     switch (op) {
+    case ncclAvg: /* summed step by step, divided at the end */
     case ncclSum:
         return a + b;
     case ncclProd:
@@ -155,6 +161,7 @@ static double apply(double a, double b, int op)
 static float applyf(float a, float b, int op)
 {
     switch (op) {
+    case ncclAvg:
     case ncclSum:
         return a + b;
     case ncclProd:
@@ -174,6 +181,8 @@ void zs_emu_nccl_reduce(void *dst, const void *const *src, int n, size_t count, 
             float v = ((const float *)src[0])[i];
             for (int k = 1; k < n; k++)
                 v = applyf(v, ((const float *)src[k])[i], op);
+            if (op == ncclAvg)
+                v /= (float)n;
             ((float *)dst)[i] = v;
             break;
         }
@@ -181,6 +190,8 @@ void zs_emu_nccl_reduce(void *dst, const void *const *src, int n, size_t count, 
             double v = ((const double *)src[0])[i];
             for (int k = 1; k < n; k++)
                 v = apply(v, ((const double *)src[k])[i], op);
+            if (op == ncclAvg)
+                v /= n;
             ((double *)dst)[i] = v;
             break;
         }
@@ -188,6 +199,8 @@ void zs_emu_nccl_reduce(void *dst, const void *const *src, int n, size_t count, 
             uint16_t v = ((const uint16_t *)src[0])[i];
             for (int k = 1; k < n; k++) /* one rounding per step, see above */
                 v = f_to_h(applyf(h_to_f(v), h_to_f(((const uint16_t *)src[k])[i]), op));
+            if (op == ncclAvg)
+                v = f_to_h(h_to_f(v) / (float)n);
             ((uint16_t *)dst)[i] = v;
             break;
         }
@@ -195,6 +208,8 @@ void zs_emu_nccl_reduce(void *dst, const void *const *src, int n, size_t count, 
             uint16_t v = ((const uint16_t *)src[0])[i];
             for (int k = 1; k < n; k++)
                 v = f_to_bf16(applyf(bf16_to_f(v), bf16_to_f(((const uint16_t *)src[k])[i]), op));
+            if (op == ncclAvg)
+                v = f_to_bf16(bf16_to_f(v) / (float)n);
             ((uint16_t *)dst)[i] = v;
             break;
         }

@@ -39,14 +39,15 @@ double zs_emu_nccl_timeout_s(void)
     return t > 0 ? t : 600.0;
 }
 
-/* ZS_EMU_NCCL_CHUNK (bytes, default 4 MiB): staging per rank; collectives
- * larger than that run in chunks (tests set it small to cover chunking). */
+/* ZS_EMU_NCCL_CHUNK (bytes, default 1 MiB): staging per rank; collectives
+ * larger than that run in chunks (tests set it small to cover chunking).
+ * Small enough that many communicators fit /dev/shm. */
 static uint64_t chunk_bytes(void)
 {
     const char *e = getenv("ZS_EMU_NCCL_CHUNK");
     long long v = e ? atoll(e) : 0;
     if (v < 64)
-        v = 4 << 20;
+        v = 1 << 20;
     return (uint64_t)v & ~(uint64_t)63; /* whole elements of every type */
 }
 
@@ -117,8 +118,14 @@ ncclResult_t zs_emu_nccl_attach(struct ncclComm *c, const ncclUniqueId *id)
     }
     double deadline = now_s() + zs_emu_nccl_timeout_s();
     if (creator) {
-        if (ftruncate(fd, (off_t)total) != 0) {
-            zs_emu_nccl_set_last("cuda-emu nccl: ftruncate(%s): %s", c->name, strerror(errno));
+        /* Allocate now: a full /dev/shm is an init error here, not a
+         * SIGBUS in the middle of a collective later. */
+        int fe = posix_fallocate(fd, 0, (off_t)total);
+        if (fe == EINVAL || fe == EOPNOTSUPP)
+            fe = ftruncate(fd, (off_t)total) == 0 ? 0 : errno;
+        if (fe != 0) {
+            zs_emu_nccl_set_last("cuda-emu nccl: allocating %zu bytes for %s in /dev/shm: %s",
+                                 total, c->name, strerror(fe));
             close(fd);
             shm_unlink(c->name);
             return ncclSystemError;

@@ -125,10 +125,11 @@ static float opf(ncclRedOp_t op, float a, float b)
 
 static float reduce_ref(ncclDataType_t t, ncclRedOp_t op, size_t i, int salt)
 {
+    ncclRedOp_t step = op == ncclAvg ? ncclSum : op;
     float v = gen(t, 0, i, salt);
     for (int k = 1; k < g_size; k++)
-        v = rnd(t, opf(op, v, gen(t, k, i, salt)));
-    return v;
+        v = rnd(t, opf(step, v, gen(t, k, i, salt)));
+    return op == ncclAvg ? rnd(t, v / (float)g_size) : v;
 }
 
 enum { AR, RS, AG, BC, RD };
@@ -224,16 +225,16 @@ static void test_results(cudaStream_t s)
     NCCLOK(ncclCommCuDevice(c, &dev));
     CHECK(cnt == g_size && rank == g_rank && dev == 0, "%d %d %d", cnt, rank, dev);
     ncclDataType_t types[] = {ncclFloat32, ncclBfloat16, ncclFloat16};
-    ncclRedOp_t ops[] = {ncclSum, ncclMax, ncclMin, ncclProd};
+    ncclRedOp_t ops[] = {ncclSum, ncclMax, ncclMin, ncclProd, ncclAvg};
     size_t counts[] = {1, 7, 1000, 3001}; /* staging of 1 KiB: up to 47 chunks */
     int salt = 0, nops = 0;
     for (int kind = AR; kind <= RD; kind++)
         for (int ti = 0; ti < 3; ti++)
-            for (int oi = 0; oi < 4; oi++) {
+            for (int oi = 0; oi < 5; oi++) {
                 if ((kind == AG || kind == BC) && oi > 0)
                     continue;
                 if (kind != AR && oi > 1)
-                    continue; /* min and prod: all-reduce only */
+                    continue; /* min, prod and avg: all-reduce only */
                 for (int ci = 0; ci < 4; ci++)
                     for (int ip = 0; ip < 2; ip++, nops++)
                         one(c, s, kind, types[ti], ops[oi], counts[ci], ip, ++salt);
