@@ -43,7 +43,7 @@ extern "C" {
 
 /* Roles of OS threads: user threads may call the runtime; executor threads
  * (stream work) and the host-function thread may not (CUDA Runtime API,
- * 6.4 Stream Management, cudaLaunchHostFunc: "The host function must not
+ * 6.5 Stream Management, cudaLaunchHostFunc: "The host function must not
  * make any CUDA API calls"). */
 enum { ZS_EMU_ROLE_USER = 0, ZS_EMU_ROLE_EXECUTOR = 1, ZS_EMU_ROLE_HOSTFN = 2 };
 void zs_emu_set_role(int role);
@@ -53,7 +53,7 @@ void zs_emu_set_role(int role);
 void zs_emu_api_enter(const char *api);
 /* Record err as the thread's last error (unless cudaSuccess) and return
  * it: every runtime error is also reported by cudaGetLastError (CUDA
- * Runtime API, 6.3 Error Handling, cudaGetLastError). */
+ * Runtime API, 6.4 Error Handling, cudaGetLastError). */
 cudaError_t zs_emu_ret(cudaError_t err);
 /* Sticky error of device dev's context, cudaSuccess if none. */
 cudaError_t zs_emu_sticky(int dev);
@@ -68,8 +68,10 @@ typedef struct zs_emu_stream zs_emu_stream;
 zs_emu_stream *zs_emu_stream_get(cudaStream_t s);
 int zs_emu_stream_device(zs_emu_stream *st);
 /* Item flags for zs_emu_stream_push. */
-enum { ZS_EMU_WORK_DEVICE = 1, /* fn touches device memory: open the window */
-       ZS_EMU_WORK_HOSTFN = 2  /* run on the single host-function thread */ };
+enum {
+    ZS_EMU_WORK_DEVICE = 1, /* fn touches device memory: open the window */
+    ZS_EMU_WORK_HOSTFN = 2  /* run on the single host-function thread */
+};
 /* Enqueue fn on st. Returns the item's sequence number in st (>0), 0 on
  * a sticky error (then free_arg was called). extra_dev: a second device
  * whose memory fn touches (peer copy), or -1. */
@@ -90,6 +92,9 @@ void zs_emu_mem_init(void);
 
 /* --- kernels (emu_kernel.cpp) --- */
 void zs_emu_kernel_init(void);
+/* Fiber stack size if addr is in a guard page of this thread's fibers
+ * (a kernel thread's stack overflow), else 0. */
+size_t zs_emu_fiber_guard(const void *addr);
 /* An executor thread ends: release its fibers. */
 void zs_emu_kernel_thread_exit(void);
 

@@ -6,14 +6,14 @@
  * driver_types.h (CUDA 13 headers), listed by a script; the strings are our
  * own short wording, not NVIDIA's. Unknown values: cudaGetErrorName returns
  * "unrecognized error code", as the Runtime API reference says (CUDA
- * Runtime API, 6.3 Error Handling, cudaGetErrorName). Does not track errors:
+ * Runtime API, 6.4 Error Handling, cudaGetErrorName). Does not track errors:
  * see emu_runtime.c.
  */
 #include <cuda_runtime_api.h>
 
 #include "emu_core.h"
 
-/* CUDA Runtime API, 6.3 Error Handling, cudaGetErrorName. */
+/* CUDA Runtime API, 6.4 Error Handling, cudaGetErrorName. */
 const char *cudaGetErrorName(cudaError_t error)
 {
     switch (error) {
@@ -288,7 +288,7 @@ const char *cudaGetErrorName(cudaError_t error)
     }
 }
 
-/* CUDA Runtime API, 6.3 Error Handling, cudaGetErrorString. */
+/* CUDA Runtime API, 6.4 Error Handling, cudaGetErrorString. */
 const char *cudaGetErrorString(cudaError_t error)
 {
     switch (error) {

@@ -51,8 +51,8 @@ extern "C" {
 void zs_emu_syncthreads(const char *file, int line);
 int zs_emu_syncthreads_op(int op, int pred, const char *file, int line);
 void zs_emu_syncwarp(unsigned mask, const char *file, int line);
-uint64_t zs_emu_warp_op(int op, unsigned mask, uint64_t bits, int arg, int width,
-                        const char *file, int line);
+uint64_t zs_emu_warp_op(int op, unsigned mask, uint64_t bits, int arg, int width, const char *file,
+                        int line);
 void *zs_emu_dyn_shared(void);
 int zs_emu_shared_note(void *p, size_t n);
 cudaError_t zs_emu_launch(const char *name, const char *file, int line, dim3 grid, dim3 block,
@@ -104,10 +104,11 @@ zs_emu_fiber_tramp:
 .text
 )");
 
-namespace {
+namespace
+{
 
 enum { F_RUN, F_BAR, F_WARP, F_DONE };
-const char *const warp_op_name[] = {"__syncwarp",      "__shfl_sync",     "__shfl_up_sync",
+const char *const warp_op_name[] = {"__syncwarp",       "__shfl_sync",     "__shfl_up_sync",
                                     "__shfl_down_sync", "__shfl_xor_sync", "__ballot_sync"};
 /* Same values as emu_shim.h's ZS_EMU_W_* and ZS_EMU_BAR_*. */
 enum { W_SYNC, W_IDX, W_UP, W_DOWN, W_XOR, W_BALLOT };
@@ -192,8 +193,8 @@ void order(std::vector<unsigned> &o, unsigned n, uint64_t *rng)
 void kfatal(const launch *L, const char *file, int line, const char *fmt, ...)
 {
     char where[512], msg[768];
-    snprintf(where, sizeof where, "kernel %s (launched at %s:%d), %s:%d", L->name, L->file,
-             L->line, file, line);
+    snprintf(where, sizeof where, "kernel %s (launched at %s:%d), %s:%d", L->name, L->file, L->line,
+             file, line);
     va_list ap;
     va_start(ap, fmt);
     vsnprintf(msg, sizeof msg, fmt, ap);
@@ -272,8 +273,8 @@ const char *state_where(const fiber *f, char *buf, size_t n)
     else if (f->state == F_BAR)
         snprintf(buf, n, "waits at %s at %s:%d", bar_name[f->op], f->file, f->line);
     else if (f->state == F_WARP)
-        snprintf(buf, n, "waits at %s(mask 0x%08x) at %s:%d", warp_op_name[f->op], f->mask,
-                 f->file, f->line);
+        snprintf(buf, n, "waits at %s(mask 0x%08x) at %s:%d", warp_op_name[f->op], f->mask, f->file,
+                 f->line);
     else
         snprintf(buf, n, "is running");
     return buf;
@@ -467,8 +468,8 @@ void run_block(const launch *L, uint3 bid, uint64_t *rng, std::vector<unsigned> 
             for (unsigned i = 0; i < n && !f; i++)
                 if (s->pool[i]->state != F_DONE)
                     f = s->pool[i];
-            kfatal(L, f->file, f->line, "deadlock: thread %u %s and no thread can proceed",
-                   f->idx, state_where(f, b, sizeof b));
+            kfatal(L, f->file, f->line, "deadlock: thread %u %s and no thread can proceed", f->idx,
+                   state_where(f, b, sizeof b));
         }
     }
 }
@@ -550,14 +551,28 @@ void zs_emu_kernel_init(void)
             if (s[6] == ':')
                 g_seed = strtoull(s + 7, nullptr, 10);
         } else
-            zs_emu_fatal("environment", "ZS_EMU_SCHEDULE=%s: want forward, reverse or "
-                                        "random[:SEED]",
+            zs_emu_fatal("environment",
+                         "ZS_EMU_SCHEDULE=%s: want forward, reverse or "
+                         "random[:SEED]",
                          s);
     }
     const char *k = getenv("ZS_EMU_STACK_KB");
     g_stack = (size_t)(k && *k ? atol(k) : (ZS_ASAN ? 512 : 256)) << 10;
     if (g_stack < (64u << 10))
         g_stack = 64u << 10;
+}
+
+size_t zs_emu_fiber_guard(const void *addr)
+{
+    /* Called from the SIGSEGV handler of the protected build, on the
+     * faulting thread: no locks, only this thread's pool. */
+    sched *s = t_s;
+    size_t pg = (size_t)sysconf(_SC_PAGESIZE);
+    if (s)
+        for (fiber *f : s->pool)
+            if ((const char *)addr >= f->map - pg && (const char *)addr < f->map + pg)
+                return g_stack;
+    return 0;
 }
 
 void zs_emu_kernel_thread_exit(void)
@@ -591,20 +606,21 @@ int zs_emu_syncthreads_op(int op, int pred, const char *file, int line)
     return (int)f->result;
 }
 
-uint64_t zs_emu_warp_op(int op, unsigned mask, uint64_t bits, int arg, int width,
-                        const char *file, int line)
+uint64_t zs_emu_warp_op(int op, unsigned mask, uint64_t bits, int arg, int width, const char *file,
+                        int line)
 {
     fiber *f = self(warp_op_name[op], file, line);
     if (!(mask >> f->tv.lane & 1))
-        kfatal(t_s->L, file, line, "%s(mask 0x%08x) in thread %u: the calling lane %u is not in "
-                                   "the mask",
+        kfatal(t_s->L, file, line,
+               "%s(mask 0x%08x) in thread %u: the calling lane %u is not in "
+               "the mask",
                warp_op_name[op], mask, f->idx, f->tv.lane);
     if (width < 1 || width > 32 || (width & (width - 1)))
         /* "width must have a value which is a power of 2 ... results are
          * undefined if width is not a power of 2, or is a number greater
          * than warpSize." */
-        kfatal(t_s->L, file, line, "%s: width %d is not a power of 2 in [1, 32]",
-               warp_op_name[op], width);
+        kfatal(t_s->L, file, line, "%s: width %d is not a power of 2 in [1, 32]", warp_op_name[op],
+               width);
     f->state = F_WARP;
     f->op = op;
     f->mask = mask;
@@ -646,7 +662,7 @@ int zs_emu_shared_note(void *p, size_t n)
 }
 
 /* The launch (CUDA C++ Programming Guide, Execution Configuration; CUDA
- * Runtime API, 6.7 Execution Control). Limits are those of compute
+ * Runtime API, 6.8 Execution Control). Limits are those of compute
  * capability 9.0 (Programming Guide, Compute Capabilities, Table
  * "Technical Specifications per Compute Capability"). An invalid
  * configuration launches nothing and is reported, as on a GPU, only

@@ -83,6 +83,12 @@ static void on_segv(int sig, siginfo_t *si, void *uc)
                          "from %s, device %d, accessed while no work of that device runs)\n",
                          (void *)a, x->size, kind_name(x->kind), x->dev);
     }
+    size_t stk = n ? 0 : zs_emu_fiber_guard(a);
+    if (stk)
+        n = snprintf(msg, sizeof msg,
+                     "cuda-emu: stack overflow in a kernel thread at %p (fiber stacks are %zu "
+                     "KiB: raise ZS_EMU_STACK_KB)\n",
+                     (void *)a, stk >> 10);
     if (n > 0)
         (void)!write(2, msg, (size_t)n);
     /* Not ours, or reported: the default action on return re-faults. */
@@ -203,8 +209,8 @@ static cudaError_t new_alloc(void **out, size_t size, int dev, int kind)
      * cudaMalloc guarantees), so an overflow past the 256-byte slack
      * faults. */
     size_t body = round_up(round_up(sz, 256), g_page);
-    char *m = mmap(NULL, body + g_page, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE,
-                   -1, 0);
+    char *m =
+        mmap(NULL, body + g_page, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
     if (m == MAP_FAILED) {
         pthread_mutex_unlock(&g_mlock);
         return cudaErrorMemoryAllocation;
@@ -213,7 +219,7 @@ static cudaError_t new_alloc(void **out, size_t size, int dev, int kind)
     x->map_len = body + g_page;
     x->base = m + body - round_up(sz, 256);
     /* Fill with poison: cudaMalloc does not clear memory (CUDA Runtime API,
-     * 6.9 Memory Management, cudaMalloc: "The memory is not cleared"). */
+     * 6.11 Memory Management, cudaMalloc: "The memory is not cleared"). */
     mprotect(m, body, PROT_READ | PROT_WRITE);
     memset(x->base, ZS_EMU_POISON, sz);
     if (kind != A_HOST && g_active[dev] == 0)
@@ -263,7 +269,7 @@ int zs_emu_dev_ptr(const void *p, size_t bytes)
     return r;
 }
 
-/* ---- Allocation API (CUDA Runtime API, 6.9 Memory Management; 6.11
+/* ---- Allocation API (CUDA Runtime API, 6.11 Memory Management; 6.13
  * Stream Ordered Memory Allocator) ---- */
 
 cudaError_t cudaMalloc(void **devPtr, size_t size)
@@ -413,7 +419,7 @@ cudaError_t cudaMemGetInfo(size_t *free_b, size_t *total)
     return zs_emu_ret(zs_emu_sticky(dev));
 }
 
-/* CUDA Runtime API, 6.12 Unified Addressing, cudaPointerGetAttributes:
+/* CUDA Runtime API, 6.14 Unified Addressing, cudaPointerGetAttributes:
  * device memory: type cudaMemoryTypeDevice, hostPointer NULL; page-locked
  * host memory: cudaMemoryTypeHost, both pointers the same (unified
  * addressing); anything else, freed memory included (undefined after
@@ -525,8 +531,9 @@ static cudaError_t memcpy_common(const char *api, void *dst, const void *src, si
         int want_s = kind == cudaMemcpyDeviceToHost || kind == cudaMemcpyDeviceToDevice;
         int want_d = kind == cudaMemcpyHostToDevice || kind == cudaMemcpyDeviceToDevice;
         if (want_s != s_dev || want_d != d_dev)
-            zs_emu_fatal(api, "copy of %zu bytes from %p (%s) to %p (%s) with kind %d: the "
-                              "pointers do not match the direction (undefined behaviour)",
+            zs_emu_fatal(api,
+                         "copy of %zu bytes from %p (%s) to %p (%s) with kind %d: the "
+                         "pointers do not match the direction (undefined behaviour)",
                          n, src, s_dev ? "device" : "host", dst, d_dev ? "device" : "host",
                          (int)kind);
     }
@@ -630,8 +637,8 @@ static cudaError_t memset_common(void *p, int value, size_t n, cudaStream_t s)
     c->dst = p;
     c->n = n;
     c->value = value;
-    uint64_t seq = zs_emu_stream_push(st, ZS_EMU_WORK_DEVICE, k == P_DEVICE && dev != sdev ? dev : -1,
-                                      do_set, c, free_copy);
+    uint64_t seq = zs_emu_stream_push(
+        st, ZS_EMU_WORK_DEVICE, k == P_DEVICE && dev != sdev ? dev : -1, do_set, c, free_copy);
     if (!seq)
         return zs_emu_ret(zs_emu_sticky(sdev));
     if (k == P_PINNED)

@@ -17,9 +17,9 @@
 #include "emu_core.h"
 
 static pthread_once_t g_once = PTHREAD_ONCE_INIT;
-static int g_ndev;                         /* visible devices */
-static int g_phys[ZS_EMU_MAX_DEVICES];     /* ordinal -> emulated physical index */
-static size_t g_mem_limit;                 /* bytes per device */
+static int g_ndev;                     /* visible devices */
+static int g_phys[ZS_EMU_MAX_DEVICES]; /* ordinal -> emulated physical index */
+static size_t g_mem_limit;             /* bytes per device */
 static pthread_mutex_t g_sticky_lock = PTHREAD_MUTEX_INITIALIZER;
 static cudaError_t g_sticky[ZS_EMU_MAX_DEVICES];
 
@@ -96,7 +96,7 @@ void zs_emu_set_role(int role)
 void zs_emu_api_enter(const char *api)
 {
     if (t_role == ZS_EMU_ROLE_HOSTFN)
-        /* CUDA Runtime API, 6.4 Stream Management, cudaLaunchHostFunc: "The
+        /* CUDA Runtime API, 6.5 Stream Management, cudaLaunchHostFunc: "The
          * host function must not make any CUDA API calls." It "may result
          * in cudaErrorNotPermitted, but this is not required": the hostile
          * reading is a hang or worse, so the emulator stops here. */
@@ -152,7 +152,7 @@ cudaError_t zs_emu_ret(cudaError_t err)
     return err;
 }
 
-/* CUDA Runtime API, 6.3 Error Handling, cudaGetLastError: returns the last
+/* CUDA Runtime API, 6.4 Error Handling, cudaGetLastError: returns the last
  * error of any runtime call in this host thread and resets it to
  * cudaSuccess. A sticky error (CUDA C++ Programming Guide, Error Checking:
  * errors that leave the context corrupted) cannot be reset: it is returned
@@ -166,7 +166,7 @@ cudaError_t cudaGetLastError(void)
     return st != cudaSuccess ? st : e;
 }
 
-/* CUDA Runtime API, 6.3 Error Handling, cudaPeekAtLastError: as
+/* CUDA Runtime API, 6.4 Error Handling, cudaPeekAtLastError: as
  * cudaGetLastError without the reset. */
 cudaError_t cudaPeekAtLastError(void)
 {
@@ -315,4 +315,3 @@ cudaError_t cudaDeviceReset(void)
     zs_emu_device_wait(t_device);
     return cudaSuccess;
 }
-

@@ -48,7 +48,7 @@
 #define __device__
 #define __host__
 #define __forceinline__ inline __attribute__((always_inline))
-#define __noinline__ __attribute__((noinline))
+#define __noinline__    __attribute__((noinline))
 #define __launch_bounds__(...)
 #define __constant__
 #define __managed__
@@ -72,8 +72,8 @@ extern "C" {
 void zs_emu_syncthreads(const char *file, int line);
 int zs_emu_syncthreads_op(int op, int pred, const char *file, int line);
 void zs_emu_syncwarp(unsigned mask, const char *file, int line);
-uint64_t zs_emu_warp_op(int op, unsigned mask, uint64_t bits, int arg, int width,
-                        const char *file, int line);
+uint64_t zs_emu_warp_op(int op, unsigned mask, uint64_t bits, int arg, int width, const char *file,
+                        int line);
 void *zs_emu_dyn_shared(void);
 int zs_emu_shared_note(void *p, size_t n);
 cudaError_t zs_emu_launch(const char *name, const char *file, int line, dim3 grid, dim3 block,
@@ -159,8 +159,8 @@ template <class T> static inline T atomicAdd(T *p, zs_emu_nd_<T> v)
             std::memcpy(&o, &old, sizeof o);
             n = o + v;
             std::memcpy(&nw, &n, sizeof n);
-        } while (!__atomic_compare_exchange_n(q, &old, nw, false, __ATOMIC_SEQ_CST,
-                                              __ATOMIC_RELAXED));
+        } while (
+            !__atomic_compare_exchange_n(q, &old, nw, false, __ATOMIC_SEQ_CST, __ATOMIC_RELAXED));
         return o;
     } else {
         return __atomic_fetch_add(p, v, __ATOMIC_SEQ_CST);

@@ -26,7 +26,7 @@
 #define EMU_CUDA(expr)                                                                             \
     do {                                                                                           \
         cudaError_t e_ = (expr);                                                                   \
-        EMU_CHECK(e_ == cudaSuccess, "%s returned %s", #expr, cudaGetErrorName(e_));              \
+        EMU_CHECK(e_ == cudaSuccess, "%s returned %s", #expr, cudaGetErrorName(e_));               \
     } while (0)
 
 typedef struct emu_child {

@@ -121,6 +121,29 @@ __global__ void k_two_barriers(int *o)
     }
 }
 
+/* Out of bounds by one element and a runaway recursion. */
+__global__ void k_oob(const float *x, float *o, int n)
+{
+    o[threadIdx.x] = x[n + threadIdx.x];
+}
+
+__device__ __noinline__ int deep(int n)
+{
+    volatile char buf[4096];
+    buf[0] = (char)n;
+    return n == 0 ? 0 : deep(n - 1) + buf[0];
+}
+__global__ void k_deep(int *o)
+{
+    o[threadIdx.x] = deep(1 << 20);
+}
+
+#if defined(__SANITIZE_ADDRESS__)
+#define ASAN_BUILD 1
+#else
+#define ASAN_BUILD 0
+#endif
+
 static void expect_death(const char *name, const char *what, int line)
 {
     char at[64];
@@ -140,14 +163,29 @@ static void test_deaths(void)
     expect_death("two_barriers", "barrier divergence", k_bar2_line);
     printf("full-mask shuffle with exited lanes dies with file:line\n");
     expect_death("partial_shfl", "has exited", k_shfl_line);
+    printf("kernel reading one element past a cudaMalloc block dies (%s)\n",
+           ASAN_BUILD ? "ASan" : "guard page");
+    emu_child c;
+    emu_run_child(&c, "oob", NULL);
+    EMU_CHECK(c.signaled || (c.exited && c.code != 0), "oob passed: %s", c.out);
+    EMU_CHECK(emu_has(&c, ASAN_BUILD ? "heap-buffer-overflow" : "cuda-emu: out-of-bounds access"),
+              "oob: %s", c.out);
+    printf("kernel thread overflowing its fiber stack dies with a message\n");
+    emu_run_child(&c, "deep", NULL);
+    EMU_CHECK(emu_has(&c, ASAN_BUILD ? "stack-overflow" : "stack overflow in a kernel thread"),
+              "deep: %s", c.out);
 }
 
 static int child_death(const char *n)
 {
     int *o;
-    EMU_CUDA(cudaMalloc(&o, 1024 * sizeof(int)));
+    EMU_CUDA(cudaMalloc(&o, (!strcmp(n, "oob") ? 256 : 1024) * sizeof(int)));
     if (!strcmp(n, "divergent"))
         ZS_CUDA_LAUNCH(k_divergent, 1, 64, 0, 0, o);
+    else if (!strcmp(n, "oob"))
+        ZS_CUDA_LAUNCH(k_oob, 1, 1, 0, 0, (const float *)o, (float *)o, 256);
+    else if (!strcmp(n, "deep"))
+        ZS_CUDA_LAUNCH(k_deep, 1, 2, 0, 0, o);
     else if (!strcmp(n, "two_barriers"))
         ZS_CUDA_LAUNCH(k_two_barriers, 1, 64, 0, 0, o);
     else
@@ -172,10 +210,10 @@ static void test_config(void)
     struct {
         dim3 g, b;
         size_t sh;
-    } bad[] = {{dim3(1), dim3(1025), 0},       {dim3(1), dim3(32, 32, 2), 0},
-               {dim3(1), dim3(1, 1, 65), 0},   {dim3(1, 65536), dim3(1), 0},
+    } bad[] = {{dim3(1), dim3(1025), 0},        {dim3(1), dim3(32, 32, 2), 0},
+               {dim3(1), dim3(1, 1, 65), 0},    {dim3(1, 65536), dim3(1), 0},
                {dim3(1, 1, 65536), dim3(1), 0}, {dim3(0), dim3(1), 0},
-               {dim3(1), dim3(0), 0},          {dim3(1), dim3(32), (48 << 10) + 1}};
+               {dim3(1), dim3(0), 0},           {dim3(1), dim3(32), (48 << 10) + 1}};
     for (auto &c : bad) {
         ZS_CUDA_LAUNCH(k_mark, c.g, c.b, c.sh, 0, o);
         EMU_CHECK(cudaPeekAtLastError() == cudaErrorInvalidConfiguration,

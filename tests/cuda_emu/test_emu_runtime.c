@@ -69,12 +69,12 @@ static void test_devices(void)
     emu_child c;
     const char *env[] = {"ZS_EMU_DEVICES=3", "CUDA_VISIBLE_DEVICES=2,0", NULL};
     emu_run_child(&c, "devices", env);
-    EMU_CHECK(c.exited && c.code == 0 && emu_has(&c, "count 2 bus0 00000000:12:00.0"),
-              "child: %s", c.out);
+    EMU_CHECK(c.exited && c.code == 0 && emu_has(&c, "count 2 bus0 00000000:12:00.0"), "child: %s",
+              c.out);
     const char *env2[] = {"ZS_EMU_DEVICES=3", NULL};
     emu_run_child(&c, "devices", env2);
-    EMU_CHECK(c.exited && c.code == 0 && emu_has(&c, "count 3 bus0 00000000:10:00.0"),
-              "child: %s", c.out);
+    EMU_CHECK(c.exited && c.code == 0 && emu_has(&c, "count 3 bus0 00000000:10:00.0"), "child: %s",
+              c.out);
 }
 
 static int child_devices(void)
