@@ -55,7 +55,7 @@ void zs_emu_nccl_fail(struct ncclComm *c, ncclResult_t rc, const char *msg)
     pthread_mutex_lock(&c->mu);
     if (atomic_compare_exchange_strong(&c->async_err, &expect, (int)rc)) {
         snprintf(c->errmsg, sizeof c->errmsg, "%s", msg);
-        if (c->seg && !atomic_load(&c->initializing)) {
+        if (!atomic_load(&c->initializing) && c->seg) { /* seg is set by the init thread */
             /* Peers waiting on this rank learn why (they report
              * ncclRemoteError naming this rank). Message before state. */
             zs_emu_nccl_slot *sl = &c->seg->slot[c->rank];
