@@ -131,11 +131,21 @@ void zs_emu_nccl_unref(struct ncclComm *c);
  * polls of ncclCommGetAsyncError. 0: settle now. */
 int zs_emu_nccl_draw_polls(int rank);
 
-/* --- emu_nccl_coll.c --- */
+/* --- emu_nccl_exec.c --- */
+/* Enqueue one op on its stream (assigns its seq in call order). */
 ncclResult_t zs_emu_nccl_launch(zs_emu_nccl_op *op);
 void zs_emu_nccl_describe(const zs_emu_nccl_desc *d, char *buf, size_t cap);
+
+/* --- emu_nccl_group.c --- */
 int zs_emu_nccl_group_depth(void);
 int zs_emu_nccl_group_has(struct ncclComm *c);
+/* A call refused inside the open group: the group launches nothing. */
+void zs_emu_nccl_group_error(ncclResult_t rc);
+/* Record op in the calling thread's open group (takes a reference). */
+void zs_emu_nccl_group_add(const zs_emu_nccl_op *op);
+/* Launch ops (a closed group, or one call); may hold them back and
+ * answer ncclInProgress on a non-blocking communicator. */
+ncclResult_t zs_emu_nccl_launch_group(zs_emu_nccl_op *ops, int n);
 /* Launch (or, after an abort or error, drop) the ops held back by an
  * ncclInProgress group. */
 void zs_emu_nccl_flush_stash(struct ncclComm *c);
