@@ -316,6 +316,49 @@ static void test_group(cudaStream_t s)
         printf("group: %d collectives in one group ok\n", N);
 }
 
+/* Collectives of one communicator alternating between two streams: they
+ * run in call order on every rank (the cross-rank order is the call
+ * order), although the streams' executors run concurrently. */
+static void test_streams(cudaStream_t s)
+{
+    enum { N = 24, CNT = 2000 };
+    ncclComm_t c = test_comm(1);
+    cudaStream_t s2;
+    CUDAOK(cudaStreamCreate(&s2));
+    float *h = malloc(sizeof(float) * CNT);
+    void *d[N];
+    for (int j = 0; j < N; j++) {
+        CUDAOK(cudaMalloc(&d[j], sizeof(float) * CNT));
+        for (int i = 0; i < CNT; i++)
+            h[i] = gen(ncclFloat32, g_rank, (size_t)i, 9000 + j);
+        CUDAOK(cudaMemcpy(d[j], h, sizeof(float) * CNT, cudaMemcpyHostToDevice));
+    }
+    /* Rank-dependent stream choice: the order must come from the calls. */
+    for (int j = 0; j < N; j++) {
+        size_t cnt = CNT - (size_t)j * 10; /* a different count each: a swap is a mismatch */
+        NCCLOK(
+            ncclAllReduce(d[j], d[j], cnt, ncclFloat32, ncclSum, c, ((j + g_rank) & 1) ? s2 : s));
+    }
+    CUDAOK(cudaStreamSynchronize(s));
+    CUDAOK(cudaStreamSynchronize(s2));
+    ncclResult_t st;
+    NCCLOK(ncclCommGetAsyncError(c, &st));
+    CHECK(st == ncclSuccess, "two streams: %s", ncclGetLastError(c));
+    for (int j = 0; j < N; j++) {
+        CUDAOK(cudaMemcpy(h, d[j], sizeof(float) * CNT, cudaMemcpyDeviceToHost));
+        for (int i = 0; i < CNT - j * 10; i++) {
+            float v = reduce_ref(ncclFloat32, ncclSum, (size_t)i, 9000 + j);
+            CHECK(memcmp(&h[i], &v, 4) == 0, "two streams: op %d element %d", j, i);
+        }
+        cudaFree(d[j]);
+    }
+    NCCLOK(ncclCommDestroy(c));
+    CUDAOK(cudaStreamDestroy(s2));
+    free(h);
+    if (g_rank == 0)
+        printf("streams: %d collectives on two streams in call order ok\n", N);
+}
+
 int main(int argc, char **argv)
 {
     if (argc >= 2 && strncmp(argv[1], "--kill", 6) == 0)
@@ -329,6 +372,7 @@ int main(int argc, char **argv)
     CUDAOK(cudaStreamCreate(&s));
     test_results(s);
     test_group(s);
+    test_streams(s);
     test_faults(s);
     CUDAOK(cudaStreamDestroy(s));
     MPI_Barrier(MPI_COMM_WORLD);
