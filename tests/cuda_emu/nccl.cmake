@@ -42,7 +42,9 @@ endforeach()
 # report ncclRemoteError within 2.5 s; the test's own alarm() is the hard
 # timeout, ctest's TIMEOUT the backstop.
 foreach(mode kill kill-before)
-  add_test(NAME test_emu_nccl_${mode} COMMAND test_emu_nccl --${mode} 3)
-  set_tests_properties(test_emu_nccl_${mode} PROPERTIES TIMEOUT 120 LABELS "emu"
-                       ENVIRONMENT "ZS_EMU_NCCL_TIMEOUT=60")
+  foreach(n 2 4)
+    add_test(NAME test_emu_nccl_${mode}_${n} COMMAND test_emu_nccl --${mode} ${n})
+    set_tests_properties(test_emu_nccl_${mode}_${n} PROPERTIES TIMEOUT 120 LABELS "emu"
+                         ENVIRONMENT "ZS_EMU_NCCL_TIMEOUT=60")
+  endforeach()
 endforeach()
