@@ -57,6 +57,8 @@ static const char *kind_name(int k)
 }
 
 #if ZS_EMU_PROTECT
+static struct sigaction g_old_segv;
+
 static void on_segv(int sig, siginfo_t *si, void *uc)
 {
     (void)uc;
@@ -91,8 +93,11 @@ static void on_segv(int sig, siginfo_t *si, void *uc)
                      (void *)a, stk >> 10);
     if (n > 0)
         (void)!write(2, msg, (size_t)n);
-    /* Not ours, or reported: the default action on return re-faults. */
-    signal(sig, SIG_DFL);
+    /* Reported, or not ours: put back the handler that was there before
+     * (the default action, or the program's own crash handler) and return,
+     * so the access faults again and that handler runs. */
+    (void)sig;
+    sigaction(SIGSEGV, &g_old_segv, NULL);
 }
 #endif
 
@@ -104,7 +109,7 @@ void zs_emu_mem_init(void)
     memset(&sa, 0, sizeof sa);
     sa.sa_sigaction = on_segv;
     sa.sa_flags = SA_SIGINFO | SA_ONSTACK | SA_NODEFER;
-    sigaction(SIGSEGV, &sa, NULL);
+    sigaction(SIGSEGV, &sa, &g_old_segv);
 #endif
 }
 

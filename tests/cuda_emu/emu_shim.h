@@ -305,6 +305,86 @@ static inline double rsqrt(double x)
     return 1.0 / std::sqrt(x);
 }
 
+/* A few more intrinsics kernels commonly use (CUDA Math API, Integer
+ * Intrinsics; Type Casting Intrinsics; Single Precision Intrinsics). */
+template <class T> static inline T __ldg(const T *p)
+{
+    return *p;
+}
+static inline int __popc(unsigned x)
+{
+    return __builtin_popcount(x);
+}
+static inline int __popcll(unsigned long long x)
+{
+    return __builtin_popcountll(x);
+}
+static inline int __clz(int x)
+{
+    return x ? __builtin_clz((unsigned)x) : 32;
+}
+static inline int __clzll(long long x)
+{
+    return x ? __builtin_clzll((unsigned long long)x) : 64;
+}
+static inline int __ffs(int x)
+{
+    return __builtin_ffs(x);
+}
+static inline int __ffsll(long long x)
+{
+    return __builtin_ffsll(x);
+}
+static inline unsigned __brev(unsigned x)
+{
+    x = ((x >> 1) & 0x55555555u) | ((x & 0x55555555u) << 1);
+    x = ((x >> 2) & 0x33333333u) | ((x & 0x33333333u) << 2);
+    x = ((x >> 4) & 0x0F0F0F0Fu) | ((x & 0x0F0F0F0Fu) << 4);
+    x = ((x >> 8) & 0x00FF00FFu) | ((x & 0x00FF00FFu) << 8);
+    return (x >> 16) | (x << 16);
+}
+/* __saturatef: clamps to [0, 1]; NaN gives 0. */
+static inline float __saturatef(float x)
+{
+    return x > 0.0f ? (x < 1.0f ? x : 1.0f) : 0.0f;
+}
+static inline int __float2int_rn(float x)
+{
+    return (int)std::nearbyint(x);
+}
+static inline int __float2int_rz(float x)
+{
+    return (int)x;
+}
+static inline float __int2float_rn(int x)
+{
+    return (float)x;
+}
+static inline float __frcp_rn(float x)
+{
+    return 1.0f / x;
+}
+static inline double __drcp_rn(double x)
+{
+    return 1.0 / x;
+}
+/* Approximate on a GPU; glibc's here (bits differ: use a tolerance). */
+static inline float zs_emu_sinf_(float x)
+{
+    return std::sin(x);
+}
+static inline float zs_emu_cosf_(float x)
+{
+    return std::cos(x);
+}
+static inline float zs_emu_powf_(float x, float y)
+{
+    return std::pow(x, y);
+}
+#define __sinf(x)    zs_emu_sinf_(x)
+#define __cosf(x)    zs_emu_cosf_(x)
+#define __powf(x, y) zs_emu_powf_(x, y)
+
 /* min/max overloads of the CUDA Math API (device min/max for the integer
  * and floating types); mixed int/unsigned picks unsigned as CUDA does. */
 static inline int min(int a, int b)

@@ -29,7 +29,9 @@ static void sleep_ms(int ms)
     nanosleep(&ts, NULL);
 }
 
-/* Stream work (runs on an executor, not on the host-function thread). */
+/* Stream work (runs on an executor, not on the host-function thread).
+ * Checks that something did NOT happen yet give it 400 ms: the machine
+ * running the tests may be loaded. */
 typedef struct slow {
     int ms;
     atomic_int *flag;
@@ -87,6 +89,50 @@ static int child_devices(void)
     return 0;
 }
 
+static void test_two_devices(void)
+{
+    printf("two devices: per-thread current device, per-device memory, cross-device copy\n");
+    emu_child c;
+    const char *env[] = {"ZS_EMU_DEVICES=2", "ZS_EMU_MEM_MB=16", NULL};
+    emu_run_child(&c, "two_devices", env);
+    EMU_CHECK(c.exited && c.code == 0, "child: %s", c.out);
+}
+
+static int child_two_devices(void)
+{
+    int *a, *b, h[256], dev = -1;
+    for (int i = 0; i < 256; i++)
+        h[i] = i * 7;
+    EMU_CUDA(cudaMalloc((void **)&a, sizeof h));
+    EMU_CUDA(cudaSetDevice(1));
+    EMU_CUDA(cudaGetDevice(&dev));
+    EMU_CHECK(dev == 1, "device %d", dev);
+    EMU_CUDA(cudaMalloc((void **)&b, sizeof h));
+    EMU_CHECK(zs_emu_dev_ptr(a, 4) == 0 && zs_emu_dev_ptr(b, 4) == 1, "devices of pointers");
+    struct cudaPointerAttributes at;
+    EMU_CUDA(cudaPointerGetAttributes(&at, a));
+    EMU_CHECK(at.device == 0, "attr device %d", at.device);
+    /* The memory limit is per device: 12 MiB fits on each. */
+    void *big0, *big1;
+    EMU_CUDA(cudaMalloc(&big1, 12 << 20));
+    EMU_CUDA(cudaSetDevice(0));
+    EMU_CUDA(cudaMalloc(&big0, 12 << 20));
+    EMU_CUDA(cudaMemcpy(a, h, sizeof h, cudaMemcpyHostToDevice));
+    cudaStream_t s1;
+    EMU_CUDA(cudaSetDevice(1));
+    EMU_CUDA(cudaStreamCreate(&s1));
+    EMU_CUDA(cudaDeviceSynchronize());
+    EMU_CUDA(cudaSetDevice(0));
+    EMU_CUDA(cudaDeviceSynchronize());
+    /* Device 1's stream copies device 0's memory into its own. */
+    EMU_CUDA(cudaMemcpyAsync(b, a, sizeof h, cudaMemcpyDeviceToDevice, s1));
+    EMU_CUDA(cudaStreamSynchronize(s1));
+    memset(h, 0, sizeof h);
+    EMU_CUDA(cudaMemcpy(h, b, sizeof h, cudaMemcpyDefault));
+    EMU_CHECK(h[255] == 255 * 7, "cross-device copy %d", h[255]);
+    return 0;
+}
+
 static int g_log[200], g_nlog;
 static void log_fn(void *p)
 {
@@ -141,7 +187,7 @@ static void test_event_wait(void)
     /* A wait issued before a re-record keeps the old capture: b must not
      * wait for a's second slow item. */
     EMU_CUDA(cudaStreamWaitEvent(b, ev, 0));
-    enqueue_slow(a, 200, &g_flag);
+    enqueue_slow(a, 400, &g_flag);
     EMU_CUDA(cudaEventRecord(ev, a));
     atomic_store(&g_seen, 0);
     EMU_CUDA(cudaLaunchHostFunc(b, read_flag_fn, NULL));
@@ -197,7 +243,7 @@ static void test_not_ready(void)
     EMU_CUDA(cudaStreamCreate(&s));
     EMU_CUDA(cudaEventCreate(&ev));
     EMU_CHECK(cudaGetLastError() == cudaSuccess, "clean");
-    enqueue_slow(s, 100, &f);
+    enqueue_slow(s, 400, &f);
     EMU_CUDA(cudaEventRecord(ev, s));
     EMU_CHECK(cudaStreamQuery(s) == cudaErrorNotReady, "stream busy");
     EMU_CHECK(cudaPeekAtLastError() == cudaErrorNotReady, "peek keeps it");
@@ -226,7 +272,7 @@ static void test_legacy(void)
     EMU_CUDA(cudaEventRecord(ev, 0));
     EMU_CUDA(cudaEventSynchronize(ev));
     EMU_CHECK(atomic_load(&f1) == 1, "legacy work ran before the blocking stream's work");
-    enqueue_slow(nb, 300, &f2);
+    enqueue_slow(nb, 400, &f2);
     EMU_CUDA(cudaEventRecord(ev, cudaStreamLegacy));
     EMU_CUDA(cudaEventSynchronize(ev));
     EMU_CHECK(atomic_load(&f2) == 0, "legacy work waited for a non-blocking stream");
@@ -264,7 +310,7 @@ static void test_copies(void)
     /* Pageable H2D: returns once staged, before the copy is done. */
     for (int i = 0; i < N; i++)
         pageable[i] = i;
-    enqueue_slow(0, 150, &f);
+    enqueue_slow(0, 400, &f);
     EMU_CUDA(cudaMemcpy(d, pageable, sizeof pageable, cudaMemcpyHostToDevice));
     EMU_CHECK(atomic_load(&f) == 0, "pageable H2D cudaMemcpy waited for the stream");
     pageable[7] = -1; /* staged already: must not reach the device */
@@ -283,7 +329,7 @@ static void test_copies(void)
     /* D2D: no host synchronisation. */
     int *d2;
     EMU_CUDA(cudaMalloc((void **)&d2, N * sizeof(int)));
-    enqueue_slow(0, 100, &f);
+    enqueue_slow(0, 400, &f);
     EMU_CUDA(cudaMemcpy(d2, d, N * sizeof(int), cudaMemcpyDeviceToDevice));
     EMU_CHECK(atomic_load(&f) == 0, "D2D cudaMemcpy waited");
 
@@ -293,7 +339,7 @@ static void test_copies(void)
     EMU_CUDA(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
     for (int i = 0; i < N; i++)
         pageable[i] = 3 * i;
-    enqueue_slow(s, 100, &f);
+    enqueue_slow(s, 400, &f);
     EMU_CUDA(cudaMemcpyAsync(d, pageable, sizeof pageable, cudaMemcpyHostToDevice, s));
     EMU_CHECK(atomic_load(&f) == 0, "async pageable H2D blocked");
     pageable[9] = -9;
@@ -304,7 +350,7 @@ static void test_copies(void)
     EMU_CHECK(out[9] == -9 && out[10] == 30, "async pageable source read late: %d", out[9]);
 
     /* cudaMemset on device memory is asynchronous. */
-    enqueue_slow(0, 100, &f);
+    enqueue_slow(0, 400, &f);
     EMU_CUDA(cudaMemset(d, 0, N * sizeof(int)));
     EMU_CHECK(atomic_load(&f) == 0, "cudaMemset waited");
     EMU_CUDA(cudaMemcpy(out, d, sizeof out, cudaMemcpyDeviceToHost));
@@ -484,6 +530,8 @@ int main(int argc, char **argv)
         const char *n = argv[2];
         if (!strcmp(n, "devices"))
             return child_devices();
+        if (!strcmp(n, "two_devices"))
+            return child_two_devices();
         if (!strcmp(n, "use_after_free_async"))
             return child_use_after_free_async();
         if (!strcmp(n, "mem_limit"))
@@ -497,6 +545,7 @@ int main(int argc, char **argv)
         return 2;
     }
     test_devices();
+    test_two_devices();
     test_stream_order();
     test_event_wait();
     test_hostfn_serial();
