@@ -102,8 +102,9 @@ struct ncclComm {
 typedef struct {
     struct ncclComm *comm;
     zs_emu_nccl_desc d;
-    const void *send;
-    void *recv;
+    const void *send; /* NULL where unused (Broadcast non-root) */
+    void *recv;       /* NULL where unused (Reduce non-root) */
+    size_t sbytes, rbytes;
     cudaStream_t stream;
 } zs_emu_nccl_op;
 

@@ -143,6 +143,8 @@ static ncclResult_t coll(int kind, const char *fn, const void *send, void *recv,
                                .count = count},
                          .send = use_send ? send : NULL,
                          .recv = use_recv ? recv : NULL,
+                         .sbytes = use_send ? sbytes : 0,
+                         .rbytes = use_recv ? rbytes : 0,
                          .stream = stream};
     if (zs_emu_nccl_group_depth() > 0) {
         /* "Group Calls": inside a group the call only records; the op is

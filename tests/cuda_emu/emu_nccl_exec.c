@@ -57,15 +57,11 @@ static int desc_eq(const zs_emu_nccl_desc *a, const zs_emu_nccl_desc *b)
  * about the completion or correctness of enqueued operations" (Fault
  * Tolerance), so the hostile emulator leaves NaNs (0xff bytes), never a
  * plausible half-result. */
-static void poison_output(const zs_emu_nccl_op *op, size_t esz, int nranks, int rank)
+static void poison_output(const zs_emu_nccl_op *op, int dev)
 {
-    size_t n = op->d.count;
-    if (op->d.kind == ZS_EMU_NCCL_ALLGATHER)
-        n *= (size_t)nranks;
-    if (op->d.kind == ZS_EMU_NCCL_REDUCE && rank != op->d.root)
-        return;
-    if (op->recv && n)
-        memset(op->recv, 0xff, n * esz);
+    /* Only while still allocated: after an error the caller may free. */
+    if (op->rbytes && zs_emu_dev_ptr(op->recv, op->rbytes) == dev)
+        memset(op->recv, 0xff, op->rbytes);
 }
 
 static ncclResult_t exchange(struct ncclComm *c, zs_emu_nccl_op *op, char *msg, size_t cap)
@@ -158,6 +154,28 @@ static ncclResult_t exchange(struct ncclComm *c, zs_emu_nccl_op *op, char *msg, 
     return ncclSuccess;
 }
 
+/* Are the op's buffers still device memory of the communicator's device
+ * when the stream reaches it? Checked at the call too; freed since (e.g.
+ * cudaFreeAsync ahead of it) is what a GPU would fault on. */
+static int buffers_live(struct ncclComm *c, const zs_emu_nccl_op *op, char *msg, size_t cap)
+{
+    const char *which = NULL;
+    const void *p = NULL;
+    if (op->sbytes && zs_emu_dev_ptr(op->send, op->sbytes) != c->dev)
+        which = "sendbuff", p = op->send;
+    else if (op->rbytes && zs_emu_dev_ptr(op->recv, op->rbytes) != c->dev)
+        which = "recvbuff", p = op->recv;
+    if (!which)
+        return 1;
+    char me[96];
+    zs_emu_nccl_describe(&op->d, me, sizeof me);
+    snprintf(msg, cap,
+             "cuda-emu nccl: collective #%llu %s: rank %d: %s %p is no longer device memory of "
+             "device %d when the stream runs it (freed before the collective ran?)",
+             (unsigned long long)op->d.seq, me, c->rank, which, p, c->dev);
+    return 0;
+}
+
 /* The stream work: runs when the stream reaches the op. NCCL errors do
  * not become CUDA errors (a real NCCL kernel that is aborted just exits);
  * they are reported by ncclCommGetAsyncError. */
@@ -166,7 +184,6 @@ static cudaError_t run_op(void *arg)
     zs_emu_nccl_op *op = arg;
     struct ncclComm *c = op->comm;
     char msg[ZS_EMU_NCCL_MSG];
-    size_t esz = zs_emu_nccl_dtype_size(op->d.dtype);
     /* The same order on every rank is the order of the calls, even when
      * they go to different streams: run in launch order. */
     pthread_mutex_lock(&c->mu);
@@ -179,10 +196,21 @@ static cudaError_t run_op(void *arg)
     msg[sizeof msg - 1] = 0;
     if (atomic_load(&c->aborted) || atomic_load(&c->async_err) != ncclSuccess)
         rc = ncclInvalidUsage; /* an earlier error or the abort: skip */
-    else
+    else if (!buffers_live(c, op, msg, sizeof msg)) {
+        /* An illegal address on a GPU: a sticky CUDA error of the device,
+         * and the peers see this rank fail. Nothing written. */
+        fprintf(stderr, "%s\n", msg);
+        zs_emu_nccl_fail(c, ncclUnhandledCudaError, msg);
+        pthread_mutex_lock(&c->mu);
+        if (c->exec_seq <= op->d.seq)
+            c->exec_seq = op->d.seq + 1;
+        pthread_cond_broadcast(&c->cv);
+        pthread_mutex_unlock(&c->mu);
+        return cudaErrorIllegalAddress;
+    } else
         rc = exchange(c, op, msg, sizeof msg);
     if (rc != ncclSuccess) {
-        poison_output(op, esz, c->nranks, c->rank);
+        poison_output(op, c->dev);
         if (msg[0] && !atomic_load(&c->aborted)) {
             int printed = msg[sizeof msg - 1] == 1;
             msg[sizeof msg - 1] = 0;

@@ -48,3 +48,6 @@ foreach(mode kill kill-before)
                          ENVIRONMENT "ZS_EMU_NCCL_TIMEOUT=60")
   endforeach()
 endforeach()
+# A buffer freed before its collective runs: a sticky illegal address.
+add_test(NAME test_emu_nccl_freed COMMAND test_emu_nccl --freed)
+set_tests_properties(test_emu_nccl_freed PROPERTIES TIMEOUT 60 LABELS "emu")

@@ -361,6 +361,8 @@ static void test_streams(cudaStream_t s)
 
 int main(int argc, char **argv)
 {
+    if (argc >= 2 && strcmp(argv[1], "--freed") == 0)
+        return test_freed_main();
     if (argc >= 2 && strncmp(argv[1], "--kill", 6) == 0)
         return test_kill_main(argc >= 3 ? atoi(argv[2]) : 3, strcmp(argv[1], "--kill-before") == 0);
     MPI_Init(&argc, &argv);

@@ -49,5 +49,6 @@ double test_now(void);
 
 void test_faults(cudaStream_t s);
 int test_kill_main(int nranks, int before);
+int test_freed_main(void);
 
 #endif

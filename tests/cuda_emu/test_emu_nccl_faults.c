@@ -321,3 +321,40 @@ int test_kill_main(int nranks, int before)
            bad ? "FAILED" : "passed");
     return bad;
 }
+
+/* --- freed test: one rank, no MPI (the sticky error ends the process's
+ * device, so it runs alone) --- */
+
+static void CUDART_CB sleepy(void *arg)
+{
+    struct timespec ts = {0, 300 * 1000 * 1000};
+    nanosleep(&ts, NULL);
+}
+
+/* A buffer freed (cudaFreeAsync on another stream) before its collective
+ * runs: the collective faults like an illegal address on a GPU (sticky
+ * error of the device) and fails the communicator. */
+int test_freed_main(void)
+{
+    g_rank = 0;
+    g_size = 1;
+    ncclUniqueId id;
+    ncclComm_t c;
+    cudaStream_t s, s2;
+    void *a;
+    NCCLOK(ncclGetUniqueId(&id));
+    NCCLOK(ncclCommInitRank(&c, 1, id, 0));
+    CUDAOK(cudaStreamCreate(&s));
+    CUDAOK(cudaStreamCreate(&s2));
+    CUDAOK(cudaMalloc(&a, CNT * 4));
+    CUDAOK(cudaLaunchHostFunc(s, sleepy, NULL)); /* holds s back */
+    NCCLOK(ncclAllReduce(a, a, CNT, ncclFloat32, ncclSum, c, s));
+    CUDAOK(cudaFreeAsync(a, s2));
+    CUDAOK(cudaStreamSynchronize(s2));
+    cudaError_t e = cudaStreamSynchronize(s);
+    CHECK(e == cudaErrorIllegalAddress, "stream sync returned %d", (int)e);
+    expect_async(c, ncclUnhandledCudaError, "no longer device memory");
+    NCCLOK(ncclCommAbort(c));
+    printf("test_emu_nccl --freed: passed\n");
+    return 0;
+}
