@@ -173,8 +173,12 @@ static void inprogress(cudaStream_t s)
         NCCLOK(ncclGetUniqueId(&id));
     MPI_Bcast(&id, sizeof id, MPI_BYTE, 0, MPI_COMM_WORLD);
     CHECK(ncclCommInitRankConfig(&c, g_size, id, g_rank, &cfg) == ncclInProgress, "init");
-    CHECK(ncclAllReduce(a, a, CNT, ncclFloat32, ncclSum, c, s) == ncclInvalidUsage, "no settle");
+    ncclResult_t ns = ncclAllReduce(a, a, CNT, ncclFloat32, ncclSum, c, s);
+    CHECK(ns == ncclInvalidUsage, "no settle: %d: %s", ns, ncclGetLastError(c));
     CHECK(strstr(ncclGetLastError(c), "ncclInProgress"), "%s", ncclGetLastError(c));
+    /* Abort only once every rank made its call: an abort during the
+     * background rendezvous fails the init of the ranks still attaching. */
+    MPI_Barrier(MPI_COMM_WORLD);
     NCCLOK(ncclCommAbort(c));
     cudaFree(a);
     unsetenv("ZS_EMU_NCCL_INPROGRESS");
