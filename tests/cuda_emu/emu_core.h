@@ -92,9 +92,10 @@ void zs_emu_mem_init(void);
 
 /* --- kernels (emu_kernel.cpp) --- */
 void zs_emu_kernel_init(void);
-/* Fiber stack size if addr is in a guard page of this thread's fibers
- * (a kernel thread's stack overflow), else 0. */
-size_t zs_emu_fiber_guard(const void *addr);
+/* If addr is in a guard page of this thread's kernel state (a fiber
+ * stack overflow, an overrun of dynamic shared memory), write the
+ * diagnostic to msg and return its length, else 0. */
+int zs_emu_kernel_fault(const void *addr, char *msg, size_t n);
 /* An executor thread ends: release its fibers. */
 void zs_emu_kernel_thread_exit(void);
 

@@ -149,8 +149,9 @@ struct sched {
     std::vector<fiber *> pool;
     const launch *L;
     unsigned nthreads;
-    unsigned char *dyn;
-    size_t dyn_cap;
+    unsigned char *dyn;     /* this launch's dynamic shared memory */
+    unsigned char *dyn_map; /* protected build: mapping, guard page last */
+    size_t dyn_map_len;
     uint64_t epoch; /* block counter, for shared-memory poisoning */
     const void *main_bottom;
     size_t main_size;
@@ -483,13 +484,27 @@ cudaError_t run_grid(void *p)
     s->L = L;
     zs_emu_bdim = L->block;
     zs_emu_gdim = L->grid;
-    if (L->shmem > s->dyn_cap || ZS_ASAN) {
-        /* Under ASan: exactly the launch's bytes, so an overrun of dynamic
-         * shared memory is a heap-buffer-overflow report. */
-        free(s->dyn);
-        s->dyn = (unsigned char *)malloc(L->shmem ? L->shmem : 1);
-        s->dyn_cap = L->shmem;
+#if ZS_ASAN
+    /* Exactly the launch's bytes, so an overrun of dynamic shared memory
+     * is a heap-buffer-overflow report. */
+    free(s->dyn);
+    s->dyn = (unsigned char *)malloc(L->shmem ? L->shmem : 1);
+#else
+    /* The buffer ends (16-byte aligned) at a guard page, so an overrun
+     * faults and the SIGSEGV handler names it. */
+    size_t pg = (size_t)sysconf(_SC_PAGESIZE), want = (L->shmem + pg - 1) / pg * pg + pg;
+    if (want > s->dyn_map_len) {
+        if (s->dyn_map)
+            munmap(s->dyn_map, s->dyn_map_len);
+        s->dyn_map = (unsigned char *)mmap(nullptr, want, PROT_READ | PROT_WRITE,
+                                           MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+        if (s->dyn_map == MAP_FAILED)
+            zs_emu_fatal("kernel launch", "cannot map dynamic shared memory");
+        s->dyn_map_len = want;
+        mprotect(s->dyn_map + want - pg, pg, PROT_NONE);
     }
+    s->dyn = s->dyn_map + s->dyn_map_len - pg - (L->shmem + 15) / 16 * 16;
+#endif
     uint64_t rng = L->seed;
     uint64_t nb = (uint64_t)L->grid.x * L->grid.y * L->grid.z;
     std::vector<unsigned> ord;
@@ -562,16 +577,29 @@ void zs_emu_kernel_init(void)
         g_stack = 64u << 10;
 }
 
-size_t zs_emu_fiber_guard(const void *addr)
+int zs_emu_kernel_fault(const void *addr, char *msg, size_t n)
 {
     /* Called from the SIGSEGV handler of the protected build, on the
-     * faulting thread: no locks, only this thread's pool. */
+     * faulting thread: no locks, only this thread's state. */
     sched *s = t_s;
+    const char *a = (const char *)addr;
     size_t pg = (size_t)sysconf(_SC_PAGESIZE);
-    if (s)
-        for (fiber *f : s->pool)
-            if ((const char *)addr >= f->map - pg && (const char *)addr < f->map + pg)
-                return g_stack;
+    if (!s)
+        return 0;
+    const launch *L = s->L;
+    if (s->dyn_map && a >= (const char *)s->dyn_map + s->dyn_map_len - pg &&
+        a < (const char *)s->dyn_map + s->dyn_map_len)
+        return snprintf(msg, n,
+                        "cuda-emu: kernel %s: access past the end of dynamic shared memory at "
+                        "%p (%zu bytes requested by the launch at %s:%d)\n",
+                        L ? L->name : "?", addr, L ? L->shmem : 0, L ? L->file : "?",
+                        L ? L->line : 0);
+    for (fiber *f : s->pool)
+        if (a >= f->map - pg && a < f->map + pg)
+            return snprintf(msg, n,
+                            "cuda-emu: kernel %s: stack overflow in a kernel thread at %p (fiber "
+                            "stacks are %zu KiB: raise ZS_EMU_STACK_KB)\n",
+                            L ? L->name : "?", addr, g_stack >> 10);
     return 0;
 }
 
@@ -584,7 +612,12 @@ void zs_emu_kernel_thread_exit(void)
         munmap(f->map, f->map_len);
         delete f;
     }
+#if ZS_ASAN
     free(s->dyn);
+#else
+    if (s->dyn_map)
+        munmap(s->dyn_map, s->dyn_map_len);
+#endif
     delete s;
     t_s = nullptr;
 }
@@ -681,7 +714,10 @@ cudaError_t zs_emu_launch(const char *name, const char *file, int line, dim3 gri
     zs_emu_stream *st = nullptr;
     if (e == cudaSuccess) {
         st = zs_emu_stream_get(s);
-        if (!st)
+        /* "A kernel launch will fail if it is issued to a stream that is
+         * not associated to the current device" (CUDA C++ Programming
+         * Guide, Multi-Device System, Stream and Event Behavior). */
+        if (!st || zs_emu_stream_device(st) != zs_emu_current_device())
             e = cudaErrorInvalidResourceHandle;
     }
     if (e == cudaSuccess)

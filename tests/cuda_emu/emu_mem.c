@@ -85,12 +85,8 @@ static void on_segv(int sig, siginfo_t *si, void *uc)
                          "from %s, device %d, accessed while no work of that device runs)\n",
                          (void *)a, x->size, kind_name(x->kind), x->dev);
     }
-    size_t stk = n ? 0 : zs_emu_fiber_guard(a);
-    if (stk)
-        n = snprintf(msg, sizeof msg,
-                     "cuda-emu: stack overflow in a kernel thread at %p (fiber stacks are %zu "
-                     "KiB: raise ZS_EMU_STACK_KB)\n",
-                     (void *)a, stk >> 10);
+    if (!n)
+        n = zs_emu_kernel_fault(a, msg, sizeof msg);
     if (n > 0)
         (void)!write(2, msg, (size_t)n);
     /* Reported, or not ours: put back the handler that was there before

@@ -97,11 +97,21 @@ enum { ZS_EMU_BAR_PLAIN, ZS_EMU_BAR_COUNT, ZS_EMU_BAR_AND, ZS_EMU_BAR_OR };
 #define __syncthreads_count(p) zs_emu_syncthreads_op(ZS_EMU_BAR_COUNT, !!(p), __FILE__, __LINE__)
 #define __syncthreads_and(p)   zs_emu_syncthreads_op(ZS_EMU_BAR_AND, !!(p), __FILE__, __LINE__)
 #define __syncthreads_or(p)    zs_emu_syncthreads_op(ZS_EMU_BAR_OR, !!(p), __FILE__, __LINE__)
-#define __syncwarp(...)        zs_emu_syncwarp_(__FILE__, __LINE__, ##__VA_ARGS__)
-static inline void zs_emu_syncwarp_(const char *f, int l, unsigned mask = 0xffffffffu)
-{
-    zs_emu_syncwarp(mask, f, l);
-}
+/* __syncwarp(mask = full): an object-like macro naming a call site, so
+ * both forms work without variadic-macro extensions. */
+struct zs_emu_syncwarp_at {
+    const char *f;
+    int l;
+    void operator()(unsigned mask = 0xffffffffu) const
+    {
+        zs_emu_syncwarp(mask, f, l);
+    }
+};
+#define __syncwarp                                                                                 \
+    zs_emu_syncwarp_at                                                                             \
+    {                                                                                              \
+        __FILE__, __LINE__                                                                         \
+    }
 /* Memory fences: fibers of a block share one OS thread, and blocks of one
  * launch run one after another, so a compiler barrier is enough there;
  * other streams' kernels run on other OS threads: a full fence. */
@@ -124,24 +134,63 @@ static inline T zs_emu_shfl_(int op, unsigned mask, T v, int arg, int width, con
     std::memcpy(&r, &b, sizeof(T));
     return r;
 }
-#define zs_emu_shfl_args_(op, m, v, a, ...)                                                        \
-    zs_emu_shfl_(op, m, v, a, zs_emu_width_(__VA_ARGS__ + 0), __FILE__, __LINE__)
-static inline int zs_emu_width_(int w)
-{
-    return w ? w : 32;
-}
-#define __shfl_sync(m, v, ...)      zs_emu_shfl_args_(ZS_EMU_W_IDX, m, v, __VA_ARGS__)
-#define __shfl_up_sync(m, v, ...)   zs_emu_shfl_args_(ZS_EMU_W_UP, m, v, __VA_ARGS__)
-#define __shfl_down_sync(m, v, ...) zs_emu_shfl_args_(ZS_EMU_W_DOWN, m, v, __VA_ARGS__)
-#define __shfl_xor_sync(m, v, ...)  zs_emu_shfl_args_(ZS_EMU_W_XOR, m, v, __VA_ARGS__)
-#define __ballot_sync(m, p)                                                                        \
-    ((unsigned)zs_emu_warp_op(ZS_EMU_W_BALLOT, m, !!(p), 0, 32, __FILE__, __LINE__))
-#define __any_sync(m, p) (__ballot_sync(m, p) != 0u)
-#define __all_sync(m, p) zs_emu_all_(m, __ballot_sync(m, p))
-static inline int zs_emu_all_(unsigned m, unsigned b)
-{
-    return b == m;
-}
+/* Object-like macros naming the call site; the call operator takes the
+ * intrinsic's own parameters (width defaults to warpSize). */
+struct zs_emu_shfl_at {
+    int op;
+    const char *f;
+    int l;
+    template <class T> T operator()(unsigned mask, T v, int arg, int width = 32) const
+    {
+        return zs_emu_shfl_(op, mask, v, arg, width, f, l);
+    }
+};
+#define __shfl_sync                                                                                \
+    zs_emu_shfl_at                                                                                 \
+    {                                                                                              \
+        ZS_EMU_W_IDX, __FILE__, __LINE__                                                           \
+    }
+#define __shfl_up_sync                                                                             \
+    zs_emu_shfl_at                                                                                 \
+    {                                                                                              \
+        ZS_EMU_W_UP, __FILE__, __LINE__                                                            \
+    }
+#define __shfl_down_sync                                                                           \
+    zs_emu_shfl_at                                                                                 \
+    {                                                                                              \
+        ZS_EMU_W_DOWN, __FILE__, __LINE__                                                          \
+    }
+#define __shfl_xor_sync                                                                            \
+    zs_emu_shfl_at                                                                                 \
+    {                                                                                              \
+        ZS_EMU_W_XOR, __FILE__, __LINE__                                                           \
+    }
+enum { ZS_EMU_VOTE_BALLOT, ZS_EMU_VOTE_ANY, ZS_EMU_VOTE_ALL };
+struct zs_emu_vote_at {
+    int kind;
+    const char *f;
+    int l;
+    unsigned operator()(unsigned mask, int pred) const
+    {
+        unsigned b = (unsigned)zs_emu_warp_op(ZS_EMU_W_BALLOT, mask, pred != 0, 0, 32, f, l);
+        return kind == ZS_EMU_VOTE_BALLOT ? b : kind == ZS_EMU_VOTE_ANY ? b != 0u : b == mask;
+    }
+};
+#define __ballot_sync                                                                              \
+    zs_emu_vote_at                                                                                 \
+    {                                                                                              \
+        ZS_EMU_VOTE_BALLOT, __FILE__, __LINE__                                                     \
+    }
+#define __any_sync                                                                                 \
+    zs_emu_vote_at                                                                                 \
+    {                                                                                              \
+        ZS_EMU_VOTE_ANY, __FILE__, __LINE__                                                        \
+    }
+#define __all_sync                                                                                 \
+    zs_emu_vote_at                                                                                 \
+    {                                                                                              \
+        ZS_EMU_VOTE_ALL, __FILE__, __LINE__                                                        \
+    }
 #define __activemask() 0xffffffffu
 
 /* ---- Atomics (CUDA C++ Programming Guide, Atomic Functions). Kernels of

@@ -278,8 +278,11 @@ static int has_pending(const zs_emu_stream *s)
     return s->enq_seq > s->done_seq;
 }
 
-static uint64_t push(zs_emu_stream *st, int flags, int extra_dev, zs_emu_work_fn fn, void *arg,
-                     void (*free_arg)(void *), const dep *extra)
+/* on_seq (may be NULL) is called under g_lock with the item's seq before
+ * the item can run: cudaEventRecord publishes the captured point there. */
+static uint64_t push_ex(zs_emu_stream *st, int flags, int extra_dev, zs_emu_work_fn fn, void *arg,
+                        void (*free_arg)(void *), const dep *extra,
+                        void (*on_seq)(void *, uint64_t), void *on_seq_arg)
 {
     if (zs_emu_sticky(st->device) != cudaSuccess) {
         if (free_arg)
@@ -315,6 +318,8 @@ static uint64_t push(zs_emu_stream *st, int flags, int extra_dev, zs_emu_work_fn
     w->arg = arg;
     w->free_arg = free_arg;
     w->seq = ++st->enq_seq;
+    if (on_seq)
+        on_seq(on_seq_arg, w->seq);
     if (st->tail)
         st->tail->next = w;
     else
@@ -336,6 +341,12 @@ static uint64_t push(zs_emu_stream *st, int flags, int extra_dev, zs_emu_work_fn
     uint64_t seq = w->seq;
     pthread_mutex_unlock(&g_lock);
     return seq;
+}
+
+static uint64_t push(zs_emu_stream *st, int flags, int extra_dev, zs_emu_work_fn fn, void *arg,
+                     void (*free_arg)(void *), const dep *extra)
+{
+    return push_ex(st, flags, extra_dev, fn, arg, free_arg, extra, NULL, NULL);
 }
 
 uint64_t zs_emu_stream_push(zs_emu_stream *st, int flags, int extra_dev, zs_emu_work_fn fn,
@@ -615,6 +626,15 @@ static cudaError_t record_ran(void *p)
     return cudaSuccess;
 }
 
+/* g_lock held, before the record item can run or be freed. */
+static void record_publish(void *p, uint64_t seq)
+{
+    record_arg *r = p;
+    r->seq = seq;
+    r->ev->st = r->st;
+    r->ev->seq = seq;
+}
+
 /* cudaEventRecord: "Captures in event the contents of stream at the time of
  * this call." It "can be called multiple times on the same event and will
  * overwrite the previously captured state. Other APIs such as
@@ -633,25 +653,8 @@ cudaError_t cudaEventRecord(cudaEvent_t event, cudaStream_t stream)
         return zs_emu_ret(cudaErrorMemoryAllocation);
     r->ev = ev;
     r->st = st;
-    /* The item's seq is known only after the push; the record function
-     * compares under g_lock, and the fields are set before it can run
-     * because push publishes under the same lock we take here first. */
-    pthread_mutex_lock(&g_lock);
-    r->seq = st->enq_seq + 1;
-    ev->st = st;
-    ev->seq = r->seq;
-    pthread_mutex_unlock(&g_lock);
-    uint64_t seq = push(st, 0, -1, record_ran, r, free, NULL);
-    if (!seq)
+    if (!push_ex(st, 0, -1, record_ran, r, free, NULL, record_publish, r))
         return zs_emu_ret(zs_emu_sticky(st->device));
-    if (seq != r->seq) {
-        /* Another thread pushed to the stream in between: capture the later
-         * point, which includes everything our caller enqueued before. */
-        pthread_mutex_lock(&g_lock);
-        if (ev->st == st)
-            ev->seq = seq;
-        pthread_mutex_unlock(&g_lock);
-    }
     return cudaSuccess;
 }
 

@@ -70,6 +70,13 @@ static void emu_run_child(emu_child *c, const char *name, const char *const *env
     c->sig = c->signaled ? WTERMSIG(st) : 0;
 }
 
+/* Died: killed by a signal, or (under a sanitizer that handles the
+ * signal itself) exited non-zero. */
+static int emu_died(const emu_child *c)
+{
+    return c->signaled || (c->exited && c->code != 0);
+}
+
 static int emu_has(const emu_child *c, const char *s)
 {
     return strstr(c->out, s) != NULL;

@@ -127,6 +127,12 @@ __global__ void k_oob(const float *x, float *o, int n)
     o[threadIdx.x] = x[n + threadIdx.x];
 }
 
+__global__ void k_dyn_oob(int n)
+{
+    extern __shared__ float buf[];
+    buf[n + threadIdx.x] = 1.0f;
+}
+
 __device__ __noinline__ int deep(int n)
 {
     volatile char buf[4096];
@@ -150,7 +156,7 @@ static void expect_death(const char *name, const char *what, int line)
     snprintf(at, sizeof at, "test_emu_kernel.cu:%d", line);
     emu_child c;
     emu_run_child(&c, name, NULL);
-    EMU_CHECK(c.signaled && emu_has(&c, "cuda-emu: kernel ") && emu_has(&c, what) &&
+    EMU_CHECK(emu_died(&c) && emu_has(&c, "cuda-emu: kernel ") && emu_has(&c, what) &&
                   emu_has(&c, at),
               "%s: want '%s' at %s, got: %s", name, what, at, c.out);
 }
@@ -167,9 +173,16 @@ static void test_deaths(void)
            ASAN_BUILD ? "ASan" : "guard page");
     emu_child c;
     emu_run_child(&c, "oob", NULL);
-    EMU_CHECK(c.signaled || (c.exited && c.code != 0), "oob passed: %s", c.out);
+    EMU_CHECK(emu_died(&c), "oob passed: %s", c.out);
     EMU_CHECK(emu_has(&c, ASAN_BUILD ? "heap-buffer-overflow" : "cuda-emu: out-of-bounds access"),
               "oob: %s", c.out);
+    printf("kernel writing past its dynamic shared memory dies (%s)\n",
+           ASAN_BUILD ? "ASan" : "guard page");
+    emu_run_child(&c, "dyn_oob", NULL);
+    EMU_CHECK(emu_died(&c), "dyn_oob passed: %s", c.out);
+    EMU_CHECK(emu_has(&c, ASAN_BUILD ? "heap-buffer-overflow"
+                                     : "access past the end of dynamic shared memory"),
+              "dyn_oob: %s", c.out);
     printf("kernel thread overflowing its fiber stack dies with a message\n");
     emu_run_child(&c, "deep", NULL);
     EMU_CHECK(emu_has(&c, ASAN_BUILD ? "stack-overflow" : "stack overflow in a kernel thread"),
@@ -184,6 +197,8 @@ static int child_death(const char *n)
         ZS_CUDA_LAUNCH(k_divergent, 1, 64, 0, 0, o);
     else if (!strcmp(n, "oob"))
         ZS_CUDA_LAUNCH(k_oob, 1, 1, 0, 0, (const float *)o, (float *)o, 256);
+    else if (!strcmp(n, "dyn_oob"))
+        ZS_CUDA_LAUNCH(k_dyn_oob, 1, 1, 1024, 0, 256);
     else if (!strcmp(n, "deep"))
         ZS_CUDA_LAUNCH(k_deep, 1, 2, 0, 0, o);
     else if (!strcmp(n, "two_barriers"))
@@ -232,6 +247,24 @@ static void test_config(void)
     EMU_CUDA(cudaMemcpy(&h, o, sizeof h, cudaMemcpyDeviceToHost));
     EMU_CHECK(h == 42, "the largest valid launch ran: %d", h);
     EMU_CUDA(cudaFree(o));
+    printf("launch into a stream of another device: cudaErrorInvalidResourceHandle\n");
+    const char *env[] = {"ZS_EMU_DEVICES=2", NULL};
+    emu_child c;
+    emu_run_child(&c, "wrong_device", env);
+    EMU_CHECK(c.exited && c.code == 0, "child: %s", c.out);
+}
+
+static int child_wrong_device(void)
+{
+    int *o;
+    cudaStream_t s1;
+    EMU_CUDA(cudaMalloc(&o, sizeof(int)));
+    EMU_CUDA(cudaSetDevice(1));
+    EMU_CUDA(cudaStreamCreate(&s1));
+    EMU_CUDA(cudaSetDevice(0));
+    ZS_CUDA_LAUNCH(k_mark, 1, 1, 0, s1, o);
+    EMU_CHECK(cudaGetLastError() == cudaErrorInvalidResourceHandle, "launch on device 1's stream");
+    return 0;
 }
 
 /* ---- Shared memory ---- */
@@ -422,6 +455,8 @@ int main(int argc, char **argv)
             printf("diff %g\n", run_reduce(!strcmp(n, "reduce")));
             return 0;
         }
+        if (!strcmp(n, "wrong_device"))
+            return child_wrong_device();
         return child_death(n);
     }
     test_reduce();

@@ -485,7 +485,7 @@ static void test_hostfn_cuda_call(void)
     printf("host function calling cudaMalloc dies naming the call\n");
     emu_child c;
     emu_run_child(&c, "hostfn_cuda", NULL);
-    EMU_CHECK(c.signaled && emu_has(&c, "cuda-emu: cudaMalloc:") &&
+    EMU_CHECK(emu_died(&c) && emu_has(&c, "cuda-emu: cudaMalloc:") &&
                   emu_has(&c, "inside a host function"),
               "child: %s", c.out);
 }
@@ -506,7 +506,7 @@ static void test_protected(void)
     }
     printf("protected mode: a host read of device memory dies with the allocation named\n");
     emu_run_child(&c, "host_read", NULL);
-    EMU_CHECK(c.signaled && emu_has(&c, "cuda-emu: host access to device memory at") &&
+    EMU_CHECK(emu_died(&c) && emu_has(&c, "cuda-emu: host access to device memory at") &&
                   emu_has(&c, "allocation of 4096 bytes from cudaMalloc"),
               "child: %s", c.out);
 }
