@@ -53,8 +53,7 @@ int zs_emu_current_device(void);
  * on stderr, then abort(). For errors that are undefined behaviour on a GPU
  * (a divergent barrier, a shuffle naming an exited lane, a CUDA call from a
  * host function) and must never pass silently. */
-void zs_emu_fatal(const char *where, const char *fmt, ...)
-    __attribute__((noreturn, format(printf, 2, 3)));
+void zs_emu_fatal(const char *where, const char *fmt, ...) __attribute__((noreturn, format(printf, 2, 3)));
 
 #ifdef __cplusplus
 }
