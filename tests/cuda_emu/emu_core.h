@@ -50,6 +50,8 @@ extern "C" {
  * make any CUDA API calls"). */
 enum { ZS_EMU_ROLE_USER = 0, ZS_EMU_ROLE_EXECUTOR = 1, ZS_EMU_ROLE_HOSTFN = 2 };
 void zs_emu_set_role(int role);
+/* The calling thread's role (ZS_EMU_ROLE_*). */
+int zs_emu_role(void);
 
 /* Every exported runtime function starts with this: initialises the
  * emulator once, dies when called from a host function or stream work. */

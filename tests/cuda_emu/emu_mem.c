@@ -287,7 +287,16 @@ int zs_emu_dev_ptr(const void *p, size_t bytes)
     pthread_mutex_lock(&g_mlock);
     alloc *x = find(p);
     int r = -1;
-    if (x && x->kind != A_HOST && x->state == S_LIVE &&
+    /* S_FREEING: cudaFreeAsync was called but stream execution has not
+     * reached the free. New API calls may not name the pointer ("accessing
+     * the memory from any subsequent work launched ... results in undefined
+     * behavior"), but work enqueued before the free and running now on an
+     * executor still may: "The allocation must not be accessed after stream
+     * execution reaches the free" (found by our embedding backward, whose
+     * CUB sort runs before its temporary's cudaFreeAsync on one stream). */
+    int live = x && (x->state == S_LIVE ||
+                     (x->state == S_FREEING && zs_emu_role() == ZS_EMU_ROLE_EXECUTOR));
+    if (live && x->kind != A_HOST &&
         (size_t)((const char *)p - x->base) + bytes <= x->size)
         r = x->dev;
     pthread_mutex_unlock(&g_mlock);

@@ -88,6 +88,11 @@ static void init_once(void)
     zs_emu_kernel_init();
 }
 
+int zs_emu_role(void)
+{
+    return t_role;
+}
+
 void zs_emu_set_role(int role)
 {
     t_role = role;
