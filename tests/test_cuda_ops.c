@@ -85,22 +85,34 @@ static void *dev(size_t bytes)
     return d;
 }
 
+/* Copies go through cs and wait for it. Not cudaMemcpy: from pageable
+ * memory it may return before the data reaches the device ("API
+ * synchronization behavior"), and its legacy default stream does not order
+ * cs, a cudaStreamNonBlocking stream: a kernel on cs could read the old
+ * contents (the CUDA emulator did; a GPU's DMA is just fast enough). */
+static void put(void *d, const void *h, size_t bytes)
+{
+    CK(cudaMemcpyAsync(d, h, bytes, cudaMemcpyHostToDevice, cs));
+    CK(cudaStreamSynchronize(cs));
+}
+
 static void *up(const void *h, size_t bytes)
 {
     void *d = dev(bytes);
-    CK(cudaMemcpy(d, h, bytes, cudaMemcpyHostToDevice));
+    put(d, h, bytes);
     return d;
 }
 
-static void put(void *d, const void *h, size_t bytes)
+static void get(void *h, const void *d, size_t bytes)
 {
-    CK(cudaMemcpy(d, h, bytes, cudaMemcpyHostToDevice));
+    CK(cudaMemcpyAsync(h, d, bytes, cudaMemcpyDeviceToHost, cs));
+    CK(cudaStreamSynchronize(cs));
 }
 
 static void *down(const void *d, size_t bytes)
 {
     void *h = xmalloc(bytes);
-    CK(cudaMemcpy(h, d, bytes, cudaMemcpyDeviceToHost));
+    get(h, d, bytes);
     return h;
 }
 
@@ -299,11 +311,11 @@ static void test_vec(void)
         put(dx, x, n * es);
         TEST_OK(zs_cuda_sumsq(cs, dx, dt, n, dacc, &err), err);
         sync_ok();
-        CK(cudaMemcpy(r1, dacc, sizeof r1, cudaMemcpyDeviceToHost));
+        get(r1, dacc, sizeof r1);
         put(dacc, acc0, sizeof acc0);
         TEST_OK(zs_cuda_sumsq(cs, dx, dt, n, dacc, &err), err);
         sync_ok();
-        CK(cudaMemcpy(r2, dacc, sizeof r2, cudaMemcpyDeviceToHost));
+        get(r2, dacc, sizeof r2);
         TEST_CHECKF(fabs(r1[0] - (1.5 + ref)) <= 1e-12 * (1.5 + ref),
                     "sumsq %s: GPU %.17g CPU %.17g", zs_dtype_name(dt), r1[0], 1.5 + ref);
         TEST_CHECKF(r1[1] == 0.0, "sumsq %s: non-finite flag set on finite data",
@@ -318,7 +330,7 @@ static void test_vec(void)
             put(dacc, acc0, sizeof acc0);
             TEST_OK(zs_cuda_sumsq(cs, dx, dt, n, dacc, &err), err);
             sync_ok();
-            CK(cudaMemcpy(r1, dacc, sizeof r1, cudaMemcpyDeviceToHost));
+            get(r1, dacc, sizeof r1);
             TEST_CHECKF(r1[1] == 1.0 && !isfinite(r1[0]), "sumsq %s: %s not flagged",
                         zs_dtype_name(dt), k ? "NaN" : "inf");
         }

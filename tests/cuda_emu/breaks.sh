@@ -1,0 +1,72 @@
+#!/usr/bin/env bash
+# tests/cuda_emu/breaks.sh - break our CUDA code on purpose, one break at a
+# time, and check that the emulated GPU tests fail (issue 14's list).
+#
+#   tests/cuda_emu/breaks.sh [BUILD] [ASAN_BUILD]
+#
+# BUILD / ASAN_BUILD: configured emulator builds (cmake -DZS_CUDA_EMU=ON,
+# the second with -DZS_SANITIZE=ON), default build/emu and build/emu-asan
+# (made by the normal build). Each break edits one source file with sed,
+# rebuilds the test that should catch it, runs it (under timeout), restores
+# the file with `git checkout`, and prints BROKEN-AND-CAUGHT with the first
+# failure line, or NOT CAUGHT. Needs a clean tree for the files it edits.
+# Exit status: the number of breaks not caught. Takes a few minutes (one
+# incremental rebuild and one test run per break).
+set -u
+cd "$(dirname "$0")/../.."
+build=${1:-build/emu}
+asan=${2:-build/emu-asan}
+export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 \
+    OMPI_MCA_rmaps_base_oversubscribe=1 ASAN_OPTIONS=detect_leaks=0:quarantine_size_mb=0
+missed=0
+
+# brk NAME FILE SED_EXPR BUILD_DIR TARGET SCHEDULES: apply, rebuild, run, restore.
+brk() {
+    local name=$1 file=$2 expr=$3 dir=$4 target=$5 schedules=$6 out caught=0 s
+    git diff --quiet -- "$file" || { echo "breaks.sh: $file has local changes" >&2; exit 100; }
+    sed -i "$expr" "$file"
+    if git diff --quiet -- "$file"; then
+        echo "== $name: the sed expression changed nothing (stale break)"; missed=$((missed + 1))
+        return
+    fi
+    if ! make -C "$dir" "$target" > /tmp/breaks-build.log 2>&1; then
+        echo "== $name: BROKEN-AND-CAUGHT at build time"; sed -n '/error/{p;q}' /tmp/breaks-build.log
+        git checkout -q -- "$file"; return
+    fi
+    for s in $schedules; do
+        out=$(ZS_EMU_SCHEDULE=$s timeout 600 "$(find "$dir" -name "$target" -type f -perm -u+x | head -1)" 2>&1)
+        if [ $? -ne 0 ]; then
+            caught=1
+            echo "== $name: BROKEN-AND-CAUGHT by $target (ZS_EMU_SCHEDULE=$s)"
+            grep -m2 -E "FAIL|cuda-emu|ERROR|AddressSanitizer|runtime error" <<< "$out" | cut -c1-300
+            break
+        fi
+    done
+    [ $caught = 1 ] || { echo "== $name: NOT CAUGHT ($target, schedules: $schedules)"; missed=$((missed + 1)); }
+    git checkout -q -- "$file"
+    make -C "$dir" "$target" > /dev/null 2>&1
+}
+
+V=kernels/cuda/zs_cuda_vec.cu
+brk "missing __syncthreads in the sumsq tree reduction" $V \
+    '/sh\[threadIdx.x\] = __dadd_rn(sh\[threadIdx.x\], sh\[threadIdx.x + s\]);/{n;s/__syncthreads();/;/}' \
+    "$build" test_cuda_ops "forward reverse random:1"
+brk "off-by-one in the grid-stride bound (i <= n)" kernels/cuda/zs_cuda_util.cuh \
+    's/i < (n);/i <= (n);/' "$asan" test_cuda_ops "forward"
+brk "wrong transpose flag in one GEMM (matmul backward dinp)" kernels/cuda/zs_cuda_gpt.cu \
+    's/zs_cuda_gemm(stream, blas, 0, 1, N, IC, OC/zs_cuda_gemm(stream, blas, 0, 0, N, IC, OC/' \
+    "$build" test_cuda_ops "forward"
+brk "dropped event wait between two streams of the CUDA device" worker/dev/zs_dev_cuda.c \
+    's/ZS_CUDA_CHECK(err, dev_of(zs)->device, HINT_STICKY, cudaStreamWaitEvent, s->h, e->h, 0);/ZS_OK;/' \
+    "$build" test_dev_cuda "forward"
+brk "a CUDA call inside a host function" worker/dev/zs_dev_cuda.c \
+    's/^    hostcall_t \*h = p;$/    hostcall_t *h = p; (void)cudaGetLastError();/' \
+    "$build" test_dev_cuda "forward"
+brk "a shuffle with a partial warp (softmax block of 24 lanes per warp)" kernels/cuda/zs_cuda_attn.cu \
+    's/ZS_CUDA_LAUNCH(k_causal_softmax, sm_blocks(rows), SM_WARPS \* 32,/ZS_CUDA_LAUNCH(k_causal_softmax, sm_blocks(rows), SM_WARPS * 32 - 8,/' \
+    "$build" test_cuda_ops "forward"
+brk "a buffer read after cudaFreeAsync on another stream without ordering" $V \
+    's/cudaError_t ef = cudaFreeAsync(tmp, cs);/cudaError_t ef = cudaSuccess; (void)ef;/; s/    ZS_DISPATCH_ONE(k_sumsq_part, dt, k)/    cudaFreeAsync(tmp, cudaStreamPerThread);\n    ZS_DISPATCH_ONE(k_sumsq_part, dt, k)/' \
+    "$build" test_cuda_ops "forward"
+echo "breaks.sh: $missed break(s) not caught"
+exit $missed

@@ -1,0 +1,162 @@
+/*
+ * emu_nccl.h - internals shared by the emulated NCCL's sources
+ * (emu_nccl_*.c): the shared-memory segment that the ranks of one
+ * communicator rendezvous in, the communicator object, and the helpers the
+ * API files call. Not a public API: nccl.h is the public one.
+ *
+ * Does: describe the segment layout and the communicator's life (refcount,
+ * tombstone). Does not: know about streams beyond zs_emu_enqueue
+ * (emu_internal.h) or about MPI (the callers' thread level is theirs).
+ */
+#ifndef ZS_EMU_NCCL_H
+#define ZS_EMU_NCCL_H
+
+#include <nccl.h>
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <sys/types.h>
+
+#include "emu_internal.h"
+
+#define ZS_EMU_NCCL_MAX_RANKS 64
+#define ZS_EMU_NCCL_MSG       512
+
+/* What one rank's call was: compared across ranks before any data moves
+ * (the mismatch check; real NCCL would hang instead). */
+enum zs_emu_nccl_kind {
+    ZS_EMU_NCCL_ALLREDUCE = 1,
+    ZS_EMU_NCCL_REDUCESCATTER,
+    ZS_EMU_NCCL_ALLGATHER,
+    ZS_EMU_NCCL_BROADCAST,
+    ZS_EMU_NCCL_REDUCE,
+};
+
+typedef struct {
+    uint64_t seq; /* collective number on this communicator, from 1 */
+    int32_t kind, dtype, op, root;
+    uint64_t count; /* the count argument as the caller passed it */
+} zs_emu_nccl_desc;
+
+/* A rank's state as its peers see it in the segment. */
+enum { ZS_EMU_PEER_OK = 0, ZS_EMU_PEER_FAILED, ZS_EMU_PEER_ABORTED, ZS_EMU_PEER_DESTROYED };
+
+typedef struct {
+    _Atomic int32_t pid;       /* 0 until the rank attached */
+    _Atomic int32_t state;     /* ZS_EMU_PEER_* */
+    _Atomic uint64_t arrive;   /* last barrier step this rank reached */
+    _Atomic uint64_t ncolls;   /* collectives it completed (for DESTROYED) */
+    zs_emu_nccl_desc desc;     /* its current collective */
+    char msg[ZS_EMU_NCCL_MSG]; /* why it FAILED (written before state) */
+} zs_emu_nccl_slot;
+
+/* The segment: header, nranks slots, then nranks staging areas of chunk
+ * bytes each. Only atomics and plain data: no pthread objects, so a rank
+ * killed at any point leaves nothing locked (waits are futexes on bell). */
+typedef struct {
+    _Atomic uint32_t magic;   /* ZS_EMU_NCCL_MAGIC once the creator set it up */
+    _Atomic uint32_t bell;    /* futex word: bumped and woken on every change */
+    _Atomic int32_t attached; /* ranks attached so far */
+    _Atomic int32_t printed;  /* the mismatch message was printed by someone */
+    int32_t nranks;
+    uint64_t chunk;          /* staging bytes per rank */
+    uint64_t total;          /* segment bytes */
+    zs_emu_nccl_slot slot[]; /* nranks of them, then the staging */
+} zs_emu_nccl_seg;
+
+#define ZS_EMU_NCCL_MAGIC 0x7a73e0ccu
+#define ZS_EMU_COMM_LIVE  0x6c697665u
+#define ZS_EMU_COMM_DEAD  0x64656164u
+
+struct ncclComm {
+    uint32_t magic; /* LIVE, or DEAD after destroy/abort: the handle stays a tombstone */
+    int rank, nranks, dev, blocking;
+    zs_emu_nccl_seg *seg;
+    unsigned char *staging; /* nranks * seg->chunk bytes inside seg */
+    size_t map_bytes;
+    char name[64];
+
+    pthread_mutex_t mu;
+    pthread_cond_t cv;
+    int refs;          /* the user's handle + every launched/stashed op */
+    int inflight;      /* ops enqueued and not yet finished */
+    uint64_t next_seq; /* seq of the next op launched */
+    uint64_t exec_seq; /* seq of the next op allowed to run */
+    uint64_t step;     /* barrier steps done by this rank (executor side) */
+    _Atomic int aborted;
+    _Atomic int async_err; /* ncclResult_t, first error wins */
+    int pending_polls;     /* ncclInProgress left to report */
+    void *stash;           /* ops of a group that returned ncclInProgress */
+    int nstash, capstash;
+    int finalized;
+    ncclUniqueId id;
+    pthread_t init_th;        /* a non-blocking init's rendezvous */
+    int init_thread;          /* init_th was started and not joined */
+    _Atomic int initializing; /* the rendezvous has not finished */
+    char errmsg[ZS_EMU_NCCL_MSG];
+    struct ncclComm *all_next; /* every communicator ever made (tombstones stay reachable) */
+};
+
+/* One collective call, as recorded in a group or launched on a stream. */
+typedef struct {
+    struct ncclComm *comm;
+    zs_emu_nccl_desc d;
+    const void *send; /* NULL where unused (Broadcast non-root) */
+    void *recv;       /* NULL where unused (Reduce non-root) */
+    size_t sbytes, rbytes;
+    cudaStream_t stream;
+} zs_emu_nccl_op;
+
+/* --- emu_nccl_shm.c --- */
+ncclResult_t zs_emu_nccl_attach(struct ncclComm *c, const ncclUniqueId *id);
+void zs_emu_nccl_detach(struct ncclComm *c);
+void zs_emu_nccl_ring(zs_emu_nccl_seg *s);
+/* Wait until every rank reached barrier step `step` (after announcing it).
+ * Returns ncclSuccess, or an error with msg filled: abort, a peer dead,
+ * failed, aborted or destroyed, the timeout. what names the collective. */
+ncclResult_t zs_emu_nccl_barrier(struct ncclComm *c, uint64_t step, const char *what, char *msg,
+                                 size_t cap);
+double zs_emu_nccl_timeout_s(void);
+
+/* --- emu_nccl_comm.c --- */
+/* Record an error on the communicator (first wins), tell the peers, keep
+ * the message for ncclGetLastError; print it unless quiet. */
+void zs_emu_nccl_fail(struct ncclComm *c, ncclResult_t rc, const char *msg);
+void zs_emu_nccl_set_last(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+/* The checks every call taking a communicator makes: live handle, settled
+ * ncclInProgress, no earlier error. fn names the API call. */
+ncclResult_t zs_emu_nccl_check(struct ncclComm *c, const char *fn);
+void zs_emu_nccl_unref(struct ncclComm *c);
+/* Draw whether a non-blocking call returns ncclInProgress, and for how many
+ * polls of ncclCommGetAsyncError. 0: settle now. */
+int zs_emu_nccl_draw_polls(int rank);
+
+/* --- emu_nccl_exec.c --- */
+/* Enqueue one op on its stream (assigns its seq in call order). */
+ncclResult_t zs_emu_nccl_launch(zs_emu_nccl_op *op);
+void zs_emu_nccl_describe(const zs_emu_nccl_desc *d, char *buf, size_t cap);
+
+/* --- emu_nccl_group.c --- */
+int zs_emu_nccl_group_depth(void);
+int zs_emu_nccl_group_has(struct ncclComm *c);
+/* A call refused inside the open group: the group launches nothing. */
+void zs_emu_nccl_group_error(ncclResult_t rc);
+/* Record op in the calling thread's open group (takes a reference). */
+void zs_emu_nccl_group_add(const zs_emu_nccl_op *op);
+/* Launch ops (a closed group, or one call); may hold them back and
+ * answer ncclInProgress on a non-blocking communicator. */
+ncclResult_t zs_emu_nccl_launch_group(zs_emu_nccl_op *ops, int n);
+/* Launch (or, after an abort or error, drop) the ops held back by an
+ * ncclInProgress group. */
+void zs_emu_nccl_flush_stash(struct ncclComm *c);
+
+/* --- emu_nccl_reduce.c --- */
+size_t zs_emu_nccl_dtype_size(ncclDataType_t t); /* 0: refused */
+const char *zs_emu_nccl_dtype_name(int t);
+const char *zs_emu_nccl_op_name(int op);
+int zs_emu_nccl_op_ok(ncclRedOp_t op);
+/* dst[i] = reduce over k in 0..n-1 of src[k][i], left to right. */
+void zs_emu_nccl_reduce(void *dst, const void *const *src, int n, size_t count, int dtype, int op);
+
+#endif
