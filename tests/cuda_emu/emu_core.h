@@ -103,6 +103,9 @@ void zs_emu_stream_wait(zs_emu_stream *st, uint64_t seq);
 /* Wait until all work enqueued so far on every stream of device dev has
  * completed. */
 void zs_emu_device_wait(int dev);
+/* Wait while a host function runs (kernel launches, cudaFree and
+ * cudaFreeHost do, as on an H100: emu_stream.c). */
+void zs_emu_hostfn_wait_idle(void);
 
 /* --- device memory window (emu_mem.c) --- */
 /* Open/close access to device dev's memory around a piece of stream work

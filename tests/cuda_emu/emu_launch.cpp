@@ -165,6 +165,7 @@ cudaError_t zs_emu_launch(const void *func, const char *name, const char *file, 
                           void *closure, void (*free_closure)(void *))
 {
     zs_emu_api_enter("kernel launch");
+    zs_emu_hostfn_wait_idle(); /* as on an H100: see emu_stream.c */
     cudaError_t e = cudaSuccess;
     uint64_t threads = (uint64_t)block.x * block.y * block.z;
     if (!grid.x || !grid.y || !grid.z || !block.x || !block.y || !block.z || threads > 1024 ||

@@ -325,6 +325,7 @@ cudaError_t cudaMalloc(void **devPtr, size_t size)
 cudaError_t cudaFree(void *devPtr)
 {
     zs_emu_api_enter("cudaFree");
+    zs_emu_hostfn_wait_idle();
     if (!devPtr)
         return cudaSuccess;
     int dev = zs_emu_current_device();
@@ -428,6 +429,7 @@ cudaError_t cudaMallocHost(void **ptr, size_t size)
 cudaError_t cudaFreeHost(void *ptr)
 {
     zs_emu_api_enter("cudaFreeHost");
+    zs_emu_hostfn_wait_idle();
     if (!ptr)
         return cudaSuccess;
     pthread_mutex_lock(&g_mlock);

@@ -66,6 +66,7 @@ static zs_emu_stream *g_legacy[ZS_EMU_MAX_DEVICES];
 static _Thread_local zs_emu_stream *t_per_thread[ZS_EMU_MAX_DEVICES];
 static hostfn_req *g_hf_head, *g_hf_tail;
 static int g_hf_running;
+static int g_hf_busy; /* a host function is running now */
 
 /* g_lock held. */
 static zs_emu_stream *stream_new(int device, int kind, unsigned flags, int priority)
@@ -146,9 +147,11 @@ static void *hostfn_thread(void *unused)
         g_hf_head = r->next;
         if (!g_hf_head)
             g_hf_tail = NULL;
+        g_hf_busy = 1;
         pthread_mutex_unlock(&g_lock);
         r->fn(r->arg);
         pthread_mutex_lock(&g_lock);
+        g_hf_busy = 0;
         r->done = 1;
         pthread_cond_broadcast(&g_cond);
     }
@@ -182,6 +185,22 @@ static void run_hostfn(zs_emu_work_fn fn, void *arg)
     g_hf_tail = &r;
     pthread_cond_broadcast(&g_cond);
     while (!r.done)
+        pthread_cond_wait(&g_cond, &g_lock);
+    pthread_mutex_unlock(&g_lock);
+}
+
+/* What a real GPU does (measured on an H100, driver 580, 2026-11-25:
+ * bench/gpu/h100-2026-11-25-probe.txt): a kernel launch, cudaFree and
+ * cudaFreeHost on the calling thread wait until the host function running
+ * on CUDA's callback thread returns, whichever stream it belongs to. The
+ * documentation allows it ("Any CUDA API call may block or synchronize for
+ * various reasons", CUDA Driver API, 2. API synchronization behavior), and a
+ * host function that waits for the thread that launches deadlocks there:
+ * our test_dev_cuda did on the H100. The emulator does the same. */
+void zs_emu_hostfn_wait_idle(void)
+{
+    pthread_mutex_lock(&g_lock);
+    while (g_hf_busy)
         pthread_cond_wait(&g_cond, &g_lock);
     pthread_mutex_unlock(&g_lock);
 }

@@ -10,6 +10,8 @@
  */
 #include <cmath>
 #include <cstdint>
+#include <ctime>
+#include <unistd.h>
 
 #include "emu_test.h"
 
@@ -460,6 +462,43 @@ static void test_warp_atomics_args(void)
     EMU_CUDA(cudaFree(o));
 }
 
+__global__ void k_set_one(int *o)
+{
+    *o = 1;
+}
+
+static void CUDART_CB sleep_300ms(void *unused)
+{
+    (void)unused;
+    usleep(300000);
+}
+
+/* As measured on an H100 (emu_stream.c, zs_emu_hostfn_wait_idle): a launch
+ * on stream b waits while a host function runs on stream a. */
+static void test_launch_waits_for_hostfn(void)
+{
+    printf("a kernel launch waits while a host function of another stream runs\n");
+    cudaStream_t a, b;
+    int *o;
+    EMU_CUDA(cudaStreamCreateWithFlags(&a, cudaStreamNonBlocking));
+    EMU_CUDA(cudaStreamCreateWithFlags(&b, cudaStreamNonBlocking));
+    EMU_CUDA(cudaMalloc(&o, sizeof *o));
+    EMU_CUDA(cudaLaunchHostFunc(a, sleep_300ms, NULL));
+    usleep(50000); /* the host function has started */
+    struct timespec t0, t1;
+    clock_gettime(CLOCK_MONOTONIC, &t0);
+    ZS_CUDA_LAUNCH(k_set_one, 1, 1, 0, b, o);
+    clock_gettime(CLOCK_MONOTONIC, &t1);
+    EMU_CUDA(cudaGetLastError());
+    double dt = (double)(t1.tv_sec - t0.tv_sec) + 1e-9 * (double)(t1.tv_nsec - t0.tv_nsec);
+    EMU_CHECK(dt >= 0.2, "the launch returned after %.3f s, while the host function slept", dt);
+    EMU_CUDA(cudaStreamSynchronize(a));
+    EMU_CUDA(cudaStreamSynchronize(b));
+    EMU_CUDA(cudaFree(o));
+    EMU_CUDA(cudaStreamDestroy(a));
+    EMU_CUDA(cudaStreamDestroy(b));
+}
+
 int main(int argc, char **argv)
 {
     emu_self = argv[0];
@@ -479,6 +518,7 @@ int main(int argc, char **argv)
     test_config();
     test_shared();
     test_warp_atomics_args();
+    test_launch_waits_for_hostfn();
     printf("test_emu_kernel: all passed\n");
     return 0;
 }
