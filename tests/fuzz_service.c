@@ -270,7 +270,7 @@ int main(int argc, char **argv)
     a.eps = 1e-8f;
 
     Zeroshard__HelloRequest hq = ZEROSHARD__HELLO_REQUEST__INIT;
-    hq.protocol_version = 1;
+    hq.protocol_version = ZS_PROTOCOL_VERSION;
     hq.model_name = "fuzz";
     hq.num_params = FUZZ_P;
     seed_begin(method("Hello"), 0);
@@ -278,7 +278,7 @@ int main(int argc, char **argv)
     seed_write(argv[1], "hello");
 
     Zeroshard__InitRequest iq = ZEROSHARD__INIT_REQUEST__INIT;
-    iq.protocol_version = 1;
+    iq.protocol_version = ZS_PROTOCOL_VERSION;
     iq.model_name = "fuzz";
     iq.num_params = FUZZ_P;
     iq.num_servers = 1;
