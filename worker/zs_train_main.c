@@ -336,7 +336,7 @@ static void warn_key(void *ud, const char *path, const char *why)
 static FILE *csv_open(const char *path, int resumed, uint64_t at)
 {
     static const char *header = "step,loss,lr,loss_scale,tokens_per_s,ms_step,ms_forward,"
-                                "ms_backward,ms_comm,ms_optimizer,skipped,workers\n";
+                                "ms_backward,ms_comm,ms_optimizer,skipped,workers,spec\n";
     char *old = resumed ? zs_file_read_text(path, (size_t)1 << 30, 0) : NULL;
     FILE *f = fopen(path, "w");
     if (!f) {
@@ -754,17 +754,18 @@ int main(int argc, char **argv)
         last_loss = st.loss;
         zs_train_metrics_step(tm, &st, sec, tokens_per_step, e);
         if (rank == 0 && (st.step % (uint64_t)o.log_every == 0 || st.step == (uint64_t)o.steps)) {
-            printf("%6llu %9.4f %10.3g %8g %9.0f %8.1f %8.1f %8.1f %8.1f%s\n",
+            printf("%6llu %9.4f %10.3g %8g %9.0f %8.1f %8.1f %8.1f %8.1f%s%s\n",
                    (unsigned long long)st.step, st.loss, st.lr, st.loss_scale,
                    tokens_per_step / sec, st.ms_forward, st.ms_backward, st.ms_comm,
-                   st.ms_optimizer, st.skipped ? "  (skipped: overflow)" : "");
+                   st.ms_optimizer, st.skipped ? "  (skipped: overflow)" : "",
+                   st.spec < 0 && !st.skipped ? "  (speculation rolled back)" : "");
             fflush(stdout);
         }
         if (csv) {
-            fprintf(csv, "%llu,%.6f,%.6g,%g,%.1f,%.2f,%.2f,%.2f,%.2f,%.2f,%d,%d\n",
+            fprintf(csv, "%llu,%.6f,%.6g,%g,%.1f,%.2f,%.2f,%.2f,%.2f,%.2f,%d,%d,%d\n",
                     (unsigned long long)st.step, st.loss, st.lr, st.loss_scale,
                     tokens_per_step / sec, sec * 1e3, st.ms_forward, st.ms_backward, st.ms_comm,
-                    st.ms_optimizer, st.skipped, W);
+                    st.ms_optimizer, st.skipped, W, st.spec);
             fflush(csv);
         }
         if (nsteps == 1 || (o.mem_every && st.step % (uint64_t)o.mem_every == 0)) {

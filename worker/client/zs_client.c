@@ -428,6 +428,7 @@ typedef struct {
     uint64_t step, begin, end;
     const void *grad;
     zs_dtype_t dt;
+    Zeroshard__StepExpect *expect; /* NULL: none */
 } push_arg_t;
 
 static const ProtobufCMessage *push_chunk(const void *arg, chunk_msg_t *m, uint64_t off, uint64_t k,
@@ -439,6 +440,7 @@ static const ProtobufCMessage *push_chunk(const void *arg, chunk_msg_t *m, uint6
     m->push.offset = off;
     m->push.count = k;
     m->push.dtype = (Zeroshard__DType)a->dt;
+    m->push.expect = first ? a->expect : NULL; /* the stream's first chunk only */
     return &m->push.base;
 }
 
@@ -456,13 +458,27 @@ static int push_one(zs_client_t *c, int i, void *argp, zs_err_t *err)
 int zs_client_push(zs_client_t *c, uint64_t step, uint64_t begin, uint64_t end, const void *grad,
                    zs_dtype_t dt, zs_err_t *err)
 {
+    return zs_client_push_expect(c, step, begin, end, grad, dt, NULL, err);
+}
+
+int zs_client_push_expect(zs_client_t *c, uint64_t step, uint64_t begin, uint64_t end,
+                          const void *grad, zs_dtype_t dt, const zs_step_scalars_t *expect,
+                          zs_err_t *err)
+{
     if (zs_dtype_size(dt) == 0)
         return zs_err_set(err, ZS_ERR_INVALID, "unknown dtype %d", (int)dt);
     int f, l;
     int rc = owners(c, begin, end, &f, &l, err);
     if (rc)
         return rc;
-    push_arg_t a = {step, begin, end, grad, dt};
+    Zeroshard__StepExpect ex = ZEROSHARD__STEP_EXPECT__INIT;
+    push_arg_t a = {step, begin, end, grad, dt, NULL};
+    if (expect) {
+        ex.grad_scale = expect->grad_scale;
+        ex.lr = expect->lr;
+        ex.param_dtype = (Zeroshard__DType)expect->param_dtype;
+        a.expect = &ex;
+    }
     return fan_out(c, f, l, push_one, NULL, &a, err);
 }
 

@@ -91,6 +91,16 @@ int zs_client_init(zs_client_t *c, const char *model, uint64_t P, const zs_adam_
 int zs_client_push(zs_client_t *c, uint64_t step, uint64_t begin, uint64_t end, const void *grad,
                    zs_dtype_t dt, zs_err_t *err);
 
+/* As zs_client_push, stating the scalars the worker expects to commit
+ * `step` with (expect->grad_scale, lr, param_dtype; clip coefficient 1 and
+ * no skip implied; expect->step, clip_coef and skip are not sent): servers
+ * may then apply the step speculatively as its chunks are fully staged,
+ * and a Commit with other scalars rolls it back (docs/protocol.md). expect
+ * NULL: as zs_client_push. */
+int zs_client_push_expect(zs_client_t *c, uint64_t step, uint64_t begin, uint64_t end,
+                          const void *grad, zs_dtype_t dt, const zs_step_scalars_t *expect,
+                          zs_err_t *err);
+
 /* Commit s->step on every server. */
 int zs_client_commit(zs_client_t *c, const zs_step_scalars_t *s, zs_err_t *err);
 

@@ -38,6 +38,10 @@
 #include "zs_dtype.h"
 #include "zs_status.h"
 
+/* offload_optimizer.super_offload when the file does not say: on, from the
+ * measurements in bench/RESULTS.md ("Speculative optimizer"). */
+#define ZS_CFG_SPECULATE_DEFAULT 1
+
 typedef enum { ZS_SCHED_NONE = 0, ZS_SCHED_WARMUP_LR, ZS_SCHED_WARMUP_DECAY_LR } zs_sched_type_t;
 typedef enum { ZS_WARMUP_LOG = 0, ZS_WARMUP_LINEAR = 1 } zs_warmup_type_t;
 
@@ -84,6 +88,9 @@ typedef struct zs_config {
     /* zero_optimization */
     int stage;                                     /* 0..3 (default 0) */
     int offload_optimizer;                         /* offload_optimizer.device == "cpu" */
+    int offload_speculate; /* offload_optimizer.super_offload: servers update speculatively
+                            * before the step's norm and overflow are known (default
+                            * ZS_CFG_SPECULATE_DEFAULT; docs/engine.md) */
     int offload_param;                             /* offload_param.device == "cpu" (stage 3) */
     int64_t reduce_bucket_size;                    /* elements, default 500000000 */
     int64_t allgather_bucket_size;                 /* elements, default 500000000 */

@@ -146,6 +146,12 @@ typedef struct zs_step_stats {
     double grad_norm; /* global, unscaled, before clipping (inf/nan on overflow) */
     int skipped;      /* fp16 overflow: no update anywhere */
     double ms_forward, ms_backward, ms_comm, ms_optimizer; /* this worker */
+    /* With offload, ms_optimizer is the time this worker waited for the
+     * optimizer: the last pushes, the commit and the pulls. spec: with
+     * offload_optimizer.super_offload, 1 if the commit carried the scalars the
+     * pushes stated (the servers keep their speculative update), -1 if not
+     * (they roll it back: clipping, overflow); 0 without speculation. */
+    int spec;
 } zs_step_stats_t;
 
 /* Memory of this worker, measured by the device allocator, beside what the
