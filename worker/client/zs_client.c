@@ -240,6 +240,9 @@ static void info_from_pb(const Zeroshard__HelloReply *r, zs_server_info_t *in)
         in->rss_bytes = r->counters->rss_bytes;
         in->heap_in_use = r->counters->heap_in_use;
         in->heap_free = r->counters->heap_free;
+        in->spec_hits = r->counters->spec_hits;
+        in->spec_rollbacks = r->counters->spec_rollbacks;
+        in->spec_elements = r->counters->spec_elements;
     }
     in->store_degraded = r->store_degraded;
     snprintf(in->store_error, sizeof in->store_error, "%s", r->store_error ? r->store_error : "");

@@ -50,6 +50,8 @@ typedef struct zs_server_info {
     char store_error[160];                      /* ... and why */
     uint64_t mem_budget, mem_reserved;          /* --mem-budget and what is reserved (bytes) */
     uint64_t rss_bytes, heap_in_use, heap_free; /* the server process's memory (bytes) */
+    /* Speculative updates (Counters.spec_*): kept, rolled back, elements. */
+    uint64_t spec_hits, spec_rollbacks, spec_elements;
 } zs_server_info_t;
 
 /* Scalars of one commit (see CommitRequest in proto/zeroshard.proto). */
