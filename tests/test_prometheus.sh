@@ -173,9 +173,13 @@ while [ $SECONDS -lt $end ]; do
   sleep 0.5
 done
 python3 -c 'import sys; sys.exit(not float(sys.argv[1]) > 0)' "${ckpts:-0}" || fail "checkpoints: ${ckpts:-none}"
+# speculation (offload_optimizer.super_offload is on by default): the
+# server updated chunks before their commits, and kept or rolled them back
+specs=$(query 'zs_server_speculation_hits_total{job="zs-server"} + zs_server_speculation_rollbacks_total{job="zs-server"}')
+python3 -c 'import sys; sys.exit(not float(sys.argv[1]) > 0)' "${specs:-0}" || fail "speculative steps: ${specs:-none}"
 mem=$(query 'sum(zs_train_memory_bytes{job="zs-train",space="device"})')
 python3 -c 'import sys; sys.exit(not float(sys.argv[1]) > 0)' "${mem:-0}" || fail "train memory: ${mem:-none}"
-echo "prometheus: Push OK calls $pushes, Hello UNAUTHENTICATED $unauth, checkpoints written $ckpts, train device memory $mem bytes"
+echo "prometheus: Push OK calls $pushes, Hello UNAUTHENTICATED $unauth, checkpoints written $ckpts, speculative steps $specs, train device memory $mem bytes"
 # 6. docs/metrics.md: its tables name exactly the metrics Prometheus saw,
 # with their types, and its queries run
 api 'api/v1/metadata' > "$T/metadata.json"
