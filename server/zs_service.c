@@ -255,8 +255,9 @@ static int h_push(void *ctx, zs_scall_t *call, zs_err_t *err)
                 rc = zs_err_set(err, ZS_ERR_INVALID,
                                 "PushChunk.expect belongs to the stream's first chunk only");
             else {
-                zs_commit_t e = {m->step, m->expect->grad_scale, 1.0f, m->expect->lr, 0,
-                                 (zs_dtype_t)m->expect->param_dtype};
+                zs_commit_t e = {m->step, m->expect->grad_scale,
+                                 1.0f,    m->expect->lr,
+                                 0,       (zs_dtype_t)m->expect->param_dtype};
                 rc = zs_shard_push_expect(ps, &e, err);
             }
         }

@@ -237,8 +237,9 @@ static void *opt_main(void *arg)
         sh->job_pending = 0;
         sh->opt_running = 1;
         int p = (int)(sh->job.step & 1);
-        opt_pass_t op = {sh, sh->job.step, sh->stage[p].dtype, sh->job.param_dtype,
-                         sh->st.staging[p], sh->job_spec};
+        opt_pass_t op = {
+            sh,          sh->job.step, sh->stage[p].dtype, sh->job.param_dtype, sh->st.staging[p],
+            sh->job_spec};
         sh->lowp_dtype = sh->job.param_dtype;
         pthread_mutex_unlock(&sh->mu);
 

@@ -44,12 +44,12 @@ typedef struct zs__spec {
     size_t queued, applied;
     _Atomic unsigned char *st; /* per chunk ZS__SPEC_*; to and from APPLIED under chunk_mu
                                 * too (pulls read it holding only chunk_mu) */
-    int32_t *slot;     /* per chunk: its pre-image slot while RUN or APPLIED */
-    int32_t *job_slot; /* per chunk: pre-image the running commit pass keeps or restores
-                        * (-1: none); written under chunk_mu */
-    size_t *batch;     /* chunk indices of the running batch */
+    int32_t *slot;             /* per chunk: its pre-image slot while RUN or APPLIED */
+    int32_t *job_slot;         /* per chunk: pre-image the running commit pass keeps or restores
+                                * (-1: none); written under chunk_mu */
+    size_t *batch;             /* chunk indices of the running batch */
     size_t nbatch;
-    float **slots;     /* pre-images, 3 * ZS_OPT_CHUNK floats each: p, m, v */
+    float **slots; /* pre-images, 3 * ZS_OPT_CHUNK floats each: p, m, v */
     size_t nslots, maxslots;
     int32_t *free_slots;
     size_t nfree;
@@ -116,8 +116,8 @@ struct zs_shard {
     /* Counted per chunk and per refusal by service threads: atomics, no mu. */
     _Atomic uint64_t bytes_in, bytes_out, refused;
 
-    zs__spec_t spec;     /* speculative updates (zs_shard_spec.c) */
-    int job_spec;        /* the pending/running pass: ZS__JOB_PLAIN, _KEEP or _ROLLBACK */
+    zs__spec_t spec; /* speculative updates (zs_shard_spec.c) */
+    int job_spec;    /* the pending/running pass: ZS__JOB_PLAIN, _KEEP or _ROLLBACK */
 
     zs_budget_t budget;   /* own lock; see zs_shard.h, "Memory" */
     uint64_t budget_live; /* bytes of it the installed state holds */

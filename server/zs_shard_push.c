@@ -272,7 +272,7 @@ struct zs_shard_push {
     pushbuf_t *bufs; /* the others, newest first */
     size_t nbufs;
     uint64_t buf_budget;
-    int cur; /* a direct chunk reserved and not yet done */
+    int cur;            /* a direct chunk reserved and not yet done */
     int has_expect;     /* the worker stated the step's expected scalars */
     zs_commit_t expect; /* them (zs_shard_push_expect) */
 };

@@ -445,10 +445,10 @@ static void speculation(void)
                 char out[2][300], log[2][300];
                 const char *extra = d == 2 ? "--inject-nan 5 --inject-count 2" : "";
                 for (int sp = 0; sp < 2; sp++) {
-                    snprintf(out[sp], sizeof out[sp], "%s/spec-s%d-w%d-%s-%d.bin", g_tmp, s,
-                             Ws[wi], dtypes[d], sp);
-                    snprintf(log[sp], sizeof log[sp], "%s/spec-s%d-w%d-%s-%d.log", g_tmp, s,
-                             Ws[wi], dtypes[d], sp);
+                    snprintf(out[sp], sizeof out[sp], "%s/spec-s%d-w%d-%s-%d.bin", g_tmp, s, Ws[wi],
+                             dtypes[d], sp);
+                    snprintf(log[sp], sizeof log[sp], "%s/spec-s%d-w%d-%s-%d.log", g_tmp, s, Ws[wi],
+                             dtypes[d], sp);
                     must(run(Ws[wi], log[sp],
                              "--stage %d --dtype %s --offload 1 --servers %s --steps 10 "
                              "--clip 1.0 --spec %d --spec-report --out %s %s",

@@ -620,15 +620,15 @@ static int parse_zero(pctx_t *c, const cJSON *o, zs_config_t *cfg, pstate_t *st)
         }
         if (strcmp(k, "offload_optimizer") == 0) {
             st->offload_opt_key = 1;
-            if ((rc = parse_offload(c, it, p, OFFLOAD_OPT_NOT_IMPLEMENTED,
-                                    &cfg->offload_optimizer, &cfg->offload_speculate)) != ZS_OK)
+            if ((rc = parse_offload(c, it, p, OFFLOAD_OPT_NOT_IMPLEMENTED, &cfg->offload_optimizer,
+                                    &cfg->offload_speculate)) != ZS_OK)
                 return rc;
             continue;
         }
         if (strcmp(k, "offload_param") == 0) {
             st->offload_par_key = 1;
-            if ((rc = parse_offload(c, it, p, OFFLOAD_PARAM_NOT_IMPLEMENTED,
-                                    &cfg->offload_param, NULL)) != ZS_OK)
+            if ((rc = parse_offload(c, it, p, OFFLOAD_PARAM_NOT_IMPLEMENTED, &cfg->offload_param,
+                                    NULL)) != ZS_OK)
                 return rc;
             continue;
         }

@@ -86,16 +86,16 @@ typedef struct zs_config {
     zs_fp16_config_t fp16;
 
     /* zero_optimization */
-    int stage;                                     /* 0..3 (default 0) */
-    int offload_optimizer;                         /* offload_optimizer.device == "cpu" */
-    int offload_speculate; /* offload_optimizer.super_offload: servers update speculatively
-                            * before the step's norm and overflow are known (default
-                            * ZS_CFG_SPECULATE_DEFAULT; docs/engine.md) */
-    int offload_param;                             /* offload_param.device == "cpu" (stage 3) */
-    int64_t reduce_bucket_size;                    /* elements, default 500000000 */
-    int64_t allgather_bucket_size;                 /* elements, default 500000000 */
-    int overlap_comm;                              /* default 0 (stage 3: 1) */
-    int contiguous_gradients;                      /* default 1 */
+    int stage;                     /* 0..3 (default 0) */
+    int offload_optimizer;         /* offload_optimizer.device == "cpu" */
+    int offload_speculate;         /* offload_optimizer.super_offload: servers update speculatively
+                                    * before the step's norm and overflow are known (default
+                                    * ZS_CFG_SPECULATE_DEFAULT; docs/engine.md) */
+    int offload_param;             /* offload_param.device == "cpu" (stage 3) */
+    int64_t reduce_bucket_size;    /* elements, default 500000000 */
+    int64_t allgather_bucket_size; /* elements, default 500000000 */
+    int overlap_comm;              /* default 0 (stage 3: 1) */
+    int contiguous_gradients;      /* default 1 */
     int64_t stage3_prefetch_bucket_size;           /* default 50000000 */
     int64_t stage3_param_persistence_threshold;    /* default 100000 */
     int64_t stage3_max_live_parameters;            /* default 1000000000 */
