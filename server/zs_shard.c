@@ -226,14 +226,10 @@ static void *opt_main(void *arg)
     zs_shard_t *sh = arg;
     pthread_mutex_lock(&sh->mu);
     for (;;) {
-        while (!sh->job_pending && !sh->stopping && !zs__spec_ready(sh))
+        while (!sh->job_pending && !sh->stopping)
             pthread_cond_wait(&sh->cv, &sh->mu);
         if (!sh->job_pending && sh->stopping)
             break;
-        if (!sh->job_pending) { /* nothing committed to run: speculate */
-            zs__spec_run_batch(sh);
-            continue;
-        }
         sh->job_pending = 0;
         sh->opt_running = 1;
         int p = (int)(sh->job.step & 1);
@@ -289,7 +285,9 @@ int zs_shard_create(const zs_shard_opts_t *opts, zs_shard_t **out, zs_err_t *err
         goto fail;
     }
     sh->pool = zs_pool_create(opts->threads);
-    if (!sh->pool) {
+    if (sh->spec.window) /* speculation's own threads, at low priority (zs_shard_spec.c) */
+        sh->spec_pool = zs_pool_create(opts->threads);
+    if (!sh->pool || (sh->spec.window && !sh->spec_pool)) {
         rc = zs_err_set(err, ZS_ERR_NOMEM, "cannot start %d optimizer threads", opts->threads);
         goto fail;
     }
@@ -300,11 +298,22 @@ int zs_shard_create(const zs_shard_opts_t *opts, zs_shard_t **out, zs_err_t *err
         rc = zs_err_set(err, ZS_ERR_NOMEM, "cannot start the optimizer thread");
         goto fail;
     }
+    sh->spec_thread_ok =
+        sh->spec_pool && pthread_create(&sh->spec_thread, NULL, zs__spec_main, sh) == 0;
+    if (!sh->spec_thread_ok) { /* correct without it, only slower */
+        if (sh->spec.window)
+            ZS_WARN("cannot start the speculation thread: speculation is off");
+        pthread_mutex_lock(&sh->mu);
+        sh->spec.window = 0;
+        sh->spec.maxslots = 0;
+        pthread_mutex_unlock(&sh->mu);
+    }
     *out = sh;
     return ZS_OK;
 fail:
     free(sh->ckpts);
     zs_pool_destroy(sh->pool);
+    zs_pool_destroy(sh->spec_pool);
     zs_store_close(sh->store);
     zs__state_free(&sh->st);
     free_chunk_tables(sh);
@@ -329,7 +338,10 @@ void zs_shard_destroy(zs_shard_t *sh)
         return;
     zs_shard_shutdown(sh);
     pthread_join(sh->opt_thread, NULL); /* finishes a pending pass first */
+    if (sh->spec_thread_ok)
+        pthread_join(sh->spec_thread, NULL);
     zs_pool_destroy(sh->pool);
+    zs_pool_destroy(sh->spec_pool);
     pthread_mutex_lock(&sh->store_mu);
     zs_store_close(sh->store);
     pthread_mutex_unlock(&sh->store_mu);

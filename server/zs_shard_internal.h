@@ -97,6 +97,9 @@ struct zs_shard {
 
     /* optimizer driver */
     pthread_t opt_thread;
+    pthread_t spec_thread; /* speculative batches (zs__spec_main), nice 10 */
+    int spec_thread_ok;
+    zs_pool_t *spec_pool; /* its threads, nice 10 too */
     int job_pending, opt_running;
     zs_commit_t job;
     zs_adam_step_t job_step;
@@ -179,10 +182,16 @@ void zs__spec_covered(zs_shard_t *sh, uint64_t step, uint64_t a, uint64_t b);
  * for so nothing reads staging while it changes. */
 void zs__spec_invalidate(zs_shard_t *sh, uint64_t step, uint64_t a, uint64_t b, int always);
 
-/* Is a batch ready to run (mu held)? The optimizer thread then calls
- * zs__spec_run_batch (mu held; released while it applies). */
+/* Is a batch ready to run (mu held)? Never while a commit pass is pending
+ * or running. zs__spec_run_batch runs one (mu held; released while it
+ * applies). */
 int zs__spec_ready(zs_shard_t *sh);
 void zs__spec_run_batch(zs_shard_t *sh);
+
+/* The speculation thread: runs batches when ready, until the shard stops.
+ * It and its pool's threads run at nice 10, so on a core shared with the
+ * service threads, receiving pushes and answering pulls come first. */
+void *zs__spec_main(void *arg);
 
 /* Stop a running batch and wait for it (mu held). */
 void zs__spec_quiesce(zs_shard_t *sh);

@@ -6,8 +6,9 @@
  * Model. A Push stream may state the step's expected scalars (grad_scale,
  * lr, param_dtype; clip coefficient 1 and no skip are implied). Once they
  * are known, every optimizer chunk that the staged ranges cover whole is
- * queued; the optimizer thread, when it has no commit pass to run, takes
- * the queued chunks in batches. For each chunk it first copies p, m and v
+ * queued; the speculation thread (and its pool), at nice 10 so that
+ * receiving pushes on a shared core comes first, takes the queued chunks in
+ * batches whenever no commit pass is pending or running. For each chunk it first copies p, m and v
  * into a pre-image slot (12 B/element), then applies the update in place
  * (and writes the low-precision copy). done[c] does not move: pulls of the
  * committed step read the pre-image (zs__spec_committed_master).
@@ -35,15 +36,21 @@
  * Does not: decide whether a worker states scalars (the client does), or
  * touch staging bookkeeping (zs_shard_push.c).
  */
+#define _GNU_SOURCE
+#include <errno.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
+#include <sys/syscall.h>
 #include <time.h>
+#include <unistd.h>
 
 #include "zs_log.h"
 #include "zs_shard_internal.h"
 
 #define SLOT_FLOATS ((size_t)3 * ZS_OPT_CHUNK)
 #define SLOT_BYTES  ((uint64_t)SLOT_FLOATS * 4)
+#define SPEC_NICE   10 /* about a tenth of a core when the service threads want it */
 
 /* Elements of chunk c. */
 static uint64_t chunk_len(const zs_shard_t *sh, size_t c)
@@ -220,8 +227,37 @@ int zs__spec_ready(zs_shard_t *sh)
 {
     zs__spec_t *s = &sh->spec;
     return s->step != 0 && s->step == sh->applied_step + 1 && !s->invalid && !s->abort &&
-           !sh->ckpt_busy && !sh->stopping && sh->initialized && s->queued > 0 &&
+           !sh->ckpt_busy && !sh->stopping && sh->initialized && !sh->job_pending &&
+           !sh->opt_running && s->queued > 0 &&
            (s->nfree > 0 || (s->nslots < s->maxslots && !s->full));
+}
+
+/* Lower this thread's priority once (Linux nice is per thread). A failure
+ * only costs speed: it is ignored. */
+static void be_nice(void)
+{
+    static _Thread_local int done;
+    if (!done) {
+        done = 1;
+        if (setpriority(PRIO_PROCESS, (id_t)syscall(SYS_gettid), SPEC_NICE) != 0)
+            ZS_DEBUG("speculation: setpriority: %s", strerror(errno));
+    }
+}
+
+void *zs__spec_main(void *arg)
+{
+    zs_shard_t *sh = arg;
+    be_nice();
+    pthread_mutex_lock(&sh->mu);
+    for (;;) {
+        while (!sh->stopping && !zs__spec_ready(sh))
+            pthread_cond_wait(&sh->cv, &sh->mu);
+        if (sh->stopping)
+            break;
+        zs__spec_run_batch(sh);
+    }
+    pthread_mutex_unlock(&sh->mu);
+    return NULL;
 }
 
 /* A free pre-image slot, allocating one within the window and the budget;
@@ -265,6 +301,7 @@ static void spec_chunk(void *arg, size_t i, int thread)
     zs_shard_t *sh = bt->sh;
     zs__spec_t *s = &sh->spec;
     size_t c = s->batch[i];
+    be_nice(); /* the pool's threads run nothing else */
     if (atomic_load(&s->abort))
         return; /* stays RUN: back to the plain path */
     uint64_t a = (uint64_t)c * ZS_OPT_CHUNK, k = chunk_len(sh, c);
@@ -304,7 +341,7 @@ void zs__spec_run_batch(zs_shard_t *sh)
 
     struct timespec t0, t1;
     clock_gettime(CLOCK_MONOTONIC, &t0);
-    zs_pool_run(sh->pool, s->nbatch, spec_chunk, &bt);
+    zs_pool_run(sh->spec_pool, s->nbatch, spec_chunk, &bt);
     clock_gettime(CLOCK_MONOTONIC, &t1);
 
     pthread_mutex_lock(&sh->mu);
@@ -424,7 +461,8 @@ int zs__spec_pass_chunk(zs_shard_t *sh, size_t c, int mode)
 void zs__spec_pass_end(zs_shard_t *sh)
 {
     zs__spec_t *s = &sh->spec;
-    /* Only the pass held slots (batches run on this thread, after it). */
+    /* Only the pass held slots: no batch runs while a pass is pending or
+     * running (zs__spec_ready), and the commit gave it every APPLIED one. */
     if (s->applied == 0 && !s->running) {
         s->nfree = s->nslots;
         for (size_t i = 0; i < s->nslots; i++)
