@@ -250,7 +250,8 @@ int main(int argc, char **argv)
         return 1;
     }
     double tot[ZS_BENCH_MAX_REPS], fw[ZS_BENCH_MAX_REPS], bw[ZS_BENCH_MAX_REPS],
-        cm[ZS_BENCH_MAX_REPS], op[ZS_BENCH_MAX_REPS];
+        cm[ZS_BENCH_MAX_REPS], op[ZS_BENCH_MAX_REPS], opu[ZS_BENCH_MAX_REPS],
+        oco[ZS_BENCH_MAX_REPS], opl[ZS_BENCH_MAX_REPS];
     int k = 0, kept = 0, rolled = 0;
     for (int i = 0; i < steps; i++) {
         zs_step_stats_t st;
@@ -267,16 +268,20 @@ int main(int argc, char **argv)
         bw[k] = st.ms_backward;
         cm[k] = st.ms_comm;
         op[k] = st.ms_optimizer;
+        opu[k] = st.ms_opt_push;
+        oco[k] = st.ms_opt_commit;
+        opl[k] = st.ms_opt_pull;
         kept += st.spec > 0;
         rolled += st.spec < 0;
         k++;
     }
     if (coll->rank == 0)
         printf("result W=%d stage=%d offload=%d P=%llu step_ms=%.1f fwd=%.1f bwd=%.1f comm=%.1f "
-               "opt=%.1f kept=%d rolled=%d\n",
+               "opt=%.1f opt_push=%.1f opt_commit=%.1f opt_pull=%.1f kept=%d rolled=%d\n",
                coll->size, stage, offload, (unsigned long long)zs_engine_num_params(e),
                zs_bench_median(tot, k), zs_bench_median(fw, k), zs_bench_median(bw, k),
-               zs_bench_median(cm, k), zs_bench_median(op, k), kept, rolled);
+               zs_bench_median(cm, k), zs_bench_median(op, k), zs_bench_median(opu, k),
+               zs_bench_median(oco, k), zs_bench_median(opl, k), kept, rolled);
     if (coll->rank == 0 && offload) {
         /* The servers' own view: the last commit pass (a whole AdamW over
          * the range without speculation; only what was left with it) and

@@ -152,6 +152,10 @@ typedef struct zs_step_stats {
      * pushes stated (the servers keep their speculative update), -1 if not
      * (they roll it back: clipping, overflow); 0 without speculation. */
     int spec;
+    /* With offload, ms_optimizer split: waiting for this worker's last
+     * pushes, the commit call (rank 0; the servers accept it at once), and
+     * the pulls (the servers' AdamW shows here: a pull waits per chunk). */
+    double ms_opt_push, ms_opt_commit, ms_opt_pull;
 } zs_step_stats_t;
 
 /* Memory of this worker, measured by the device allocator, beside what the

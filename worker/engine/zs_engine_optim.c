@@ -50,15 +50,21 @@ static int update_in_process(zs_engine_t *e, const zs_adam_step_t *as, zs_err_t 
     return zs_dev_stream_sync(e->compute, err);
 }
 
-static int update_offload(zs_engine_t *e, const zs_step_scalars_t *sc, zs_err_t *err)
+static int update_offload(zs_engine_t *e, const zs_step_scalars_t *sc, zs_step_stats_t *st,
+                          zs_err_t *err)
 {
     /* The gradient partitions were queued for push as each bucket became
      * final (zs_engine_step.c); wait for the last of them. */
+    double t0 = zs__eng_now_ms();
     int rc = zs__eng_push_wait(e, err);
     ZS_ENG_TRY(zs__eng_agree(e, rc, err));
+    double t1 = zs__eng_now_ms();
     if (e->rank == 0)
         rc = zs_client_commit(e->client, sc, err);
     ZS_ENG_TRY(zs__eng_agree(e, rc, err));
+    double t2 = zs__eng_now_ms();
+    st->ms_opt_push = t1 - t0;
+    st->ms_opt_commit = t2 - t1;
     int direct = e->stage == 3 && e->offload_param; /* partition is pinned memory */
     for (int k = 0; k < e->ns && !rc && !sc->skip; k++) {
         zs__seg_t *s = &e->s[k];
@@ -73,6 +79,7 @@ static int update_offload(zs_engine_t *e, const zs_step_scalars_t *sc, zs_err_t 
     }
     if (!rc)
         rc = zs_dev_stream_sync(e->copy, err);
+    st->ms_opt_pull = zs__eng_now_ms() - t2;
     return zs__eng_agree(e, rc, err);
 }
 
@@ -163,7 +170,7 @@ int zs__eng_optimize(zs_engine_t *e, zs_step_stats_t *st, zs_err_t *err)
                                memcmp(&ex.lr, &sc.lr, 4) == 0 && !sc.skip
                            ? 1
                            : -1;
-        rc = update_offload(e, &sc, err);
+        rc = update_offload(e, &sc, st, err);
     } else if (!skip) {
         rc = update_in_process(e, &as, err);
     }
