@@ -34,8 +34,7 @@
  *
  * Speculation (zs_shard_spec.c). When a Push stream states the scalars the
  * worker expects for its step (zs_shard_push_expect), a speculation thread
- * (nice 10: receiving pushes on a shared core comes first) updates every
- * chunk fully staged for that step before Commit arrives,
+ * updates every chunk fully staged for that step before Commit arrives,
  * keeping a pre-image (p, m, v: 12 B/element) of what it overwrote. A Commit
  * with bitwise the expected scalars keeps those updates; any other (clipping,
  * another loss scale, a skipped step) restores the pre-images and applies

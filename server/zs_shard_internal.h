@@ -97,9 +97,9 @@ struct zs_shard {
 
     /* optimizer driver */
     pthread_t opt_thread;
-    pthread_t spec_thread; /* speculative batches (zs__spec_main), nice 10 */
+    pthread_t spec_thread; /* speculative batches (zs__spec_main) */
     int spec_thread_ok;
-    zs_pool_t *spec_pool; /* its threads, nice 10 too */
+    zs_pool_t *spec_pool; /* its threads */
     int job_pending, opt_running;
     zs_commit_t job;
     zs_adam_step_t job_step;
@@ -188,9 +188,8 @@ void zs__spec_invalidate(zs_shard_t *sh, uint64_t step, uint64_t a, uint64_t b, 
 int zs__spec_ready(zs_shard_t *sh);
 void zs__spec_run_batch(zs_shard_t *sh);
 
-/* The speculation thread: runs batches when ready, until the shard stops.
- * It and its pool's threads run at nice 10, so on a core shared with the
- * service threads, receiving pushes and answering pulls come first. */
+/* The speculation thread: runs batches on its own pool when ready, until
+ * the shard stops. */
 void *zs__spec_main(void *arg);
 
 /* Stop a running batch and wait for it (mu held). */

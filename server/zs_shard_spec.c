@@ -6,9 +6,10 @@
  * Model. A Push stream may state the step's expected scalars (grad_scale,
  * lr, param_dtype; clip coefficient 1 and no skip are implied). Once they
  * are known, every optimizer chunk that the staged ranges cover whole is
- * queued; the speculation thread (and its pool), at nice 10 so that
- * receiving pushes on a shared core comes first, takes the queued chunks in
- * batches whenever no commit pass is pending or running. For each chunk it first copies p, m and v
+ * queued; the speculation thread (and its own pool) takes the queued chunks
+ * in batches whenever no commit pass is pending or running. They run at
+ * normal priority: at nice 10 a commit waited 11-19 ms for the starved
+ * thread to notice it (bench/RESULTS.md). For each chunk it first copies p, m and v
  * into a pre-image slot (12 B/element), then applies the update in place
  * (and writes the low-precision copy). done[c] does not move: pulls of the
  * committed step read the pre-image (zs__spec_committed_master).
@@ -36,21 +37,15 @@
  * Does not: decide whether a worker states scalars (the client does), or
  * touch staging bookkeeping (zs_shard_push.c).
  */
-#define _GNU_SOURCE
-#include <errno.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/resource.h>
-#include <sys/syscall.h>
 #include <time.h>
-#include <unistd.h>
 
 #include "zs_log.h"
 #include "zs_shard_internal.h"
 
 #define SLOT_FLOATS ((size_t)3 * ZS_OPT_CHUNK)
 #define SLOT_BYTES  ((uint64_t)SLOT_FLOATS * 4)
-#define SPEC_NICE   10 /* about a tenth of a core when the service threads want it */
 
 /* Elements of chunk c. */
 static uint64_t chunk_len(const zs_shard_t *sh, size_t c)
@@ -232,22 +227,9 @@ int zs__spec_ready(zs_shard_t *sh)
            (s->nfree > 0 || (s->nslots < s->maxslots && !s->full));
 }
 
-/* Lower this thread's priority once (Linux nice is per thread). A failure
- * only costs speed: it is ignored. */
-static void be_nice(void)
-{
-    static _Thread_local int done;
-    if (!done) {
-        done = 1;
-        if (setpriority(PRIO_PROCESS, (id_t)syscall(SYS_gettid), SPEC_NICE) != 0)
-            ZS_DEBUG("speculation: setpriority: %s", strerror(errno));
-    }
-}
-
 void *zs__spec_main(void *arg)
 {
     zs_shard_t *sh = arg;
-    be_nice();
     pthread_mutex_lock(&sh->mu);
     for (;;) {
         while (!sh->stopping && !zs__spec_ready(sh))
@@ -295,8 +277,7 @@ typedef struct {
 } batch_t;
 
 /* Elements per step of a speculative chunk between two looks at `abort`:
- * a commit waits for at most this much work per speculation thread (at nice
- * 10 on a busy core a whole 64 Ki chunk took 10-20 ms). */
+ * a commit waits for at most this much work per speculation thread. */
 #define SPEC_BLOCK 8192u
 
 static void spec_chunk(void *arg, size_t i, int thread)
@@ -306,7 +287,6 @@ static void spec_chunk(void *arg, size_t i, int thread)
     zs_shard_t *sh = bt->sh;
     zs__spec_t *s = &sh->spec;
     size_t c = s->batch[i];
-    be_nice(); /* the pool's threads run nothing else */
     if (atomic_load(&s->abort))
         return; /* stays RUN: back to the plain path */
     uint64_t a = (uint64_t)c * ZS_OPT_CHUNK, k = chunk_len(sh, c);
