@@ -51,13 +51,13 @@ for line in open(sys.argv[1]):
 med = lambda name, key: statistics.median(r[key] for r in runs[name])
 fb = statistics.median(r["fwd"] + r["bwd"] + r["comm"] for r in runs["fwdbwd"])
 adam = med("plain", "last_pass_ms")
-print("\n| run | step ms (median of %d) | forward | backward | optimizer wait | kept / rolled back |" % len(runs["spec"]))
-print("|---|---|---|---|---|---|")
-print("| forward+backward only (in-process run's phases) | %.1f | %.1f | %.1f | - | - |" % (fb, med("fwdbwd", "fwd"), med("fwdbwd", "bwd")))
+print("\n| run | step ms | forward | backward | collectives | optimizer wait | of it: push tail / commit / pull | server's last pass | kept / rolled back |")
+print("|---|---|---|---|---|---|---|---|---|")
+print("| forward+backward+collectives only (the in-process run's phases) | %.1f | %.1f | %.1f | %.1f | - | - | - | - |" % (fb, med("fwdbwd", "fwd"), med("fwdbwd", "bwd"), med("fwdbwd", "comm")))
 for n in ["plain", "spec", "plain_clip", "spec_clip"]:
-    print("| %s | %.1f | %.1f | %.1f | %.1f | %d / %d |" % (n, med(n, "step_ms"), med(n, "fwd"), med(n, "bwd"), med(n, "opt"), med(n, "kept"), med(n, "rolled")))
-print()
-print("server AdamW pass (plain, last step): %.1f ms = %.2f of forward+backward" % (adam, adam / fb))
+    print("| %s | %.1f | %.1f | %.1f | %.1f | %.1f | %.1f / %.1f / %.1f | %.1f | %d / %d |" % (n, med(n, "step_ms"), med(n, "fwd"), med(n, "bwd"), med(n, "comm"), med(n, "opt"), med(n, "opt_push"), med(n, "opt_commit"), med(n, "opt_pull"), med(n, "last_pass_ms"), med(n, "kept"), med(n, "rolled")))
+print("\n(medians over %d runs of each run's median step)" % len(runs["spec"]))
+print("server AdamW pass (plain): %.1f ms = %.2f of forward+backward+collectives" % (adam, adam / fb))
 for n in ["plain", "spec"]:
     exposed = med(n, "step_ms") - fb
     print("%-5s step / fwd+bwd = %.3f; exposed optimizer time %.1f ms = %.2f of the server's AdamW" % (n, med(n, "step_ms") / fb, exposed, exposed / adam))
