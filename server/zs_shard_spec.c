@@ -7,12 +7,14 @@
  * lr, param_dtype; clip coefficient 1 and no skip are implied). Once they
  * are known, every optimizer chunk that the staged ranges cover whole is
  * queued; the speculation thread (and its own pool) takes the queued chunks
- * in batches whenever no commit pass is pending or running. They run at
- * normal priority: at nice 10 a commit waited 11-19 ms for the starved
- * thread to notice it (bench/RESULTS.md). For each chunk it first copies p, m and v
- * into a pre-image slot (12 B/element), then applies the update in place
- * (and writes the low-precision copy). done[c] does not move: pulls of the
- * committed step read the pre-image (zs__spec_committed_master).
+ * in batches whenever no commit pass is pending or running (at normal
+ * priority: at nice 10 a commit waited 11-19 ms for the starved thread to
+ * notice it, bench/RESULTS.md). For each block of a chunk it first copies
+ * p, m and v into the chunk's pre-image slot (12 B/element), then applies
+ * the update in place (and writes the low-precision copy); a commit stops a
+ * batch between blocks, and a chunk stopped part-way is put back. done[c]
+ * does not move: pulls of the committed step read the pre-image
+ * (zs__spec_committed_master).
  *
  * Commit compares its scalars bit for bit with the expected ones (and
  * Adam's t). Equal: the pass keeps each speculated chunk as it is (the same
