@@ -336,7 +336,8 @@ static void warn_key(void *ud, const char *path, const char *why)
 static FILE *csv_open(const char *path, int resumed, uint64_t at)
 {
     static const char *header = "step,loss,lr,loss_scale,tokens_per_s,ms_step,ms_forward,"
-                                "ms_backward,ms_comm,ms_optimizer,skipped,workers,spec\n";
+                                "ms_backward,ms_comm,ms_optimizer,skipped,workers,spec,ms_opt_push,"
+                                "ms_opt_commit,ms_opt_pull\n";
     char *old = resumed ? zs_file_read_text(path, (size_t)1 << 30, 0) : NULL;
     FILE *f = fopen(path, "w");
     if (!f) {
@@ -762,10 +763,11 @@ int main(int argc, char **argv)
             fflush(stdout);
         }
         if (csv) {
-            fprintf(csv, "%llu,%.6f,%.6g,%g,%.1f,%.2f,%.2f,%.2f,%.2f,%.2f,%d,%d,%d\n",
-                    (unsigned long long)st.step, st.loss, st.lr, st.loss_scale,
-                    tokens_per_step / sec, sec * 1e3, st.ms_forward, st.ms_backward, st.ms_comm,
-                    st.ms_optimizer, st.skipped, W, st.spec);
+            fprintf(
+                csv, "%llu,%.6f,%.6g,%g,%.1f,%.2f,%.2f,%.2f,%.2f,%.2f,%d,%d,%d,%.2f,%.2f,%.2f\n",
+                (unsigned long long)st.step, st.loss, st.lr, st.loss_scale, tokens_per_step / sec,
+                sec * 1e3, st.ms_forward, st.ms_backward, st.ms_comm, st.ms_optimizer, st.skipped,
+                W, st.spec, st.ms_opt_push, st.ms_opt_commit, st.ms_opt_pull);
             fflush(csv);
         }
         if (nsteps == 1 || (o.mem_every && st.step % (uint64_t)o.mem_every == 0)) {
