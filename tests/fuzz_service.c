@@ -133,7 +133,8 @@ static int setup(void)
     if (!mkdtemp(dir))
         return -1;
     atexit(cleanup);
-    zs_shard_opts_t o = {dir, 1, 1, "fuzz", 256ull << 20};
+    /* a pre-image window: pushes that state expected scalars speculate */
+    zs_shard_opts_t o = {dir, 1, 1, "fuzz", 256ull << 20, 64ull << 20};
     zs_err_t err;
     if (zs_shard_create(&o, &g_sh, &err)) {
         fprintf(stderr, "fuzz: shard: %s\n", err.msg);
@@ -302,6 +303,20 @@ int main(int argc, char **argv)
     pc.offset = FUZZ_P / 2;
     seed_add(&pc.base, h, FUZZ_P / 2 * 2);
     seed_write(argv[1], "push");
+
+    /* the same stream stating the commit seed's scalars (speculation) */
+    Zeroshard__StepExpect ex = ZEROSHARD__STEP_EXPECT__INIT;
+    ex.grad_scale = 1;
+    ex.lr = 1e-3f;
+    ex.param_dtype = ZEROSHARD__DTYPE__BF16;
+    pc.offset = 0;
+    pc.expect = &ex;
+    seed_begin(method("Push"), 0);
+    seed_add(&pc.base, h, FUZZ_P / 2 * 2);
+    pc.expect = NULL;
+    pc.offset = FUZZ_P / 2;
+    seed_add(&pc.base, h, FUZZ_P / 2 * 2);
+    seed_write(argv[1], "push_expect");
 
     Zeroshard__CommitRequest cq = ZEROSHARD__COMMIT_REQUEST__INIT;
     cq.step = 1;
