@@ -328,6 +328,7 @@ void zs_shard_shutdown(zs_shard_t *sh)
 {
     pthread_mutex_lock(&sh->mu);
     sh->stopping = 1;
+    sh->spec.abort = 1; /* a running speculative batch stops at its next block */
     pthread_cond_broadcast(&sh->cv);
     pthread_mutex_unlock(&sh->mu);
 }
