@@ -7,6 +7,12 @@
  *
  *   mpirun -np W bench_engine --servers a:p,b:p [--offload 0|1] [--stage S]
  *          [--layers 8] [--width 2500] [--batch 4] [--steps 6] [--dtype bf16]
+ *          [--spec 0|1] [--clip C] [--bucket ELEMENTS]
+ *
+ * --spec sets offload_optimizer.super_offload (speculative updates on the
+ * servers; default: the config's default), --clip gradient_clipping (0:
+ * none), --bucket reduce_bucket_size (default 20M). bench/bench_spec.sh
+ * runs the speculation comparison (worker and servers on separate cores).
  *
  * Prints one line "result ..." with medians over the steps after the first
  * (warm-up). Nothing is asserted.
@@ -18,6 +24,7 @@
 #include <string.h>
 
 #include "zs_bench.h"
+#include "zs_client.h"
 #include "zs_engine.h"
 
 #define MAXL 64
@@ -167,7 +174,9 @@ int main(int argc, char **argv)
     int provided;
     MPI_Init_thread(&argc, &argv, MPI_THREAD_SERIALIZED, &provided);
     const char *servers = NULL, *dtype = "bf16";
-    int offload = 0, stage = 2, L = 8, n = 2500, B = 4, steps = 6;
+    int offload = 0, stage = 2, L = 8, n = 2500, B = 4, steps = 6, spec = -1;
+    double clip = 0;
+    long bucket = 20000000;
     for (int i = 1; i + 1 < argc; i += 2) {
         if (!strcmp(argv[i], "--servers"))
             servers = argv[i + 1];
@@ -185,6 +194,12 @@ int main(int argc, char **argv)
             steps = atoi(argv[i + 1]);
         else if (!strcmp(argv[i], "--dtype"))
             dtype = argv[i + 1];
+        else if (!strcmp(argv[i], "--spec"))
+            spec = atoi(argv[i + 1]);
+        else if (!strcmp(argv[i], "--clip"))
+            clip = atof(argv[i + 1]);
+        else if (!strcmp(argv[i], "--bucket"))
+            bucket = atol(argv[i + 1]);
     }
     if (L > MAXL || steps < 2 || steps > ZS_BENCH_MAX_REPS) {
         fprintf(stderr, "bench_engine: layers <= %d, 2 <= steps <= %d\n", MAXL, ZS_BENCH_MAX_REPS);
@@ -209,14 +224,19 @@ int main(int argc, char **argv)
         s->nparams[l] = (size_t)n * n + (size_t)n;
     s->model = (zs_model_t){s,    L,          s->nparams, NULL, init_params,
                             bind, load_batch, forward,    loss, backward};
-    char json[512];
+    char json[768];
     snprintf(json, sizeof json,
              "{\"train_micro_batch_size_per_gpu\": %d, \"gradient_accumulation_steps\": 1,"
+             " \"gradient_clipping\": %g,"
              " \"optimizer\": {\"type\": \"AdamW\", \"params\": {\"lr\": 1e-4}},"
              " \"bf16\": {\"enabled\": %s}, \"zero_optimization\": {\"stage\": %d,"
-             " \"reduce_bucket_size\": 20000000,"
-             " \"offload_optimizer\": {\"device\": \"%s\"}}}",
-             B, strcmp(dtype, "bf16") ? "false" : "true", stage, offload ? "cpu" : "none");
+             " \"reduce_bucket_size\": %ld,"
+             " \"offload_optimizer\": {\"device\": \"%s\"%s}}}",
+             B, clip, strcmp(dtype, "bf16") ? "false" : "true", stage, bucket,
+             offload ? "cpu" : "none",
+             !offload || spec < 0 ? ""
+             : spec               ? ", \"super_offload\": true"
+                                  : ", \"super_offload\": false");
     zs_config_t cfg;
     if (zs_config_parse(json, &cfg, NULL, NULL, &err) ||
         zs_config_resolve(&cfg, coll->size, &err)) {
@@ -230,8 +250,9 @@ int main(int argc, char **argv)
         return 1;
     }
     double tot[ZS_BENCH_MAX_REPS], fw[ZS_BENCH_MAX_REPS], bw[ZS_BENCH_MAX_REPS],
-        cm[ZS_BENCH_MAX_REPS], op[ZS_BENCH_MAX_REPS];
-    int k = 0;
+        cm[ZS_BENCH_MAX_REPS], op[ZS_BENCH_MAX_REPS], opu[ZS_BENCH_MAX_REPS],
+        oco[ZS_BENCH_MAX_REPS], opl[ZS_BENCH_MAX_REPS];
+    int k = 0, kept = 0, rolled = 0;
     for (int i = 0; i < steps; i++) {
         zs_step_stats_t st;
         double t0 = zs_bench_now();
@@ -247,14 +268,40 @@ int main(int argc, char **argv)
         bw[k] = st.ms_backward;
         cm[k] = st.ms_comm;
         op[k] = st.ms_optimizer;
+        opu[k] = st.ms_opt_push;
+        oco[k] = st.ms_opt_commit;
+        opl[k] = st.ms_opt_pull;
+        kept += st.spec > 0;
+        rolled += st.spec < 0;
         k++;
     }
     if (coll->rank == 0)
         printf("result W=%d stage=%d offload=%d P=%llu step_ms=%.1f fwd=%.1f bwd=%.1f comm=%.1f "
-               "opt=%.1f\n",
+               "opt=%.1f opt_push=%.1f opt_commit=%.1f opt_pull=%.1f kept=%d rolled=%d\n",
                coll->size, stage, offload, (unsigned long long)zs_engine_num_params(e),
                zs_bench_median(tot, k), zs_bench_median(fw, k), zs_bench_median(bw, k),
-               zs_bench_median(cm, k), zs_bench_median(op, k));
+               zs_bench_median(cm, k), zs_bench_median(op, k), zs_bench_median(opu, k),
+               zs_bench_median(oco, k), zs_bench_median(opl, k), kept, rolled);
+    if (coll->rank == 0 && offload) {
+        /* The servers' own view: the last commit pass (a whole AdamW over
+         * the range without speculation; only what was left with it) and
+         * the speculation counters. */
+        zs_client_opts_t co = {servers, NULL, NULL, 20000, 0};
+        zs_client_t *c = NULL;
+        zs_server_info_t in[8];
+        if (zs_client_create(&co, &c, &err) == ZS_OK && zs_client_nservers(c) <= 8 &&
+            zs_client_hello(c, NULL, 0, in, &err) == ZS_OK) {
+            double pass = 0;
+            unsigned long long h = 0, r = 0;
+            for (int i = 0; i < zs_client_nservers(c); i++) {
+                pass = in[i].last_step_ms > pass ? in[i].last_step_ms : pass;
+                h += in[i].spec_hits;
+                r += in[i].spec_rollbacks;
+            }
+            printf("servers last_pass_ms=%.1f spec_hits=%llu spec_rollbacks=%llu\n", pass, h, r);
+        }
+        zs_client_destroy(c);
+    }
     zs_engine_destroy(e);
     zs_coll_destroy(coll);
     zs_dev_destroy(dev);

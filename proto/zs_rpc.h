@@ -35,7 +35,7 @@
 #include "zs_status.h"
 #include "zeroshard.pb-c.h"
 
-#define ZS_PROTOCOL_VERSION 1
+#define ZS_PROTOCOL_VERSION 2
 /* The largest training step a server accepts (Initialize start_step,
  * SetStep, Push, Commit, Pull min_step, a checkpoint's steps): 2^53 - 1, so
  * step + 1 never wraps, Adam's t fits an int64, and any JSON or double

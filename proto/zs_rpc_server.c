@@ -327,8 +327,16 @@ static void *dispatcher_main(void *arg)
             pthread_mutex_unlock(&srv->mu);
             if (!stopping)
                 request_generic(srv);
+            /* The token first: the docs promise every call needs it, so a
+             * caller without it learns nothing, not even which methods or
+             * protocol version we speak. */
+            int code = ZS_ERR_UNIMPLEMENTED;
+            if (!token_ok(srv, &s->call.request_md)) {
+                code = ZS_ERR_UNAUTH;
+                snprintf(msg, sizeof msg, "missing or wrong bearer token");
+            }
             ZS_WARN("refused: %s", msg);
-            zs_scall_finish(&s->call, NULL, ZS_ERR_UNIMPLEMENTED, msg);
+            zs_scall_finish(&s->call, NULL, code, msg);
             slot_free(s);
             continue;
         }

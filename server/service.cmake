@@ -1,5 +1,5 @@
 # The shard (state, optimizer driver, checkpoints), its gRPC service, zs-server.
-add_library(zs_server_core STATIC zs_shard.c zs_shard_push.c zs_shard_io.c zs_shard_ckpt.c zs_service.c zs_budget.c)
+add_library(zs_server_core STATIC zs_shard.c zs_shard_push.c zs_shard_spec.c zs_shard_io.c zs_shard_ckpt.c zs_service.c zs_budget.c)
 target_include_directories(zs_server_core PUBLIC ${CMAKE_CURRENT_SOURCE_DIR})
 target_link_libraries(zs_server_core PUBLIC zs_store zs_kernels zs_proto zs_common)
 add_executable(zs-server zs_server_main.c zs_server_metrics.c)

@@ -46,6 +46,9 @@ static void usage(FILE *f)
             "                       (state, Initialize/Restore, SetState/Pull buffers), e.g.\n"
             "                       64G; beyond it RESOURCE_EXHAUSTED (default: 80%% of RAM\n"
             "                       or of the cgroup limit)\n"
+            "  --spec-window SIZE   pre-images kept for speculative updates (12 B/element,\n"
+            "                       reserved against --mem-budget): beyond it chunks wait\n"
+            "                       for Commit; 0 or off: no speculation (default 1G)\n"
             "  --ready-file F       write the bound HOST:PORT to F once serving\n"
             "  --metrics HOST:PORT  serve Prometheus metrics on http://HOST:PORT/metrics\n"
             "                       (port 0: a free one; docs/metrics.md; default: off)\n"
@@ -144,7 +147,7 @@ int main(int argc, char **argv)
                *ready = NULL, *metrics = NULL, *metrics_ready = NULL;
     cap_arenas();
     int threads = 0, keep = 2, max_calls = 64;
-    uint64_t mem_budget = 0;
+    uint64_t mem_budget = 0, spec_window = ZS_SPEC_WINDOW_DEFAULT;
     static const struct option opts[] = {{"listen", required_argument, 0, 'l'},
                                          {"data", required_argument, 0, 'd'},
                                          {"threads", required_argument, 0, 't'},
@@ -155,6 +158,7 @@ int main(int argc, char **argv)
                                          {"max-calls", required_argument, 0, 'm'},
                                          {"ready-file", required_argument, 0, 'r'},
                                          {"mem-budget", required_argument, 0, 'M'},
+                                         {"spec-window", required_argument, 0, 'S'},
                                          {"metrics", required_argument, 0, 'P'},
                                          {"metrics-ready-file", required_argument, 0, 'R'},
                                          {"help", no_argument, 0, 'h'},
@@ -198,6 +202,15 @@ int main(int argc, char **argv)
         case 'M':
             if (zs_budget_parse(optarg, &mem_budget)) {
                 fprintf(stderr, "zs-server: --mem-budget %s: not a size (e.g. 800M, 64G)\n",
+                        optarg);
+                return 2;
+            }
+            break;
+        case 'S':
+            if (strcmp(optarg, "0") == 0 || strcmp(optarg, "off") == 0)
+                spec_window = 0;
+            else if (zs_budget_parse(optarg, &spec_window)) {
+                fprintf(stderr, "zs-server: --spec-window %s: not a size (e.g. 256M, 0, off)\n",
                         optarg);
                 return 2;
             }
@@ -283,7 +296,7 @@ int main(int argc, char **argv)
     ZS_INFO("memory budget %.2f GiB%s (RAM or cgroup limit %.2f GiB)",
             (double)mem_budget / (1 << 30), mem_budget == dflt ? " (80%)" : "",
             (double)ram / (1 << 30));
-    zs_shard_opts_t so = {data, threads, keep, listen, mem_budget};
+    zs_shard_opts_t so = {data, threads, keep, listen, mem_budget, spec_window};
     if (zs_shard_create(&so, &sh, &err)) {
         ZS_ERROR("cannot start: %s", err.msg);
         grpc_shutdown();

@@ -48,6 +48,10 @@ enum {
     M_BUDGET,
     M_RESERVED,
     M_HEAP,
+    M_SPEC_HITS,
+    M_SPEC_ROLLBACKS,
+    M_SPEC_ELEMS,
+    M_SPEC_SEC,
     M_N
 };
 
@@ -117,14 +121,26 @@ static const struct {
     [M_RESERVED] = {"zs_server_memory_reserved_bytes",
                     ZS_METRIC_GAUGE,
                     "Bytes reserved against the budget, by category: state (the installed "
-                    "model state) and requests (states being built, staging records, "
-                    "per-call buffers).",
+                    "model state), preimages (speculation pre-images, --spec-window) and "
+                    "requests (states being built, staging records, per-call buffers).",
                     {"category"}},
     [M_HEAP] = {"zs_server_heap_bytes",
                 ZS_METRIC_GAUGE,
                 "The C allocator's heap (glibc mallinfo2) in bytes, by state: in_use, "
                 "free (kept for reuse).",
                 {"state"}},
+    [M_SPEC_HITS] = {"zs_server_speculation_hits_total", ZS_METRIC_COUNTER,
+                     "Commits that kept the speculative update of their step (the scalars the "
+                     "workers stated were the real ones)."},
+    [M_SPEC_ROLLBACKS] = {"zs_server_speculation_rollbacks_total", ZS_METRIC_COUNTER,
+                          "Steps whose speculative update was restored from its pre-images "
+                          "(clipping, another loss scale, an overflow-skipped step, or a "
+                          "checkpoint/GetState/SetState before the commit)."},
+    [M_SPEC_ELEMS] = {"zs_server_speculation_elements_total", ZS_METRIC_COUNTER,
+                      "Elements updated speculatively, before their step's commit."},
+    [M_SPEC_SEC] = {"zs_server_speculation_seconds_total", ZS_METRIC_COUNTER,
+                    "Seconds spent on speculative updates (pre-image copies included); "
+                    "overlapped with the workers' backward, not on their critical path."},
 };
 
 struct zs_server_metrics {
@@ -207,8 +223,15 @@ static void collect(void *ud)
         set0(sm, M_PARAMS, (double)(in.range_end - in.range_begin));
         set0(sm, M_BUDGET, (double)in.mem_budget);
         uint64_t state = in.mem_state < in.mem_reserved ? in.mem_state : in.mem_reserved;
+        uint64_t pre = c->spec_window_bytes < in.mem_reserved - state ? c->spec_window_bytes
+                                                                      : in.mem_reserved - state;
         set1(sm, M_RESERVED, "state", (double)state);
-        set1(sm, M_RESERVED, "requests", (double)(in.mem_reserved - state));
+        set1(sm, M_RESERVED, "preimages", (double)pre);
+        set1(sm, M_RESERVED, "requests", (double)(in.mem_reserved - state - pre));
+        set0(sm, M_SPEC_HITS, (double)c->spec_hits);
+        set0(sm, M_SPEC_ROLLBACKS, (double)c->spec_rollbacks);
+        set0(sm, M_SPEC_ELEMS, (double)c->spec_elements);
+        set0(sm, M_SPEC_SEC, c->spec_seconds);
         free(in.checkpoints);
     }
     struct mallinfo2 mi = mallinfo2();

@@ -104,6 +104,11 @@ static grpc_byte_buffer *hello_reply(zs_shard_t *sh, zs_err_t *err)
     c.refused = in.counters.refused;
     c.checkpoints_written = in.counters.checkpoints_written;
     c.checkpoint_gbps = in.counters.checkpoint_gbps;
+    c.spec_hits = in.counters.spec_hits;
+    c.spec_rollbacks = in.counters.spec_rollbacks;
+    c.spec_elements = in.counters.spec_elements;
+    c.spec_seconds = in.counters.spec_seconds;
+    c.spec_window_bytes = in.counters.spec_window_bytes;
     mem_stats(&c.rss_bytes, &c.heap_in_use, &c.heap_free);
     r.counters = &c;
     r.server_id = (char *)in.server_id;
@@ -226,7 +231,7 @@ static int h_init(void *ctx, zs_scall_t *call, zs_err_t *err)
 static int h_push(void *ctx, zs_scall_t *call, zs_err_t *err)
 {
     zs_shard_t *sh = ctx;
-    uint64_t staged = 0, bytes = 0;
+    uint64_t staged = 0, bytes = 0, nchunks = 0;
     zs_shard_push_t *ps;
     int rc = zs_shard_push_begin(sh, &ps, err);
     if (rc)
@@ -245,6 +250,18 @@ static int h_push(void *ctx, zs_scall_t *call, zs_err_t *err)
             break;
         void *dst;
         rc = check_payload(&fr, m->count, (zs_dtype_t)m->dtype, err);
+        if (!rc && m->expect) { /* stated once, before the stream's first chunk */
+            if (nchunks > 0)
+                rc = zs_err_set(err, ZS_ERR_INVALID,
+                                "PushChunk.expect belongs to the stream's first chunk only");
+            else {
+                zs_commit_t e = {m->step, m->expect->grad_scale,
+                                 1.0f,    m->expect->lr,
+                                 0,       (zs_dtype_t)m->expect->param_dtype};
+                rc = zs_shard_push_expect(ps, &e, err);
+            }
+        }
+        nchunks++;
         if (!rc)
             rc = zs_shard_push_chunk(ps, m->step, m->offset, m->count, (zs_dtype_t)m->dtype, &dst,
                                      err);

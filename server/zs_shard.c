@@ -116,9 +116,15 @@ static int hparams_check(const zs_adam_hparams_t *hp, zs_err_t *err)
 
 void zs__shard_wait_idle(zs_shard_t *sh)
 {
-    while (sh->job_pending || sh->opt_running || sh->ckpt_busy || sh->readers > 0 ||
-           sh->stage[0].inflight > 0 || sh->stage[1].inflight > 0)
-        pthread_cond_wait(&sh->cv, &sh->mu);
+    for (;;) {
+        while (sh->job_pending || sh->opt_running || sh->ckpt_busy || sh->readers > 0 ||
+               sh->stage[0].inflight > 0 || sh->stage[1].inflight > 0)
+            pthread_cond_wait(&sh->cv, &sh->mu);
+        /* Wholesale readers and writers see the committed state only. */
+        if (!sh->spec.running && sh->spec.applied == 0 && sh->spec.queued == 0)
+            return;
+        zs__spec_cancel(sh); /* may wait: check everything again */
+    }
 }
 
 static void free_chunk_tables(zs_shard_t *sh)
@@ -132,6 +138,7 @@ static void free_chunk_tables(zs_shard_t *sh)
     sh->done = NULL;
     sh->lowp_ok = NULL;
     sh->nchunks = 0;
+    zs__spec_free(sh);
 }
 
 int zs__shard_install(zs_shard_t *sh, const zs_shard_identity_t *id, const zs_adam_hparams_t *hp,
@@ -153,6 +160,8 @@ int zs__shard_install(zs_shard_t *sh, const zs_shard_identity_t *id, const zs_ad
         return zs_err_set(err, ZS_ERR_NOMEM, "out of memory for %zu chunk records", nchunks);
     }
     free_chunk_tables(sh);
+    if (zs__spec_resize(sh, nchunks) != ZS_OK) /* speculation off: correct, only slower */
+        ZS_WARN("init: out of memory for the speculation tables: speculation is off");
     zs__state_free(&sh->st);
     sh->st = *st;
     memset(st, 0, sizeof *st);
@@ -187,6 +196,7 @@ typedef struct {
     uint64_t step;
     zs_dtype_t gdt, pdt;
     const void *grad;
+    int spec; /* ZS__JOB_*: what to do with speculated chunks */
 } opt_pass_t;
 
 static void opt_chunk(void *arg, size_t c, int thread)
@@ -197,9 +207,11 @@ static void opt_chunk(void *arg, size_t c, int thread)
     uint64_t k = sh->n - a < ZS_OPT_CHUNK ? sh->n - a : ZS_OPT_CHUNK;
     size_t gsz = zs_dtype_size(op->gdt);
     pthread_mutex_lock(&sh->chunk_mu[c]);
-    zs_adam_update(&sh->hp, &sh->job_step, sh->st.t[0] + a, sh->st.t[1] + a, sh->st.t[2] + a,
-                   (const char *)op->grad + a * gsz, op->gdt,
-                   op->pdt == ZS_DTYPE_NONE ? NULL : sh->st.lowp + a, op->pdt, (size_t)k);
+    /* Kept: the speculative update is this one (same kernel, inputs, order). */
+    if (!(op->spec != ZS__JOB_PLAIN && zs__spec_pass_chunk(sh, c, op->spec)))
+        zs_adam_update(&sh->hp, &sh->job_step, sh->st.t[0] + a, sh->st.t[1] + a, sh->st.t[2] + a,
+                       (const char *)op->grad + a * gsz, op->gdt,
+                       op->pdt == ZS_DTYPE_NONE ? NULL : sh->st.lowp + a, op->pdt, (size_t)k);
     sh->lowp_ok[c] = op->pdt == ZS_DTYPE_NONE ? 0 : (unsigned char)(1 + op->pdt);
     atomic_store(&sh->done[c], op->step);
     pthread_mutex_unlock(&sh->chunk_mu[c]);
@@ -221,8 +233,9 @@ static void *opt_main(void *arg)
         sh->job_pending = 0;
         sh->opt_running = 1;
         int p = (int)(sh->job.step & 1);
-        opt_pass_t op = {sh, sh->job.step, sh->stage[p].dtype, sh->job.param_dtype,
-                         sh->st.staging[p]};
+        opt_pass_t op = {
+            sh,          sh->job.step, sh->stage[p].dtype, sh->job.param_dtype, sh->st.staging[p],
+            sh->job_spec};
         sh->lowp_dtype = sh->job.param_dtype;
         pthread_mutex_unlock(&sh->mu);
 
@@ -234,6 +247,7 @@ static void *opt_main(void *arg)
 
         pthread_mutex_lock(&sh->mu);
         sh->opt_running = 0;
+        zs__spec_pass_end(sh);
         sh->c.steps_applied++;
         sh->c.last_step_ms = sec * 1e3;
         sh->c.optimizer_gbps = sec > 0 ? 28.0 * (double)sh->n / sec / 1e9 : 0;
@@ -260,6 +274,7 @@ int zs_shard_create(const zs_shard_opts_t *opts, zs_shard_t **out, zs_err_t *err
     sh->server_id = strdup(opts->server_id ? opts->server_id : "");
     sh->keep = opts->keep > 0 ? opts->keep : 2;
     sh->lowp_dtype = ZS_DTYPE_NONE;
+    sh->spec.window = opts->spec_window;
     zs_budget_init(&sh->budget, opts->mem_budget ? opts->mem_budget : zs_budget_default(NULL));
     pthread_mutex_init(&sh->mu, NULL);
     pthread_mutex_init(&sh->store_mu, NULL);
@@ -270,7 +285,9 @@ int zs_shard_create(const zs_shard_opts_t *opts, zs_shard_t **out, zs_err_t *err
         goto fail;
     }
     sh->pool = zs_pool_create(opts->threads);
-    if (!sh->pool) {
+    if (sh->spec.window) /* speculation's own threads, at low priority (zs_shard_spec.c) */
+        sh->spec_pool = zs_pool_create(opts->threads);
+    if (!sh->pool || (sh->spec.window && !sh->spec_pool)) {
         rc = zs_err_set(err, ZS_ERR_NOMEM, "cannot start %d optimizer threads", opts->threads);
         goto fail;
     }
@@ -281,11 +298,22 @@ int zs_shard_create(const zs_shard_opts_t *opts, zs_shard_t **out, zs_err_t *err
         rc = zs_err_set(err, ZS_ERR_NOMEM, "cannot start the optimizer thread");
         goto fail;
     }
+    sh->spec_thread_ok =
+        sh->spec_pool && pthread_create(&sh->spec_thread, NULL, zs__spec_main, sh) == 0;
+    if (!sh->spec_thread_ok) { /* correct without it, only slower */
+        if (sh->spec.window)
+            ZS_WARN("cannot start the speculation thread: speculation is off");
+        pthread_mutex_lock(&sh->mu);
+        sh->spec.window = 0;
+        sh->spec.maxslots = 0;
+        pthread_mutex_unlock(&sh->mu);
+    }
     *out = sh;
     return ZS_OK;
 fail:
     free(sh->ckpts);
     zs_pool_destroy(sh->pool);
+    zs_pool_destroy(sh->spec_pool);
     zs_store_close(sh->store);
     zs__state_free(&sh->st);
     free_chunk_tables(sh);
@@ -300,6 +328,7 @@ void zs_shard_shutdown(zs_shard_t *sh)
 {
     pthread_mutex_lock(&sh->mu);
     sh->stopping = 1;
+    sh->spec.abort = 1; /* a running speculative batch stops at its next block */
     pthread_cond_broadcast(&sh->cv);
     pthread_mutex_unlock(&sh->mu);
 }
@@ -310,7 +339,10 @@ void zs_shard_destroy(zs_shard_t *sh)
         return;
     zs_shard_shutdown(sh);
     pthread_join(sh->opt_thread, NULL); /* finishes a pending pass first */
+    if (sh->spec_thread_ok)
+        pthread_join(sh->spec_thread, NULL);
     zs_pool_destroy(sh->pool);
+    zs_pool_destroy(sh->spec_pool);
     pthread_mutex_lock(&sh->store_mu);
     zs_store_close(sh->store);
     pthread_mutex_unlock(&sh->store_mu);
@@ -347,6 +379,7 @@ int zs_shard_info(zs_shard_t *sh, zs_shard_info_t *info, zs_err_t *err)
     info->counters.bytes_in = atomic_load_explicit(&sh->bytes_in, memory_order_relaxed);
     info->counters.bytes_out = atomic_load_explicit(&sh->bytes_out, memory_order_relaxed);
     info->counters.refused = atomic_load_explicit(&sh->refused, memory_order_relaxed);
+    info->counters.spec_window_bytes = sh->spec.budget;
     info->mem_state = sh->budget_live;
     info->server_id = sh->server_id;
     zs_budget_get(&sh->budget, &info->mem_reserved, &info->mem_budget);

@@ -32,6 +32,19 @@
  * (zs_shard_budget). A reservation that does not fit is refused with
  * ZS_ERR_NOMEM (RESOURCE_EXHAUSTED) before anything is allocated.
  *
+ * Speculation (zs_shard_spec.c). When a Push stream states the scalars the
+ * worker expects for its step (zs_shard_push_expect), a speculation thread
+ * updates every chunk fully staged for that step before Commit arrives,
+ * keeping a pre-image (p, m, v: 12 B/element) of what it overwrote. A Commit
+ * with bitwise the expected scalars keeps those updates; any other (clipping,
+ * another loss scale, a skipped step) restores the pre-images and applies
+ * the real step, so the state after Commit is bitwise the plain one either
+ * way. Until Commit, readers see the committed state: pulls read the
+ * pre-images, and checkpoints, GetState, SetState, SetStep, Restore and
+ * Initialize cancel speculation first. Pre-images are bounded by
+ * opts.spec_window and reserved against the budget; chunks beyond wait for
+ * Commit.
+ *
  * Every refusal returns a zs status with a sentence in err and leaves the
  * state as it was.
  */
@@ -69,7 +82,12 @@ typedef struct zs_shard_opts {
     int keep;              /* checkpoints kept after each new one (>= 1; default 2) */
     const char *server_id; /* shown in Hello, e.g. the listen address */
     uint64_t mem_budget;   /* bytes (zs_budget.h); 0: zs_budget_default() */
+    uint64_t spec_window;  /* bytes of speculation pre-images (12 B/element); 0: no
+                            * speculation. zs-server's default: ZS_SPEC_WINDOW_DEFAULT */
 } zs_shard_opts_t;
+
+/* zs-server's default pre-image window: 1 GiB, about 89 M elements. */
+#define ZS_SPEC_WINDOW_DEFAULT (1ull << 30)
 
 /* Who the shard is: fixed by Initialize or by the checkpoint it resumed. */
 typedef struct zs_shard_identity {
@@ -89,6 +107,13 @@ typedef struct zs_shard_counters {
     uint64_t optimizer_bytes, checkpoint_bytes;
     double last_checkpoint_seconds; /* duration of the newest write */
     double last_checkpoint_time;    /* Unix seconds it became durable; 0: none since start */
+    /* Speculation: commits that kept the speculative update, steps whose
+     * speculative updates were rolled back (by a commit with other scalars,
+     * a skipped step, or a cancel), elements updated speculatively, seconds
+     * spent on it, pre-image bytes held (reserved against the budget). */
+    uint64_t spec_hits, spec_rollbacks, spec_elements;
+    double spec_seconds;
+    uint64_t spec_window_bytes;
 } zs_shard_counters_t;
 
 /* A snapshot for Hello / status. */
@@ -195,6 +220,13 @@ void zs_shard_push_chunk_done(zs_shard_push_t *ps);
  * Frees ps (NULL is a no-op). ZS_ERR_STATE if its step was committed while
  * it was open (nothing staged then). */
 int zs_shard_push_end(zs_shard_push_t *ps, int ok, uint64_t *staged, zs_err_t *err);
+
+/* State the scalars the worker expects Commit of the stream's step to carry
+ * (grad_scale, lr, param_dtype of e; clip coefficient 1, no skip): once the
+ * stream ends well, chunks fully staged for the step may be updated
+ * speculatively (see "Speculation" above). Call before any chunk; refused
+ * (ZS_ERR_INVALID) for non-finite or negative scalars or an unknown dtype. */
+int zs_shard_push_expect(zs_shard_push_t *ps, const zs_commit_t *e, zs_err_t *err);
 
 /* ---- Commit ------------------------------------------------------------ */
 

@@ -115,8 +115,15 @@ int zs_shard_checkpoint_meta(zs_shard_t *sh, uint64_t step, int keep, const void
                           ZS_USER_META_MAX);
     pthread_mutex_lock(&sh->mu);
     int rc = ZS_OK;
-    while (!sh->stopping && (sh->job_pending || sh->opt_running || sh->ckpt_busy))
-        pthread_cond_wait(&sh->cv, &sh->mu);
+    /* Only committed state is written: speculative updates are undone (and
+     * none starts while ckpt_busy). */
+    while (!sh->stopping && (sh->job_pending || sh->opt_running || sh->ckpt_busy ||
+                             sh->spec.running || sh->spec.applied)) {
+        if (sh->job_pending || sh->opt_running || sh->ckpt_busy)
+            pthread_cond_wait(&sh->cv, &sh->mu);
+        else
+            zs__spec_cancel(sh);
+    }
     if (sh->stopping)
         rc = zs_err_set(err, ZS_ERR_CANCELLED, "server shutting down");
     else if (!sh->initialized)

@@ -27,6 +27,36 @@ typedef struct zs__state {
     uint16_t *lowp;   /* n */
 } zs__state_t;
 
+/* Speculation (zs_shard_spec.c): per-chunk states. */
+enum { ZS__SPEC_NONE = 0, ZS__SPEC_QUEUED, ZS__SPEC_RUN, ZS__SPEC_APPLIED };
+
+/* The speculative updates of step spec.step = applied_step + 1 (see
+ * zs_shard_spec.c for the model). Under sh->mu except where noted. */
+typedef struct zs__spec {
+    uint64_t step;       /* step the expected scalars are for; 0: none */
+    zs_commit_t expect;  /* grad_scale, lr, param_dtype; clip 1 and no skip implied */
+    zs_adam_step_t adam; /* the update they give: t = optimizer_step + 1 */
+    int invalid;         /* scalars disagreed, staged bytes changed, or cancelled: no more
+                          * chunks this step; the commit rolls the applied ones back */
+    _Atomic int abort;   /* the running batch stops taking chunks (a commit is waiting) */
+    int running;         /* a batch is applying chunks without mu */
+    int full;            /* the window's budget was refused: the rest waits for Commit */
+    size_t queued, applied;
+    _Atomic unsigned char *st; /* per chunk ZS__SPEC_*; to and from APPLIED under chunk_mu
+                                * too (pulls read it holding only chunk_mu) */
+    int32_t *slot;             /* per chunk: its pre-image slot while RUN or APPLIED */
+    int32_t *job_slot;         /* per chunk: pre-image the running commit pass keeps or restores
+                                * (-1: none); written under chunk_mu */
+    size_t *batch;             /* chunk indices of the running batch */
+    size_t nbatch;
+    float **slots; /* pre-images, 3 * ZS_OPT_CHUNK floats each: p, m, v */
+    size_t nslots, maxslots;
+    int32_t *free_slots;
+    size_t nfree;
+    uint64_t window; /* bytes of pre-images allowed (zs_shard_opts_t.spec_window) */
+    uint64_t budget; /* bytes of sh->budget the slots hold */
+} zs__spec_t;
+
 struct zs_shard {
     char *data_dir, *server_id;
     int keep;
@@ -67,6 +97,9 @@ struct zs_shard {
 
     /* optimizer driver */
     pthread_t opt_thread;
+    pthread_t spec_thread; /* speculative batches (zs__spec_main) */
+    int spec_thread_ok;
+    zs_pool_t *spec_pool; /* its threads */
     int job_pending, opt_running;
     zs_commit_t job;
     zs_adam_step_t job_step;
@@ -85,6 +118,9 @@ struct zs_shard {
     zs_shard_counters_t c; /* under mu, but for the three below */
     /* Counted per chunk and per refusal by service threads: atomics, no mu. */
     _Atomic uint64_t bytes_in, bytes_out, refused;
+
+    zs__spec_t spec; /* speculative updates (zs_shard_spec.c) */
+    int job_spec;    /* the pending/running pass: ZS__JOB_PLAIN, _KEEP or _ROLLBACK */
 
     zs_budget_t budget;   /* own lock; see zs_shard.h, "Memory" */
     uint64_t budget_live; /* bytes of it the installed state holds */
@@ -121,5 +157,64 @@ int zs__shard_check_range(zs_shard_t *sh, uint64_t offset, uint64_t count, zs_er
 
 /* Load the newest loadable checkpoint at start (zs_shard_ckpt.c). */
 int zs__shard_load_newest(zs_shard_t *sh, zs_err_t *err);
+
+/* ---- speculation (zs_shard_spec.c) ---- */
+
+enum { ZS__JOB_PLAIN = 0, ZS__JOB_KEEP, ZS__JOB_ROLLBACK };
+
+/* Size the per-chunk tables for nchunks (mu held, shard idle, nothing
+ * speculated); frees the pre-image slots and returns their budget. */
+int zs__spec_resize(zs_shard_t *sh, size_t nchunks);
+void zs__spec_free(zs_shard_t *sh);
+
+/* Expected scalars of `step` stated by a Push stream that ended well
+ * (mu held): the first statement sets them; one that disagrees stops
+ * speculation for the step. */
+void zs__spec_expect(zs_shard_t *sh, uint64_t step, const zs_commit_t *expect);
+
+/* Queue for speculation the chunks of [a, b) (global elements) that the
+ * staged ranges of `step` now cover whole (mu held). */
+void zs__spec_covered(zs_shard_t *sh, uint64_t step, uint64_t a, uint64_t b);
+
+/* Staged bytes of `step` in [a, b) are about to change or be unstaged (mu
+ * held; may wait on cv): if a chunk there is queued or speculated (or
+ * `always`), no more speculation this step, and a running batch is waited
+ * for so nothing reads staging while it changes. */
+void zs__spec_invalidate(zs_shard_t *sh, uint64_t step, uint64_t a, uint64_t b, int always);
+
+/* Is a batch ready to run (mu held)? Never while a commit pass is pending
+ * or running. zs__spec_run_batch runs one (mu held; released while it
+ * applies). */
+int zs__spec_ready(zs_shard_t *sh);
+void zs__spec_run_batch(zs_shard_t *sh);
+
+/* The speculation thread: runs batches on its own pool when ready, until
+ * the shard stops. */
+void *zs__spec_main(void *arg);
+
+/* Stop a running batch and wait for it (mu held). */
+void zs__spec_quiesce(zs_shard_t *sh);
+
+/* Undo every speculative update now (mu held, no pass running): the state
+ * is the committed one again, and nothing more is speculated this step. */
+void zs__spec_cancel(zs_shard_t *sh);
+
+/* At the commit of c (mu held, no pass or batch running): how the pass
+ * treats the chunks applied speculatively (ZS__JOB_*), their pre-images
+ * handed to it (job_slot); queued ones go back to the plain path. A skipped
+ * step restores them here. */
+int zs__spec_commit(zs_shard_t *sh, const zs_commit_t *c);
+
+/* A pass chunk's speculative part (chunk_mu held): 1 if the chunk is done
+ * (kept), 0 if the plain update must still run (nothing speculated, or
+ * restored from its pre-image). */
+int zs__spec_pass_chunk(zs_shard_t *sh, size_t c, int mode);
+
+/* After a commit pass (mu held): its pre-image slots are free again. */
+void zs__spec_pass_end(zs_shard_t *sh);
+
+/* The fp32 master weights a reader of chunk c must see (chunk_mu held):
+ * the pre-image while c holds an uncommitted update, else NULL. */
+const float *zs__spec_committed_master(zs_shard_t *sh, size_t c);
 
 #endif

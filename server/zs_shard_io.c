@@ -104,7 +104,12 @@ int zs_shard_pull(zs_shard_t *sh, uint64_t min_step, uint64_t offset, uint64_t c
         uint64_t s = c * ZS_OPT_CHUNK > a ? c * ZS_OPT_CHUNK : a;
         uint64_t e = (c + 1) * ZS_OPT_CHUNK < b ? (c + 1) * ZS_OPT_CHUNK : b;
         pthread_mutex_lock(&sh->chunk_mu[c]);
-        if (dt != ZS_DTYPE_F32 && sh->lowp_ok[c] == 1 + dt)
+        /* A chunk holding an uncommitted (speculative) update: its pre-image
+         * is the committed state that done[c] names. */
+        const float *pre = zs__spec_committed_master(sh, (size_t)c);
+        if (pre)
+            zs_cast(out, dt, pre + (s - c * ZS_OPT_CHUNK), ZS_DTYPE_F32, (size_t)(e - s));
+        else if (dt != ZS_DTYPE_F32 && sh->lowp_ok[c] == 1 + dt)
             memcpy(out, sh->st.lowp + s, (e - s) * 2);
         else
             zs_cast(out, dt, sh->st.t[0] + s, ZS_DTYPE_F32, (size_t)(e - s));
@@ -126,9 +131,13 @@ int zs_shard_get_state(zs_shard_t *sh, zs_tensor_t t, uint64_t offset, uint64_t 
         return zs_err_set(err, ZS_ERR_INVALID, "unknown tensor %d", (int)t);
     pthread_mutex_lock(&sh->mu);
     int rc = begin_read_locked(sh, offset, count, err);
-    /* A consistent view: no optimizer pass in the middle. */
-    while (!rc && (sh->job_pending || sh->opt_running)) {
-        pthread_cond_wait(&sh->cv, &sh->mu);
+    /* A consistent view: no optimizer pass in the middle, and the
+     * committed state (speculative updates undone). */
+    while (!rc && (sh->job_pending || sh->opt_running || sh->spec.running || sh->spec.applied)) {
+        if (sh->job_pending || sh->opt_running)
+            pthread_cond_wait(&sh->cv, &sh->mu);
+        else
+            zs__spec_cancel(sh);
         rc = begin_read_locked(sh, offset, count, err);
     }
     if (rc) {

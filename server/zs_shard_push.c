@@ -214,6 +214,9 @@ int zs_shard_push_reserve(zs_shard_t *sh, uint64_t step, uint64_t offset, uint64
                           zs_dtype_t dt, void **dst, zs_err_t *err)
 {
     pthread_mutex_lock(&sh->mu);
+    /* These bytes land without a stream's checks, on any element: no
+     * speculation this step (tests and tools use this path, not workers). */
+    zs__spec_invalidate(sh, step, 0, 0, 1);
     int rc = chunk_check_locked(sh, step, offset, count, dt, err);
     if (!rc) {
         int p = (int)(step & 1);
@@ -235,6 +238,8 @@ uint64_t zs_shard_push_done(zs_shard_t *sh, uint64_t step, uint64_t offset, uint
         if (ok && ranges_add(&sh->stage[p].cov, offset, offset + count) != 0)
             ZS_ERROR("out of memory recording staged range; step %llu will need a re-push",
                      (unsigned long long)step);
+        if (ok)
+            zs__spec_covered(sh, step, sh->rb, sh->re);
         if (!ok) {
             unstage(&sh->stage[p].cov, offset, offset + count); /* its bytes are not staged */
             maybe_forget_dtype(sh, p);
@@ -267,7 +272,9 @@ struct zs_shard_push {
     pushbuf_t *bufs; /* the others, newest first */
     size_t nbufs;
     uint64_t buf_budget;
-    int cur; /* a direct chunk reserved and not yet done */
+    int cur;            /* a direct chunk reserved and not yet done */
+    int has_expect;     /* the worker stated the step's expected scalars */
+    zs_commit_t expect; /* them (zs_shard_push_expect) */
 };
 
 /* Does [a, b) overlap r? */
@@ -285,6 +292,24 @@ int zs_shard_push_begin(zs_shard_t *sh, zs_shard_push_t **out, zs_err_t *err)
     if (!*out)
         return zs_err_set(err, ZS_ERR_NOMEM, "out of memory");
     (*out)->sh = sh;
+    return ZS_OK;
+}
+
+int zs_shard_push_expect(zs_shard_push_t *ps, const zs_commit_t *e, zs_err_t *err)
+{
+    if (!isfinite(e->grad_scale) || !isfinite(e->lr) || e->grad_scale < 0 || e->lr < 0)
+        return zs_err_set(err, ZS_ERR_INVALID,
+                          "expected scalars must be finite and >= 0 (grad_scale %g, lr %g)",
+                          e->grad_scale, e->lr);
+    zs_dtype_t pd = e->param_dtype == ZS_DTYPE_F32 ? ZS_DTYPE_NONE : e->param_dtype;
+    if (pd != ZS_DTYPE_NONE && pd != ZS_DTYPE_BF16 && pd != ZS_DTYPE_F16)
+        return zs_err_set(err, ZS_ERR_INVALID, "unknown expected param_dtype %d",
+                          (int)e->param_dtype);
+    ps->has_expect = 1;
+    ps->expect = *e;
+    ps->expect.param_dtype = pd; /* as Commit reads it */
+    ps->expect.clip_coef = 1.0f;
+    ps->expect.skip = 0;
     return ZS_OK;
 }
 
@@ -375,6 +400,15 @@ int zs_shard_push_end(zs_shard_push_t *ps, int ok, uint64_t *staged, zs_err_t *e
     *staged = 0;
     zs_shard_push_chunk_done(ps);
     pthread_mutex_lock(&sh->mu);
+    /* Bytes that change staged elements (re-pushed chunks, and a refused
+     * stream's own when another covered them meanwhile) must not change
+     * under a speculated chunk; this may wait, so it comes before `live`. */
+    if (ps->step) {
+        for (size_t i = 0; i < ps->mine.n; i++)
+            zs__spec_invalidate(sh, ps->step, ps->mine.iv[i][0], ps->mine.iv[i][1], 0);
+        for (pushbuf_t *b = ps->bufs; b; b = b->next)
+            zs__spec_invalidate(sh, ps->step, b->off, b->off + b->count, 0);
+    }
     int p = ps->p;
     int live = ps->step && sh->stage[p].step == ps->step && sh->stage[p].gen == ps->gen;
     if (ok && ps->step && !live)
@@ -411,6 +445,10 @@ int zs_shard_push_end(zs_shard_push_t *ps, int ok, uint64_t *staged, zs_err_t *e
         sh->stage[p].open--;
         if (!ok || rc)
             maybe_forget_dtype(sh, p);
+        if (ok && !rc && ps->has_expect)
+            zs__spec_expect(sh, ps->step, &ps->expect);
+        if (ok && !rc) /* chunks this stream completed, or all once scalars are known */
+            zs__spec_covered(sh, ps->step, sh->rb, sh->re);
         *staged = cov->total;
         pthread_cond_broadcast(&sh->cv);
     }
@@ -488,6 +526,10 @@ int zs_shard_commit(zs_shard_t *sh, const zs_commit_t *c_in, uint64_t *applied,
             pthread_cond_wait(&sh->cv, &sh->mu);
             continue; /* re-validate: another commit may have won */
         }
+        if (sh->spec.running) { /* stop a speculative batch at its next chunk */
+            zs__spec_quiesce(sh);
+            continue;
+        }
         if (sh->stage[p].step == c->step && sh->stage[p].open > 0) {
             rc = zs_err_set(err, ZS_ERR_STATE,
                             "commit of step %llu refused: %d Push stream(s) of it still open; "
@@ -505,6 +547,10 @@ int zs_shard_commit(zs_shard_t *sh, const zs_commit_t *c_in, uint64_t *applied,
                             (unsigned long long)sh->re);
             break;
         }
+        /* Before the step counters move: it checks Adam's t. A skipped step
+         * restores speculated chunks here; otherwise the pass keeps or
+         * restores each. */
+        int spec = zs__spec_commit(sh, c);
         sh->applied_step = c->step;
         sh->last_commit = *c;
         sh->have_last_commit = 1;
@@ -520,6 +566,7 @@ int zs_shard_commit(zs_shard_t *sh, const zs_commit_t *c_in, uint64_t *applied,
             sh->job_step.t = (int64_t)sh->optimizer_step;
             sh->job_step.grad_scale = c->grad_scale;
             sh->job_step.clip_coef = c->clip_coef;
+            sh->job_spec = spec;
             sh->job_pending = 1;
         }
         /* The staging of this parity is consumed by the pass. */

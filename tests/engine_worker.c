@@ -22,6 +22,7 @@
 #include <unistd.h>
 
 #include "zs_cast.h"
+#include "zs_client.h"
 #include "zs_engine.h"
 #include "zs_mlp.h"
 #include "zs_sched.h"
@@ -35,6 +36,8 @@ typedef struct {
     int64_t live, prefetch, reuse; /* stage 3 budgets (elements) */
     unsigned debug;                /* ZS_ENGINE_DEBUG_* */
     int rss_check;                 /* fail if RSS grows after step 5 */
+    int spec;                      /* super_offload: 0/1; -1: the config's default */
+    int spec_report;               /* rank 0 prints the servers' speculation counters */
 } args_t;
 
 static void fail(int rank, const char *what, const zs_err_t *err)
@@ -58,6 +61,7 @@ static void parse(int argc, char **argv, args_t *a)
     a->live = 1000000000;
     a->prefetch = 4000;
     a->reuse = 1000000000;
+    a->spec = -1;
     for (int i = 1; i < argc; i++) {
         const char *k = argv[i], *v = i + 1 < argc ? argv[i + 1] : "";
 #define OPT(name) (!strcmp(k, name) && ++i)
@@ -109,6 +113,10 @@ static void parse(int argc, char **argv, args_t *a)
             a->reuse = atoll(v);
         else if (OPT("--debug"))
             a->debug = (unsigned)atoi(v);
+        else if (OPT("--spec"))
+            a->spec = atoi(v);
+        else if (!strcmp(k, "--spec-report"))
+            a->spec_report = 1;
         else if (!strcmp(k, "--rss-check"))
             a->rss_check = 1;
         else if (!strcmp(k, "--resume"))
@@ -145,14 +153,38 @@ static void make_config(const args_t *a, int W, zs_config_t *cfg)
              "   \"stage3_prefetch_bucket_size\": %lld, \"stage3_max_live_parameters\": %lld,"
              "   \"stage3_max_reuse_distance\": %lld,"
              "   \"offload_param\": {\"device\": \"%s\"},"
-             "   \"offload_optimizer\": {\"device\": \"%s\"}}}",
+             "   \"offload_optimizer\": {\"device\": \"%s\"%s}}}",
              a->gas, a->clip, f16 ? "true" : "false", b16 ? "true" : "false", a->stage, a->bucket,
              a->persist, (long long)a->prefetch, (long long)a->live, (long long)a->reuse,
-             a->offload_param ? "cpu" : "none", a->offload ? "cpu" : "none");
+             a->offload_param ? "cpu" : "none", a->offload ? "cpu" : "none",
+             a->spec < 0   ? ""
+             : a->spec > 0 ? ", \"super_offload\": true"
+                           : ", \"super_offload\": false");
     zs_err_t err;
     zs_config_defaults(cfg);
     if (zs_config_parse(json, cfg, NULL, NULL, &err) || zs_config_resolve(cfg, W, &err))
         fail(0, "config", &err);
+}
+
+/* The servers' speculation counters summed: hits, rollbacks, elements. */
+static void spec_counters(const char *servers, uint64_t out[3])
+{
+    zs_client_opts_t o = {servers, NULL, NULL, 20000, 0};
+    zs_client_t *c;
+    zs_err_t err;
+    zs_server_info_t info[8];
+    if (zs_client_create(&o, &c, &err))
+        fail(0, "spec report client", &err);
+    int n = zs_client_nservers(c);
+    if (n > 8 || zs_client_hello(c, NULL, 0, info, &err))
+        fail(0, "spec report hello", &err);
+    out[0] = out[1] = out[2] = 0;
+    for (int i = 0; i < n; i++) {
+        out[0] += info[i].spec_hits;
+        out[1] += info[i].spec_rollbacks;
+        out[2] += info[i].spec_elements;
+    }
+    zs_client_destroy(c);
 }
 
 #define MAX_STEPS 256
@@ -264,6 +296,9 @@ int main(int argc, char **argv)
     } else if (zs_engine_start(e, &err)) {
         fail(rank, "start", &err);
     }
+    uint64_t spec0[3] = {0};
+    if (rank == 0 && a.spec_report)
+        spec_counters(a.servers, spec0);
     while (zs_engine_step_count(e) < (uint64_t)a.steps) {
         uint64_t next = zs_engine_step_count(e) + 1;
         if (a.kill_at && (int)next == a.kill_at && rank == a.kill_rank) {
@@ -276,9 +311,9 @@ int main(int argc, char **argv)
         if (st.step < MAX_STEPS)
             norms[st.step] = st.grad_norm;
         if (rank == 0)
-            printf("stat step=%llu loss=%.7f scale=%g skipped=%d lr=%.6g norm=%.6g\n",
+            printf("stat step=%llu loss=%.7f scale=%g skipped=%d lr=%.6g norm=%.6g spec=%d\n",
                    (unsigned long long)st.step, st.loss, st.loss_scale, st.skipped, st.lr,
-                   st.grad_norm);
+                   st.grad_norm, st.spec);
         if (a.ckpt_every && st.step % (uint64_t)a.ckpt_every == 0 && zs_engine_checkpoint(e, &err))
             fail(rank, "checkpoint", &err);
         if (a.rss_check && st.step == 5) {
@@ -323,6 +358,13 @@ int main(int argc, char **argv)
             fflush(NULL);
             MPI_Abort(MPI_COMM_WORLD, 6);
         }
+    }
+    if (rank == 0 && a.spec_report) {
+        uint64_t spec1[3];
+        spec_counters(a.servers, spec1);
+        printf("spec hits=%llu rollbacks=%llu elements=%llu\n",
+               (unsigned long long)(spec1[0] - spec0[0]), (unsigned long long)(spec1[1] - spec0[1]),
+               (unsigned long long)(spec1[2] - spec0[2]));
     }
     float *w = malloc(P * 4);
     if (zs_engine_get_params(e, w, &err))

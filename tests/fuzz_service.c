@@ -133,7 +133,8 @@ static int setup(void)
     if (!mkdtemp(dir))
         return -1;
     atexit(cleanup);
-    zs_shard_opts_t o = {dir, 1, 1, "fuzz", 256ull << 20};
+    /* a pre-image window: pushes that state expected scalars speculate */
+    zs_shard_opts_t o = {dir, 1, 1, "fuzz", 256ull << 20, 64ull << 20};
     zs_err_t err;
     if (zs_shard_create(&o, &g_sh, &err)) {
         fprintf(stderr, "fuzz: shard: %s\n", err.msg);
@@ -270,7 +271,7 @@ int main(int argc, char **argv)
     a.eps = 1e-8f;
 
     Zeroshard__HelloRequest hq = ZEROSHARD__HELLO_REQUEST__INIT;
-    hq.protocol_version = 1;
+    hq.protocol_version = ZS_PROTOCOL_VERSION;
     hq.model_name = "fuzz";
     hq.num_params = FUZZ_P;
     seed_begin(method("Hello"), 0);
@@ -278,7 +279,7 @@ int main(int argc, char **argv)
     seed_write(argv[1], "hello");
 
     Zeroshard__InitRequest iq = ZEROSHARD__INIT_REQUEST__INIT;
-    iq.protocol_version = 1;
+    iq.protocol_version = ZS_PROTOCOL_VERSION;
     iq.model_name = "fuzz";
     iq.num_params = FUZZ_P;
     iq.num_servers = 1;
@@ -302,6 +303,20 @@ int main(int argc, char **argv)
     pc.offset = FUZZ_P / 2;
     seed_add(&pc.base, h, FUZZ_P / 2 * 2);
     seed_write(argv[1], "push");
+
+    /* the same stream stating the commit seed's scalars (speculation) */
+    Zeroshard__StepExpect ex = ZEROSHARD__STEP_EXPECT__INIT;
+    ex.grad_scale = 1;
+    ex.lr = 1e-3f;
+    ex.param_dtype = ZEROSHARD__DTYPE__BF16;
+    pc.offset = 0;
+    pc.expect = &ex;
+    seed_begin(method("Push"), 0);
+    seed_add(&pc.base, h, FUZZ_P / 2 * 2);
+    pc.expect = NULL;
+    pc.offset = FUZZ_P / 2;
+    seed_add(&pc.base, h, FUZZ_P / 2 * 2);
+    seed_write(argv[1], "push_expect");
 
     Zeroshard__CommitRequest cq = ZEROSHARD__COMMIT_REQUEST__INIT;
     cq.step = 1;

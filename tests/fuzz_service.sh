@@ -34,7 +34,7 @@ if [ ! -f "$PB" ]; then
 fi
 
 SRCS="$SRC/tests/fuzz_service.c $SRC/server/zs_service.c $SRC/server/zs_shard.c
- $SRC/server/zs_shard_push.c $SRC/server/zs_shard_io.c $SRC/server/zs_shard_ckpt.c
+ $SRC/server/zs_shard_push.c $SRC/server/zs_shard_spec.c $SRC/server/zs_shard_io.c $SRC/server/zs_shard_ckpt.c
  $SRC/server/zs_budget.c $SRC/server/zs_store.c $SRC/server/zs_store_io.c
  $SRC/server/zs_store_recover.c $SRC/proto/zs_frame.c $SRC/proto/zs_pbconv.c $PB
  $SRC/common/zs_status.c $SRC/common/zs_log.c $SRC/common/zs_layout.c $SRC/common/zs_pool.c

@@ -21,6 +21,10 @@
  *     cannot send in a header, makes zs-server refuse to start (exit 2).
  *  3. Token + TLS together: the round trip works with both; TLS without the
  *     token or with a wrong one gets ZS_ERR_UNAUTH.
+ *  4. With a token configured, a method the server does not have is refused
+ *     for the token first (ZS_ERR_UNAUTH, naming neither the method nor the
+ *     protocol version), plaintext and TLS; with the token it is
+ *     ZS_ERR_UNIMPLEMENTED.
  * Needs /usr/bin/openssl (deploy/install-deps.sh installs it).
  */
 #include <pthread.h>
@@ -185,6 +189,36 @@ static void expect_refused(const char *what, const zs_client_opts_t *o, int code
                 max_s);
     printf("  %s: %s in %.3f s: %s\n", what, zs_status_name(rc), dt, err.msg);
     zs_client_destroy(c);
+}
+
+/* A method the server does not have, called with `token` (NULL: none)
+ * over a channel trusting ca_pem (NULL: plaintext): with a token configured
+ * and none or a wrong one sent, the answer is UNAUTH naming the bearer token
+ * and nothing about the method or the protocol version (issue 18: it was
+ * UNIMPLEMENTED with the version, before the token was checked); with the
+ * right token, UNIMPLEMENTED naming the method. */
+static void expect_unknown_method(const char *what, const char *addr, const char *ca_pem,
+                                  const char *token, int code)
+{
+    grpc_channel *ch = zs_channel_create(addr, ca_pem);
+    Zeroshard__ListRequest q = ZEROSHARD__LIST_REQUEST__INIT;
+    ProtobufCMessage *r = NULL;
+    zs_err_t err;
+    zs_err_clear(&err);
+    int rc = zs_unary(ch, "/zeroshard.Shard/NoSuchMethod", token, 4000, addr, &q.base,
+                      &zeroshard__list_reply__descriptor, &r, &err);
+    TEST_CHECKF(rc == code, "%s: unknown method got %s (%s), want %s", what, zs_status_name(rc),
+                err.msg, zs_status_name(code));
+    if (code == ZS_ERR_UNAUTH)
+        TEST_CHECKF(strstr(err.msg, "bearer token") && !strstr(err.msg, "NoSuchMethod") &&
+                        !strstr(err.msg, "protocol"),
+                    "%s: message '%s' must name the token and nothing else", what, err.msg);
+    else
+        TEST_CHECKF(strstr(err.msg, "unknown method"), "%s: message '%s'", what, err.msg);
+    if (r)
+        protobuf_c_message_free_unpacked(r, NULL);
+    grpc_channel_destroy(ch);
+    printf("  unknown method, %s: %s: %s\n", what, zs_status_name(rc), err.msg);
 }
 
 /* A client stream (Initialize of another model, overwrite) through these
@@ -394,6 +428,9 @@ int main(void)
     expect_refused("token prefix only", &prefix, ZS_ERR_UNAUTH, "bearer token", 4.0);
     expect_stream_unauth("no token", &none);
     expect_stream_unauth("wrong token", &wrong);
+    expect_unknown_method("no token", tok.addr, NULL, NULL, ZS_ERR_UNAUTH);
+    expect_unknown_method("wrong token", tok.addr, NULL, TOKEN "x", ZS_ERR_UNAUTH);
+    expect_unknown_method("right token", tok.addr, NULL, TOKEN, ZS_ERR_UNIMPLEMENTED);
     expect_unchanged(&good);
     expect_no_body_read(&tok);
     expect_unchanged(&good);
@@ -429,6 +466,8 @@ int main(void)
     expect_refused("TLS, no token", &bnone, ZS_ERR_UNAUTH, "bearer token", 4.0);
     expect_refused("TLS, wrong token", &bwrong, ZS_ERR_UNAUTH, "bearer token", 4.0);
     expect_stream_unauth("TLS, wrong token", &bwrong);
+    expect_unknown_method("TLS, no token", both.addr, cert, NULL, ZS_ERR_UNAUTH);
+    expect_unknown_method("TLS, right token", both.addr, cert, TOKEN, ZS_ERR_UNIMPLEMENTED);
     expect_unchanged(&bgood);
 
     zs_test_server_stop(&tok, SIGTERM);

@@ -12,6 +12,8 @@
  *     systemd or Kubernetes) or a random zs-train worker (mpirun ends, the
  *     launcher reruns the job with --resume-auto). A lost server is waited
  *     for and recovered from inside zs-train (zs_engine_recover).
+ *  1b and 2 run with speculative updates on the servers (super_offload),
+ *  the reference without: the kills land mid-speculation too.
  *  The job must finish by itself, with final parameters bitwise equal to
  *  the reference, the CSV listing each step once, and the newest checkpoint
  *  complete on both servers never going backwards (sampled after each kill:
@@ -39,15 +41,39 @@ static void start_servers(zs_test_server_t *srv, const char *tag, char *list, si
     zs_test_servers_up(srv, 2, g_tmp, tag, "--keep 2", list, n);
 }
 
-/* The zs-train arguments both runs share. */
+/* zs-train's embedded default config with speculative updates on the
+ * servers (offload_optimizer.super_offload, issue 18): the disturbed runs
+ * use it, the reference does not, so the kills also land mid-speculation
+ * and the result must still equal plain commits bitwise. */
+static char g_spec_config[300];
+
+static void write_spec_config(void)
+{
+    snprintf(g_spec_config, sizeof g_spec_config, "%s/spec.json", g_tmp);
+    FILE *f = fopen(g_spec_config, "w");
+    TEST_CHECK(f);
+    fputs("{\"train_batch_size\": 16, \"train_micro_batch_size_per_gpu\": 4,"
+          " \"gradient_clipping\": 1.0,"
+          " \"optimizer\": {\"type\": \"AdamW\", \"params\": {\"lr\": 0.001,"
+          " \"betas\": [0.9, 0.95], \"eps\": 1e-8, \"weight_decay\": 0.1}},"
+          " \"scheduler\": {\"type\": \"WarmupLR\", \"params\": {\"warmup_min_lr\": 0,"
+          " \"warmup_max_lr\": 0.001, \"warmup_num_steps\": 20, \"warmup_type\": \"linear\"}},"
+          " \"zero_optimization\": {\"stage\": 2, \"offload_optimizer\": {\"device\": \"cpu\","
+          " \"super_offload\": true}}}\n",
+          f);
+    TEST_CHECK(fclose(f) == 0);
+}
+
+/* The zs-train arguments the runs share; spec: with g_spec_config. */
 static void train_args(char *buf, size_t n, const char *servers, const char *params,
-                       const char *csv)
+                       const char *csv, int spec)
 {
     snprintf(buf, n,
              "%s --data %s --servers %s --layers 2 --heads 4 --width 64 --ctx 64 --steps %d "
              "--ckpt-every 10 --log-every 50 --server-timeout 10 --server-wait 60 "
-             "--max-recoveries 40 --save-params %s --csv %s",
-             ZS_TRAIN, g_data, servers, STEPS, params, csv);
+             "--max-recoveries 40 --save-params %s --csv %s%s%s",
+             ZS_TRAIN, g_data, servers, STEPS, params, csv, spec ? " --config " : "",
+             spec ? g_spec_config : "");
 }
 
 /* pid of a random zs-train process of this test (its args name `tag`), or
@@ -106,6 +132,7 @@ int main(void)
     snprintf(g_data, sizeof g_data, "%s/corpus.tok", g_tmp);
     zs_test_tokenize(ZS_TOKENIZE, g_data, "$(" ZS_TEST_LICENCES ")");
     setenv("ZS_LOG_LEVEL", "warn", 1);
+    write_spec_config();
 
     /* 1. the undisturbed run */
     zs_test_server_t ref[2];
@@ -113,7 +140,7 @@ int main(void)
     start_servers(ref, "ref", servers, sizeof servers);
     snprintf(ref_bin, sizeof ref_bin, "%s/ref.bin", g_tmp);
     snprintf(ref_csv, sizeof ref_csv, "%s/ref.csv", g_tmp);
-    train_args(args, sizeof args, servers, ref_bin, ref_csv);
+    train_args(args, sizeof args, servers, ref_bin, ref_csv, 0);
     time_t t0 = time(NULL);
     int rc =
         zs_test_sh("%s " ZS_TEST_MPI_OPTS " -np 2 %s > %s/ref.log 2>&1", ZS_MPIEXEC, args, g_tmp);
@@ -131,7 +158,7 @@ int main(void)
         snprintf(bin, sizeof bin, "%s/one.bin", g_tmp);
         snprintf(csv, sizeof csv, "%s/one.csv", g_tmp);
         snprintf(olog, sizeof olog, "%s/one.log", g_tmp);
-        train_args(args, sizeof args, servers, bin, csv);
+        train_args(args, sizeof args, servers, bin, csv, 1);
         snprintf(cmd1, sizeof cmd1, "exec %s " ZS_TEST_MPI_OPTS " -np 2 %s > %s 2>&1", ZS_MPIEXEC,
                  args, olog);
         pid_t job = fork();
@@ -171,7 +198,7 @@ int main(void)
     snprintf(chaos_bin, sizeof chaos_bin, "%s/chaos.bin", g_tmp);
     snprintf(chaos_csv, sizeof chaos_csv, "%s/chaos.csv", g_tmp);
     snprintf(log, sizeof log, "%s/chaos.log", g_tmp);
-    train_args(args, sizeof args, servers, chaos_bin, chaos_csv);
+    train_args(args, sizeof args, servers, chaos_bin, chaos_csv, 1);
     char cmd[4096];
     snprintf(
         cmd, sizeof cmd,

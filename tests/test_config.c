@@ -153,6 +153,19 @@ static void test_defaults(void)
                c.fp16.loss_scale_window == 1000 && c.fp16.hysteresis == 2 &&
                c.fp16.min_loss_scale == 1.0 && !c.fp16.consecutive_hysteresis);
     TEST_CHECK(c.stage == 0 && !c.offload_optimizer && !c.offload_param);
+    TEST_CHECK(c.offload_speculate == ZS_CFG_SPECULATE_DEFAULT);
+    {
+        zs_config_t s;
+        warns_t ws;
+        parse_ok("{\"zero_optimization\": {\"stage\": 2, \"offload_optimizer\": {\"device\": "
+                 "\"cpu\", \"super_offload\": false}}}",
+                 &s, &ws);
+        TEST_CHECK(s.offload_optimizer == 1 && s.offload_speculate == 0 && ws.n == 0);
+        parse_ok("{\"zero_optimization\": {\"stage\": 2, \"offload_optimizer\": {\"device\": "
+                 "\"cpu\", \"super_offload\": true}}}",
+                 &s, &ws);
+        TEST_CHECK(s.offload_speculate == 1 && ws.n == 0);
+    }
     TEST_CHECK(c.reduce_bucket_size == 500000000 && c.allgather_bucket_size == 500000000);
     TEST_CHECK(c.overlap_comm == 0 && c.contiguous_gradients == 1 && c.reduce_scatter == 1 &&
                c.allgather_partitions == 1 && c.round_robin_gradients == 0);
@@ -517,6 +530,17 @@ static void test_errors(void)
               "zero_optimization.offload_optimizer.device", "\"gpu\"", NULL);
     parse_err("{\"zero_optimization\": {\"offload_optimizer\": {\"device\": \"CPU\"}}}",
               "zero_optimization.offload_optimizer.device", "\"CPU\"", NULL);
+    /* offload_optimizer.super_offload (speculation, issue 18): a bool; a
+     * misspelling is refused by name; not a key of offload_param. */
+    parse_err("{\"zero_optimization\": {\"offload_optimizer\": {\"device\": \"cpu\", "
+              "\"super_offload\": \"yes\"}}}",
+              "zero_optimization.offload_optimizer.super_offload", "\"yes\"", "true or false");
+    parse_err("{\"zero_optimization\": {\"offload_optimizer\": {\"device\": \"cpu\", "
+              "\"super_ofload\": false}}}",
+              "super_ofload", "unknown key", NULL);
+    parse_err("{\"zero_optimization\": {\"stage\": 3, \"offload_param\": {\"device\": \"cpu\", "
+              "\"super_offload\": false}}}",
+              "super_offload", "unknown key", NULL);
     parse_err("{\"optimizer\": {\"type\": \"Lamb\", \"params\": {\"lr\": 0.01}}}", "optimizer.type",
               "\"Lamb\"", "not implemented");
     parse_err("{\"optimizer\": {\"type\": \"SGD\"}}", "optimizer.type", "\"SGD\"", NULL);

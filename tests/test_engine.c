@@ -17,6 +17,11 @@
  *     (2) and window (4) rules.
  *  4. A server killed mid-run gives the workers a clear error naming it
  *     within the deadline, not a hang.
+ *  5. Speculative updates on the servers (super_offload true) are bitwise
+ *     equal to plain commits (false): stages 0-3 x W in {1,2} x fp32/bf16/
+ *     fp16 (two overflow-skipped steps); clip 0.01 rolls every step back and
+ *     still matches; without clipping the servers keep them (their counters
+ *     say so). `test_engine speculation` runs this section alone.
  */
 #include <errno.h>
 #include <stdarg.h>
@@ -395,6 +400,122 @@ static void fp16_overflow(void)
     printf("  steps 5, 6 skipped on every worker; scales follow hysteresis and window\n");
 }
 
+/* Sum "spec hits=.. rollbacks=.. elements=.." (the servers' counters over
+ * the run) and the workers' "spec=" of each stat line (1 kept, -1 rolled
+ * back) from a log. */
+typedef struct {
+    unsigned long long hits, rollbacks, elements;
+    int kept, rolled, steps;
+} spec_log_t;
+
+static spec_log_t spec_log(const char *log)
+{
+    spec_log_t r = {0};
+    FILE *f = fopen(log, "r");
+    TEST_CHECK(f);
+    char line[512];
+    while (fgets(line, sizeof line, f)) {
+        int sp;
+        const char *p = strstr(line, " spec=");
+        if (strncmp(line, "stat ", 5) == 0 && p && sscanf(p, " spec=%d", &sp) == 1) {
+            r.steps++;
+            r.kept += sp > 0;
+            r.rolled += sp < 0;
+        }
+        sscanf(line, "spec hits=%llu rollbacks=%llu elements=%llu", &r.hits, &r.rollbacks,
+               &r.elements);
+    }
+    fclose(f);
+    return r;
+}
+
+/* 5. Speculative updates on the servers (offload_optimizer.super_offload):
+ * bitwise equal to the plain commit path at every stage, W in {1, 2}, fp32,
+ * bf16 and fp16 with two overflow-skipped steps; with clip 0.01 every step
+ * rolls back and still matches; without clipping the servers keep them. */
+static void speculation(void)
+{
+    static const char *dtypes[] = {"fp32", "bf16", "fp16"};
+    static const int Ws[] = {1, 2};
+    printf("5. speculative updates on the servers == plain commits, bitwise\n");
+    unsigned long long hits = 0, rollbacks = 0;
+    for (int s = 0; s <= 3; s++)
+        for (int wi = 0; wi < 2; wi++)
+            for (int d = 0; d < 3; d++) {
+                char out[2][300], log[2][300];
+                const char *extra = d == 2 ? "--inject-nan 5 --inject-count 2" : "";
+                for (int sp = 0; sp < 2; sp++) {
+                    snprintf(out[sp], sizeof out[sp], "%s/spec-s%d-w%d-%s-%d.bin", g_tmp, s, Ws[wi],
+                             dtypes[d], sp);
+                    snprintf(log[sp], sizeof log[sp], "%s/spec-s%d-w%d-%s-%d.log", g_tmp, s, Ws[wi],
+                             dtypes[d], sp);
+                    must(run(Ws[wi], log[sp],
+                             "--stage %d --dtype %s --offload 1 --servers %s --steps 10 "
+                             "--clip 1.0 --spec %d --spec-report --out %s %s",
+                             s, dtypes[d], g_servers, sp, out[sp], extra),
+                         log[sp], "speculation run");
+                }
+                spec_log_t on = spec_log(log[1]), off = spec_log(log[0]);
+                TEST_CHECKF(same_file(out[0], out[1]),
+                            "stage %d W=%d %s: speculative and plain commits differ", s, Ws[wi],
+                            dtypes[d]);
+                TEST_CHECKF(off.hits == 0 && off.rollbacks == 0 && off.elements == 0 &&
+                                off.kept == 0 && off.rolled == 0,
+                            "stage %d W=%d %s: super_offload false still speculated", s, Ws[wi],
+                            dtypes[d]);
+                TEST_CHECKF(on.steps == 10 && on.kept + on.rolled == 10 &&
+                                on.rolled >= (d == 2 ? 2 : 0),
+                            "stage %d W=%d %s: %d steps, %d kept, %d rolled back", s, Ws[wi],
+                            dtypes[d], on.steps, on.kept, on.rolled);
+                hits += on.hits;
+                rollbacks += on.rollbacks;
+                printf("  stage %d W=%d %s%s: speculative == plain, bitwise (workers: %d kept, "
+                       "%d rolled back; servers: %llu kept, %llu rolled back)\n",
+                       s, Ws[wi], dtypes[d], d == 2 ? " (2 overflows)" : "", on.kept, on.rolled,
+                       on.hits, on.rollbacks);
+            }
+    /* Commits usually reach a server after it speculated; over 24 runs of
+     * 10 steps on 2 servers some must have been kept and some rolled back. */
+    TEST_CHECKF(hits > 0 && rollbacks > 0, "servers kept %llu and rolled back %llu", hits,
+                rollbacks);
+    /* Clipping on every step (clip 0.01): every speculation rolls back. */
+    char out[2][300], log[2][300];
+    for (int sp = 0; sp < 2; sp++) {
+        snprintf(out[sp], sizeof out[sp], "%s/spec-clip-%d.bin", g_tmp, sp);
+        snprintf(log[sp], sizeof log[sp], "%s/spec-clip-%d.log", g_tmp, sp);
+        must(run(2, log[sp],
+                 "--stage 2 --dtype bf16 --offload 1 --servers %s --steps 10 --clip 0.01 "
+                 "--spec %d --spec-report --ref %s --out %s",
+                 g_servers, sp, BF16_TOL, out[sp]),
+             log[sp], "clipping run");
+    }
+    spec_log_t on = spec_log(log[1]);
+    TEST_CHECKF(same_file(out[0], out[1]), "clip 0.01: speculative and plain commits differ");
+    TEST_CHECKF(on.rolled == 10 && on.kept == 0 && on.hits == 0 && on.rollbacks > 0,
+                "clip 0.01: workers %d kept / %d rolled back, servers %llu / %llu", on.kept,
+                on.rolled, on.hits, on.rollbacks);
+    printf("  clip 0.01, stage 2 W=2 bf16: every step rolled back (servers: %llu), == plain, "
+           "bitwise\n",
+           on.rollbacks);
+    for (int sp = 0; sp < 2; sp++) {
+        snprintf(out[sp], sizeof out[sp], "%s/spec-noclip-%d.bin", g_tmp, sp);
+        snprintf(log[sp], sizeof log[sp], "%s/spec-noclip-%d.log", g_tmp, sp);
+        must(run(2, log[sp],
+                 "--stage 2 --dtype fp32 --offload 1 --servers %s --steps 10 --clip 0 "
+                 "--spec %d --spec-report --out %s",
+                 g_servers, sp, out[sp]),
+             log[sp], "no-clipping run");
+    }
+    on = spec_log(log[1]);
+    TEST_CHECKF(same_file(out[0], out[1]), "no clipping: speculative and plain commits differ");
+    TEST_CHECKF(on.kept == 10 && on.rolled == 0 && on.rollbacks == 0 && on.hits > 0,
+                "no clipping: workers %d kept / %d rolled back, servers %llu / %llu", on.kept,
+                on.rolled, on.hits, on.rollbacks);
+    printf("  no clipping, stage 2 W=2 fp32: servers kept %llu speculative steps, none rolled "
+           "back\n",
+           on.hits);
+}
+
 static void server_gone(void)
 {
     printf("4. a server killed mid-run: clear error naming it, no hang\n");
@@ -425,9 +546,11 @@ static void server_gone(void)
     printf("  workers stopped after %ld s with an error naming %s\n", secs, g_srv[1].addr);
 }
 
-int main(void)
+int main(int argc, char **argv)
 {
     setvbuf(stdout, NULL, _IONBF, 0);
+    /* test_engine speculation: only section 5 (for working on it). */
+    int only_spec = argc > 1 && strcmp(argv[1], "speculation") == 0;
     snprintf(g_tmp, sizeof g_tmp, "%s", zs_test_tmpdir("engine"));
     for (int i = 0; i < 2; i++) {
         snprintf(g_srv[i].data_dir, sizeof g_srv[i].data_dir, "%s/s%d", g_tmp, i);
@@ -436,6 +559,13 @@ int main(void)
     }
     zs_test_server_list(g_srv, 2, g_servers, sizeof g_servers);
     setenv("ZS_LOG_LEVEL", "warn", 1);
+    if (only_spec) {
+        speculation();
+        for (int i = 0; i < 2; i++)
+            zs_test_server_stop(&g_srv[i], SIGTERM);
+        printf("PASS test_engine speculation (%d mpirun runs)\n", g_runs);
+        return 0;
+    }
     equivalence();
     stage3_options();
     memory();
@@ -446,6 +576,7 @@ int main(void)
     kill_and_resume(1, 3, "fp32");
     kill_and_resume(1, 2, "fp16"); /* the loss scaler comes back with the checkpoint */
     fp16_overflow();
+    speculation();
     server_gone();
     for (int i = 0; i < 2; i++)
         zs_test_server_stop(&g_srv[i], SIGTERM);

@@ -99,9 +99,15 @@ ZS_LOG_LEVEL=warn "$SERVER" --listen 127.0.0.1:0 --data "$T/db" --threads 1 --to
   > "$T/server.log" 2>&1 &
 PIDS+=($!)
 wait_file "$T/server.metrics" 20 && wait_file "$T/server.addr" 20 || fail "zs-server did not start"
+# zs-train's default config with speculative updates on (issue 18)
+cat > "$T/spec.json" <<'JSON'
+{"train_batch_size": 16, "train_micro_batch_size_per_gpu": 4, "gradient_clipping": 1.0,
+ "optimizer": {"type": "AdamW", "params": {"lr": 0.001}},
+ "zero_optimization": {"stage": 2, "offload_optimizer": {"device": "cpu", "super_offload": true}}}
+JSON
 ZS_LOG_LEVEL=warn "$MPIEXEC" --allow-run-as-root --oversubscribe --bind-to none -np 2 \
   "$TRAIN" --data "$T/data.tok" --servers "$(cat "$T/server.addr")" --layers 2 --width 64 \
-  --steps 1000000 --ckpt-every 20 --log-every 100 --token-file "$T/token" \
+  --config "$T/spec.json" --steps 1000000 --ckpt-every 20 --log-every 100 --token-file "$T/token" \
   --metrics 127.0.0.1:0 --metrics-ready-file "$T/train.metrics" > "$T/train.log" 2>&1 &
 PIDS+=($!)
 wait_file "$T/train.metrics" 30 || fail "zs-train did not start its metrics endpoint"
@@ -173,9 +179,13 @@ while [ $SECONDS -lt $end ]; do
   sleep 0.5
 done
 python3 -c 'import sys; sys.exit(not float(sys.argv[1]) > 0)' "${ckpts:-0}" || fail "checkpoints: ${ckpts:-none}"
+# speculation (super_offload in the trainer's config): the
+# server updated chunks before their commits, and kept or rolled them back
+specs=$(query 'zs_server_speculation_hits_total{job="zs-server"} + zs_server_speculation_rollbacks_total{job="zs-server"}')
+python3 -c 'import sys; sys.exit(not float(sys.argv[1]) > 0)' "${specs:-0}" || fail "speculative steps: ${specs:-none}"
 mem=$(query 'sum(zs_train_memory_bytes{job="zs-train",space="device"})')
 python3 -c 'import sys; sys.exit(not float(sys.argv[1]) > 0)' "${mem:-0}" || fail "train memory: ${mem:-none}"
-echo "prometheus: Push OK calls $pushes, Hello UNAUTHENTICATED $unauth, checkpoints written $ckpts, train device memory $mem bytes"
+echo "prometheus: Push OK calls $pushes, Hello UNAUTHENTICATED $unauth, checkpoints written $ckpts, speculative steps $specs, train device memory $mem bytes"
 # 6. docs/metrics.md: its tables name exactly the metrics Prometheus saw,
 # with their types, and its queries run
 api 'api/v1/metadata' > "$T/metadata.json"

@@ -378,9 +378,14 @@ static void check(const char *name, int rc, const zs_err_t *err, int want, int g
 static void hello_cases(void)
 {
     zs_err_t err;
-    int rc = raw1(0, M("Hello"), hello_msg(2, MODEL, P), &err);
-    check("Hello: protocol version 2", rc, &err, ZS_ERR_STATE, G_PRECOND,
-          "protocol version 2 not supported", 1);
+    int rc = raw1(0, M("Hello"), hello_msg(3, MODEL, P), &err);
+    check("Hello: protocol version 3", rc, &err, ZS_ERR_STATE, G_PRECOND,
+          "protocol version 3 not supported", 1);
+    /* A client of protocol 1 (before StepExpect, issue 18) is refused with
+     * the version the server speaks. */
+    rc = raw1(0, M("Hello"), hello_msg(1, MODEL, P), &err);
+    check("Hello: protocol version 1 (an old client)", rc, &err, ZS_ERR_STATE, G_PRECOND,
+          "protocol version 1 not supported (server speaks 2)", 1);
     rc = raw1(0, M("Hello"), hello_msg(0, "", 0), &err);
     check("Hello: no protocol version (proto3's 0) is accepted", rc, &err, ZS_OK, 0, "", 0);
     /* A name with a NUL byte (protobuf-c would stop at it: "refusals"). */
@@ -435,15 +440,15 @@ static void init_cases(void)
     rc = raw_call(0, M("Initialize"), m, 1, NULL, TMO_MS, &err);
     check("Initialize: model name of 199 characters", rc, &err, ZS_ERR_INVALID, G_INVALID,
           "model name longer than 127", 1);
-    /* InitChunk{init: InitRequest{version 1, name "refusals\0evil", P, S 2}}, by hand:
+    /* InitChunk{init: InitRequest{version, name "refusals\0evil", P, S 2}}, by hand:
      * protobuf-c cannot pack a string with a NUL. */
     uint8_t ib[64];
     size_t in = 0;
     static const char nm[] = "refusals\0evil";
     ib[in++] = 0x0A; /* InitChunk.init */
     size_t lenpos = in++;
-    ib[in++] = 0x08; /* protocol_version 1 */
-    ib[in++] = 1;
+    ib[in++] = 0x08; /* protocol_version */
+    ib[in++] = ZS_PROTOCOL_VERSION;
     ib[in++] = 0x12; /* model_name */
     ib[in++] = (uint8_t)(sizeof nm - 1);
     memcpy(ib + in, nm, sizeof nm - 1);

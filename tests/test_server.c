@@ -7,9 +7,12 @@
  *  1. After 30 steps the fp32 master, exp_avg and exp_avg_sq on the servers,
  *     and the bf16 copies the clients pulled, are bitwise equal to a
  *     single-process run of the same kernel (zs_adam_update).
- *  2. Checkpoint at step 20; kill -9 server 1 after step 25; restart it (it
- *     loads checkpoint 20 by itself); restore 20 everywhere; replay 21..30:
- *     still bitwise equal to the uninterrupted reference.
+ *  2. Checkpoint at step 20; step 25 pushed and speculated (the clients
+ *     state the unclipped scalars with their pushes), then kill -9 server 1
+ *     before the commit; restart it (it loads checkpoint 20 by itself);
+ *     restore 20 everywhere; replay 21..30: still bitwise equal to the
+ *     uninterrupted reference. Speculation was kept on some steps and
+ *     rolled back on others (clipped, skipped) on both servers.
  *  3. Hello reports layout, steps and checkpoints as expected.
  * Steps cover fp32, bf16 and fp16 gradients, a clipped step, a skipped
  * (overflow) step, and a varying learning rate.
@@ -94,7 +97,12 @@ static void child_main(int w, const char *servers, int in, int out, const char *
             _exit(2);
         if (cmd == 'P') {
             zs_synth_grad(step, b, e, grad, tmp);
-            if (zs_client_push(c, step, b, e, grad, zs_synth_dtype(step), &err))
+            /* The unclipped, not skipped scalars: speculated, kept on most
+             * steps, rolled back on the clipped and skipped ones. */
+            zs_step_scalars_t x = scalars(step);
+            x.clip_coef = 1.0f;
+            x.skip = 0;
+            if (zs_client_push_expect(c, step, b, e, grad, zs_synth_dtype(step), &x, &err))
                 child_fail("push", &err);
         } else {
             zs_step_scalars_t s = scalars(step);
@@ -236,21 +244,31 @@ int main(void)
 
     int killed = 0;
     for (uint64_t step = 1; step <= STEPS; step++) {
+        zs_server_info_t before[2];
+        TEST_OK(zs_client_hello(c, MODEL, NPARAM, before, &err), err);
         send_cmd(ch, 'P', step);
-        send_cmd(ch, 'C', step);
-        if (step == 20) {
-            TEST_OK(zs_client_checkpoint(c, 20, 0, &err), err);
-            printf("step 20: checkpoint complete on both servers\n");
-        }
         if (step == 25 && !killed) {
+            /* kill -9 mid-speculation: server 1 has updated step 25's chunks
+             * speculatively and no commit came. */
+            zs_server_info_t now[2];
+            int64_t t0 = zs_now_ms_test();
+            do {
+                TEST_OK(zs_client_hello(c, MODEL, NPARAM, now, &err), err);
+            } while (now[1].spec_elements == before[1].spec_elements &&
+                     zs_now_ms_test() - t0 < 20000);
+            TEST_CHECKF(now[1].spec_elements > before[1].spec_elements,
+                        "server 1 did not speculate step 25");
             killed = 1;
             zs_test_server_stop(&srv[1], SIGKILL);
-            printf("step 25: server 1 killed with SIGKILL; restarting on %s\n", srv[1].addr);
+            printf("step 25: pushed, server 1 speculated %llu elements; killed with SIGKILL "
+                   "before the commit; restarting on %s\n",
+                   (unsigned long long)(now[1].spec_elements - before[1].spec_elements),
+                   srv[1].addr);
             zs_test_server_start(&srv[1]);
             zs_server_info_t info[2];
             TEST_OK(zs_client_hello(c, MODEL, NPARAM, info, &err), err);
-            TEST_CHECKF(info[0].applied_step == 25 && info[1].applied_step == 20,
-                        "after restart: server steps %llu, %llu (want 25, 20)",
+            TEST_CHECKF(info[0].applied_step == 24 && info[1].applied_step == 20,
+                        "after restart: server steps %llu, %llu (want 24, 20)",
                         (unsigned long long)info[0].applied_step,
                         (unsigned long long)info[1].applied_step);
             TEST_CHECK(info[1].ncheckpoints == 1 && info[1].checkpoints[0] == 20);
@@ -261,6 +279,12 @@ int main(void)
             TEST_OK(zs_client_restore(c, 20, &err), err);
             printf("restored step 20 on both servers; replaying 21..30\n");
             step = 20;
+            continue;
+        }
+        send_cmd(ch, 'C', step);
+        if (step == 20) {
+            TEST_OK(zs_client_checkpoint(c, 20, 0, &err), err);
+            printf("step 20: checkpoint complete on both servers\n");
         }
     }
     send_cmd(ch, 'Q', 0);
@@ -280,6 +304,14 @@ int main(void)
                (unsigned long long)info[i].applied_step, (unsigned long long)info[i].optimizer_step,
                info[i].bytes_in / 1e6, info[i].bytes_out / 1e6, info[i].optimizer_gbps);
         TEST_CHECK(info[i].applied_step == STEPS && info[i].optimizer_step == STEPS - 1);
+        printf("server %d: speculation kept %llu steps, rolled back %llu\n", i,
+               (unsigned long long)info[i].spec_hits, (unsigned long long)info[i].spec_rollbacks);
+        /* Server 0 ran all 35 steps, server 1 the 10 replayed ones: the
+         * clipped (4, 8, ...) and skipped (7) steps roll back. */
+        TEST_CHECKF(info[i].spec_hits > 0 && info[i].spec_rollbacks > 0,
+                    "server %d: speculation kept %llu, rolled back %llu", i,
+                    (unsigned long long)info[i].spec_hits,
+                    (unsigned long long)info[i].spec_rollbacks);
         TEST_CHECK(info[i].num_servers == 2 && info[i].server_index == (uint32_t)i);
     }
     TEST_CHECK(info[0].range_begin == 0 && info[0].range_end == info[1].range_begin &&

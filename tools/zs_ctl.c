@@ -95,6 +95,9 @@ static int status(zs_client_t *c)
                "MB (%.1f reserved)",
                zs_client_server(c, i), in[i].rss_bytes / 1e6, in[i].heap_in_use / 1e6,
                in[i].heap_free / 1e6, in[i].mem_budget / 1e6, in[i].mem_reserved / 1e6);
+        if (in[i].spec_hits || in[i].spec_rollbacks)
+            printf("; speculation: %llu steps kept, %llu rolled back",
+                   (unsigned long long)in[i].spec_hits, (unsigned long long)in[i].spec_rollbacks);
         if (in[i].store_degraded)
             printf("; STORE DEGRADED: %s", in[i].store_error[0] ? in[i].store_error : "?");
         printf("\n");

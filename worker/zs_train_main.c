@@ -413,7 +413,8 @@ static void warn_key(void *ud, const char *path, const char *why)
 static FILE *csv_open(const char *path, int resumed, uint64_t at)
 {
     static const char *header = "step,loss,lr,loss_scale,tokens_per_s,ms_step,ms_forward,"
-                                "ms_backward,ms_comm,ms_optimizer,skipped,workers,val_loss\n";
+                                "ms_backward,ms_comm,ms_optimizer,skipped,workers,val_loss,spec,"
+                                "ms_opt_push,ms_opt_commit,ms_opt_pull\n";
     char *old = resumed ? zs_file_read_text(path, (size_t)1 << 30, 0) : NULL;
     FILE *f = fopen(path, "w");
     if (!f) {
@@ -964,20 +965,24 @@ int main(int argc, char **argv)
         }
         zs_train_metrics_step(tm, &st, sec, tokens_per_step, e);
         if (rank == 0 && (st.step % (uint64_t)o.log_every == 0 || st.step == (uint64_t)o.steps)) {
-            printf("%6llu %9.4f %10.3g %8g %9.0f %8.1f %8.1f %8.1f %8.1f%s\n",
+            printf("%6llu %9.4f %10.3g %8g %9.0f %8.1f %8.1f %8.1f %8.1f%s%s\n",
                    (unsigned long long)st.step, st.loss, st.lr, st.loss_scale,
                    tokens_per_step / sec, st.ms_forward, st.ms_backward, st.ms_comm,
-                   st.ms_optimizer, st.skipped ? "  (skipped: overflow)" : "");
+                   st.ms_optimizer, st.skipped ? "  (skipped: overflow)" : "",
+                   st.spec < 0 && !st.skipped ? "  (speculation rolled back)" : "");
             fflush(stdout);
         }
         if (csv) {
+            /* val_loss stays the 13th column (deploy/plot.sh, test_init_from),
+             * empty on steps without a validation */
             fprintf(csv, "%llu,%.6f,%.6g,%g,%.1f,%.2f,%.2f,%.2f,%.2f,%.2f,%d,%d,",
                     (unsigned long long)st.step, st.loss, st.lr, st.loss_scale,
                     tokens_per_step / sec, sec * 1e3, st.ms_forward, st.ms_backward, st.ms_comm,
                     st.ms_optimizer, st.skipped, W);
             if (!isnan(val))
                 fprintf(csv, "%.6f", val);
-            fputc('\n', csv);
+            fprintf(csv, ",%d,%.2f,%.2f,%.2f\n", st.spec, st.ms_opt_push, st.ms_opt_commit,
+                    st.ms_opt_pull);
             fflush(csv);
         }
         if (nsteps == 1 || (o.mem_every && st.step % (uint64_t)o.mem_every == 0)) {

@@ -13,6 +13,7 @@ static const char *const k_phases[PH_N] = {"forward", "backward", "comm", "optim
 
 struct zs_train_metrics {
     zs_metrics_t *reg;
+    zs_series_t *spec_hits, *spec_rollbacks;
     zs_series_t *step, *loss, *lr, *scale, *norm, *tps, *tokens, *steps, *skipped, *ckpts,
         *ckpt_step, *recoveries, *recovered_step, *workers, *params, *val_loss, *val_step;
     zs_series_t *dur[PH_N], *sec[PH_N];
@@ -73,6 +74,14 @@ int zs_train_metrics_create(const char *hostport, int workers, zs_train_metrics_
                      0, 0, &rc, err);
     tm->skipped = reg1(tm, "zs_train_steps_skipped_total", C,
                        "Steps skipped (fp16 overflow) since this process started.", 0, 0, &rc, err);
+    tm->spec_hits = reg1(tm, "zs_train_spec_hits_total", C,
+                         "Steps whose commit carried the scalars the pushes stated, so the "
+                         "servers kept their speculative update (offload_optimizer.super_offload).",
+                         0, 0, &rc, err);
+    tm->spec_rollbacks = reg1(tm, "zs_train_spec_rollbacks_total", C,
+                              "Steps whose commit carried other scalars (clipping, overflow), so "
+                              "the servers rolled their speculative update back.",
+                              0, 0, &rc, err);
     zs_metric_t *fd = NULL, *fs = NULL;
     const char *phase = "phase";
     if (!rc)
@@ -183,6 +192,10 @@ void zs_train_metrics_step(zs_train_metrics_t *tm, const zs_step_stats_t *st, do
     zs_series_add(tm->steps, 1);
     if (st->skipped)
         zs_series_add(tm->skipped, 1);
+    if (st->spec > 0)
+        zs_series_add(tm->spec_hits, 1);
+    if (st->spec < 0)
+        zs_series_add(tm->spec_rollbacks, 1);
     const double ph[PH_N] = {st->ms_forward / 1e3, st->ms_backward / 1e3, st->ms_comm / 1e3,
                              st->ms_optimizer / 1e3, seconds};
     for (int p = 0; p < PH_N; p++) {

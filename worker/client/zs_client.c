@@ -240,6 +240,9 @@ static void info_from_pb(const Zeroshard__HelloReply *r, zs_server_info_t *in)
         in->rss_bytes = r->counters->rss_bytes;
         in->heap_in_use = r->counters->heap_in_use;
         in->heap_free = r->counters->heap_free;
+        in->spec_hits = r->counters->spec_hits;
+        in->spec_rollbacks = r->counters->spec_rollbacks;
+        in->spec_elements = r->counters->spec_elements;
     }
     in->store_degraded = r->store_degraded;
     snprintf(in->store_error, sizeof in->store_error, "%s", r->store_error ? r->store_error : "");
@@ -428,6 +431,7 @@ typedef struct {
     uint64_t step, begin, end;
     const void *grad;
     zs_dtype_t dt;
+    Zeroshard__StepExpect *expect; /* NULL: none */
 } push_arg_t;
 
 static const ProtobufCMessage *push_chunk(const void *arg, chunk_msg_t *m, uint64_t off, uint64_t k,
@@ -439,6 +443,7 @@ static const ProtobufCMessage *push_chunk(const void *arg, chunk_msg_t *m, uint6
     m->push.offset = off;
     m->push.count = k;
     m->push.dtype = (Zeroshard__DType)a->dt;
+    m->push.expect = first ? a->expect : NULL; /* the stream's first chunk only */
     return &m->push.base;
 }
 
@@ -456,13 +461,27 @@ static int push_one(zs_client_t *c, int i, void *argp, zs_err_t *err)
 int zs_client_push(zs_client_t *c, uint64_t step, uint64_t begin, uint64_t end, const void *grad,
                    zs_dtype_t dt, zs_err_t *err)
 {
+    return zs_client_push_expect(c, step, begin, end, grad, dt, NULL, err);
+}
+
+int zs_client_push_expect(zs_client_t *c, uint64_t step, uint64_t begin, uint64_t end,
+                          const void *grad, zs_dtype_t dt, const zs_step_scalars_t *expect,
+                          zs_err_t *err)
+{
     if (zs_dtype_size(dt) == 0)
         return zs_err_set(err, ZS_ERR_INVALID, "unknown dtype %d", (int)dt);
     int f, l;
     int rc = owners(c, begin, end, &f, &l, err);
     if (rc)
         return rc;
-    push_arg_t a = {step, begin, end, grad, dt};
+    Zeroshard__StepExpect ex = ZEROSHARD__STEP_EXPECT__INIT;
+    push_arg_t a = {step, begin, end, grad, dt, NULL};
+    if (expect) {
+        ex.grad_scale = expect->grad_scale;
+        ex.lr = expect->lr;
+        ex.param_dtype = (Zeroshard__DType)expect->param_dtype;
+        a.expect = &ex;
+    }
     return fan_out(c, f, l, push_one, NULL, &a, err);
 }
 

@@ -50,6 +50,8 @@ typedef struct zs_server_info {
     char store_error[160];                      /* ... and why */
     uint64_t mem_budget, mem_reserved;          /* --mem-budget and what is reserved (bytes) */
     uint64_t rss_bytes, heap_in_use, heap_free; /* the server process's memory (bytes) */
+    /* Speculative updates (Counters.spec_*): kept, rolled back, elements. */
+    uint64_t spec_hits, spec_rollbacks, spec_elements;
 } zs_server_info_t;
 
 /* Scalars of one commit (see CommitRequest in proto/zeroshard.proto). */
@@ -90,6 +92,16 @@ int zs_client_init(zs_client_t *c, const char *model, uint64_t P, const zs_adam_
  * owning [begin, end). */
 int zs_client_push(zs_client_t *c, uint64_t step, uint64_t begin, uint64_t end, const void *grad,
                    zs_dtype_t dt, zs_err_t *err);
+
+/* As zs_client_push, stating the scalars the worker expects to commit
+ * `step` with (expect->grad_scale, lr, param_dtype; clip coefficient 1 and
+ * no skip implied; expect->step, clip_coef and skip are not sent): servers
+ * may then apply the step speculatively as its chunks are fully staged,
+ * and a Commit with other scalars rolls it back (docs/protocol.md). expect
+ * NULL: as zs_client_push. */
+int zs_client_push_expect(zs_client_t *c, uint64_t step, uint64_t begin, uint64_t end,
+                          const void *grad, zs_dtype_t dt, const zs_step_scalars_t *expect,
+                          zs_err_t *err);
 
 /* Commit s->step on every server. */
 int zs_client_commit(zs_client_t *c, const zs_step_scalars_t *s, zs_err_t *err);

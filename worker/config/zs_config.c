@@ -100,6 +100,7 @@ static const char *const FP16_KEYS[] = {"enabled",           "loss_scale", "init
                                         "min_loss_scale",    NULL};
 static const char *const BF16_KEYS[] = {"enabled", NULL};
 static const char *const OFFLOAD_KEYS[] = {"device", NULL};
+static const char *const OFFLOAD_OPT_KEYS[] = {"device", "super_offload", NULL};
 /* zero_optimization keys besides ZFIELDS (below) */
 static const char *const ZERO_KEYS[] = {"stage",       "offload_optimizer", "offload_param",
                                         "cpu_offload", "cpu_offload_param", NULL};
@@ -192,9 +193,8 @@ static const char *const ZERO_NOT_IMPLEMENTED[] = {"load_from_fp32_weights",
                                                    NULL};
 
 static const char *const OFFLOAD_OPT_NOT_IMPLEMENTED[] = {
-    "nvme_path",           "buffer_count",       "pin_memory", "pipeline_read",
-    "pipeline_write",      "fast_init",          "ratio",      "super_offload",
-    "convert_grad_on_cpu", "cpuadam_cores_perc", NULL};
+    "nvme_path", "buffer_count", "pin_memory",          "pipeline_read",      "pipeline_write",
+    "fast_init", "ratio",        "convert_grad_on_cpu", "cpuadam_cores_perc", NULL};
 
 static const char *const OFFLOAD_PARAM_NOT_IMPLEMENTED[] = {
     "nvme_path", "buffer_count", "buffer_size", "max_in_cpu", "pin_memory", NULL};
@@ -473,9 +473,12 @@ static int parse_bf16(pctx_t *c, const cJSON *o, const char *name, zs_config_t *
 }
 
 /* offload_optimizer / offload_param: device none|cpu; nvme is refused
- * (using CPU memory instead would misread the file). */
+ * (using CPU memory instead would misread the file). super: where
+ * offload_optimizer.super_offload (DeepSpeed's SuperOffload switch: the CPU
+ * optimizer speculates before the gradient norm and overflow are known)
+ * goes; NULL for offload_param, where it is an unknown key. */
 static int parse_offload(pctx_t *c, const cJSON *o, const char *path, const char *const *not_impl,
-                         int *out)
+                         int *out, int *super)
 {
     *out = 0;
     if (cJSON_IsNull(o)) /* DeepSpeed: Optional[...] = None */
@@ -504,10 +507,14 @@ static int parse_offload(pctx_t *c, const cJSON *o, const char *path, const char
                                   "%s: \"%.40s\" is not a device (DeepSpeed: \"none\", \"cpu\", "
                                   "\"nvme\")",
                                   p, d);
+        } else if (super && strcmp(it->string, "super_offload") == 0) {
+            if ((rc = zs__cfg_get_bool(c, it, p, super)) != ZS_OK)
+                return rc;
         } else if (zs__cfg_in_list(it->string, not_impl)) {
             zs__cfg_warn_once(c, p, "not implemented");
         } else {
-            zs__cfg_unknown_in(c, path, it->string, OFFLOAD_KEYS, not_impl);
+            zs__cfg_unknown_in(c, path, it->string, super ? OFFLOAD_OPT_KEYS : OFFLOAD_KEYS,
+                               not_impl);
         }
     }
     return ZS_OK;
@@ -613,15 +620,15 @@ static int parse_zero(pctx_t *c, const cJSON *o, zs_config_t *cfg, pstate_t *st)
         }
         if (strcmp(k, "offload_optimizer") == 0) {
             st->offload_opt_key = 1;
-            if ((rc = parse_offload(c, it, p, OFFLOAD_OPT_NOT_IMPLEMENTED,
-                                    &cfg->offload_optimizer)) != ZS_OK)
+            if ((rc = parse_offload(c, it, p, OFFLOAD_OPT_NOT_IMPLEMENTED, &cfg->offload_optimizer,
+                                    &cfg->offload_speculate)) != ZS_OK)
                 return rc;
             continue;
         }
         if (strcmp(k, "offload_param") == 0) {
             st->offload_par_key = 1;
-            if ((rc = parse_offload(c, it, p, OFFLOAD_PARAM_NOT_IMPLEMENTED,
-                                    &cfg->offload_param)) != ZS_OK)
+            if ((rc = parse_offload(c, it, p, OFFLOAD_PARAM_NOT_IMPLEMENTED, &cfg->offload_param,
+                                    NULL)) != ZS_OK)
                 return rc;
             continue;
         }
@@ -814,6 +821,7 @@ void zs_config_defaults(zs_config_t *cfg)
     cfg->fp16.consecutive_hysteresis = 0;
     cfg->stage = 0;
     cfg->offload_optimizer = 0;
+    cfg->offload_speculate = ZS_CFG_SPECULATE_DEFAULT;
     cfg->offload_param = 0;
     cfg->reduce_bucket_size = 500000000;
     cfg->allgather_bucket_size = 500000000;

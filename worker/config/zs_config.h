@@ -38,6 +38,12 @@
 #include "zs_dtype.h"
 #include "zs_status.h"
 
+/* offload_optimizer.super_offload when the file does not say: off. On a
+ * shared 2-core VM with the worker and the server on a core each, the
+ * speculative step was slower than the plain one (bench/RESULTS.md,
+ * "Speculative updates"); turn it on where the servers have cores to spare. */
+#define ZS_CFG_SPECULATE_DEFAULT 0
+
 typedef enum { ZS_SCHED_NONE = 0, ZS_SCHED_WARMUP_LR, ZS_SCHED_WARMUP_DECAY_LR } zs_sched_type_t;
 typedef enum { ZS_WARMUP_LOG = 0, ZS_WARMUP_LINEAR = 1 } zs_warmup_type_t;
 
@@ -82,13 +88,16 @@ typedef struct zs_config {
     zs_fp16_config_t fp16;
 
     /* zero_optimization */
-    int stage;                                     /* 0..3 (default 0) */
-    int offload_optimizer;                         /* offload_optimizer.device == "cpu" */
-    int offload_param;                             /* offload_param.device == "cpu" (stage 3) */
-    int64_t reduce_bucket_size;                    /* elements, default 500000000 */
-    int64_t allgather_bucket_size;                 /* elements, default 500000000 */
-    int overlap_comm;                              /* default 0 (stage 3: 1) */
-    int contiguous_gradients;                      /* default 1 */
+    int stage;                     /* 0..3 (default 0) */
+    int offload_optimizer;         /* offload_optimizer.device == "cpu" */
+    int offload_speculate;         /* offload_optimizer.super_offload: servers update speculatively
+                                    * before the step's norm and overflow are known (default
+                                    * ZS_CFG_SPECULATE_DEFAULT; docs/engine.md) */
+    int offload_param;             /* offload_param.device == "cpu" (stage 3) */
+    int64_t reduce_bucket_size;    /* elements, default 500000000 */
+    int64_t allgather_bucket_size; /* elements, default 500000000 */
+    int overlap_comm;              /* default 0 (stage 3: 1) */
+    int contiguous_gradients;      /* default 1 */
     int64_t stage3_prefetch_bucket_size;           /* default 50000000 */
     int64_t stage3_param_persistence_threshold;    /* default 100000 */
     int64_t stage3_max_live_parameters;            /* default 1000000000 */

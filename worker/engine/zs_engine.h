@@ -146,6 +146,16 @@ typedef struct zs_step_stats {
     double grad_norm; /* global, unscaled, before clipping (inf/nan on overflow) */
     int skipped;      /* fp16 overflow: no update anywhere */
     double ms_forward, ms_backward, ms_comm, ms_optimizer; /* this worker */
+    /* With offload, ms_optimizer is the time this worker waited for the
+     * optimizer: the last pushes, the commit and the pulls. spec: with
+     * offload_optimizer.super_offload, 1 if the commit carried the scalars the
+     * pushes stated (the servers keep their speculative update), -1 if not
+     * (they roll it back: clipping, overflow); 0 without speculation. */
+    int spec;
+    /* With offload, ms_optimizer split: waiting for this worker's last
+     * pushes, the commit call (rank 0; the servers accept it at once), and
+     * the pulls (the servers' AdamW shows here: a pull waits per chunk). */
+    double ms_opt_push, ms_opt_commit, ms_opt_pull;
 } zs_step_stats_t;
 
 /* Memory of this worker, measured by the device allocator, beside what the

@@ -182,6 +182,13 @@ int zs__eng_after_update(zs_engine_t *e, zs_err_t *err);
 /* Norm, overflow, clipping, optimizer or offload for the step. */
 int zs__eng_optimize(zs_engine_t *e, zs_step_stats_t *st, zs_err_t *err);
 
+/* The scalars the commit of the coming step carries when neither clipping
+ * nor an overflow intervenes (the current loss scale's gradient scale, the
+ * scheduled lr, clip 1, no skip), computed exactly as zs__eng_optimize
+ * computes the real ones, so equal steps are bitwise equal. With
+ * offload_optimizer.super_offload the pushes state them (speculation). */
+void zs__eng_expect(const zs_engine_t *e, uint64_t step, zs_step_scalars_t *sc);
+
 /* Bucket k's gradient partition is final for this step: with offload, copy
  * it to pinned staging on the copy stream and queue its push. */
 int zs__eng_bucket_final(zs_engine_t *e, int k, zs_err_t *err);

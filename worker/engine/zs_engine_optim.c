@@ -50,15 +50,21 @@ static int update_in_process(zs_engine_t *e, const zs_adam_step_t *as, zs_err_t 
     return zs_dev_stream_sync(e->compute, err);
 }
 
-static int update_offload(zs_engine_t *e, const zs_step_scalars_t *sc, zs_err_t *err)
+static int update_offload(zs_engine_t *e, const zs_step_scalars_t *sc, zs_step_stats_t *st,
+                          zs_err_t *err)
 {
     /* The gradient partitions were queued for push as each bucket became
      * final (zs_engine_step.c); wait for the last of them. */
+    double t0 = zs__eng_now_ms();
     int rc = zs__eng_push_wait(e, err);
     ZS_ENG_TRY(zs__eng_agree(e, rc, err));
+    double t1 = zs__eng_now_ms();
     if (e->rank == 0)
         rc = zs_client_commit(e->client, sc, err);
     ZS_ENG_TRY(zs__eng_agree(e, rc, err));
+    double t2 = zs__eng_now_ms();
+    st->ms_opt_push = t1 - t0;
+    st->ms_opt_commit = t2 - t1;
     int direct = e->stage == 3 && e->offload_param; /* partition is pinned memory */
     for (int k = 0; k < e->ns && !rc && !sc->skip; k++) {
         zs__seg_t *s = &e->s[k];
@@ -73,6 +79,7 @@ static int update_offload(zs_engine_t *e, const zs_step_scalars_t *sc, zs_err_t 
     }
     if (!rc)
         rc = zs_dev_stream_sync(e->copy, err);
+    st->ms_opt_pull = zs__eng_now_ms() - t2;
     return zs__eng_agree(e, rc, err);
 }
 
@@ -95,6 +102,27 @@ static int local_sumsq(zs_engine_t *e, double *ss, int *nonfinite, zs_err_t *err
     return ZS_OK;
 }
 
+/* The step's gradient scale: 1 / (loss scale * W * accumulation). One
+ * function for the real and the expected scalars (bitwise equal). */
+static float step_grad_scale(const zs_engine_t *e)
+{
+    double gas = (double)e->cfg.gradient_accumulation_steps;
+    float grad_scale = (float)(1.0 / (e->ls.scale * e->W * gas));
+    if (e->debug & ZS_ENGINE_DEBUG_GRAD_SCALE2)
+        grad_scale *= 2.0f;
+    return grad_scale;
+}
+
+void zs__eng_expect(const zs_engine_t *e, uint64_t step, zs_step_scalars_t *sc)
+{
+    sc->step = step;
+    sc->grad_scale = step_grad_scale(e);
+    sc->clip_coef = 1.0f;
+    sc->lr = (float)zs_sched_lr(&e->cfg.sched, e->cfg.adam.lr, (int64_t)e->t);
+    sc->skip = 0;
+    sc->param_dtype = e->dt == ZS_DTYPE_F32 ? ZS_DTYPE_NONE : e->dt;
+}
+
 int zs__eng_optimize(zs_engine_t *e, zs_step_stats_t *st, zs_err_t *err)
 {
     double t0 = zs__eng_now_ms(), ss;
@@ -102,10 +130,7 @@ int zs__eng_optimize(zs_engine_t *e, zs_step_stats_t *st, zs_err_t *err)
     ZS_ENG_TRY(local_sumsq(e, &ss, &nonfinite, err));
     float tot[2] = {(float)ss, (float)nonfinite};
     ZS_ENG_TRY(zs_coll_all_reduce_host(e->coll, tot, 2, ZS_DTYPE_F32, ZS_OP_SUM, err));
-    double gas = (double)e->cfg.gradient_accumulation_steps;
-    float grad_scale = (float)(1.0 / (e->ls.scale * e->W * gas));
-    if (e->debug & ZS_ENGINE_DEBUG_GRAD_SCALE2)
-        grad_scale *= 2.0f;
+    float grad_scale = step_grad_scale(e);
     double norm = sqrt((double)tot[0]) * grad_scale;
     int overflow = !isfinite(norm) || tot[1] != 0.0f;
     st->grad_norm = overflow && isfinite(norm) ? INFINITY : norm;
@@ -135,7 +160,17 @@ int zs__eng_optimize(zs_engine_t *e, zs_step_stats_t *st, zs_err_t *err)
         zs_step_scalars_t sc = {st->step,  grad_scale,
                                 clip_coef, (float)lr,
                                 skip,      e->dt == ZS_DTYPE_F32 ? ZS_DTYPE_NONE : e->dt};
-        rc = update_offload(e, &sc, err);
+        /* What the pushes stated: equal scalars keep the servers' speculative
+         * update (a hit), others roll it back. */
+        zs_step_scalars_t ex;
+        zs__eng_expect(e, st->step, &ex);
+        if (e->cfg.offload_speculate)
+            st->spec = memcmp(&ex.grad_scale, &sc.grad_scale, 4) == 0 &&
+                               memcmp(&ex.clip_coef, &sc.clip_coef, 4) == 0 &&
+                               memcmp(&ex.lr, &sc.lr, 4) == 0 && !sc.skip
+                           ? 1
+                           : -1;
+        rc = update_offload(e, &sc, st, err);
     } else if (!skip) {
         rc = update_in_process(e, &as, err);
     }

@@ -21,6 +21,8 @@ typedef struct job {
     uint64_t step, lo, hi;
     const void *src;
     zs_event_t *ready; /* the staging copy; NULL: ready now */
+    int has_expect;    /* offload_optimizer.super_offload: state the expected scalars */
+    zs_step_scalars_t expect;
 } job_t;
 
 struct zs__pusher {
@@ -53,7 +55,8 @@ static void *pusher_main(void *arg)
         zs_err_t err;
         int rc = skip || !j->ready ? ZS_OK : zs_dev_event_sync(j->ready, &err);
         if (!skip && rc == ZS_OK)
-            rc = zs_client_push(p->e->client, j->step, j->lo, j->hi, j->src, p->e->dt, &err);
+            rc = zs_client_push_expect(p->e->client, j->step, j->lo, j->hi, j->src, p->e->dt,
+                                       j->has_expect ? &j->expect : NULL, &err);
         free(j);
         pthread_mutex_lock(&p->mu);
         if (rc && p->rc == ZS_OK) {
@@ -111,7 +114,11 @@ int zs__eng_push_async(zs_engine_t *e, uint64_t step, uint64_t lo, uint64_t hi, 
     job_t *j = malloc(sizeof *j);
     if (!j)
         return zs_err_set(err, ZS_ERR_NOMEM, "out of memory");
-    *j = (job_t){NULL, step, lo, hi, src, ready};
+    *j = (job_t){NULL, step, lo, hi, src, ready, e->cfg.offload_speculate, {0}};
+    /* Computed here, on the engine's thread: the loss scale and t do not
+     * change until the step's optimize, after every push. */
+    if (j->has_expect)
+        zs__eng_expect(e, step, &j->expect);
     pthread_mutex_lock(&p->mu);
     if (p->tail)
         p->tail->next = j;
