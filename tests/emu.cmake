@@ -66,6 +66,14 @@ zs_emu_test(emu_test_train_cuda ${ZS_EMU}/test_train_cuda forward 900)
 # kill and resume over 40 steps, not 100: an emulated step is slow
 set_tests_properties(emu_test_train_cuda PROPERTIES LABELS "emu;mpi" ENVIRONMENT
                      "ZS_EMU_SCHEDULE=forward;ZS_EMU_DEVICES=1;ZS_TEST_TRAIN_CUDA_KR_STEPS=40")
+# Several GPUs: zs-train --device cuda with W ranks on W emulated GPUs
+# (NCCL emulated across the processes) against the CPU engine at the same
+# W, stages 0-3 x offload off/on (test_train_cuda part 1)
+foreach(w 2 4)
+  zs_emu_test(emu_test_train_cuda_w${w} ${ZS_EMU}/test_train_cuda forward 900)
+  set_tests_properties(emu_test_train_cuda_w${w} PROPERTIES LABELS "emu;mpi" ENVIRONMENT
+                       "ZS_EMU_SCHEDULE=forward;ZS_EMU_DEVICES=${w};ZS_TEST_TRAIN_CUDA_NP=${w}")
+endforeach()
 # ASan + UBSan: the kernels' device memory is heap memory there
 foreach(t tests/test_cuda_ops tests/test_dev_cuda test_emu_runtime test_emu_kernel)
   get_filename_component(n ${t} NAME)

@@ -23,6 +23,10 @@
  *     of an undisturbed run. (If the kill comes after the run finished, it
  *     says so and runs the stop-after-step-20-and-resume variant instead.)
  *
+ *  With ZS_TEST_TRAIN_CUDA_NP=W (W > 1) every run has W ranks with a GPU
+ *  each (the CUDA emulator runs W = 2 and 4) and only part 1 runs: CUDA at
+ *  W against the CPU engine at W.
+ *
  *  3. bf16 parameters and GEMMs (stage 2 + offload): the GPU run against the
  *     CPU with the same rounding (--gemm bf16) and with fp32 GEMMs
  *     (bf16_run says what is held).
@@ -61,6 +65,7 @@ static const zs_gpt_config_t k_shape = {2, 4, 64, 32, 256};
 
 static char g_tmp[200], g_data[300], g_servers[256];
 static const char *g_train, *g_mpirun;
+static int g_np = 1; /* ranks (GPUs) of every run: $ZS_TEST_TRAIN_CUDA_NP */
 static const char *g_gpu = "cuda"; /* "cpu" in the harness self-check */
 
 static const char *env_or(const char *name, const char *dflt)
@@ -98,13 +103,13 @@ static void write_config_x(const char *path, int stage, int offload, const char 
     FILE *f = fopen(path, "w");
     TEST_CHECK(f);
     fprintf(f,
-            "{\"train_batch_size\": 8, \"train_micro_batch_size_per_gpu\": 4, %s\n"
+            "{\"train_batch_size\": 8, \"train_micro_batch_size_per_gpu\": %d, %s\n"
             " \"gradient_clipping\": 1.0,\n"
             " \"optimizer\": {\"type\": \"AdamW\", \"params\": {\"lr\": 0.001, \"weight_decay\": "
             "0.1}},\n"
             " \"zero_optimization\": {\"stage\": %d, \"offload_optimizer\": {\"device\": \"%s\"},\n"
             "   \"reduce_bucket_size\": 20000, \"stage3_param_persistence_threshold\": 1000}}\n",
-            extra, stage, offload ? "cpu" : "none");
+            g_np > 2 ? 2 : 4, extra, stage, offload ? "cpu" : "none");
     TEST_CHECK(fclose(f) == 0);
 }
 
@@ -117,8 +122,8 @@ static void write_config(const char *path, int stage, int offload)
 static void train_cmd(char *buf, size_t n, const char *device, const char *args)
 {
     snprintf(buf, n,
-             "ZS_LOG_LEVEL=warn %s " MPI_OPTS " -np 1 %s --device %s --data %s " SHAPE " %s",
-             g_mpirun, g_train, device, g_data, args);
+             "ZS_LOG_LEVEL=warn %s " MPI_OPTS " -np %d %s --device %s --data %s " SHAPE " %s",
+             g_mpirun, g_np, g_train, device, g_data, args);
 }
 
 /* Run zs-train to the end; the log goes to `log`. Exits the test on failure. */
@@ -185,7 +190,7 @@ static void stages(void)
 {
     uint64_t P = zs_gpt_num_params(&k_shape);
     float *w0 = zs_gpttest_init_weights(k_shape, 1337); /* zs-train's default --seed */
-    printf("1. zs-train, W=1, %d steps, " SHAPE " (%llu parameters): CUDA vs CPU\n", STEPS,
+    printf("1. zs-train, W=%d, %d steps, " SHAPE " (%llu parameters): CUDA vs CPU\n", g_np, STEPS,
            (unsigned long long)P);
     for (int stage = 0; stage <= 3; stage++) {
         float *off_params[2] = {NULL, NULL};
@@ -421,6 +426,9 @@ int main(void)
         printf("SKIPPED: %s\n", why);
         return 77;
     }
+    /* ZS_TEST_TRAIN_CUDA_NP=W: W ranks, one GPU each (part 1 only) */
+    const char *np = getenv("ZS_TEST_TRAIN_CUDA_NP");
+    g_np = np && atoi(np) > 1 ? atoi(np) : 1;
     g_train = env_or("ZS_TRAIN_BIN", ZS_TRAIN);
     g_mpirun = env_or("ZS_MPIEXEC_BIN", ZS_MPIEXEC);
     snprintf(g_tmp, sizeof g_tmp, "%s", zs_test_tmpdir("train-cuda"));
@@ -429,6 +437,11 @@ int main(void)
     zs_test_server_t srv[2];
     servers_up("st", srv, g_servers, sizeof g_servers);
     stages();
+    if (g_np > 1) { /* several GPUs: part 1 only (parts 2 and 3 run at W = 1) */
+        zs_test_servers_down(srv, 2);
+        printf("test_train_cuda: ok (W = %d, part 1)\n", g_np);
+        return 0;
+    }
     bf16_run();
     zs_test_servers_down(srv, 2);
     kill_resume();
