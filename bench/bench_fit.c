@@ -295,6 +295,9 @@ static double elapsed(void)
     return zs_bench_now() - t_start;
 }
 
+/* Trials that crashed or could not start (main exits 1 when any did). */
+static int g_broken;
+
 /* Run one trial in a child (this program, --trial) and read its result.
  * The child is killed at `deadline` (seconds since t_start; 0: none). */
 static void run_trial(const zs__fit_opts_t *o, int stage, int width, int layers, double deadline,
@@ -315,7 +318,8 @@ static void run_trial(const zs__fit_opts_t *o, int stage, int width, int layers,
 #define ARG(flag, ...)                                                                             \
     (snprintf(v[nv], sizeof v[nv], __VA_ARGS__), argv[na++] = (flag), argv[na++] = v[nv++])
     ARG("--device", "%s", o->cuda ? "cuda" : "cpu");
-    ARG("--mem-limit", "%llu", (unsigned long long)o->mem_limit);
+    if (o->mem_limit) /* 0 is no limit, and --mem-limit refuses 0 (found on an H100) */
+        ARG("--mem-limit", "%llu", (unsigned long long)o->mem_limit);
     ARG("--stage", "%d", stage);
     ARG("--width", "%d", width);
     ARG("--layers", "%d", layers);
@@ -517,6 +521,8 @@ static int search(const zs__fit_opts_t *o, int stage, int width, row_t *row)
         zs__fit_result_t r;
         run_trial(o, stage, width, L, o->time_limit > 0 ? o->time_limit : 0, &r);
         progress(stage, &r);
+        if (!strcmp(r.status, "crash") || !strcmp(r.status, "error"))
+            g_broken++;
         last_wall = r.wall_s, lastP = P;
         if (!strcmp(r.status, "fit")) {
             lo = L;
@@ -666,5 +672,11 @@ int main(int argc, char **argv)
     print_table(&o, desc, rows, nrows);
     printf("\nbench_fit: %.1f s in all%s\n", elapsed(),
            cut ? "; the search was cut by --time-limit (rows after the cut are missing)" : "");
+    if (g_broken) { /* a crashed trial says nothing about memory: not a result */
+        printf("bench_fit: %d trial(s) crashed or could not start: the table is not a "
+               "measurement\n",
+               g_broken);
+        return 1;
+    }
     return 0;
 }

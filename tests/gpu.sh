@@ -128,7 +128,8 @@ pack() {
     mkdir -p "$carry/bin" "$carry/debs"
     local b f
     for b in $GPU_BINS; do
-        f=$(find "$build" -type f -name "$b" -perm -u+x | head -1)
+        # not build/emu*: the CUDA emulator's builds of the same names (tests/emu.cmake)
+        f=$(find "$build" -path "$build/emu*" -prune -o -type f -name "$b" -perm -u+x -print | head -1)
         [ -n "$f" ] || die "$b was not built"
         objcopy --strip-debug "$f" "$carry/bin/$b" || cp "$f" "$carry/bin/$b"
     done
