@@ -3,9 +3,10 @@
  */
 #include "zs_file.h"
 
+#include <errno.h>
 #include <stdio.h>
-#include <unistd.h>
 #include <stdlib.h>
+#include <unistd.h>
 
 char *zs_file_read_text(const char *path, size_t max_bytes, int trim)
 {
@@ -35,4 +36,20 @@ uint64_t zs_file_self_rss(void)
     int n = fscanf(f, "%llu %llu", &size, &res);
     fclose(f);
     return n == 2 ? (uint64_t)res * (uint64_t)sysconf(_SC_PAGESIZE) : 0;
+}
+
+int zs_file_write_all(int fd, const void *p, size_t n)
+{
+    const unsigned char *b = p;
+    while (n > 0) {
+        ssize_t w = write(fd, b, n);
+        if (w < 0) {
+            if (errno == EINTR)
+                continue;
+            return -1;
+        }
+        b += w;
+        n -= (size_t)w;
+    }
+    return 0;
 }

@@ -32,6 +32,7 @@
 #define _GNU_SOURCE
 #include "zs_data.h"
 #include "zs_data_impl.h"
+#include "zs_file.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -227,21 +228,6 @@ int zs_data_read(const zs_data_t *d, uint64_t start, uint64_t n, uint32_t *out, 
 
 /* ---- writing -------------------------------------------------------------- */
 
-static int write_all(int fd, const uint8_t *p, size_t n)
-{
-    while (n > 0) {
-        ssize_t w = write(fd, p, n);
-        if (w < 0) {
-            if (errno == EINTR)
-                continue;
-            return -1;
-        }
-        p += w;
-        n -= (size_t)w;
-    }
-    return 0;
-}
-
 /* fsync the directory holding path so the rename is durable (best effort). */
 static void sync_dir(const char *path)
 {
@@ -265,7 +251,7 @@ static int write_body(int fd, uint32_t vocab, const uint16_t *tokens, uint64_t c
     wr32(h + 12, vocab);
     wr64(h + 16, count);
     wr32(h + 24, TOKEN_BYTES);
-    if (write_all(fd, h, sizeof h))
+    if (zs_file_write_all(fd, h, sizeof h))
         return errno;
     static const size_t chunk = WRITE_CHUNK;
     uint8_t *buf = malloc(2 * chunk);
@@ -277,7 +263,7 @@ static int write_body(int fd, uint32_t vocab, const uint16_t *tokens, uint64_t c
             buf[2 * k] = (uint8_t)tokens[i + k];
             buf[2 * k + 1] = (uint8_t)(tokens[i + k] >> 8);
         }
-        if (write_all(fd, buf, 2 * n)) {
+        if (zs_file_write_all(fd, buf, 2 * n)) {
             int e = errno;
             free(buf);
             return e;

@@ -19,6 +19,7 @@
 #include <unistd.h>
 
 #include "zs_data.h"
+#include "zs_file.h"
 
 #define SHOWN 200
 #define BUF   (64u * 1024) /* tokens */
@@ -37,22 +38,6 @@ static void wr32(uint8_t *p, uint32_t v)
 {
     for (int i = 0; i < 4; i++)
         p[i] = (uint8_t)(v >> (8 * i));
-}
-
-/* Write all n bytes (retrying short writes and EINTR); 0 or -1 with errno. */
-static int write_all(int fd, const uint8_t *p, size_t n)
-{
-    while (n > 0) {
-        ssize_t w = write(fd, p, n);
-        if (w < 0) {
-            if (errno == EINTR)
-                continue;
-            return -1;
-        }
-        p += w;
-        n -= (size_t)w;
-    }
-    return 0;
 }
 
 /* Create PATH.tmpXXXXXX with a zeroed header (zs_data.h). */
@@ -80,7 +65,7 @@ int zs_data_writer_open(const char *path, uint32_t vocab, zs_data_writer_t **out
     memcpy(w->tmp + plen, ".tmpXXXXXX", sizeof ".tmpXXXXXX");
     w->fd = mkostemp(w->tmp, O_CLOEXEC);
     uint8_t h[ZS_DATA_HEADER_BYTES] = {0}; /* the real header comes at commit */
-    if (w->fd < 0 || write_all(w->fd, h, sizeof h)) {
+    if (w->fd < 0 || zs_file_write_all(w->fd, h, sizeof h)) {
         int e = errno;
         if (w->fd >= 0) {
             close(w->fd);
@@ -102,7 +87,7 @@ int zs_data_writer_open(const char *path, uint32_t vocab, zs_data_writer_t **out
 /* Write the buffered tokens. */
 static int flush(zs_data_writer_t *w, zs_err_t *err)
 {
-    if (w->n && write_all(w->fd, w->buf, 2 * w->n))
+    if (w->n && zs_file_write_all(w->fd, w->buf, 2 * w->n))
         return zs_err_set(err, ZS_ERR_IO, "token file %.*s: write failed: %s", SHOWN, w->path,
                           strerror(errno));
     w->n = 0;
