@@ -94,7 +94,9 @@ GPU_BINS="$GPU_TESTS zs-train zs-server bench_gpt bench_fit"
 MPI_DEBS="libopenmpi3 openmpi-bin openmpi-common libpmix2 libmunge2 libhwloc15 libevent-2.1-7 \
 libevent-core-2.1-7 libevent-pthreads-2.1-7"
 # Present on any machine that runs CUDA; carrying them would shadow newer ones.
-SYSTEM_DEBS="libc6 libgcc-s1 libstdc++6 zlib1g"
+# libpcre2-8-0 (zs-train's GPT-2 tokenizer) is in every Debian/Ubuntu base
+# system (grep and sed load it), with a stable soname.
+SYSTEM_DEBS="libc6 libgcc-s1 libstdc++6 zlib1g libpcre2-8-0"
 # Root-friendly, quiet Open MPI on one machine (shared memory and TCP only:
 # the plugins for InfiniBand, UCX and OFI are not carried).
 # shellcheck disable=SC2054 # the commas are Open MPI's list syntax

@@ -18,7 +18,8 @@
 #      hiding did not work and nothing below proves anything);
 #   1. ldd of the carried binaries and Open MPI's launcher: no "not found",
 #      and each library resolved is in the carry, in the CUDA install, or one
-#      that any GPU machine has (glibc's, libstdc++, libgcc_s, libz); the
+#      that any GPU machine has (glibc's, libstdc++, libgcc_s, libz,
+#      libpcre2-8: grep's); the
 #      offenders are printed. Open MPI's and PMIx's plugins (dlopen'ed) are
 #      listed when they need a library that is not carried (the InfiniBand,
 #      UCX, OFI transports: left out on purpose, they are skipped);
@@ -78,9 +79,10 @@ carry=$(cd "${1:?usage: tests/gpu_carry_check.sh CARRY}" && pwd) || exit 1
 root=$carry/root
 
 # The libraries a GPU machine has without the carry: glibc's, the C++ and gcc
-# runtimes, zlib, and CUDA's (its install, or the nvidia-* wheels).
+# runtimes, zlib, PCRE2 (grep and sed need it), and CUDA's (its install, or
+# the nvidia-* wheels).
 cuda_real=$(readlink -f /usr/local/cuda 2> /dev/null)
-sys_re='^(libc|libm|libmvec|libdl|libpthread|librt|libresolv|libutil|ld-linux-x86-64|libstdc\+\+|libgcc_s|libz)\.so'
+sys_re='^(libc|libm|libmvec|libdl|libpthread|librt|libresolv|libutil|ld-linux-x86-64|libstdc\+\+|libgcc_s|libz|libpcre2-8)\.so'
 cuda_re='^lib(cuda|cudart|cublas|cublasLt|nccl|nvrtc|nvJitLink|nvidia-[a-z-]+)\.so'
 # ldd_foreign FILE: with the environment of `gpu.sh run` ($env_sh), print
 # "NAME PATH" for each library of FILE that is resolved outside the carry and
@@ -212,7 +214,7 @@ while read -r f; do
     problem "ldd $(basename "$f") loads what the carry lacks:"$'\n'"$bad"
 done < <(carried_bins)
 [ $nbad -eq 0 ] && echo "1. ldd: the $(find "$carry/bin" -type f | wc -l) binaries, orterun and orted load only the" \
-    "carry's, CUDA's and glibc/libstdc++/libgcc_s/libz"
+    "carry's, CUDA's and glibc/libstdc++/libgcc_s/libz/libpcre2-8"
 plug=$(carried_plugins | while read -r f; do
     b=$(awk -v f="$f" '$1 == f { print $2 }' "$work/foreign" | paste -sd ' ')
     [ -n "$b" ] && echo "$(basename "$f" .so) ($b)"
