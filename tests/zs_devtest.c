@@ -696,10 +696,12 @@ static void test_adamw(zs_dev_t *d, zs_stream_t *s)
                 void *gr = zs_devtest_h2d(d, s, hg, n * zs_dtype_size(gdt));
                 void *out = rout ? zs_devtest_h2d(d, s, rout, n * osz) : NULL;
                 hp.adam_w_mode = (int)(k + g) % 2;
-                /* behind a closed gate, so the op surely runs after the
-                 * caller changed its structs: it must use its own copies */
-                atomic_int open = 0;
-                zs_devtest_gate(s, &open);
+                /* behind a sleeping host function, so the op runs after the
+                 * caller changed its structs: it must use its own copies.
+                 * Not a gate opened from this thread: a kernel launch may
+                 * wait while a host function runs (it does on an H100, and
+                 * on the CUDA emulator), and would wait for the gate. */
+                zs_devtest_hold(s, 100);
                 TEST_OK(zs_dev_adamw(s, &hp, &stp, p, m, v, gr, gdt, out, odt, n, &err), err);
                 zs_adam_hparams_t hp_run = hp;
                 zs_adam_step_t st_run = stp;
@@ -707,7 +709,6 @@ static void test_adamw(zs_dev_t *d, zs_stream_t *s)
                 hp.eps = 1.0f;
                 stp.lr = 1.0f;
                 stp.t += 100;
-                atomic_store(&open, 1);
                 TEST_OK(zs_dev_stream_sync(s, &err), err);
                 hp = hp_run;
                 stp = st_run;
