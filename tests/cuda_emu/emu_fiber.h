@@ -34,18 +34,7 @@ struct zs_emu_tview {
     uint3 tid;
     unsigned lane;
 };
-extern "C" {
-void zs_emu_syncthreads(const char *file, int line);
-int zs_emu_syncthreads_op(int op, int pred, const char *file, int line);
-void zs_emu_syncwarp(unsigned mask, const char *file, int line);
-uint64_t zs_emu_warp_op(int op, unsigned mask, uint64_t bits, int arg, int width, const char *file,
-                        int line);
-void *zs_emu_dyn_shared(void);
-int zs_emu_shared_note(void *p, size_t n);
-cudaError_t zs_emu_launch(const void *func, const char *name, const char *file, int line, dim3 grid,
-                          dim3 block, size_t shmem, cudaStream_t s, void (*run)(void *),
-                          void *closure, void (*free_closure)(void *));
-}
+#include "emu_kernel_api.h"
 
 /* The built-in variables of the running fiber (emu_shim.h's threadIdx,
  * blockIdx, blockDim, gridDim), defined in emu_fiber.cpp. */

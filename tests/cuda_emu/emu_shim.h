@@ -68,18 +68,7 @@ struct zs_emu_tview {
 extern __thread zs_emu_tview *zs_emu_tv;
 extern __thread uint3 zs_emu_bid, zs_emu_bdim, zs_emu_gdim;
 
-extern "C" {
-void zs_emu_syncthreads(const char *file, int line);
-int zs_emu_syncthreads_op(int op, int pred, const char *file, int line);
-void zs_emu_syncwarp(unsigned mask, const char *file, int line);
-uint64_t zs_emu_warp_op(int op, unsigned mask, uint64_t bits, int arg, int width, const char *file,
-                        int line);
-void *zs_emu_dyn_shared(void);
-int zs_emu_shared_note(void *p, size_t n);
-cudaError_t zs_emu_launch(const void *func, const char *name, const char *file, int line, dim3 grid,
-                          dim3 block, size_t shmem, cudaStream_t s, void (*run)(void *),
-                          void *closure, void (*free_closure)(void *));
-}
+#include "emu_kernel_api.h"
 
 /* ---- Built-in variables (CUDA C++ Programming Guide, Built-in
  * Variables): per fiber. */
