@@ -19,7 +19,7 @@ set(ZS_EMU_TARGETS test_dev_cuda test_cuda_ops test_gpt_cuda test_train_cuda zs-
 set(ZS_EMU_ASAN_TARGETS test_dev_cuda test_cuda_ops test_emu_runtime test_emu_kernel)
 file(GLOB ZS_EMU_NCCL_SRC ${PROJECT_SOURCE_DIR}/tests/cuda_emu/emu_nccl*.c)
 if(ZS_EMU_NCCL_SRC)
-  list(APPEND ZS_EMU_TARGETS test_nccl_boot)
+  list(APPEND ZS_EMU_TARGETS test_nccl_boot test_nccl)
 endif()
 foreach(v emu emu-asan)
   if(v STREQUAL "emu")
@@ -97,5 +97,21 @@ if(ZS_EMU_NCCL_SRC)
                                ${MPIEXEC_PREFLAGS} ${ZS_EMU}/test_nccl_boot ${mode} ${MPIEXEC_POSTFLAGS})
     set_tests_properties(${n} PROPERTIES LABELS "emu;mpi" TIMEOUT 300 SKIP_RETURN_CODE 77
                          ENVIRONMENT "${ZS_EMU_MPI_ENV};ZS_EMU_SCHEDULE=random:5;ZS_EMU_DEVICES=${ndev}")
+  endforeach()
+  # NCCL against MPI on the same data (bitwise where the order of additions
+  # cannot matter, and the emulator's rank-order fold), a group of 120; a
+  # rank SIGKILLed mid-collective (small chunks: the all-reduce is still
+  # running when it dies), the survivors stopped by our watchdog.
+  foreach(np 2 4)
+    add_test(NAME emu_test_nccl_vsmpi_np${np}
+             COMMAND ${MPIEXEC_EXECUTABLE} ${MPIEXEC_NUMPROC_FLAG} ${np} --oversubscribe
+                     ${MPIEXEC_PREFLAGS} ${ZS_EMU}/test_nccl vsmpi ${MPIEXEC_POSTFLAGS})
+    set_tests_properties(emu_test_nccl_vsmpi_np${np} PROPERTIES LABELS "emu;mpi" TIMEOUT 300
+                         SKIP_RETURN_CODE 77
+                         ENVIRONMENT "${ZS_EMU_MPI_ENV};ZS_EMU_SCHEDULE=random:9;ZS_EMU_DEVICES=${np}")
+    add_test(NAME emu_test_nccl_kill_np${np} COMMAND ${ZS_EMU}/test_nccl kill ${np})
+    set_tests_properties(emu_test_nccl_kill_np${np} PROPERTIES LABELS "emu;mpi" TIMEOUT 180
+                         SKIP_RETURN_CODE 77
+                         ENVIRONMENT "${ZS_EMU_MPI_ENV};ZS_EMU_DEVICES=${np};ZS_EMU_NCCL_CHUNK=16384")
   endforeach()
 endif()

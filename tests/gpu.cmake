@@ -26,6 +26,24 @@ if(ZS_WITH_NCCL)
                    ${MPIEXEC_PREFLAGS} $<TARGET_FILE:test_nccl_boot> boot ${MPIEXEC_POSTFLAGS})
   set_tests_properties(test_nccl_boot_np2 PROPERTIES
     TIMEOUT 120 LABELS "gpu;mpi" ENVIRONMENT "${ZS_NCCL_TEST_ENV}")
+  # NCCL against MPI on the same data, and a rank killed mid-collective
+  # (tests/test_nccl.c): W GPUs needed, so on a one-GPU machine these skip;
+  # the CUDA emulator runs them at W = 2 and 4 (tests/emu.cmake).
+  add_executable(test_nccl test_nccl.c)
+  target_include_directories(test_nccl PRIVATE ${CMAKE_CURRENT_SOURCE_DIR})
+  target_link_libraries(test_nccl PRIVATE zs_coll)
+  target_compile_definitions(test_nccl PRIVATE ZS_MPIEXEC="${MPIEXEC_EXECUTABLE}")
+  if(ZS_CUDA_EMU)
+    target_compile_definitions(test_nccl PRIVATE ZS_TEST_EMU=1)
+  endif()
+  add_test(NAME test_nccl_np2
+           COMMAND ${MPIEXEC_EXECUTABLE} ${MPIEXEC_NUMPROC_FLAG} 2 --oversubscribe
+                   ${MPIEXEC_PREFLAGS} $<TARGET_FILE:test_nccl> vsmpi ${MPIEXEC_POSTFLAGS})
+  set_tests_properties(test_nccl_np2 PROPERTIES
+    TIMEOUT 300 LABELS "gpu;mpi" SKIP_RETURN_CODE 77 ENVIRONMENT "${ZS_NCCL_TEST_ENV}")
+  add_test(NAME test_nccl_kill_np2 COMMAND $<TARGET_FILE:test_nccl> kill 2)
+  set_tests_properties(test_nccl_kill_np2 PROPERTIES
+    TIMEOUT 180 LABELS "gpu;mpi" SKIP_RETURN_CODE 77 ENVIRONMENT "${ZS_NCCL_TEST_ENV}")
   add_test(NAME test_nccl_np1
            COMMAND ${MPIEXEC_EXECUTABLE} ${MPIEXEC_NUMPROC_FLAG} 1 ${MPIEXEC_PREFLAGS}
                    $<TARGET_FILE:test_nccl_boot> gpu ${MPIEXEC_POSTFLAGS})

@@ -105,7 +105,11 @@ int zs_coll_barrier(zs_coll_t *c, zs_err_t *err)
 int zs_coll_sync(zs_coll_t *c, zs_err_t *err)
 {
     int rc = no_group(c, "zs_coll_sync", err);
-    return rc ? rc : zs_dev_stream_sync(c->stream, err);
+    if (rc == ZS_OK)
+        rc = zs_dev_stream_sync(c->stream, err);
+    if (rc == ZS_OK && c->vt->sync_check)
+        rc = c->vt->sync_check(c, err);
+    return rc;
 }
 
 /* Which of the two collectives a host helper runs. */

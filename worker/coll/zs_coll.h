@@ -69,6 +69,11 @@ typedef struct zs_coll_vtable {
      * them here inside ncclGroupStart .. ncclGroupEnd. NULL: every
      * collective ran as it was enqueued (MPI), nothing to launch. */
     int (*group_flush)(zs_coll_t *c, zs_err_t *err);
+    /* After zs_coll_sync's stream wait: errors the stream does not carry.
+     * NCCL reports a failed collective (a dead peer) through
+     * ncclCommGetAsyncError while its stream work completes; this asks.
+     * NULL: the stream's status is the whole answer (MPI). */
+    int (*sync_check)(zs_coll_t *c, zs_err_t *err);
 } zs_coll_vtable_t;
 
 struct zs_coll {
@@ -168,7 +173,9 @@ int zs_coll_group_end(zs_coll_t *c, zs_err_t *err);
 /* Enqueue a barrier and wait for it (and everything before it). */
 int zs_coll_barrier(zs_coll_t *c, zs_err_t *err);
 
-/* Block until everything enqueued on c's stream has run; first error. */
+/* Block until everything enqueued on c's stream has run; first error,
+ * including one the backend only reports asynchronously (NCCL: a peer died
+ * during a collective whose stream work still completed). */
 int zs_coll_sync(zs_coll_t *c, zs_err_t *err);
 
 /* Blocking convenience for small host values (loss, flags, norms): copies

@@ -442,6 +442,7 @@ static const zs_coll_vtable_t nccl_vt = {
     .barrier = nccl_barrier,
     .destroy = nccl_destroy,
     .group_flush = nccl_group_flush,
+    .sync_check = zs__nccl_sync_check,
 };
 
 /* ---- creation ---------------------------------------------------------------------- */

@@ -63,6 +63,8 @@ typedef struct zs__coll_nccl {
     zs__nccl_op_t ring[ZS_NCCL_RING];
     size_t head, n; /* oldest outstanding, count */
     uint64_t seq;
+    char last_what[72]; /* the newest retired collective (messages) */
+    uint64_t last_seq;
     int broken;
     zs_err_t broken_err;
     int stop, wd_started;
@@ -89,6 +91,13 @@ ncclResult_t zs__nccl_settle(zs__coll_nccl_t *c);
  * stream and wake the watchdog. Waits (within the deadline) when
  * ZS_NCCL_RING collectives are already outstanding. */
 int zs__nccl_track(zs__coll_nccl_t *c, const char *what, zs_err_t *err);
+
+/* zs_coll_sync's last step (the stream has drained): one round of the
+ * watchdog's checks now, so an asynchronous NCCL error of a collective
+ * whose stream work completed is returned here rather than at the
+ * watchdog's next poll; then the error that broke the communicator, if
+ * any, with its own code. vtable sync_check. */
+int zs__nccl_sync_check(zs_coll_t *zc, zs_err_t *err);
 
 /* Block until every tracked collective has finished, or the communicator
  * broke (its error, with the watchdog's deadline applying). */

@@ -141,8 +141,16 @@ static int check_once(zs__coll_nccl_t *c, zs_err_t *fire)
             pthread_mutex_unlock(&c->mu);
             return 1;
         }
+        snprintf(c->last_what, sizeof c->last_what, "%s", op->what);
+        c->last_seq = op->seq;
         c->head = (c->head + 1) % ZS_NCCL_RING;
         c->n--;
+    }
+    /* an async error seen after every op retired belongs to the newest one
+     * (ops of a communicator complete in order) */
+    if (c->n == 0 && c->last_seq) {
+        snprintf(what, sizeof what, "%s", c->last_what);
+        seq = c->last_seq;
     }
     if (c->n > 0) {
         zs__nccl_op_t *op = &c->ring[c->head];
@@ -275,6 +283,23 @@ int zs__nccl_track(zs__coll_nccl_t *c, const char *what, zs_err_t *err)
     }
     pthread_mutex_unlock(&c->mu);
     return rc;
+}
+
+int zs__nccl_sync_check(zs_coll_t *zc, zs_err_t *err)
+{
+    zs__coll_nccl_t *c = (zs__coll_nccl_t *)zc;
+    zs_err_t fire;
+    if (check_once(c, &fire))
+        zs__nccl_fail(c, &fire);
+    pthread_mutex_lock(&c->mu);
+    int broken = c->broken;
+    zs_err_t e = c->broken_err;
+    pthread_mutex_unlock(&c->mu);
+    if (!broken)
+        return ZS_OK;
+    if (err)
+        *err = e;
+    return e.code != ZS_OK ? e.code : ZS_ERR_STATE;
 }
 
 int zs__nccl_wait_all(zs__coll_nccl_t *c, zs_err_t *err)
