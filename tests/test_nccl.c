@@ -29,11 +29,15 @@
  *     rank's zs_coll_sync must fail within the watchdog's deadline (4 s)
  *     plus 5 s, with an error naming its rank and the collective; later
  *     calls are refused; destroy returns. Each survivor prints KILL-PASS;
- *     the driver wants W-1 of them, no FAIL, within a hard 120 s.
+ *     the driver wants W-1 of them, no FAIL, within a hard 120 s. Twice:
+ *     the all-reduce waited for with zs_coll_sync, then one made by
+ *     zs_coll_all_reduce_host (what the engine's norm and failure
+ *     agreements use), which must fail too rather than return garbage.
  *
  * Exit 77 (skip) where the ranks have no GPU of their own.
  */
 #include <math.h>
+#include <pthread.h>
 #include <signal.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -384,9 +388,52 @@ static void on_alarm(int sig)
     _exit(0); /* the verdict is the FAIL line (see run_kill_rank's exit) */
 }
 
-/* One rank of the kill run: rank W-1 dies 5 ms into the all-reduce. */
-static int run_kill_rank(void)
+/* The survivors leave together: mpirun ends the whole job when the first
+ * rank exits without MPI_Finalize, which would cut a slower survivor's
+ * verdict short. MPI cannot be used with a dead peer, so they meet in the
+ * driver's directory ($ZS_TEST_NCCL_DIR): each writes done.<rank> and waits
+ * (at most 30 s) until the W-1 survivors' files are there. */
+static void exit_barrier(void)
 {
+    const char *dir = getenv("ZS_TEST_NCCL_DIR");
+    if (!dir)
+        return;
+    char path[512];
+    snprintf(path, sizeof path, "%s/done.%d", dir, g_rank);
+    FILE *f = fopen(path, "w");
+    if (f)
+        fclose(f);
+    for (double t0 = now_s(); now_s() - t0 < 30.0;) {
+        int n = 0;
+        for (int r = 0; r < g_size - 1; r++) {
+            snprintf(path, sizeof path, "%s/done.%d", dir, r);
+            n += access(path, F_OK) == 0;
+        }
+        if (n == g_size - 1)
+            return;
+        struct timespec ts = {0, 10 * 1000000};
+        nanosleep(&ts, NULL);
+    }
+}
+
+static void *die_soon(void *arg)
+{
+    (void)arg;
+    struct timespec ts = {0, 5 * 1000000};
+    nanosleep(&ts, NULL);
+    printf("rank %d: SIGKILL to myself 5 ms into the all-reduce\n", g_rank);
+    fflush(stdout);
+    raise(SIGKILL);
+    return NULL;
+}
+
+/* One rank of the kill run: rank W-1 dies 5 ms into the all-reduce, which
+ * is a stream collective waited for with zs_coll_sync (scenario "stream")
+ * or zs_coll_all_reduce_host (scenario "host": the engine's norm and flag
+ * agreements). */
+static int run_kill_rank(const char *scenario)
+{
+    int host = strcmp(scenario, "host") == 0;
     char why[256];
     int ngpu = zs_dev_cuda_available(why, sizeof why);
     if (ngpu < g_size || g_size < 2) {
@@ -410,23 +457,31 @@ static int run_kill_rank(void)
     /* a first collective that everyone finishes */
     OK(zs_coll_all_reduce(c, buf, 1024, ZS_DTYPE_F32, ZS_OP_SUM, s, NULL, &err), err);
     OK(zs_coll_sync(c, &err), err);
-    OK(zs_coll_all_reduce(c, buf, KILL_COUNT, ZS_DTYPE_F32, ZS_OP_SUM, NULL, NULL, &err), err);
-    if (g_rank == g_size - 1) {
-        struct timespec ts = {0, 5 * 1000000};
-        nanosleep(&ts, NULL);
-        printf("rank %d: SIGKILL to myself 5 ms into the all-reduce\n", g_rank);
-        fflush(stdout);
-        raise(SIGKILL);
-    }
+    float *hbuf = calloc(KILL_COUNT, sizeof *hbuf);
+    CHECK(hbuf, "out of memory");
     double t0 = now_s();
+    int rc;
     zs_err_clear(&err);
-    int rc = zs_coll_sync(c, &err);
+    if (host) {
+        pthread_t killer;
+        if (g_rank == g_size - 1)
+            CHECK(pthread_create(&killer, NULL, die_soon, NULL) == 0, "thread");
+        rc = zs_coll_all_reduce_host(c, hbuf, KILL_COUNT, ZS_DTYPE_F32, ZS_OP_SUM, &err);
+    } else {
+        OK(zs_coll_all_reduce(c, buf, KILL_COUNT, ZS_DTYPE_F32, ZS_OP_SUM, NULL, NULL, &err), err);
+        if (g_rank == g_size - 1)
+            die_soon(NULL);
+        rc = zs_coll_sync(c, &err);
+    }
+    if (g_rank == g_size - 1) /* the host all-reduce can end before the kill lands */
+        for (;;)
+            pause();
     double dt = now_s() - t0;
     char want_rank[32], want_coll[64];
     snprintf(want_rank, sizeof want_rank, "on rank %d", g_rank);
     snprintf(want_coll, sizeof want_coll, "all_reduce of %zu fp32", KILL_COUNT);
-    printf("rank %d: zs_coll_sync returned %s after %.2f s: %s\n", g_rank, zs_status_name(rc), dt,
-           err.msg);
+    printf("rank %d: %s returned %s after %.2f s: %s\n", g_rank,
+           host ? "zs_coll_all_reduce_host" : "zs_coll_sync", zs_status_name(rc), dt, err.msg);
     int fail = 0;
     if (rc == ZS_OK || !strstr(err.msg, want_rank) || !strstr(err.msg, want_coll)) {
         fprintf(stderr, "FAIL rank %d: want an error naming '%s' and '%s'\n", g_rank, want_rank,
@@ -460,11 +515,13 @@ static int run_kill_rank(void)
     zs_dev_free(d, buf);
     zs_dev_stream_destroy(s);
     zs_dev_destroy(d);
+    free(hbuf);
     if (!fail)
         printf("rank %d: KILL-PASS: stopped in %.2f s (deadline %d ms), destroy %.2f s\n", g_rank,
                dt, KILL_TIMEOUT_MS, now_s() - t1);
     fflush(stdout);
     fflush(stderr);
+    exit_barrier();
     /* No MPI_Finalize: a peer is dead, and Open MPI's finalize waits for it.
      * Exit 0 either way: with orte_abort_on_non_zero_status 0, mpirun
      * (4.1) never returns after a non-zero exit; the driver reads the
@@ -472,8 +529,16 @@ static int run_kill_rank(void)
     _exit(0);
 }
 
+static void rm_tree(const char *dir)
+{
+    char cmd[256];
+    snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
+    if (system(cmd) != 0)
+        fprintf(stderr, "test_nccl: could not remove %s\n", dir);
+}
+
 /* The driver: mpirun the ranks with a hard deadline, then count verdicts. */
-static int run_kill_driver(const char *self, int w)
+static int run_kill_driver(const char *self, int w, const char *scenario)
 {
     char dir[] = "/tmp/zs_test_nccl_XXXXXX";
     if (!mkdtemp(dir)) {
@@ -483,9 +548,9 @@ static int run_kill_driver(const char *self, int w)
     char log[128], cmd[2048];
     snprintf(log, sizeof log, "%s/kill.log", dir);
     snprintf(cmd, sizeof cmd,
-             "OMPI_MCA_orte_abort_on_non_zero_status=0 exec %s -np %d --oversubscribe %s kill-rank "
-             "> %s 2>&1",
-             ZS_MPIEXEC, w, self, log);
+             "OMPI_MCA_orte_abort_on_non_zero_status=0 ZS_TEST_NCCL_DIR=%s exec %s -np %d "
+             "--oversubscribe %s kill-rank %s > %s 2>&1",
+             dir, ZS_MPIEXEC, w, self, scenario, log);
     double t0 = now_s();
     pid_t pid = fork();
     if (pid < 0)
@@ -519,12 +584,11 @@ static int run_kill_driver(const char *self, int w)
     }
     if (f)
         fclose(f);
-    unlink(log);
-    rmdir(dir);
+    rm_tree(dir);
     if (skip)
         return 77;
-    printf("test_nccl kill %d: %d of %d survivors stopped cleanly in %.1f s%s\n", w, pass, w - 1,
-           now_s() - t0, done ? "" : " (HUNG: mpirun killed at the 120 s deadline)");
+    printf("test_nccl kill %d (%s): %d of %d survivors stopped cleanly in %.1f s%s\n", w, scenario,
+           pass, w - 1, now_s() - t0, done ? "" : " (HUNG: mpirun killed at the 120 s deadline)");
     return done && !fail && pass == w - 1 ? 0 : 1;
 }
 
@@ -532,8 +596,12 @@ int main(int argc, char **argv)
 {
     setvbuf(stdout, NULL, _IOLBF, 0);
     const char *mode = argc > 1 ? argv[1] : "";
-    if (strcmp(mode, "kill") == 0)
-        return run_kill_driver(argv[0], argc > 2 ? atoi(argv[2]) : 2);
+    if (strcmp(mode, "kill") == 0) {
+        int w = argc > 2 ? atoi(argv[2]) : 2;
+        int a = run_kill_driver(argv[0], w, "stream");
+        int b = a == 77 ? 77 : run_kill_driver(argv[0], w, "host");
+        return a == 77 ? 77 : (a || b);
+    }
     int provided = 0;
     MPI_Init_thread(&argc, &argv, MPI_THREAD_SERIALIZED, &provided);
     MPI_Comm_rank(MPI_COMM_WORLD, &g_rank);
@@ -542,7 +610,7 @@ int main(int argc, char **argv)
     if (strcmp(mode, "vsmpi") == 0)
         status = run_vs_mpi();
     else if (strcmp(mode, "kill-rank") == 0)
-        status = run_kill_rank();
+        status = run_kill_rank(argc > 2 ? argv[2] : "stream");
     else {
         CHECK(0, "unknown mode '%s' (vsmpi | kill W | kill-rank)", mode);
         status = 2;

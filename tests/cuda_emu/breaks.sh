@@ -10,6 +10,7 @@
 # rebuilds the test that should catch it, runs it (under timeout), restores
 # the file with `git checkout`, and prints BROKEN-AND-CAUGHT with the first
 # failure line, or NOT CAUGHT. Needs a clean tree for the files it edits.
+# BREAKS_ONLY=REGEX runs only the breaks whose name matches.
 # Exit status: the number of breaks not caught. Takes a few minutes (one
 # incremental rebuild and one test run per break).
 set -u
@@ -20,9 +21,12 @@ export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 \
     OMPI_MCA_rmaps_base_oversubscribe=1 ASAN_OPTIONS=detect_leaks=0:quarantine_size_mb=0
 missed=0
 
-# brk NAME FILE SED_EXPR BUILD_DIR TARGET SCHEDULES: apply, rebuild, run, restore.
+# brk NAME FILE SED_EXPR BUILD_DIR TARGET SCHEDULES [RUN]: apply, rebuild,
+# run, restore. RUN: a shell command running the test binary, named $BIN
+# (default: "$BIN" alone), e.g. under mpirun.
 brk() {
-    local name=$1 file=$2 expr=$3 dir=$4 target=$5 schedules=$6 out caught=0 s
+    local name=$1 file=$2 expr=$3 dir=$4 target=$5 schedules=$6 run=${7:-'"$BIN"'} out caught=0 s bin
+    if [ -n "${BREAKS_ONLY:-}" ] && ! grep -qE "$BREAKS_ONLY" <<< "$name"; then return; fi
     git diff --quiet -- "$file" || { echo "breaks.sh: $file has local changes" >&2; exit 100; }
     sed -i "$expr" "$file"
     if git diff --quiet -- "$file"; then
@@ -34,7 +38,8 @@ brk() {
         git checkout -q -- "$file"; return
     fi
     for s in $schedules; do
-        out=$(ZS_EMU_SCHEDULE=$s timeout 600 "$(find "$dir" -name "$target" -type f -perm -u+x | head -1)" 2>&1)
+        bin=$(find "$dir" -name "$target" -type f -perm -u+x | head -1)
+        out=$(BIN=$bin ZS_EMU_SCHEDULE=$s timeout 600 bash -c "$run" 2>&1)
         if [ $? -ne 0 ]; then
             caught=1
             echo "== $name: BROKEN-AND-CAUGHT by $target (ZS_EMU_SCHEDULE=$s)"
@@ -68,5 +73,28 @@ brk "a shuffle with a partial warp (softmax block of 24 lanes per warp)" kernels
 brk "a buffer read after cudaFreeAsync on another stream without ordering" $V \
     's/cudaError_t ef = cudaFreeAsync(tmp, cs);/cudaError_t ef = cudaSuccess; (void)ef;/; s/    ZS_DISPATCH_ONE(k_sumsq_part, dt, k)/    cudaFreeAsync(tmp, cudaStreamPerThread);\n    ZS_DISPATCH_ONE(k_sumsq_part, dt, k)/' \
     "$build" test_cuda_ops "forward"
+
+# Issue 15: our NCCL code (several emulated GPUs, MPI ranks)
+N=worker/coll/zs_coll_nccl.c
+NP2='ZS_EMU_DEVICES=2 ZS_EMU_NCCL_TIMEOUT=60 mpirun -np 2 --oversubscribe "$BIN" boot'
+brk "wrong in-place offset (the rank's block without the element size)" $N \
+    's/size_t block = count \* es \* (size_t)c->base.rank;/size_t block = count * (size_t)c->base.rank;/' \
+    "$build" test_nccl_boot "random:5" "$NP2"
+brk "a collective skipped on one rank (rank 1 drops its broadcasts)" $N \
+    's/^    if (count == 0)$/    if (count == 0 || (kind == K_BC \&\& c->base.rank == 1))/' \
+    "$build" test_nccl_boot "random:5" "$NP2"
+brk "a group left open (ncclGroupEnd not called)" $N \
+    's/r_end = ncclGroupEnd(); \/\* always closes/r_end = ncclSuccess; \/\* never closes/' \
+    "$build" test_nccl_boot "random:5" "$NP2"
+brk "a missing settle of ncclInProgress after a collective" $N \
+    '/ncclResult_t r = issue(c, \&k, \&call);/,+2s/r = zs__nccl_settle(c);/r = ncclSuccess;/' \
+    "$build" test_nccl_boot "random:5" "$NP2"
+brk "a watchdog that never aborts" worker/coll/zs_coll_nccl_watchdog.c \
+    '/^static void \*watchdog_main/,/^}/s/if (check_once(c, \&fire))/if (0 \&\& check_once(c, \&fire))/' \
+    "$build" test_nccl_boot "random:5" "$NP2"
+brk "zs_coll_sync without asking ncclCommGetAsyncError (a dead peer's all-reduce looks done)" \
+    worker/coll/zs_coll.c 's/if (rc == ZS_OK \&\& c->vt->sync_check)$/if (0)/' \
+    "$build" test_nccl "forward" 'ZS_EMU_DEVICES=2 ZS_EMU_NCCL_CHUNK=16384 "$BIN" kill 2'
+
 echo "breaks.sh: $missed break(s) not caught"
 exit $missed

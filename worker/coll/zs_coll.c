@@ -153,6 +153,10 @@ static int host_coll(zs_coll_t *c, host_kind_t kind, void *host, size_t count, z
     zs_err_t serr;
     zs_err_clear(&serr);
     rc = zs_dev_stream_sync(c->stream, &serr);
+    /* the value copied back is garbage if the collective failed
+     * asynchronously (NCCL: a peer died): ask, as zs_coll_sync does */
+    if (rc == ZS_OK && enq == ZS_OK && c->vt->sync_check)
+        rc = c->vt->sync_check(c, &serr);
     zs_dev_free(c->dev, dbuf);
     if (enq != ZS_OK)
         return enq; /* err holds the refusal */
