@@ -21,3 +21,12 @@ target_compile_definitions(test_init_from PRIVATE ZS_MPIEXEC="${MPIEXEC_EXECUTAB
                            ZS_GENERATE="$<TARGET_FILE:zs-generate>")
 add_dependencies(test_init_from zs-train zs-ctl zs-server zs-generate)
 set_tests_properties(test_init_from PROPERTIES SKIP_RETURN_CODE 77)
+# Speculative updates with a pre-image window smaller than each server's
+# range (issue 18): super_offload on == off bitwise, W = 1 and 2, stages
+# 0-3, fp32/bf16/fp16, clipping that rolls every step back.
+zs_add_test(test_spec_window SRCS test_spec_window.c LIBS zeroshard zs_testproc TIMEOUT 600
+            LABELS integration)
+target_compile_definitions(test_spec_window PRIVATE ZS_MPIEXEC="${MPIEXEC_EXECUTABLE}"
+                           ZS_TRAIN="$<TARGET_FILE:zs-train>"
+                           ZS_TOKENIZE="$<TARGET_FILE:zs-tokenize>")
+add_dependencies(test_spec_window zs-train zs-tokenize zs-server)
