@@ -56,7 +56,8 @@ if(ZS_WITH_NCCL)
   zs_add_test(test_train_cuda SRCS test_train_cuda.c LIBS zeroshard zs_testproc LABELS "gpu;mpi"
               TIMEOUT 900)
   target_compile_definitions(test_train_cuda PRIVATE ZS_MPIEXEC="${MPIEXEC_EXECUTABLE}"
-                             ZS_TRAIN="$<TARGET_FILE:zs-train>")
-  add_dependencies(test_train_cuda zs-train zs-server)
+                             ZS_TRAIN="$<TARGET_FILE:zs-train>"
+                             ZS_LAUNCH="$<TARGET_FILE:zs-launch>")
+  add_dependencies(test_train_cuda zs-train zs-server zs-launch)
   set_tests_properties(test_train_cuda PROPERTIES SKIP_RETURN_CODE 77)
 endif()

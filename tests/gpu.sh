@@ -55,7 +55,11 @@
 # test_gpt_cuda (the whole GPT on CUDA vs CPU, 10 AdamW steps, bitwise
 # reruns); test_nccl_boot boot under mpirun -np 2 (one GPU: two ranks on it
 # must be refused; two GPUs: collectives) and gpu under -np 1 (and -np N with
-# N GPUs); test_train_cuda (zs-train --device cuda vs cpu, stages 0-3 x
+# N GPUs); test_nccl vsmpi (NCCL vs Open MPI on the same data) at -np 1;
+# with N > 1 GPUs also test_nccl vsmpi and kill (a rank SIGKILLed
+# mid-collective) at -np N and test_train_cuda at W = N (stages 0-3 x
+# offload vs the CPU engine at N, bf16, kill -9 + zs-launch resume on N-1
+# GPUs); test_train_cuda (zs-train --device cuda vs cpu, stages 0-3 x
 # offload with 2 zs-servers, kill -9 + resume bitwise); bench_gpt --device
 # cuda (GPT-2 124M and 1.5B with bf16 GEMMs, tokens/s, MFU, step split,
 # optimizer on the GPU and on 2 local zs-servers; 124M with fp32 GEMMs);
@@ -86,8 +90,8 @@ fi
 # bench_fit on a lent H100 (80 GB, 128 GiB host RAM) inside one 10-minute call
 # (bench/README.md, "bench_fit").
 FIT_ARGS="--widths 4096,2048 --ctx 1024 --batch 1 --time-limit 540"
-GPU_TESTS="test_dev_cuda test_cuda_ops test_gpt_cuda test_nccl_boot test_train_cuda"
-GPU_BINS="$GPU_TESTS zs-train zs-server bench_gpt bench_fit"
+GPU_TESTS="test_dev_cuda test_cuda_ops test_gpt_cuda test_nccl_boot test_nccl test_train_cuda"
+GPU_BINS="$GPU_TESTS zs-train zs-server zs-launch bench_gpt bench_fit"
 # Open MPI's launcher and plugins (dlopen'ed, so ldd does not see them), and
 # what those plugins need: libpmix (with libmunge: without it mca_pmix_ext3x
 # does not load and orterun stops in orte_init; `gpu.sh check` found it).
@@ -259,8 +263,16 @@ run() {
         run_one test_gpt_cuda "$bin/test_gpt_cuda"
         run_one test_nccl_boot_np2 "$mpirun" -np 2 "$bin/test_nccl_boot" boot
         run_one test_nccl_np1 "$mpirun" -np 1 "$bin/test_nccl_boot" gpu
+        run_one test_nccl_vsmpi_np1 "$mpirun" -np 1 "$bin/test_nccl" vsmpi
         if [ "$ngpu" -gt 1 ]; then
+            # several GPUs (issue 15): what the CUDA emulator runs at 2 and 4
             run_one "test_nccl_np$ngpu" "$mpirun" -np "$ngpu" "$bin/test_nccl_boot" gpu
+            run_one "test_nccl_vsmpi_np$ngpu" "$mpirun" -np "$ngpu" "$bin/test_nccl" vsmpi
+            run_one "test_nccl_kill_np$ngpu" env ZS_MPIEXEC_BIN="$mpirun" "$bin/test_nccl" kill \
+                "$ngpu"
+            run_one "test_train_cuda_w$ngpu" env ZS_TRAIN_BIN="$bin/zs-train" \
+                ZS_MPIEXEC_BIN="$mpirun" ZS_SERVER_BIN="$bin/zs-server" \
+                ZS_LAUNCH_BIN="$bin/zs-launch" ZS_TEST_TRAIN_CUDA_NP="$ngpu" "$bin/test_train_cuda"
         fi
         run_one test_train_cuda env ZS_TRAIN_BIN="$bin/zs-train" ZS_MPIEXEC_BIN="$mpirun" \
             ZS_SERVER_BIN="$bin/zs-server" "$bin/test_train_cuda"

@@ -545,12 +545,14 @@ static int run_kill_driver(const char *self, int w, const char *scenario)
         perror("mkdtemp");
         return 1;
     }
+    /* ZS_MPIEXEC_BIN: the launcher where the build's is not (tests/gpu.sh) */
+    const char *mpiexec = getenv("ZS_MPIEXEC_BIN") ? getenv("ZS_MPIEXEC_BIN") : ZS_MPIEXEC;
     char log[128], cmd[2048];
     snprintf(log, sizeof log, "%s/kill.log", dir);
     snprintf(cmd, sizeof cmd,
              "OMPI_MCA_orte_abort_on_non_zero_status=0 ZS_TEST_NCCL_DIR=%s exec %s -np %d "
              "--oversubscribe %s kill-rank %s > %s 2>&1",
-             dir, ZS_MPIEXEC, w, self, scenario, log);
+             dir, mpiexec, w, self, scenario, log);
     double t0 = now_s();
     pid_t pid = fork();
     if (pid < 0)

@@ -18,14 +18,20 @@
  *     stage (the servers' CPU AdamW and zs_cuda_adamw are the same formula,
  *     bitwise, per zs_cuda_vec.h; as test_engine holds on CPU).
  *  2. Kill and resume on the GPU: stage 2 + offload, checkpoints every 10
- *     steps of 100 ($ZS_TEST_TRAIN_CUDA_KR_STEPS, at least 30); zs-train is killed with SIGKILL once the CSV shows step
- *     15, then rerun with --resume: its final parameters are bitwise those
- *     of an undisturbed run. (If the kill comes after the run finished, it
- *     says so and runs the stop-after-step-20-and-resume variant instead.)
+ *     steps of 100 ($ZS_TEST_TRAIN_CUDA_KR_STEPS, at least 30); zs-train is killed with SIGKILL
+ * once the CSV shows step 15, then rerun with --resume: its final parameters are bitwise those of
+ * an undisturbed run. (If the kill comes after the run finished, it says so and runs the
+ * stop-after-step-20-and-resume variant instead.)
  *
  *  With ZS_TEST_TRAIN_CUDA_NP=W (W > 1) every run has W ranks with a GPU
- *  each (the CUDA emulator runs W = 2 and 4) and only part 1 runs: CUDA at
- *  W against the CPU engine at W.
+ *  each (the CUDA emulator runs W = 2 and 4): parts 1 and 3 at W against
+ *  the CPU engine at W, then part 4 instead of part 2:
+ *  4. Elastic resume: zs-launch --np W --min-np W-1 --shrink-after 1, one
+ *     zs-train rank SIGKILLed after step 12 of 30 (checkpoints every 10);
+ *     the launcher reruns on W-1 GPUs from the newest checkpoint. Final
+ *     parameters bitwise equal to the same schedule undisturbed on the GPUs
+ *     (W ranks to that checkpoint, then W-1 resume), and within PARAM_REL
+ *     of that schedule on the CPU. (zs-launch: ZS_LAUNCH_BIN or the build's.)
  *
  *  3. bf16 parameters and GEMMs (stage 2 + offload): the GPU run against the
  *     CPU with the same rounding (--gemm bf16) and with fp32 GEMMs
@@ -65,7 +71,7 @@ static const zs_gpt_config_t k_shape = {2, 4, 64, 32, 256};
 
 static char g_tmp[200], g_data[300], g_servers[256];
 static const char *g_train, *g_mpirun;
-static int g_np = 1; /* ranks (GPUs) of every run: $ZS_TEST_TRAIN_CUDA_NP */
+static int g_np = 1;               /* ranks (GPUs) of every run: $ZS_TEST_TRAIN_CUDA_NP */
 static const char *g_gpu = "cuda"; /* "cpu" in the harness self-check */
 
 static const char *env_or(const char *name, const char *dflt)
@@ -412,6 +418,144 @@ static void kill_resume(void)
     zs_test_servers_down(srv, 2);
 }
 
+/* ---- 4. several GPUs: kill -9 of one worker, zs-launch resumes on fewer ---- */
+
+#define EL_STEPS 30 /* checkpoints every 10; the kill lands after step 12 */
+
+/* stage 2 + offload with a batch both W and W-1 divide (W = 2: 8 = 2 x 2 x
+ * 2 and 1 x 2 x 4; W = 4: 12 = 4 x 1 x 3 and 3 x 1 x 4) */
+static void write_elastic_config(const char *path)
+{
+    FILE *f = fopen(path, "w");
+    TEST_CHECK(f);
+    fprintf(f,
+            "{\"train_batch_size\": %d, \"train_micro_batch_size_per_gpu\": %d,\n"
+            " \"gradient_clipping\": 1.0,\n"
+            " \"optimizer\": {\"type\": \"AdamW\", \"params\": {\"lr\": 0.001, \"weight_decay\": "
+            "0.1}},\n"
+            " \"zero_optimization\": {\"stage\": 2, \"offload_optimizer\": {\"device\": \"cpu\"},\n"
+            "   \"reduce_bucket_size\": 20000}}\n",
+            g_np == 4 ? 12 : 8, g_np == 4 ? 1 : 2);
+    TEST_CHECK(fclose(f) == 0);
+}
+
+/* zs-train on `np` ranks of `device` (g_np is what train() uses). */
+static void train_np(int np, const char *device, const char *log, const char *args)
+{
+    int keep = g_np;
+    g_np = np;
+    train(device, log, args);
+    g_np = keep;
+}
+
+/* The undisturbed schedule of a resumed job: W ranks to checkpoint `ck`,
+ * then W-1 ranks resume from it to the end; final parameters to `out`. */
+static void elastic_reference(const char *device, const char *cfg, int ck, const char *out)
+{
+    zs_test_server_t srv[2];
+    char servers[256], tag[32], log[300], args[2048];
+    snprintf(tag, sizeof tag, "el-%s", device);
+    servers_up(tag, srv, servers, sizeof servers);
+    snprintf(log, sizeof log, "%s/el-%s-a.log", g_tmp, device);
+    snprintf(args, sizeof args,
+             "--config %s --servers %s --steps %d --ckpt-every 10 --log-every 10", cfg, servers,
+             ck);
+    train_np(g_np, device, log, args);
+    snprintf(log, sizeof log, "%s/el-%s-b.log", g_tmp, device);
+    snprintf(args, sizeof args,
+             "--config %s --servers %s --steps %d --ckpt-every 10 --log-every 10 --resume "
+             "--save-params %s",
+             cfg, servers, EL_STEPS, out);
+    train_np(g_np - 1, device, log, args);
+    TEST_CHECKF(log_has(log, "resumed from checkpoint"), "the reference did not resume (%s)", log);
+    zs_test_servers_down(srv, 2);
+}
+
+/* zs-launch --np W --min-np W-1 --shrink-after 1 runs the job on W GPUs;
+ * one zs-train rank is SIGKILLed after step 12; the launcher reruns it on
+ * W-1 GPUs with --resume-auto. Its final parameters must be bitwise those of
+ * the same schedule run undisturbed on the GPUs (W ranks to the checkpoint
+ * it resumed from, then W-1), as the CPU path's are (test_chaos); and close
+ * to that schedule on the CPU (part 1's bounds). */
+static void elastic(void)
+{
+    uint64_t P = zs_gpt_num_params(&k_shape);
+    char cfg[300], log[300], csv[300], got[300], ref[300], cpu[300], args[2048], cmd[4096];
+    snprintf(cfg, sizeof cfg, "%s/elastic.json", g_tmp);
+    write_elastic_config(cfg);
+    snprintf(log, sizeof log, "%s/el-launch.log", g_tmp);
+    snprintf(csv, sizeof csv, "%s/el-launch.csv", g_tmp);
+    snprintf(got, sizeof got, "%s/el-got.bin", g_tmp);
+    zs_test_server_t srv[2];
+    char servers[256];
+    servers_up("el-launch", srv, servers, sizeof servers);
+    snprintf(args, sizeof args,
+             "%s --device %s --data %s " SHAPE " --config %s --servers %s --steps %d "
+             "--ckpt-every 10 --log-every 10 --csv %s --save-params %s",
+             g_train, g_gpu, g_data, cfg, servers, EL_STEPS, csv, got);
+    snprintf(cmd, sizeof cmd,
+             "ZS_LOG_LEVEL=warn exec %s --np %d --min-np %d --shrink-after 1 --max-restarts 2 "
+             "--backoff 200 --mpirun %s --mpirun-arg --allow-run-as-root --mpirun-arg "
+             "--oversubscribe --mpirun-arg --bind-to --mpirun-arg none --mpirun-arg -q -- %s "
+             "> %s 2>&1",
+             env_or("ZS_LAUNCH_BIN", ZS_LAUNCH), g_np, g_np - 1, g_mpirun, args, log);
+    pid_t job = fork();
+    TEST_CHECK(job >= 0);
+    if (job == 0) {
+        execl("/bin/sh", "sh", "-c", cmd, (char *)NULL);
+        _exit(127);
+    }
+    int status = 0, killed = 0, exited = 0;
+    for (int i = 0; i < 120000 && !exited; i++) { /* 5 ms polls, 10 min */
+        if (waitpid(job, &status, WNOHANG) == job) {
+            exited = 1;
+            break;
+        }
+        if (!killed && csv_last_step(csv) >= 12) {
+            pid_t w = find_train(csv);
+            if (w > 0 && kill(w, SIGKILL) == 0)
+                killed = csv_last_step(csv);
+        }
+        usleep(5000);
+    }
+    if (!exited) {
+        kill(job, SIGTERM);
+        waitpid(job, &status, 0);
+    }
+    zs_test_servers_down(srv, 2);
+    TEST_CHECKF(exited && WIFEXITED(status) && WEXITSTATUS(status) == 0,
+                "zs-launch did not finish the job (log %s)", log);
+    TEST_CHECKF(killed, "the job finished before the kill could land (log %s)", log);
+    char shrink[64];
+    snprintf(shrink, sizeof shrink, "with %d workers", g_np - 1);
+    TEST_CHECKF(log_has(log, shrink), "zs-launch should rerun %s (log %s)", shrink, log);
+    int ck = log_has(log, "resumed from checkpoint 20")   ? 20
+             : log_has(log, "resumed from checkpoint 10") ? 10
+                                                          : 0;
+    TEST_CHECKF(ck, "the rerun should resume from checkpoint 10 or 20 (log %s)", log);
+    printf("4. W=%d: one zs-train rank killed after step %d; zs-launch reran on %d GPU(s), "
+           "resumed from checkpoint %d\n",
+           g_np, killed, g_np - 1, ck);
+
+    snprintf(ref, sizeof ref, "%s/el-ref.bin", g_tmp);
+    elastic_reference(g_gpu, cfg, ck, ref);
+    TEST_CHECKF(zs_test_sh("cmp -s %s %s", ref, got) == 0,
+                "the resumed job's parameters differ from the undisturbed W=%d -> %d schedule "
+                "(%s, %s)",
+                g_np, g_np - 1, got, ref);
+    snprintf(cpu, sizeof cpu, "%s/el-cpu.bin", g_tmp);
+    elastic_reference("cpu", cfg, ck, cpu);
+    float *w0 = zs_gpttest_init_weights(k_shape, 1337);
+    float *pg = read_params(got, P), *pc = read_params(cpu, P);
+    double rel = zs_gpttest_rel_update_diff(&k_shape, w0, pg, pc);
+    printf("   bitwise equal to W=%d to step %d then W=%d on the GPUs undisturbed; vs the same "
+           "schedule on the CPU: ||cuda - cpu|| / ||update|| %.3g\n",
+           g_np, ck, g_np - 1, rel);
+    TEST_CHECKF(rel <= PARAM_REL, "elastic: parameter difference to the CPU %.3g > %.1g", rel,
+                PARAM_REL);
+    free(w0), free(pg), free(pc);
+}
+
 int main(void)
 {
     setvbuf(stdout, NULL, _IONBF, 0);
@@ -437,9 +581,11 @@ int main(void)
     zs_test_server_t srv[2];
     servers_up("st", srv, g_servers, sizeof g_servers);
     stages();
-    if (g_np > 1) { /* several GPUs: part 1 only (parts 2 and 3 run at W = 1) */
+    if (g_np > 1) { /* several GPUs: parts 1, 3 and 4 (kill + resume at W = 1 is part 2) */
+        bf16_run();
         zs_test_servers_down(srv, 2);
-        printf("test_train_cuda: ok (W = %d, part 1)\n", g_np);
+        elastic();
+        printf("test_train_cuda: ok (W = %d: parts 1, 3, 4)\n", g_np);
         return 0;
     }
     bf16_run();
