@@ -1,0 +1,103 @@
+/*
+ * test_train_ckpt.c - zs-train with activation checkpointing (issue 16),
+ * MPI workers on the CPU device, no servers (optimizer in-process), fp32:
+ * for W = 1 and 2 and ZeRO stages 2 and 3, the final parameters
+ * (--save-params) of a 4-step run with --activation-checkpointing, and
+ * with the config's activation_checkpointing section and
+ * cpu_checkpointing, are bitwise those of the run without checkpointing;
+ * the printed configuration says checkpointing is on.
+ */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "zs_proc.h"
+#include "zs_test.h"
+
+static char g_tmp[200], g_data[300];
+
+/* The bytes of file `path` (*n its size); stops the test if unreadable. */
+static char *slurp(const char *path, size_t *n)
+{
+    FILE *f = fopen(path, "rb");
+    TEST_CHECKF(f != NULL, "cannot open %s", path);
+    fseek(f, 0, SEEK_END);
+    long len = ftell(f);
+    fseek(f, 0, SEEK_SET);
+    char *buf = malloc((size_t)len + 1);
+    TEST_CHECK(buf && fread(buf, 1, (size_t)len, f) == (size_t)len);
+    fclose(f);
+    buf[len] = '\0';
+    *n = (size_t)len;
+    return buf;
+}
+
+/* One run: W workers, `stage`, mode 0 off, 1 --activation-checkpointing,
+ * 2 the config section with cpu_checkpointing; parameters to `out`. */
+static void run(int W, int stage, int mode, const char *out)
+{
+    char cfg[400], log[400];
+    snprintf(cfg, sizeof cfg, "%s/s%d_m%d.json", g_tmp, stage, mode);
+    FILE *f = fopen(cfg, "w");
+    TEST_CHECK(f != NULL);
+    fprintf(f,
+            "{\"train_batch_size\": 8, \"train_micro_batch_size_per_gpu\": 2,"
+            " \"gradient_clipping\": 1.0, \"zero_optimization\": {\"stage\": %d,"
+            " \"reduce_bucket_size\": 20000, \"stage3_prefetch_bucket_size\": 20000,"
+            " \"stage3_max_live_parameters\": 40000}%s}\n",
+            stage,
+            mode == 2 ? ", \"activation_checkpointing\": {\"cpu_checkpointing\": true}" : "");
+    fclose(f);
+    snprintf(log, sizeof log, "%s/w%d_s%d_m%d.log", g_tmp, W, stage, mode);
+    zs_test_run_ok(log,
+                   "ZS_LOG_LEVEL=warn %s " ZS_TEST_MPI_OPTS " -np %d %s --data %s --config %s "
+                   "--layers 3 --heads 2 --width 32 --ctx 16 --steps 4 --save-params %s %s",
+                   ZS_MPIEXEC, W, ZS_TRAIN, g_data, cfg, out,
+                   mode == 1 ? "--activation-checkpointing" : "");
+    size_t n;
+    char *text = slurp(log, &n);
+    const char *want =
+        mode == 0 ? "activation_checkpointing = off" : "activation_checkpointing = every GPT block";
+    TEST_CHECKF(strstr(text, want), "%s lacks '%s'", log, want);
+    if (mode == 2)
+        TEST_CHECK(strstr(text, "activation_checkpointing.cpu_checkpointing = true"));
+    free(text);
+}
+
+int main(void)
+{
+    setvbuf(stdout, NULL, _IONBF, 0);
+    snprintf(g_tmp, sizeof g_tmp, "%s", zs_test_tmpdir("train_ckpt"));
+    snprintf(g_data, sizeof g_data, "%s/corpus.tok", g_tmp);
+    zs_test_tokenize(ZS_TOKENIZE, g_data, "$(" ZS_TEST_LICENCES " | head -n 3)");
+    static const char *names[3] = {"off", "--activation-checkpointing",
+                                   "activation_checkpointing.cpu_checkpointing"};
+    for (int W = 1; W <= 2; W++) {
+        for (int stage = 2; stage <= 3; stage++) {
+            char ref[400];
+            snprintf(ref, sizeof ref, "%s/p_w%d_s%d_m0.bin", g_tmp, W, stage);
+            run(W, stage, 0, ref);
+            size_t nr;
+            char *a = slurp(ref, &nr);
+            TEST_CHECK(nr > 0);
+            for (int mode = 1; mode <= 2; mode++) {
+                char out[400];
+                snprintf(out, sizeof out, "%s/p_w%d_s%d_m%d.bin", g_tmp, W, stage, mode);
+                run(W, stage, mode, out);
+                size_t nb;
+                char *b = slurp(out, &nb);
+                TEST_CHECKF(nb == nr && memcmp(a, b, nr) == 0,
+                            "W=%d stage %d %s: final parameters differ from the run without "
+                            "checkpointing",
+                            W, stage, names[mode]);
+                printf("ok: W=%d stage %d, 4 steps, %s: final parameters (%zu bytes) bitwise "
+                       "equal to no checkpointing\n",
+                       W, stage, names[mode], nb);
+                free(b);
+            }
+            free(a);
+        }
+    }
+    printf("test_train_ckpt: OK\n");
+    return 0;
+}
