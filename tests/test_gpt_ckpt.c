@@ -15,10 +15,11 @@
  *      never freed) fails that check (ZS_TEST_CKPT_BREAK=1 runs the leaking
  *      model through the normal check instead, which must then fail the
  *      test: "a check must be able to fail");
- *   3. the ZeRO engine at W = 1 (MPI initialised here), stages 0-3, no
- *      servers: the final parameters of a few AdamW steps with
- *      checkpointing (and cpu_checkpointing) are bitwise those without,
- *      and the activation peak of the run is within the formula.
+ *   3. the ZeRO engine at W = 1 (MPI initialised here), stages 0-3 (fp32)
+ *      and 2-3 (bf16 parameters), no servers: the final parameters of a
+ *      few AdamW steps with checkpointing (and cpu_checkpointing) are
+ *      bitwise those without, and the run's activation peak is the
+ *      model's figure (zs_gpt_act_bytes).
  */
 #include <mpi.h>
 #include <stdio.h>
@@ -277,7 +278,8 @@ static void test_memory(void)
 
 /* Final parameters of `steps` AdamW steps at `stage` in mode md. *act_peak:
  * the device activation peak of the run. */
-static void engine_run(int stage, const mode_t_ *md, int steps, float *out, uint64_t *act_peak)
+static void engine_run(int stage, int bf16, const mode_t_ *md, int steps, float *out,
+                       uint64_t *act_peak)
 {
     zs_err_t err;
     zs_gpt_config_t c = {3, 2, 32, 16, 64};
@@ -301,8 +303,8 @@ static void engine_run(int stage, const mode_t_ *md, int steps, float *out, uint
              " \"weight_decay\": 0.01}}, \"gradient_clipping\": 1.0,"
              " \"zero_optimization\": {\"stage\": %d, \"reduce_bucket_size\": 3000,"
              " \"stage3_prefetch_bucket_size\": 3000, \"stage3_max_live_parameters\": 6000,"
-             " \"stage3_param_persistence_threshold\": 10}}",
-             stage);
+             " \"stage3_param_persistence_threshold\": 10}%s}",
+             stage, bf16 ? ", \"bf16\": {\"enabled\": true}" : "");
     zs_config_t cfg;
     TEST_OK(zs_config_parse(json, &cfg, NULL, NULL, &err), err);
     TEST_OK(zs_config_resolve(&cfg, 1, &err), err);
@@ -341,20 +343,25 @@ static void test_engine(void)
     uint64_t P = zs_gpt_num_params(&c);
     float *ref = malloc(P * 4), *got = malloc(P * 4);
     const int steps = 4;
-    for (int stage = 0; stage <= 3; stage++) {
+    for (int run = 0; run < 6; run++) {
+        /* fp32 at stages 0-3, then bf16 at stages 2 and 3 */
+        int stage = run < 4 ? run : run - 2, bf16 = run >= 4;
         uint64_t peak0, peak;
-        engine_run(stage, &MODES[0], steps, ref, &peak0);
+        engine_run(stage, bf16, &MODES[0], steps, ref, &peak0);
         for (int k = 1; k < 3; k++) {
-            engine_run(stage, &MODES[k], steps, got, &peak);
+            engine_run(stage, bf16, &MODES[k], steps, got, &peak);
             uint64_t i = 0;
             while (i < P && memcmp(&got[i], &ref[i], 4) == 0)
                 i++;
-            TEST_CHECKF(i == P, "stage %d %s: parameter %llu is %.9g, %.9g without checkpointing",
-                        stage, MODES[k].name, (unsigned long long)i, got[i], ref[i]);
+            TEST_CHECKF(i == P,
+                        "stage %d %s %s: parameter %llu is %.9g, %.9g without "
+                        "checkpointing",
+                        stage, bf16 ? "bf16" : "fp32", MODES[k].name, (unsigned long long)i, got[i],
+                        ref[i]);
             TEST_CHECK(peak < peak0);
-            printf("  engine W=1 stage %d, %d steps, %s: final parameters bitwise equal; device "
-                   "activation peak %llu vs %llu bytes\n",
-                   stage, steps, MODES[k].name, (unsigned long long)peak,
+            printf("  engine W=1 stage %d %s, %d steps, %s: final parameters bitwise equal; "
+                   "device activation peak %llu vs %llu bytes\n",
+                   stage, bf16 ? "bf16" : "fp32", steps, MODES[k].name, (unsigned long long)peak,
                    (unsigned long long)peak0);
         }
     }
