@@ -1,11 +1,13 @@
 /*
  * test_train_ckpt.c - zs-train with activation checkpointing (issue 16),
- * MPI workers on the CPU device, no servers (optimizer in-process), fp32:
- * for W = 1 and 2 and ZeRO stages 2 and 3, the final parameters
- * (--save-params) of a 4-step run with --activation-checkpointing, and
- * with the config's activation_checkpointing section and
- * cpu_checkpointing, are bitwise those of the run without checkpointing;
- * the printed configuration says checkpointing is on.
+ * MPI workers on the CPU device, fp32: for W = 1 and 2 and ZeRO stages 2
+ * and 3 with the optimizer in-process (no servers), and at W = 2 with the
+ * optimizer offloaded to 2 zs-servers (stage 2 offload_optimizer, stage 3
+ * offload_optimizer + offload_param), the final parameters (--save-params)
+ * of a 4-step run with --activation-checkpointing, and with the config's
+ * activation_checkpointing section and cpu_checkpointing, are bitwise
+ * those of the run without checkpointing; the printed configuration says
+ * checkpointing is on.
  */
 #include <stdio.h>
 #include <stdlib.h>
@@ -14,7 +16,7 @@
 #include "zs_proc.h"
 #include "zs_test.h"
 
-static char g_tmp[200], g_data[300];
+static char g_tmp[200], g_data[300], g_servers[256];
 
 /* The bytes of file `path` (*n its size); stops the test if unreadable. */
 static char *slurp(const char *path, size_t *n)
@@ -33,27 +35,32 @@ static char *slurp(const char *path, size_t *n)
 }
 
 /* One run: W workers, `stage`, mode 0 off, 1 --activation-checkpointing,
- * 2 the config section with cpu_checkpointing; parameters to `out`. */
-static void run(int W, int stage, int mode, const char *out)
+ * 2 the config section with cpu_checkpointing; offload: the optimizer on
+ * the servers (and at stage 3 the parameters in pinned memory);
+ * parameters to `out`. */
+static void run(int W, int stage, int mode, int offload, const char *out)
 {
-    char cfg[400], log[400];
-    snprintf(cfg, sizeof cfg, "%s/s%d_m%d.json", g_tmp, stage, mode);
+    char cfg[400], log[400], srv[300] = "";
+    snprintf(cfg, sizeof cfg, "%s/s%d_m%d_o%d.json", g_tmp, stage, mode, offload);
     FILE *f = fopen(cfg, "w");
     TEST_CHECK(f != NULL);
     fprintf(f,
             "{\"train_batch_size\": 8, \"train_micro_batch_size_per_gpu\": 2,"
             " \"gradient_clipping\": 1.0, \"zero_optimization\": {\"stage\": %d,"
             " \"reduce_bucket_size\": 20000, \"stage3_prefetch_bucket_size\": 20000,"
-            " \"stage3_max_live_parameters\": 40000}%s}\n",
-            stage,
+            " \"stage3_max_live_parameters\": 40000%s%s}%s}\n",
+            stage, offload ? ", \"offload_optimizer\": {\"device\": \"cpu\"}" : "",
+            offload && stage == 3 ? ", \"offload_param\": {\"device\": \"cpu\"}" : "",
             mode == 2 ? ", \"activation_checkpointing\": {\"cpu_checkpointing\": true}" : "");
     fclose(f);
-    snprintf(log, sizeof log, "%s/w%d_s%d_m%d.log", g_tmp, W, stage, mode);
+    if (offload)
+        snprintf(srv, sizeof srv, "--servers %s --fresh", g_servers);
+    snprintf(log, sizeof log, "%s/w%d_s%d_m%d_o%d.log", g_tmp, W, stage, mode, offload);
     zs_test_run_ok(log,
                    "ZS_LOG_LEVEL=warn %s " ZS_TEST_MPI_OPTS " -np %d %s --data %s --config %s "
-                   "--layers 3 --heads 2 --width 32 --ctx 16 --steps 4 --save-params %s %s",
+                   "--layers 3 --heads 2 --width 32 --ctx 16 --steps 4 --save-params %s %s %s",
                    ZS_MPIEXEC, W, ZS_TRAIN, g_data, cfg, out,
-                   mode == 1 ? "--activation-checkpointing" : "");
+                   mode == 1 ? "--activation-checkpointing" : "", srv);
     size_t n;
     char *text = slurp(log, &n);
     const char *want =
@@ -72,32 +79,38 @@ int main(void)
     zs_test_tokenize(ZS_TOKENIZE, g_data, "$(" ZS_TEST_LICENCES " | head -n 3)");
     static const char *names[3] = {"off", "--activation-checkpointing",
                                    "activation_checkpointing.cpu_checkpointing"};
-    for (int W = 1; W <= 2; W++) {
+    zs_test_server_t srv[2];
+    zs_test_servers_up(srv, 2, g_tmp, "srv", "", g_servers, sizeof g_servers);
+    /* W = 1 and 2 with the optimizer in-process, then W = 2 offloaded */
+    for (int cfgi = 0; cfgi < 3; cfgi++) {
+        int W = cfgi == 0 ? 1 : 2, offload = cfgi == 2;
         for (int stage = 2; stage <= 3; stage++) {
             char ref[400];
-            snprintf(ref, sizeof ref, "%s/p_w%d_s%d_m0.bin", g_tmp, W, stage);
-            run(W, stage, 0, ref);
+            snprintf(ref, sizeof ref, "%s/p_w%d_s%d_m0_o%d.bin", g_tmp, W, stage, offload);
+            run(W, stage, 0, offload, ref);
             size_t nr;
             char *a = slurp(ref, &nr);
             TEST_CHECK(nr > 0);
             for (int mode = 1; mode <= 2; mode++) {
                 char out[400];
-                snprintf(out, sizeof out, "%s/p_w%d_s%d_m%d.bin", g_tmp, W, stage, mode);
-                run(W, stage, mode, out);
+                snprintf(out, sizeof out, "%s/p_w%d_s%d_m%d_o%d.bin", g_tmp, W, stage, mode,
+                         offload);
+                run(W, stage, mode, offload, out);
                 size_t nb;
                 char *b = slurp(out, &nb);
                 TEST_CHECKF(nb == nr && memcmp(a, b, nr) == 0,
-                            "W=%d stage %d %s: final parameters differ from the run without "
+                            "W=%d stage %d%s %s: final parameters differ from the run without "
                             "checkpointing",
-                            W, stage, names[mode]);
-                printf("ok: W=%d stage %d, 4 steps, %s: final parameters (%zu bytes) bitwise "
+                            W, stage, offload ? " offload" : "", names[mode]);
+                printf("ok: W=%d stage %d%s, 4 steps, %s: final parameters (%zu bytes) bitwise "
                        "equal to no checkpointing\n",
-                       W, stage, names[mode], nb);
+                       W, stage, offload ? " offload" : "", names[mode], nb);
                 free(b);
             }
             free(a);
         }
     }
+    zs_test_servers_down(srv, 2);
     printf("test_train_ckpt: OK\n");
     return 0;
 }
