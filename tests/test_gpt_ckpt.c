@@ -5,7 +5,8 @@
  *
  *   1. bitwise: with L = 3 blocks, the loss, the logits and every parameter
  *      gradient (two micro-batches accumulated) with checkpointing, and with
- *      cpu_checkpointing, are bitwise those without;
+ *      cpu_checkpointing, are bitwise those without, with fp32 GEMMs and
+ *      with bf16 GEMMs (--gemm bf16); the mode is refused after bind;
  *   2. memory: the allocator's activation figures after bind and their
  *      peak after forward + backward equal zs_gpt_act_bytes, are within
  *      checkpoints + one block's workspace + the embedding/head tensors
@@ -33,6 +34,8 @@
 
 static zs_dev_t *dev;
 static zs_stream_t *stream;
+/* GEMM precision of the models fx_init makes (zs_gpt_set_compute) */
+static int gemm_dt = ZS_DTYPE_F32;
 
 /* The three modes under test. */
 typedef struct {
@@ -66,6 +69,7 @@ static void fx_init(fx_t *f, zs_gpt_config_t c, int B, const mode_t_ *md, unsign
     f->c = c;
     TEST_OK(zs_gpt_create(&c, B, 5, &f->g, &err), err);
     TEST_OK(zs_gpt_set_threads(f->g, 2, &err), err);
+    TEST_OK(zs_gpt_set_compute(f->g, gemm_dt, &err), err);
     TEST_OK(zs_gpt_set_checkpointing(f->g, md->ckpt, md->cpu, &err), err);
     zs_gpt_set_debug(f->g, debug);
     f->m = zs_gpt_model(f->g);
@@ -164,12 +168,32 @@ static void test_bitwise(void)
                         "%s: gradient of %s differs from the run without checkpointing",
                         MODES[k].name, t.name);
         }
-        printf("  %-17s L=%d: loss %.7f, %.7f, logits and all %d gradient tensors bitwise equal "
-               "to no checkpointing\n",
-               MODES[k].name, c.layers, loss[k][0], loss[k][1], nt);
+        printf("  %-17s L=%d, %s GEMMs: loss %.7f, %.7f, logits and all %d gradient tensors "
+               "bitwise equal to no checkpointing\n",
+               MODES[k].name, c.layers, zs_dtype_name(gemm_dt), loss[k][0], loss[k][1], nt);
     }
     for (int k = 0; k < 3; k++)
         free(grad[k]), free(logits[k]);
+}
+
+/* the mode is set before bind only; cpu_checkpointing needs checkpointing */
+static void test_refusals(void)
+{
+    zs_err_t err;
+    zs_gpt_config_t c = {2, 2, 16, 8, 32};
+    zs_gpt_t *g;
+    TEST_OK(zs_gpt_create(&c, 1, 1, &g, &err), err);
+    int cpu = -1;
+    TEST_CHECK(zs_gpt_checkpointing(g, &cpu) == 0 && cpu == 0);
+    TEST_CHECK(zs_gpt_set_checkpointing(g, 0, 1, &err) == ZS_ERR_INVALID);
+    TEST_OK(zs_gpt_set_checkpointing(g, 1, 1, &err), err);
+    TEST_CHECK(zs_gpt_checkpointing(g, &cpu) == 1 && cpu == 1);
+    TEST_OK(zs_gpt_bind(g, dev, stream, &err), err);
+    int rc = zs_gpt_set_checkpointing(g, 0, 0, &err);
+    TEST_CHECKF(rc == ZS_ERR_STATE && strstr(err.msg, "before binding"), "rc %d '%s'", rc, err.msg);
+    zs_gpt_destroy(g);
+    printf("  refused: cpu_checkpointing without checkpointing; a change after bind (%s)\n",
+           err.msg);
 }
 
 /* ---- 2. memory ---- */
@@ -377,7 +401,11 @@ int main(int argc, char **argv)
     TEST_OK(zs_dev_cpu_create(2, &dev, &err), err);
     TEST_OK(zs_dev_stream_create(dev, 0, "compute", &stream, &err), err);
     printf("test_gpt_ckpt: 1. bitwise equal to no checkpointing\n");
+    test_refusals();
     test_bitwise();
+    gemm_dt = ZS_DTYPE_BF16; /* what a GPU computes: the recompute rounds the same operands */
+    test_bitwise();
+    gemm_dt = ZS_DTYPE_F32;
     printf("test_gpt_ckpt: 2. activation memory\n");
     test_memory();
     printf("test_gpt_ckpt: 3. the engine at W=1\n");
