@@ -7,7 +7,10 @@
  * of a 4-step run with --activation-checkpointing, and with the config's
  * activation_checkpointing section and cpu_checkpointing, are bitwise
  * those of the run without checkpointing; the printed configuration says
- * checkpointing is on.
+ * checkpointing is on. And kill/resume: at W = 2, offloaded, a run with
+ * cpu_checkpointing stopped after its checkpoint at step 2 and resumed to
+ * step 4 ends with the parameters of the uninterrupted run without
+ * checkpointing, bitwise.
  */
 #include <stdio.h>
 #include <stdlib.h>
@@ -37,8 +40,10 @@ static char *slurp(const char *path, size_t *n)
 /* One run: W workers, `stage`, mode 0 off, 1 --activation-checkpointing,
  * 2 the config section with cpu_checkpointing; offload: the optimizer on
  * the servers (and at stage 3 the parameters in pinned memory);
- * parameters to `out`. */
-static void run(int W, int stage, int mode, int offload, const char *out)
+ * parameters to `out`; `extra` zs-train flags (steps, --fresh, --resume);
+ * the log is named after `tag`. */
+static void run(int W, int stage, int mode, int offload, const char *out, const char *extra,
+                const char *tag)
 {
     char cfg[400], log[400], srv[300] = "";
     snprintf(cfg, sizeof cfg, "%s/s%d_m%d_o%d.json", g_tmp, stage, mode, offload);
@@ -54,13 +59,13 @@ static void run(int W, int stage, int mode, int offload, const char *out)
             mode == 2 ? ", \"activation_checkpointing\": {\"cpu_checkpointing\": true}" : "");
     fclose(f);
     if (offload)
-        snprintf(srv, sizeof srv, "--servers %s --fresh", g_servers);
-    snprintf(log, sizeof log, "%s/w%d_s%d_m%d_o%d.log", g_tmp, W, stage, mode, offload);
+        snprintf(srv, sizeof srv, "--servers %s", g_servers);
+    snprintf(log, sizeof log, "%s/w%d_s%d_m%d_o%d%s.log", g_tmp, W, stage, mode, offload, tag);
     zs_test_run_ok(log,
                    "ZS_LOG_LEVEL=warn %s " ZS_TEST_MPI_OPTS " -np %d %s --data %s --config %s "
-                   "--layers 3 --heads 2 --width 32 --ctx 16 --steps 4 --save-params %s %s %s",
+                   "--layers 3 --heads 2 --width 32 --ctx 16 --save-params %s %s %s %s",
                    ZS_MPIEXEC, W, ZS_TRAIN, g_data, cfg, out,
-                   mode == 1 ? "--activation-checkpointing" : "", srv);
+                   mode == 1 ? "--activation-checkpointing" : "", srv, extra);
     size_t n;
     char *text = slurp(log, &n);
     const char *want =
@@ -87,7 +92,7 @@ int main(void)
         for (int stage = 2; stage <= 3; stage++) {
             char ref[400];
             snprintf(ref, sizeof ref, "%s/p_w%d_s%d_m0_o%d.bin", g_tmp, W, stage, offload);
-            run(W, stage, 0, offload, ref);
+            run(W, stage, 0, offload, ref, "--steps 4 --fresh", "");
             size_t nr;
             char *a = slurp(ref, &nr);
             TEST_CHECK(nr > 0);
@@ -95,7 +100,7 @@ int main(void)
                 char out[400];
                 snprintf(out, sizeof out, "%s/p_w%d_s%d_m%d_o%d.bin", g_tmp, W, stage, mode,
                          offload);
-                run(W, stage, mode, offload, out);
+                run(W, stage, mode, offload, out, "--steps 4 --fresh", "");
                 size_t nb;
                 char *b = slurp(out, &nb);
                 TEST_CHECKF(nb == nr && memcmp(a, b, nr) == 0,
@@ -110,6 +115,22 @@ int main(void)
             free(a);
         }
     }
+    /* kill/resume with cpu_checkpointing: stop after the checkpoint of step
+     * 2, resume to 4 */
+    char ref[400], out[400];
+    snprintf(ref, sizeof ref, "%s/p_w2_s2_m0_o1.bin", g_tmp);
+    snprintf(out, sizeof out, "%s/p_resumed.bin", g_tmp);
+    run(2, 2, 2, 1, out, "--steps 2 --ckpt-every 2 --fresh", "_first");
+    run(2, 2, 2, 1, out, "--steps 4 --ckpt-every 2 --resume", "_resumed");
+    size_t nr, nb;
+    char *a = slurp(ref, &nr), *b = slurp(out, &nb);
+    TEST_CHECKF(nb == nr && memcmp(a, b, nr) == 0,
+                "stopped at 2 and resumed with cpu_checkpointing: parameters differ from the "
+                "uninterrupted run without checkpointing");
+    printf("ok: W=2 stage 2 offload, cpu_checkpointing, stopped after checkpoint 2 and resumed "
+           "to 4: final parameters bitwise equal to the uninterrupted run without "
+           "checkpointing\n");
+    free(a), free(b);
     zs_test_servers_down(srv, 2);
     printf("test_train_ckpt: OK\n");
     return 0;
