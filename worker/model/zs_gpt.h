@@ -20,9 +20,10 @@
  * with ZS_WITH_CUDA) and allocates activations and scratch in device memory
  * (counted as ZS_MEM_ACTIVATIONS / ZS_MEM_SCRATCH) plus pinned staging for
  * tokens and losses (and, with cpu_checkpointing, the pinned checkpoints:
- * ZS_MEM_ACTIVATIONS; see zs_gpt_set_checkpointing). forward/backward take fp32 device pointers and
- * only ENQUEUE work on the compute stream; loss() and zs_gpt_copy_logits wait for it. On the CPU
- * device the kernels run on a thread pool (BLAS for the GEMMs) from the stream's thread.
+ * ZS_MEM_ACTIVATIONS; see zs_gpt_set_checkpointing). forward/backward take
+ * fp32 device pointers and only ENQUEUE work on the compute stream; loss()
+ * and zs_gpt_copy_logits wait for it. On the CPU device the kernels run on
+ * a thread pool (BLAS for the GEMMs) from the stream's thread.
  *
  * Batches come from a zs_data_t (zs_gpt_set_data) through the engine's
  * load_batch, or directly with zs_gpt_set_tokens (tests); both need a bound
