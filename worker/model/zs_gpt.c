@@ -25,8 +25,9 @@
  * (ZS_MEM_SCRATCH: the projection output and the backward's gradients);
  * plus pinned host staging (ZS_MEM_SCRATCH) for token uploads and for the
  * per-row losses coming back, and with cpu_checkpointing the pinned
- * checkpoints (ZS_MEM_ACTIVATIONS, zs_gpt_ckpt.c). Every op, copy and memset is enqueued on the
- * compute stream given to bind, in call order; nothing is computed on the
+ * checkpoints (ZS_MEM_ACTIVATIONS, zs_gpt_ckpt.c). Every op, copy and
+ * memset is enqueued on the compute stream given to bind, in call order;
+ * nothing is computed on the
  * calling thread, and parameters/gradients are the caller's device
  * pointers, read and written only by that queued work. Tokens are written
  * to the pinned buffer on the host and copied to the device on the stream;
