@@ -27,9 +27,9 @@
  * per-row losses coming back, and with cpu_checkpointing the pinned
  * checkpoints (ZS_MEM_ACTIVATIONS, zs_gpt_ckpt.c). Every op, copy and
  * memset is enqueued on the compute stream given to bind, in call order;
- * nothing is computed on the
- * calling thread, and parameters/gradients are the caller's device
- * pointers, read and written only by that queued work. Tokens are written
+ * nothing is computed on the calling thread, and parameters/gradients are
+ * the caller's device pointers, read and written only by that queued work.
+ * Tokens are written
  * to the pinned buffer on the host and copied to the device on the stream;
  * an event recorded after that copy is waited for before the pinned buffer
  * is written again. Only loss(), zs_gpt_copy_logits and zs_gpt_set_threads
