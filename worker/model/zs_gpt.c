@@ -18,23 +18,22 @@
  *   m = ln2(r); h = gelu(m Wfc + bfc); y = r + h Wp + bp
  *
  * Memory and streams: create allocates only host bookkeeping. bind (the
- * engine's first call after init_params, or zs_gpt_bind) picks the op
- * table for the device and allocates through zs_dev_alloc, all in device
- * space: one arena of activations (ZS_MEM_ACTIVATIONS: saved tensors,
- * logits, per-row losses, the token ids) and one of scratch
- * (ZS_MEM_SCRATCH: the projection output and the backward's gradients);
- * plus pinned host staging (ZS_MEM_SCRATCH) for token uploads and for the
- * per-row losses coming back, and with cpu_checkpointing the pinned
- * checkpoints (ZS_MEM_ACTIVATIONS, zs_gpt_ckpt.c). Every op, copy and
- * memset is enqueued on the compute stream given to bind, in call order;
- * nothing is computed on the calling thread, and parameters/gradients are
- * the caller's device pointers, read and written only by that queued work.
- * Tokens are written
- * to the pinned buffer on the host and copied to the device on the stream;
- * an event recorded after that copy is waited for before the pinned buffer
- * is written again. Only loss(), zs_gpt_copy_logits and zs_gpt_set_threads
- * wait for the stream; destroy waits for an event recorded after each
- * forward/backward instead, so it may come after the stream's destruction.
+ * engine's first call after init_params, or zs_gpt_bind) picks the op table
+ * for the device and allocates through zs_dev_alloc, all in device space:
+ * one arena of activations (ZS_MEM_ACTIVATIONS: saved tensors, logits, per-
+ * row losses, the token ids) and one of scratch (ZS_MEM_SCRATCH: the
+ * projection output and the backward's gradients); plus pinned host staging
+ * (ZS_MEM_SCRATCH) for token uploads and for the per-row losses coming back,
+ * and with cpu_checkpointing the pinned checkpoints (ZS_MEM_ACTIVATIONS,
+ * zs_gpt_ckpt.c). Every op, copy and memset is enqueued on the compute
+ * stream given to bind, in call order; nothing is computed on the calling
+ * thread, and parameters/gradients are the caller's device pointers, read
+ * and written only by that queued work. Tokens are written to the pinned
+ * buffer on the host and copied to the device on the stream; an event
+ * recorded after that copy is waited for before the pinned buffer is written
+ * again. Only loss(), zs_gpt_copy_logits and zs_gpt_set_threads wait for the
+ * stream; destroy waits for an event recorded after each forward/backward
+ * instead, so it may come after the stream's destruction.
  *
  * Calls must follow the engine's order: forward 0, 1, ..., L+1 on a loaded
  * batch, then backward L+1, ..., 0. Anything else is refused with
