@@ -20,8 +20,8 @@
  * Memory and streams: create allocates only host bookkeeping. bind (the
  * engine's first call after init_params, or zs_gpt_bind) picks the op table
  * for the device and allocates through zs_dev_alloc, all in device space:
- * one arena of activations (ZS_MEM_ACTIVATIONS: saved tensors, logits, per-
- * row losses, the token ids) and one of scratch (ZS_MEM_SCRATCH: the
+ * one arena of activations (ZS_MEM_ACTIVATIONS: saved tensors, logits,
+ * per-row losses, the token ids) and one of scratch (ZS_MEM_SCRATCH: the
  * projection output and the backward's gradients); plus pinned host staging
  * (ZS_MEM_SCRATCH) for token uploads and for the per-row losses coming back,
  * and with cpu_checkpointing the pinned checkpoints (ZS_MEM_ACTIVATIONS,
