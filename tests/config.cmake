@@ -4,3 +4,6 @@
 zs_add_test(test_config SRCS test_config.c LIBS zeroshard LABELS unit TIMEOUT 60)
 zs_add_test(test_sched SRCS test_sched.c LIBS zeroshard LABELS unit TIMEOUT 60)
 zs_add_test(test_loss_scale SRCS test_loss_scale.c LIBS zeroshard LABELS unit TIMEOUT 60)
+# activation_checkpointing (issue 16): presence, cpu_checkpointing, the keys
+# without effect warned once, values checked, typos refused.
+zs_add_test(test_config_actckpt SRCS test_config_actckpt.c LIBS zeroshard LABELS unit TIMEOUT 60)

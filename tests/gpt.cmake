@@ -14,6 +14,9 @@ zs_add_test(test_gpt_mixed SRCS test_gpt_mixed.c LIBS zs_kernels LABELS unit TIM
 if(ZS_GPT_TEST_ENGINE)
   zs_add_test(test_gpt SRCS test_gpt.c LIBS zeroshard LABELS unit TIMEOUT 300)
   target_compile_definitions(test_gpt PRIVATE ZS_TEST_GPT_ENGINE=1)
+  # activation checkpointing (issue 16): bitwise against no checkpointing,
+  # model and engine (W=1, stages 0-3); activation memory within its formula
+  zs_add_test(test_gpt_ckpt SRCS test_gpt_ckpt.c LIBS zeroshard LABELS unit TIMEOUT 300)
 else()
   file(GLOB ZS_GPT_MODEL_SRC CONFIGURE_DEPENDS ${PROJECT_SOURCE_DIR}/worker/model/*.c)
   zs_add_test(test_gpt SRCS test_gpt.c ${ZS_GPT_MODEL_SRC} LIBS zs_dev zs_kernels zs_common

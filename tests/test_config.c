@@ -302,6 +302,7 @@ static void test_full(void)
                c.stage3_max_live_parameters == 300000000 &&
                c.stage3_max_reuse_distance == 200000000 &&
                c.stage3_gather_16bit_weights_on_model_save == 1);
+    TEST_CHECK(c.act_ckpt == 1 && c.act_ckpt_cpu == 0); /* the section given: on */
     const char *notimpl[] = {"steps_per_print",
                              "wall_clock_breakdown",
                              "fp16.auto_cast",
@@ -309,7 +310,6 @@ static void test_full(void)
                              "zero_optimization.offload_optimizer.ratio",
                              "zero_optimization.offload_param.pin_memory",
                              "zero_optimization.mics_shard_size",
-                             "activation_checkpointing",
                              "flops_profiler",
                              "tensorboard"};
     /* read (the values above) but without effect in zeroshard */
@@ -320,7 +320,8 @@ static void test_full(void)
                               "zero_optimization.allgather_partitions",
                               "zero_optimization.round_robin_gradients",
                               "zero_optimization.sub_group_size",
-                              "zero_optimization.stage3_gather_16bit_weights_on_model_save"};
+                              "zero_optimization.stage3_gather_16bit_weights_on_model_save",
+                              "activation_checkpointing.partition_activations"};
     int nn = (int)(sizeof notimpl / sizeof notimpl[0]);
     int ne = (int)(sizeof noeffect / sizeof noeffect[0]);
     for (int i = 0; i < nn; i++)
@@ -656,7 +657,6 @@ static void test_warnings(void)
                              "elasticity",
                              "tensorboard",
                              "flops_profiler",
-                             "activation_checkpointing",
                              "optimizer.legacy_fusion",
                              "optimizer.params.torch_adam",
                              "scheduler.params.last_batch_iteration",
@@ -687,9 +687,10 @@ static void test_warnings(void)
     /* DeepSpeed only warns about an unknown warmup_type and uses log */
     expect_warn(&w, "scheduler.params.warmup_type", "unknown value \"cosine\"");
     TEST_CHECK(c.sched.warmup_type == ZS_WARMUP_LOG);
-    if (w.n != nn + nu + 1)
+    expect_warn(&w, "activation_checkpointing.partition_activations", "no effect: ");
+    if (w.n != nn + nu + 2)
         dump_warns(&w);
-    TEST_CHECK(w.n == nn + nu + 1);
+    TEST_CHECK(w.n == nn + nu + 2);
     /* torch_adam with AdamW and no weight_decay: torch's default 0.01 */
     TEST_CHECK(c.adam.adam_w_mode == 1 && c.adam.weight_decay == 0.01f);
     /* WarmupLR without warmup_max_lr: the optimizer's lr (current DeepSpeed) */

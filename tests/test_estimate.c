@@ -6,7 +6,12 @@
  * 1 GB = 1e9 bytes); the offload variants per GPU and per host; partitions
  * that do not divide evenly; parameter-count parsing and its refusals; the
  * printed formula lines; and the zs-ctl binary (ZS_CTL) dispatching
- * `estimate` without --servers.
+ * `estimate` without --servers. The activation estimate of a GPT (no
+ * checkpointing, checkpointing, cpu_checkpointing) against the allocator's
+ * measurement of the real model on the CPU device after a forward and
+ * backward: the device figure within 21 x 64 bytes above the estimate (the
+ * model aligns each of its 21 activation tensors to 64 bytes) and never
+ * below it, the pinned figure exact.
  */
 #define _GNU_SOURCE
 #include <stdint.h>
@@ -15,7 +20,9 @@
 #include <string.h>
 #include <sys/wait.h>
 
+#include "zs_dev.h"
 #include "zs_estimate.h"
+#include "zs_gpt.h"
 #include "zs_test.h"
 
 #define GB 1000000000ull
@@ -281,6 +288,124 @@ static void test_zs_ctl(void)
     printf("zs-ctl estimate: ok\n");
 }
 
+/* The GPT c at micro-batch B in mode (ckpt, cpu) on a fresh CPU device:
+ * the allocator's activation peaks (device, pinned) over bind, a forward
+ * and a backward. */
+static void measure_act(zs_gpt_config_t c, int B, int ckpt, int cpu, uint64_t *dev_peak,
+                        uint64_t *pin_peak)
+{
+    zs_err_t err;
+    zs_dev_t *dev;
+    zs_stream_t *s;
+    TEST_OK(zs_dev_cpu_create(1, &dev, &err), err);
+    TEST_OK(zs_dev_stream_create(dev, 0, "compute", &s, &err), err);
+    zs_gpt_t *g;
+    TEST_OK(zs_gpt_create(&c, B, 3, &g, &err), err);
+    TEST_OK(zs_gpt_set_threads(g, 1, &err), err);
+    TEST_OK(zs_gpt_set_checkpointing(g, ckpt, cpu, &err), err);
+    const zs_model_t *m = zs_gpt_model(g);
+    uint64_t P = zs_gpt_num_params(&c), off = 0;
+    float *w = malloc(P * 4);
+    for (int i = 0; i < m->nlayers; i++) {
+        TEST_OK(m->init_params(m->self, i, w + off, &err), err);
+        off += m->nparams[i];
+    }
+    TEST_OK(zs_gpt_bind(g, dev, s, &err), err);
+    void *dw, *dg;
+    TEST_OK(zs_dev_alloc(dev, ZS_SPACE_DEVICE, ZS_MEM_PARAMS, P * 4, &dw, &err), err);
+    TEST_OK(zs_dev_alloc(dev, ZS_SPACE_DEVICE, ZS_MEM_GRADS, P * 4, &dg, &err), err);
+    TEST_OK(zs_dev_memcpy(s, dw, w, P * 4, &err), err);
+    TEST_OK(zs_dev_memset(s, dg, 0, P * 4, &err), err);
+    int32_t *tok = malloc((size_t)B * c.ctx * 4);
+    for (int i = 0; i < B * c.ctx; i++)
+        tok[i] = (int32_t)((i * 7 + 1) % c.vocab);
+    TEST_OK(zs_gpt_set_tokens(g, tok, tok, B, c.ctx, &err), err);
+    uint64_t offs[64];
+    TEST_CHECK(m->nlayers < 64);
+    offs[0] = 0;
+    for (int i = 0; i < m->nlayers; i++)
+        offs[i + 1] = offs[i] + m->nparams[i];
+    for (int i = 0; i < m->nlayers; i++) {
+        float *p[2] = {(float *)dw + offs[i], dw};
+        TEST_OK(m->forward(m->self, i, p, &err), err);
+    }
+    double loss;
+    TEST_OK(m->loss(m->self, &loss, &err), err);
+    for (int i = m->nlayers - 1; i >= 0; i--) {
+        float *p[2] = {(float *)dw + offs[i], dw};
+        float *gr[2] = {(float *)dg + offs[i], dg};
+        TEST_OK(m->backward(m->self, i, p, gr, 1.0f, &err), err);
+    }
+    TEST_OK(zs_dev_stream_sync(s, &err), err);
+    zs_dev_mem_t mem;
+    zs_dev_mem_get(dev, &mem);
+    *dev_peak = mem.peak[ZS_SPACE_DEVICE][ZS_MEM_ACTIVATIONS];
+    *pin_peak = mem.peak[ZS_SPACE_PINNED][ZS_MEM_ACTIVATIONS];
+    zs_gpt_destroy(g);
+    zs_dev_free(dev, dw);
+    zs_dev_free(dev, dg);
+    zs_dev_stream_destroy(s);
+    zs_dev_destroy(dev);
+    free(w), free(tok);
+}
+
+static void test_activations(void)
+{
+    static const struct {
+        zs_gpt_config_t c;
+        int B;
+    } shapes[] = {{{3, 2, 16, 8, 32}, 2}, {{6, 4, 64, 32, 128}, 4}, {{4, 3, 24, 13, 50}, 3}};
+    static const char *names[3] = {"no checkpointing", "checkpointing", "cpu_checkpointing"};
+    const uint64_t tol = 21 * 64; /* alignment of the model's 21 activation tensors */
+    for (size_t k = 0; k < sizeof shapes / sizeof shapes[0]; k++) {
+        zs_gpt_config_t c = shapes[k].c;
+        uint64_t none = 0;
+        for (int mode = 0; mode < 3; mode++) {
+            zs_estimate_act_t a;
+            zs_err_t err;
+            TEST_OK(zs_estimate_act(c.layers, c.heads, c.width, c.ctx, c.vocab, shapes[k].B,
+                                    mode > 0, mode == 2, &a, &err),
+                    err);
+            TEST_CHECK(a.gpu_total == a.gpu_checkpoints + a.gpu_blocks + a.gpu_other);
+            uint64_t d, p;
+            measure_act(c, shapes[k].B, mode > 0, mode == 2, &d, &p);
+            TEST_CHECKF(d >= a.gpu_total && d - a.gpu_total <= tol && p == a.host_pinned,
+                        "L=%d C=%d T=%d B=%d %s: measured %llu device + %llu pinned, estimated "
+                        "%llu + %llu (tolerance +%llu)",
+                        c.layers, c.width, c.ctx, shapes[k].B, names[mode], (unsigned long long)d,
+                        (unsigned long long)p, (unsigned long long)a.gpu_total,
+                        (unsigned long long)a.host_pinned, (unsigned long long)tol);
+            if (mode == 0)
+                none = a.gpu_total;
+            else
+                TEST_CHECK(a.gpu_total < none);
+            printf("activations L=%d NH=%d C=%d T=%d V=%d B=%d, %-17s: estimate %8llu B "
+                   "(+%llu pinned), measured %8llu B (+%llu pinned)\n",
+                   c.layers, c.heads, c.width, c.ctx, c.vocab, shapes[k].B, names[mode],
+                   (unsigned long long)a.gpu_total, (unsigned long long)a.host_pinned,
+                   (unsigned long long)d, (unsigned long long)p);
+        }
+    }
+    /* refusals */
+    zs_estimate_act_t a;
+    zs_err_t err;
+    TEST_CHECK(zs_estimate_act(2, 3, 16, 8, 32, 1, 0, 0, &a, &err) == ZS_ERR_RANGE);
+    TEST_CHECK(zs_estimate_act(2, 2, 16, 8, 32, 1, 0, 1, &a, &err) == ZS_ERR_INVALID);
+    /* zs-ctl prints them, marking the mode asked for; the shape stands for --params */
+    char *out;
+    TEST_CHECK(sh("'" ZS_CTL "' estimate --gpus 1 --stage 2 --layers 6 --heads 4 --width 64 "
+                  "--ctx 32 --vocab 128 --micro-batch 4 --activation-checkpointing",
+                  &out) == 0);
+    TEST_CHECKF(strstr(out, "* checkpointing") && strstr(out, "889856 B") &&
+                    strstr(out, "Ψ = 310272 parameters"),
+                "%s", out);
+    free(out);
+    TEST_CHECK(sh("'" ZS_CTL "' estimate --params 1M --gpus 1 --layers 6 2>&1", &out) == 2);
+    TEST_CHECKF(strstr(out, "needs all of --layers"), "%s", out);
+    free(out);
+    printf("activations: ok\n");
+}
+
 int main(void)
 {
     test_seed_table();
@@ -289,6 +414,7 @@ int main(void)
     test_parse();
     test_print();
     test_zs_ctl();
+    test_activations();
     printf("test_estimate: all passed\n");
     return 0;
 }

@@ -30,3 +30,11 @@ target_compile_definitions(test_spec_window PRIVATE ZS_MPIEXEC="${MPIEXEC_EXECUT
                            ZS_TRAIN="$<TARGET_FILE:zs-train>"
                            ZS_TOKENIZE="$<TARGET_FILE:zs-tokenize>")
 add_dependencies(test_spec_window zs-train zs-tokenize zs-server)
+# zs-train with activation checkpointing (issue 16): --activation-checkpointing
+# and the config section with cpu_checkpointing give bitwise the parameters of
+# the run without, W = 1 and 2, stages 2 and 3; W = 2 offloaded to 2 zs-servers.
+zs_add_test(test_train_ckpt SRCS test_train_ckpt.c LIBS zs_testproc TIMEOUT 300 LABELS integration)
+target_compile_definitions(test_train_ckpt PRIVATE ZS_MPIEXEC="${MPIEXEC_EXECUTABLE}"
+                           ZS_TRAIN="$<TARGET_FILE:zs-train>"
+                           ZS_TOKENIZE="$<TARGET_FILE:zs-tokenize>")
+add_dependencies(test_train_ckpt zs-train zs-tokenize zs-server)

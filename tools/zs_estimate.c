@@ -283,6 +283,62 @@ int zs_estimate_print_table(uint64_t params, int gpus, int nodes, FILE *f, zs_er
     return ZS_OK;
 }
 
+/* Compute a GPT's activations per GPU (zs_estimate.h). */
+int zs_estimate_act(int layers, int heads, int width, int ctx, int vocab, int micro_batch, int ckpt,
+                    int cpu, zs_estimate_act_t *out, zs_err_t *err)
+{
+    if (layers < 1 || heads < 1 || width < 1 || ctx < 1 || vocab < 1 || micro_batch < 1 ||
+        width % heads)
+        return zs_err_set(err, ZS_ERR_RANGE,
+                          "GPT shape --layers %d --heads %d --width %d --ctx %d --vocab %d "
+                          "--micro-batch %d: all must be >= 1, width a multiple of heads",
+                          layers, heads, width, ctx, vocab, micro_batch);
+    if (cpu && !ckpt)
+        return zs_err_set(err, ZS_ERR_INVALID,
+                          "--cpu-checkpointing needs --activation-checkpointing");
+    memset(out, 0, sizeof *out);
+    out->layers = layers, out->heads = heads, out->width = width, out->ctx = ctx;
+    out->vocab = vocab, out->micro_batch = micro_batch, out->ckpt = ckpt, out->cpu = cpu;
+    uint64_t L = (uint64_t)layers, C = (uint64_t)width, V = (uint64_t)vocab;
+    uint64_t N = (uint64_t)micro_batch * (uint64_t)ctx;
+    uint64_t w = N * (15 * C + 4) + (uint64_t)micro_batch * (uint64_t)heads * ctx * ctx;
+    uint64_t h = N * C + N * (C + 2) + N * V + 4 * N;
+    uint64_t ckpts = L * N * C;
+    out->gpu_checkpoints = cpu ? 0 : 4 * ckpts;
+    out->gpu_blocks = 4 * (ckpt ? w : L * w);
+    out->gpu_other = 4 * (cpu ? N * C + h : h);
+    out->host_pinned = cpu ? 4 * ckpts : 0;
+    out->gpu_total = out->gpu_checkpoints + out->gpu_blocks + out->gpu_other;
+    return ZS_OK;
+}
+
+/* Print the three modes (zs_estimate.h). */
+void zs_estimate_print_act(const zs_estimate_act_t *a, FILE *f)
+{
+    static const char *names[3] = {"no checkpointing", "checkpointing", "cpu_checkpointing"};
+    static const char *forms[3] = {"L·B·T·C + L·w + h", "L·B·T·C + w + h",
+                                   "B·T·C + w + h (+ L·B·T·C pinned on the host)"};
+    int sel = a->cpu ? 2 : a->ckpt;
+    fprintf(f,
+            "\nactivations per GPU (fp32), GPT L=%d NH=%d C=%d T=%d V=%d, micro-batch B=%d:\n"
+            "  w = B·T·(15C + 4) + B·NH·T² (one block), h = B·T·(2C + V + 6) (head, loss, "
+            "tokens)\n",
+            a->layers, a->heads, a->width, a->ctx, a->vocab, a->micro_batch);
+    for (int m = 0; m < 3; m++) {
+        zs_estimate_act_t x;
+        if (zs_estimate_act(a->layers, a->heads, a->width, a->ctx, a->vocab, a->micro_batch, m > 0,
+                            m == 2, &x, NULL) != ZS_OK)
+            return;
+        fprintf(f, "  %c ", m == sel ? '*' : ' ');
+        pad(f, names[m], 19);
+        pad(f, forms[m], 45);
+        fprintf(f, "%14llu B %10.4f GB", (unsigned long long)x.gpu_total, (double)x.gpu_total / GB);
+        if (x.host_pinned)
+            fprintf(f, " + %.4f GB pinned", (double)x.host_pinned / GB);
+        fputc('\n', f);
+    }
+}
+
 static void usage(FILE *f)
 {
     fprintf(f, "usage: zs-ctl estimate --params N --gpus G [--nodes n]\n"
@@ -293,7 +349,12 @@ static void usage(FILE *f)
                "  --nodes n            hosts (default 1); one shard server per host\n"
                "  --stage S            0-3; without it, a table of every configuration\n"
                "  --offload-optimizer  optimizer states on the shard servers (12Ψ over n hosts)\n"
-               "  --offload-param      stage 3: parameter partitions in host memory\n");
+               "  --offload-param      stage 3: parameter partitions in host memory\n"
+               "  --layers L --heads NH --width C --ctx T --vocab V --micro-batch B\n"
+               "                       a GPT shape: its activations per GPU are printed too\n"
+               "                       (and --params may be left out: the GPT's count)\n"
+               "  --activation-checkpointing  activations with a checkpoint per block\n"
+               "  --cpu-checkpointing  ... and the checkpoints in pinned host memory\n");
 }
 
 static int parse_int(const char *opt, const char *s, int *out)
@@ -318,9 +379,22 @@ int zs_estimate_main(int argc, char **argv)
                                          {"offload-optimizer", no_argument, 0, 'o'},
                                          {"offload-param", no_argument, 0, 'P'},
                                          {"help", no_argument, 0, 'h'},
+                                         {"layers", required_argument, 0, 1000},
+                                         {"heads", required_argument, 0, 1001},
+                                         {"width", required_argument, 0, 1002},
+                                         {"ctx", required_argument, 0, 1003},
+                                         {"vocab", required_argument, 0, 1004},
+                                         {"micro-batch", required_argument, 0, 1005},
+                                         {"activation-checkpointing", no_argument, 0, 1006},
+                                         {"cpu-checkpointing", no_argument, 0, 1007},
                                          {0, 0, 0, 0}};
     const char *params_s = NULL;
     int gpus = -1, nodes = 1, stage = -1, oo = 0, op = 0, ch;
+    /* GPT shape (layers, heads, width, ctx, vocab, micro-batch; 0 = not
+     * given) and the checkpointing mode */
+    int shape[6] = {0, 0, 0, 0, 0, 0}, ac = 0, acpu = 0;
+    static const char *shape_opt[6] = {"--layers", "--heads", "--width",
+                                       "--ctx",    "--vocab", "--micro-batch"};
     zs_err_t err;
     optind = 0; /* full getopt re-initialisation (glibc) */
     while ((ch = getopt_long(argc, argv, "h", opts, NULL)) != -1) {
@@ -346,6 +420,21 @@ int zs_estimate_main(int argc, char **argv)
         case 'P':
             op = 1;
             break;
+        case 1000:
+        case 1001:
+        case 1002:
+        case 1003:
+        case 1004:
+        case 1005:
+            if (parse_int(shape_opt[ch - 1000], optarg, &shape[ch - 1000]))
+                return 2;
+            break;
+        case 1006:
+            ac = 1;
+            break;
+        case 1007:
+            acpu = 1;
+            break;
         case 'h':
             usage(stdout);
             return 0;
@@ -359,13 +448,37 @@ int zs_estimate_main(int argc, char **argv)
         usage(stderr);
         return 2;
     }
-    if (!params_s || gpus < 0) {
-        fprintf(stderr, "zs-ctl estimate: --params and --gpus are required\n");
+    int nshape = 0;
+    for (int i = 0; i < 6; i++)
+        nshape += shape[i] > 0;
+    if (nshape && nshape < 6) {
+        fprintf(stderr, "zs-ctl estimate: a GPT shape needs all of --layers --heads --width "
+                        "--ctx --vocab --micro-batch\n");
+        return 2;
+    }
+    if ((ac || acpu) && !nshape) {
+        fprintf(stderr, "zs-ctl estimate: --activation-checkpointing and --cpu-checkpointing "
+                        "need a GPT shape (--layers ... --micro-batch)\n");
+        return 2;
+    }
+    zs_estimate_act_t act;
+    if (nshape && zs_estimate_act(shape[0], shape[1], shape[2], shape[3], shape[4], shape[5],
+                                  ac || acpu, acpu, &act, &err) != ZS_OK) {
+        fprintf(stderr, "zs-ctl estimate: %s\n", err.msg);
+        return 2;
+    }
+    if ((!params_s && !nshape) || gpus < 0) {
+        fprintf(stderr, "zs-ctl estimate: --params and --gpus are required (a GPT shape may "
+                        "stand for --params)\n");
         usage(stderr);
         return 2;
     }
     uint64_t params;
-    if (zs_estimate_parse_count(params_s, &params, &err) != ZS_OK) {
+    if (!params_s) { /* the GPT's parameters (zs_gpt_num_params) */
+        uint64_t L = (uint64_t)shape[0], C = (uint64_t)shape[2];
+        params =
+            (uint64_t)shape[4] * C + (uint64_t)shape[3] * C + L * (12 * C * C + 13 * C) + 2 * C;
+    } else if (zs_estimate_parse_count(params_s, &params, &err) != ZS_OK) {
         fprintf(stderr, "zs-ctl estimate: %s\n", err.msg);
         return 2;
     }
@@ -387,5 +500,7 @@ int zs_estimate_main(int argc, char **argv)
         fprintf(stderr, "zs-ctl estimate: %s\n", err.msg);
         return 2;
     }
+    if (nshape)
+        zs_estimate_print_act(&act, stdout);
     return 0;
 }

@@ -23,7 +23,23 @@
  *                      moves to its host's memory: ceil(N/n) GPUs per host,
  *                      2 * ceil(Ψ/N) each.
  * Activations, communication buffers, fragmentation and the servers'
- * gradient staging are not model states and are not counted.
+ * gradient staging are not model states and are not counted there.
+ *
+ * Activations (zs_estimate_act, with a GPT shape: --layers --heads --width
+ * --ctx --vocab --micro-batch): what zeroshard's GPT keeps on each GPU for
+ * its backward, fp32 (4 bytes), B = micro-batch, T = ctx, C = width, NH =
+ * heads, V = vocab, per block w = B·T·(15C + 4) + B·NH·T² (LayerNorm
+ * outputs and statistics, qkv, attention probabilities and output, the
+ * residual after attention, the MLP's pre-activation and GELU output),
+ * head h = B·T·C (its input) + B·T·(C + 2) (final LayerNorm) + B·T·V
+ * (logits) + 4·B·T (losses, token ids):
+ *   no checkpointing     L·w + L·B·T·C + h
+ *   checkpointing        L·B·T·C (checkpoints) + w (one block's workspace) + h
+ *   cpu_checkpointing    B·T·C + w + h on the GPU (two residual slices the
+ *                        checkpoints are copied through: one is h's input),
+ *                        L·B·T·C pinned on its host
+ * (docs/engine.md, "Activation checkpointing"; the model allocates each
+ * tensor 64-byte aligned, so it measures up to 21·64 bytes more).
  */
 #ifndef ZS_ESTIMATE_H
 #define ZS_ESTIMATE_H
@@ -59,6 +75,27 @@ typedef struct zs_estimate {
 int zs_estimate(uint64_t params, int gpus, int nodes, int stage, int offload_optimizer,
                 int offload_param, zs_estimate_t *out, zs_err_t *err);
 
+/* A GPT's activations per GPU (see the formulas above). */
+typedef struct zs_estimate_act {
+    /* inputs */
+    int layers, heads, width, ctx, vocab, micro_batch;
+    int ckpt, cpu; /* activation checkpointing, cpu_checkpointing */
+    /* bytes on each GPU: checkpoints (0 with cpu), blocks (L or 1
+     * workspaces), other (residual slots that are not checkpoints, head) */
+    uint64_t gpu_checkpoints, gpu_blocks, gpu_other, gpu_total;
+    uint64_t host_pinned; /* cpu: the checkpoints, pinned on the GPU's host */
+} zs_estimate_act_t;
+
+/* Fill *out for the GPT shape and micro-batch, with or without
+ * checkpointing (cpu needs ckpt). Refuses shapes that are not positive or
+ * width not a multiple of heads. */
+int zs_estimate_act(int layers, int heads, int width, int ctx, int vocab, int micro_batch, int ckpt,
+                    int cpu, zs_estimate_act_t *out, zs_err_t *err);
+
+/* Print the activations of the three modes for the shape of *a (marking
+ * a's mode) with their formulas. */
+void zs_estimate_print_act(const zs_estimate_act_t *a, FILE *f);
+
 /* Parse a parameter count: an integer or decimal (exponent allowed) with an
  * optional suffix K, M, B (or G), T (x 1e3, 1e6, 1e9, 1e12), case-
  * insensitive: "7B", "1.5e9", "125M", "350000". The result must be a whole
@@ -74,8 +111,11 @@ void zs_estimate_print(const zs_estimate_t *e, FILE *f);
 int zs_estimate_print_table(uint64_t params, int gpus, int nodes, FILE *f, zs_err_t *err);
 
 /* `zs-ctl estimate` (argv[0] is "estimate"): --params N --gpus G
- * [--nodes n] [--stage s [--offload-optimizer] [--offload-param]]. Without
- * --stage prints the table of every configuration. Returns the exit status
+ * [--nodes n] [--stage s [--offload-optimizer] [--offload-param]]
+ * [--layers L --heads NH --width C --ctx T --vocab V --micro-batch B
+ * [--activation-checkpointing] [--cpu-checkpointing]]. Without --stage
+ * prints the table of every configuration; with a GPT shape, the
+ * activations too. Returns the exit status
  * (0, or 2 for a usage error). */
 int zs_estimate_main(int argc, char **argv);
 

@@ -107,6 +107,7 @@ typedef struct {
     double temperature;
     zs_gpt_config_t g;
     int steps, ckpt_every, resume, log_every, micro, mem_every, allow_unknown;
+    int act_ckpt; /* --activation-checkpointing */
     int resume_auto, server_timeout, server_wait, max_recoveries, fresh;
     uint64_t seed;
 } opts_t;
@@ -127,6 +128,10 @@ static void usage(FILE *f)
                "                   what the GPU computes)\n"
                "  --config F       DeepSpeed JSON config (default: embedded, ZeRO stage 2,\n"
                "                   train_batch_size 16, micro batch 4, AdamW lr 1e-3)\n"
+               "  --activation-checkpointing  checkpoint every transformer block and\n"
+               "                   recompute it in backward, as the config's\n"
+               "                   \"activation_checkpointing\" section does (its\n"
+               "                   cpu_checkpointing still applies)\n"
                "  --allow-unknown-keys  warn about unknown config keys and ignore them\n"
                "                   (default: an unknown key is an error naming the closest\n"
                "                   known one)\n"
@@ -240,6 +245,7 @@ static int parse(int argc, char **argv, opts_t *o, int loud)
         {"sample-every", 1, 0, 1003}, {"sample-tokens", 1, 0, 1004},
         {"prompt", 1, 0, 1005},     {"vocab-dir", 1, 0, 1006},
         {"top-k", 1, 0, 1007},      {"temperature", 1, 0, 1008},
+        {"activation-checkpointing", 0, 0, 1009},
         {0, 0, 0, 0}};
     /* clang-format on */
     int ch;
@@ -300,6 +306,9 @@ static int parse(int argc, char **argv, opts_t *o, int loud)
             break;
         case 1008:
             o->temperature = atof(optarg);
+            break;
+        case 1009:
+            o->act_ckpt = 1;
             break;
         case 'n':
             o->steps = atoi(optarg);
@@ -845,8 +854,10 @@ int main(int argc, char **argv)
     }
     zs_gpt_t *gpt;
     int gemm_dt = gemm_dtype(o.gemm, cfg.dtype, pick.cuda);
+    cfg.act_ckpt |= o.act_ckpt; /* the flag is the section's shortcut */
     if (zs_gpt_create(&o.g, (int)cfg.micro_batch_per_gpu, o.seed, &gpt, &err) ||
-        zs_gpt_set_compute(gpt, gemm_dt, &err) || zs_gpt_set_data(gpt, data, &err))
+        zs_gpt_set_compute(gpt, gemm_dt, &err) || zs_gpt_set_data(gpt, data, &err) ||
+        zs_gpt_set_checkpointing(gpt, cfg.act_ckpt, cfg.act_ckpt_cpu, &err))
         return die(rank, "model", &err, ZS_EXIT_OTHER);
     char *manifest; /* stored with each checkpoint: zs-ctl export reads it */
     if (zs_gpt_manifest(&o.g, o.name, &manifest, &err))

@@ -21,10 +21,11 @@
  *
  * What it does not do: it never silently ignores a key, never guesses a
  * value ("auto" is refused), and does not implement the features whose keys
- * it only recognises (NVMe offload, activation checkpointing, monitors,
+ * it only recognises (NVMe offload, monitors,
  * other optimizers and schedules, ...); it does not look inside the
  * sections of those features.
  *
+ * The activation_checkpointing section is read by zs_config_actckpt.c.
  * This file does not read single values, warn, find duplicate keys or relax
  * JSON (zs_config_json.c), compute suggestions or word the unknown-key error
  * (zs_config_unknown.c), nor derive batch sizes, cross-check or print
@@ -75,6 +76,7 @@ static const char *const TOP_KEYS[] = {"train_batch_size",
                                        "bf16",
                                        "bfloat16",
                                        "zero_optimization",
+                                       "activation_checkpointing",
                                        NULL};
 static const char *const OPT_KEYS[] = {"type", "params", "legacy_fusion", NULL};
 static const char *const ADAM_KEYS[] = {"lr",
@@ -118,7 +120,6 @@ static const char *const TOP_NOT_IMPLEMENTED[] = {"steps_per_print",
                                                   "gradient_allreduce_op",
                                                   "sparse_gradients",
                                                   "sparse_attention",
-                                                  "activation_checkpointing",
                                                   "flops_profiler",
                                                   "tensorboard",
                                                   "wandb",
@@ -747,6 +748,8 @@ static int parse_root(pctx_t *c, const cJSON *root, zs_config_t *cfg, pstate_t *
                 rc = parse_bf16(c, it, k, cfg);
         } else if (strcmp(k, "zero_optimization") == 0) {
             rc = parse_zero(c, it, cfg, st);
+        } else if (strcmp(k, "activation_checkpointing") == 0) {
+            rc = zs__cfg_parse_actckpt(c, it, cfg);
         } else if (zs__cfg_in_list(k, TOP_NOT_IMPLEMENTED)) {
             zs__cfg_warn_once(c, k, "not implemented");
         } else {
@@ -837,6 +840,8 @@ void zs_config_defaults(zs_config_t *cfg)
     cfg->round_robin_gradients = 0;
     cfg->sub_group_size = 1000000000;
     cfg->bf16_enabled = 0;
+    cfg->act_ckpt = 0;
+    cfg->act_ckpt_cpu = 0;
 }
 
 /* Parse a DeepSpeed config text; see zs_config.h. */

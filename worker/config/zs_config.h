@@ -108,6 +108,11 @@ typedef struct zs_config {
     int round_robin_gradients;                     /* default 0 */
     int64_t sub_group_size;                        /* default 1000000000 */
     int bf16_enabled;                              /* bf16.enabled (kept to refuse fp16 + bf16) */
+
+    /* activation_checkpointing (zs_config_actckpt.c): the section given
+     * means the GPT checkpoints every block (zs_gpt_set_checkpointing) */
+    int act_ckpt;     /* section present (default 0) */
+    int act_ckpt_cpu; /* cpu_checkpointing: checkpoints in pinned host memory (default 0) */
 } zs_config_t;
 
 /* Called once per path with its JSON path ("zero_optimization.foo") and

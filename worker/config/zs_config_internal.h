@@ -119,6 +119,11 @@ int zs__cfg_unknown_in(pctx_t *c, const char *parent, const char *key, const cha
  * was recorded, else ZS_OK. */
 int zs__cfg_unknown_finish(pctx_t *c);
 
+/* The "activation_checkpointing" section o (zs_config_actckpt.c): present
+ * (an object) turns act_ckpt on; cpu_checkpointing read; the keys without
+ * effect warned once; unknown keys recorded. Errors name the key. */
+int zs__cfg_parse_actckpt(pctx_t *c, const cJSON *o, zs_config_t *cfg);
+
 /* A malloc'd strict-JSON copy of the relaxed (hjson-like) text in; NULL if out of memory. */
 char *zs__cfg_relax_json(const char *in);
 

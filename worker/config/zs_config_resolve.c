@@ -242,4 +242,8 @@ void zs_config_print(const zs_config_t *cfg, void *fp)
             (long long)cfg->stage3_max_reuse_distance);
     fprintf(f, "zero_optimization.stage3_gather_16bit_weights_on_model_save = %s\n",
             tf(cfg->stage3_gather_16bit_weights_on_model_save));
+    fprintf(f, "activation_checkpointing = %s\n",
+            cfg->act_ckpt ? "every GPT block (section given)" : "off (no section)");
+    if (cfg->act_ckpt)
+        fprintf(f, "activation_checkpointing.cpu_checkpointing = %s\n", tf(cfg->act_ckpt_cpu));
 }

@@ -8,28 +8,32 @@
  * output, the residual after attention, ln2 and its mean/rstd, the MLP's
  * pre-activation and GELU output); the residual stream is kept per layer.
  * The backward keeps one running gradient of the residual stream (dres) and
- * one block's worth of scratch, reused by every block.
+ * one block's worth of scratch, reused by every block. With activation
+ * checkpointing (zs_gpt_ckpt.c) the forward keeps only each block's input
+ * and one shared block workspace, and each block's backward first
+ * recomputes the block's forward from its input (zs__gpt_ckpt_recompute).
  *
  * Block math (x = input residual, y = output residual):
  *   a = ln1(x); qkv = a Wqkv + bqkv; o = attn(qkv); r = x + o Wo + bo
  *   m = ln2(r); h = gelu(m Wfc + bfc); y = r + h Wp + bp
  *
  * Memory and streams: create allocates only host bookkeeping. bind (the
- * engine's first call after init_params, or zs_gpt_bind) picks the op
- * table for the device and allocates through zs_dev_alloc, all in device
- * space: one arena of activations (ZS_MEM_ACTIVATIONS: saved tensors,
- * logits, per-row losses, the token ids) and one of scratch
- * (ZS_MEM_SCRATCH: the projection output and the backward's gradients);
- * plus pinned host staging (ZS_MEM_SCRATCH) for token uploads and for the
- * per-row losses coming back. Every op, copy and memset is enqueued on the
- * compute stream given to bind, in call order; nothing is computed on the
- * calling thread, and parameters/gradients are the caller's device
- * pointers, read and written only by that queued work. Tokens are written
- * to the pinned buffer on the host and copied to the device on the stream;
- * an event recorded after that copy is waited for before the pinned buffer
- * is written again. Only loss(), zs_gpt_copy_logits and zs_gpt_set_threads
- * wait for the stream; destroy waits for an event recorded after each
- * forward/backward instead, so it may come after the stream's destruction.
+ * engine's first call after init_params, or zs_gpt_bind) picks the op table
+ * for the device and allocates through zs_dev_alloc, all in device space:
+ * one arena of activations (ZS_MEM_ACTIVATIONS: saved tensors, logits,
+ * per-row losses, the token ids) and one of scratch (ZS_MEM_SCRATCH: the
+ * projection output and the backward's gradients); plus pinned host staging
+ * (ZS_MEM_SCRATCH) for token uploads and for the per-row losses coming back,
+ * and with cpu_checkpointing the pinned checkpoints (ZS_MEM_ACTIVATIONS,
+ * zs_gpt_ckpt.c). Every op, copy and memset is enqueued on the compute
+ * stream given to bind, in call order; nothing is computed on the calling
+ * thread, and parameters/gradients are the caller's device pointers, read
+ * and written only by that queued work. Tokens are written to the pinned
+ * buffer on the host and copied to the device on the stream; an event
+ * recorded after that copy is waited for before the pinned buffer is written
+ * again. Only loss(), zs_gpt_copy_logits and zs_gpt_set_threads wait for the
+ * stream; destroy waits for an event recorded after each forward/backward
+ * instead, so it may come after the stream's destruction.
  *
  * Calls must follow the engine's order: forward 0, 1, ..., L+1 on a loaded
  * batch, then backward L+1, ..., 0. Anything else is refused with
@@ -47,64 +51,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "zs_gpt_impl.h"
 #include "zs_gpt_ops.h"
-#include "zs_gpt_ops_table.h"
-#include "zs_pool.h"
-
-/* Offsets (in floats) of a block's tensors, in zs_gpt.h's order. */
-typedef struct {
-    size_t ln1w, ln1b, qkvw, qkvb, projw, projb, ln2w, ln2b, fcw, fcb, fcpw, fcpb, total;
-} block_off_t;
-
-struct zs_gpt {
-    zs_gpt_config_t c;
-    int maxB;
-    uint64_t seed;
-    int gemm_dt; /* GEMM operand dtype (zs_gpt_set_compute); ZS_DTYPE_F32 by default */
-    zs_pool_t *pool;
-    zs_model_t model;
-    size_t *nparams;
-    const int **deps;
-    int head_deps[2];
-    block_off_t bo;
-
-    const zs_data_t *data;
-    int32_t *fixed_in, *fixed_tg; /* zs_gpt_set_fixed_tokens (host) */
-    int fixedB;
-
-    int B, T;       /* current batch */
-    int have_batch; /* tokens loaded */
-    int have_head;  /* the head's forward ran on this batch: logits, losses valid */
-    int next_fwd;   /* next layer forward expects (0 .. L+2) */
-    int next_bwd;   /* next layer backward expects (-1 = none) */
-
-    /* set by bind; NULL before */
-    zs_dev_t *dev;       /* not owned */
-    zs_stream_t *stream; /* compute stream, not owned */
-    zs_gpt_ops_t *ops;   /* owned */
-    zs_event_t *tok_ev;  /* recorded after each token upload (owned) */
-    zs_event_t *done_ev; /* recorded after each forward/backward's work (owned) */
-    int32_t *tok_pin;    /* pinned [2 * maxN]: inputs | targets staging */
-    float *loss_pin;     /* pinned [maxN]: per-row losses read back */
-    float *act_arena;    /* device, ZS_MEM_ACTIVATIONS */
-    float *scr_arena;    /* device, ZS_MEM_SCRATCH */
-    void *mixed_arena;   /* device, ZS_MEM_SCRATCH: rounded GEMM operands (gemm_dt != F32) */
-    zs_mixed_t mixed;    /* what the op table was given (dt F32: none) */
-
-    /* device tensors inside the arenas; per-block arrays hold L slices of
-     * the max size */
-    size_t maxN;               /* maxB * ctx */
-    size_t att_slice;          /* maxB * NH * ctx * ctx */
-    int32_t *inputs, *targets; /* [maxN] each */
-    float *resid;              /* (L+1) slices of maxN * C */
-    float *ln1, *ln1_mean, *ln1_rstd, *qkv, *att, *atty, *res2, *ln2, *ln2_mean, *ln2_rstd;
-    float *fch, *fchg;
-    float *lnf, *lnf_mean, *lnf_rstd; /* head */
-    float *logits, *lse, *losses;
-    /* scratch */
-    float *proj; /* maxN * C */
-    float *dres, *dbuf, *dqkv, *datt, *dfch, *dlogits;
-};
 
 #define TRY(expr)                                                                                  \
     do {                                                                                           \
@@ -416,21 +364,15 @@ int zs_gpt_set_data(zs_gpt_t *g, const zs_data_t *data, zs_err_t *err)
 
 /* ---- forward ---- */
 
-static float *layer_slice(float *base, size_t per, int l)
-{
-    return base + (size_t)l * per;
-}
-
-static int block_forward(zs_gpt_t *g, int l, const float *p, zs_err_t *err)
+int zs__gpt_block_fwd(zs_gpt_t *g, int l, const float *p, const float *x, float *y, int full,
+                      zs_err_t *err)
 {
     const zs_gpt_ops_t *ops = g->ops;
     void *k = ops->ctx;
     zs_stream_t *s = g->stream;
     const block_off_t *o = &g->bo;
     int B = g->B, T = g->T, C = g->c.width, NH = g->c.heads, N = B * T;
-    size_t sN = g->maxN, i = (size_t)l - 1;
-    const float *x = layer_slice(g->resid, sN * C, l - 1);
-    float *y = layer_slice(g->resid, sN * C, l);
+    size_t sN = g->maxN, i = zs__gpt_ws(g, l);
     float *ln1 = g->ln1 + i * sN * C, *qkv = g->qkv + i * sN * 3 * C;
     float *att = g->att + i * g->att_slice, *atty = g->atty + i * sN * C;
     float *res2 = g->res2 + i * sN * C, *ln2 = g->ln2 + i * sN * C;
@@ -446,6 +388,8 @@ static int block_forward(zs_gpt_t *g, int l, const float *p, zs_err_t *err)
                            p + o->ln2b, N, C, err));
     TRY(ops->matmul_fwd(k, s, fch, ln2, p + o->fcw, p + o->fcb, N, C, 4 * C, err));
     TRY(ops->gelu_fwd(k, s, fchg, fch, (size_t)N * 4 * C, err));
+    if (!full) /* recompute: the backward reads nothing after the GELU */
+        return ZS_OK;
     TRY(ops->matmul_fwd(k, s, g->proj, fchg, p + o->fcpw, p + o->fcpb, N, 4 * C, C, err));
     TRY(ops->residual_fwd(k, s, y, res2, g->proj, (size_t)N * C, err));
     return ZS_OK;
@@ -457,7 +401,7 @@ static int head_forward(zs_gpt_t *g, const float *p, const float *wte, zs_err_t 
     void *k = ops->ctx;
     zs_stream_t *s = g->stream;
     int L = g->c.layers, C = g->c.width, V = g->c.vocab, N = g->B * g->T;
-    const float *x = layer_slice(g->resid, g->maxN * C, L);
+    const float *x = zs__gpt_resid(g, L);
     TRY(ops->layernorm_fwd(k, s, g->lnf, g->lnf_mean, g->lnf_rstd, x, p, p + C, N, C, err));
     TRY(ops->gemm(k, s, 0, 1, N, V, C, 1.0f, g->lnf, C, wte, C, 0.0f, g->logits, V, err));
     TRY(ops->xent_fwd(k, s, g->losses, g->lse, g->logits, g->targets, N, V, err));
@@ -492,13 +436,16 @@ static int forward(void *self, int layer, float *const *params, zs_err_t *err)
     int rc;
     if (layer == 0) {
         g->have_head = 0;
-        rc = g->ops->embed_fwd(g->ops->ctx, g->stream, g->resid, g->inputs, p, p + (size_t)V * C,
-                               g->B, g->T, C, err);
+        rc = g->ops->embed_fwd(g->ops->ctx, g->stream, zs__gpt_resid(g, 0), g->inputs, p,
+                               p + (size_t)V * C, g->B, g->T, C, err);
     } else if (layer <= L) {
-        rc = block_forward(g, layer, p, err);
+        rc = zs__gpt_block_fwd(g, layer, p, zs__gpt_resid(g, layer - 1), zs__gpt_resid(g, layer), 1,
+                               err);
     } else {
         rc = head_forward(g, p, params[1], err);
     }
+    if (rc == ZS_OK && layer <= L)
+        rc = zs__gpt_ckpt_after_fwd(g, layer, err);
     TRY(mark(g, rc, err));
     g->have_head = layer == L + 1;
     g->next_fwd = layer + 1;
@@ -550,8 +497,8 @@ static int block_backward(zs_gpt_t *g, int l, const float *p, float *gr, zs_err_
     zs_stream_t *s = g->stream;
     const block_off_t *o = &g->bo;
     int B = g->B, T = g->T, C = g->c.width, NH = g->c.heads, N = B * T;
-    size_t sN = g->maxN, i = (size_t)l - 1;
-    const float *x = layer_slice(g->resid, sN * C, l - 1);
+    size_t sN = g->maxN, i = zs__gpt_ws(g, l);
+    const float *x = zs__gpt_resid(g, l - 1);
     const float *ln1 = g->ln1 + i * sN * C, *qkv = g->qkv + i * sN * 3 * C;
     const float *att = g->att + i * g->att_slice, *atty = g->atty + i * sN * C;
     const float *res2 = g->res2 + i * sN * C, *ln2 = g->ln2 + i * sN * C;
@@ -584,7 +531,7 @@ static int head_backward(zs_gpt_t *g, const float *p, float *gr, const float *wt
     void *k = ops->ctx;
     zs_stream_t *s = g->stream;
     int L = g->c.layers, C = g->c.width, V = g->c.vocab, N = g->B * g->T;
-    const float *x = layer_slice(g->resid, g->maxN * C, L);
+    const float *x = zs__gpt_resid(g, L);
     TRY(ops->xent_bwd(k, s, g->dlogits, g->logits, g->lse, g->targets, N, V, dloss / (float)N,
                       err));
     TRY(ops->gemm(k, s, 0, 0, N, C, V, 1.0f, g->dlogits, V, wte, C, 0.0f, g->dbuf, C, err));
@@ -613,7 +560,9 @@ static int backward(void *self, int layer, float *const *params, float *const *g
     if (layer == L + 1) {
         rc = head_backward(g, p, gr, params[1], grads[1], dloss, err);
     } else if (layer >= 1) {
-        rc = block_backward(g, layer, p, gr, err);
+        rc = zs__gpt_ckpt_recompute(g, layer, p, err);
+        if (rc == ZS_OK)
+            rc = block_backward(g, layer, p, gr, err);
     } else {
         rc = g->ops->embed_bwd(g->ops->ctx, g->stream, gr, gr + (size_t)V * C, g->dres, g->inputs,
                                g->B, g->T, C, err);
@@ -672,12 +621,16 @@ static int carve(zs_gpt_t *g, int cat, const slot_t *slots, size_t nslots, float
 
 static int alloc_buffers(zs_gpt_t *g, zs_err_t *err)
 {
-    size_t L = (size_t)g->c.layers, C = (size_t)g->c.width, V = (size_t)g->c.vocab;
+    size_t C = (size_t)g->c.width, V = (size_t)g->c.vocab;
     size_t N = g->maxN, NHTT = g->att_slice;
+    /* per-block tensors: L slices, or one workspace with checkpointing;
+     * residual slots: L + 1, or 2 when the checkpoints are pinned */
+    size_t L = g->ckpt ? 1 : (size_t)g->c.layers;
+    size_t R = g->ckpt_cpu ? 2 : (size_t)g->c.layers + 1;
     float *inputs, *targets;
     /* what the backward reads (and the forward's outputs: logits, losses) */
     const slot_t act[] = {
-        {&g->resid, (L + 1) * N * C},
+        {&g->resid, R * N * C},
         {&g->ln1, L * N * C},
         {&g->ln1_mean, L * N},
         {&g->ln1_rstd, L * N},
@@ -713,6 +666,7 @@ static int alloc_buffers(zs_gpt_t *g, zs_err_t *err)
     g->tok_pin = pin;
     TRY(zs_dev_alloc(g->dev, ZS_SPACE_PINNED, ZS_MEM_SCRATCH, N * sizeof(float), &pin, err));
     g->loss_pin = pin;
+    TRY(zs__gpt_ckpt_alloc(g, err));
     TRY(zs_dev_event_create(g->dev, &g->tok_ev, err));
     TRY(zs_dev_event_create(g->dev, &g->done_ev, err));
     return ZS_OK;
@@ -741,6 +695,7 @@ static void unbind(zs_gpt_t *g)
     zs_mixed_set(&g->mixed, NULL);
     zs_dev_free(g->dev, g->tok_pin);
     zs_dev_free(g->dev, g->loss_pin);
+    zs__gpt_ckpt_free(g);
     zs_gpt_ops_destroy(g->ops);
     g->tok_ev = NULL;
     g->act_arena = g->scr_arena = NULL;

@@ -19,10 +19,11 @@
  * table of that device kind (zs_gpt_ops_table.h: CPU, or CUDA in builds
  * with ZS_WITH_CUDA) and allocates activations and scratch in device memory
  * (counted as ZS_MEM_ACTIVATIONS / ZS_MEM_SCRATCH) plus pinned staging for
- * tokens and losses. forward/backward take fp32 device pointers and only
- * ENQUEUE work on the compute stream; loss() and zs_gpt_copy_logits wait
- * for it. On the CPU device the kernels run on a thread pool (BLAS for the
- * GEMMs) from the stream's thread.
+ * tokens and losses (and, with cpu_checkpointing, the pinned checkpoints:
+ * ZS_MEM_ACTIVATIONS; see zs_gpt_set_checkpointing). forward/backward take
+ * fp32 device pointers and only ENQUEUE work on the compute stream; loss()
+ * and zs_gpt_copy_logits wait for it. On the CPU device the kernels run on
+ * a thread pool (BLAS for the GEMMs) from the stream's thread.
  *
  * Batches come from a zs_data_t (zs_gpt_set_data) through the engine's
  * load_batch, or directly with zs_gpt_set_tokens (tests); both need a bound
@@ -80,6 +81,40 @@ int zs_gpt_set_compute(zs_gpt_t *g, int gemm_dt, zs_err_t *err);
 
 /* The GEMM dtype set by zs_gpt_set_compute. */
 int zs_gpt_compute(const zs_gpt_t *g);
+
+/* Activation checkpointing (zs_gpt_ckpt.c; DeepSpeed's
+ * activation_checkpointing section). enabled: the forward keeps only each
+ * block's input (its checkpoint) and one block's workspace; the backward of
+ * a block recomputes its forward from the checkpoint first. Results are
+ * bitwise those without it. cpu: the checkpoints live in pinned host memory
+ * (cpu_checkpointing; needs enabled, else ZS_ERR_INVALID) and are copied on
+ * the compute stream. Before bind only (ZS_ERR_STATE after). */
+int zs_gpt_set_checkpointing(zs_gpt_t *g, int enabled, int cpu, zs_err_t *err);
+
+/* 1 when checkpointing is on; *cpu (may be NULL) gets cpu_checkpointing. */
+int zs_gpt_checkpointing(const zs_gpt_t *g, int *cpu);
+
+/* Test-only debug flags. ZS_GPT_DEBUG_LEAK_CKPT: every forward of block 1
+ * allocates a copy of its checkpoint (device, ZS_MEM_ACTIVATIONS) that is
+ * freed only at unbind, as a checkpoint never freed would be: the memory
+ * tests must catch it. */
+#define ZS_GPT_DEBUG_LEAK_CKPT 1u
+void zs_gpt_set_debug(zs_gpt_t *g, unsigned flags);
+
+/* The activation memory bind allocates for a model of config c and
+ * max_batch, with or without checkpointing (and cpu_checkpointing), in
+ * bytes: device and pinned are exact (ZS_MEM_ACTIVATIONS per space);
+ * checkpoints (L x B x T x C floats, pinned with cpu, else in device),
+ * blocks (the per-block saved tensors: L workspaces, or one with
+ * checkpointing) and other (embedding output slots that are not
+ * checkpoints, the head's LayerNorm, logits, losses, token ids) break it
+ * down: device = [checkpoints] + blocks + other. */
+typedef struct zs_gpt_act_bytes {
+    uint64_t device, pinned;
+    uint64_t checkpoints, blocks, other;
+} zs_gpt_act_bytes_t;
+void zs_gpt_act_bytes(const zs_gpt_config_t *c, int max_batch, int ckpt, int cpu,
+                      zs_gpt_act_bytes_t *out);
 
 /* Use `data` for load_batch (not owned; vocab must match). */
 int zs_gpt_set_data(zs_gpt_t *g, const zs_data_t *data, zs_err_t *err);

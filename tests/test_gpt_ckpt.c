@@ -1,0 +1,418 @@
+/*
+ * test_gpt_ckpt.c - activation checkpointing of the GPT
+ * (zs_gpt_set_checkpointing, worker/model/zs_gpt_ckpt.c) on the CPU
+ * device, fp32:
+ *
+ *   1. bitwise: with L = 3 blocks, the loss, the logits and every parameter
+ *      gradient (two micro-batches accumulated) with checkpointing, and with
+ *      cpu_checkpointing, are bitwise those without, with fp32 GEMMs and
+ *      with bf16 GEMMs (--gemm bf16); the mode is refused after bind;
+ *   2. memory: the allocator's activation figures after bind and their
+ *      peak after forward + backward equal zs_gpt_act_bytes, are within
+ *      checkpoints + one block's workspace + the embedding/head tensors
+ *      (computed here from the shapes), and are below the figure without
+ *      checkpointing; cpu_checkpointing moves the checkpoints to pinned
+ *      memory; a model with ZS_GPT_DEBUG_LEAK_CKPT (a checkpoint copy
+ *      never freed) fails that check (ZS_TEST_CKPT_BREAK=1 runs the leaking
+ *      model through the normal check instead, which must then fail the
+ *      test: "a check must be able to fail");
+ *   3. the ZeRO engine at W = 1 (MPI initialised here), stages 0-3 (fp32)
+ *      and 2-3 (bf16 parameters), no servers: the final parameters of a
+ *      few AdamW steps with checkpointing (and cpu_checkpointing) are
+ *      bitwise those without, and the run's activation peak is the
+ *      model's figure (zs_gpt_act_bytes).
+ */
+#include <mpi.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "zs_dev.h"
+#include "zs_engine.h"
+#include "zs_gpt.h"
+#include "zs_test.h"
+
+static zs_dev_t *dev;
+static zs_stream_t *stream;
+/* GEMM precision of the models fx_init makes (zs_gpt_set_compute) */
+static int gemm_dt = ZS_DTYPE_F32;
+
+/* The three modes under test. */
+typedef struct {
+    const char *name;
+    int ckpt, cpu;
+} mode_t_;
+static const mode_t_ MODES[3] = {
+    {"off", 0, 0}, {"checkpointing", 1, 0}, {"cpu_checkpointing", 1, 1}};
+
+/* One bound model with device parameters and gradients. */
+typedef struct {
+    zs_gpt_config_t c;
+    zs_gpt_t *g;
+    const zs_model_t *m;
+    uint64_t P, *off;
+    float *w, *dw, *dgrad;
+} fx_t;
+
+static void sync_stream(void)
+{
+    zs_err_t err;
+    TEST_OK(zs_dev_stream_sync(stream, &err), err);
+}
+
+/* A model in mode md, GPT-2 init perturbed (so every path carries
+ * gradient), bound to the CPU device. */
+static void fx_init(fx_t *f, zs_gpt_config_t c, int B, const mode_t_ *md, unsigned debug)
+{
+    zs_err_t err;
+    memset(f, 0, sizeof *f);
+    f->c = c;
+    TEST_OK(zs_gpt_create(&c, B, 5, &f->g, &err), err);
+    TEST_OK(zs_gpt_set_threads(f->g, 2, &err), err);
+    TEST_OK(zs_gpt_set_compute(f->g, gemm_dt, &err), err);
+    TEST_OK(zs_gpt_set_checkpointing(f->g, md->ckpt, md->cpu, &err), err);
+    zs_gpt_set_debug(f->g, debug);
+    f->m = zs_gpt_model(f->g);
+    f->P = zs_gpt_num_params(&c);
+    f->off = calloc((size_t)f->m->nlayers + 1, sizeof *f->off);
+    for (int i = 0; i < f->m->nlayers; i++)
+        f->off[i + 1] = f->off[i] + f->m->nparams[i];
+    f->w = malloc(f->P * sizeof(float));
+    for (int i = 0; i < f->m->nlayers; i++)
+        TEST_OK(f->m->init_params(f->m->self, i, f->w + f->off[i], &err), err);
+    uint64_t r = 0x1234567ull;
+    for (uint64_t k = 0; k < f->P; k++) {
+        r = r * 6364136223846793005ull + 1442695040888963407ull;
+        f->w[k] += 0.1f * (float)((double)(r >> 11) * 0x1p-52 - 1.0);
+    }
+    TEST_OK(zs_gpt_bind(f->g, dev, stream, &err), err);
+    void *p;
+    TEST_OK(zs_dev_alloc(dev, ZS_SPACE_DEVICE, ZS_MEM_PARAMS, f->P * 4, &p, &err), err);
+    f->dw = p;
+    TEST_OK(zs_dev_alloc(dev, ZS_SPACE_DEVICE, ZS_MEM_GRADS, f->P * 4, &p, &err), err);
+    f->dgrad = p;
+    TEST_OK(zs_dev_memcpy(stream, f->dw, f->w, f->P * 4, &err), err);
+    TEST_OK(zs_dev_memset(stream, f->dgrad, 0, f->P * 4, &err), err);
+    sync_stream();
+}
+
+static void fx_free(fx_t *f)
+{
+    zs_gpt_destroy(f->g);
+    zs_dev_free(dev, f->dw);
+    zs_dev_free(dev, f->dgrad);
+    free(f->off), free(f->w);
+}
+
+/* Tokens of micro-batch `mb` and one forward + backward (dloss 1);
+ * returns the loss. */
+static double fx_step(fx_t *f, int B, int T, int mb)
+{
+    zs_err_t err;
+    int32_t *in = malloc((size_t)B * T * 4), *tg = malloc((size_t)B * T * 4);
+    for (int i = 0; i < B * T; i++) {
+        in[i] = (int32_t)((i * 7 + 3 + 11 * mb) % f->c.vocab);
+        tg[i] = (int32_t)((i * 13 + 5 + i / 3 + mb) % f->c.vocab);
+    }
+    TEST_OK(zs_gpt_set_tokens(f->g, in, tg, B, T, &err), err);
+    free(in), free(tg);
+    for (int i = 0; i < f->m->nlayers; i++) {
+        float *p[2] = {f->dw + f->off[i], f->dw};
+        TEST_OK(f->m->forward(f->m->self, i, p, &err), err);
+    }
+    double loss;
+    TEST_OK(f->m->loss(f->m->self, &loss, &err), err);
+    for (int i = f->m->nlayers - 1; i >= 0; i--) {
+        float *p[2] = {f->dw + f->off[i], f->dw};
+        float *gr[2] = {f->dgrad + f->off[i], f->dgrad};
+        TEST_OK(f->m->backward(f->m->self, i, p, gr, 1.0f, &err), err);
+    }
+    sync_stream();
+    return loss;
+}
+
+/* ---- 1. bitwise ---- */
+
+static void test_bitwise(void)
+{
+    zs_err_t err;
+    zs_gpt_config_t c = {3, 2, 16, 8, 32};
+    const int B = 2, T = 7; /* T < ctx: slices of the max size */
+    float *grad[3], *logits[3];
+    double loss[3][2];
+    size_t nlog = (size_t)B * T * c.vocab;
+    uint64_t P = zs_gpt_num_params(&c);
+    for (int k = 0; k < 3; k++) {
+        fx_t f;
+        fx_init(&f, c, B, &MODES[k], 0);
+        loss[k][0] = fx_step(&f, B, T, 0);
+        loss[k][1] = fx_step(&f, B, T, 1); /* accumulates into the same gradients */
+        logits[k] = malloc(nlog * 4);
+        TEST_OK(zs_gpt_copy_logits(f.g, logits[k], &err), err);
+        grad[k] = malloc(P * 4);
+        TEST_OK(zs_dev_memcpy(stream, grad[k], f.dgrad, P * 4, &err), err);
+        sync_stream();
+        fx_free(&f);
+    }
+    for (int k = 1; k < 3; k++) {
+        TEST_CHECKF(memcmp(loss[k], loss[0], sizeof loss[0]) == 0,
+                    "%s: loss %.9g %.9g vs %.9g %.9g", MODES[k].name, loss[k][0], loss[k][1],
+                    loss[0][0], loss[0][1]);
+        TEST_CHECKF(memcmp(logits[k], logits[0], nlog * 4) == 0, "%s: logits differ",
+                    MODES[k].name);
+        int nt = zs_gpt_num_tensors(&c);
+        for (int ti = 0; ti < nt; ti++) {
+            zs_gpt_tensor_t t;
+            TEST_OK(zs_gpt_tensor(&c, ti, &t), err);
+            TEST_CHECKF(memcmp(grad[k] + t.offset, grad[0] + t.offset, t.numel * 4) == 0,
+                        "%s: gradient of %s differs from the run without checkpointing",
+                        MODES[k].name, t.name);
+        }
+        printf("  %-17s L=%d, %s GEMMs: loss %.7f, %.7f, logits and all %d gradient tensors "
+               "bitwise equal to no checkpointing\n",
+               MODES[k].name, c.layers, zs_dtype_name(gemm_dt), loss[k][0], loss[k][1], nt);
+    }
+    for (int k = 0; k < 3; k++)
+        free(grad[k]), free(logits[k]);
+}
+
+/* the mode is set before bind only; cpu_checkpointing needs checkpointing */
+static void test_refusals(void)
+{
+    zs_err_t err;
+    zs_gpt_config_t c = {2, 2, 16, 8, 32};
+    zs_gpt_t *g;
+    TEST_OK(zs_gpt_create(&c, 1, 1, &g, &err), err);
+    int cpu = -1;
+    TEST_CHECK(zs_gpt_checkpointing(g, &cpu) == 0 && cpu == 0);
+    TEST_CHECK(zs_gpt_set_checkpointing(g, 0, 1, &err) == ZS_ERR_INVALID);
+    TEST_OK(zs_gpt_set_checkpointing(g, 1, 1, &err), err);
+    TEST_CHECK(zs_gpt_checkpointing(g, &cpu) == 1 && cpu == 1);
+    TEST_OK(zs_gpt_bind(g, dev, stream, &err), err);
+    int rc = zs_gpt_set_checkpointing(g, 0, 0, &err);
+    TEST_CHECKF(rc == ZS_ERR_STATE && strstr(err.msg, "before binding"), "rc %d '%s'", rc, err.msg);
+    zs_gpt_destroy(g);
+    printf("  refused: cpu_checkpointing without checkpointing; a change after bind (%s)\n",
+           err.msg);
+}
+
+/* ---- 2. memory ---- */
+
+/* Activation bytes (device) of checkpoints + one block's workspace + the
+ * embedding/head/loss tensors, from the shapes: the formula of the issue,
+ * with 64 bytes of alignment per tensor (21 tensors). cpu: checkpoints
+ * pinned, two residual slices on the device instead. */
+static uint64_t formula_device(const zs_gpt_config_t *c, int B, int cpu)
+{
+    uint64_t L = (uint64_t)c->layers, C = (uint64_t)c->width, V = (uint64_t)c->vocab;
+    uint64_t N = (uint64_t)B * (uint64_t)c->ctx, NH = (uint64_t)c->heads, T = (uint64_t)c->ctx;
+    uint64_t ckpts = cpu ? 2 * N * C : L * N * C;
+    /* ln1, atty, res2, ln2 [N, C]; qkv [N, 3C]; fch, fchg [N, 4C]; 4 x [N]
+     * LayerNorm statistics; att [B, NH, T, T] */
+    uint64_t block = N * (4 * C + 3 * C + 8 * C + 4) + (uint64_t)B * NH * T * T;
+    /* head input [N, C]; lnf [N, C] + stats; logits [N, V]; lse, losses,
+     * inputs, targets [N] */
+    uint64_t head = N * C + N * C + 2 * N + N * V + 4 * N;
+    return (ckpts + block + head) * 4 + 21 * 64;
+}
+
+/* Measured activation peak (device) of `f` over `steps` forward+backward
+ * passes against the formula; returns 0 when within it, else prints why. */
+static int act_within(fx_t *f, int B, int steps, const mode_t_ *md, uint64_t *peak_dev,
+                      uint64_t *peak_pin)
+{
+    zs_dev_mem_reset_peak(dev);
+    for (int s = 0; s < steps; s++)
+        fx_step(f, B, f->c.ctx, s);
+    zs_dev_mem_t m;
+    zs_dev_mem_get(dev, &m);
+    *peak_dev = m.peak[ZS_SPACE_DEVICE][ZS_MEM_ACTIVATIONS];
+    *peak_pin = m.peak[ZS_SPACE_PINNED][ZS_MEM_ACTIVATIONS];
+    zs_gpt_act_bytes_t ab;
+    zs_gpt_act_bytes(&f->c, B, md->ckpt, md->cpu, &ab);
+    uint64_t lim = md->ckpt ? formula_device(&f->c, B, md->cpu) : ab.device;
+    if (*peak_dev > lim || *peak_dev != ab.device || *peak_pin != ab.pinned) {
+        printf("  %s: activation peak device %llu pinned %llu; zs_gpt_act_bytes device %llu pinned "
+               "%llu; formula (checkpoints + one block + embedding/head) %llu\n",
+               md->name, (unsigned long long)*peak_dev, (unsigned long long)*peak_pin,
+               (unsigned long long)ab.device, (unsigned long long)ab.pinned,
+               (unsigned long long)lim);
+        return 1;
+    }
+    return 0;
+}
+
+static void test_memory(void)
+{
+    zs_gpt_config_t c = {6, 4, 64, 32, 128};
+    const int B = 4;
+    uint64_t peak[3][2];
+    const char *brk = getenv("ZS_TEST_CKPT_BREAK");
+    for (int k = 0; k < 3; k++) {
+        fx_t f;
+        zs_dev_mem_t m0, m1;
+        zs_dev_mem_get(dev, &m0);
+        /* the break: the leaking model through the normal check */
+        fx_init(&f, c, B, &MODES[k], brk && k == 1 ? ZS_GPT_DEBUG_LEAK_CKPT : 0);
+        zs_dev_mem_get(dev, &m1);
+        zs_gpt_act_bytes_t ab;
+        zs_gpt_act_bytes(&c, B, MODES[k].ckpt, MODES[k].cpu, &ab);
+        uint64_t bd = m1.cur[ZS_SPACE_DEVICE][ZS_MEM_ACTIVATIONS] -
+                      m0.cur[ZS_SPACE_DEVICE][ZS_MEM_ACTIVATIONS];
+        uint64_t bp = m1.cur[ZS_SPACE_PINNED][ZS_MEM_ACTIVATIONS] -
+                      m0.cur[ZS_SPACE_PINNED][ZS_MEM_ACTIVATIONS];
+        TEST_CHECKF(bd == ab.device && bp == ab.pinned,
+                    "%s: bind allocated %llu device + %llu pinned activation bytes, "
+                    "zs_gpt_act_bytes says %llu + %llu",
+                    MODES[k].name, (unsigned long long)bd, (unsigned long long)bp,
+                    (unsigned long long)ab.device, (unsigned long long)ab.pinned);
+        int bad = act_within(&f, B, 3, &MODES[k], &peak[k][0], &peak[k][1]);
+        TEST_CHECKF(!bad, "%s: activation memory above its formula (a checkpoint not freed?)",
+                    MODES[k].name);
+        printf("  %-17s L=%d C=%d T=%d B=%d V=%d: activation peak device %.3f MB, pinned %.3f MB "
+               "(checkpoints %.3f MB, blocks %.3f MB, other %.3f MB)\n",
+               MODES[k].name, c.layers, c.width, c.ctx, B, c.vocab, peak[k][0] / 1e6,
+               peak[k][1] / 1e6, ab.checkpoints / 1e6, ab.blocks / 1e6, ab.other / 1e6);
+        fx_free(&f);
+    }
+    TEST_CHECKF(peak[1][0] < peak[0][0] && peak[2][0] < peak[1][0],
+                "device activation peaks off %llu, checkpointing %llu, cpu %llu: not decreasing",
+                (unsigned long long)peak[0][0], (unsigned long long)peak[1][0],
+                (unsigned long long)peak[2][0]);
+    TEST_CHECK(peak[0][1] == 0 && peak[1][1] == 0 && peak[2][1] > 0);
+    printf("  checkpointing: device activations %.2fx of no checkpointing (cpu_checkpointing "
+           "%.2fx)\n",
+           (double)peak[1][0] / (double)peak[0][0], (double)peak[2][0] / (double)peak[0][0]);
+
+    /* a checkpoint never freed must fail the check */
+    for (int k = 1; k < 3; k++) {
+        fx_t f;
+        uint64_t pd, pp;
+        fx_init(&f, c, B, &MODES[k], ZS_GPT_DEBUG_LEAK_CKPT);
+        int bad = act_within(&f, B, 3, &MODES[k], &pd, &pp);
+        TEST_CHECKF(bad, "%s: a leaked checkpoint passed the memory check (peak %llu)",
+                    MODES[k].name, (unsigned long long)pd);
+        printf("  %s with a checkpoint leaked on purpose: the check fails, as it must\n",
+               MODES[k].name);
+        fx_free(&f);
+    }
+}
+
+/* ---- 3. the engine at W = 1 ---- */
+
+/* Final parameters of `steps` AdamW steps at `stage` in mode md. *act_peak:
+ * the device activation peak of the run. */
+static void engine_run(int stage, int bf16, const mode_t_ *md, int steps, float *out,
+                       uint64_t *act_peak)
+{
+    zs_err_t err;
+    zs_gpt_config_t c = {3, 2, 32, 16, 64};
+    const int B = 2;
+    zs_gpt_t *g;
+    TEST_OK(zs_gpt_create(&c, B, 11, &g, &err), err);
+    TEST_OK(zs_gpt_set_threads(g, 2, &err), err);
+    TEST_OK(zs_gpt_set_checkpointing(g, md->ckpt, md->cpu, &err), err);
+    int32_t in[2 * 16], tg[2 * 16];
+    for (int i = 0; i < B * c.ctx; i++) {
+        in[i] = (int32_t)((i * 5 + 1) % c.vocab);
+        tg[i] = (int32_t)((i * 5 + 6) % c.vocab);
+    }
+    TEST_OK(zs_gpt_set_fixed_tokens(g, in, tg, B, &err), err);
+    zs_coll_t *coll;
+    TEST_OK(zs_coll_mpi_create(dev, &coll, &err), err);
+    char json[512];
+    snprintf(json, sizeof json,
+             "{\"train_batch_size\": 4, \"train_micro_batch_size_per_gpu\": 2,"
+             " \"optimizer\": {\"type\": \"AdamW\", \"params\": {\"lr\": 0.003,"
+             " \"weight_decay\": 0.01}}, \"gradient_clipping\": 1.0,"
+             " \"zero_optimization\": {\"stage\": %d, \"reduce_bucket_size\": 3000,"
+             " \"stage3_prefetch_bucket_size\": 3000, \"stage3_max_live_parameters\": 6000,"
+             " \"stage3_param_persistence_threshold\": 10}%s}",
+             stage, bf16 ? ", \"bf16\": {\"enabled\": true}" : "");
+    zs_config_t cfg;
+    TEST_OK(zs_config_parse(json, &cfg, NULL, NULL, &err), err);
+    TEST_OK(zs_config_resolve(&cfg, 1, &err), err);
+    zs_engine_opts_t eo = {&cfg, coll, NULL, NULL, "gpt-ckpt-test", 0};
+    zs_engine_t *e;
+    TEST_OK(zs_engine_create(&eo, zs_gpt_model(g), &e, &err), err);
+    TEST_OK(zs_engine_start(e, &err), err);
+    zs_dev_mem_reset_peak(dev);
+    double first = 0, last = 0;
+    for (int s = 0; s < steps; s++) {
+        zs_step_stats_t st;
+        TEST_OK(zs_engine_step(e, &st, &err), err);
+        if (s == 0)
+            first = st.loss;
+        last = st.loss;
+    }
+    zs_dev_mem_t m;
+    zs_dev_mem_get(dev, &m);
+    *act_peak = m.peak[ZS_SPACE_DEVICE][ZS_MEM_ACTIVATIONS];
+    TEST_CHECKF(last < first, "stage %d %s: loss %.5f -> %.5f", stage, md->name, first, last);
+    TEST_OK(zs_engine_get_params(e, out, &err), err);
+    zs_engine_destroy(e);
+    zs_gpt_destroy(g);
+    zs_coll_destroy(coll);
+    zs_gpt_act_bytes_t ab;
+    zs_gpt_act_bytes(&c, B, md->ckpt, md->cpu, &ab);
+    TEST_CHECKF(*act_peak == ab.device,
+                "stage %d %s: engine run's activation peak %llu, model's "
+                "figure %llu",
+                stage, md->name, (unsigned long long)*act_peak, (unsigned long long)ab.device);
+}
+
+static void test_engine(void)
+{
+    zs_gpt_config_t c = {3, 2, 32, 16, 64};
+    uint64_t P = zs_gpt_num_params(&c);
+    float *ref = malloc(P * 4), *got = malloc(P * 4);
+    const int steps = 4;
+    for (int run = 0; run < 6; run++) {
+        /* fp32 at stages 0-3, then bf16 at stages 2 and 3 */
+        int stage = run < 4 ? run : run - 2, bf16 = run >= 4;
+        uint64_t peak0, peak;
+        engine_run(stage, bf16, &MODES[0], steps, ref, &peak0);
+        for (int k = 1; k < 3; k++) {
+            engine_run(stage, bf16, &MODES[k], steps, got, &peak);
+            uint64_t i = 0;
+            while (i < P && memcmp(&got[i], &ref[i], 4) == 0)
+                i++;
+            TEST_CHECKF(i == P,
+                        "stage %d %s %s: parameter %llu is %.9g, %.9g without "
+                        "checkpointing",
+                        stage, bf16 ? "bf16" : "fp32", MODES[k].name, (unsigned long long)i, got[i],
+                        ref[i]);
+            TEST_CHECK(peak < peak0);
+            printf("  engine W=1 stage %d %s, %d steps, %s: final parameters bitwise equal; "
+                   "device activation peak %llu vs %llu bytes\n",
+                   stage, bf16 ? "bf16" : "fp32", steps, MODES[k].name, (unsigned long long)peak,
+                   (unsigned long long)peak0);
+        }
+    }
+    free(ref), free(got);
+}
+
+int main(int argc, char **argv)
+{
+    zs_err_t err;
+    int provided;
+    MPI_Init_thread(&argc, &argv, MPI_THREAD_SERIALIZED, &provided);
+    TEST_CHECK(provided >= MPI_THREAD_SERIALIZED);
+    TEST_OK(zs_dev_cpu_create(2, &dev, &err), err);
+    TEST_OK(zs_dev_stream_create(dev, 0, "compute", &stream, &err), err);
+    printf("test_gpt_ckpt: 1. bitwise equal to no checkpointing\n");
+    test_refusals();
+    test_bitwise();
+    gemm_dt = ZS_DTYPE_BF16; /* what a GPU computes: the recompute rounds the same operands */
+    test_bitwise();
+    gemm_dt = ZS_DTYPE_F32;
+    printf("test_gpt_ckpt: 2. activation memory\n");
+    test_memory();
+    printf("test_gpt_ckpt: 3. the engine at W=1\n");
+    test_engine();
+    zs_dev_stream_destroy(stream);
+    zs_dev_destroy(dev);
+    MPI_Finalize();
+    printf("test_gpt_ckpt: OK\n");
+    return 0;
+}

@@ -1,0 +1,123 @@
+/*
+ * zs_gpt_impl.h - internal to worker/model: the GPT's state (struct zs_gpt)
+ * shared by zs_gpt.c (layer wiring, binding) and zs_gpt_ckpt.c (activation
+ * checkpointing: where each residual slot and block workspace lives, the
+ * checkpoint copies and the recompute before a block's backward).
+ *
+ * Not a public header: nothing outside worker/model includes it.
+ */
+#ifndef ZS_GPT_IMPL_H
+#define ZS_GPT_IMPL_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "zs_gpt.h"
+#include "zs_gpt_ops_table.h"
+#include "zs_mixed.h"
+#include "zs_pool.h"
+
+/* Offsets (in floats) of a block's tensors, in zs_gpt.h's order. */
+typedef struct {
+    size_t ln1w, ln1b, qkvw, qkvb, projw, projb, ln2w, ln2b, fcw, fcb, fcpw, fcpb, total;
+} block_off_t;
+
+struct zs_gpt {
+    zs_gpt_config_t c;
+    int maxB;
+    uint64_t seed;
+    int gemm_dt; /* GEMM operand dtype (zs_gpt_set_compute); ZS_DTYPE_F32 by default */
+    zs_pool_t *pool;
+    zs_model_t model;
+    size_t *nparams;
+    const int **deps;
+    int head_deps[2];
+    block_off_t bo;
+
+    const zs_data_t *data;
+    int32_t *fixed_in, *fixed_tg; /* zs_gpt_set_fixed_tokens (host) */
+    int fixedB;
+
+    int B, T;       /* current batch */
+    int have_batch; /* tokens loaded */
+    int have_head;  /* the head's forward ran on this batch: logits, losses valid */
+    int next_fwd;   /* next layer forward expects (0 .. L+2) */
+    int next_bwd;   /* next layer backward expects (-1 = none) */
+
+    /* set by bind; NULL before */
+    zs_dev_t *dev;       /* not owned */
+    zs_stream_t *stream; /* compute stream, not owned */
+    zs_gpt_ops_t *ops;   /* owned */
+    zs_event_t *tok_ev;  /* recorded after each token upload (owned) */
+    zs_event_t *done_ev; /* recorded after each forward/backward's work (owned) */
+    int32_t *tok_pin;    /* pinned [2 * maxN]: inputs | targets staging */
+    float *loss_pin;     /* pinned [maxN]: per-row losses read back */
+    float *act_arena;    /* device, ZS_MEM_ACTIVATIONS */
+    float *scr_arena;    /* device, ZS_MEM_SCRATCH */
+    void *mixed_arena;   /* device, ZS_MEM_SCRATCH: rounded GEMM operands (gemm_dt != F32) */
+    zs_mixed_t mixed;    /* what the op table was given (dt F32: none) */
+
+    /* activation checkpointing (zs_gpt_ckpt.c; zs_gpt_set_checkpointing) */
+    int ckpt;        /* 1: per-block checkpoints, one block workspace, recompute */
+    int ckpt_cpu;    /* 1: the checkpoints live in pinned host memory */
+    unsigned debug;  /* ZS_GPT_DEBUG_* (tests only) */
+    float *ckpt_pin; /* pinned, ZS_MEM_ACTIVATIONS: L slices of maxN * C (ckpt_cpu) */
+    void **leaks;    /* ZS_GPT_DEBUG_LEAK_CKPT: checkpoint copies nobody frees until unbind */
+    size_t nleaks, capleaks;
+
+    /* device tensors inside the arenas; per-block arrays hold L slices of
+     * the max size (one slice with checkpointing: zs__gpt_ws) */
+    size_t maxN;               /* maxB * ctx */
+    size_t att_slice;          /* maxB * NH * ctx * ctx */
+    int32_t *inputs, *targets; /* [maxN] each */
+    float *resid;              /* residual slots (zs__gpt_resid): (L+1) slices of maxN * C;
+                                * cpu_checkpointing: 2 slices */
+    float *ln1, *ln1_mean, *ln1_rstd, *qkv, *att, *atty, *res2, *ln2, *ln2_mean, *ln2_rstd;
+    float *fch, *fchg;
+    float *lnf, *lnf_mean, *lnf_rstd; /* head */
+    float *logits, *lse, *losses;
+    /* scratch */
+    float *proj; /* maxN * C */
+    float *dres, *dbuf, *dqkv, *datt, *dfch, *dlogits;
+};
+
+/* Device pointer of residual slot k (0 .. L): the output of engine layer k
+ * (slot 0 the embeddings, slot l the output of block l, slot L the head's
+ * input). Without cpu_checkpointing every slot has its own slice; with it
+ * slot k is device slice k % 2 (the checkpoints proper are in ckpt_pin). */
+float *zs__gpt_resid(const zs_gpt_t *g, int k);
+
+/* Index of block l's (1 .. L) slice in the per-block activation arrays:
+ * l - 1, or 0 with checkpointing (one workspace shared by every block). */
+size_t zs__gpt_ws(const zs_gpt_t *g, int l);
+
+/* Enqueue block l's forward on the model's stream, reading residual x and
+ * writing its saved tensors into workspace zs__gpt_ws(g, l). full: also the
+ * MLP projection and the output residual y; 0 (recompute): stop after the
+ * GELU, the last tensor the backward reads (y is not written). */
+int zs__gpt_block_fwd(zs_gpt_t *g, int l, const float *p, const float *x, float *y, int full,
+                      zs_err_t *err);
+
+/* After the forward of layer k (0 .. L) has been enqueued: with
+ * cpu_checkpointing, enqueue the copy of residual slot k (k < L) into its
+ * pinned checkpoint; with ZS_GPT_DEBUG_LEAK_CKPT, leak a copy of checkpoint
+ * 0 (block 1's input) once per forward of layer 1. ZS_OK when there is
+ * nothing to do. */
+int zs__gpt_ckpt_after_fwd(zs_gpt_t *g, int k, zs_err_t *err);
+
+/* Before block l's backward (checkpointing only; ZS_OK otherwise): copy its
+ * pinned checkpoint into residual slot l - 1 (cpu_checkpointing) and
+ * recompute the block's forward from it into the workspace, with the same
+ * ops on the same inputs as the forward (so the saved tensors are bitwise
+ * those of the forward). p: the block's parameters (the backward's). */
+int zs__gpt_ckpt_recompute(zs_gpt_t *g, int l, const float *p, zs_err_t *err);
+
+/* Allocate the checkpoints' pinned memory (cpu_checkpointing; nothing
+ * otherwise). Part of bind; zs__gpt_ckpt_free undoes it. */
+int zs__gpt_ckpt_alloc(zs_gpt_t *g, zs_err_t *err);
+
+/* Free the pinned checkpoints and the debug leaks (the model's queued work
+ * must have run). */
+void zs__gpt_ckpt_free(zs_gpt_t *g);
+
+#endif
