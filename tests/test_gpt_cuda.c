@@ -25,7 +25,11 @@
  *      parameters bitwise equal to the first CUDA run;
  *   4. bf16 and fp16 GEMMs (zs_gpt_set_compute): one step on CUDA against
  *      the CPU with the same rounding and with fp32 GEMMs (mixed_step says
- *      what is held), and a second CUDA step bitwise equal.
+ *      what is held), and a second CUDA step bitwise equal;
+ *   5. activation checkpointing (zs_gpt_set_checkpointing, on the device
+ *      and in pinned memory): one step on CUDA bitwise equal to the CUDA
+ *      step without (loss, logits, gradients), with a lower device
+ *      activation peak.
  *
  * Without a usable GPU (or a build without CUDA) it prints "SKIPPED: <why>"
  * and exits 77 (ctest SKIP_RETURN_CODE): never a pass.
@@ -84,6 +88,9 @@ typedef struct {
 
 /* GEMM precision of the models side_init makes (zs_gpt_set_compute). */
 static int g_gemm_dt = ZS_DTYPE_F32;
+/* Activation checkpointing of the models side_init makes
+ * (zs_gpt_set_checkpointing): 0 off, 1 on the device, 2 in pinned memory. */
+static int g_ckpt;
 
 static void sync_ok(side_t *x)
 {
@@ -114,6 +121,7 @@ static void side_init(side_t *x, const char *name, zs_dev_t *dev, zs_gpt_config_
     TEST_OK(zs_dev_stream_create(dev, 0, "compute", &x->s, &err), err);
     TEST_OK(zs_gpt_create(&c, B, 1, &x->g, &err), err);
     TEST_OK(zs_gpt_set_compute(x->g, g_gemm_dt, &err), err);
+    TEST_OK(zs_gpt_set_checkpointing(x->g, g_ckpt > 0, g_ckpt == 2, &err), err);
     x->m = zs_gpt_model(x->g);
     x->P = zs_gpt_num_params(&c);
     x->off = calloc((size_t)x->m->nlayers + 1, sizeof *x->off);
@@ -426,6 +434,60 @@ static void mixed_step(const char *label, zs_gpt_config_t c, int B, int T, float
     free(w), free(in), free(tg);
 }
 
+/* ---- 5. activation checkpointing on the GPU ---- */
+
+/* One step of config c on the GPU with checkpointing off, on the device and
+ * in pinned memory: loss, logits and every gradient bitwise equal (the
+ * recompute runs the same kernels on the same inputs), and the device's
+ * activation peak lower with checkpointing (the allocator's figure). */
+static void ckpt_step(const char *label, zs_gpt_config_t c, int B, int T)
+{
+    float *w = make_weights(c, 0.05f);
+    uint64_t P = zs_gpt_num_params(&c);
+    size_t N = (size_t)B * T;
+    int32_t *in = malloc(N * sizeof *in), *tg = malloc(N * sizeof *tg);
+    TEST_CHECK(in && tg);
+    make_tokens((int)N, c.vocab, in, tg);
+    float *logits[3], *grad[3];
+    double loss[3];
+    uint64_t peak[3], pinned = 0;
+    for (int mode = 0; mode < 3; mode++) {
+        logits[mode] = malloc(N * (size_t)c.vocab * sizeof(float));
+        grad[mode] = malloc(P * sizeof(float));
+        TEST_CHECK(logits[mode] && grad[mode]);
+        zs_dev_mem_reset_peak(g_gpu);
+        g_ckpt = mode;
+        side_t x;
+        side_init(&x, "cuda", g_gpu, c, B, T, w);
+        loss[mode] = side_step(&x, in, tg, logits[mode], grad[mode]);
+        zs_dev_mem_t ms;
+        zs_dev_mem_get(g_gpu, &ms);
+        peak[mode] = ms.peak[ZS_SPACE_DEVICE][ZS_MEM_ACTIVATIONS];
+        if (mode == 2)
+            pinned = ms.peak[ZS_SPACE_PINNED][ZS_MEM_ACTIVATIONS];
+        side_free(&x);
+    }
+    g_ckpt = 0;
+    for (int mode = 1; mode < 3; mode++) {
+        const char *what = mode == 1 ? "checkpointing" : "cpu_checkpointing";
+        TEST_CHECKF(memcmp(&loss[0], &loss[mode], sizeof loss[0]) == 0, "%s %s: loss %.9g vs %.9g",
+                    label, what, loss[mode], loss[0]);
+        TEST_CHECKF(memcmp(logits[0], logits[mode], N * (size_t)c.vocab * sizeof(float)) == 0,
+                    "%s %s: logits differ from the run without", label, what);
+        TEST_CHECKF(memcmp(grad[0], grad[mode], P * sizeof(float)) == 0,
+                    "%s %s: gradients differ from the run without", label, what);
+        TEST_CHECKF(peak[mode] < peak[0], "%s %s: device activation peak %llu, without %llu", label,
+                    what, (unsigned long long)peak[mode], (unsigned long long)peak[0]);
+    }
+    printf("5. %s: activation checkpointing on the GPU: loss, logits, gradients bitwise equal to "
+           "the run without; device activation peak %.3f MB -> %.3f MB (checkpoints on the "
+           "device), %.3f MB + %.3f MB pinned (cpu_checkpointing)\n",
+           label, peak[0] / 1e6, peak[1] / 1e6, peak[2] / 1e6, pinned / 1e6);
+    for (int mode = 0; mode < 3; mode++)
+        free(logits[mode]), free(grad[mode]);
+    free(in), free(tg), free(w);
+}
+
 int main(void)
 {
     setvbuf(stdout, NULL, _IONBF, 0);
@@ -464,6 +526,7 @@ int main(void)
                ZS_DTYPE_F16, 1.3);
     mixed_step("GPT-2 width and vocabulary, 1 layer", (zs_gpt_config_t){1, 12, 768, 64, 50257}, 2,
                64, 0.0f, ZS_DTYPE_BF16, 1.5);
+    ckpt_step("L=4 NH=4 C=64 T=48", (zs_gpt_config_t){4, 4, 64, 64, 97}, 4, 48);
     zs_dev_destroy(g_gpu);
     zs_dev_destroy(g_cpu);
     printf(self_check ? "test_gpt_cuda: harness self-check ok (no GPU was used)\n"
