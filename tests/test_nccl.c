@@ -438,7 +438,8 @@ static int run_kill_rank(const char *scenario)
     int ngpu = zs_dev_cuda_available(why, sizeof why);
     if (ngpu < g_size || g_size < 2) {
         if (g_rank == 0)
-            printf("SKIPPED: %d rank(s), %d GPU(s)\n", g_size, ngpu);
+            printf("SKIPPED: %d rank(s), %d GPU(s): %s\n", g_size, ngpu,
+                   ngpu ? "a GPU per rank and at least 2 ranks needed" : why);
         return 77;
     }
     signal(SIGALRM, on_alarm);
