@@ -21,43 +21,11 @@
 
 #include "zs_config.h"
 #include "zs_test.h"
+#include "zs_warntest.h"
 
 #define FIXTURE(name) ZS_SOURCE_DIR "/tests/fixtures/" name
 
 /* ---- warning capture ------------------------------------------------------ */
-
-typedef struct warns {
-    int n;
-    char path[64][160];
-    char why[64][320];
-} warns_t;
-
-static void on_warn(void *ud, const char *path, const char *why)
-{
-    warns_t *w = ud;
-    TEST_CHECK(w->n < 64);
-    snprintf(w->path[w->n], sizeof w->path[0], "%s", path);
-    snprintf(w->why[w->n], sizeof w->why[0], "%s", why);
-    w->n++;
-}
-
-static int nwarn(const warns_t *w, const char *path)
-{
-    int k = 0;
-    for (int i = 0; i < w->n; i++)
-        k += strcmp(w->path[i], path) == 0;
-    return k;
-}
-
-/* The path was warned exactly once, and its reason starts with `why`. */
-static void expect_warn(const warns_t *w, const char *path, const char *why)
-{
-    TEST_CHECKF(nwarn(w, path) == 1, "warning for %s seen %d times", path, nwarn(w, path));
-    for (int i = 0; i < w->n; i++)
-        if (strcmp(w->path[i], path) == 0)
-            TEST_CHECKF(strncmp(w->why[i], why, strlen(why)) == 0, "%s: why '%s', want '%s...'",
-                        path, w->why[i], why);
-}
 
 static void dump_warns(const warns_t *w)
 {

@@ -15,40 +15,13 @@
 
 #include "zs_config.h"
 #include "zs_test.h"
-
-typedef struct {
-    int n;
-    char path[32][160];
-    char why[32][320];
-} warns_t;
-
-static void on_warn(void *ud, const char *path, const char *why)
-{
-    warns_t *w = ud;
-    TEST_CHECK(w->n < 32);
-    snprintf(w->path[w->n], sizeof w->path[0], "%s", path);
-    snprintf(w->why[w->n], sizeof w->why[0], "%s", why);
-    w->n++;
-}
+#include "zs_warntest.h"
 
 static void parse_ok(const char *json, zs_config_t *cfg, warns_t *w)
 {
     zs_err_t err = {0};
     memset(w, 0, sizeof *w);
     TEST_OK(zs_config_parse(json, cfg, on_warn, w, &err), err);
-}
-
-/* path warned exactly once, with a reason starting with why */
-static void expect_warn(const warns_t *w, const char *path, const char *why)
-{
-    int k = 0;
-    for (int i = 0; i < w->n; i++)
-        if (strcmp(w->path[i], path) == 0) {
-            k++;
-            TEST_CHECKF(strncmp(w->why[i], why, strlen(why)) == 0, "%s: why '%s', want '%s...'",
-                        path, w->why[i], why);
-        }
-    TEST_CHECKF(k == 1, "warning for %s seen %d times", path, k);
 }
 
 /* parse fails (ZS_ERR_INVALID or ZS_ERR_RANGE); the message holds s1 and s2 (s2 may be NULL) */

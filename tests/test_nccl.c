@@ -54,6 +54,7 @@
 #include "zs_coll_nccl.h"
 #include "zs_dev.h"
 #include "zs_dev_cuda.h"
+#include "zs_dtypetest.h"
 #include "zs_mpitest.h"
 
 int g_rank; /* zs_mpitest.h */
@@ -70,22 +71,6 @@ static double now_s(void)
 /* ---- data ---------------------------------------------------------------------- */
 
 static const zs_dtype_t DTS[3] = {ZS_DTYPE_F32, ZS_DTYPE_BF16, ZS_DTYPE_F16};
-
-static void st(zs_dtype_t dt, void *p, size_t i, float x)
-{
-    if (dt == ZS_DTYPE_F32)
-        ((float *)p)[i] = x;
-    else
-        ((uint16_t *)p)[i] = dt == ZS_DTYPE_BF16 ? zs_f32_to_bf16(x) : zs_f32_to_f16(x);
-}
-
-static float ld(zs_dtype_t dt, const void *p, size_t i)
-{
-    if (dt == ZS_DTYPE_F32)
-        return ((const float *)p)[i];
-    uint16_t h = ((const uint16_t *)p)[i];
-    return dt == ZS_DTYPE_BF16 ? zs_bf16_to_f32(h) : zs_f16_to_f32(h);
-}
 
 /* x rounded to dt (identity for fp32). */
 static float rnd(zs_dtype_t dt, float x)

@@ -61,13 +61,20 @@ int zs__nccl_check(int code, const char *call, const char *file, int line, int r
                       hint ? hint : "none");
 }
 
-int zs__nccl_refuse(zs__coll_nccl_t *c, const char *what, zs_err_t *err)
+/* 1 with *e = the error that broke the communicator, else 0. */
+static int broken_error(zs__coll_nccl_t *c, zs_err_t *e)
 {
     pthread_mutex_lock(&c->mu);
     int broken = c->broken;
-    zs_err_t e = c->broken_err;
+    *e = c->broken_err;
     pthread_mutex_unlock(&c->mu);
-    if (!broken)
+    return broken;
+}
+
+int zs__nccl_refuse(zs__coll_nccl_t *c, const char *what, zs_err_t *err)
+{
+    zs_err_t e;
+    if (!broken_error(c, &e))
         return ZS_OK;
     return zs_err_set(err, ZS_ERR_STATE,
                       "NCCL %s refused: the communicator was aborted: %.240s; end the job", what,
@@ -291,11 +298,8 @@ int zs__nccl_sync_check(zs_coll_t *zc, zs_err_t *err)
     zs_err_t fire;
     if (check_once(c, &fire))
         zs__nccl_fail(c, &fire);
-    pthread_mutex_lock(&c->mu);
-    int broken = c->broken;
-    zs_err_t e = c->broken_err;
-    pthread_mutex_unlock(&c->mu);
-    if (!broken)
+    zs_err_t e;
+    if (!broken_error(c, &e))
         return ZS_OK;
     if (err)
         *err = e;

@@ -54,13 +54,6 @@
 #include "zs_gpt_impl.h"
 #include "zs_gpt_ops.h"
 
-#define TRY(expr)                                                                                  \
-    do {                                                                                           \
-        int rc_ = (expr);                                                                          \
-        if (rc_)                                                                                   \
-            return rc_;                                                                            \
-    } while (0)
-
 uint64_t zs_gpt_num_params(const zs_gpt_config_t *c)
 {
     uint64_t C = (uint64_t)c->width;

@@ -37,13 +37,6 @@
 
 #include "zs_gpt_impl.h"
 
-#define TRY(expr)                                                                                  \
-    do {                                                                                           \
-        int rc_ = (expr);                                                                          \
-        if (rc_)                                                                                   \
-            return rc_;                                                                            \
-    } while (0)
-
 /* Set the mode before bind (zs_gpt.h). */
 int zs_gpt_set_checkpointing(zs_gpt_t *g, int enabled, int cpu, zs_err_t *err)
 {

@@ -120,4 +120,12 @@ int zs__gpt_ckpt_alloc(zs_gpt_t *g, zs_err_t *err);
  * must have run). */
 void zs__gpt_ckpt_free(zs_gpt_t *g);
 
+/* Return the status of expr when it is an error (the model's files). */
+#define TRY(expr)                                                                                  \
+    do {                                                                                           \
+        int rc_ = (expr);                                                                          \
+        if (rc_)                                                                                   \
+            return rc_;                                                                            \
+    } while (0)
+
 #endif
