@@ -5,8 +5,8 @@
 # build/emu-asan (the same with ASan + UBSan, device memory on the heap).
 # Only the binaries the tests run are built there. The emulated tests are
 # the real GPU tests, unchanged: test_dev_cuda, test_cuda_ops,
-# test_gpt_cuda, test_train_cuda (and test_nccl_boot where the emulator has
-# NCCL). Each runs under more than one thread schedule (ZS_EMU_SCHEDULE),
+# test_gpt_cuda, test_train_cuda (and test_nccl_boot, test_nccl where the
+# emulator has NCCL). Each runs under more than one thread schedule (ZS_EMU_SCHEDULE),
 # so an ordering bug in a kernel shows as a wrong result.
 # ZS_EMU_TESTS=OFF leaves all of it out (a quicker build for other work).
 option(ZS_EMU_TESTS "build the CUDA code for the emulator too and run the GPU tests on it" ON)
@@ -68,7 +68,8 @@ set_tests_properties(emu_test_train_cuda PROPERTIES LABELS "emu;mpi" ENVIRONMENT
                      "ZS_EMU_SCHEDULE=forward;ZS_EMU_DEVICES=1;ZS_TEST_TRAIN_CUDA_KR_STEPS=40")
 # Several GPUs: zs-train --device cuda with W ranks on W emulated GPUs
 # (NCCL emulated across the processes) against the CPU engine at the same
-# W, stages 0-3 x offload off/on (test_train_cuda part 1)
+# W, stages 0-3 x offload off/on and bf16 (test_train_cuda parts 1 and 3),
+# then one rank SIGKILLed and zs-launch resuming on W-1 GPUs (part 4)
 foreach(w 2 4)
   zs_emu_test(emu_test_train_cuda_w${w} ${ZS_EMU}/test_train_cuda forward 900)
   set_tests_properties(emu_test_train_cuda_w${w} PROPERTIES LABELS "emu;mpi" ENVIRONMENT
