@@ -6,7 +6,10 @@
  *  1. Equivalence: stages 0-3 x W in {1,2,4} x offload off/on x fp32/bf16:
  *     parameters after 10 steps match single-process AdamW on the same
  *     global batches (the worker checks with abs+rel tolerances and prints
- *     the max error), and the memory accounting equals the ZeRO formulas.
+ *     the max error), and the memory accounting equals the ZeRO formulas
+ *     (each category within formula + working set, and its device-space
+ *     peak within the device bound: with offload no gradient partition and
+ *     no fp32 model copy on the device; 1c, and 1d breaks it on purpose).
  *     For each (stage, W, dtype), offload on and off are bitwise equal.
  *  2. Kill and resume: a worker is killed with SIGKILL at step 25 after
  *     checkpoint 20; the resumed run (same W) ends bitwise equal to the
@@ -225,7 +228,28 @@ static void memory(void)
                 TEST_CHECKF(ms[3] < ms[2] && ms[2] < ms[1] && ms[1] < ms[0],
                             "W=%d: model state must shrink with the stage", Ws[wi]);
         }
+    /* With offload_optimizer the device holds no gradient partition at
+     * stages 2-3 (the device bound of grads is the reduce buckets: the
+     * worker's --mem-check checks it) and no 4 Psi fp32 copy at stages 0-2
+     * (gathered is one layer's view); gas 2 accumulates through staging. */
+    for (int wi = 1; wi < 3; wi++)
+        for (int st = 0; st <= 3; st++) {
+            char log[300];
+            snprintf(log, sizeof log, "%s/mem-off-s%d-w%d.log", g_tmp, st, Ws[wi]);
+            must(run(Ws[wi], log,
+                     "--stage %d --dtype bf16 --offload 1 --servers %s --steps 3 --gas 2 "
+                     "--mem-check --bucket 1000",
+                     st, g_servers),
+                 log, "memory run with offload");
+            printf("  W=%d stage %d offload, device bounds hold\n", Ws[wi], st);
+        }
     char log[300];
+    snprintf(log, sizeof log, "%s/mem-off-table.log", g_tmp);
+    must(run(2, log,
+             "--stage 2 --dtype bf16 --offload 1 --servers %s --steps 3 --mem-check --bucket 1000",
+             g_servers),
+         log, "memory table with offload");
+    show(log, "^memory per worker|^  (rank|device|0 |1 )");
     snprintf(log, sizeof log, "%s/mem-table.log", g_tmp);
     must(run(2, log, "--stage 3 --dtype bf16 --steps 3 --mem-check --bucket 2000 --live 3000"), log,
          "memory table");
@@ -266,6 +290,23 @@ static void checks_fail(void)
     rc = run(2, log, "--stage 2 --steps 12 --rss-check --debug 2");
     TEST_CHECKF(rc != 0, "a leak went unnoticed by the flat-memory check (exit %d)", rc);
     printf("  leaked buffer: flat-memory check fails (exit %d)\n", rc);
+    /* 8: with offload_optimizer at stages 2-3 a gradient partition kept on
+     * the device (as before issue 16) exceeds the device bound of grads */
+    for (int st = 2; st <= 3; st++) {
+        snprintf(log, sizeof log, "%s/fault-keep-grads-s%d.log", g_tmp, st);
+        rc = run(2, log,
+                 "--stage %d --dtype bf16 --offload 1 --servers %s --steps 3 --mem-check "
+                 "--debug 8",
+                 st, g_servers);
+        TEST_CHECKF(rc != 0,
+                    "stage %d: a gradient partition kept on the device went unnoticed "
+                    "(exit %d)",
+                    st, rc);
+        printf("  stage %d, gradient partition kept on the device: memory check fails (exit %d): ",
+               st, rc);
+        fflush(stdout);
+        show(log, "FAIL memcheck");
+    }
     /* 4: a 2x error in grad_scale fails the bf16 tolerance at every stage */
     for (int st = 0; st <= 3; st++) {
         snprintf(log, sizeof log, "%s/fault-scale-s%d.log", g_tmp, st);

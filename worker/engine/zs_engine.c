@@ -1,8 +1,8 @@
 /*
  * zs_engine.c - engine layout and lifecycle: segments and buckets (see
  * zs_engine_internal.h), model state and working buffers on the device,
- * initial parameters, destroy. The step is in zs_engine_step.c and
- * zs_engine_optim.c, stage-3 fetching in zs_engine_gather.c, memory in
+ * per-layer fp32 views of 16-bit parameters, initial parameters, destroy. The step is in
+ * zs_engine_step.c and zs_engine_optim.c, stage-3 fetching in zs_engine_gather.c, memory in
  * zs_engine_mem.c, servers in zs_engine_ckpt.c.
  */
 #include <stdlib.h>
@@ -51,7 +51,9 @@ void *zs__eng_param_part(zs_engine_t *e, const zs__seg_t *s)
     return e->stage < 3 ? zs__at(e, e->params, s->pbase + s->vb) : zs__at(e, e->params, s->qbase);
 }
 
-float *zs__eng_layer_params(zs_engine_t *e, int layer)
+/* fp32 pointer to layer i's own params where they persist (fp32 params,
+ * stage-3 gathered views), or NULL (stages 0-2 in 16-bit: cast per use). */
+static float *resident_params(zs_engine_t *e, int layer)
 {
     zs__seg_t *s = &e->s[e->layer_seg[layer]];
     uint64_t rel = e->layer_off[layer] - s->off;
@@ -59,7 +61,34 @@ float *zs__eng_layer_params(zs_engine_t *e, int layer)
         return s->g32 ? s->g32 + rel : NULL;
     if (e->dt == ZS_DTYPE_F32)
         return (float *)e->params + s->pbase + rel;
-    return e->cparams + s->pbase + rel;
+    return NULL;
+}
+
+int zs__eng_layer_ptrs(zs_engine_t *e, int layer, float **ptrs, zs_err_t *err)
+{
+    if (e->stage == 3 || e->dt == ZS_DTYPE_F32) {
+        ptrs[0] = resident_params(e, layer);
+        for (int d = 0; e->deps[layer][d] >= 0; d++)
+            ptrs[1 + d] = resident_params(e, e->deps[layer][d]);
+        return ZS_OK;
+    }
+    /* 16-bit stages 0-2: the layer's params, then each dep's, cast into
+     * e->view (view_max fp32 elements) on the compute stream. The previous
+     * layer's work was enqueued on the same stream, so it has read the view
+     * before the cast overwrites it. */
+    uint64_t at = 0;
+    for (int d = -1; d < 0 || e->deps[layer][d] >= 0; d++) {
+        int l = d < 0 ? layer : e->deps[layer][d];
+        zs__seg_t *s = &e->s[e->layer_seg[l]];
+        uint64_t n = e->m.nparams[l];
+        ptrs[1 + d] = e->view + at;
+        if (n)
+            ZS_ENG_TRY(zs_dev_cast(e->compute, e->view + at, ZS_DTYPE_F32,
+                                   zs__at(e, e->params, s->pbase + (e->layer_off[l] - s->off)),
+                                   e->dt, n, err));
+        at += n;
+    }
+    return ZS_OK;
 }
 
 static uint64_t round_up(uint64_t n, uint64_t m)
@@ -151,8 +180,10 @@ static int make_layout(zs_engine_t *e, uint64_t cap, zs_err_t *err)
         return zs_err_set(err, ZS_ERR_NOMEM, "out of memory");
     for (int i = 0; i < e->ngslot; i++)
         e->gslot[i].owner = -1;
-    for (int i = 0; i < ZS_COMM_SLOTS; i++)
+    for (int i = 0; i < ZS_COMM_SLOTS; i++) {
         e->cslot[i].owner = -1;
+        e->aslot[i].owner = -1;
+    }
     return ZS_OK;
 }
 
@@ -235,12 +266,25 @@ static int alloc_state(zs_engine_t *e, zs_err_t *err)
     int pspace = e->stage == 3 && e->offload_param ? ZS_SPACE_PINNED : ZS_SPACE_DEVICE;
     ZS_ENG_TRY(zs__eng_alloc(e, pspace, ZS_MEM_PARAMS, (e->stage < 3 ? full : part) * e->esz,
                              &e->params, "parameters", err));
-    ZS_ENG_TRY(zs__eng_alloc(e, ZS_SPACE_DEVICE, ZS_MEM_GRADS,
-                             (e->stage < 2 ? full : part) * e->esz, &e->grads, "gradients", err));
+    /* With offload at stages 2-3 no gradient partition stays on the device:
+     * reduced buckets go to pinned staging (zs_engine_step.c). */
+    if (!zs__eng_grads_offloaded(e) || (e->debug & ZS_ENGINE_DEBUG_KEEP_GRADS))
+        ZS_ENG_TRY(zs__eng_alloc(e, ZS_SPACE_DEVICE, ZS_MEM_GRADS,
+                                 (e->stage < 2 ? full : part) * e->esz, &e->grads, "gradients",
+                                 err));
     ZS_ENG_TRY(zs_dev_memset(e->compute, e->params, 0, (e->stage < 3 ? full : part) * e->esz, err));
-    if (e->stage < 3 && e->dt != ZS_DTYPE_F32)
-        ZS_ENG_TRY(zs__eng_alloc(e, ZS_SPACE_DEVICE, ZS_MEM_GATHERED, full * 4,
-                                 (void **)&e->cparams, "fp32 compute parameters", err));
+    /* 16-bit stages 0-2: one fp32 view of the largest layer with its deps
+     * (no fp32 copy of the whole model). */
+    for (int i = 0; i < e->nlayers; i++) {
+        uint64_t need = e->m.nparams[i];
+        for (int d = 0; e->deps[i][d] >= 0; d++)
+            need += e->m.nparams[e->deps[i][d]];
+        if (need > e->view_max)
+            e->view_max = need;
+    }
+    if (e->stage < 3 && e->dt != ZS_DTYPE_F32 && e->view_max)
+        ZS_ENG_TRY(zs__eng_alloc(e, ZS_SPACE_DEVICE, ZS_MEM_GATHERED, e->view_max * 4,
+                                 (void **)&e->view, "fp32 layer view", err));
     if (!e->offload) {
         uint64_t n = (e->stage == 0 ? full : part) * 4;
         float **t[3] = {&e->master, &e->exp_avg, &e->exp_avg_sq};
@@ -250,10 +294,14 @@ static int alloc_state(zs_engine_t *e, zs_err_t *err)
             ZS_ENG_TRY(zs_dev_memset(e->compute, *t[x], 0, n, err));
         }
     }
-    ZS_ENG_TRY(zs__eng_alloc(e, ZS_SPACE_DEVICE, ZS_MEM_SCRATCH, 2 * sizeof(double),
-                             (void **)&e->normacc, "norm", err));
-    ZS_ENG_TRY(zs__eng_alloc(e, ZS_SPACE_PINNED, ZS_MEM_SCRATCH, 2 * sizeof(double),
-                             (void **)&e->normhost, "norm", err));
+    /* per segment: sum of squares and non-finite flag, summed on the host
+     * in segment order (the same bits whether buckets are summed as they
+     * are reduced or after the step's last reduction) */
+    size_t nbytes = 2 * (size_t)e->ns * sizeof(double);
+    ZS_ENG_TRY(zs__eng_alloc(e, ZS_SPACE_DEVICE, ZS_MEM_SCRATCH, nbytes, (void **)&e->normacc,
+                             "norm", err));
+    ZS_ENG_TRY(zs__eng_alloc(e, ZS_SPACE_PINNED, ZS_MEM_SCRATCH, nbytes, (void **)&e->normhost,
+                             "norm", err));
     if (e->offload)
         ZS_ENG_TRY(zs__eng_alloc(e, ZS_SPACE_PINNED, ZS_MEM_COMM, part * e->esz, &e->staging,
                                  "offload staging", err));
@@ -267,8 +315,10 @@ static int alloc_state(zs_engine_t *e, zs_err_t *err)
         ZS_ENG_TRY(zs_dev_event_create(e->dev, &e->ev_staged[k], err));
     for (int i = 0; i < e->ngslot; i++)
         ZS_ENG_TRY(zs_dev_event_create(e->dev, &e->gslot[i].ev, err));
-    for (int i = 0; i < ZS_COMM_SLOTS; i++)
+    for (int i = 0; i < ZS_COMM_SLOTS; i++) {
         ZS_ENG_TRY(zs_dev_event_create(e->dev, &e->cslot[i].ev, err));
+        ZS_ENG_TRY(zs_dev_event_create(e->dev, &e->aslot[i].ev, err));
+    }
     for (int k = 0; k < e->ns; k++)
         ZS_ENG_TRY(zs_dev_event_create(e->dev, &e->s[k].gev, err));
     /* Stage 3 pass order: forward 0..L-1, then backward L-1..0. */
@@ -335,6 +385,8 @@ int zs_engine_create(const zs_engine_opts_t *o, const zs_model_t *model, zs_engi
         zs_dev_mem_get(e->dev, &m1);
         for (int sp = 0; sp < ZS_NSPACES; sp++)
             e->model_scratch += m1.cur[sp][ZS_MEM_SCRATCH] - m0.cur[sp][ZS_MEM_SCRATCH];
+        e->model_scratch_dev =
+            m1.cur[ZS_SPACE_DEVICE][ZS_MEM_SCRATCH] - m0.cur[ZS_SPACE_DEVICE][ZS_MEM_SCRATCH];
     }
     if (rc)
         goto fail;
@@ -382,6 +434,8 @@ void zs_engine_destroy(zs_engine_t *e)
     for (int i = 0; i < ZS_COMM_SLOTS; i++) {
         zs_dev_free(e->dev, e->cslot[i].p);
         zs_dev_event_destroy(e->cslot[i].ev);
+        zs_dev_free(e->dev, e->aslot[i].p);
+        zs_dev_event_destroy(e->aslot[i].ev);
     }
     for (int k = 0; e->ev_staged && k < e->nb; k++)
         zs_dev_event_destroy(e->ev_staged[k]);
@@ -393,7 +447,7 @@ void zs_engine_destroy(zs_engine_t *e)
     if (e->dev) {
         zs_dev_free(e->dev, e->params);
         zs_dev_free(e->dev, e->grads);
-        zs_dev_free(e->dev, e->cparams);
+        zs_dev_free(e->dev, e->view);
         zs_dev_free(e->dev, e->master);
         zs_dev_free(e->dev, e->exp_avg);
         zs_dev_free(e->dev, e->exp_avg_sq);

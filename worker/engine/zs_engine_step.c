@@ -37,7 +37,9 @@ static int take_slot(zs_engine_t *e, zs__slot_t *slots, int n, int *next, int k,
             continue;
         if (!slots[i].p)
             ZS_ENG_TRY(zs__eng_alloc(e, ZS_SPACE_DEVICE, cat, bytes, &slots[i].p,
-                                     cat == ZS_MEM_COMM ? "reduce buffers" : "gradient scratch",
+                                     cat == ZS_MEM_COMM    ? "reduce buffers"
+                                     : cat == ZS_MEM_GRADS ? "gradient buckets"
+                                                           : "gradient scratch",
                                      err));
         ZS_ENG_TRY(zs_dev_stream_wait(s, slots[i].ev, err));
         slots[i].owner = k;
@@ -109,6 +111,68 @@ int zs__eng_bucket_final(zs_engine_t *e, int k, zs_err_t *err)
     return ZS_OK;
 }
 
+/* grads_offloaded (stages 2-3 with offload_optimizer): this micro-batch's
+ * reduced blocks of bucket k (this worker's part of each segment, in the
+ * reduce buffer `buf`, n_pad elements of dt per segment) are added on the
+ * comm stream to the partial sums of the earlier micro-batches, in a device
+ * bucket partition (an aslot): zeroed on the first micro-batch, else
+ * brought back from pinned staging (DeepSpeed's offload does the same
+ * round trip, async_accumulate_grad_in_cpu_via_gpu), so the arithmetic is
+ * the device's dt += dt of the non-offloaded path, bit for bit. On the last
+ * micro-batch each segment's sum of squares goes to normacc there, before
+ * the gradient leaves. The copy stream then moves the partition to pinned
+ * staging; the aslot is reused after that copy's event, and on the last
+ * micro-batch the staged ranges are queued for push. */
+static int stage_bucket(zs_engine_t *e, int k, void *buf, zs_err_t *err)
+{
+    zs__bucket_t *b = &e->b[k];
+    uint64_t W = (uint64_t)e->W;
+    int i;
+    ZS_ENG_TRY(take_slot(e, e->aslot, ZS_COMM_SLOTS, &e->anext, k, e->comm,
+                         (size_t)(e->max_bucket_pad / W) * e->esz, ZS_MEM_GRADS, &i, err));
+    void *acc = e->aslot[i].p;
+    if (!e->first_micro) /* the previous micro-batch's staging copy is complete */
+        ZS_ENG_TRY(zs_dev_stream_wait(e->comm, e->ev_staged[k], err));
+    for (int j = b->s0; j <= b->s1; j++) {
+        zs__seg_t *s = &e->s[j];
+        uint64_t n = s->ve > s->vb ? s->ve - s->vb : 0;
+        if (n == 0)
+            continue;
+        void *dst = zs__at(e, acc, s->qbase - b->gbase / W);
+        void *blk = zs__at(e, buf, s->pbase - b->gbase + (uint64_t)e->rank * s->part);
+        if (e->first_micro)
+            ZS_ENG_TRY(zs_dev_memset(e->comm, dst, 0, n * e->esz, err));
+        else
+            ZS_ENG_TRY(
+                zs_dev_memcpy(e->comm, dst, zs__at(e, e->staging, s->qbase), n * e->esz, err));
+        ZS_ENG_TRY(zs_dev_accumulate(e->comm, dst, e->dt, blk, e->dt, n, err));
+        if (e->last_micro)
+            ZS_ENG_TRY(zs_dev_sumsq(e->comm, dst, e->dt, n, e->normacc + 2 * j, err));
+        if (e->grads) /* ZS_ENGINE_DEBUG_KEEP_GRADS: a partition kept on the device */
+            ZS_ENG_TRY(zs_dev_memcpy(e->comm, zs__at(e, e->grads, s->qbase), dst, n * e->esz, err));
+    }
+    ZS_ENG_TRY(zs_dev_event_record(e->ev_reduced, e->comm, err));
+    ZS_ENG_TRY(zs_dev_stream_wait(e->copy, e->ev_reduced, err));
+    for (int j = b->s0; j <= b->s1; j++) {
+        zs__seg_t *s = &e->s[j];
+        if (s->ve > s->vb)
+            ZS_ENG_TRY(zs_dev_memcpy(e->copy, zs__at(e, e->staging, s->qbase),
+                                     zs__at(e, acc, s->qbase - b->gbase / W),
+                                     (s->ve - s->vb) * e->esz, err));
+    }
+    ZS_ENG_TRY(zs_dev_event_record(e->ev_staged[k], e->copy, err));
+    ZS_ENG_TRY(free_slot(&e->aslot[i], e->copy, err));
+    if (!e->last_micro)
+        return ZS_OK;
+    for (int j = b->s0; j <= b->s1; j++) {
+        zs__seg_t *s = &e->s[j];
+        if (s->ve > s->vb)
+            ZS_ENG_TRY(zs__eng_push_async(e, e->step + 1, s->off + s->vb, s->off + s->ve,
+                                          zs__at(e, e->staging, s->qbase), e->ev_staged[k], err));
+    }
+    return ZS_OK;
+}
+
 /* Bucket k's gradient of this micro-batch is complete in its scratch slot. */
 static int reduce_bucket(zs_engine_t *e, int k, zs_err_t *err)
 {
@@ -137,6 +201,7 @@ static int reduce_bucket(zs_engine_t *e, int k, zs_err_t *err)
     /* The reduce-scatter waits for the backward that wrote the bucket (the
      * debug knob drops this wait to prove the tests catch it). */
     zs_stream_t *after = (e->debug & ZS_ENGINE_DEBUG_DROP_WAIT) ? NULL : e->compute;
+    int offl = zs__eng_grads_offloaded(e);
     for (int j = b->s0; j <= b->s1; j++) {
         zs__seg_t *s = &e->s[j];
         if (s->n == 0)
@@ -144,12 +209,15 @@ static int reduce_bucket(zs_engine_t *e, int k, zs_err_t *err)
         void *sbuf = zs__at(e, buf, s->pbase - b->gbase);
         ZS_ENG_TRY(zs_coll_reduce_scatter(e->coll, sbuf, s->part, e->dt, after, NULL, err));
         after = NULL;
-        ZS_ENG_TRY(zs_dev_accumulate(e->comm, zs__at(e, e->grads, s->qbase), e->dt,
-                                     zs__at(e, sbuf, (uint64_t)e->rank * s->part), e->dt, s->part,
-                                     err));
+        if (!offl)
+            ZS_ENG_TRY(zs_dev_accumulate(e->comm, zs__at(e, e->grads, s->qbase), e->dt,
+                                         zs__at(e, sbuf, (uint64_t)e->rank * s->part), e->dt,
+                                         s->part, err));
     }
+    if (offl)
+        ZS_ENG_TRY(stage_bucket(e, k, buf, err));
     ZS_ENG_TRY(free_slot(used, e->comm, err));
-    return e->last_micro ? zs__eng_bucket_final(e, k, err) : ZS_OK;
+    return e->last_micro && !offl ? zs__eng_bucket_final(e, k, err) : ZS_OK;
 }
 
 static int forward(zs_engine_t *e, float **ptrs, zs_err_t *err)
@@ -157,9 +225,7 @@ static int forward(zs_engine_t *e, float **ptrs, zs_err_t *err)
     for (int i = 0; i < e->nlayers; i++) {
         if (e->stage == 3)
             ZS_ENG_TRY(zs__eng_gather_layer(e, i, err));
-        ptrs[0] = zs__eng_layer_params(e, i);
-        for (int d = 0; e->deps[i][d] >= 0; d++)
-            ptrs[1 + d] = zs__eng_layer_params(e, e->deps[i][d]);
+        ZS_ENG_TRY(zs__eng_layer_ptrs(e, i, ptrs, err));
         ZS_ENG_TRY(e->m.forward(e->m.self, i, ptrs, err));
         if (e->stage == 3)
             ZS_ENG_TRY(zs__eng_release_layer(e, i, err));
@@ -173,13 +239,12 @@ static int backward(zs_engine_t *e, float dloss, float **ptrs, float **gptrs, zs
         int pos = 2 * e->nlayers - 1 - i;
         if (e->stage == 3)
             ZS_ENG_TRY(zs__eng_gather_layer(e, pos, err));
-        ptrs[0] = zs__eng_layer_params(e, i);
+        ZS_ENG_TRY(zs__eng_layer_ptrs(e, i, ptrs, err));
         gptrs[0] = e->m.nparams[i] ? grad_slot(e, i, err) : NULL;
         if (e->m.nparams[i] && !gptrs[0])
             return err->code;
         for (int d = 0; e->deps[i][d] >= 0; d++) {
             int dl = e->deps[i][d];
-            ptrs[1 + d] = zs__eng_layer_params(e, dl);
             gptrs[1 + d] = e->m.nparams[dl] ? grad_slot(e, dl, err) : NULL;
             if (e->m.nparams[dl] && !gptrs[1 + d])
                 return err->code;
@@ -199,8 +264,13 @@ static int step(zs_engine_t *e, zs_step_stats_t *st, zs_err_t *err)
     memset(st, 0, sizeof *st);
     st->step = e->step + 1;
     st->loss_scale = e->ls.scale;
-    int rc = zs_dev_memset(e->compute, e->grads, 0,
+    int rc = ZS_OK;
+    if (e->grads)
+        rc = zs_dev_memset(e->compute, e->grads, 0,
                            (e->stage < 2 ? e->Ppad : e->Ppad / (uint64_t)e->W) * e->esz, err);
+    /* offloaded buckets add their sums of squares as they are reduced */
+    if (!rc && zs__eng_grads_offloaded(e))
+        rc = zs_dev_memset(e->comm, e->normacc, 0, 2 * (size_t)e->ns * sizeof(double), err);
     if (rc)
         return rc;
     if (e->debug & ZS_ENGINE_DEBUG_LEAK) { /* a block nobody frees */
@@ -219,6 +289,7 @@ static int step(zs_engine_t *e, zs_step_stats_t *st, zs_err_t *err)
     int gas = (int)e->cfg.gradient_accumulation_steps;
     double loss = 0;
     for (int micro = 0; micro < gas && !rc; micro++) {
+        e->first_micro = micro == 0;
         e->last_micro = micro == gas - 1;
         zs_batch_ctx_t bc = {st->step,
                              micro,
