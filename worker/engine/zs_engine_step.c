@@ -15,10 +15,18 @@
  *               stream after an event of the compute stream; this worker's
  *               block is accumulated into its gradient partition on the same
  *               stream, overlapping the rest of backward
+ *   stages 2-3  with offload_optimizer there is no gradient partition on the
+ *   + offload   device: the block is accumulated into a device bucket
+ *               partition (partial sums of earlier micro-batches come back
+ *               from pinned staging), summed into the norm on the last
+ *               micro-batch, and copied to pinned staging on the copy stream
+ *               (stage_bucket), then pushed
+ * Layers read fp32 parameters: stages 0-2 in 16-bit cast each layer (and
+ * its deps) into one view buffer just before its use (zs__eng_layer_ptrs).
  * A slot is reused only after the event recorded after its last consumer.
  * On the step's last micro-batch a bucket's partition is then final: with
- * offload it is copied to pinned staging on the copy stream and queued for
- * push (zs__eng_bucket_final).
+ * offload (stages 0-1) it is copied to pinned staging on the copy stream and
+ * queued for push (zs__eng_bucket_final).
  */
 #include <math.h>
 #include <stdlib.h>
