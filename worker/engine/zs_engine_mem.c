@@ -57,9 +57,11 @@ static void working(const zs_engine_t *e, uint64_t *w)
                          (uint64_t)e->cfg.stage3_prefetch_bucket_size + e->need_max;
         w[ZS_MEM_GATHERED] = pers + elems * (k + (half ? 4 : 0));
     }
-    /* offloaded gradients: the device bucket partitions they accumulate in
-     * (the partition itself is the offload staging, counted under comm) */
-    if (zs__eng_grads_offloaded(e))
+    /* offloaded gradients: the device bucket partitions micro-batches
+     * accumulate in (none with one micro-batch per step: the reduce buffer
+     * goes to staging as it is; the partition itself is the offload
+     * staging, counted under comm) */
+    if (zs__eng_grads_offloaded(e) && e->cfg.gradient_accumulation_steps > 1)
         w[ZS_MEM_GRADS] = ZS_COMM_SLOTS * (e->max_bucket_pad / W) * k;
     /* gradient scratch slots of the largest bucket, the per-segment norm
      * (device and pinned), the one-segment fp32 buffers of init (host and
@@ -84,7 +86,7 @@ static void device_bound(const zs_engine_t *e, const uint64_t *f, const uint64_t
     memset(d, 0, ZS_MEM_NCATS * sizeof *d);
     d[ZS_MEM_PARAMS] = e->offload_param ? 0 : f[ZS_MEM_PARAMS] + w[ZS_MEM_PARAMS];
     /* with offload at stages 2-3 the gradient partition is pinned staging:
-     * the device holds the bucket partitions only */
+     * the device holds the bucket partitions only (gas > 1), or nothing */
     d[ZS_MEM_GRADS] = zs__eng_grads_offloaded(e) ? w[ZS_MEM_GRADS] : f[ZS_MEM_GRADS];
     d[ZS_MEM_OPTIMIZER] = f[ZS_MEM_OPTIMIZER];
     d[ZS_MEM_GATHERED] = w[ZS_MEM_GATHERED];

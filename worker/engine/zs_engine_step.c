@@ -16,11 +16,11 @@
  *               block is accumulated into its gradient partition on the same
  *               stream, overlapping the rest of backward
  *   stages 2-3  with offload_optimizer there is no gradient partition on the
- *   + offload   device: the block is accumulated into a device bucket
- *               partition (partial sums of earlier micro-batches come back
- *               from pinned staging), summed into the norm on the last
- *               micro-batch, and copied to pinned staging on the copy stream
- *               (stage_bucket), then pushed
+ *   + offload   device: the block is summed into the norm on the last
+ *               micro-batch and copied to pinned staging on the copy stream
+ *               (stage_bucket), then pushed; with several micro-batches it
+ *               is first accumulated into a device bucket partition (the
+ *               earlier micro-batches' partial sums come back from staging)
  * Layers read fp32 parameters: stages 0-2 in 16-bit cast each layer (and
  * its deps) into one view buffer just before its use (zs__eng_layer_ptrs).
  * A slot is reused only after the event recorded after its last consumer.
@@ -121,55 +121,74 @@ int zs__eng_bucket_final(zs_engine_t *e, int k, zs_err_t *err)
 
 /* grads_offloaded (stages 2-3 with offload_optimizer): this micro-batch's
  * reduced blocks of bucket k (this worker's part of each segment, in the
- * reduce buffer `buf`, n_pad elements of dt per segment) are added on the
- * comm stream to the partial sums of the earlier micro-batches, in a device
- * bucket partition (an aslot): zeroed on the first micro-batch, else
- * brought back from pinned staging (DeepSpeed's offload does the same
- * round trip, async_accumulate_grad_in_cpu_via_gpu), so the arithmetic is
- * the device's dt += dt of the non-offloaded path, bit for bit. On the last
- * micro-batch each segment's sum of squares goes to normacc there, before
- * the gradient leaves. The copy stream then moves the partition to pinned
- * staging; the aslot is reused after that copy's event, and on the last
- * micro-batch the staged ranges are queued for push. */
-static int stage_bucket(zs_engine_t *e, int k, void *buf, zs_err_t *err)
+ * reduce buffer `buf` of slot `used`, n_pad elements of dt per segment)
+ * leave the device for pinned staging on the copy stream.
+ *
+ * One micro-batch per step (gas 1): straight from the reduce buffer, after
+ * the comm stream summed each segment's squares into normacc; `used` is
+ * freed after the copy's event. (The in-process path adds the block to a
+ * zeroed partition; 0 + x == x except that -0 becomes +0, which AdamW and
+ * the norm treat alike, so the parameters stay bitwise equal.)
+ *
+ * gas > 1: the blocks are added on the comm stream to the partial sums of
+ * the earlier micro-batches in a device bucket partition (an aslot): zeroed
+ * on the first micro-batch, else brought back from pinned staging
+ * (DeepSpeed's offload does the same round trip,
+ * async_accumulate_grad_in_cpu_via_gpu), so the arithmetic is the device's
+ * dt += dt of the in-process path, bit for bit. On the last micro-batch
+ * each segment's sum of squares goes to normacc there, before the gradient
+ * leaves. The aslot is reused after its staging copy's event.
+ *
+ * On the last micro-batch the staged ranges are queued for push. */
+static int stage_bucket(zs_engine_t *e, int k, void *buf, zs__slot_t *used, zs_err_t *err)
 {
     zs__bucket_t *b = &e->b[k];
     uint64_t W = (uint64_t)e->W;
-    int i;
-    ZS_ENG_TRY(take_slot(e, e->aslot, ZS_COMM_SLOTS, &e->anext, k, e->comm,
-                         (size_t)(e->max_bucket_pad / W) * e->esz, ZS_MEM_GRADS, &i, err));
-    void *acc = e->aslot[i].p;
-    if (!e->first_micro) /* the previous micro-batch's staging copy is complete */
-        ZS_ENG_TRY(zs_dev_stream_wait(e->comm, e->ev_staged[k], err));
+    int direct = e->first_micro && e->last_micro, i = -1;
+    void *src = buf;     /* what the copy stream stages: n_pad-strided blocks, or the aslot */
+    uint64_t stride = W; /* segment s's block at (pbase - gbase) / W * stride + offset */
+    if (!direct) {
+        ZS_ENG_TRY(take_slot(e, e->aslot, ZS_COMM_SLOTS, &e->anext, k, e->comm,
+                             (size_t)(e->max_bucket_pad / W) * e->esz, ZS_MEM_GRADS, &i, err));
+        src = e->aslot[i].p;
+        stride = 1;
+        if (!e->first_micro) /* the previous micro-batch's staging copy is complete */
+            ZS_ENG_TRY(zs_dev_stream_wait(e->comm, e->ev_staged[k], err));
+    }
     for (int j = b->s0; j <= b->s1; j++) {
         zs__seg_t *s = &e->s[j];
         uint64_t n = s->ve > s->vb ? s->ve - s->vb : 0;
         if (n == 0)
             continue;
-        void *dst = zs__at(e, acc, s->qbase - b->gbase / W);
         void *blk = zs__at(e, buf, s->pbase - b->gbase + (uint64_t)e->rank * s->part);
-        if (e->first_micro)
-            ZS_ENG_TRY(zs_dev_memset(e->comm, dst, 0, n * e->esz, err));
-        else
-            ZS_ENG_TRY(
-                zs_dev_memcpy(e->comm, dst, zs__at(e, e->staging, s->qbase), n * e->esz, err));
-        ZS_ENG_TRY(zs_dev_accumulate(e->comm, dst, e->dt, blk, e->dt, n, err));
+        void *dst = direct ? blk : zs__at(e, src, s->qbase - b->gbase / W);
+        if (!direct) {
+            if (e->first_micro)
+                ZS_ENG_TRY(zs_dev_memset(e->comm, dst, 0, n * e->esz, err));
+            else
+                ZS_ENG_TRY(
+                    zs_dev_memcpy(e->comm, dst, zs__at(e, e->staging, s->qbase), n * e->esz, err));
+            ZS_ENG_TRY(zs_dev_accumulate(e->comm, dst, e->dt, blk, e->dt, n, err));
+        }
         if (e->last_micro)
             ZS_ENG_TRY(zs_dev_sumsq(e->comm, dst, e->dt, n, e->normacc + 2 * j, err));
         if (e->grads) /* ZS_ENGINE_DEBUG_KEEP_GRADS: a partition kept on the device */
             ZS_ENG_TRY(zs_dev_memcpy(e->comm, zs__at(e, e->grads, s->qbase), dst, n * e->esz, err));
     }
+    if (!direct) /* the reduce buffer was read by the accumulation */
+        ZS_ENG_TRY(free_slot(used, e->comm, err));
     ZS_ENG_TRY(zs_dev_event_record(e->ev_reduced, e->comm, err));
     ZS_ENG_TRY(zs_dev_stream_wait(e->copy, e->ev_reduced, err));
     for (int j = b->s0; j <= b->s1; j++) {
         zs__seg_t *s = &e->s[j];
+        uint64_t at =
+            (s->pbase - b->gbase) / W * stride + (direct ? (uint64_t)e->rank * s->part : 0);
         if (s->ve > s->vb)
-            ZS_ENG_TRY(zs_dev_memcpy(e->copy, zs__at(e, e->staging, s->qbase),
-                                     zs__at(e, acc, s->qbase - b->gbase / W),
+            ZS_ENG_TRY(zs_dev_memcpy(e->copy, zs__at(e, e->staging, s->qbase), zs__at(e, src, at),
                                      (s->ve - s->vb) * e->esz, err));
     }
     ZS_ENG_TRY(zs_dev_event_record(e->ev_staged[k], e->copy, err));
-    ZS_ENG_TRY(free_slot(&e->aslot[i], e->copy, err));
+    ZS_ENG_TRY(free_slot(direct ? used : &e->aslot[i], e->copy, err));
     if (!e->last_micro)
         return ZS_OK;
     for (int j = b->s0; j <= b->s1; j++) {
@@ -222,10 +241,10 @@ static int reduce_bucket(zs_engine_t *e, int k, zs_err_t *err)
                                          zs__at(e, sbuf, (uint64_t)e->rank * s->part), e->dt,
                                          s->part, err));
     }
-    if (offl)
-        ZS_ENG_TRY(stage_bucket(e, k, buf, err));
+    if (offl) /* frees `used` after its last reader */
+        return stage_bucket(e, k, buf, used, err);
     ZS_ENG_TRY(free_slot(used, e->comm, err));
-    return e->last_micro && !offl ? zs__eng_bucket_final(e, k, err) : ZS_OK;
+    return e->last_micro ? zs__eng_bucket_final(e, k, err) : ZS_OK;
 }
 
 static int forward(zs_engine_t *e, float **ptrs, zs_err_t *err)
