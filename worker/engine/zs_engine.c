@@ -220,16 +220,28 @@ static int copy_model(zs_engine_t *e, const zs_model_t *m, zs_err_t *err)
     return ZS_OK;
 }
 
+/* Elements in the device's fp32 transfer chunk of init and export (the
+ * host side holds a whole segment): 4 MiB, so no buffer of a whole
+ * segment (the whole model at stages 0-2 with a large reduce_bucket_size)
+ * is on the device. */
+static uint64_t xfer_chunk(const zs_engine_t *e)
+{
+    return e->max_seg_pad < ZS_XFER_CHUNK ? e->max_seg_pad : ZS_XFER_CHUNK;
+}
+
 /* Fill the model state from the model's initial parameters, one segment at
- * a time through a host and a device fp32 buffer of the largest segment. */
+ * a time through a host buffer of the largest segment and a device fp32
+ * chunk (xfer_chunk elements). Segment-relative ranges: the parameters
+ * [0, n) at stages 0-2, else this worker's part [vb, ve); the master
+ * weights (in-process optimizer) [0, n) at stage 0, else [vb, ve). */
 int zs__eng_init_state(zs_engine_t *e, zs_err_t *err)
 {
-    size_t bytes = (size_t)e->max_seg_pad * 4;
+    uint64_t ch = xfer_chunk(e);
     float *host = NULL, *dev = NULL;
-    int rc = zs__eng_alloc(e, ZS_SPACE_HOST, ZS_MEM_SCRATCH, bytes, (void **)&host,
-                           "initial parameters", err);
+    int rc = zs__eng_alloc(e, ZS_SPACE_HOST, ZS_MEM_SCRATCH, (size_t)e->max_seg_pad * 4,
+                           (void **)&host, "initial parameters", err);
     if (!rc)
-        rc = zs__eng_alloc(e, ZS_SPACE_DEVICE, ZS_MEM_SCRATCH, bytes, (void **)&dev,
+        rc = zs__eng_alloc(e, ZS_SPACE_DEVICE, ZS_MEM_SCRATCH, (size_t)ch * 4, (void **)&dev,
                            "initial parameters", err);
     for (int k = 0; k < e->ns && !rc; k++) {
         zs__seg_t *s = &e->s[k];
@@ -238,20 +250,28 @@ int zs__eng_init_state(zs_engine_t *e, zs_err_t *err)
         for (int i = s->first; i <= s->last && !rc; i++)
             if (e->m.nparams[i])
                 rc = e->m.init_params(e->m.self, i, host + (e->layer_off[i] - s->off), err);
-        if (!rc)
-            rc = zs_dev_memcpy(e->compute, dev, host, s->n * 4, err);
-        if (!rc && e->stage < 3)
-            rc = zs_dev_cast(e->compute, zs__at(e, e->params, s->pbase), e->dt, dev, ZS_DTYPE_F32,
-                             s->n, err);
-        else if (!rc && s->ve > s->vb)
-            rc = zs_dev_cast(e->compute, zs__at(e, e->params, s->qbase), e->dt, dev + s->vb,
-                             ZS_DTYPE_F32, s->ve - s->vb, err);
-        if (!rc && e->master && e->stage == 0)
-            rc = zs_dev_memcpy(e->compute, e->master + s->pbase, dev, s->n * 4, err);
-        else if (!rc && e->master && s->ve > s->vb)
-            rc = zs_dev_memcpy(e->compute, e->master + s->qbase, dev + s->vb, (s->ve - s->vb) * 4,
-                               err);
-        /* the host buffer is refilled next: wait for the copy out of it */
+        uint64_t lo = e->stage < 3 ? 0 : s->vb, hi = e->stage < 3 ? s->n : s->ve;
+        for (uint64_t a = lo; a < hi && !rc; a += ch) {
+            uint64_t z = a + ch < hi ? a + ch : hi;
+            /* the next chunk's copy into dev follows these reads in stream order */
+            rc = zs_dev_memcpy(e->compute, dev, host + a, (z - a) * 4, err);
+            if (!rc)
+                rc = zs_dev_cast(
+                    e->compute,
+                    zs__at(e, e->params, e->stage < 3 ? s->pbase + a : s->qbase + a - s->vb), e->dt,
+                    dev, ZS_DTYPE_F32, z - a, err);
+            if (rc || !e->master)
+                continue;
+            if (e->stage == 0) {
+                rc = zs_dev_memcpy(e->compute, e->master + s->pbase + a, dev, (z - a) * 4, err);
+                continue;
+            }
+            uint64_t x0 = a > s->vb ? a : s->vb, x1 = z < s->ve ? z : s->ve;
+            if (x1 > x0)
+                rc = zs_dev_memcpy(e->compute, e->master + s->qbase + (x0 - s->vb), dev + (x0 - a),
+                                   (x1 - x0) * 4, err);
+        }
+        /* the host buffer is refilled next: wait for the copies out of it */
         if (!rc)
             rc = zs_dev_stream_sync(e->compute, err);
     }
@@ -483,17 +503,21 @@ uint64_t zs_engine_num_params(const zs_engine_t *e)
 int zs_engine_get_params(zs_engine_t *e, float *out, zs_err_t *err)
 {
     float *tmp = NULL;
-    int rc = zs__eng_alloc(e, ZS_SPACE_DEVICE, ZS_MEM_SCRATCH, (size_t)e->max_seg_pad * 4,
-                           (void **)&tmp, "parameter export", err);
+    uint64_t ch = xfer_chunk(e);
+    int rc = zs__eng_alloc(e, ZS_SPACE_DEVICE, ZS_MEM_SCRATCH, (size_t)ch * 4, (void **)&tmp,
+                           "parameter export", err);
     for (int k = 0; k < e->ns && !rc; k++) {
         zs__seg_t *s = &e->s[k];
         if (s->n == 0)
             continue;
-        if (e->stage < 3) {
-            rc = zs_dev_cast(e->compute, tmp, ZS_DTYPE_F32, zs__at(e, e->params, s->pbase), e->dt,
-                             s->n, err);
-            if (!rc)
-                rc = zs_dev_memcpy(e->compute, out + s->off, tmp, s->n * 4, err);
+        if (e->stage < 3) { /* chunk by chunk through tmp, in stream order */
+            for (uint64_t a = 0; a < s->n && !rc; a += ch) {
+                uint64_t z = a + ch < s->n ? a + ch : s->n;
+                rc = zs_dev_cast(e->compute, tmp, ZS_DTYPE_F32, zs__at(e, e->params, s->pbase + a),
+                                 e->dt, z - a, err);
+                if (!rc)
+                    rc = zs_dev_memcpy(e->compute, out + s->off + a, tmp, (z - a) * 4, err);
+            }
             continue;
         }
         int was = s->gbuf != NULL;

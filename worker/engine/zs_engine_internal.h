@@ -38,8 +38,9 @@
 #include "zs_engine.h"
 #include "zs_loss_scale.h"
 
-#define ZS_SEG_ALIGN  16 /* elements: a segment's per-worker part is a multiple */
-#define ZS_COMM_SLOTS 2  /* 16-bit reduce-scatter buffers in flight */
+#define ZS_SEG_ALIGN  16         /* elements: a segment's per-worker part is a multiple */
+#define ZS_COMM_SLOTS 2          /* 16-bit reduce-scatter buffers in flight */
+#define ZS_XFER_CHUNK (1u << 20) /* fp32 elements of init/export's device chunk */
 
 typedef struct zs__pusher zs__pusher_t;
 

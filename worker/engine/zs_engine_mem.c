@@ -39,6 +39,12 @@ static uint64_t comm_small(const zs_engine_t *e)
     return (uint64_t)e->W * NCOL * sizeof(float) + 4096;
 }
 
+/* Bytes of init and export's device fp32 chunk (zs_engine.c). */
+static uint64_t xfer_bytes(const zs_engine_t *e)
+{
+    return 4 * (e->max_seg_pad < ZS_XFER_CHUNK ? e->max_seg_pad : ZS_XFER_CHUNK);
+}
+
 static void working(const zs_engine_t *e, uint64_t *w)
 {
     uint64_t W = (uint64_t)e->W, k = e->esz;
@@ -64,12 +70,13 @@ static void working(const zs_engine_t *e, uint64_t *w)
     if (zs__eng_grads_offloaded(e) && e->cfg.gradient_accumulation_steps > 1)
         w[ZS_MEM_GRADS] = ZS_COMM_SLOTS * (e->max_bucket_pad / W) * k;
     /* gradient scratch slots of the largest bucket, the per-segment norm
-     * (device and pinned), the one-segment fp32 buffers of init (host and
-     * device) and parameter export, and what the model allocated as scratch
-     * when it was bound (measured then: the model's own working set) */
+     * (device and pinned), init's one-segment fp32 host buffer and the
+     * device chunk of init or parameter export, and what the model allocated
+     * as scratch when it was bound (measured then: the model's own working
+     * set) */
     w[ZS_MEM_SCRATCH] = (uint64_t)e->ngslot * e->max_bucket_pad * 4 +
-                        2 * 2 * (uint64_t)e->ns * sizeof(double) + 2 * e->max_seg_pad * 4 +
-                        e->model_scratch;
+                        2 * 2 * (uint64_t)e->ns * sizeof(double) + e->max_seg_pad * 4 +
+                        xfer_bytes(e) + e->model_scratch;
     /* 16-bit reduce buffers, offload staging of one partition (pinned),
      * optimizer state transfers (one fp32 segment partition, pinned), the
      * memory table's all-gather and small host values of the collectives */
@@ -93,11 +100,10 @@ static void device_bound(const zs_engine_t *e, const uint64_t *f, const uint64_t
     /* reduce buffers and the table; staging and state transfers are pinned */
     d[ZS_MEM_COMM] =
         (e->stage >= 2 && half ? ZS_COMM_SLOTS * e->max_bucket_pad * k : 0) + comm_small(e);
-    /* gradient slots, the norm, one segment of init or export, the model's
-     * device scratch */
+    /* gradient slots, the norm, the fp32 chunk of init or export, the
+     * model's device scratch */
     d[ZS_MEM_SCRATCH] = (uint64_t)e->ngslot * e->max_bucket_pad * 4 +
-                        2 * (uint64_t)e->ns * sizeof(double) + e->max_seg_pad * 4 +
-                        e->model_scratch_dev;
+                        2 * (uint64_t)e->ns * sizeof(double) + xfer_bytes(e) + e->model_scratch_dev;
 }
 
 void zs_engine_mem(zs_engine_t *e, zs_engine_mem_t *out)
