@@ -175,6 +175,7 @@ static int make_layout(zs_engine_t *e, uint64_t cap, zs_err_t *err)
         early += hit;
     }
     e->ngslot = 2 + early < nb ? 2 + early : nb;
+    e->ncslot = ZS_COMM_SLOTS < nb ? ZS_COMM_SLOTS : nb;
     e->gslot = calloc((size_t)e->ngslot, sizeof *e->gslot);
     if (!e->gslot)
         return zs_err_set(err, ZS_ERR_NOMEM, "out of memory");

@@ -123,6 +123,8 @@ struct zs_engine {
     int ngslot, gnext;
     zs__slot_t cslot[ZS_COMM_SLOTS]; /* dt reduce-scatter buffers (stages 2-3, dt != fp32) */
     int cnext;
+    int ncslot; /* cslots and aslots used: ZS_COMM_SLOTS, or 1 with one bucket (a
+                 * second would only ever hold the same bucket of the next step) */
     /* grads_offloaded: a bucket's reduced partition (max_bucket_pad / W of
      * dt, on the device, category grads) where micro-batches accumulate on
      * the comm stream before the copy stream moves it to staging */

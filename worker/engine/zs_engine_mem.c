@@ -68,7 +68,7 @@ static void working(const zs_engine_t *e, uint64_t *w)
      * goes to staging as it is; the partition itself is the offload
      * staging, counted under comm) */
     if (zs__eng_grads_offloaded(e) && e->cfg.gradient_accumulation_steps > 1)
-        w[ZS_MEM_GRADS] = ZS_COMM_SLOTS * (e->max_bucket_pad / W) * k;
+        w[ZS_MEM_GRADS] = (uint64_t)e->ncslot * (e->max_bucket_pad / W) * k;
     /* gradient scratch slots of the largest bucket, the per-segment norm
      * (device and pinned), init's one-segment fp32 host buffer and the
      * device chunk of init or parameter export, and what the model allocated
@@ -80,7 +80,7 @@ static void working(const zs_engine_t *e, uint64_t *w)
     /* 16-bit reduce buffers, offload staging of one partition (pinned),
      * optimizer state transfers (one fp32 segment partition, pinned), the
      * memory table's all-gather and small host values of the collectives */
-    w[ZS_MEM_COMM] = (e->stage >= 2 && half ? ZS_COMM_SLOTS * e->max_bucket_pad * k : 0) +
+    w[ZS_MEM_COMM] = (e->stage >= 2 && half ? (uint64_t)e->ncslot * e->max_bucket_pad * k : 0) +
                      (e->offload ? e->Ppad / W * k : 0) +
                      (!e->offload ? e->max_seg_pad / W * 4 : 0) + comm_small(e);
 }
@@ -99,7 +99,7 @@ static void device_bound(const zs_engine_t *e, const uint64_t *f, const uint64_t
     d[ZS_MEM_GATHERED] = w[ZS_MEM_GATHERED];
     /* reduce buffers and the table; staging and state transfers are pinned */
     d[ZS_MEM_COMM] =
-        (e->stage >= 2 && half ? ZS_COMM_SLOTS * e->max_bucket_pad * k : 0) + comm_small(e);
+        (e->stage >= 2 && half ? (uint64_t)e->ncslot * e->max_bucket_pad * k : 0) + comm_small(e);
     /* gradient slots, the norm, the fp32 chunk of init or export, the
      * model's device scratch */
     d[ZS_MEM_SCRATCH] = (uint64_t)e->ngslot * e->max_bucket_pad * 4 +

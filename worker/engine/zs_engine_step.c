@@ -148,7 +148,7 @@ static int stage_bucket(zs_engine_t *e, int k, void *buf, zs__slot_t *used, zs_e
     void *src = buf;     /* what the copy stream stages: n_pad-strided blocks, or the aslot */
     uint64_t stride = W; /* segment s's block at (pbase - gbase) / W * stride + offset */
     if (!direct) {
-        ZS_ENG_TRY(take_slot(e, e->aslot, ZS_COMM_SLOTS, &e->anext, k, e->comm,
+        ZS_ENG_TRY(take_slot(e, e->aslot, e->ncslot, &e->anext, k, e->comm,
                              (size_t)(e->max_bucket_pad / W) * e->esz, ZS_MEM_GRADS, &i, err));
         src = e->aslot[i].p;
         stride = 1;
@@ -217,7 +217,7 @@ static int reduce_bucket(zs_engine_t *e, int k, zs_err_t *err)
     zs__slot_t *used = gs;
     if (e->dt != ZS_DTYPE_F32) {
         int i;
-        ZS_ENG_TRY(take_slot(e, e->cslot, ZS_COMM_SLOTS, &e->cnext, k, e->compute,
+        ZS_ENG_TRY(take_slot(e, e->cslot, e->ncslot, &e->cnext, k, e->compute,
                              (size_t)e->max_bucket_pad * e->esz, ZS_MEM_COMM, &i, err));
         ZS_ENG_TRY(
             zs_dev_cast(e->compute, e->cslot[i].p, e->dt, gs->p, ZS_DTYPE_F32, b->npad, err));
