@@ -247,8 +247,9 @@ int zs_engine_meta_parse(const void *meta, size_t len, zs_engine_ckpt_meta_t *ou
  * layer, gradient scratch and reduce buffers of the largest bucket, offload
  * staging of one partition (pinned). Device bound per category (device[]):
  * with offload_optimizer at stages 2-3 the device holds no gradient
- * partition, only ZS_COMM_SLOTS bucket partitions (the reduced gradient goes
- * to pinned staging as each bucket is reduced). */
+ * partition (the reduced gradient goes to pinned staging as each bucket is
+ * reduced), only, with gradient accumulation, up to 2 bucket partitions
+ * where micro-batches add up. Init and export use a 4 MiB device chunk. */
 void zs_engine_mem(zs_engine_t *e, zs_engine_mem_t *out);
 
 /* Check every category: measured peak (all spaces) <= formula + working
