@@ -160,7 +160,11 @@ static int make_layout(zs_engine_t *e, uint64_t cap, zs_err_t *err)
     for (int k = 0; k < nb; k++)
         if (e->b[k].npad > e->max_bucket_pad)
             e->max_bucket_pad = e->b[k].npad;
-    /* Gradient scratch: the bucket in backward, one reduction in flight,
+    /* Gradient scratch: the bucket in backward, one reduction in flight
+     * (fp32 stages 2-3 only: the slot itself is reduce-scattered on the comm
+     * stream; stages 0-1 and 16-bit runs are done with the slot on the
+     * compute stream as soon as the bucket is reduced - accumulated, or cast
+     * into a reduce buffer - so the next bucket reuses it in stream order),
      * and one per bucket that receives gradients early through a dependency
      * (a tied head writes into the embedding's bucket first). */
     int early = 0;
@@ -174,7 +178,8 @@ static int make_layout(zs_engine_t *e, uint64_t cap, zs_err_t *err)
             }
         early += hit;
     }
-    e->ngslot = 2 + early < nb ? 2 + early : nb;
+    int inflight = e->stage >= 2 && e->dt == ZS_DTYPE_F32 ? 1 : 0;
+    e->ngslot = 1 + inflight + early < nb ? 1 + inflight + early : nb;
     e->ncslot = ZS_COMM_SLOTS < nb ? ZS_COMM_SLOTS : nb;
     e->gslot = calloc((size_t)e->ngslot, sizeof *e->gslot);
     if (!e->gslot)
