@@ -176,10 +176,15 @@ static int make_layout(zs_engine_t *e, uint64_t cap, zs_err_t *err)
                 if (e->s[e->layer_seg[dl]].bucket == k && e->s[e->layer_seg[i]].bucket != k)
                     hit = 1;
             }
+        e->b[k].early = hit;
         early += hit;
+        uint64_t *pad = hit ? &e->early_pad : &e->gen_pad;
+        if (e->b[k].npad > *pad)
+            *pad = e->b[k].npad;
     }
     int inflight = e->stage >= 2 && e->dt == ZS_DTYPE_F32 ? 1 : 0;
-    e->ngslot = 1 + inflight + early < nb ? 1 + inflight + early : nb;
+    e->ngen = 1 + inflight < nb - early ? 1 + inflight : nb - early;
+    e->ngslot = e->ngen + early;
     e->ncslot = ZS_COMM_SLOTS < nb ? ZS_COMM_SLOTS : nb;
     e->gslot = calloc((size_t)e->ngslot, sizeof *e->gslot);
     if (!e->gslot)

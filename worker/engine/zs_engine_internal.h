@@ -65,6 +65,8 @@ typedef struct zs__bucket {
     int first, last;      /* layers [first, last] */
     uint64_t gbase, npad; /* full-buffer range [gbase, gbase + npad) */
     int slot;             /* gradient scratch slot while accumulating, else -1 */
+    int early;            /* receives gradients through a dependency from another
+                           * bucket (a tied head's embedding): its own slot pool */
 } zs__bucket_t;
 
 /* A reusable buffer: free for reuse once `ev` (its last consumer) passed. */
@@ -119,8 +121,13 @@ struct zs_engine {
     float *master, *exp_avg, *exp_avg_sq; /* no offload: stage 0 full, else partition */
 
     /* working buffers, allocated once */
-    zs__slot_t *gslot; /* [ngslot] fp32 gradient scratch, max_bucket_pad each */
-    int ngslot, gnext;
+    /* [ngslot] fp32 gradient scratch: [0, ngen) for the other buckets,
+     * gen_pad elements each; [ngen, ngslot) one per early bucket, early_pad
+     * elements each (a tied embedding's bucket is often the largest: the
+     * blocks' slots need not be its size) */
+    zs__slot_t *gslot;
+    int ngslot, ngen, gnext, enext;
+    uint64_t gen_pad, early_pad;
     zs__slot_t cslot[ZS_COMM_SLOTS]; /* dt reduce-scatter buffers (stages 2-3, dt != fp32) */
     int cnext;
     int ncslot; /* cslots and aslots used: ZS_COMM_SLOTS, or 1 with one bucket (a

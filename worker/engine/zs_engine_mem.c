@@ -45,6 +45,12 @@ static uint64_t xfer_bytes(const zs_engine_t *e)
     return 4 * (e->max_seg_pad < ZS_XFER_CHUNK ? e->max_seg_pad : ZS_XFER_CHUNK);
 }
 
+/* fp32 gradient slots: the general pool and one per early bucket. */
+static uint64_t gslot_bytes(const zs_engine_t *e)
+{
+    return 4 * ((uint64_t)e->ngen * e->gen_pad + (uint64_t)(e->ngslot - e->ngen) * e->early_pad);
+}
+
 static void working(const zs_engine_t *e, uint64_t *w)
 {
     uint64_t W = (uint64_t)e->W, k = e->esz;
@@ -74,9 +80,8 @@ static void working(const zs_engine_t *e, uint64_t *w)
      * device chunk of init or parameter export, and what the model allocated
      * as scratch when it was bound (measured then: the model's own working
      * set) */
-    w[ZS_MEM_SCRATCH] = (uint64_t)e->ngslot * e->max_bucket_pad * 4 +
-                        2 * 2 * (uint64_t)e->ns * sizeof(double) + e->max_seg_pad * 4 +
-                        xfer_bytes(e) + e->model_scratch;
+    w[ZS_MEM_SCRATCH] = gslot_bytes(e) + 2 * 2 * (uint64_t)e->ns * sizeof(double) +
+                        e->max_seg_pad * 4 + xfer_bytes(e) + e->model_scratch;
     /* 16-bit reduce buffers, offload staging of one partition (pinned),
      * optimizer state transfers (one fp32 segment partition, pinned), the
      * memory table's all-gather and small host values of the collectives */
@@ -102,8 +107,8 @@ static void device_bound(const zs_engine_t *e, const uint64_t *f, const uint64_t
         (e->stage >= 2 && half ? (uint64_t)e->ncslot * e->max_bucket_pad * k : 0) + comm_small(e);
     /* gradient slots, the norm, the fp32 chunk of init or export, the
      * model's device scratch */
-    d[ZS_MEM_SCRATCH] = (uint64_t)e->ngslot * e->max_bucket_pad * 4 +
-                        2 * (uint64_t)e->ns * sizeof(double) + xfer_bytes(e) + e->model_scratch_dev;
+    d[ZS_MEM_SCRATCH] = gslot_bytes(e) + 2 * (uint64_t)e->ns * sizeof(double) + xfer_bytes(e) +
+                        e->model_scratch_dev;
 }
 
 void zs_engine_mem(zs_engine_t *e, zs_engine_mem_t *out)

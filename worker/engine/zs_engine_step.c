@@ -77,9 +77,12 @@ static float *grad_slot(zs_engine_t *e, int layer, zs_err_t *err)
         return (float *)e->grads + s->pbase + (e->layer_off[layer] - s->off);
     if (b->slot < 0) {
         int i;
-        if (take_slot(e, e->gslot, e->ngslot, &e->gnext, s->bucket, e->compute,
-                      (size_t)e->max_bucket_pad * 4, ZS_MEM_SCRATCH, &i, err))
+        /* early buckets (tied deps) have their own pool: see zs__bucket_t */
+        int lo = b->early ? e->ngen : 0, n = b->early ? e->ngslot - e->ngen : e->ngen;
+        if (take_slot(e, e->gslot + lo, n, b->early ? &e->enext : &e->gnext, s->bucket, e->compute,
+                      (size_t)(b->early ? e->early_pad : e->gen_pad) * 4, ZS_MEM_SCRATCH, &i, err))
             return NULL;
+        i += lo;
         if (zs_dev_memset(e->compute, e->gslot[i].p, 0, b->npad * 4, err))
             return NULL;
         b->slot = i;
