@@ -1,8 +1,9 @@
 /*
  * zs_engine.c - engine layout and lifecycle: segments and buckets (see
  * zs_engine_internal.h), model state and working buffers on the device,
- * per-layer fp32 views of 16-bit parameters, initial parameters, destroy. The step is in
- * zs_engine_step.c and zs_engine_optim.c, stage-3 fetching in zs_engine_gather.c, memory in
+ * per-layer fp32 views of 16-bit parameters (no fp32 copy of the model),
+ * initial parameters, destroy. The step is in zs_engine_step.c and
+ * zs_engine_optim.c, stage-3 fetching in zs_engine_gather.c, memory in
  * zs_engine_mem.c, servers in zs_engine_ckpt.c.
  */
 #include <stdlib.h>
