@@ -27,7 +27,10 @@
  * and reported, never run.
  *
  * Output: one progress line per trial, a summary line per (stage, width)
- * ("FIT-BEST ..." for scripts), and a Markdown table of the largest
+ * ("FIT-BEST ..." for scripts: held_peak is the device space's peak alone,
+ * device_bytes_per_param = held_peak / params, bound = what stopped the
+ * search above it: device, host-ram, time, max-layers or error), and a
+ * Markdown table of the largest
  * fitting model per (stage, width) with the measured peak device memory by
  * category, host RSS of the worker and the servers, tokens/s of step 2,
  * and zs-ctl estimate's figures for the same Psi beside the measurement.
@@ -553,6 +556,23 @@ cut: /* what lies between the largest fit and hi was not tried */
 
 /* ---- output ------------------------------------------------------------------------- */
 
+/* What stopped the search above the best fit, in one word for FIT-BEST's
+ * bound=: device (L+1 ran out of device memory), host-ram (refused: the
+ * host state would not fit), time (--time-limit cut the search or killed a
+ * trial), max-layers, or error (a trial failed otherwise). */
+static const char *bound_of(const row_t *w)
+{
+    if (!strcmp(w->next, "out of device memory"))
+        return "device";
+    if (!strncmp(w->next, "host RAM", 8))
+        return "host-ram";
+    if (strstr(w->next, "time-limit") || strstr(w->note, "time-limit"))
+        return "time";
+    if (strstr(w->next, "max-layers"))
+        return "max-layers";
+    return "error";
+}
+
 static void print_table(const zs__fit_opts_t *o, const char *desc, row_t *rows, int nrows)
 {
     printf("\n### Largest GPT that trains on %s with the optimizer on %d zs-servers (W = 1, "
@@ -663,11 +683,13 @@ int main(int argc, char **argv)
             row_t *w = &rows[nrows++];
             cut = search(&o, o.stages[s], o.widths[k], w) != 0;
             const zs__fit_result_t *b = &w->best;
+            int fits = !strcmp(b->status, "fit");
             printf("FIT-BEST stage=%d width=%d layers=%d params=%llu held_peak=%llu next=%d "
-                   "next_status=\"%s\"%s\n",
-                   w->stage, w->width, strcmp(b->status, "fit") ? 0 : b->layers,
-                   (unsigned long long)b->params, (unsigned long long)b->held_peak, w->next_layers,
-                   w->next, cut ? " (search cut)" : "");
+                   "next_status=\"%s\"%s device_bytes_per_param=%.3f bound=%s\n",
+                   w->stage, w->width, fits ? b->layers : 0, (unsigned long long)b->params,
+                   (unsigned long long)b->held_peak, w->next_layers, w->next,
+                   cut ? " (search cut)" : "",
+                   fits && b->params ? (double)b->held_peak / (double)b->params : 0.0, bound_of(w));
         }
     print_table(&o, desc, rows, nrows);
     printf("\nbench_fit: %.1f s in all%s\n", elapsed(),

@@ -6,8 +6,13 @@
  *  1. Equivalence: stages 0-3 x W in {1,2,4} x offload off/on x fp32/bf16:
  *     parameters after 10 steps match single-process AdamW on the same
  *     global batches (the worker checks with abs+rel tolerances and prints
- *     the max error), and the memory accounting equals the ZeRO formulas.
+ *     the max error), and the memory accounting equals the ZeRO formulas
+ *     (each category within formula + working set, and its device-space
+ *     peak within the device bound: with offload no gradient partition and
+ *     no fp32 model copy on the device; 1c, and 1d breaks it on purpose).
  *     For each (stage, W, dtype), offload on and off are bitwise equal.
+ *     1e: with one micro-batch per step too (gradients staged straight
+ *     from the reduce buffer).
  *  2. Kill and resume: a worker is killed with SIGKILL at step 25 after
  *     checkpoint 20; the resumed run (same W) ends bitwise equal to the
  *     uninterrupted one; resumed with W = 1 and 4 it matches within
@@ -183,6 +188,35 @@ static void stage3_options(void)
     show(log, "^maxerr");
 }
 
+/* One micro-batch per step with offload at stages 2-3: each bucket's reduced
+ * block goes to pinned staging straight from the reduce buffer (no device
+ * bucket partition: the device bound of grads is 0, --mem-check checks it),
+ * and the parameters equal those of the in-process optimizer bitwise. */
+static void offload_one_micro(void)
+{
+    static const char *dtypes[] = {"fp32", "bf16"};
+    printf("1e. one micro-batch per step, offload: gradients staged from the reduce buffer\n");
+    for (int s = 2; s <= 3; s++)
+        for (int d = 0; d < 2; d++) {
+            char out[2][300], log[300];
+            for (int off = 0; off < 2; off++) {
+                snprintf(out[off], sizeof out[off], "%s/gas1-s%d-%s-o%d.bin", g_tmp, s, dtypes[d],
+                         off);
+                snprintf(log, sizeof log, "%s/gas1-s%d-%s-o%d.log", g_tmp, s, dtypes[d], off);
+                must(run(2, log,
+                         "--stage %d --dtype %s --offload %d --servers %s --steps 10 --gas 1 "
+                         "--clip 1.0 --ref --mem-check --out %s %s",
+                         s, dtypes[d], off, g_servers, out[off],
+                         d ? BF16_TOL : "--atol 2e-6 --rtol 1e-4"),
+                     log, "gas 1 run");
+            }
+            TEST_CHECKF(same_file(out[0], out[1]), "stage %d %s gas 1: offload on/off differ", s,
+                        dtypes[d]);
+            printf("  stage %d W=2 %s gas 1: offload on == off, bitwise; device bounds hold\n", s,
+                   dtypes[d]);
+        }
+}
+
 /* "modelstate rank=0 bytes=N" of a worker log (0 if absent). */
 static unsigned long long model_state(const char *log)
 {
@@ -225,7 +259,28 @@ static void memory(void)
                 TEST_CHECKF(ms[3] < ms[2] && ms[2] < ms[1] && ms[1] < ms[0],
                             "W=%d: model state must shrink with the stage", Ws[wi]);
         }
+    /* With offload_optimizer the device holds no gradient partition at
+     * stages 2-3 (the device bound of grads is the reduce buckets: the
+     * worker's --mem-check checks it) and no 4 Psi fp32 copy at stages 0-2
+     * (gathered is one layer's view); gas 2 accumulates through staging. */
+    for (int wi = 1; wi < 3; wi++)
+        for (int st = 0; st <= 3; st++) {
+            char log[300];
+            snprintf(log, sizeof log, "%s/mem-off-s%d-w%d.log", g_tmp, st, Ws[wi]);
+            must(run(Ws[wi], log,
+                     "--stage %d --dtype bf16 --offload 1 --servers %s --steps 3 --gas 2 "
+                     "--mem-check --bucket 1000",
+                     st, g_servers),
+                 log, "memory run with offload");
+            printf("  W=%d stage %d offload, device bounds hold\n", Ws[wi], st);
+        }
     char log[300];
+    snprintf(log, sizeof log, "%s/mem-off-table.log", g_tmp);
+    must(run(2, log,
+             "--stage 2 --dtype bf16 --offload 1 --servers %s --steps 3 --mem-check --bucket 1000",
+             g_servers),
+         log, "memory table with offload");
+    show(log, "^memory per worker|^  (rank|device|0 |1 )");
     snprintf(log, sizeof log, "%s/mem-table.log", g_tmp);
     must(run(2, log, "--stage 3 --dtype bf16 --steps 3 --mem-check --bucket 2000 --live 3000"), log,
          "memory table");
@@ -266,6 +321,26 @@ static void checks_fail(void)
     rc = run(2, log, "--stage 2 --steps 12 --rss-check --debug 2");
     TEST_CHECKF(rc != 0, "a leak went unnoticed by the flat-memory check (exit %d)", rc);
     printf("  leaked buffer: flat-memory check fails (exit %d)\n", rc);
+    /* 8: with offload_optimizer at stages 2-3 a gradient partition kept on
+     * the device (as before issue 16) exceeds the device bound of grads,
+     * with 2 micro-batches (bucket partitions allowed) and with 1 (none) */
+    for (int st = 2; st <= 3; st++)
+        for (int gas = 1; gas <= 2; gas++) {
+            snprintf(log, sizeof log, "%s/fault-keep-grads-s%d-g%d.log", g_tmp, st, gas);
+            rc = run(2, log,
+                     "--stage %d --dtype bf16 --offload 1 --servers %s --steps 3 --gas %d "
+                     "--mem-check --debug 8",
+                     st, g_servers, gas);
+            TEST_CHECKF(rc != 0,
+                        "stage %d gas %d: a gradient partition kept on the device went "
+                        "unnoticed (exit %d)",
+                        st, gas, rc);
+            printf("  stage %d gas %d, gradient partition kept on the device: memory check "
+                   "fails (exit %d): ",
+                   st, gas, rc);
+            fflush(stdout);
+            show(log, "FAIL memcheck");
+        }
     /* 4: a 2x error in grad_scale fails the bf16 tolerance at every stage */
     for (int st = 0; st <= 3; st++) {
         snprintf(log, sizeof log, "%s/fault-scale-s%d.log", g_tmp, st);
@@ -568,6 +643,7 @@ int main(int argc, char **argv)
     }
     equivalence();
     stage3_options();
+    offload_one_micro();
     memory();
     checks_fail();
     kill_and_resume(1, 2, "fp32");

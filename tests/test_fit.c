@@ -105,6 +105,15 @@ int main(void)
                           &stage, &width, &layers, &next, next_status) == 5);
         printf("search: stage %d C=%d: largest L=%d, L+1=%d: %s\n", stage, width, layers, next,
                next_status);
+        /* device bytes per parameter and what bounded the answer (issue 16) */
+        const char *eol = strchr(p, '\n'), *bpp = strstr(p, "device_bytes_per_param=");
+        double dbpp = 0;
+        char bound[16] = "";
+        TEST_CHECKF(bpp && (!eol || bpp < eol) &&
+                        sscanf(bpp, "device_bytes_per_param=%lf bound=%15s", &dbpp, bound) == 2 &&
+                        dbpp > 0 && !strcmp(bound, "device"),
+                    "FIT-BEST must give device_bytes_per_param > 0 and bound=device (stage %d)",
+                    stage);
         TEST_CHECKF(layers >= 1 && next == layers + 1 &&
                         !strcmp(next_status, "out of device memory"),
                     "the search must end on a fit and an out-of-memory at L+1 (stage %d)", stage);
@@ -134,7 +143,7 @@ int main(void)
     rc = run(cmd);
     TEST_CHECKF(rc == 0 && strstr(out, "refused without a trial") && !strstr(out, "trial: stage") &&
                     strstr(out, "FIT-BEST stage=3 width=64 layers=0") &&
-                    strstr(out, "host RAM (refused, not run)"),
+                    strstr(out, "host RAM (refused, not run)") && strstr(out, "bound=host-ram"),
                 "host RAM refusal: exit %d\n%s", rc, out);
     printf("host RAM refusal: ok\n");
 

@@ -1,6 +1,7 @@
 /*
  * zs_engine.c - engine layout and lifecycle: segments and buckets (see
  * zs_engine_internal.h), model state and working buffers on the device,
+ * per-layer fp32 views of 16-bit parameters (no fp32 copy of the model),
  * initial parameters, destroy. The step is in zs_engine_step.c and
  * zs_engine_optim.c, stage-3 fetching in zs_engine_gather.c, memory in
  * zs_engine_mem.c, servers in zs_engine_ckpt.c.
@@ -51,7 +52,9 @@ void *zs__eng_param_part(zs_engine_t *e, const zs__seg_t *s)
     return e->stage < 3 ? zs__at(e, e->params, s->pbase + s->vb) : zs__at(e, e->params, s->qbase);
 }
 
-float *zs__eng_layer_params(zs_engine_t *e, int layer)
+/* fp32 pointer to layer i's own params where they persist (fp32 params,
+ * stage-3 gathered views), or NULL (stages 0-2 in 16-bit: cast per use). */
+static float *resident_params(zs_engine_t *e, int layer)
 {
     zs__seg_t *s = &e->s[e->layer_seg[layer]];
     uint64_t rel = e->layer_off[layer] - s->off;
@@ -59,7 +62,34 @@ float *zs__eng_layer_params(zs_engine_t *e, int layer)
         return s->g32 ? s->g32 + rel : NULL;
     if (e->dt == ZS_DTYPE_F32)
         return (float *)e->params + s->pbase + rel;
-    return e->cparams + s->pbase + rel;
+    return NULL;
+}
+
+int zs__eng_layer_ptrs(zs_engine_t *e, int layer, float **ptrs, zs_err_t *err)
+{
+    if (e->stage == 3 || e->dt == ZS_DTYPE_F32) {
+        ptrs[0] = resident_params(e, layer);
+        for (int d = 0; e->deps[layer][d] >= 0; d++)
+            ptrs[1 + d] = resident_params(e, e->deps[layer][d]);
+        return ZS_OK;
+    }
+    /* 16-bit stages 0-2: the layer's params, then each dep's, cast into
+     * e->view (view_max fp32 elements) on the compute stream. The previous
+     * layer's work was enqueued on the same stream, so it has read the view
+     * before the cast overwrites it. */
+    uint64_t at = 0;
+    for (int d = -1; d < 0 || e->deps[layer][d] >= 0; d++) {
+        int l = d < 0 ? layer : e->deps[layer][d];
+        zs__seg_t *s = &e->s[e->layer_seg[l]];
+        uint64_t n = e->m.nparams[l];
+        ptrs[1 + d] = e->view + at;
+        if (n)
+            ZS_ENG_TRY(zs_dev_cast(e->compute, e->view + at, ZS_DTYPE_F32,
+                                   zs__at(e, e->params, s->pbase + (e->layer_off[l] - s->off)),
+                                   e->dt, n, err));
+        at += n;
+    }
+    return ZS_OK;
 }
 
 static uint64_t round_up(uint64_t n, uint64_t m)
@@ -131,7 +161,11 @@ static int make_layout(zs_engine_t *e, uint64_t cap, zs_err_t *err)
     for (int k = 0; k < nb; k++)
         if (e->b[k].npad > e->max_bucket_pad)
             e->max_bucket_pad = e->b[k].npad;
-    /* Gradient scratch: the bucket in backward, one reduction in flight,
+    /* Gradient scratch: the bucket in backward, one reduction in flight
+     * (fp32 stages 2-3 only: the slot itself is reduce-scattered on the comm
+     * stream; stages 0-1 and 16-bit runs are done with the slot on the
+     * compute stream as soon as the bucket is reduced - accumulated, or cast
+     * into a reduce buffer - so the next bucket reuses it in stream order),
      * and one per bucket that receives gradients early through a dependency
      * (a tied head writes into the embedding's bucket first). */
     int early = 0;
@@ -143,16 +177,25 @@ static int make_layout(zs_engine_t *e, uint64_t cap, zs_err_t *err)
                 if (e->s[e->layer_seg[dl]].bucket == k && e->s[e->layer_seg[i]].bucket != k)
                     hit = 1;
             }
+        e->b[k].early = hit;
         early += hit;
+        uint64_t *pad = hit ? &e->early_pad : &e->gen_pad;
+        if (e->b[k].npad > *pad)
+            *pad = e->b[k].npad;
     }
-    e->ngslot = 2 + early < nb ? 2 + early : nb;
+    int inflight = e->stage >= 2 && e->dt == ZS_DTYPE_F32 ? 1 : 0;
+    e->ngen = 1 + inflight < nb - early ? 1 + inflight : nb - early;
+    e->ngslot = e->ngen + early;
+    e->ncslot = ZS_COMM_SLOTS < nb ? ZS_COMM_SLOTS : nb;
     e->gslot = calloc((size_t)e->ngslot, sizeof *e->gslot);
     if (!e->gslot)
         return zs_err_set(err, ZS_ERR_NOMEM, "out of memory");
     for (int i = 0; i < e->ngslot; i++)
         e->gslot[i].owner = -1;
-    for (int i = 0; i < ZS_COMM_SLOTS; i++)
+    for (int i = 0; i < ZS_COMM_SLOTS; i++) {
         e->cslot[i].owner = -1;
+        e->aslot[i].owner = -1;
+    }
     return ZS_OK;
 }
 
@@ -189,16 +232,28 @@ static int copy_model(zs_engine_t *e, const zs_model_t *m, zs_err_t *err)
     return ZS_OK;
 }
 
+/* Elements in the device's fp32 transfer chunk of init and export (the
+ * host side holds a whole segment): 4 MiB, so no buffer of a whole
+ * segment (the whole model at stages 0-2 with a large reduce_bucket_size)
+ * is on the device. */
+static uint64_t xfer_chunk(const zs_engine_t *e)
+{
+    return e->max_seg_pad < ZS_XFER_CHUNK ? e->max_seg_pad : ZS_XFER_CHUNK;
+}
+
 /* Fill the model state from the model's initial parameters, one segment at
- * a time through a host and a device fp32 buffer of the largest segment. */
+ * a time through a host buffer of the largest segment and a device fp32
+ * chunk (xfer_chunk elements). Segment-relative ranges: the parameters
+ * [0, n) at stages 0-2, else this worker's part [vb, ve); the master
+ * weights (in-process optimizer) [0, n) at stage 0, else [vb, ve). */
 int zs__eng_init_state(zs_engine_t *e, zs_err_t *err)
 {
-    size_t bytes = (size_t)e->max_seg_pad * 4;
+    uint64_t ch = xfer_chunk(e);
     float *host = NULL, *dev = NULL;
-    int rc = zs__eng_alloc(e, ZS_SPACE_HOST, ZS_MEM_SCRATCH, bytes, (void **)&host,
-                           "initial parameters", err);
+    int rc = zs__eng_alloc(e, ZS_SPACE_HOST, ZS_MEM_SCRATCH, (size_t)e->max_seg_pad * 4,
+                           (void **)&host, "initial parameters", err);
     if (!rc)
-        rc = zs__eng_alloc(e, ZS_SPACE_DEVICE, ZS_MEM_SCRATCH, bytes, (void **)&dev,
+        rc = zs__eng_alloc(e, ZS_SPACE_DEVICE, ZS_MEM_SCRATCH, (size_t)ch * 4, (void **)&dev,
                            "initial parameters", err);
     for (int k = 0; k < e->ns && !rc; k++) {
         zs__seg_t *s = &e->s[k];
@@ -207,20 +262,28 @@ int zs__eng_init_state(zs_engine_t *e, zs_err_t *err)
         for (int i = s->first; i <= s->last && !rc; i++)
             if (e->m.nparams[i])
                 rc = e->m.init_params(e->m.self, i, host + (e->layer_off[i] - s->off), err);
-        if (!rc)
-            rc = zs_dev_memcpy(e->compute, dev, host, s->n * 4, err);
-        if (!rc && e->stage < 3)
-            rc = zs_dev_cast(e->compute, zs__at(e, e->params, s->pbase), e->dt, dev, ZS_DTYPE_F32,
-                             s->n, err);
-        else if (!rc && s->ve > s->vb)
-            rc = zs_dev_cast(e->compute, zs__at(e, e->params, s->qbase), e->dt, dev + s->vb,
-                             ZS_DTYPE_F32, s->ve - s->vb, err);
-        if (!rc && e->master && e->stage == 0)
-            rc = zs_dev_memcpy(e->compute, e->master + s->pbase, dev, s->n * 4, err);
-        else if (!rc && e->master && s->ve > s->vb)
-            rc = zs_dev_memcpy(e->compute, e->master + s->qbase, dev + s->vb, (s->ve - s->vb) * 4,
-                               err);
-        /* the host buffer is refilled next: wait for the copy out of it */
+        uint64_t lo = e->stage < 3 ? 0 : s->vb, hi = e->stage < 3 ? s->n : s->ve;
+        for (uint64_t a = lo; a < hi && !rc; a += ch) {
+            uint64_t z = a + ch < hi ? a + ch : hi;
+            /* the next chunk's copy into dev follows these reads in stream order */
+            rc = zs_dev_memcpy(e->compute, dev, host + a, (z - a) * 4, err);
+            if (!rc)
+                rc = zs_dev_cast(
+                    e->compute,
+                    zs__at(e, e->params, e->stage < 3 ? s->pbase + a : s->qbase + a - s->vb), e->dt,
+                    dev, ZS_DTYPE_F32, z - a, err);
+            if (rc || !e->master)
+                continue;
+            if (e->stage == 0) {
+                rc = zs_dev_memcpy(e->compute, e->master + s->pbase + a, dev, (z - a) * 4, err);
+                continue;
+            }
+            uint64_t x0 = a > s->vb ? a : s->vb, x1 = z < s->ve ? z : s->ve;
+            if (x1 > x0)
+                rc = zs_dev_memcpy(e->compute, e->master + s->qbase + (x0 - s->vb), dev + (x0 - a),
+                                   (x1 - x0) * 4, err);
+        }
+        /* the host buffer is refilled next: wait for the copies out of it */
         if (!rc)
             rc = zs_dev_stream_sync(e->compute, err);
     }
@@ -235,12 +298,25 @@ static int alloc_state(zs_engine_t *e, zs_err_t *err)
     int pspace = e->stage == 3 && e->offload_param ? ZS_SPACE_PINNED : ZS_SPACE_DEVICE;
     ZS_ENG_TRY(zs__eng_alloc(e, pspace, ZS_MEM_PARAMS, (e->stage < 3 ? full : part) * e->esz,
                              &e->params, "parameters", err));
-    ZS_ENG_TRY(zs__eng_alloc(e, ZS_SPACE_DEVICE, ZS_MEM_GRADS,
-                             (e->stage < 2 ? full : part) * e->esz, &e->grads, "gradients", err));
+    /* With offload at stages 2-3 no gradient partition stays on the device:
+     * reduced buckets go to pinned staging (zs_engine_step.c). */
+    if (!zs__eng_grads_offloaded(e) || (e->debug & ZS_ENGINE_DEBUG_KEEP_GRADS))
+        ZS_ENG_TRY(zs__eng_alloc(e, ZS_SPACE_DEVICE, ZS_MEM_GRADS,
+                                 (e->stage < 2 ? full : part) * e->esz, &e->grads, "gradients",
+                                 err));
     ZS_ENG_TRY(zs_dev_memset(e->compute, e->params, 0, (e->stage < 3 ? full : part) * e->esz, err));
-    if (e->stage < 3 && e->dt != ZS_DTYPE_F32)
-        ZS_ENG_TRY(zs__eng_alloc(e, ZS_SPACE_DEVICE, ZS_MEM_GATHERED, full * 4,
-                                 (void **)&e->cparams, "fp32 compute parameters", err));
+    /* 16-bit stages 0-2: one fp32 view of the largest layer with its deps
+     * (no fp32 copy of the whole model). */
+    for (int i = 0; i < e->nlayers; i++) {
+        uint64_t need = e->m.nparams[i];
+        for (int d = 0; e->deps[i][d] >= 0; d++)
+            need += e->m.nparams[e->deps[i][d]];
+        if (need > e->view_max)
+            e->view_max = need;
+    }
+    if (e->stage < 3 && e->dt != ZS_DTYPE_F32 && e->view_max)
+        ZS_ENG_TRY(zs__eng_alloc(e, ZS_SPACE_DEVICE, ZS_MEM_GATHERED, e->view_max * 4,
+                                 (void **)&e->view, "fp32 layer view", err));
     if (!e->offload) {
         uint64_t n = (e->stage == 0 ? full : part) * 4;
         float **t[3] = {&e->master, &e->exp_avg, &e->exp_avg_sq};
@@ -250,10 +326,14 @@ static int alloc_state(zs_engine_t *e, zs_err_t *err)
             ZS_ENG_TRY(zs_dev_memset(e->compute, *t[x], 0, n, err));
         }
     }
-    ZS_ENG_TRY(zs__eng_alloc(e, ZS_SPACE_DEVICE, ZS_MEM_SCRATCH, 2 * sizeof(double),
-                             (void **)&e->normacc, "norm", err));
-    ZS_ENG_TRY(zs__eng_alloc(e, ZS_SPACE_PINNED, ZS_MEM_SCRATCH, 2 * sizeof(double),
-                             (void **)&e->normhost, "norm", err));
+    /* per segment: sum of squares and non-finite flag, summed on the host
+     * in segment order (the same bits whether buckets are summed as they
+     * are reduced or after the step's last reduction) */
+    size_t nbytes = 2 * (size_t)e->ns * sizeof(double);
+    ZS_ENG_TRY(zs__eng_alloc(e, ZS_SPACE_DEVICE, ZS_MEM_SCRATCH, nbytes, (void **)&e->normacc,
+                             "norm", err));
+    ZS_ENG_TRY(zs__eng_alloc(e, ZS_SPACE_PINNED, ZS_MEM_SCRATCH, nbytes, (void **)&e->normhost,
+                             "norm", err));
     if (e->offload)
         ZS_ENG_TRY(zs__eng_alloc(e, ZS_SPACE_PINNED, ZS_MEM_COMM, part * e->esz, &e->staging,
                                  "offload staging", err));
@@ -267,8 +347,10 @@ static int alloc_state(zs_engine_t *e, zs_err_t *err)
         ZS_ENG_TRY(zs_dev_event_create(e->dev, &e->ev_staged[k], err));
     for (int i = 0; i < e->ngslot; i++)
         ZS_ENG_TRY(zs_dev_event_create(e->dev, &e->gslot[i].ev, err));
-    for (int i = 0; i < ZS_COMM_SLOTS; i++)
+    for (int i = 0; i < ZS_COMM_SLOTS; i++) {
         ZS_ENG_TRY(zs_dev_event_create(e->dev, &e->cslot[i].ev, err));
+        ZS_ENG_TRY(zs_dev_event_create(e->dev, &e->aslot[i].ev, err));
+    }
     for (int k = 0; k < e->ns; k++)
         ZS_ENG_TRY(zs_dev_event_create(e->dev, &e->s[k].gev, err));
     /* Stage 3 pass order: forward 0..L-1, then backward L-1..0. */
@@ -335,6 +417,8 @@ int zs_engine_create(const zs_engine_opts_t *o, const zs_model_t *model, zs_engi
         zs_dev_mem_get(e->dev, &m1);
         for (int sp = 0; sp < ZS_NSPACES; sp++)
             e->model_scratch += m1.cur[sp][ZS_MEM_SCRATCH] - m0.cur[sp][ZS_MEM_SCRATCH];
+        e->model_scratch_dev =
+            m1.cur[ZS_SPACE_DEVICE][ZS_MEM_SCRATCH] - m0.cur[ZS_SPACE_DEVICE][ZS_MEM_SCRATCH];
     }
     if (rc)
         goto fail;
@@ -382,6 +466,8 @@ void zs_engine_destroy(zs_engine_t *e)
     for (int i = 0; i < ZS_COMM_SLOTS; i++) {
         zs_dev_free(e->dev, e->cslot[i].p);
         zs_dev_event_destroy(e->cslot[i].ev);
+        zs_dev_free(e->dev, e->aslot[i].p);
+        zs_dev_event_destroy(e->aslot[i].ev);
     }
     for (int k = 0; e->ev_staged && k < e->nb; k++)
         zs_dev_event_destroy(e->ev_staged[k]);
@@ -393,7 +479,7 @@ void zs_engine_destroy(zs_engine_t *e)
     if (e->dev) {
         zs_dev_free(e->dev, e->params);
         zs_dev_free(e->dev, e->grads);
-        zs_dev_free(e->dev, e->cparams);
+        zs_dev_free(e->dev, e->view);
         zs_dev_free(e->dev, e->master);
         zs_dev_free(e->dev, e->exp_avg);
         zs_dev_free(e->dev, e->exp_avg_sq);
@@ -429,17 +515,21 @@ uint64_t zs_engine_num_params(const zs_engine_t *e)
 int zs_engine_get_params(zs_engine_t *e, float *out, zs_err_t *err)
 {
     float *tmp = NULL;
-    int rc = zs__eng_alloc(e, ZS_SPACE_DEVICE, ZS_MEM_SCRATCH, (size_t)e->max_seg_pad * 4,
-                           (void **)&tmp, "parameter export", err);
+    uint64_t ch = xfer_chunk(e);
+    int rc = zs__eng_alloc(e, ZS_SPACE_DEVICE, ZS_MEM_SCRATCH, (size_t)ch * 4, (void **)&tmp,
+                           "parameter export", err);
     for (int k = 0; k < e->ns && !rc; k++) {
         zs__seg_t *s = &e->s[k];
         if (s->n == 0)
             continue;
-        if (e->stage < 3) {
-            rc = zs_dev_cast(e->compute, tmp, ZS_DTYPE_F32, zs__at(e, e->params, s->pbase), e->dt,
-                             s->n, err);
-            if (!rc)
-                rc = zs_dev_memcpy(e->compute, out + s->off, tmp, s->n * 4, err);
+        if (e->stage < 3) { /* chunk by chunk through tmp, in stream order */
+            for (uint64_t a = 0; a < s->n && !rc; a += ch) {
+                uint64_t z = a + ch < s->n ? a + ch : s->n;
+                rc = zs_dev_cast(e->compute, tmp, ZS_DTYPE_F32, zs__at(e, e->params, s->pbase + a),
+                                 e->dt, z - a, err);
+                if (!rc)
+                    rc = zs_dev_memcpy(e->compute, out + s->off + a, tmp, (z - a) * 4, err);
+            }
             continue;
         }
         int was = s->gbuf != NULL;

@@ -121,6 +121,9 @@ typedef struct zs_engine zs_engine_t;
                                         * a stage-3 gather */
 #define ZS_ENGINE_DEBUG_LEAK        2u /* leak a scratch block every step */
 #define ZS_ENGINE_DEBUG_GRAD_SCALE2 4u /* unscale gradients by 2x the right factor */
+#define ZS_ENGINE_DEBUG_KEEP_GRADS                                                                 \
+    8u /* stages 2-3 with offload_optimizer: keep a gradient partition on the                      \
+        * device as well (what the engine did before issue 16) */
 
 typedef struct zs_engine_opts {
     const zs_config_t *cfg; /* resolved for coll->size; copied */
@@ -164,7 +167,11 @@ typedef struct zs_engine_mem {
     zs_dev_mem_t measured;          /* every allocation of this process's device */
     uint64_t formula[ZS_MEM_NCATS]; /* seed formulas: params, grads, optimizer (bytes) */
     uint64_t working[ZS_MEM_NCATS]; /* buffers the configuration allows on top (bytes) */
-    uint64_t rss;                   /* process resident set (bytes; 0 if unknown) */
+    /* Of formula + working, what may be in the DEVICE space (bytes): the
+     * rest lives in pinned or host memory (offload staging, the stage-3
+     * partition with offload_param, init and norm buffers on the host). */
+    uint64_t device[ZS_MEM_NCATS];
+    uint64_t rss; /* process resident set (bytes; 0 if unknown) */
 } zs_engine_mem_t;
 
 /* Lay out the model, create buffers, initialise parameters (every worker
@@ -234,18 +241,26 @@ int zs_engine_meta_parse(const void *meta, size_t len, zs_engine_ckpt_meta_t *ou
  * formulas for mixed precision + Adam with Psi = padded parameters, bytes
  * per parameter (k = 2 for bf16/fp16, 4 for fp32): params k (stage 3: k/W),
  * grads k (stages 2-3: k/W), optimizer 12 (stages 1-3: 12/W; 0 with
- * offload_optimizer). The working set: fp32 compute copies (4 Psi, stages
- * 0-2 in 16-bit), stage-3 gathers within stage3_max_live_parameters +
- * stage3_prefetch_bucket_size + the largest layer, gradient scratch and
- * reduce buffers of the largest bucket, offload staging of one partition. */
+ * offload_optimizer). The working set: per-layer fp32 views (stages 0-2
+ * in 16-bit: the largest layer with its deps), stage-3 gathers within
+ * stage3_max_live_parameters + stage3_prefetch_bucket_size + the largest
+ * layer, gradient scratch and reduce buffers of the largest bucket, offload
+ * staging of one partition (pinned). Device bound per category (device[]):
+ * with offload_optimizer at stages 2-3 the device holds no gradient
+ * partition (the reduced gradient goes to pinned staging as each bucket is
+ * reduced), only, with gradient accumulation, up to 2 bucket partitions
+ * where micro-batches add up. Init and export use a 4 MiB device chunk. */
 void zs_engine_mem(zs_engine_t *e, zs_engine_mem_t *out);
 
-/* Check every category: measured peak <= formula + working set. Returns
- * ZS_OK or ZS_ERR_RANGE naming the first category over it. */
+/* Check every category: measured peak (all spaces) <= formula + working
+ * set, and the device space's peak <= device[]. Returns ZS_OK or
+ * ZS_ERR_RANGE naming the first category over it. */
 int zs_engine_mem_check(zs_engine_t *e, zs_err_t *err);
 
 /* Print the memory table of every worker (collective; rank 0 prints to
- * f): measured peak per category and space, formula, working set, RSS. */
+ * f): per category the peak of all spaces / formula / working set, then a
+ * device section (per category the device peak / device bound) and the
+ * held peak of each space (device, pinned, host), RSS. */
 int zs_engine_print_mem(zs_engine_t *e, FILE *f, zs_err_t *err);
 
 /* Full fp32 parameters (P floats) as this worker would compute with them:

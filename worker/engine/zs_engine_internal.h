@@ -38,8 +38,9 @@
 #include "zs_engine.h"
 #include "zs_loss_scale.h"
 
-#define ZS_SEG_ALIGN  16 /* elements: a segment's per-worker part is a multiple */
-#define ZS_COMM_SLOTS 2  /* 16-bit reduce-scatter buffers in flight */
+#define ZS_SEG_ALIGN  16         /* elements: a segment's per-worker part is a multiple */
+#define ZS_COMM_SLOTS 2          /* 16-bit reduce-scatter buffers in flight */
+#define ZS_XFER_CHUNK (1u << 20) /* fp32 elements of init/export's device chunk */
 
 typedef struct zs__pusher zs__pusher_t;
 
@@ -64,6 +65,8 @@ typedef struct zs__bucket {
     int first, last;      /* layers [first, last] */
     uint64_t gbase, npad; /* full-buffer range [gbase, gbase + npad) */
     int slot;             /* gradient scratch slot while accumulating, else -1 */
+    int early;            /* receives gradients through a dependency from another
+                           * bucket (a tied head's embedding): its own slot pool */
 } zs__bucket_t;
 
 /* A reusable buffer: free for reuse once `ev` (its last consumer) passed. */
@@ -109,19 +112,36 @@ struct zs_engine {
     uint64_t max_bucket_pad, max_seg_pad;
 
     /* model state (device memory unless noted) */
-    void *params;   /* stages 0-2: full (Ppad); stage 3: partition (pinned with offload_param) */
-    void *grads;    /* stages 0-1: full; stages 2-3: partition */
-    float *cparams; /* stages 0-2, dtype != fp32: fp32 compute copy (Ppad) */
+    void *params; /* stages 0-2: full (Ppad); stage 3: partition (pinned with offload_param) */
+    /* stages 0-1: full; stages 2-3: partition, except with offload_optimizer
+     * (grads_offloaded): NULL, each bucket's reduced partition goes to
+     * pinned staging as it is reduced (ZS_ENGINE_DEBUG_KEEP_GRADS keeps a
+     * partition here anyway, to prove the memory check sees it) */
+    void *grads;
     float *master, *exp_avg, *exp_avg_sq; /* no offload: stage 0 full, else partition */
 
     /* working buffers, allocated once */
-    zs__slot_t *gslot; /* [ngslot] fp32 gradient scratch, max_bucket_pad each */
-    int ngslot, gnext;
+    /* [ngslot] fp32 gradient scratch: [0, ngen) for the other buckets,
+     * gen_pad elements each; [ngen, ngslot) one per early bucket, early_pad
+     * elements each (a tied embedding's bucket is often the largest: the
+     * blocks' slots need not be its size) */
+    zs__slot_t *gslot;
+    int ngslot, ngen, gnext, enext;
+    uint64_t gen_pad, early_pad;
     zs__slot_t cslot[ZS_COMM_SLOTS]; /* dt reduce-scatter buffers (stages 2-3, dt != fp32) */
     int cnext;
-    void *staging;    /* pinned, Ppad / W elements of dt: pushed grads, pulled params */
-    double *normacc;  /* device: sum of squares, non-finite flag */
-    double *normhost; /* pinned copy */
+    int ncslot; /* cslots and aslots used: ZS_COMM_SLOTS, or 1 with one bucket (a
+                 * second would only ever hold the same bucket of the next step) */
+    /* grads_offloaded: a bucket's reduced partition (max_bucket_pad / W of
+     * dt, on the device, category grads) where micro-batches accumulate on
+     * the comm stream before the copy stream moves it to staging */
+    zs__slot_t aslot[ZS_COMM_SLOTS];
+    int anext;
+    float *view;       /* stages 0-2, dt != fp32: fp32 view of one layer and its deps */
+    uint64_t view_max; /* its elements: max over layers of own + deps' params */
+    void *staging;     /* pinned, Ppad / W elements of dt: pushed grads, pulled params */
+    double *normacc;   /* device, per segment k: [2k] sum of squares, [2k+1] non-finite */
+    double *normhost;  /* pinned copy (2 * ns doubles) */
     zs_event_t *ev_compute, *ev_copy, *ev_reduced;
     zs_event_t **ev_staged; /* [nb] staging of bucket k complete (offload) */
 
@@ -138,12 +158,20 @@ struct zs_engine {
     uint64_t step; /* last completed step */
     uint64_t t;    /* Adam steps taken (non-skipped) */
 
-    zs__pusher_t *pusher;   /* offload: background gradient push */
-    int last_micro;         /* the current micro-batch is the step's last */
-    void *leak;             /* ZS_ENGINE_DEBUG_LEAK: the last leaked block */
-    int last_rc;            /* this worker's status of the last failed step/checkpoint */
-    uint64_t model_scratch; /* scratch bytes the model allocated at bind */
+    zs__pusher_t *pusher;       /* offload: background gradient push */
+    int first_micro;            /* the current micro-batch is the step's first */
+    int last_micro;             /* the current micro-batch is the step's last */
+    void *leak;                 /* ZS_ENGINE_DEBUG_LEAK: the last leaked block */
+    int last_rc;                /* this worker's status of the last failed step/checkpoint */
+    uint64_t model_scratch;     /* scratch bytes the model allocated at bind */
+    uint64_t model_scratch_dev; /* ... of them in the device space */
 };
+
+/* Stages 2-3 with offload_optimizer: no gradient partition on the device. */
+static inline int zs__eng_grads_offloaded(const zs_engine_t *e)
+{
+    return e->stage >= 2 && e->offload;
+}
 
 /* Bucket k's full-buffer pointer of a dtype-sized buffer. */
 static inline void *zs__at(const zs_engine_t *e, void *base, uint64_t slot)
@@ -172,11 +200,15 @@ void zs__eng_drop_seg(zs_engine_t *e, int s);
 /* Free every gathered buffer (destroy). */
 void zs__eng_gather_free_all(zs_engine_t *e);
 
-/* fp32 device pointer to layer i's own params. */
-float *zs__eng_layer_params(zs_engine_t *e, int layer);
+/* fp32 device pointers to layer i's own params (ptrs[0]) and its deps'
+ * (ptrs[1..]), valid for the work enqueued on the compute stream before the
+ * next call: stages 0-2 in 16-bit cast them into e->view on the compute
+ * stream (stream order makes the next cast wait for this layer's work);
+ * fp32 and stage 3 point into the parameters / gathered views. */
+int zs__eng_layer_ptrs(zs_engine_t *e, int layer, float **ptrs, zs_err_t *err);
 
 /* After the optimizer: bring every worker's parameters up to date (all-gather
- * for stages 0-2, refresh fp32 copies, re-gather persistent segments). */
+ * for stages 0-2, re-gather persistent segments). */
 int zs__eng_after_update(zs_engine_t *e, zs_err_t *err);
 
 /* Norm, overflow, clipping, optimizer or offload for the step. */
@@ -189,8 +221,10 @@ int zs__eng_optimize(zs_engine_t *e, zs_step_stats_t *st, zs_err_t *err);
  * offload_optimizer.super_offload the pushes state them (speculation). */
 void zs__eng_expect(const zs_engine_t *e, uint64_t step, zs_step_scalars_t *sc);
 
-/* Bucket k's gradient partition is final for this step: with offload, copy
- * it to pinned staging on the copy stream and queue its push. */
+/* Bucket k's gradient partition is final for this step in e->grads (stages
+ * 0-1 after the all-reduce): with offload, copy it to pinned staging on the
+ * copy stream and queue its push. (Stages 2-3 with offload stage it as it
+ * is reduced, zs_engine_step.c.) */
 int zs__eng_bucket_final(zs_engine_t *e, int k, zs_err_t *err);
 
 /* Background push (zs_engine_push.c): push [lo, hi) from pinned `src` once

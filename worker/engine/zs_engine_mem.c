@@ -1,9 +1,11 @@
 /*
  * zs_engine_mem.c - memory that is measured: the device allocator's counts
  * per category and space beside the ZeRO formulas (the seed's model-state
- * bytes) and the working set the configuration allows, a check that no
- * category exceeds formula + working set, and the per-worker table zs-train
- * prints.
+ * bytes) and the working set the configuration allows, the part of those
+ * that may be in the device space (with offload_optimizer at stages 2-3 no
+ * gradient partition, only reduce buckets), a check that no category
+ * exceeds formula + working set nor its device bound, and the per-worker
+ * table zs-train prints (all spaces, then the device space alone).
  *
  * The formula and the working set are computed from the configuration and
  * the layout only, never from the allocations they are compared with.
@@ -28,14 +30,36 @@ static void formula(const zs_engine_t *e, uint64_t *f)
     f[ZS_MEM_OPTIMIZER] = e->offload ? 0 : e->stage >= 1 ? 12 * psi / W : 12 * psi;
 }
 
+#define NCOL (ZS_MEM_NCATS * 5 + ZS_NSPACES + 1) /* see zs_engine_print_mem */
+
+/* Device bytes of the memory table's all-gather and small host values of
+ * the collectives. */
+static uint64_t comm_small(const zs_engine_t *e)
+{
+    return (uint64_t)e->W * NCOL * sizeof(float) + 4096;
+}
+
+/* Bytes of init and export's device fp32 chunk (zs_engine.c). */
+static uint64_t xfer_bytes(const zs_engine_t *e)
+{
+    return 4 * (e->max_seg_pad < ZS_XFER_CHUNK ? e->max_seg_pad : ZS_XFER_CHUNK);
+}
+
+/* fp32 gradient slots: the general pool and one per early bucket. */
+static uint64_t gslot_bytes(const zs_engine_t *e)
+{
+    return 4 * ((uint64_t)e->ngen * e->gen_pad + (uint64_t)(e->ngslot - e->ngen) * e->early_pad);
+}
+
 static void working(const zs_engine_t *e, uint64_t *w)
 {
     uint64_t W = (uint64_t)e->W, k = e->esz;
     int half = e->dt != ZS_DTYPE_F32;
     memset(w, 0, ZS_MEM_NCATS * sizeof *w);
-    /* fp32 compute copies (stages 0-2) or stage-3 gathers */
+    /* fp32 views: stages 0-2 one layer with its deps (e->view), stage 3 the
+     * gathers within the budgets */
     if (e->stage < 3) {
-        w[ZS_MEM_GATHERED] = half ? 4 * e->Ppad : 0;
+        w[ZS_MEM_GATHERED] = half ? 4 * e->view_max : 0;
     } else {
         uint64_t pers = 0;
         for (int i = 0; i < e->ns; i++)
@@ -45,18 +69,46 @@ static void working(const zs_engine_t *e, uint64_t *w)
                          (uint64_t)e->cfg.stage3_prefetch_bucket_size + e->need_max;
         w[ZS_MEM_GATHERED] = pers + elems * (k + (half ? 4 : 0));
     }
-    /* gradient scratch slots of the largest bucket, the norm, the
-     * one-segment fp32 buffers of init and parameter export, and what the
-     * model allocated as scratch when it was bound (measured then: the
-     * model's own working set) */
-    w[ZS_MEM_SCRATCH] = (uint64_t)e->ngslot * e->max_bucket_pad * 4 + 2 * 2 * sizeof(double) +
-                        2 * e->max_seg_pad * 4 + e->model_scratch;
-    /* 16-bit reduce buffers, offload staging of one partition, optimizer
-     * state transfers (one fp32 segment partition), small host values of
-     * the collectives */
-    w[ZS_MEM_COMM] = (e->stage >= 2 && half ? ZS_COMM_SLOTS * e->max_bucket_pad * k : 0) +
+    /* offloaded gradients: the device bucket partitions micro-batches
+     * accumulate in (none with one micro-batch per step: the reduce buffer
+     * goes to staging as it is; the partition itself is the offload
+     * staging, counted under comm) */
+    if (zs__eng_grads_offloaded(e) && e->cfg.gradient_accumulation_steps > 1)
+        w[ZS_MEM_GRADS] = (uint64_t)e->ncslot * (e->max_bucket_pad / W) * k;
+    /* gradient scratch slots of the largest bucket, the per-segment norm
+     * (device and pinned), init's one-segment fp32 host buffer and the
+     * device chunk of init or parameter export, and what the model allocated
+     * as scratch when it was bound (measured then: the model's own working
+     * set) */
+    w[ZS_MEM_SCRATCH] = gslot_bytes(e) + 2 * 2 * (uint64_t)e->ns * sizeof(double) +
+                        e->max_seg_pad * 4 + xfer_bytes(e) + e->model_scratch;
+    /* 16-bit reduce buffers, offload staging of one partition (pinned),
+     * optimizer state transfers (one fp32 segment partition, pinned), the
+     * memory table's all-gather and small host values of the collectives */
+    w[ZS_MEM_COMM] = (e->stage >= 2 && half ? (uint64_t)e->ncslot * e->max_bucket_pad * k : 0) +
                      (e->offload ? e->Ppad / W * k : 0) +
-                     (!e->offload ? e->max_seg_pad / W * 4 : 0) + 4096;
+                     (!e->offload ? e->max_seg_pad / W * 4 : 0) + comm_small(e);
+}
+
+/* Of formula + working, what may be device memory (see zs_engine_mem_t). */
+static void device_bound(const zs_engine_t *e, const uint64_t *f, const uint64_t *w, uint64_t *d)
+{
+    uint64_t k = e->esz;
+    int half = e->dt != ZS_DTYPE_F32;
+    memset(d, 0, ZS_MEM_NCATS * sizeof *d);
+    d[ZS_MEM_PARAMS] = e->offload_param ? 0 : f[ZS_MEM_PARAMS] + w[ZS_MEM_PARAMS];
+    /* with offload at stages 2-3 the gradient partition is pinned staging:
+     * the device holds the bucket partitions only (gas > 1), or nothing */
+    d[ZS_MEM_GRADS] = zs__eng_grads_offloaded(e) ? w[ZS_MEM_GRADS] : f[ZS_MEM_GRADS];
+    d[ZS_MEM_OPTIMIZER] = f[ZS_MEM_OPTIMIZER];
+    d[ZS_MEM_GATHERED] = w[ZS_MEM_GATHERED];
+    /* reduce buffers and the table; staging and state transfers are pinned */
+    d[ZS_MEM_COMM] =
+        (e->stage >= 2 && half ? (uint64_t)e->ncslot * e->max_bucket_pad * k : 0) + comm_small(e);
+    /* gradient slots, the norm, the fp32 chunk of init or export, the
+     * model's device scratch */
+    d[ZS_MEM_SCRATCH] = gslot_bytes(e) + 2 * (uint64_t)e->ns * sizeof(double) + xfer_bytes(e) +
+                        e->model_scratch_dev;
 }
 
 void zs_engine_mem(zs_engine_t *e, zs_engine_mem_t *out)
@@ -65,6 +117,7 @@ void zs_engine_mem(zs_engine_t *e, zs_engine_mem_t *out)
     zs_dev_mem_get(e->dev, &out->measured);
     formula(e, out->formula);
     working(e, out->working);
+    device_bound(e, out->formula, out->working, out->device);
     out->rss = zs_file_self_rss();
 }
 
@@ -92,12 +145,24 @@ int zs_engine_mem_check(zs_engine_t *e, zs_err_t *err)
                               "working set %llu",
                               e->rank, zs_memcat_name(c), (unsigned long long)peak,
                               (unsigned long long)m.formula[c], (unsigned long long)m.working[c]);
+        uint64_t dpeak = m.measured.peak[ZS_SPACE_DEVICE][c];
+        if (dpeak > m.device[c])
+            return zs_err_set(err, ZS_ERR_RANGE,
+                              "rank %d: measured peak %s memory in the device space %llu bytes > "
+                              "its device bound %llu%s",
+                              e->rank, zs_memcat_name(c), (unsigned long long)dpeak,
+                              (unsigned long long)m.device[c],
+                              c == ZS_MEM_GRADS && zs__eng_grads_offloaded(e)
+                                  ? " (the reduce buckets: with offload_optimizer no gradient "
+                                    "partition belongs on the device)"
+                                  : "");
     }
     return ZS_OK;
 }
 
-#define NCOL (ZS_MEM_NCATS * 3 + 2) /* per category: peak, formula, working; held, rss */
-
+/* Row of one worker (NCOL floats): per category [5c] peak of all spaces,
+ * [5c+1] formula, [5c+2] working set, [5c+3] device peak, [5c+4] device
+ * bound; then the held peak of each space; then RSS. */
 int zs_engine_print_mem(zs_engine_t *e, FILE *f, zs_err_t *err)
 {
     zs_engine_mem_t m;
@@ -109,18 +174,19 @@ int zs_engine_print_mem(zs_engine_t *e, FILE *f, zs_err_t *err)
     float *host = calloc(n, sizeof *host);
     if (!rc && !host)
         rc = zs_err_set(err, ZS_ERR_NOMEM, "out of memory");
+    const int H = 5 * ZS_MEM_NCATS; /* first held column */
     if (!rc) {
         float *mine = host + (size_t)e->rank * NCOL;
-        uint64_t held = 0;
         for (int c = 0; c < ZS_MEM_NCATS; c++) {
-            mine[3 * c] = (float)peak_of(&m.measured, c);
-            mine[3 * c + 1] = (float)m.formula[c];
-            mine[3 * c + 2] = (float)m.working[c];
+            mine[5 * c] = (float)peak_of(&m.measured, c);
+            mine[5 * c + 1] = (float)m.formula[c];
+            mine[5 * c + 2] = (float)m.working[c];
+            mine[5 * c + 3] = (float)m.measured.peak[ZS_SPACE_DEVICE][c];
+            mine[5 * c + 4] = (float)m.device[c];
         }
         for (int s = 0; s < ZS_NSPACES; s++)
-            held += m.measured.held_peak[s];
-        mine[3 * ZS_MEM_NCATS] = (float)held;
-        mine[3 * ZS_MEM_NCATS + 1] = (float)m.rss;
+            mine[H + s] = (float)m.measured.held_peak[s];
+        mine[H + ZS_NSPACES] = (float)m.rss;
         rc = zs_dev_memcpy(e->comm, all, host, n * sizeof *all, err);
         if (!rc)
             rc = zs_coll_all_gather(e->coll, all, NCOL, ZS_DTYPE_F32, NULL, NULL, err);
@@ -141,17 +207,44 @@ int zs_engine_print_mem(zs_engine_t *e, FILE *f, zs_err_t *err)
         fprintf(f, " %9s %9s\n", "held", "rss");
         for (int r = 0; r < e->W; r++) {
             const float *x = host + (size_t)r * NCOL;
+            float held = 0;
             fprintf(f, "  %-4d", r);
             for (int c = 0; c < ZS_MEM_NCATS; c++) {
                 char cell[64];
                 if (c == ZS_MEM_ACTIVATIONS)
-                    snprintf(cell, sizeof cell, "%.2f / - / -", x[3 * c] / 1e6);
+                    snprintf(cell, sizeof cell, "%.2f / - / -", x[5 * c] / 1e6);
                 else
-                    snprintf(cell, sizeof cell, "%.2f/%.2f/%.2f", x[3 * c] / 1e6,
-                             x[3 * c + 1] / 1e6, x[3 * c + 2] / 1e6);
+                    snprintf(cell, sizeof cell, "%.2f/%.2f/%.2f", x[5 * c] / 1e6,
+                             x[5 * c + 1] / 1e6, x[5 * c + 2] / 1e6);
                 fprintf(f, " %22s", cell);
             }
-            fprintf(f, " %9.2f %9.2f\n", x[3 * ZS_MEM_NCATS] / 1e6, x[3 * ZS_MEM_NCATS + 1] / 1e6);
+            for (int s = 0; s < ZS_NSPACES; s++)
+                held += x[H + s];
+            fprintf(f, " %9.2f %9.2f\n", held / 1e6, x[H + ZS_NSPACES] / 1e6);
+        }
+        /* The device space alone: what a GPU must hold. */
+        fprintf(f, "  device space (MB, measured peak / bound); held peak per space (MB)\n");
+        fprintf(f, "  %-4s", "rank");
+        for (int c = 0; c < ZS_MEM_NCATS; c++)
+            fprintf(f, " %16s", zs_memcat_name(c));
+        for (int s = 0; s < ZS_NSPACES; s++)
+            fprintf(f, " %9s", zs_space_name(s));
+        fprintf(f, "\n");
+        for (int r = 0; r < e->W; r++) {
+            const float *x = host + (size_t)r * NCOL;
+            fprintf(f, "  %-4d", r);
+            for (int c = 0; c < ZS_MEM_NCATS; c++) {
+                char cell[64];
+                if (c == ZS_MEM_ACTIVATIONS)
+                    snprintf(cell, sizeof cell, "%.2f / -", x[5 * c + 3] / 1e6);
+                else
+                    snprintf(cell, sizeof cell, "%.2f/%.2f", x[5 * c + 3] / 1e6,
+                             x[5 * c + 4] / 1e6);
+                fprintf(f, " %16s", cell);
+            }
+            for (int s = 0; s < ZS_NSPACES; s++)
+                fprintf(f, " %9.2f", x[H + s] / 1e6);
+            fprintf(f, "\n");
         }
     }
     zs_dev_free(e->dev, all);

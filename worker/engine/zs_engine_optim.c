@@ -5,6 +5,10 @@
  * partition on the compute stream (same kernel as the servers) or, with
  * offload, push / commit / pull through the shard servers; finally the
  * parameter all-gather (stages 0-2) or the persistent re-gather (stage 3).
+ * The layers read fp32 views cast per layer at use (zs__eng_layer_ptrs),
+ * so only the 16-bit parameters are brought up to date here. The norm is
+ * one fp64 partial per segment (with offload at stages 2-3 summed as each
+ * bucket was reduced), added on the host in segment order.
  *
  * With offload, rank 0 commits for everyone after every worker's pushes
  * are done; the servers' commit is idempotent, so a retry is harmless.
@@ -85,20 +89,29 @@ static int update_offload(zs_engine_t *e, const zs_step_scalars_t *sc, zs_step_s
 
 /* Sum of squares of this worker's gradient partition (each worker sums its
  * partition, stage 0 too, so nothing is counted twice) and the non-finite
- * flag, on the comm stream after the reductions. */
+ * flag: per segment into normacc[2k..2k+1] on the comm stream after the
+ * reductions (with grads_offloaded each bucket was summed as it was
+ * reduced, zs_engine_step.c), then added on the host in segment order. */
 static int local_sumsq(zs_engine_t *e, double *ss, int *nonfinite, zs_err_t *err)
 {
-    ZS_ENG_TRY(zs_dev_memset(e->comm, e->normacc, 0, 2 * sizeof(double), err));
-    for (int k = 0; k < e->ns; k++) {
-        zs__seg_t *s = &e->s[k];
-        if (s->ve > s->vb)
-            ZS_ENG_TRY(zs_dev_sumsq(e->comm, zs__eng_grad_part(e, s), e->dt, s->ve - s->vb,
-                                    e->normacc, err));
+    size_t nbytes = 2 * (size_t)e->ns * sizeof(double);
+    if (!zs__eng_grads_offloaded(e)) {
+        ZS_ENG_TRY(zs_dev_memset(e->comm, e->normacc, 0, nbytes, err));
+        for (int k = 0; k < e->ns; k++) {
+            zs__seg_t *s = &e->s[k];
+            if (s->ve > s->vb)
+                ZS_ENG_TRY(zs_dev_sumsq(e->comm, zs__eng_grad_part(e, s), e->dt, s->ve - s->vb,
+                                        e->normacc + 2 * k, err));
+        }
     }
-    ZS_ENG_TRY(zs_dev_memcpy(e->comm, e->normhost, e->normacc, 2 * sizeof(double), err));
+    ZS_ENG_TRY(zs_dev_memcpy(e->comm, e->normhost, e->normacc, nbytes, err));
     ZS_ENG_TRY(zs_coll_sync(e->coll, err));
-    *ss = e->normhost[0];
-    *nonfinite = e->normhost[1] != 0.0;
+    *ss = 0;
+    *nonfinite = 0;
+    for (int k = 0; k < e->ns; k++) {
+        *ss += e->normhost[2 * k];
+        *nonfinite |= e->normhost[2 * k + 1] != 0.0;
+    }
     return ZS_OK;
 }
 
@@ -213,15 +226,6 @@ int zs__eng_after_update(zs_engine_t *e, zs_err_t *err)
         }
         int rc_end = zs_coll_group_end(e->coll, rc ? NULL : err);
         ZS_ENG_TRY(rc ? rc : rc_end);
-    }
-    if (e->cparams) {
-        ZS_ENG_TRY(wait_comm(e, e->compute, err));
-        for (int k = 0; k < e->ns; k++) {
-            zs__seg_t *s = &e->s[k];
-            if (s->n)
-                ZS_ENG_TRY(zs_dev_cast(e->compute, e->cparams + s->pbase, ZS_DTYPE_F32,
-                                       zs__at(e, e->params, s->pbase), e->dt, s->n, err));
-        }
     }
     /* The next step's forward reads the gathered parameters. */
     return wait_comm(e, e->compute, err);

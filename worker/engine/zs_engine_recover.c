@@ -49,8 +49,10 @@ static void quiet(zs_engine_t *e)
         e->b[k].slot = -1;
     for (int i = 0; i < e->ngslot; i++)
         e->gslot[i].owner = -1;
-    for (int i = 0; i < ZS_COMM_SLOTS; i++)
+    for (int i = 0; i < ZS_COMM_SLOTS; i++) {
         e->cslot[i].owner = -1;
+        e->aslot[i].owner = -1;
+    }
 }
 
 /* Rank 0: Hello every server until none is unreachable, or wait_ms. */

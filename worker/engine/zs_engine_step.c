@@ -15,10 +15,18 @@
  *               stream after an event of the compute stream; this worker's
  *               block is accumulated into its gradient partition on the same
  *               stream, overlapping the rest of backward
+ *   stages 2-3  with offload_optimizer there is no gradient partition on the
+ *   + offload   device: the block is summed into the norm on the last
+ *               micro-batch and copied to pinned staging on the copy stream
+ *               (stage_bucket), then pushed; with several micro-batches it
+ *               is first accumulated into a device bucket partition (the
+ *               earlier micro-batches' partial sums come back from staging)
+ * Layers read fp32 parameters: stages 0-2 in 16-bit cast each layer (and
+ * its deps) into one view buffer just before its use (zs__eng_layer_ptrs).
  * A slot is reused only after the event recorded after its last consumer.
  * On the step's last micro-batch a bucket's partition is then final: with
- * offload it is copied to pinned staging on the copy stream and queued for
- * push (zs__eng_bucket_final).
+ * offload (stages 0-1) it is copied to pinned staging on the copy stream and
+ * queued for push (zs__eng_bucket_final).
  */
 #include <math.h>
 #include <stdlib.h>
@@ -37,7 +45,9 @@ static int take_slot(zs_engine_t *e, zs__slot_t *slots, int n, int *next, int k,
             continue;
         if (!slots[i].p)
             ZS_ENG_TRY(zs__eng_alloc(e, ZS_SPACE_DEVICE, cat, bytes, &slots[i].p,
-                                     cat == ZS_MEM_COMM ? "reduce buffers" : "gradient scratch",
+                                     cat == ZS_MEM_COMM    ? "reduce buffers"
+                                     : cat == ZS_MEM_GRADS ? "gradient buckets"
+                                                           : "gradient scratch",
                                      err));
         ZS_ENG_TRY(zs_dev_stream_wait(s, slots[i].ev, err));
         slots[i].owner = k;
@@ -67,9 +77,12 @@ static float *grad_slot(zs_engine_t *e, int layer, zs_err_t *err)
         return (float *)e->grads + s->pbase + (e->layer_off[layer] - s->off);
     if (b->slot < 0) {
         int i;
-        if (take_slot(e, e->gslot, e->ngslot, &e->gnext, s->bucket, e->compute,
-                      (size_t)e->max_bucket_pad * 4, ZS_MEM_SCRATCH, &i, err))
+        /* early buckets (tied deps) have their own pool: see zs__bucket_t */
+        int lo = b->early ? e->ngen : 0, n = b->early ? e->ngslot - e->ngen : e->ngen;
+        if (take_slot(e, e->gslot + lo, n, b->early ? &e->enext : &e->gnext, s->bucket, e->compute,
+                      (size_t)(b->early ? e->early_pad : e->gen_pad) * 4, ZS_MEM_SCRATCH, &i, err))
             return NULL;
+        i += lo;
         if (zs_dev_memset(e->compute, e->gslot[i].p, 0, b->npad * 4, err))
             return NULL;
         b->slot = i;
@@ -109,6 +122,87 @@ int zs__eng_bucket_final(zs_engine_t *e, int k, zs_err_t *err)
     return ZS_OK;
 }
 
+/* grads_offloaded (stages 2-3 with offload_optimizer): this micro-batch's
+ * reduced blocks of bucket k (this worker's part of each segment, in the
+ * reduce buffer `buf` of slot `used`, n_pad elements of dt per segment)
+ * leave the device for pinned staging on the copy stream.
+ *
+ * One micro-batch per step (gas 1): straight from the reduce buffer, after
+ * the comm stream summed each segment's squares into normacc; `used` is
+ * freed after the copy's event. (The in-process path adds the block to a
+ * zeroed partition; 0 + x == x except that -0 becomes +0, which AdamW and
+ * the norm treat alike, so the parameters stay bitwise equal.)
+ *
+ * gas > 1: the blocks are added on the comm stream to the partial sums of
+ * the earlier micro-batches in a device bucket partition (an aslot): zeroed
+ * on the first micro-batch, else brought back from pinned staging
+ * (DeepSpeed's offload does the same round trip,
+ * async_accumulate_grad_in_cpu_via_gpu), so the arithmetic is the device's
+ * dt += dt of the in-process path, bit for bit. On the last micro-batch
+ * each segment's sum of squares goes to normacc there, before the gradient
+ * leaves. The aslot is reused after its staging copy's event.
+ *
+ * On the last micro-batch the staged ranges are queued for push. */
+static int stage_bucket(zs_engine_t *e, int k, void *buf, zs__slot_t *used, zs_err_t *err)
+{
+    zs__bucket_t *b = &e->b[k];
+    uint64_t W = (uint64_t)e->W;
+    int direct = e->first_micro && e->last_micro, i = -1;
+    void *src = buf;     /* what the copy stream stages: n_pad-strided blocks, or the aslot */
+    uint64_t stride = W; /* segment s's block at (pbase - gbase) / W * stride + offset */
+    if (!direct) {
+        ZS_ENG_TRY(take_slot(e, e->aslot, e->ncslot, &e->anext, k, e->comm,
+                             (size_t)(e->max_bucket_pad / W) * e->esz, ZS_MEM_GRADS, &i, err));
+        src = e->aslot[i].p;
+        stride = 1;
+        if (!e->first_micro) /* the previous micro-batch's staging copy is complete */
+            ZS_ENG_TRY(zs_dev_stream_wait(e->comm, e->ev_staged[k], err));
+    }
+    for (int j = b->s0; j <= b->s1; j++) {
+        zs__seg_t *s = &e->s[j];
+        uint64_t n = s->ve > s->vb ? s->ve - s->vb : 0;
+        if (n == 0)
+            continue;
+        void *blk = zs__at(e, buf, s->pbase - b->gbase + (uint64_t)e->rank * s->part);
+        void *dst = direct ? blk : zs__at(e, src, s->qbase - b->gbase / W);
+        if (!direct) {
+            if (e->first_micro)
+                ZS_ENG_TRY(zs_dev_memset(e->comm, dst, 0, n * e->esz, err));
+            else
+                ZS_ENG_TRY(
+                    zs_dev_memcpy(e->comm, dst, zs__at(e, e->staging, s->qbase), n * e->esz, err));
+            ZS_ENG_TRY(zs_dev_accumulate(e->comm, dst, e->dt, blk, e->dt, n, err));
+        }
+        if (e->last_micro)
+            ZS_ENG_TRY(zs_dev_sumsq(e->comm, dst, e->dt, n, e->normacc + 2 * j, err));
+        if (e->grads) /* ZS_ENGINE_DEBUG_KEEP_GRADS: a partition kept on the device */
+            ZS_ENG_TRY(zs_dev_memcpy(e->comm, zs__at(e, e->grads, s->qbase), dst, n * e->esz, err));
+    }
+    if (!direct) /* the reduce buffer was read by the accumulation */
+        ZS_ENG_TRY(free_slot(used, e->comm, err));
+    ZS_ENG_TRY(zs_dev_event_record(e->ev_reduced, e->comm, err));
+    ZS_ENG_TRY(zs_dev_stream_wait(e->copy, e->ev_reduced, err));
+    for (int j = b->s0; j <= b->s1; j++) {
+        zs__seg_t *s = &e->s[j];
+        uint64_t at =
+            (s->pbase - b->gbase) / W * stride + (direct ? (uint64_t)e->rank * s->part : 0);
+        if (s->ve > s->vb)
+            ZS_ENG_TRY(zs_dev_memcpy(e->copy, zs__at(e, e->staging, s->qbase), zs__at(e, src, at),
+                                     (s->ve - s->vb) * e->esz, err));
+    }
+    ZS_ENG_TRY(zs_dev_event_record(e->ev_staged[k], e->copy, err));
+    ZS_ENG_TRY(free_slot(direct ? used : &e->aslot[i], e->copy, err));
+    if (!e->last_micro)
+        return ZS_OK;
+    for (int j = b->s0; j <= b->s1; j++) {
+        zs__seg_t *s = &e->s[j];
+        if (s->ve > s->vb)
+            ZS_ENG_TRY(zs__eng_push_async(e, e->step + 1, s->off + s->vb, s->off + s->ve,
+                                          zs__at(e, e->staging, s->qbase), e->ev_staged[k], err));
+    }
+    return ZS_OK;
+}
+
 /* Bucket k's gradient of this micro-batch is complete in its scratch slot. */
 static int reduce_bucket(zs_engine_t *e, int k, zs_err_t *err)
 {
@@ -126,7 +220,7 @@ static int reduce_bucket(zs_engine_t *e, int k, zs_err_t *err)
     zs__slot_t *used = gs;
     if (e->dt != ZS_DTYPE_F32) {
         int i;
-        ZS_ENG_TRY(take_slot(e, e->cslot, ZS_COMM_SLOTS, &e->cnext, k, e->compute,
+        ZS_ENG_TRY(take_slot(e, e->cslot, e->ncslot, &e->cnext, k, e->compute,
                              (size_t)e->max_bucket_pad * e->esz, ZS_MEM_COMM, &i, err));
         ZS_ENG_TRY(
             zs_dev_cast(e->compute, e->cslot[i].p, e->dt, gs->p, ZS_DTYPE_F32, b->npad, err));
@@ -137,6 +231,7 @@ static int reduce_bucket(zs_engine_t *e, int k, zs_err_t *err)
     /* The reduce-scatter waits for the backward that wrote the bucket (the
      * debug knob drops this wait to prove the tests catch it). */
     zs_stream_t *after = (e->debug & ZS_ENGINE_DEBUG_DROP_WAIT) ? NULL : e->compute;
+    int offl = zs__eng_grads_offloaded(e);
     for (int j = b->s0; j <= b->s1; j++) {
         zs__seg_t *s = &e->s[j];
         if (s->n == 0)
@@ -144,10 +239,13 @@ static int reduce_bucket(zs_engine_t *e, int k, zs_err_t *err)
         void *sbuf = zs__at(e, buf, s->pbase - b->gbase);
         ZS_ENG_TRY(zs_coll_reduce_scatter(e->coll, sbuf, s->part, e->dt, after, NULL, err));
         after = NULL;
-        ZS_ENG_TRY(zs_dev_accumulate(e->comm, zs__at(e, e->grads, s->qbase), e->dt,
-                                     zs__at(e, sbuf, (uint64_t)e->rank * s->part), e->dt, s->part,
-                                     err));
+        if (!offl)
+            ZS_ENG_TRY(zs_dev_accumulate(e->comm, zs__at(e, e->grads, s->qbase), e->dt,
+                                         zs__at(e, sbuf, (uint64_t)e->rank * s->part), e->dt,
+                                         s->part, err));
     }
+    if (offl) /* frees `used` after its last reader */
+        return stage_bucket(e, k, buf, used, err);
     ZS_ENG_TRY(free_slot(used, e->comm, err));
     return e->last_micro ? zs__eng_bucket_final(e, k, err) : ZS_OK;
 }
@@ -157,9 +255,7 @@ static int forward(zs_engine_t *e, float **ptrs, zs_err_t *err)
     for (int i = 0; i < e->nlayers; i++) {
         if (e->stage == 3)
             ZS_ENG_TRY(zs__eng_gather_layer(e, i, err));
-        ptrs[0] = zs__eng_layer_params(e, i);
-        for (int d = 0; e->deps[i][d] >= 0; d++)
-            ptrs[1 + d] = zs__eng_layer_params(e, e->deps[i][d]);
+        ZS_ENG_TRY(zs__eng_layer_ptrs(e, i, ptrs, err));
         ZS_ENG_TRY(e->m.forward(e->m.self, i, ptrs, err));
         if (e->stage == 3)
             ZS_ENG_TRY(zs__eng_release_layer(e, i, err));
@@ -173,13 +269,12 @@ static int backward(zs_engine_t *e, float dloss, float **ptrs, float **gptrs, zs
         int pos = 2 * e->nlayers - 1 - i;
         if (e->stage == 3)
             ZS_ENG_TRY(zs__eng_gather_layer(e, pos, err));
-        ptrs[0] = zs__eng_layer_params(e, i);
+        ZS_ENG_TRY(zs__eng_layer_ptrs(e, i, ptrs, err));
         gptrs[0] = e->m.nparams[i] ? grad_slot(e, i, err) : NULL;
         if (e->m.nparams[i] && !gptrs[0])
             return err->code;
         for (int d = 0; e->deps[i][d] >= 0; d++) {
             int dl = e->deps[i][d];
-            ptrs[1 + d] = zs__eng_layer_params(e, dl);
             gptrs[1 + d] = e->m.nparams[dl] ? grad_slot(e, dl, err) : NULL;
             if (e->m.nparams[dl] && !gptrs[1 + d])
                 return err->code;
@@ -199,8 +294,13 @@ static int step(zs_engine_t *e, zs_step_stats_t *st, zs_err_t *err)
     memset(st, 0, sizeof *st);
     st->step = e->step + 1;
     st->loss_scale = e->ls.scale;
-    int rc = zs_dev_memset(e->compute, e->grads, 0,
+    int rc = ZS_OK;
+    if (e->grads)
+        rc = zs_dev_memset(e->compute, e->grads, 0,
                            (e->stage < 2 ? e->Ppad : e->Ppad / (uint64_t)e->W) * e->esz, err);
+    /* offloaded buckets add their sums of squares as they are reduced */
+    if (!rc && zs__eng_grads_offloaded(e))
+        rc = zs_dev_memset(e->comm, e->normacc, 0, 2 * (size_t)e->ns * sizeof(double), err);
     if (rc)
         return rc;
     if (e->debug & ZS_ENGINE_DEBUG_LEAK) { /* a block nobody frees */
@@ -219,6 +319,7 @@ static int step(zs_engine_t *e, zs_step_stats_t *st, zs_err_t *err)
     int gas = (int)e->cfg.gradient_accumulation_steps;
     double loss = 0;
     for (int micro = 0; micro < gas && !rc; micro++) {
+        e->first_micro = micro == 0;
         e->last_micro = micro == gas - 1;
         zs_batch_ctx_t bc = {st->step,
                              micro,
