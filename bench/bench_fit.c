@@ -84,6 +84,8 @@ static void usage(FILE *f)
                "  --stages 3,2         ZeRO configurations: 3 = stage 3 + offload_param +\n"
                "                       offload_optimizer, 2 = stage 2 + offload_optimizer\n"
                "  --dtype fp32|bf16    parameter/gradient storage (default fp32)\n"
+               "  --act-ckpt on|cpu|off  activation checkpointing of every block (default on;\n"
+               "                       cpu: the checkpoints in pinned host memory)\n"
                "  --bucket N           reduce_bucket_size in elements (default DeepSpeed's)\n"
                "  --persist N          stage3_param_persistence_threshold (default DeepSpeed's)\n"
                "  --max-live N         stage3_max_live_parameters (default DeepSpeed's)\n"
@@ -160,6 +162,7 @@ static int parse_args(int argc, char **argv, zs__fit_opts_t *o)
     o->batch = 1, o->vocab = 50257, o->head_size = 64, o->nservers = 2;
     o->max_layers = 1024, o->host_margin = 0.85, o->persist = -1, o->time_limit = -1;
     o->stages[0] = 3, o->stages[1] = 2, o->nstages = 2;
+    o->act_ckpt = 1;
     const char *env = getenv("ZS_SERVER_BIN");
     o->server_bin = env && *env ? env : ZS_SERVER_PATH;
     for (int i = 1; i < argc; i++) {
@@ -189,6 +192,10 @@ static int parse_args(int argc, char **argv, zs__fit_opts_t *o)
             if (strcmp(v, "fp32") && strcmp(v, "bf16"))
                 return -1;
             o->bf16 = !strcmp(v, "bf16");
+        } else if (!strcmp(a, "--act-ckpt")) {
+            if (strcmp(v, "on") && strcmp(v, "cpu") && strcmp(v, "off"))
+                return -1;
+            o->act_ckpt = !strcmp(v, "on") ? 1 : !strcmp(v, "cpu") ? 2 : 0;
         } else if (!strcmp(a, "--head-size"))
             o->head_size = atoi(v);
         else if (!strcmp(a, "--batch"))
@@ -315,7 +322,7 @@ static void run_trial(const zs__fit_opts_t *o, int stage, int width, int layers,
         return;
     }
     /* the trial's command line: flag, value pairs */
-    char v[16][32];
+    char v[20][32];
     const char *argv[48] = {self_exe, "--trial"};
     int na = 2, nv = 0;
 #define ARG(flag, ...)                                                                             \
@@ -337,6 +344,7 @@ static void run_trial(const zs__fit_opts_t *o, int stage, int width, int layers,
     ARG("--server-threads", "%d", o->server_threads);
     ARG("--threads", "%d", o->threads);
     ARG("--dtype", "%s", o->bf16 ? "bf16" : "fp32");
+    ARG("--act-ckpt", "%s", o->act_ckpt == 1 ? "on" : o->act_ckpt == 2 ? "cpu" : "off");
 #undef ARG
     argv[na++] = "--server-bin", argv[na++] = o->server_bin;
     argv[na++] = "--workdir", argv[na++] = dir;
@@ -670,9 +678,13 @@ int main(int argc, char **argv)
     printf("bench_fit: %s, widths", desc);
     for (int k = 0; k < o.nwidths; k++)
         printf(" %d", o.widths[k]);
-    printf(", T=%d B=%d V=%d, %d servers x %d threads, MemAvailable %.1f GiB, time limit %s\n",
-           o.ctx, o.batch, o.vocab, o.nservers, o.server_threads, mem_available() / GIB,
-           o.time_limit > 0 ? "set" : "none");
+    printf(", T=%d B=%d V=%d, %s, activation checkpointing %s, %d servers x %d threads, "
+           "MemAvailable %.1f GiB, time limit %s\n",
+           o.ctx, o.batch, o.vocab, o.bf16 ? "bf16" : "fp32",
+           o.act_ckpt == 1   ? "on"
+           : o.act_ckpt == 2 ? "cpu"
+                             : "off",
+           o.nservers, o.server_threads, mem_available() / GIB, o.time_limit > 0 ? "set" : "none");
     fflush(stdout);
     row_t rows[2 * FIT_MAX_WIDTHS];
     int nrows = 0, cut = 0;

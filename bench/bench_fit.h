@@ -41,6 +41,7 @@ typedef struct zs__fit_opts {
     const char *server_bin;
     int nservers, server_threads, threads;
     int bf16;           /* --dtype bf16 */
+    int act_ckpt;       /* --act-ckpt: 0 off, 1 on the device (default), 2 cpu (pinned) */
     int64_t bucket;     /* reduce_bucket_size elements (0: DeepSpeed's default) */
     int64_t persist;    /* stage3_param_persistence_threshold (-1: default) */
     int64_t max_live;   /* stage3_max_live_parameters (0: default) */

@@ -261,6 +261,7 @@ static int run(const zs__fit_opts_t *o, zs__fit_result_t *r, zs_err_t *err)
     zs_dev_mem_reset_peak(dev);
     double t0 = zs_bench_now();
     if ((rc = zs_gpt_create(&c, B, 1, &g, err)) || (rc = zs_gpt_set_threads(g, o->threads, err)) ||
+        (rc = zs_gpt_set_checkpointing(g, o->act_ckpt > 0, o->act_ckpt == 2, err)) ||
         (rc = zs_gpt_set_fixed_tokens(g, in, tg, B, err)))
         goto out;
     zs_engine_opts_t eo = {&cfg, coll, sv.list, NULL, "bench-fit", 600000, 0};
