@@ -647,15 +647,15 @@ static int alloc_buffers(zs_gpt_t *g, zs_err_t *err)
     int a16 = g->act_dt != ZS_DTYPE_F32;
     size_t L = g->ckpt || a16 ? 1 : (size_t)g->c.layers, Ls = g->ckpt ? 1 : (size_t)g->c.layers;
     size_t R = g->ckpt_cpu ? 2 : (size_t)g->c.layers + 1;
-    /* 16-bit activations (zs_gpt_act16.c): the fp32 residual slots are two
-     * slices (the view read, the output written) and the saved tensors and
-     * residual slots are kept in 16-bit arrays (Lh slices, R slots); sizes
+    /* 16-bit activations (zs_gpt_act16.c): the fp32 residual slots are one
+     * slice (the view read) and the saved tensors and residual slots are
+     * kept in 16-bit arrays (Lh slices, none with checkpointing; R slots); sizes
      * in floats, two 16-bit elements per float */
-    size_t Lh = a16 ? (g->ckpt ? 1 : (size_t)g->c.layers) : 0, Rh = a16 ? R : 0;
+    size_t Lh = a16 && !g->ckpt ? (size_t)g->c.layers : 0, Rh = a16 ? R : 0;
     float *inputs, *targets, *h[9];
     /* what the backward reads (and the forward's outputs: logits, losses) */
     const slot_t act[] = {
-        {&g->resid, (a16 ? 2 : R) * N * C},
+        {&g->resid, (a16 ? 1 : R) * N * C},
         {&g->ln1, L * N * C},
         {&g->ln1_mean, Ls * N},
         {&g->ln1_rstd, Ls * N},

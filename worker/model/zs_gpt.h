@@ -112,11 +112,16 @@ int zs_gpt_set_activations(zs_gpt_t *g, int act_dt, zs_err_t *err);
 /* The activation dtype set by zs_gpt_set_activations. */
 int zs_gpt_activations(const zs_gpt_t *g);
 
-/* Test-only debug flags. ZS_GPT_DEBUG_LEAK_CKPT: every forward of block 1
+/* Test-only debug flags (ZS_GPT_DEBUG_*). ZS_GPT_DEBUG_LEAK_CKPT: every forward of block 1
  * allocates a copy of its checkpoint (device, ZS_MEM_ACTIVATIONS) that is
  * freed only at unbind, as a checkpoint never freed would be: the memory
  * tests must catch it. */
 #define ZS_GPT_DEBUG_LEAK_CKPT 1u
+/* ZS_GPT_DEBUG_ACT16_UNROUNDED (16-bit activations only): a saved tensor
+ * is stored rounded but the forward's workspace keeps the unrounded value,
+ * so with checkpointing the backward reads unrounded values where without
+ * it reads rounded ones: the bitwise tests must catch it. */
+#define ZS_GPT_DEBUG_ACT16_UNROUNDED 2u
 void zs_gpt_set_debug(zs_gpt_t *g, unsigned flags);
 
 /* The activation memory bind allocates for a model of config c and
@@ -137,7 +142,7 @@ void zs_gpt_act_bytes(const zs_gpt_config_t *c, int max_batch, int ckpt, int cpu
 /* The same for activations kept in act_dt (zs_gpt_set_activations): with
  * bf16 / fp16 the checkpoints are 2-byte elements, blocks holds the 16-bit
  * saved tensors plus one fp32 block workspace and the fp32 LayerNorm
- * statistics, and other includes the two fp32 residual slices.
+ * statistics, and other includes one fp32 residual slice.
  * zs_gpt_act_bytes is this with ZS_DTYPE_F32. */
 void zs_gpt_act_bytes_dt(const zs_gpt_config_t *c, int max_batch, int ckpt, int cpu, int act_dt,
                          zs_gpt_act_bytes_t *out);

@@ -8,9 +8,10 @@
  * recompute) reads the rounded value, so forward and backward see the same
  * numbers. Compute inside each op stays fp32: the op table is unchanged.
  *   - residual slots (the block inputs, i.e. the checkpoints) are kept in
- *     16 bits (resid16). A layer writes its fp32 output into resid slice 1
- *     and zs__gpt_resid_store rounds it into its slot; a reader gets an
- *     fp32 view by one cast into resid slice 0 (zs__gpt_resid_in).
+ *     16 bits (resid16). A layer writes its fp32 output into dbuf (backward
+ *     scratch, free during a forward) and zs__gpt_resid_store rounds it
+ *     into its slot; a reader gets an fp32 view by one cast into `resid`,
+ *     one fp32 slice (zs__gpt_resid_in).
  *   - a block's saved tensors (ln1, qkv, attention probabilities, attention
  *     output, the residual after attention, ln2, the MLP pre-activation and
  *     GELU output) are computed into ONE fp32 workspace and rounded right
@@ -18,8 +19,9 @@
  *     fp32 back: zs__gpt_round), so the next op of the forward reads the
  *     rounded value. The backward of block l casts the block's slices back
  *     into the workspace first (zs__gpt_act_restore). With checkpointing
- *     the 16-bit arrays have one slice, the recompute rounds exactly as the
- *     forward did and the workspace already holds the rounded values.
+ *     nothing but the checkpoints is kept: the rounding goes through
+ *     backward scratch (datt, dfch), the recompute rounds exactly as the
+ *     forward did, and the workspace already holds the rounded values.
  *   - fp32 always: LayerNorm mean/rstd (L slices, or 1 with
  *     checkpointing), softmax inside the attention op, the head's LayerNorm
  *     output, logits, lse, losses; and every gradient.
@@ -92,7 +94,7 @@ float *zs__gpt_resid_out(const zs_gpt_t *g, int k)
 {
     if (g->act_dt == ZS_DTYPE_F32)
         return zs__gpt_resid(g, k);
-    return g->resid + g->maxN * (size_t)g->c.width;
+    return g->dbuf; /* backward scratch, free during a forward */
 }
 
 int zs__gpt_resid_store(zs_gpt_t *g, int k, zs_err_t *err)
@@ -104,11 +106,11 @@ int zs__gpt_resid_store(zs_gpt_t *g, int k, zs_err_t *err)
                        zs__gpt_resid_out(g, k), ZS_DTYPE_F32, n, err);
 }
 
-/* Block l's slice of a 16-bit array of per-block slices of `slice`
- * elements (one slice with checkpointing). */
-static void *slice16(const zs_gpt_t *g, void *a16, size_t slice, int l)
+/* Block l's slice of a 16-bit array of L per-block slices of `slice`
+ * elements (no checkpointing). */
+static void *slice16(void *a16, size_t slice, int l)
 {
-    return at16(a16, (g->ckpt ? 0 : (size_t)l - 1) * slice);
+    return at16(a16, ((size_t)l - 1) * slice);
 }
 
 int zs__gpt_round(zs_gpt_t *g, int l, float *t, void *a16, size_t slice, size_t n, zs_err_t *err)
@@ -116,8 +118,13 @@ int zs__gpt_round(zs_gpt_t *g, int l, float *t, void *a16, size_t slice, size_t 
     if (g->act_dt == ZS_DTYPE_F32)
         return ZS_OK;
     zs_dtype_t dt = (zs_dtype_t)g->act_dt;
-    void *h = slice16(g, a16, slice, l);
+    /* with checkpointing nothing is kept in 16 bits: round through backward
+     * scratch that is free during a forward and a recompute (datt holds the
+     * probabilities' NHTT, dfch N*4C floats = twice the largest other) */
+    void *h = !g->ckpt ? slice16(a16, slice, l) : t == g->att ? (void *)g->datt : (void *)g->dfch;
     TRY(zs_dev_cast(g->stream, h, dt, t, ZS_DTYPE_F32, n, err));
+    if (g->debug & ZS_GPT_DEBUG_ACT16_UNROUNDED) /* the test's break: t stays unrounded */
+        return ZS_OK;
     return zs_dev_cast(g->stream, t, ZS_DTYPE_F32, h, dt, n, err);
 }
 
@@ -140,7 +147,7 @@ int zs__gpt_act_restore(zs_gpt_t *g, int l, zs_err_t *err)
         {g->fch, g->fch_16, sN * 4 * C, N * 4 * C}, {g->fchg, g->fchg_16, sN * 4 * C, N * 4 * C},
     };
     for (size_t i = 0; i < sizeof ts / sizeof ts[0]; i++)
-        TRY(zs_dev_cast(g->stream, ts[i].t, ZS_DTYPE_F32, slice16(g, ts[i].a16, ts[i].slice, l), dt,
+        TRY(zs_dev_cast(g->stream, ts[i].t, ZS_DTYPE_F32, slice16(ts[i].a16, ts[i].slice, l), dt,
                         ts[i].n, err));
     return ZS_OK;
 }

@@ -200,8 +200,8 @@ void zs_gpt_act_bytes_dt(const zs_gpt_config_t *c, int max_batch, int ckpt, int 
     uint64_t es = a16 ? 2 : 4;
     /* fp32 per-block tensors: L slices, or one workspace (checkpointing or
      * 16-bit activations); LayerNorm statistics: L, or 1 (checkpointing);
-     * 16-bit saved tensors (a16): L slices, or 1 (checkpointing) */
-    uint64_t nb = ckpt || a16 ? 1 : L, ns = ckpt ? 1 : L, nh = a16 ? (ckpt ? 1 : L) : 0;
+     * 16-bit saved tensors (a16): L slices, or none (checkpointing) */
+    uint64_t nb = ckpt || a16 ? 1 : L, ns = ckpt ? 1 : L, nh = a16 && !ckpt ? L : 0;
     uint64_t R = cpu ? 2 : L + 1;
     /* per-block slots, in zs_gpt.c's order: ln1, mean, rstd, qkv, att, atty,
      * res2, ln2, mean, rstd, fch, fchg */
@@ -212,8 +212,8 @@ void zs_gpt_act_bytes_dt(const zs_gpt_config_t *c, int max_batch, int ckpt, int 
     block += r16(h2(nh * N * C)) + r16(h2(nh * N * 3 * C)) + r16(h2(nh * NHTT)) +
              3 * r16(h2(nh * N * C)) + 2 * r16(h2(nh * N * 4 * C));
     uint64_t head = r16(N * C) + 2 * r16(N) + r16(N * V) + 2 * r16(N) + 2 * r16(N);
-    /* residual slots: fp32, or two fp32 slices + the slots in 16 bits */
-    uint64_t resid = a16 ? r16(2 * N * C) + r16(h2(R * N * C)) : r16(R * N * C);
+    /* residual slots: fp32, or one fp32 slice + the slots in 16 bits */
+    uint64_t resid = a16 ? r16(N * C) + r16(h2(R * N * C)) : r16(R * N * C);
     memset(out, 0, sizeof *out);
     out->checkpoints = L * N * C * es;
     out->blocks = block * 4;

@@ -67,11 +67,12 @@ struct zs_gpt {
 
     /* 16-bit activations (zs_gpt_act16.c; zs_gpt_set_activations). act_dt
      * ZS_DTYPE_F32: none of this. BF16 / F16: the residual slots live in
-     * resid16 (act_dt elements), `resid` is two fp32 slices (0: the fp32
-     * view of the slot being read, 1: the output being written); the
+     * resid16 (act_dt elements), `resid` is one fp32 slice (the fp32 view
+     * of the slot being read; outputs are written into dbuf); the
      * per-block fp32 arrays (ln1 .. fchg) are one workspace and the saved
-     * tensors live in the *16 arrays (L slices; 1 with checkpointing);
-     * LayerNorm mean/rstd stay fp32 with L slices (1 with checkpointing) */
+     * tensors live in the *16 arrays (L slices; none, NULL, with
+     * checkpointing); LayerNorm mean/rstd stay fp32 with L slices (1 with
+     * checkpointing) */
     int act_dt;
     void *resid16;
     void *ln1_16, *qkv_16, *att_16, *atty_16, *res2_16, *ln2_16, *fch_16, *fchg_16;
@@ -118,12 +119,12 @@ size_t zs__gpt_act_esize(const zs_gpt_t *g);
 void *zs__gpt_slot(const zs_gpt_t *g, int k);
 
 /* *x = an fp32 view of residual slot k for reading: the slot itself
- * (fp32), or resid slice 0 after an enqueued cast of the 16-bit slot (valid
+ * (fp32), or the fp32 slice `resid` after an enqueued cast of the 16-bit slot (valid
  * until the next zs__gpt_resid_in). */
 int zs__gpt_resid_in(zs_gpt_t *g, int k, const float **x, zs_err_t *err);
 
-/* Where the forward of layer k writes its fp32 output (slot k, or resid
- * slice 1); zs__gpt_resid_store then enqueues its rounding into slot k. */
+/* Where the forward of layer k writes its fp32 output (slot k, or dbuf,
+ * backward scratch); zs__gpt_resid_store then enqueues its rounding into slot k. */
 float *zs__gpt_resid_out(const zs_gpt_t *g, int k);
 int zs__gpt_resid_store(zs_gpt_t *g, int k, zs_err_t *err);
 
