@@ -107,9 +107,10 @@ static void run(int W, int stage, int mode, int offload, const char *out, const 
 }
 
 /* |loss with fp32 activations - loss with bf16 activations| per step,
- * bf16 parameters and fp32 GEMMs (test_gpt_act16 measures 5e-5 relative
- * for one step; the runs drift apart over 8 AdamW steps) */
-#define BF16_ACT_LOSS_TOL 2e-2
+ * bf16 parameters and fp32 GEMMs: measured 4.3e-5 over the 8 steps
+ * (test_gpt_act16: 5e-5 relative for one step of another shape); about 10x
+ * that */
+#define BF16_ACT_LOSS_TOL 5e-4
 
 /* The 16-bit activation runs (see the file comment). */
 static void bf16_activations(void)
