@@ -505,7 +505,11 @@ static void ckpt_step(const char *label, zs_gpt_config_t c, int B, int T)
  * difference can send a value to the other 16-bit neighbour when it is
  * rounded, so the check is part 4's: CUDA min_ratio times closer (RMS) to
  * the CPU with the same activations than to fp32 activations, logits and
- * gradients; the losses within loss_tol. Checkpointing on CUDA: bitwise. */
+ * gradients; the losses within loss_tol. Checkpointing on CUDA: bitwise.
+ * Measured on the emulator (reverse schedule, 2026-11-25): bf16 3.2x / 4.0x
+ * (logits / gradients), loss 2.8e-5 apart; fp16 1.6x / 2.0x (fp16 rounds
+ * 8x finer, so fp32 activations are closer), loss 2.6e-7 apart. Not yet
+ * measured on a GPU, whose summation order differs more (part 4). */
 static void act16_step(const char *label, zs_gpt_config_t c, int B, int T, int dt, double min_ratio,
                        double loss_tol)
 {
@@ -613,9 +617,9 @@ int main(void)
                64, 0.0f, ZS_DTYPE_BF16, 1.5);
     ckpt_step("L=4 NH=4 C=64 T=48", (zs_gpt_config_t){4, 4, 64, 64, 97}, 4, 48);
     act16_step("L=4 NH=4 C=64 T=48", (zs_gpt_config_t){4, 4, 64, 64, 97}, 4, 48, ZS_DTYPE_BF16, 2,
-               1e-3);
-    act16_step("L=4 NH=4 C=64 T=48", (zs_gpt_config_t){4, 4, 64, 64, 97}, 4, 48, ZS_DTYPE_F16, 2,
-               1e-3);
+               3e-4);
+    act16_step("L=4 NH=4 C=64 T=48", (zs_gpt_config_t){4, 4, 64, 64, 97}, 4, 48, ZS_DTYPE_F16, 1.3,
+               1e-4);
     zs_dev_destroy(g_gpu);
     zs_dev_destroy(g_cpu);
     printf(self_check ? "test_gpt_cuda: harness self-check ok (no GPU was used)\n"
