@@ -12,6 +12,10 @@
  * checkpointing (zs_gpt_ckpt.c) the forward keeps only each block's input
  * and one shared block workspace, and each block's backward first
  * recomputes the block's forward from its input (zs__gpt_ckpt_recompute).
+ * With 16-bit activations (zs_gpt_act16.c) the residual slots and the saved
+ * tensors are kept in bf16/fp16: each is rounded right after the op that
+ * writes it (zs__gpt_round, zs__gpt_resid_store) and read back through one
+ * fp32 block workspace (zs__gpt_resid_in, zs__gpt_act_restore).
  *
  * Block math (x = input residual, y = output residual):
  *   a = ln1(x); qkv = a Wqkv + bqkv; o = attn(qkv); r = x + o Wo + bo
