@@ -270,6 +270,17 @@ static void test_memory(void)
         TEST_CHECK(2 * ckbytes[1][k] == ckbytes[0][k]);
         TEST_CHECK(k < 2 || 2 * pbytes[1][k] == pbytes[0][k]);
     }
+    /* for scale (computed, not allocated): GPT-2 124M's shape */
+    zs_gpt_config_t c2 = {12, 12, 768, 1024, 50257};
+    for (int k = 0; k < 3; k++) {
+        zs_gpt_act_bytes_t a32, a16;
+        zs_gpt_act_bytes_dt(&c2, 1, MODES[k].ckpt, MODES[k].cpu, ZS_DTYPE_F32, &a32);
+        zs_gpt_act_bytes_dt(&c2, 1, MODES[k].ckpt, MODES[k].cpu, ZS_DTYPE_BF16, &a16);
+        printf("  GPT-2 124M shape (L=12 C=768 T=1024 B=1 V=50257), %-17s: device %.3f GB -> "
+               "%.3f GB (%.3fx), pinned %.3f GB -> %.3f GB (zs_gpt_act_bytes_dt)\n",
+               MODES[k].name, a32.device / 1e9, a16.device / 1e9,
+               (double)a16.device / (double)a32.device, a32.pinned / 1e9, a16.pinned / 1e9);
+    }
     double r0 = (double)dbytes[1][0] / (double)dbytes[0][0];
     TEST_CHECKF(r0 <= ACT16_MAX_RATIO, "no checkpointing: bf16 / fp32 activation bytes %.3f > %.2f",
                 r0, ACT16_MAX_RATIO);
