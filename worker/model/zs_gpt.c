@@ -646,7 +646,8 @@ static int alloc_buffers(zs_gpt_t *g, zs_err_t *err)
 {
     size_t C = (size_t)g->c.width, V = (size_t)g->c.vocab;
     size_t N = g->maxN, NHTT = g->att_slice;
-    /* per-block tensors: L slices, or one workspace with checkpointing;
+    /* per-block tensors: L slices, or one workspace with checkpointing or
+     * 16-bit activations (LayerNorm statistics: L, or 1 with checkpointing);
      * residual slots: L + 1, or 2 when the checkpoints are pinned */
     int a16 = g->act_dt != ZS_DTYPE_F32;
     size_t L = g->ckpt || a16 ? 1 : (size_t)g->c.layers, Ls = g->ckpt ? 1 : (size_t)g->c.layers;

@@ -93,7 +93,8 @@ struct zs_gpt {
     float *dres, *dbuf, *dqkv, *datt, *dfch, *dlogits;
 };
 
-/* Device pointer of residual slot k (0 .. L): the output of engine layer k
+/* Device pointer of residual slot k (0 .. L) with fp32 activations only
+ * (16-bit: zs__gpt_slot, zs__gpt_resid_in): the output of engine layer k
  * (slot 0 the embeddings, slot l the output of block l, slot L the head's
  * input). Without cpu_checkpointing every slot has its own slice; with it
  * slot k is device slice k % 2 (the checkpoints proper are in ckpt_pin). */
