@@ -17,6 +17,9 @@ if(ZS_GPT_TEST_ENGINE)
   # activation checkpointing (issue 16): bitwise against no checkpointing,
   # model and engine (W=1, stages 0-3); activation memory within its formula
   zs_add_test(test_gpt_ckpt SRCS test_gpt_ckpt.c LIBS zeroshard LABELS unit TIMEOUT 300)
+  # 16-bit activations (issue 16): activation bytes, loss/gradients within
+  # stated bounds of fp32 activations, checkpointing bitwise equal to none
+  zs_add_test(test_gpt_act16 SRCS test_gpt_act16.c LIBS zeroshard LABELS unit TIMEOUT 300)
 else()
   file(GLOB ZS_GPT_MODEL_SRC CONFIGURE_DEPENDS ${PROJECT_SOURCE_DIR}/worker/model/*.c)
   zs_add_test(test_gpt SRCS test_gpt.c ${ZS_GPT_MODEL_SRC} LIBS zs_dev zs_kernels zs_common

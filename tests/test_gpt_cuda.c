@@ -29,7 +29,12 @@
  *   5. activation checkpointing (zs_gpt_set_checkpointing, on the device
  *      and in pinned memory): one step on CUDA bitwise equal to the CUDA
  *      step without (loss, logits, gradients), with a lower device
- *      activation peak.
+ *      activation peak;
+ *   6. 16-bit activations (zs_gpt_set_activations, bf16 and fp16): one step
+ *      on CUDA against the CPU with the same activation dtype and with fp32
+ *      activations (act16_step says what is held), checkpointing and
+ *      cpu_checkpointing on CUDA bitwise equal to none, and a lower device
+ *      activation peak than fp32 activations.
  *
  * Without a usable GPU (or a build without CUDA) it prints "SKIPPED: <why>"
  * and exits 77 (ctest SKIP_RETURN_CODE): never a pass.
@@ -91,6 +96,8 @@ static int g_gemm_dt = ZS_DTYPE_F32;
 /* Activation checkpointing of the models side_init makes
  * (zs_gpt_set_checkpointing): 0 off, 1 on the device, 2 in pinned memory. */
 static int g_ckpt;
+/* Activation dtype of the models side_init makes (zs_gpt_set_activations). */
+static int g_act_dt = ZS_DTYPE_F32;
 
 static void sync_ok(side_t *x)
 {
@@ -122,6 +129,7 @@ static void side_init(side_t *x, const char *name, zs_dev_t *dev, zs_gpt_config_
     TEST_OK(zs_gpt_create(&c, B, 1, &x->g, &err), err);
     TEST_OK(zs_gpt_set_compute(x->g, g_gemm_dt, &err), err);
     TEST_OK(zs_gpt_set_checkpointing(x->g, g_ckpt > 0, g_ckpt == 2, &err), err);
+    TEST_OK(zs_gpt_set_activations(x->g, g_act_dt, &err), err);
     x->m = zs_gpt_model(x->g);
     x->P = zs_gpt_num_params(&c);
     x->off = calloc((size_t)x->m->nlayers + 1, sizeof *x->off);
@@ -488,6 +496,87 @@ static void ckpt_step(const char *label, zs_gpt_config_t c, int B, int T)
     free(in), free(tg), free(w);
 }
 
+/* ---- 6. 16-bit activations ---- */
+
+/* One step with activations in `dt`: CUDA, the CPU with the same
+ * activation dtype, the CPU with fp32 activations; CUDA again with
+ * checkpointing and with cpu_checkpointing; CUDA with fp32 activations (for
+ * the device activation peak). As in part 4, an fp32 summation-order
+ * difference can send a value to the other 16-bit neighbour when it is
+ * rounded, so the check is part 4's: CUDA min_ratio times closer (RMS) to
+ * the CPU with the same activations than to fp32 activations, logits and
+ * gradients; the losses within loss_tol. Checkpointing on CUDA: bitwise.
+ * Measured on the emulator (reverse schedule, 2026-11-25): bf16 3.2x / 4.0x
+ * (logits / gradients), loss 2.8e-5 apart; fp16 1.6x / 2.0x (fp16 rounds
+ * 8x finer, so fp32 activations are closer), loss 2.6e-7 apart. Not yet
+ * measured on a GPU, whose summation order differs more (part 4). */
+static void act16_step(const char *label, zs_gpt_config_t c, int B, int T, int dt, double min_ratio,
+                       double loss_tol)
+{
+    float *w = make_weights(c, 0.05f);
+    size_t N = (size_t)B * T, nlog = N * (size_t)c.vocab;
+    uint64_t P = zs_gpt_num_params(&c);
+    int32_t *in = malloc(N * sizeof *in), *tg = malloc(N * sizeof *tg);
+    float *l[6], *g[6];
+    double loss[6];
+    uint64_t peak[6];
+    TEST_CHECK(in && tg);
+    make_tokens((int)N, c.vocab, in, tg);
+    /* 0: cuda dt, 1: cpu dt, 2: cpu fp32, 3: cuda dt checkpointing, 4: cuda
+     * dt cpu_checkpointing, 5: cuda fp32 */
+    for (int k = 0; k < 6; k++) {
+        side_t x;
+        int on_cpu = k == 1 || k == 2;
+        l[k] = malloc(nlog * sizeof(float)), g[k] = malloc(P * sizeof(float));
+        TEST_CHECK(l[k] && g[k]);
+        g_act_dt = k == 2 || k == 5 ? ZS_DTYPE_F32 : dt;
+        g_ckpt = k == 3 ? 1 : k == 4 ? 2 : 0;
+        zs_dev_t *d = on_cpu ? g_cpu : g_gpu;
+        zs_dev_mem_reset_peak(d);
+        side_init(&x, on_cpu ? "cpu" : "cuda", d, c, B, T, w);
+        loss[k] = side_step(&x, in, tg, l[k], g[k]);
+        zs_dev_mem_t ms;
+        zs_dev_mem_get(d, &ms);
+        peak[k] = ms.peak[ZS_SPACE_DEVICE][ZS_MEM_ACTIVATIONS];
+        side_free(&x);
+    }
+    g_act_dt = ZS_DTYPE_F32;
+    g_ckpt = 0;
+    double lm = rms_diff(l[0], l[1], nlog), lp = rms_diff(l[0], l[2], nlog);
+    double gm = rms_diff(g[0], g[1], P), gp = rms_diff(g[0], g[2], P);
+    double le = fabs(loss[0] - loss[1]);
+    printf("6. %s, %s activations: L=%d NH=%d C=%d V=%d B=%d T=%d\n", label, zs_dtype_name(dt),
+           c.layers, c.heads, c.width, c.vocab, B, T);
+    printf("    loss      cuda %.7f cpu same activations %.7f (diff %.3g, tolerance %.0e) cpu "
+           "fp32 activations %.7f\n",
+           loss[0], loss[1], le, loss_tol, loss[2]);
+    printf("    logits    rms vs cpu same activations %.3g, vs cpu fp32 activations %.3g (%.1fx)\n",
+           lm, lp, lp / fmax(lm, 1e-30));
+    printf("    gradients rms vs cpu same activations %.3g, vs cpu fp32 activations %.3g (%.1fx)\n",
+           gm, gp, gp / fmax(gm, 1e-30));
+    TEST_CHECKF(le <= loss_tol, "loss: cuda %.8g, cpu with the same activations %.8g", loss[0],
+                loss[1]);
+    TEST_CHECKF(lm * min_ratio <= lp, "logits: rms %.3g from the same activations, %.3g from fp32",
+                lm, lp);
+    TEST_CHECKF(gm * min_ratio <= gp,
+                "gradients: rms %.3g from the same activations, %.3g from fp32", gm, gp);
+    for (int k = 3; k <= 4; k++)
+        TEST_CHECKF(memcmp(&loss[0], &loss[k], sizeof loss[0]) == 0 &&
+                        memcmp(l[0], l[k], nlog * sizeof(float)) == 0 &&
+                        memcmp(g[0], g[k], P * sizeof(float)) == 0,
+                    "%s activations, %s on CUDA: loss, logits or gradients differ from the step "
+                    "without",
+                    zs_dtype_name(dt), k == 3 ? "checkpointing" : "cpu_checkpointing");
+    TEST_CHECKF(peak[0] < peak[5], "device activation peak %llu with %s activations, %llu fp32",
+                (unsigned long long)peak[0], zs_dtype_name(dt), (unsigned long long)peak[5]);
+    printf("    CUDA checkpointing and cpu_checkpointing: bitwise equal to none; device "
+           "activation peak %.3f MB (fp32 activations %.3f MB), %.3f MB with checkpointing\n",
+           peak[0] / 1e6, peak[5] / 1e6, peak[3] / 1e6);
+    for (int k = 0; k < 6; k++)
+        free(l[k]), free(g[k]);
+    free(w), free(in), free(tg);
+}
+
 int main(void)
 {
     setvbuf(stdout, NULL, _IONBF, 0);
@@ -527,6 +616,10 @@ int main(void)
     mixed_step("GPT-2 width and vocabulary, 1 layer", (zs_gpt_config_t){1, 12, 768, 64, 50257}, 2,
                64, 0.0f, ZS_DTYPE_BF16, 1.5);
     ckpt_step("L=4 NH=4 C=64 T=48", (zs_gpt_config_t){4, 4, 64, 64, 97}, 4, 48);
+    act16_step("L=4 NH=4 C=64 T=48", (zs_gpt_config_t){4, 4, 64, 64, 97}, 4, 48, ZS_DTYPE_BF16, 2,
+               3e-4);
+    act16_step("L=4 NH=4 C=64 T=48", (zs_gpt_config_t){4, 4, 64, 64, 97}, 4, 48, ZS_DTYPE_F16, 1.3,
+               1e-4);
     zs_dev_destroy(g_gpu);
     zs_dev_destroy(g_cpu);
     printf(self_check ? "test_gpt_cuda: harness self-check ok (no GPU was used)\n"

@@ -233,9 +233,18 @@ int main(void)
         printf("ok: --gemm %s trains on the CPU and says so%s\n", gm[k],
                k ? " (fp16 config, loss scaling)" : "");
     }
+    /* --activations: auto stores the fp16 config's activations in fp16
+     * (the run above), anything but auto/fp32/bf16/fp16 is refused */
+    TEST_CHECKF(count_lines("; activations fp16", "device: cpu ", NULL) == 1,
+                "the fp16 config's run should say 'activations fp16' on the device line");
+    printf("ok: --activations auto with an fp16 config: activations fp16\n");
     snprintf(args, sizeof args, "--gemm fp8 --data %s " TINY, g_data);
     expect_one_line(train("-q", args), 2, "zs-train: --gemm must be auto, fp32, bf16 or fp16", "",
                     "--gemm fp8");
+    snprintf(args, sizeof args, "--activations fp8 --data %s " TINY, g_data);
+    expect_one_line(train("-q", args), 2,
+                    "zs-train: --activations must be auto, fp32, bf16 or fp16", "",
+                    "--activations fp8");
     printf("test_train_exit: ok\n");
     return 0;
 }

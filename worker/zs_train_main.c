@@ -98,6 +98,7 @@ enum {
 typedef struct {
     const char *config, *servers, *data, *csv, *token_file, *name, *save_params, *device;
     const char *gemm;                       /* --gemm: auto, fp32, bf16, fp16 */
+    const char *acts;                       /* --activations: auto, fp32, bf16, fp16 */
     const char *metrics, *metrics_ready;    /* rank 0's Prometheus endpoint, its address file */
     const char *init_from;                  /* --init-from: pretrained weights (zs_init_from.h) */
     int given_l, given_h, given_c, given_t; /* shape flags given on the command line */
@@ -126,6 +127,10 @@ static void usage(FILE *f)
                "                   CUDA, fp32 on the CPU), fp32, bf16 or fp16 (operands\n"
                "                   rounded to P, fp32 accumulation; the CPU reproduces\n"
                "                   what the GPU computes)\n"
+               "  --activations P  what the forward keeps for the backward (and the\n"
+               "                   checkpoints): auto (default: the config's bf16/fp16, else\n"
+               "                   fp32), fp32, bf16 or fp16; rounded where stored, compute\n"
+               "                   in fp32 (LayerNorm statistics, softmax, loss stay fp32)\n"
                "  --config F       DeepSpeed JSON config (default: embedded, ZeRO stage 2,\n"
                "                   train_batch_size 16, micro batch 4, AdamW lr 1e-3)\n"
                "  --activation-checkpointing  checkpoint every transformer block and\n"
@@ -202,6 +207,14 @@ static int gemm_dtype(const char *name, int cfg_dt, int cuda)
     return -1;
 }
 
+/* The activation dtype of --activations `name`: auto picks the config's
+ * dtype `cfg_dt` (fp32, bf16 or fp16) on every device. -1 for an unknown
+ * name. */
+static int act_dtype(const char *name, int cfg_dt)
+{
+    return !strcmp(name, "auto") ? cfg_dt : gemm_dtype(name, cfg_dt, 0);
+}
+
 /* Parse the command line into *o. Returns 0, 1 for --help (printed), or
  * ZS_EXIT_USAGE (reason printed). Only `loud` (rank 0) prints: every rank
  * sees the same argv. */
@@ -219,6 +232,7 @@ static int parse(int argc, char **argv, opts_t *o, int loud)
     o->max_recoveries = 20;
     o->device = "auto";
     o->gemm = "auto";
+    o->acts = "auto";
     o->val_every = 100;
     o->val_tokens = 65536;
     o->sample_tokens = 64;
@@ -245,7 +259,7 @@ static int parse(int argc, char **argv, opts_t *o, int loud)
         {"sample-every", 1, 0, 1003}, {"sample-tokens", 1, 0, 1004},
         {"prompt", 1, 0, 1005},     {"vocab-dir", 1, 0, 1006},
         {"top-k", 1, 0, 1007},      {"temperature", 1, 0, 1008},
-        {"activation-checkpointing", 0, 0, 1009},
+        {"activation-checkpointing", 0, 0, 1009}, {"activations", 1, 0, 1010},
         {0, 0, 0, 0}};
     /* clang-format on */
     int ch;
@@ -309,6 +323,9 @@ static int parse(int argc, char **argv, opts_t *o, int loud)
             break;
         case 1009:
             o->act_ckpt = 1;
+            break;
+        case 1010:
+            o->acts = optarg;
             break;
         case 'n':
             o->steps = atoi(optarg);
@@ -389,6 +406,8 @@ static int parse(int argc, char **argv, opts_t *o, int loud)
         bad = "--device must be auto, cpu or cuda";
     else if (gemm_dtype(o->gemm, ZS_DTYPE_F32, 0) < 0)
         bad = "--gemm must be auto, fp32, bf16 or fp16";
+    else if (act_dtype(o->acts, ZS_DTYPE_F32) < 0)
+        bad = "--activations must be auto, fp32, bf16 or fp16";
     else if ((o->ckpt_every || o->resume || o->resume_auto) && !o->servers)
         bad = "--ckpt-every and --resume need --servers";
     else if (o->init_from && (o->resume || o->resume_auto))
@@ -853,11 +872,12 @@ int main(int argc, char **argv)
             return die(rank, "MPI", &err, ZS_EXIT_OTHER);
     }
     zs_gpt_t *gpt;
-    int gemm_dt = gemm_dtype(o.gemm, cfg.dtype, pick.cuda);
+    int gemm_dt = gemm_dtype(o.gemm, cfg.dtype, pick.cuda), act_dt = act_dtype(o.acts, cfg.dtype);
     cfg.act_ckpt |= o.act_ckpt; /* the flag is the section's shortcut */
     if (zs_gpt_create(&o.g, (int)cfg.micro_batch_per_gpu, o.seed, &gpt, &err) ||
         zs_gpt_set_compute(gpt, gemm_dt, &err) || zs_gpt_set_data(gpt, data, &err) ||
-        zs_gpt_set_checkpointing(gpt, cfg.act_ckpt, cfg.act_ckpt_cpu, &err))
+        zs_gpt_set_checkpointing(gpt, cfg.act_ckpt, cfg.act_ckpt_cpu, &err) ||
+        zs_gpt_set_activations(gpt, act_dt, &err))
         return die(rank, "model", &err, ZS_EXIT_OTHER);
     char *manifest; /* stored with each checkpoint: zs-ctl export reads it */
     if (zs_gpt_manifest(&o.g, o.name, &manifest, &err))
@@ -883,10 +903,11 @@ int main(int argc, char **argv)
                    zs_init_from_format(init));
         printf("configuration (resolved for W=%d):\n", W);
         zs_config_print(&cfg, stdout);
-        printf("device: %s%s%s; GEMMs %s%s\n", dev->desc,
+        printf("device: %s%s%s; GEMMs %s%s; activations %s\n", dev->desc,
                pick.cuda ? " (one GPU per rank, NCCL collectives)" : "", pick.note,
                zs_dtype_name(gemm_dt),
-               gemm_dt == ZS_DTYPE_F32 ? "" : " operands, fp32 accumulation");
+               gemm_dt == ZS_DTYPE_F32 ? "" : " operands, fp32 accumulation",
+               zs_dtype_name(act_dt));
         fflush(stdout);
     }
     uint64_t start = 0;

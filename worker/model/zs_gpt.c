@@ -12,6 +12,10 @@
  * checkpointing (zs_gpt_ckpt.c) the forward keeps only each block's input
  * and one shared block workspace, and each block's backward first
  * recomputes the block's forward from its input (zs__gpt_ckpt_recompute).
+ * With 16-bit activations (zs_gpt_act16.c) the residual slots and the saved
+ * tensors are kept in bf16/fp16: each is rounded right after the op that
+ * writes it (zs__gpt_round, zs__gpt_resid_store) and read back through one
+ * fp32 block workspace (zs__gpt_resid_in, zs__gpt_act_restore).
  *
  * Block math (x = input residual, y = output residual):
  *   a = ln1(x); qkv = a Wqkv + bqkv; o = attn(qkv); r = x + o Wo + bo
@@ -365,22 +369,33 @@ int zs__gpt_block_fwd(zs_gpt_t *g, int l, const float *p, const float *x, float 
     zs_stream_t *s = g->stream;
     const block_off_t *o = &g->bo;
     int B = g->B, T = g->T, C = g->c.width, NH = g->c.heads, N = B * T;
-    size_t sN = g->maxN, i = zs__gpt_ws(g, l);
+    size_t sN = g->maxN, i = zs__gpt_ws(g, l), j = zs__gpt_stat(g, l);
+    size_t nC = (size_t)N * C, natt = (size_t)B * NH * T * T;
     float *ln1 = g->ln1 + i * sN * C, *qkv = g->qkv + i * sN * 3 * C;
     float *att = g->att + i * g->att_slice, *atty = g->atty + i * sN * C;
     float *res2 = g->res2 + i * sN * C, *ln2 = g->ln2 + i * sN * C;
     float *fch = g->fch + i * sN * 4 * C, *fchg = g->fchg + i * sN * 4 * C;
 
-    TRY(ops->layernorm_fwd(k, s, ln1, g->ln1_mean + i * sN, g->ln1_rstd + i * sN, x, p + o->ln1w,
+    /* zs__gpt_round: with 16-bit activations each saved tensor is rounded
+     * where it is stored and read rounded from then on (zs_gpt_act16.c) */
+    TRY(ops->layernorm_fwd(k, s, ln1, g->ln1_mean + j * sN, g->ln1_rstd + j * sN, x, p + o->ln1w,
                            p + o->ln1b, N, C, err));
+    TRY(zs__gpt_round(g, l, ln1, g->ln1_16, sN * C, nC, err));
     TRY(ops->matmul_fwd(k, s, qkv, ln1, p + o->qkvw, p + o->qkvb, N, C, 3 * C, err));
+    TRY(zs__gpt_round(g, l, qkv, g->qkv_16, sN * 3 * C, 3 * nC, err));
     TRY(ops->attention_fwd(k, s, atty, att, qkv, B, T, C, NH, err));
+    TRY(zs__gpt_round(g, l, att, g->att_16, g->att_slice, natt, err));
+    TRY(zs__gpt_round(g, l, atty, g->atty_16, sN * C, nC, err));
     TRY(ops->matmul_fwd(k, s, g->proj, atty, p + o->projw, p + o->projb, N, C, C, err));
-    TRY(ops->residual_fwd(k, s, res2, x, g->proj, (size_t)N * C, err));
-    TRY(ops->layernorm_fwd(k, s, ln2, g->ln2_mean + i * sN, g->ln2_rstd + i * sN, res2, p + o->ln2w,
+    TRY(ops->residual_fwd(k, s, res2, x, g->proj, nC, err));
+    TRY(zs__gpt_round(g, l, res2, g->res2_16, sN * C, nC, err));
+    TRY(ops->layernorm_fwd(k, s, ln2, g->ln2_mean + j * sN, g->ln2_rstd + j * sN, res2, p + o->ln2w,
                            p + o->ln2b, N, C, err));
+    TRY(zs__gpt_round(g, l, ln2, g->ln2_16, sN * C, nC, err));
     TRY(ops->matmul_fwd(k, s, fch, ln2, p + o->fcw, p + o->fcb, N, C, 4 * C, err));
-    TRY(ops->gelu_fwd(k, s, fchg, fch, (size_t)N * 4 * C, err));
+    TRY(zs__gpt_round(g, l, fch, g->fch_16, sN * 4 * C, 4 * nC, err));
+    TRY(ops->gelu_fwd(k, s, fchg, fch, 4 * nC, err));
+    TRY(zs__gpt_round(g, l, fchg, g->fchg_16, sN * 4 * C, 4 * nC, err));
     if (!full) /* recompute: the backward reads nothing after the GELU */
         return ZS_OK;
     TRY(ops->matmul_fwd(k, s, g->proj, fchg, p + o->fcpw, p + o->fcpb, N, 4 * C, C, err));
@@ -394,7 +409,8 @@ static int head_forward(zs_gpt_t *g, const float *p, const float *wte, zs_err_t 
     void *k = ops->ctx;
     zs_stream_t *s = g->stream;
     int L = g->c.layers, C = g->c.width, V = g->c.vocab, N = g->B * g->T;
-    const float *x = zs__gpt_resid(g, L);
+    const float *x;
+    TRY(zs__gpt_resid_in(g, L, &x, err));
     TRY(ops->layernorm_fwd(k, s, g->lnf, g->lnf_mean, g->lnf_rstd, x, p, p + C, N, C, err));
     TRY(ops->gemm(k, s, 0, 1, N, V, C, 1.0f, g->lnf, C, wte, C, 0.0f, g->logits, V, err));
     TRY(ops->xent_fwd(k, s, g->losses, g->lse, g->logits, g->targets, N, V, err));
@@ -429,14 +445,18 @@ static int forward(void *self, int layer, float *const *params, zs_err_t *err)
     int rc;
     if (layer == 0) {
         g->have_head = 0;
-        rc = g->ops->embed_fwd(g->ops->ctx, g->stream, zs__gpt_resid(g, 0), g->inputs, p,
+        rc = g->ops->embed_fwd(g->ops->ctx, g->stream, zs__gpt_resid_out(g, 0), g->inputs, p,
                                p + (size_t)V * C, g->B, g->T, C, err);
     } else if (layer <= L) {
-        rc = zs__gpt_block_fwd(g, layer, p, zs__gpt_resid(g, layer - 1), zs__gpt_resid(g, layer), 1,
-                               err);
+        const float *x;
+        rc = zs__gpt_resid_in(g, layer - 1, &x, err);
+        if (rc == ZS_OK)
+            rc = zs__gpt_block_fwd(g, layer, p, x, zs__gpt_resid_out(g, layer), 1, err);
     } else {
         rc = head_forward(g, p, params[1], err);
     }
+    if (rc == ZS_OK && layer <= L)
+        rc = zs__gpt_resid_store(g, layer, err);
     if (rc == ZS_OK && layer <= L)
         rc = zs__gpt_ckpt_after_fwd(g, layer, err);
     TRY(mark(g, rc, err));
@@ -490,8 +510,10 @@ static int block_backward(zs_gpt_t *g, int l, const float *p, float *gr, zs_err_
     zs_stream_t *s = g->stream;
     const block_off_t *o = &g->bo;
     int B = g->B, T = g->T, C = g->c.width, NH = g->c.heads, N = B * T;
-    size_t sN = g->maxN, i = zs__gpt_ws(g, l);
-    const float *x = zs__gpt_resid(g, l - 1);
+    size_t sN = g->maxN, i = zs__gpt_ws(g, l), j = zs__gpt_stat(g, l);
+    const float *x;
+    TRY(zs__gpt_act_restore(g, l, err));
+    TRY(zs__gpt_resid_in(g, l - 1, &x, err));
     const float *ln1 = g->ln1 + i * sN * C, *qkv = g->qkv + i * sN * 3 * C;
     const float *att = g->att + i * g->att_slice, *atty = g->atty + i * sN * C;
     const float *res2 = g->res2 + i * sN * C, *ln2 = g->ln2 + i * sN * C;
@@ -504,7 +526,7 @@ static int block_backward(zs_gpt_t *g, int l, const float *p, float *gr, zs_err_
     TRY(ops->matmul_bwd(k, s, g->dbuf, gr + o->fcw, gr + o->fcb, g->dfch, ln2, p + o->fcw, N, C,
                         4 * C, err));
     TRY(ops->layernorm_bwd(k, s, g->dres, gr + o->ln2w, gr + o->ln2b, g->dbuf, res2, p + o->ln2w,
-                           g->ln2_mean + i * sN, g->ln2_rstd + i * sN, N, C, err));
+                           g->ln2_mean + j * sN, g->ln2_rstd + j * sN, N, C, err));
     /* dres = dL/dr; r = x + o Wo + bo */
     TRY(ops->matmul_bwd(k, s, g->dbuf, gr + o->projw, gr + o->projb, g->dres, atty, p + o->projw, N,
                         C, C, err));
@@ -512,7 +534,7 @@ static int block_backward(zs_gpt_t *g, int l, const float *p, float *gr, zs_err_
     TRY(ops->matmul_bwd(k, s, g->dbuf, gr + o->qkvw, gr + o->qkvb, g->dqkv, ln1, p + o->qkvw, N, C,
                         3 * C, err));
     TRY(ops->layernorm_bwd(k, s, g->dres, gr + o->ln1w, gr + o->ln1b, g->dbuf, x, p + o->ln1w,
-                           g->ln1_mean + i * sN, g->ln1_rstd + i * sN, N, C, err));
+                           g->ln1_mean + j * sN, g->ln1_rstd + j * sN, N, C, err));
     /* dres = dL/dx */
     return ZS_OK;
 }
@@ -524,7 +546,8 @@ static int head_backward(zs_gpt_t *g, const float *p, float *gr, const float *wt
     void *k = ops->ctx;
     zs_stream_t *s = g->stream;
     int L = g->c.layers, C = g->c.width, V = g->c.vocab, N = g->B * g->T;
-    const float *x = zs__gpt_resid(g, L);
+    const float *x;
+    TRY(zs__gpt_resid_in(g, L, &x, err));
     TRY(ops->xent_bwd(k, s, g->dlogits, g->logits, g->lse, g->targets, N, V, dloss / (float)N,
                       err));
     TRY(ops->gemm(k, s, 0, 0, N, C, V, 1.0f, g->dlogits, V, wte, C, 0.0f, g->dbuf, C, err));
@@ -616,24 +639,31 @@ static int alloc_buffers(zs_gpt_t *g, zs_err_t *err)
 {
     size_t C = (size_t)g->c.width, V = (size_t)g->c.vocab;
     size_t N = g->maxN, NHTT = g->att_slice;
-    /* per-block tensors: L slices, or one workspace with checkpointing;
+    /* per-block tensors: L slices, or one workspace with checkpointing or
+     * 16-bit activations (LayerNorm statistics: L, or 1 with checkpointing);
      * residual slots: L + 1, or 2 when the checkpoints are pinned */
-    size_t L = g->ckpt ? 1 : (size_t)g->c.layers;
+    int a16 = g->act_dt != ZS_DTYPE_F32;
+    size_t L = g->ckpt || a16 ? 1 : (size_t)g->c.layers, Ls = g->ckpt ? 1 : (size_t)g->c.layers;
     size_t R = g->ckpt_cpu ? 2 : (size_t)g->c.layers + 1;
-    float *inputs, *targets;
+    /* 16-bit activations (zs_gpt_act16.c): the fp32 residual slots are one
+     * slice (the view read) and the saved tensors and residual slots are
+     * kept in 16-bit arrays (Lh slices, none with checkpointing; R slots); sizes
+     * in floats, two 16-bit elements per float */
+    size_t Lh = a16 && !g->ckpt ? (size_t)g->c.layers : 0, Rh = a16 ? R : 0;
+    float *inputs, *targets, *h[9];
     /* what the backward reads (and the forward's outputs: logits, losses) */
     const slot_t act[] = {
-        {&g->resid, R * N * C},
+        {&g->resid, (a16 ? 1 : R) * N * C},
         {&g->ln1, L * N * C},
-        {&g->ln1_mean, L * N},
-        {&g->ln1_rstd, L * N},
+        {&g->ln1_mean, Ls * N},
+        {&g->ln1_rstd, Ls * N},
         {&g->qkv, L * N * 3 * C},
         {&g->att, L * NHTT},
         {&g->atty, L * N * C},
         {&g->res2, L * N * C},
         {&g->ln2, L * N * C},
-        {&g->ln2_mean, L * N},
-        {&g->ln2_rstd, L * N},
+        {&g->ln2_mean, Ls * N},
+        {&g->ln2_rstd, Ls * N},
         {&g->fch, L * N * 4 * C},
         {&g->fchg, L * N * 4 * C},
         {&g->lnf, N * C},
@@ -644,6 +674,15 @@ static int alloc_buffers(zs_gpt_t *g, zs_err_t *err)
         {&g->losses, N},
         {&inputs, N},
         {&targets, N},
+        {&h[0], (Rh * N * C + 1) / 2},
+        {&h[1], (Lh * N * C + 1) / 2},
+        {&h[2], (Lh * N * 3 * C + 1) / 2},
+        {&h[3], (Lh * NHTT + 1) / 2},
+        {&h[4], (Lh * N * C + 1) / 2},
+        {&h[5], (Lh * N * C + 1) / 2},
+        {&h[6], (Lh * N * C + 1) / 2},
+        {&h[7], (Lh * N * 4 * C + 1) / 2},
+        {&h[8], (Lh * N * 4 * C + 1) / 2},
     };
     /* reused within a layer or by every layer's backward */
     const slot_t scr[] = {
@@ -653,6 +692,10 @@ static int alloc_buffers(zs_gpt_t *g, zs_err_t *err)
     TRY(carve(g, ZS_MEM_ACTIVATIONS, act, sizeof act / sizeof act[0], &g->act_arena, err));
     g->inputs = (int32_t *)inputs;
     g->targets = (int32_t *)targets;
+    void **h16[9] = {&g->resid16, &g->ln1_16, &g->qkv_16, &g->att_16, &g->atty_16,
+                     &g->res2_16, &g->ln2_16, &g->fch_16, &g->fchg_16};
+    for (int k = 0; k < 9; k++)
+        *h16[k] = a16 ? (void *)h[k] : NULL;
     TRY(carve(g, ZS_MEM_SCRATCH, scr, sizeof scr / sizeof scr[0], &g->scr_arena, err));
     void *pin;
     TRY(zs_dev_alloc(g->dev, ZS_SPACE_PINNED, ZS_MEM_SCRATCH, 2 * N * sizeof(int32_t), &pin, err));
@@ -836,6 +879,7 @@ int zs_gpt_create(const zs_gpt_config_t *c, int max_batch, uint64_t seed, zs_gpt
     g->maxB = max_batch;
     g->seed = seed;
     g->gemm_dt = ZS_DTYPE_F32;
+    g->act_dt = ZS_DTYPE_F32;
     g->next_bwd = -1;
     int L = c->layers;
     size_t C = (size_t)c->width, V = (size_t)c->vocab, T = (size_t)c->ctx;

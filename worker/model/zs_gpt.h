@@ -94,11 +94,34 @@ int zs_gpt_set_checkpointing(zs_gpt_t *g, int enabled, int cpu, zs_err_t *err);
 /* 1 when checkpointing is on; *cpu (may be NULL) gets cpu_checkpointing. */
 int zs_gpt_checkpointing(const zs_gpt_t *g, int *cpu);
 
-/* Test-only debug flags. ZS_GPT_DEBUG_LEAK_CKPT: every forward of block 1
+/* Activation precision (zs_gpt_act16.c): ZS_DTYPE_F32 (the default), or
+ * ZS_DTYPE_BF16 / ZS_DTYPE_F16: what the forward keeps for the backward
+ * (the residual stream between blocks, i.e. the checkpoints of activation
+ * checkpointing, and each block's LayerNorm outputs, qkv, attention
+ * probabilities and output, residual after attention, MLP pre-activation
+ * and GELU output) is stored in that dtype. Each is rounded (nearest even)
+ * where it is stored, and the rest of the forward, the backward and a
+ * checkpoint recompute all read the rounded value. Ops compute in fp32;
+ * LayerNorm mean/rstd, softmax, the head's LayerNorm output, logits, the
+ * loss and every gradient stay fp32. Independent of the GEMM precision
+ * (zs_gpt_set_compute). Checkpointing stays bitwise equal to no
+ * checkpointing. Before bind only (ZS_ERR_STATE after); ZS_ERR_INVALID for
+ * another dtype. */
+int zs_gpt_set_activations(zs_gpt_t *g, int act_dt, zs_err_t *err);
+
+/* The activation dtype set by zs_gpt_set_activations. */
+int zs_gpt_activations(const zs_gpt_t *g);
+
+/* Test-only debug flags (ZS_GPT_DEBUG_*). ZS_GPT_DEBUG_LEAK_CKPT: every forward of block 1
  * allocates a copy of its checkpoint (device, ZS_MEM_ACTIVATIONS) that is
  * freed only at unbind, as a checkpoint never freed would be: the memory
  * tests must catch it. */
 #define ZS_GPT_DEBUG_LEAK_CKPT 1u
+/* ZS_GPT_DEBUG_ACT16_UNROUNDED (16-bit activations only): a saved tensor
+ * is stored rounded but the forward's workspace keeps the unrounded value,
+ * so with checkpointing the backward reads unrounded values where without
+ * it reads rounded ones: the bitwise tests must catch it. */
+#define ZS_GPT_DEBUG_ACT16_UNROUNDED 2u
 void zs_gpt_set_debug(zs_gpt_t *g, unsigned flags);
 
 /* The activation memory bind allocates for a model of config c and
@@ -115,6 +138,14 @@ typedef struct zs_gpt_act_bytes {
 } zs_gpt_act_bytes_t;
 void zs_gpt_act_bytes(const zs_gpt_config_t *c, int max_batch, int ckpt, int cpu,
                       zs_gpt_act_bytes_t *out);
+
+/* The same for activations kept in act_dt (zs_gpt_set_activations): with
+ * bf16 / fp16 the checkpoints are 2-byte elements, blocks holds the 16-bit
+ * saved tensors plus one fp32 block workspace and the fp32 LayerNorm
+ * statistics, and other includes one fp32 residual slice.
+ * zs_gpt_act_bytes is this with ZS_DTYPE_F32. */
+void zs_gpt_act_bytes_dt(const zs_gpt_config_t *c, int max_batch, int ckpt, int cpu, int act_dt,
+                         zs_gpt_act_bytes_t *out);
 
 /* Use `data` for load_batch (not owned; vocab must match). */
 int zs_gpt_set_data(zs_gpt_t *g, const zs_data_t *data, zs_err_t *err);

@@ -72,13 +72,24 @@ float *zs__gpt_resid(const zs_gpt_t *g, int k)
 
 size_t zs__gpt_ws(const zs_gpt_t *g, int l)
 {
+    return g->ckpt || g->act_dt != ZS_DTYPE_F32 ? 0 : (size_t)l - 1;
+}
+
+size_t zs__gpt_stat(const zs_gpt_t *g, int l)
+{
     return g->ckpt ? 0 : (size_t)l - 1;
 }
 
-/* Pinned checkpoint k (0 .. L-1): block k+1's input. */
-static float *pinned_ckpt(const zs_gpt_t *g, int k)
+/* Bytes of one checkpoint of the current batch (act_dt elements). */
+static size_t ckpt_bytes(const zs_gpt_t *g)
 {
-    return g->ckpt_pin + (size_t)k * g->maxN * (size_t)g->c.width;
+    return (size_t)g->B * g->T * (size_t)g->c.width * zs__gpt_act_esize(g);
+}
+
+/* Pinned checkpoint k (0 .. L-1): block k+1's input (act_dt elements). */
+static void *pinned_ckpt(const zs_gpt_t *g, int k)
+{
+    return (char *)g->ckpt_pin + (size_t)k * g->maxN * (size_t)g->c.width * zs__gpt_act_esize(g);
 }
 
 /* ZS_GPT_DEBUG_LEAK_CKPT: a copy of checkpoint 0 in freshly allocated
@@ -86,7 +97,7 @@ static float *pinned_ckpt(const zs_gpt_t *g, int k)
  * the model forgot to free would. */
 static int debug_leak(zs_gpt_t *g, zs_err_t *err)
 {
-    size_t bytes = (size_t)g->B * g->T * (size_t)g->c.width * sizeof(float);
+    size_t bytes = ckpt_bytes(g);
     if (g->nleaks == g->capleaks) {
         size_t cap = g->capleaks ? 2 * g->capleaks : 16;
         void **nl = realloc(g->leaks, cap * sizeof *nl);
@@ -98,16 +109,14 @@ static int debug_leak(zs_gpt_t *g, zs_err_t *err)
     void *mem;
     TRY(zs_dev_alloc(g->dev, ZS_SPACE_DEVICE, ZS_MEM_ACTIVATIONS, bytes, &mem, err));
     g->leaks[g->nleaks++] = mem;
-    return zs_dev_memcpy(g->stream, mem, zs__gpt_resid(g, 0), bytes, err);
+    return zs_dev_memcpy(g->stream, mem, zs__gpt_slot(g, 0), bytes, err);
 }
 
 int zs__gpt_ckpt_after_fwd(zs_gpt_t *g, int k, zs_err_t *err)
 {
     int L = g->c.layers;
-    if (g->ckpt_cpu && k < L) {
-        size_t bytes = (size_t)g->B * g->T * (size_t)g->c.width * sizeof(float);
-        TRY(zs_dev_memcpy(g->stream, pinned_ckpt(g, k), zs__gpt_resid(g, k), bytes, err));
-    }
+    if (g->ckpt_cpu && k < L)
+        TRY(zs_dev_memcpy(g->stream, pinned_ckpt(g, k), zs__gpt_slot(g, k), ckpt_bytes(g), err));
     if ((g->debug & ZS_GPT_DEBUG_LEAK_CKPT) && k == 1)
         TRY(debug_leak(g, err));
     return ZS_OK;
@@ -117,11 +126,11 @@ int zs__gpt_ckpt_recompute(zs_gpt_t *g, int l, const float *p, zs_err_t *err)
 {
     if (!g->ckpt)
         return ZS_OK;
-    float *x = zs__gpt_resid(g, l - 1);
-    if (g->ckpt_cpu) {
-        size_t bytes = (size_t)g->B * g->T * (size_t)g->c.width * sizeof(float);
-        TRY(zs_dev_memcpy(g->stream, x, pinned_ckpt(g, l - 1), bytes, err));
-    }
+    if (g->ckpt_cpu)
+        TRY(zs_dev_memcpy(g->stream, zs__gpt_slot(g, l - 1), pinned_ckpt(g, l - 1), ckpt_bytes(g),
+                          err));
+    const float *x;
+    TRY(zs__gpt_resid_in(g, l - 1, &x, err));
     return zs__gpt_block_fwd(g, l, p, x, NULL, 0, err);
 }
 
@@ -129,7 +138,7 @@ int zs__gpt_ckpt_alloc(zs_gpt_t *g, zs_err_t *err)
 {
     if (!g->ckpt_cpu)
         return ZS_OK;
-    size_t bytes = (size_t)g->c.layers * g->maxN * (size_t)g->c.width * sizeof(float);
+    size_t bytes = (size_t)g->c.layers * g->maxN * (size_t)g->c.width * zs__gpt_act_esize(g);
     void *mem;
     int rc = zs_dev_alloc(g->dev, ZS_SPACE_PINNED, ZS_MEM_ACTIVATIONS, bytes, &mem, err);
     if (rc) {
@@ -159,23 +168,47 @@ static uint64_t r16(uint64_t n)
     return (n + 15) / 16 * 16;
 }
 
+/* Floats holding n 16-bit elements. */
+static uint64_t h2(uint64_t n)
+{
+    return (n + 1) / 2;
+}
+
 /* What bind allocates for activations (zs_gpt.h). */
 void zs_gpt_act_bytes(const zs_gpt_config_t *c, int max_batch, int ckpt, int cpu,
                       zs_gpt_act_bytes_t *out)
+{
+    zs_gpt_act_bytes_dt(c, max_batch, ckpt, cpu, ZS_DTYPE_F32, out);
+}
+
+/* The same with activations in act_dt (zs_gpt.h, zs_gpt_act16.c). */
+void zs_gpt_act_bytes_dt(const zs_gpt_config_t *c, int max_batch, int ckpt, int cpu, int act_dt,
+                         zs_gpt_act_bytes_t *out)
 {
     uint64_t L = (uint64_t)c->layers, C = (uint64_t)c->width, V = (uint64_t)c->vocab;
     uint64_t N = (uint64_t)max_batch * (uint64_t)c->ctx;
     uint64_t NHTT = (uint64_t)max_batch * (uint64_t)c->heads * (uint64_t)c->ctx * (uint64_t)c->ctx;
     cpu = ckpt && cpu;
-    uint64_t nb = ckpt ? 1 : L, R = cpu ? 2 : L + 1;
+    int a16 = act_dt != ZS_DTYPE_F32;
+    uint64_t es = a16 ? 2 : 4;
+    /* fp32 per-block tensors: L slices, or one workspace (checkpointing or
+     * 16-bit activations); LayerNorm statistics: L, or 1 (checkpointing);
+     * 16-bit saved tensors (a16): L slices, or none (checkpointing) */
+    uint64_t nb = ckpt || a16 ? 1 : L, ns = ckpt ? 1 : L, nh = a16 && !ckpt ? L : 0;
+    uint64_t R = cpu ? 2 : L + 1;
     /* per-block slots, in zs_gpt.c's order: ln1, mean, rstd, qkv, att, atty,
      * res2, ln2, mean, rstd, fch, fchg */
-    uint64_t block = r16(nb * N * C) + 2 * r16(nb * N) + r16(nb * N * 3 * C) + r16(nb * NHTT) +
-                     r16(nb * N * C) * 3 + 2 * r16(nb * N) + 2 * r16(nb * N * 4 * C);
+    uint64_t block = r16(nb * N * C) + 2 * r16(ns * N) + r16(nb * N * 3 * C) + r16(nb * NHTT) +
+                     r16(nb * N * C) * 3 + 2 * r16(ns * N) + 2 * r16(nb * N * 4 * C);
+    /* their 16-bit homes, two elements per float: ln1, qkv, att, atty, res2,
+     * ln2, fch, fchg */
+    block += r16(h2(nh * N * C)) + r16(h2(nh * N * 3 * C)) + r16(h2(nh * NHTT)) +
+             3 * r16(h2(nh * N * C)) + 2 * r16(h2(nh * N * 4 * C));
     uint64_t head = r16(N * C) + 2 * r16(N) + r16(N * V) + 2 * r16(N) + 2 * r16(N);
-    uint64_t resid = r16(R * N * C);
+    /* residual slots: fp32, or one fp32 slice + the slots in 16 bits */
+    uint64_t resid = a16 ? r16(N * C) + r16(h2(R * N * C)) : r16(R * N * C);
     memset(out, 0, sizeof *out);
-    out->checkpoints = L * N * C * 4;
+    out->checkpoints = L * N * C * es;
     out->blocks = block * 4;
     out->device = (resid + block + head) * 4;
     out->pinned = cpu ? out->checkpoints : 0;

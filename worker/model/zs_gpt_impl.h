@@ -65,6 +65,18 @@ struct zs_gpt {
     void **leaks;    /* ZS_GPT_DEBUG_LEAK_CKPT: checkpoint copies nobody frees until unbind */
     size_t nleaks, capleaks;
 
+    /* 16-bit activations (zs_gpt_act16.c; zs_gpt_set_activations). act_dt
+     * ZS_DTYPE_F32: none of this. BF16 / F16: the residual slots live in
+     * resid16 (act_dt elements), `resid` is one fp32 slice (the fp32 view
+     * of the slot being read; outputs are written into dbuf); the
+     * per-block fp32 arrays (ln1 .. fchg) are one workspace and the saved
+     * tensors live in the *16 arrays (L slices; none, NULL, with
+     * checkpointing); LayerNorm mean/rstd stay fp32 with L slices (1 with
+     * checkpointing) */
+    int act_dt;
+    void *resid16;
+    void *ln1_16, *qkv_16, *att_16, *atty_16, *res2_16, *ln2_16, *fch_16, *fchg_16;
+
     /* device tensors inside the arenas; per-block arrays hold L slices of
      * the max size (one slice with checkpointing: zs__gpt_ws) */
     size_t maxN;               /* maxB * ctx */
@@ -81,15 +93,51 @@ struct zs_gpt {
     float *dres, *dbuf, *dqkv, *datt, *dfch, *dlogits;
 };
 
-/* Device pointer of residual slot k (0 .. L): the output of engine layer k
+/* Device pointer of residual slot k (0 .. L) with fp32 activations only
+ * (16-bit: zs__gpt_slot, zs__gpt_resid_in): the output of engine layer k
  * (slot 0 the embeddings, slot l the output of block l, slot L the head's
  * input). Without cpu_checkpointing every slot has its own slice; with it
  * slot k is device slice k % 2 (the checkpoints proper are in ckpt_pin). */
 float *zs__gpt_resid(const zs_gpt_t *g, int k);
 
-/* Index of block l's (1 .. L) slice in the per-block activation arrays:
- * l - 1, or 0 with checkpointing (one workspace shared by every block). */
+/* Index of block l's (1 .. L) slice in the per-block fp32 activation
+ * arrays (ln1 .. fchg): l - 1, or 0 with checkpointing or 16-bit
+ * activations (one workspace shared by every block). */
 size_t zs__gpt_ws(const zs_gpt_t *g, int l);
+
+/* Index of block l's slice in the LayerNorm statistics (ln1_mean ..
+ * ln2_rstd, fp32 always): l - 1, or 0 with checkpointing. */
+size_t zs__gpt_stat(const zs_gpt_t *g, int l);
+
+/* ---- 16-bit activations (zs_gpt_act16.c); with act_dt ZS_DTYPE_F32 each
+ * of these is the plain fp32 behaviour (no work enqueued) ---- */
+
+/* Bytes per element of the stored residual slots and saved tensors: 4 or 2. */
+size_t zs__gpt_act_esize(const zs_gpt_t *g);
+
+/* Stored residual slot k (0 .. L) as it is kept (act_dt elements): what
+ * activation checkpointing copies to and from pinned memory. */
+void *zs__gpt_slot(const zs_gpt_t *g, int k);
+
+/* *x = an fp32 view of residual slot k for reading: the slot itself
+ * (fp32), or the fp32 slice `resid` after an enqueued cast of the 16-bit slot (valid
+ * until the next zs__gpt_resid_in). */
+int zs__gpt_resid_in(zs_gpt_t *g, int k, const float **x, zs_err_t *err);
+
+/* Where the forward of layer k writes its fp32 output (slot k, or dbuf,
+ * backward scratch); zs__gpt_resid_store then enqueues its rounding into slot k. */
+float *zs__gpt_resid_out(const zs_gpt_t *g, int k);
+int zs__gpt_resid_store(zs_gpt_t *g, int k, zs_err_t *err);
+
+/* After the forward of block l wrote the n-element fp32 tensor t (one of
+ * ln1 .. fchg, in the workspace) whose 16-bit home is array a16 (g->ln1_16
+ * ..): enqueue t -> 16-bit slice of block l -> t, so t holds the rounded
+ * value every later reader (forward and backward) sees. */
+int zs__gpt_round(zs_gpt_t *g, int l, float *t, void *a16, size_t slice, size_t n, zs_err_t *err);
+
+/* Before block l's backward without checkpointing: enqueue the casts of
+ * the block's 16-bit saved tensors back into the fp32 workspace. */
+int zs__gpt_act_restore(zs_gpt_t *g, int l, zs_err_t *err);
 
 /* Enqueue block l's forward on the model's stream, reading residual x and
  * writing its saved tensors into workspace zs__gpt_ws(g, l). full: also the

@@ -1,0 +1,153 @@
+/*
+ * zs_gpt_act16.c - 16-bit activations for the GPT (zs_gpt.h,
+ * zs_gpt_set_activations): what the forward keeps for the backward, and
+ * the checkpoints of activation checkpointing, stored in bf16 or fp16.
+ *
+ * Design: a tensor is rounded to 16 bits where it is stored, and every
+ * later reader (the rest of the forward, the backward, a checkpoint
+ * recompute) reads the rounded value, so forward and backward see the same
+ * numbers. Compute inside each op stays fp32: the op table is unchanged.
+ *   - residual slots (the block inputs, i.e. the checkpoints) are kept in
+ *     16 bits (resid16). A layer writes its fp32 output into dbuf (backward
+ *     scratch, free during a forward) and zs__gpt_resid_store rounds it
+ *     into its slot; a reader gets an fp32 view by one cast into `resid`,
+ *     one fp32 slice (zs__gpt_resid_in).
+ *   - a block's saved tensors (ln1, qkv, attention probabilities, attention
+ *     output, the residual after attention, ln2, the MLP pre-activation and
+ *     GELU output) are computed into ONE fp32 workspace and rounded right
+ *     after the op that writes them (fp32 -> 16-bit slice of the block ->
+ *     fp32 back: zs__gpt_round), so the next op of the forward reads the
+ *     rounded value. The backward of block l casts the block's slices back
+ *     into the workspace first (zs__gpt_act_restore). With checkpointing
+ *     nothing but the checkpoints is kept: the rounding goes through
+ *     backward scratch (datt, dfch), the recompute rounds exactly as the
+ *     forward did, and the workspace already holds the rounded values.
+ *   - fp32 always: LayerNorm mean/rstd (L slices, or 1 with
+ *     checkpointing), softmax inside the attention op, the head's LayerNorm
+ *     output, logits, lse, losses; and every gradient.
+ * Conversions are the device's cast op (zs_dev_cast, round to nearest
+ * even), enqueued on the compute stream, so the CPU and CUDA devices both
+ * get it. Activation bytes: zs_gpt_act_bytes_dt (zs_gpt_ckpt.c).
+ */
+#include <stdint.h>
+
+#include "zs_gpt_impl.h"
+
+#define TRY(expr)                                                                                  \
+    do {                                                                                           \
+        int rc_ = (expr);                                                                          \
+        if (rc_)                                                                                   \
+            return rc_;                                                                            \
+    } while (0)
+
+/* Set the activation dtype before bind (zs_gpt.h). */
+int zs_gpt_set_activations(zs_gpt_t *g, int act_dt, zs_err_t *err)
+{
+    if (act_dt != ZS_DTYPE_F32 && act_dt != ZS_DTYPE_BF16 && act_dt != ZS_DTYPE_F16)
+        return zs_err_set(err, ZS_ERR_INVALID, "gpt: activation dtype %d is not fp32, bf16 or fp16",
+                          act_dt);
+    if (g->dev)
+        return zs_err_set(err, ZS_ERR_STATE, "gpt: set the activation dtype before binding");
+    g->act_dt = act_dt;
+    return ZS_OK;
+}
+
+/* The activation dtype (zs_gpt.h). */
+int zs_gpt_activations(const zs_gpt_t *g)
+{
+    return g->act_dt;
+}
+
+size_t zs__gpt_act_esize(const zs_gpt_t *g)
+{
+    return zs_dtype_size((zs_dtype_t)g->act_dt);
+}
+
+/* Element `i` of a 16-bit array. */
+static void *at16(void *base, size_t i)
+{
+    return (uint16_t *)base + i;
+}
+
+void *zs__gpt_slot(const zs_gpt_t *g, int k)
+{
+    if (g->act_dt == ZS_DTYPE_F32)
+        return zs__gpt_resid(g, k);
+    size_t slice = g->maxN * (size_t)g->c.width;
+    return at16(g->resid16, (size_t)(g->ckpt_cpu ? k % 2 : k) * slice);
+}
+
+int zs__gpt_resid_in(zs_gpt_t *g, int k, const float **x, zs_err_t *err)
+{
+    if (g->act_dt == ZS_DTYPE_F32) {
+        *x = zs__gpt_resid(g, k);
+        return ZS_OK;
+    }
+    size_t n = (size_t)g->B * g->T * (size_t)g->c.width;
+    TRY(zs_dev_cast(g->stream, g->resid, ZS_DTYPE_F32, zs__gpt_slot(g, k), (zs_dtype_t)g->act_dt, n,
+                    err));
+    *x = g->resid;
+    return ZS_OK;
+}
+
+float *zs__gpt_resid_out(const zs_gpt_t *g, int k)
+{
+    if (g->act_dt == ZS_DTYPE_F32)
+        return zs__gpt_resid(g, k);
+    return g->dbuf; /* backward scratch, free during a forward */
+}
+
+int zs__gpt_resid_store(zs_gpt_t *g, int k, zs_err_t *err)
+{
+    if (g->act_dt == ZS_DTYPE_F32)
+        return ZS_OK;
+    size_t n = (size_t)g->B * g->T * (size_t)g->c.width;
+    return zs_dev_cast(g->stream, zs__gpt_slot(g, k), (zs_dtype_t)g->act_dt,
+                       zs__gpt_resid_out(g, k), ZS_DTYPE_F32, n, err);
+}
+
+/* Block l's slice of a 16-bit array of L per-block slices of `slice`
+ * elements (no checkpointing). */
+static void *slice16(void *a16, size_t slice, int l)
+{
+    return at16(a16, ((size_t)l - 1) * slice);
+}
+
+int zs__gpt_round(zs_gpt_t *g, int l, float *t, void *a16, size_t slice, size_t n, zs_err_t *err)
+{
+    if (g->act_dt == ZS_DTYPE_F32)
+        return ZS_OK;
+    zs_dtype_t dt = (zs_dtype_t)g->act_dt;
+    /* with checkpointing nothing is kept in 16 bits: round through backward
+     * scratch that is free during a forward and a recompute (datt holds the
+     * probabilities' NHTT, dfch N*4C floats = twice the largest other) */
+    void *h = !g->ckpt ? slice16(a16, slice, l) : t == g->att ? (void *)g->datt : (void *)g->dfch;
+    TRY(zs_dev_cast(g->stream, h, dt, t, ZS_DTYPE_F32, n, err));
+    if (g->debug & ZS_GPT_DEBUG_ACT16_UNROUNDED) /* the test's break: t stays unrounded */
+        return ZS_OK;
+    return zs_dev_cast(g->stream, t, ZS_DTYPE_F32, h, dt, n, err);
+}
+
+int zs__gpt_act_restore(zs_gpt_t *g, int l, zs_err_t *err)
+{
+    if (g->act_dt == ZS_DTYPE_F32 || g->ckpt)
+        return ZS_OK;
+    zs_dtype_t dt = (zs_dtype_t)g->act_dt;
+    size_t sN = g->maxN, C = (size_t)g->c.width, N = (size_t)g->B * g->T;
+    size_t natt = (size_t)g->B * g->c.heads * g->T * g->T;
+    /* fp32 workspace tensor, its 16-bit array, slice and live elements */
+    struct {
+        float *t;
+        void *a16;
+        size_t slice, n;
+    } ts[] = {
+        {g->ln1, g->ln1_16, sN * C, N * C},         {g->qkv, g->qkv_16, sN * 3 * C, N * 3 * C},
+        {g->att, g->att_16, g->att_slice, natt},    {g->atty, g->atty_16, sN * C, N * C},
+        {g->res2, g->res2_16, sN * C, N * C},       {g->ln2, g->ln2_16, sN * C, N * C},
+        {g->fch, g->fch_16, sN * 4 * C, N * 4 * C}, {g->fchg, g->fchg_16, sN * 4 * C, N * 4 * C},
+    };
+    for (size_t i = 0; i < sizeof ts / sizeof ts[0]; i++)
+        TRY(zs_dev_cast(g->stream, ts[i].t, ZS_DTYPE_F32, slice16(ts[i].a16, ts[i].slice, l), dt,
+                        ts[i].n, err));
+    return ZS_OK;
+}
