@@ -65,6 +65,7 @@
 #include "zs_init_from.h"
 #include "zs_log.h"
 #include "zs_gpt_eval.h"
+#include "zs_train_device.h"
 #include "zs_train_metrics.h"
 #if defined(ZS_WITH_CUDA) && defined(ZS_WITH_NCCL)
 #include "zs_coll_nccl.h"
@@ -631,123 +632,6 @@ static int agree(int rank, int code, const char *what, const zs_err_t *err)
     return code;
 }
 
-/* What --device resolved to, the same on every rank. */
-typedef struct {
-    int cuda;       /* 1: CUDA device + NCCL; 0: CPU device + MPI */
-    int ordinal;    /* this rank's GPU (cuda) */
-    char note[280]; /* why auto chose the CPU ("" otherwise) */
-} device_pick_t;
-
-/* Can this rank use a GPU of its own? 1 with *ordinal (its node-local rank,
- * or 0 when it sees exactly one GPU: CUDA_VISIBLE_DEVICES per rank), else 0
- * with `why`. Two ranks that see the same single GPU pass here; the NCCL
- * communicator refuses them (zs_coll_nccl_create compares PCI bus ids). */
-static int gpu_usable(int lrank, int lsize, int *ordinal, char *why, size_t n)
-{
-#ifdef ZS_TRAIN_CUDA
-    char r[200];
-    int count = zs_dev_cuda_available(r, sizeof r);
-    if (count == 0) {
-        snprintf(why, n, "%s", r);
-        return 0;
-    }
-    if (count >= lsize || count == 1) {
-        *ordinal = count >= lsize ? lrank : 0;
-        return 1;
-    }
-    snprintf(why, n, "%d ranks on this node but %d GPUs visible (one GPU per rank)", lsize, count);
-    return 0;
-#else
-    (void)lrank, (void)lsize, (void)ordinal;
-#ifdef ZS_WITH_CUDA
-    snprintf(why, n, "zs-train was built without NCCL (found no nccl.h/libnccl at configure)");
-#else
-    snprintf(why, n, "zs-train was built without CUDA (nvcc not found at configure)");
-#endif
-    return 0;
-#endif
-}
-
-/* Resolve --device on every rank (collective on MPI_COMM_WORLD, before
- * anything else uses MPI). auto takes the GPUs only when every rank has one
- * of its own (a node with fewer GPUs than ranks is not one GPU per rank:
- * the CPU, saying so, unless --device cuda insists). Returns 0, or
- * ZS_EXIT_DEVICE on every rank for --device cuda when a rank has no usable
- * GPU, with err naming the first such rank and its reason (the same text
- * on every rank, so rank 0 prints it alone). */
-static int pick_device(const opts_t *o, int rank, device_pick_t *p, zs_err_t *err)
-{
-    memset(p, 0, sizeof *p);
-    if (!strcmp(o->device, "cpu"))
-        return 0;
-    MPI_Comm local;
-    int lrank = 0, lsize = 1;
-    MPI_Comm_split_type(MPI_COMM_WORLD, MPI_COMM_TYPE_SHARED, rank, MPI_INFO_NULL, &local);
-    MPI_Comm_rank(local, &lrank);
-    MPI_Comm_size(local, &lsize);
-    MPI_Comm_free(&local);
-    char why[200] = "";
-    int ok = gpu_usable(lrank, lsize, &p->ordinal, why, sizeof why);
-    int mine = ok ? INT_MAX : rank, first = INT_MAX;
-    MPI_Allreduce(&mine, &first, 1, MPI_INT, MPI_MIN, MPI_COMM_WORLD);
-    if (first == INT_MAX) {
-        p->cuda = 1;
-        return 0;
-    }
-    MPI_Bcast(why, (int)sizeof why, MPI_CHAR, first, MPI_COMM_WORLD);
-    char who[32] = "";
-    if (first != 0)
-        snprintf(who, sizeof who, "rank %d: ", first);
-    if (!strcmp(o->device, "cuda")) {
-        zs_err_set(err, ZS_ERR_UNAVAILABLE,
-                   "--device cuda: %s%s (hint: --device cpu, or auto, trains on the CPU)", who,
-                   why);
-        return ZS_EXIT_DEVICE;
-    }
-    snprintf(p->note, sizeof p->note, " (--device auto: %s%s)", who, why);
-    return 0;
-}
-
-#ifdef ZS_TRAIN_CUDA
-/* After the memory table on CUDA: every rank's device memory as the driver
- * counts it (cudaMemGetInfo: all processes on the GPU, CUDA's context,
- * cuBLASLt and the kernels' stream-ordered temporaries included) beside
- * what the device allocator holds. Collective (MPI_Gather; the NCCL
- * communicator does not use MPI after its creation). */
-static void print_gpu_mem(zs_dev_t *dev, int rank, int W)
-{
-    size_t fr = 0, tot = 0;
-    zs_err_t err;
-    zs_dev_mem_t m;
-    zs_dev_mem_get(dev, &m);
-    double mine[4] = {-1, -1, (double)m.held[ZS_SPACE_DEVICE],
-                      (double)m.held_peak[ZS_SPACE_DEVICE]};
-    if (zs_dev_cuda_mem_info(dev, &fr, &tot, &err) == ZS_OK) {
-        mine[0] = (double)(tot - fr);
-        mine[1] = (double)tot;
-    } else {
-        fprintf(stderr, "zs-train: rank %d: %s\n", rank, err.msg);
-    }
-    double *all = rank == 0 ? malloc((size_t)W * sizeof mine) : NULL;
-    MPI_Gather(mine, 4, MPI_DOUBLE, all, 4, MPI_DOUBLE, 0, MPI_COMM_WORLD);
-    if (rank != 0 || !all)
-        return;
-    const double MiB = 1048576.0;
-    printf("device memory (cudaMemGetInfo: everything on the GPU; allocator: zeroshard's device "
-           "blocks, live + cached):\n");
-    for (int r = 0; r < W; r++) {
-        const double *a = all + 4 * r;
-        if (a[1] < 0)
-            printf("  rank %d: cudaMemGetInfo failed; allocator holds %.1f MiB (peak %.1f)\n", r,
-                   a[2] / MiB, a[3] / MiB);
-        else
-            printf("  rank %d: used %.1f MiB of %.1f MiB; allocator holds %.1f MiB (peak %.1f)\n",
-                   r, a[0] / MiB, a[1] / MiB, a[2] / MiB, a[3] / MiB);
-    }
-    free(all);
-}
-#endif
-
 /* A step or checkpoint failed on every worker: try to go on after a lost
  * server (zs_engine_recover). Returns ZS_OK when training can continue
  * (the CSV then lists steps up to the one recovered at), else the error. */
@@ -843,8 +727,9 @@ int main(int argc, char **argv)
         return code;
     }
     o.g.vocab = (int)zs_data_vocab(data);
-    device_pick_t pick;
-    if ((code = pick_device(&o, rank, &pick, &err)) != 0) {
+    zs__train_pick_t pick;
+    if (zs__train_pick_device(o.device, rank, &pick, &err) != ZS_OK) {
+        code = ZS_EXIT_DEVICE;
         if (rank == 0) {
             fprintf(stderr, "zs-train: device error: %s\n", err.msg);
             fflush(stderr);
@@ -1022,7 +907,7 @@ int main(int argc, char **argv)
                 return die(rank, "memory table", &err, ZS_EXIT_ENGINE);
 #ifdef ZS_TRAIN_CUDA
             if (pick.cuda)
-                print_gpu_mem(dev, rank, W);
+                zs__train_print_gpu_mem(dev, rank, W);
 #endif
             fflush(stdout);
         }
