@@ -30,6 +30,7 @@
 #include "zs_dev.h"
 #include "zs_engine.h"
 #include "zs_gpt.h"
+#include "zs_gptfx.h"
 #include "zs_test.h"
 
 static zs_dev_t *dev;
@@ -37,98 +38,10 @@ static zs_stream_t *stream;
 /* GEMM precision of the models fx_init makes (zs_gpt_set_compute) */
 static int gemm_dt = ZS_DTYPE_F32;
 
-/* The three modes under test. */
-typedef struct {
-    const char *name;
-    int ckpt, cpu;
-} mode_t_;
-static const mode_t_ MODES[3] = {
-    {"off", 0, 0}, {"checkpointing", 1, 0}, {"cpu_checkpointing", 1, 1}};
-
-/* One bound model with device parameters and gradients. */
-typedef struct {
-    zs_gpt_config_t c;
-    zs_gpt_t *g;
-    const zs_model_t *m;
-    uint64_t P, *off;
-    float *w, *dw, *dgrad;
-} fx_t;
-
 static void sync_stream(void)
 {
     zs_err_t err;
     TEST_OK(zs_dev_stream_sync(stream, &err), err);
-}
-
-/* A model in mode md, GPT-2 init perturbed (so every path carries
- * gradient), bound to the CPU device. */
-static void fx_init(fx_t *f, zs_gpt_config_t c, int B, const mode_t_ *md, unsigned debug)
-{
-    zs_err_t err;
-    memset(f, 0, sizeof *f);
-    f->c = c;
-    TEST_OK(zs_gpt_create(&c, B, 5, &f->g, &err), err);
-    TEST_OK(zs_gpt_set_threads(f->g, 2, &err), err);
-    TEST_OK(zs_gpt_set_compute(f->g, gemm_dt, &err), err);
-    TEST_OK(zs_gpt_set_checkpointing(f->g, md->ckpt, md->cpu, &err), err);
-    zs_gpt_set_debug(f->g, debug);
-    f->m = zs_gpt_model(f->g);
-    f->P = zs_gpt_num_params(&c);
-    f->off = calloc((size_t)f->m->nlayers + 1, sizeof *f->off);
-    for (int i = 0; i < f->m->nlayers; i++)
-        f->off[i + 1] = f->off[i] + f->m->nparams[i];
-    f->w = malloc(f->P * sizeof(float));
-    for (int i = 0; i < f->m->nlayers; i++)
-        TEST_OK(f->m->init_params(f->m->self, i, f->w + f->off[i], &err), err);
-    uint64_t r = 0x1234567ull;
-    for (uint64_t k = 0; k < f->P; k++) {
-        r = r * 6364136223846793005ull + 1442695040888963407ull;
-        f->w[k] += 0.1f * (float)((double)(r >> 11) * 0x1p-52 - 1.0);
-    }
-    TEST_OK(zs_gpt_bind(f->g, dev, stream, &err), err);
-    void *p;
-    TEST_OK(zs_dev_alloc(dev, ZS_SPACE_DEVICE, ZS_MEM_PARAMS, f->P * 4, &p, &err), err);
-    f->dw = p;
-    TEST_OK(zs_dev_alloc(dev, ZS_SPACE_DEVICE, ZS_MEM_GRADS, f->P * 4, &p, &err), err);
-    f->dgrad = p;
-    TEST_OK(zs_dev_memcpy(stream, f->dw, f->w, f->P * 4, &err), err);
-    TEST_OK(zs_dev_memset(stream, f->dgrad, 0, f->P * 4, &err), err);
-    sync_stream();
-}
-
-static void fx_free(fx_t *f)
-{
-    zs_gpt_destroy(f->g);
-    zs_dev_free(dev, f->dw);
-    zs_dev_free(dev, f->dgrad);
-    free(f->off), free(f->w);
-}
-
-/* Tokens of micro-batch `mb` and one forward + backward (dloss 1);
- * returns the loss. */
-static double fx_step(fx_t *f, int B, int T, int mb)
-{
-    zs_err_t err;
-    int32_t *in = malloc((size_t)B * T * 4), *tg = malloc((size_t)B * T * 4);
-    for (int i = 0; i < B * T; i++) {
-        in[i] = (int32_t)((i * 7 + 3 + 11 * mb) % f->c.vocab);
-        tg[i] = (int32_t)((i * 13 + 5 + i / 3 + mb) % f->c.vocab);
-    }
-    TEST_OK(zs_gpt_set_tokens(f->g, in, tg, B, T, &err), err);
-    free(in), free(tg);
-    for (int i = 0; i < f->m->nlayers; i++) {
-        float *p[2] = {f->dw + f->off[i], f->dw};
-        TEST_OK(f->m->forward(f->m->self, i, p, &err), err);
-    }
-    double loss;
-    TEST_OK(f->m->loss(f->m->self, &loss, &err), err);
-    for (int i = f->m->nlayers - 1; i >= 0; i--) {
-        float *p[2] = {f->dw + f->off[i], f->dw};
-        float *gr[2] = {f->dgrad + f->off[i], f->dgrad};
-        TEST_OK(f->m->backward(f->m->self, i, p, gr, 1.0f, &err), err);
-    }
-    sync_stream();
-    return loss;
 }
 
 /* ---- 1. bitwise ---- */
@@ -144,7 +57,7 @@ static void test_bitwise(void)
     uint64_t P = zs_gpt_num_params(&c);
     for (int k = 0; k < 3; k++) {
         fx_t f;
-        fx_init(&f, c, B, &MODES[k], 0);
+        fx_init(&f, dev, stream, c, B, ZS_DTYPE_F32, gemm_dt, &MODES[k], 0);
         loss[k][0] = fx_step(&f, B, T, 0);
         loss[k][1] = fx_step(&f, B, T, 1); /* accumulates into the same gradients */
         logits[k] = malloc(nlog * 4);
@@ -253,7 +166,8 @@ static void test_memory(void)
         zs_dev_mem_t m0, m1;
         zs_dev_mem_get(dev, &m0);
         /* the break: the leaking model through the normal check */
-        fx_init(&f, c, B, &MODES[k], brk && k == 1 ? ZS_GPT_DEBUG_LEAK_CKPT : 0);
+        fx_init(&f, dev, stream, c, B, ZS_DTYPE_F32, gemm_dt, &MODES[k],
+                brk && k == 1 ? ZS_GPT_DEBUG_LEAK_CKPT : 0);
         zs_dev_mem_get(dev, &m1);
         zs_gpt_act_bytes_t ab;
         zs_gpt_act_bytes(&c, B, MODES[k].ckpt, MODES[k].cpu, &ab);
@@ -288,7 +202,7 @@ static void test_memory(void)
     for (int k = 1; k < 3; k++) {
         fx_t f;
         uint64_t pd, pp;
-        fx_init(&f, c, B, &MODES[k], ZS_GPT_DEBUG_LEAK_CKPT);
+        fx_init(&f, dev, stream, c, B, ZS_DTYPE_F32, gemm_dt, &MODES[k], ZS_GPT_DEBUG_LEAK_CKPT);
         int bad = act_within(&f, B, 3, &MODES[k], &pd, &pp);
         TEST_CHECKF(bad, "%s: a leaked checkpoint passed the memory check (peak %llu)",
                     MODES[k].name, (unsigned long long)pd);
