@@ -77,23 +77,6 @@ static double read_double(const char *path)
     return v;
 }
 
-/* Loss of `step` from a zs-train CSV (NAN if absent). */
-static double csv_loss(const char *csv, int step)
-{
-    FILE *f = fopen(csv, "r");
-    char line[512];
-    double loss = NAN;
-    while (f && fgets(line, sizeof line, f)) {
-        int s;
-        double l;
-        if (sscanf(line, "%d,%lf,", &s, &l) == 2 && s == step)
-            loss = l;
-    }
-    if (f)
-        fclose(f);
-    return loss;
-}
-
 /* mpirun -np 2 zs-train --init-from ... ARGS; returns the exit code. */
 static int train(const char *init, const char *data, const char *args, const char *log)
 {
@@ -119,7 +102,7 @@ static void check_step1(const char *file, double want)
     if (rc)
         zs_test_sh("cat %s >&2", tpath("s1.log"));
     TEST_CHECKF(rc == 0, "zs-train --init-from %s exited %d", file, rc);
-    double got = csv_loss(tpath("s1.csv"), 1);
+    double got = zs_test_csv_loss(tpath("s1.csv"), 1);
     printf("1. --init-from %-18s step-1 loss %.6f, PyTorch %.6f (diff %.2g)\n", file, got, want,
            fabs(got - want));
     TEST_CHECKF(fabs(got - want) <= 2e-5, "%s: loss %.6f differs from PyTorch's %.6f", file, got,
@@ -427,7 +410,7 @@ int main(void)
     TEST_CHECK(zs_test_sh("%s %s/tests/ref/init_from_ref.py loss %s %s %d %d %d %d %d > %s",
                           ZS_PYTHON, ZS_SOURCE_DIR, tpath("out.safetensors"), dir, L, NH, C, T, V,
                           tpath("loss4.txt")) == 0);
-    double torch4 = read_double(tpath("loss4.txt")), zs4 = csv_loss(tpath("t4.csv"), 4);
+    double torch4 = read_double(tpath("loss4.txt")), zs4 = zs_test_csv_loss(tpath("t4.csv"), 4);
     printf("2. after 3 steps: PyTorch on the exported file %.6f, zs-train step 4 %.6f (diff "
            "%.2g)\n",
            torch4, zs4, fabs(torch4 - zs4));

@@ -37,23 +37,6 @@ static void train(int W, const char *log, const char *args)
     zs_test_run_ok(log, TRAIN_FMT, ZS_MPIEXEC, W, ZS_TRAIN, g_data, g_servers, args);
 }
 
-/* Loss of `step` from a zs-train CSV (NAN if absent). */
-static double csv_loss(const char *csv, int step)
-{
-    FILE *f = fopen(csv, "r");
-    char line[512];
-    double loss = NAN;
-    while (f && fgets(line, sizeof line, f)) {
-        int s;
-        double l;
-        if (sscanf(line, "%d,%lf,", &s, &l) == 2 && s == step)
-            loss = l;
-    }
-    if (f)
-        fclose(f);
-    return loss;
-}
-
 int main(void)
 {
     setvbuf(stdout, NULL, _IONBF, 0);
@@ -69,7 +52,7 @@ int main(void)
     snprintf(csv, sizeof csv, "%s/train.csv", g_tmp);
     snprintf(args, sizeof args, "--steps 150 --log-every 25 --csv %s", csv);
     train(2, log, args);
-    double l1 = csv_loss(csv, 1), l150 = csv_loss(csv, 150);
+    double l1 = zs_test_csv_loss(csv, 1), l150 = zs_test_csv_loss(csv, 150);
     printf("1. stage 2 + offload, W=2: loss %.3f at step 1 -> %.3f at step 150\n", l1, l150);
     TEST_CHECKF(l1 > 4.5 && l150 < 3.0, "loss should fall from ~5.5 below 3.0 (got %.3f -> %.3f)",
                 l1, l150);
@@ -102,7 +85,7 @@ int main(void)
         train(Ws[i], log, args);
         double worst = 0;
         for (int s = 21; s <= 40; s++) {
-            double a = csv_loss(full, s), b = csv_loss(part, s);
+            double a = zs_test_csv_loss(full, s), b = zs_test_csv_loss(part, s);
             TEST_CHECKF(!isnan(a) && !isnan(b), "step %d missing from the CSVs", s);
             if (fabs(a - b) > worst)
                 worst = fabs(a - b);
@@ -133,7 +116,7 @@ int main(void)
     snprintf(args, sizeof args, "--config %s --steps 60 --log-every 30 --fresh --csv %s", cfg,
              s3csv);
     train(2, log, args);
-    double s1 = csv_loss(s3csv, 1), s60 = csv_loss(s3csv, 60);
+    double s1 = zs_test_csv_loss(s3csv, 1), s60 = zs_test_csv_loss(s3csv, 60);
     printf("3. stage 3 + bf16, W=2: loss %.3f at step 1 -> %.3f at step 60\n", s1, s60);
     TEST_CHECKF(s1 > 4.5 && s60 < 3.3, "loss should fall below 3.3 (got %.3f -> %.3f)", s1, s60);
 
@@ -161,7 +144,8 @@ int main(void)
     train(1, log, args);
     double rworst = 0, wworst = 0;
     for (int s = 1; s <= 20; s++) {
-        double a = csv_loss(g2, s), b = csv_loss(gr, s), c = csv_loss(g1, s);
+        double a = zs_test_csv_loss(g2, s), b = zs_test_csv_loss(gr, s),
+               c = zs_test_csv_loss(g1, s);
         TEST_CHECKF(!isnan(a) && !isnan(b) && !isnan(c), "step %d missing", s);
         rworst = fabs(a - b) > rworst ? fabs(a - b) : rworst;
         wworst = fabs(a - c) > wworst ? fabs(a - c) : wworst;

@@ -49,23 +49,6 @@ static char *slurp(const char *path, size_t *n)
 /* Config precision of the next runs: "" (fp32) or a "bf16" section. */
 static const char *g_prec = "";
 
-/* Loss of `step` from a zs-train CSV (NAN if absent). */
-static double csv_loss(const char *csv, int step)
-{
-    FILE *f = fopen(csv, "r");
-    char line[512];
-    double loss = NAN;
-    while (f && fgets(line, sizeof line, f)) {
-        int s;
-        double l;
-        if (sscanf(line, "%d,%lf,", &s, &l) == 2 && s == step)
-            loss = l;
-    }
-    if (f)
-        fclose(f);
-    return loss;
-}
-
 /* One run: W workers, `stage`, mode 0 off, 1 --activation-checkpointing,
  * 2 the config section with cpu_checkpointing; offload: the optimizer on
  * the servers (and at stage 3 the parameters in pinned memory); the config
@@ -125,7 +108,7 @@ static void bf16_activations(void)
     snprintf(log, sizeof log, "%s/w2_s2_m0_o1_a16.log", g_tmp);
     TEST_CHECKF(zs_test_sh("grep -q 'GEMMs fp32; activations bf16' %s", log) == 0,
                 "%s should say activations bf16 (the config's dtype)", log);
-    double l1 = csv_loss(csv, 1), l8 = csv_loss(csv, 8);
+    double l1 = zs_test_csv_loss(csv, 1), l8 = zs_test_csv_loss(csv, 8);
     TEST_CHECKF(l8 < l1 - 0.1, "bf16 activations: loss %.4f at step 1, %.4f at step 8", l1, l8);
     size_t nr, nb;
     char *a = slurp(ref, &nr);
@@ -157,12 +140,12 @@ static void bf16_activations(void)
                 "--activations fp32 gave the parameters of bf16 activations: not in effect");
     double worst = 0;
     for (int s = 1; s <= 8; s++) {
-        double d = csv_loss(csv32, s) - csv_loss(csv, s);
+        double d = zs_test_csv_loss(csv32, s) - zs_test_csv_loss(csv, s);
         d = d < 0 ? -d : d;
         TEST_CHECKF(d <= BF16_ACT_LOSS_TOL,
                     "step %d: loss %.5f with fp32 activations, %.5f with "
                     "bf16",
-                    s, csv_loss(csv32, s), csv_loss(csv, s));
+                    s, zs_test_csv_loss(csv32, s), zs_test_csv_loss(csv, s));
         worst = d > worst ? d : worst;
     }
     free(a), free(b);

@@ -7,6 +7,7 @@
 
 #include <dirent.h>
 #include <errno.h>
+#include <math.h>
 #include <stdarg.h>
 #include <signal.h>
 #include <stdio.h>
@@ -330,4 +331,20 @@ off_t zs_test_fill_disk(const char *path)
         exit(1);
     }
     return sb.st_size;
+}
+
+double zs_test_csv_loss(const char *csv, int step)
+{
+    FILE *f = fopen(csv, "r");
+    char line[512];
+    double loss = NAN;
+    while (f && fgets(line, sizeof line, f)) {
+        int s;
+        double l;
+        if (sscanf(line, "%d,%lf,", &s, &l) == 2 && s == step)
+            loss = l;
+    }
+    if (f)
+        fclose(f);
+    return loss;
 }

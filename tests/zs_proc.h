@@ -87,4 +87,8 @@ double zs_test_free_mib(const char *path);
  * KiB would take RocksDB's log lines); returns the file's size in bytes. */
 off_t zs_test_fill_disk(const char *path);
 
+/* Loss of `step` from a zs-train CSV (its first two columns: step, loss);
+ * NAN if the step is absent or the file unreadable. */
+double zs_test_csv_loss(const char *csv, int step);
+
 #endif
