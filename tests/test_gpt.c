@@ -460,27 +460,6 @@ static void test_fd(void)
 
 /* ---- 2. against PyTorch ---- */
 
-static void write_file(const char *dir, const char *name, const void *p, size_t n)
-{
-    char path[512];
-    snprintf(path, sizeof path, "%s/%s", dir, name);
-    FILE *fp = fopen(path, "wb");
-    TEST_CHECKF(fp && fwrite(p, 1, n, fp) == n && fclose(fp) == 0, "write %s", path);
-}
-
-static void read_file(const char *dir, const char *name, void *p, size_t n)
-{
-    char path[512];
-    snprintf(path, sizeof path, "%s/%s", dir, name);
-    FILE *fp = fopen(path, "rb");
-    TEST_CHECKF(fp != NULL, "open %s", path);
-    size_t got = fread(p, 1, n, fp);
-    char extra;
-    TEST_CHECKF(got == n && fread(&extra, 1, 1, fp) == 0, "%s: %zu bytes, expected %zu", path, got,
-                n);
-    fclose(fp);
-}
-
 static void require_torch(void)
 {
     char cmd[600];
@@ -506,21 +485,21 @@ static void torch_ref(const fixture_t *f, const char *gemm, float *rlogits, doub
     char cfg[128];
     int n = snprintf(cfg, sizeof cfg, "%d %d %d %d %d %d %d\n", c.layers, c.heads, c.width, c.ctx,
                      c.vocab, B, T);
-    write_file(dir, "config.txt", cfg, (size_t)n);
-    write_file(dir, "params.bin", f->w, f->P * sizeof(float));
+    zs_test_write_file(dir, "config.txt", cfg, (size_t)n);
+    zs_test_write_file(dir, "params.bin", f->w, f->P * sizeof(float));
     int32_t *tok = malloc(2 * (size_t)B * T * sizeof(int32_t));
     memcpy(tok, f->in, (size_t)B * T * sizeof(int32_t));
     memcpy(tok + (size_t)B * T, f->tg, (size_t)B * T * sizeof(int32_t));
-    write_file(dir, "tokens.bin", tok, 2 * (size_t)B * T * sizeof(int32_t));
+    zs_test_write_file(dir, "tokens.bin", tok, 2 * (size_t)B * T * sizeof(int32_t));
     free(tok);
     char cmd[1200];
     snprintf(cmd, sizeof cmd, "%s %s/tests/ref/gpt_torch.py %s %s", ZS_PYTHON, ZS_SOURCE_DIR, dir,
              gemm);
     int rc = system(cmd);
     TEST_CHECKF(rc == 0, "%s failed (%d); torch missing? run deploy/install-deps.sh", cmd, rc);
-    read_file(dir, "logits.bin", rlogits, (size_t)B * T * c.vocab * sizeof(float));
-    read_file(dir, "loss.bin", rloss, sizeof *rloss);
-    read_file(dir, "grads.bin", rgrad, f->P * sizeof(float));
+    zs_test_read_file(dir, "logits.bin", rlogits, (size_t)B * T * c.vocab * sizeof(float));
+    zs_test_read_file(dir, "loss.bin", rloss, sizeof *rloss);
+    zs_test_read_file(dir, "grads.bin", rgrad, f->P * sizeof(float));
     snprintf(cmd, sizeof cmd, "rm -rf %s", dir);
     TEST_CHECK(system(cmd) == 0);
 }

@@ -314,27 +314,6 @@ static void test_bitwise(int act_dt, int gemm_dt, unsigned debug)
 
 /* ---- 5. against PyTorch ---- */
 
-static void write_file(const char *dir, const char *name, const void *p, size_t n)
-{
-    char path[512];
-    snprintf(path, sizeof path, "%s/%s", dir, name);
-    FILE *fp = fopen(path, "wb");
-    TEST_CHECKF(fp && fwrite(p, 1, n, fp) == n && fclose(fp) == 0, "write %s", path);
-}
-
-static void read_file(const char *dir, const char *name, void *p, size_t n)
-{
-    char path[512];
-    snprintf(path, sizeof path, "%s/%s", dir, name);
-    FILE *fp = fopen(path, "rb");
-    TEST_CHECKF(fp != NULL, "open %s", path);
-    size_t got = fread(p, 1, n, fp);
-    char extra;
-    TEST_CHECKF(got == n && fread(&extra, 1, 1, fp) == 0, "%s: %zu bytes, expected %zu", path, got,
-                n);
-    fclose(fp);
-}
-
 /* torch's loss, logits and gradients for f's weights, micro-batch 0's
  * tokens (fx_step) and activation dtype `act`, fp32 GEMMs. */
 static void torch_ref(const fx_t *f, int B, int T, const char *act, double *loss, float *logits,
@@ -345,23 +324,23 @@ static void torch_ref(const fx_t *f, int B, int T, const char *act, double *loss
     char cfg[128];
     int n = snprintf(cfg, sizeof cfg, "%d %d %d %d %d %d %d\n", f->c.layers, f->c.heads, f->c.width,
                      f->c.ctx, f->c.vocab, B, T);
-    write_file(dir, "config.txt", cfg, (size_t)n);
-    write_file(dir, "params.bin", f->w, f->P * sizeof(float));
+    zs_test_write_file(dir, "config.txt", cfg, (size_t)n);
+    zs_test_write_file(dir, "params.bin", f->w, f->P * sizeof(float));
     int32_t *tok = malloc(2 * (size_t)B * T * sizeof(int32_t));
     for (int i = 0; i < B * T; i++) {
         tok[i] = (int32_t)((i * 7 + 3) % f->c.vocab);
         tok[B * T + i] = (int32_t)((i * 13 + 5 + i / 3) % f->c.vocab);
     }
-    write_file(dir, "tokens.bin", tok, 2 * (size_t)B * T * sizeof(int32_t));
+    zs_test_write_file(dir, "tokens.bin", tok, 2 * (size_t)B * T * sizeof(int32_t));
     free(tok);
     char cmd[1200];
     snprintf(cmd, sizeof cmd, "%s %s/tests/ref/gpt_torch.py %s fp32 %s", ZS_PYTHON, ZS_SOURCE_DIR,
              dir, act);
     int rc = system(cmd);
     TEST_CHECKF(rc == 0, "%s failed (%d); torch missing? run deploy/install-deps.sh", cmd, rc);
-    read_file(dir, "logits.bin", logits, (size_t)B * T * f->c.vocab * sizeof(float));
-    read_file(dir, "loss.bin", loss, sizeof *loss);
-    read_file(dir, "grads.bin", grad, f->P * sizeof(float));
+    zs_test_read_file(dir, "logits.bin", logits, (size_t)B * T * f->c.vocab * sizeof(float));
+    zs_test_read_file(dir, "loss.bin", loss, sizeof *loss);
+    zs_test_read_file(dir, "grads.bin", grad, f->P * sizeof(float));
     snprintf(cmd, sizeof cmd, "rm -rf %s", dir);
     TEST_CHECK(system(cmd) == 0);
 }

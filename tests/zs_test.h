@@ -50,4 +50,27 @@ static inline int zs_test_close(double a, double b, double atol, double rtol, do
     return e <= atol + rtol * fabs(b);
 }
 
+/* Raw bytes to and from DIR/NAME (tensors exchanged with the Python
+ * references in tests/ref): the whole file must be exactly n bytes. */
+static inline void zs_test_write_file(const char *dir, const char *name, const void *p, size_t n)
+{
+    char path[512];
+    snprintf(path, sizeof path, "%s/%s", dir, name);
+    FILE *fp = fopen(path, "wb");
+    TEST_CHECKF(fp && fwrite(p, 1, n, fp) == n && fclose(fp) == 0, "write %s", path);
+}
+
+static inline void zs_test_read_file(const char *dir, const char *name, void *p, size_t n)
+{
+    char path[512];
+    snprintf(path, sizeof path, "%s/%s", dir, name);
+    FILE *fp = fopen(path, "rb");
+    TEST_CHECKF(fp != NULL, "open %s", path);
+    size_t got = fread(p, 1, n, fp);
+    char extra;
+    TEST_CHECKF(got == n && fread(&extra, 1, 1, fp) == 0, "%s: %zu bytes, expected %zu", path, got,
+                n);
+    fclose(fp);
+}
+
 #endif

@@ -33,13 +33,6 @@
 
 #include "zs_gpt_impl.h"
 
-#define TRY(expr)                                                                                  \
-    do {                                                                                           \
-        int rc_ = (expr);                                                                          \
-        if (rc_)                                                                                   \
-            return rc_;                                                                            \
-    } while (0)
-
 /* Set the activation dtype before bind (zs_gpt.h). */
 int zs_gpt_set_activations(zs_gpt_t *g, int act_dt, zs_err_t *err)
 {
