@@ -90,6 +90,19 @@ static float *grad_slot(zs_engine_t *e, int layer, zs_err_t *err)
     return (float *)e->gslot[b->slot].p + (s->pbase - b->gbase) + (e->layer_off[layer] - s->off);
 }
 
+/* Queue the pushes of bucket k's staged partition (its valid part of each
+ * segment) for the coming step, each waiting for ev_staged[k]. */
+static int push_bucket(zs_engine_t *e, const zs__bucket_t *b, int k, zs_err_t *err)
+{
+    for (int j = b->s0; j <= b->s1; j++) {
+        zs__seg_t *s = &e->s[j];
+        if (s->ve > s->vb)
+            ZS_ENG_TRY(zs__eng_push_async(e, e->step + 1, s->off + s->vb, s->off + s->ve,
+                                          zs__at(e, e->staging, s->qbase), e->ev_staged[k], err));
+    }
+    return ZS_OK;
+}
+
 /* Release slot i: its last consumer is the work enqueued on `s` so far. */
 static int free_slot(zs__slot_t *slot, zs_stream_t *s, zs_err_t *err)
 {
@@ -113,13 +126,7 @@ int zs__eng_bucket_final(zs_engine_t *e, int k, zs_err_t *err)
                                      zs__eng_grad_part(e, s), (s->ve - s->vb) * e->esz, err));
     }
     ZS_ENG_TRY(zs_dev_event_record(e->ev_staged[k], e->copy, err));
-    for (int j = b->s0; j <= b->s1; j++) {
-        zs__seg_t *s = &e->s[j];
-        if (s->ve > s->vb)
-            ZS_ENG_TRY(zs__eng_push_async(e, e->step + 1, s->off + s->vb, s->off + s->ve,
-                                          zs__at(e, e->staging, s->qbase), e->ev_staged[k], err));
-    }
-    return ZS_OK;
+    return push_bucket(e, b, k, err);
 }
 
 /* grads_offloaded (stages 2-3 with offload_optimizer): this micro-batch's
@@ -194,13 +201,7 @@ static int stage_bucket(zs_engine_t *e, int k, void *buf, zs__slot_t *used, zs_e
     ZS_ENG_TRY(free_slot(direct ? used : &e->aslot[i], e->copy, err));
     if (!e->last_micro)
         return ZS_OK;
-    for (int j = b->s0; j <= b->s1; j++) {
-        zs__seg_t *s = &e->s[j];
-        if (s->ve > s->vb)
-            ZS_ENG_TRY(zs__eng_push_async(e, e->step + 1, s->off + s->vb, s->off + s->ve,
-                                          zs__at(e, e->staging, s->qbase), e->ev_staged[k], err));
-    }
-    return ZS_OK;
+    return push_bucket(e, b, k, err);
 }
 
 /* Bucket k's gradient of this micro-batch is complete in its scratch slot. */
