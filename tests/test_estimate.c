@@ -291,7 +291,7 @@ static void test_zs_ctl(void)
 /* The GPT c at micro-batch B in mode (ckpt, cpu) on a fresh CPU device:
  * the allocator's activation peaks (device, pinned) over bind, a forward
  * and a backward. */
-static void measure_act(zs_gpt_config_t c, int B, int ckpt, int cpu, uint64_t *dev_peak,
+static void measure_act(zs_gpt_config_t c, int B, int ckpt, int cpu, int act16, uint64_t *dev_peak,
                         uint64_t *pin_peak)
 {
     zs_err_t err;
@@ -303,6 +303,7 @@ static void measure_act(zs_gpt_config_t c, int B, int ckpt, int cpu, uint64_t *d
     TEST_OK(zs_gpt_create(&c, B, 3, &g, &err), err);
     TEST_OK(zs_gpt_set_threads(g, 1, &err), err);
     TEST_OK(zs_gpt_set_checkpointing(g, ckpt, cpu, &err), err);
+    TEST_OK(zs_gpt_set_activations(g, act16 ? ZS_DTYPE_BF16 : ZS_DTYPE_F32, &err), err);
     const zs_model_t *m = zs_gpt_model(g);
     uint64_t P = zs_gpt_num_params(&c), off = 0;
     float *w = malloc(P * 4);
@@ -356,41 +357,45 @@ static void test_activations(void)
         int B;
     } shapes[] = {{{3, 2, 16, 8, 32}, 2}, {{6, 4, 64, 32, 128}, 4}, {{4, 3, 24, 13, 50}, 3}};
     static const char *names[3] = {"no checkpointing", "checkpointing", "cpu_checkpointing"};
-    const uint64_t tol = 21 * 64; /* alignment of the model's 21 activation tensors */
-    for (size_t k = 0; k < sizeof shapes / sizeof shapes[0]; k++) {
-        zs_gpt_config_t c = shapes[k].c;
-        uint64_t none = 0;
-        for (int mode = 0; mode < 3; mode++) {
-            zs_estimate_act_t a;
-            zs_err_t err;
-            TEST_OK(zs_estimate_act(c.layers, c.heads, c.width, c.ctx, c.vocab, shapes[k].B,
-                                    mode > 0, mode == 2, &a, &err),
-                    err);
-            TEST_CHECK(a.gpu_total == a.gpu_checkpoints + a.gpu_blocks + a.gpu_other);
-            uint64_t d, p;
-            measure_act(c, shapes[k].B, mode > 0, mode == 2, &d, &p);
-            TEST_CHECKF(d >= a.gpu_total && d - a.gpu_total <= tol && p == a.host_pinned,
-                        "L=%d C=%d T=%d B=%d %s: measured %llu device + %llu pinned, estimated "
-                        "%llu + %llu (tolerance +%llu)",
-                        c.layers, c.width, c.ctx, shapes[k].B, names[mode], (unsigned long long)d,
-                        (unsigned long long)p, (unsigned long long)a.gpu_total,
-                        (unsigned long long)a.host_pinned, (unsigned long long)tol);
-            if (mode == 0)
-                none = a.gpu_total;
-            else
-                TEST_CHECK(a.gpu_total < none);
-            printf("activations L=%d NH=%d C=%d T=%d V=%d B=%d, %-17s: estimate %8llu B "
-                   "(+%llu pinned), measured %8llu B (+%llu pinned)\n",
-                   c.layers, c.heads, c.width, c.ctx, c.vocab, shapes[k].B, names[mode],
-                   (unsigned long long)a.gpu_total, (unsigned long long)a.host_pinned,
-                   (unsigned long long)d, (unsigned long long)p);
+    for (int a16 = 0; a16 < 2; a16++)
+        for (size_t k = 0; k < sizeof shapes / sizeof shapes[0]; k++) {
+            /* alignment of the model's 21 activation tensors (and 16-bit homes) */
+            const uint64_t tol = (a16 ? 32 : 21) * 64;
+            zs_gpt_config_t c = shapes[k].c;
+            uint64_t none = 0;
+            for (int mode = 0; mode < 3; mode++) {
+                zs_estimate_act_t a;
+                zs_err_t err;
+                TEST_OK(zs_estimate_act(c.layers, c.heads, c.width, c.ctx, c.vocab, shapes[k].B,
+                                        mode > 0, mode == 2, a16, &a, &err),
+                        err);
+                TEST_CHECK(a.gpu_total == a.gpu_checkpoints + a.gpu_blocks + a.gpu_other);
+                uint64_t d, p;
+                measure_act(c, shapes[k].B, mode > 0, mode == 2, a16, &d, &p);
+                TEST_CHECKF(
+                    d >= a.gpu_total && d - a.gpu_total <= tol && p == a.host_pinned,
+                    "L=%d C=%d T=%d B=%d %s%s: measured %llu device + %llu pinned, estimated "
+                    "%llu + %llu (tolerance +%llu)",
+                    c.layers, c.width, c.ctx, shapes[k].B, names[mode], a16 ? " (16-bit)" : "",
+                    (unsigned long long)d, (unsigned long long)p, (unsigned long long)a.gpu_total,
+                    (unsigned long long)a.host_pinned, (unsigned long long)tol);
+                if (mode == 0)
+                    none = a.gpu_total;
+                else
+                    TEST_CHECK(a.gpu_total < none);
+                printf("activations L=%d NH=%d C=%d T=%d V=%d B=%d, %-17s %s: estimate %8llu B "
+                       "(+%llu pinned), measured %8llu B (+%llu pinned)\n",
+                       c.layers, c.heads, c.width, c.ctx, c.vocab, shapes[k].B, names[mode],
+                       a16 ? "bf16" : "fp32", (unsigned long long)a.gpu_total,
+                       (unsigned long long)a.host_pinned, (unsigned long long)d,
+                       (unsigned long long)p);
+            }
         }
-    }
     /* refusals */
     zs_estimate_act_t a;
     zs_err_t err;
-    TEST_CHECK(zs_estimate_act(2, 3, 16, 8, 32, 1, 0, 0, &a, &err) == ZS_ERR_RANGE);
-    TEST_CHECK(zs_estimate_act(2, 2, 16, 8, 32, 1, 0, 1, &a, &err) == ZS_ERR_INVALID);
+    TEST_CHECK(zs_estimate_act(2, 3, 16, 8, 32, 1, 0, 0, 0, &a, &err) == ZS_ERR_RANGE);
+    TEST_CHECK(zs_estimate_act(2, 2, 16, 8, 32, 1, 0, 1, 0, &a, &err) == ZS_ERR_INVALID);
     /* zs-ctl prints them, marking the mode asked for; the shape stands for --params */
     char *out;
     TEST_CHECK(sh("'" ZS_CTL "' estimate --gpus 1 --stage 2 --layers 6 --heads 4 --width 64 "
@@ -398,6 +403,14 @@ static void test_activations(void)
                   &out) == 0);
     TEST_CHECKF(strstr(out, "* checkpointing") && strstr(out, "889856 B") &&
                     strstr(out, "Ψ = 310272 parameters"),
+                "%s", out);
+    free(out);
+    TEST_CHECK(sh("'" ZS_CTL "' estimate --gpus 1 --stage 2 --layers 6 --heads 4 --width 64 "
+                  "--ctx 32 --vocab 128 --micro-batch 4 --activation-checkpointing "
+                  "--activations-16",
+                  &out) == 0);
+    TEST_CHECKF(strstr(out, "* checkpointing") && strstr(out, "807936 B") &&
+                    strstr(out, "16-bit saved tensors"),
                 "%s", out);
     free(out);
     TEST_CHECK(sh("'" ZS_CTL "' estimate --params 1M --gpus 1 --layers 6 2>&1", &out) == 2);

@@ -285,7 +285,7 @@ int zs_estimate_print_table(uint64_t params, int gpus, int nodes, FILE *f, zs_er
 
 /* Compute a GPT's activations per GPU (zs_estimate.h). */
 int zs_estimate_act(int layers, int heads, int width, int ctx, int vocab, int micro_batch, int ckpt,
-                    int cpu, zs_estimate_act_t *out, zs_err_t *err)
+                    int cpu, int act16, zs_estimate_act_t *out, zs_err_t *err)
 {
     if (layers < 1 || heads < 1 || width < 1 || ctx < 1 || vocab < 1 || micro_batch < 1 ||
         width % heads)
@@ -299,11 +299,21 @@ int zs_estimate_act(int layers, int heads, int width, int ctx, int vocab, int mi
     memset(out, 0, sizeof *out);
     out->layers = layers, out->heads = heads, out->width = width, out->ctx = ctx;
     out->vocab = vocab, out->micro_batch = micro_batch, out->ckpt = ckpt, out->cpu = cpu;
+    out->act16 = act16;
     uint64_t L = (uint64_t)layers, C = (uint64_t)width, V = (uint64_t)vocab;
     uint64_t N = (uint64_t)micro_batch * (uint64_t)ctx;
     uint64_t w = N * (15 * C + 4) + (uint64_t)micro_batch * (uint64_t)heads * ctx * ctx;
     uint64_t h = N * C + N * (C + 2) + N * V + 4 * N;
     uint64_t ckpts = L * N * C;
+    if (act16) { /* zs_estimate.h: the 16-bit formulas */
+        uint64_t hp = N * (C + V + 6), sb = w - 4 * N;
+        out->gpu_checkpoints = cpu ? 0 : 2 * ckpts;
+        out->gpu_blocks = 4 * w + (ckpt ? 0 : 16 * N * (L - 1) + 2 * L * sb);
+        out->gpu_other = 4 * N * C + 4 * hp + 2 * N * C + (cpu ? 2 * N * C : 0);
+        out->host_pinned = cpu ? 2 * ckpts : 0;
+        out->gpu_total = out->gpu_checkpoints + out->gpu_blocks + out->gpu_other;
+        return ZS_OK;
+    }
     out->gpu_checkpoints = cpu ? 0 : 4 * ckpts;
     out->gpu_blocks = 4 * (ckpt ? w : L * w);
     out->gpu_other = 4 * (cpu ? N * C + h : h);
@@ -320,14 +330,15 @@ void zs_estimate_print_act(const zs_estimate_act_t *a, FILE *f)
                                    "B·T·C + w + h (+ L·B·T·C pinned on the host)"};
     int sel = a->cpu ? 2 : a->ckpt;
     fprintf(f,
-            "\nactivations per GPU (fp32), GPT L=%d NH=%d C=%d T=%d V=%d, micro-batch B=%d:\n"
+            "\nactivations per GPU (%s), GPT L=%d NH=%d C=%d T=%d V=%d, micro-batch B=%d:\n"
             "  w = B·T·(15C + 4) + B·NH·T² (one block), h = B·T·(2C + V + 6) (head, loss, "
             "tokens)\n",
+            a->act16 ? "16-bit saved tensors; formulas for fp32 in zs_estimate.h" : "fp32",
             a->layers, a->heads, a->width, a->ctx, a->vocab, a->micro_batch);
     for (int m = 0; m < 3; m++) {
         zs_estimate_act_t x;
         if (zs_estimate_act(a->layers, a->heads, a->width, a->ctx, a->vocab, a->micro_batch, m > 0,
-                            m == 2, &x, NULL) != ZS_OK)
+                            m == 2, a->act16, &x, NULL) != ZS_OK)
             return;
         fprintf(f, "  %c ", m == sel ? '*' : ' ');
         pad(f, names[m], 19);
@@ -354,7 +365,9 @@ static void usage(FILE *f)
                "                       a GPT shape: its activations per GPU are printed too\n"
                "                       (and --params may be left out: the GPT's count)\n"
                "  --activation-checkpointing  activations with a checkpoint per block\n"
-               "  --cpu-checkpointing  ... and the checkpoints in pinned host memory\n");
+               "  --cpu-checkpointing  ... and the checkpoints in pinned host memory\n"
+               "  --activations-16     saved activations in bf16/fp16 (zs-train's default for a\n"
+               "                       bf16/fp16 config)\n");
 }
 
 static int parse_int(const char *opt, const char *s, int *out)
@@ -387,12 +400,13 @@ int zs_estimate_main(int argc, char **argv)
                                          {"micro-batch", required_argument, 0, 1005},
                                          {"activation-checkpointing", no_argument, 0, 1006},
                                          {"cpu-checkpointing", no_argument, 0, 1007},
+                                         {"activations-16", no_argument, 0, 1008},
                                          {0, 0, 0, 0}};
     const char *params_s = NULL;
     int gpus = -1, nodes = 1, stage = -1, oo = 0, op = 0, ch;
     /* GPT shape (layers, heads, width, ctx, vocab, micro-batch; 0 = not
      * given) and the checkpointing mode */
-    int shape[6] = {0, 0, 0, 0, 0, 0}, ac = 0, acpu = 0;
+    int shape[6] = {0, 0, 0, 0, 0, 0}, ac = 0, acpu = 0, a16 = 0;
     static const char *shape_opt[6] = {"--layers", "--heads", "--width",
                                        "--ctx",    "--vocab", "--micro-batch"};
     zs_err_t err;
@@ -435,6 +449,9 @@ int zs_estimate_main(int argc, char **argv)
         case 1007:
             acpu = 1;
             break;
+        case 1008:
+            a16 = 1;
+            break;
         case 'h':
             usage(stdout);
             return 0;
@@ -456,14 +473,14 @@ int zs_estimate_main(int argc, char **argv)
                         "--ctx --vocab --micro-batch\n");
         return 2;
     }
-    if ((ac || acpu) && !nshape) {
-        fprintf(stderr, "zs-ctl estimate: --activation-checkpointing and --cpu-checkpointing "
-                        "need a GPT shape (--layers ... --micro-batch)\n");
+    if ((ac || acpu || a16) && !nshape) {
+        fprintf(stderr, "zs-ctl estimate: --activation-checkpointing, --cpu-checkpointing and "
+                        "--activations-16 need a GPT shape (--layers ... --micro-batch)\n");
         return 2;
     }
     zs_estimate_act_t act;
     if (nshape && zs_estimate_act(shape[0], shape[1], shape[2], shape[3], shape[4], shape[5],
-                                  ac || acpu, acpu, &act, &err) != ZS_OK) {
+                                  ac || acpu, acpu, a16, &act, &err) != ZS_OK) {
         fprintf(stderr, "zs-ctl estimate: %s\n", err.msg);
         return 2;
     }

@@ -40,6 +40,16 @@
  *                        L·B·T·C pinned on its host
  * (docs/engine.md, "Activation checkpointing"; the model allocates each
  * tensor 64-byte aligned, so it measures up to 21·64 bytes more).
+ * With 16-bit activations (act16; docs/engine.md, "Precision") the saved
+ * tensors and residual slots take 2 bytes, LayerNorm statistics and the
+ * head stay fp32, and the ops run in one fp32 block workspace w plus one
+ * fp32 residual slice B·T·C; with s = w - 4·B·T (a block's tensors less
+ * its statistics) and h' = B·T·(C + V + 6) (the head less its input):
+ *   no checkpointing     4w + 16·B·T·(L-1) + 2·L·s + 4·B·T·C + 2·(L+1)·B·T·C + 4h'
+ *   checkpointing        4w + 4·B·T·C + 2·(L+1)·B·T·C + 4h'
+ *   cpu_checkpointing    4w + 4·B·T·C + 4·B·T·C + 4h' on the GPU (two 16-bit
+ *                        slices), 2·L·B·T·C pinned
+ * (up to 32·64 bytes more measured: the 16-bit homes are aligned too).
  */
 #ifndef ZS_ESTIMATE_H
 #define ZS_ESTIMATE_H
@@ -80,6 +90,7 @@ typedef struct zs_estimate_act {
     /* inputs */
     int layers, heads, width, ctx, vocab, micro_batch;
     int ckpt, cpu; /* activation checkpointing, cpu_checkpointing */
+    int act16;     /* saved activations in bf16/fp16 (zs-train --activations) */
     /* bytes on each GPU: checkpoints (0 with cpu), blocks (L or 1
      * workspaces), other (residual slots that are not checkpoints, head) */
     uint64_t gpu_checkpoints, gpu_blocks, gpu_other, gpu_total;
@@ -87,10 +98,10 @@ typedef struct zs_estimate_act {
 } zs_estimate_act_t;
 
 /* Fill *out for the GPT shape and micro-batch, with or without
- * checkpointing (cpu needs ckpt). Refuses shapes that are not positive or
- * width not a multiple of heads. */
+ * checkpointing (cpu needs ckpt), activations fp32 or (act16) 16-bit.
+ * Refuses shapes that are not positive or width not a multiple of heads. */
 int zs_estimate_act(int layers, int heads, int width, int ctx, int vocab, int micro_batch, int ckpt,
-                    int cpu, zs_estimate_act_t *out, zs_err_t *err);
+                    int cpu, int act16, zs_estimate_act_t *out, zs_err_t *err);
 
 /* Print the activations of the three modes for the shape of *a (marking
  * a's mode) with their formulas. */
