@@ -504,19 +504,6 @@ static void torch_ref(const fixture_t *f, const char *gemm, float *rlogits, doub
     TEST_CHECK(system(cmd) == 0);
 }
 
-/* Max and root-mean-square of a - b over n elements. */
-static void diff_stats(const float *a, const float *b, size_t n, double *max, double *rms)
-{
-    double m = 0, s = 0;
-    for (size_t i = 0; i < n; i++) {
-        double e = fabs((double)a[i] - b[i]);
-        m = fmax(m, e);
-        s += e * e;
-    }
-    *max = m;
-    *rms = n ? sqrt(s / (double)n) : 0;
-}
-
 /* Mixed-precision GEMMs against torch doing the same rounding (MixedMM in
  * gpt_torch.py) and against torch with fp32 GEMMs. Two fp32 implementations
  * differ by an ulp here and there, and where such a value sits near a
@@ -539,10 +526,10 @@ static void mixed_vs_torch(const fixture_t *f, double min_ratio, double loss, co
     double ploss;
     torch_ref(f, "fp32", plog, &ploss, pgrad);
     double lmax, lrms, pmax, prms, gmax, grms, qmax, qrms;
-    diff_stats(logits, rlogits, nlog, &lmax, &lrms);
-    diff_stats(logits, plog, nlog, &pmax, &prms);
-    diff_stats(f->grad, rgrad, f->P, &gmax, &grms);
-    diff_stats(f->grad, pgrad, f->P, &qmax, &qrms);
+    zs_test_diff_stats(logits, rlogits, nlog, &lmax, &lrms);
+    zs_test_diff_stats(logits, plog, nlog, &pmax, &prms);
+    zs_test_diff_stats(f->grad, rgrad, f->P, &gmax, &grms);
+    zs_test_diff_stats(f->grad, pgrad, f->P, &qmax, &qrms);
     double gscale = 0;
     for (uint64_t k = 0; k < f->P; k++)
         gscale = fmax(gscale, fabs(rgrad[k]));

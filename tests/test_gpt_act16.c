@@ -345,19 +345,6 @@ static void torch_ref(const fx_t *f, int B, int T, const char *act, double *loss
     TEST_CHECK(system(cmd) == 0);
 }
 
-/* Max and root-mean-square of a - b over n elements. */
-static void diff_stats(const float *a, const float *b, size_t n, double *max, double *rms)
-{
-    double m = 0, s = 0;
-    for (size_t i = 0; i < n; i++) {
-        double e = fabs((double)a[i] - b[i]);
-        m = e > m ? e : m;
-        s += e * e;
-    }
-    *max = m;
-    *rms = n ? sqrt(s / (double)n) : 0;
-}
-
 static void test_torch(int act_dt)
 {
     zs_err_t err;
@@ -377,10 +364,10 @@ static void test_torch(int act_dt)
     torch_ref(&f, B, T, zs_dtype_name(act_dt), &tloss[0], tl[0], tg[0]);
     torch_ref(&f, B, T, "fp32", &tloss[1], tl[1], tg[1]);
     double lmax, lrms, pmax, prms, gmax, grms, qmax, qrms;
-    diff_stats(lg, tl[0], nlog, &lmax, &lrms);
-    diff_stats(lg, tl[1], nlog, &pmax, &prms);
-    diff_stats(gr, tg[0], f.P, &gmax, &grms);
-    diff_stats(gr, tg[1], f.P, &qmax, &qrms);
+    zs_test_diff_stats(lg, tl[0], nlog, &lmax, &lrms);
+    zs_test_diff_stats(lg, tl[1], nlog, &pmax, &prms);
+    zs_test_diff_stats(gr, tg[0], f.P, &gmax, &grms);
+    zs_test_diff_stats(gr, tg[1], f.P, &qmax, &qrms);
     double ratio = TORCH_MIN_RATIO[act_dt == ZS_DTYPE_F16];
     double le = fabs(loss - tloss[0]);
     printf("  %s activations, fp32 GEMMs, L=%d NH=%d C=%d V=%d B=%d T=%d: loss zs %.7f torch "

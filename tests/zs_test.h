@@ -73,4 +73,18 @@ static inline void zs_test_read_file(const char *dir, const char *name, void *p,
     fclose(fp);
 }
 
+/* Max and root-mean-square of |a - b| over n elements (0 for n = 0). */
+static inline void zs_test_diff_stats(const float *a, const float *b, size_t n, double *max,
+                                      double *rms)
+{
+    double m = 0, s = 0;
+    for (size_t i = 0; i < n; i++) {
+        double e = fabs((double)a[i] - b[i]);
+        m = fmax(m, e);
+        s += e * e;
+    }
+    *max = m;
+    *rms = n ? sqrt(s / (double)n) : 0;
+}
+
 #endif
