@@ -88,14 +88,14 @@ static int load_batch(void *self, const zs_batch_ctx_t *b, zs_err_t *err)
     return zs_dev_host_fn(s->stream, call_fn, &c, sizeof c, err);
 }
 
-static int forward(void *self, int l, float *const *p, zs_err_t *err)
+static int forward(void *self, int l, void *const *p, zs_err_t *err)
 {
     stack_t *s = self;
     call_t c = {s, l, 0, 0, p[0], NULL, 0};
     return zs_dev_host_fn(s->stream, call_fn, &c, sizeof c, err);
 }
 
-static int backward(void *self, int l, float *const *p, float *const *g, float dloss, zs_err_t *err)
+static int backward(void *self, int l, void *const *p, float *const *g, float dloss, zs_err_t *err)
 {
     stack_t *s = self;
     call_t c = {s, l, 1, dloss, p[0], g[0], 0};

@@ -160,7 +160,7 @@ static double bare_step(bare_t *b, double ms[3])
     if (zs_gpt_set_tokens(b->g, b->in, b->tg, b->s->B, c->ctx, &err))
         die("tokens", &err);
     for (int i = 0; i < nl; i++) {
-        float *p[2] = {b->w + b->off[i], b->w};
+        void *p[2] = {b->w + b->off[i], b->w};
         if (m->forward(m->self, i, p, &err))
             die("forward", &err);
     }
@@ -171,7 +171,8 @@ static double bare_step(bare_t *b, double ms[3])
     if (zs_dev_memset(b->cs, b->gr, 0, b->P * 4, &err))
         die("zero grads", &err);
     for (int i = nl - 1; i >= 0; i--) {
-        float *p[2] = {b->w + b->off[i], b->w}, *gp[2] = {b->gr + b->off[i], b->gr};
+        void *p[2] = {b->w + b->off[i], b->w};
+        float *gp[2] = {b->gr + b->off[i], b->gr};
         if (m->backward(m->self, i, p, gp, 1.0f, &err))
             die("backward", &err);
     }

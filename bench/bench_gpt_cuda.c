@@ -211,7 +211,7 @@ static int run_model(zs_dev_t *dev, const cshape_t *s, int B, const float *hw, r
         if ((rc = zs_gpt_set_tokens(g, in, tg, B, c->ctx, &err)))
             goto out;
         for (int i = 0; i < m->nlayers; i++) {
-            float *p[2] = {wf + off[i], wf};
+            void *p[2] = {wf + off[i], wf};
             if ((rc = m->forward(m->self, i, p, &err)))
                 goto out;
         }
@@ -221,7 +221,8 @@ static int run_model(zs_dev_t *dev, const cshape_t *s, int B, const float *hw, r
         if ((rc = zs_dev_memset(cs, gr, 0, P * 4, &err)))
             goto out;
         for (int i = m->nlayers - 1; i >= 0; i--) {
-            float *p[2] = {wf + off[i], wf}, *gp[2] = {gf + off[i], gf};
+            void *p[2] = {wf + off[i], wf};
+            float *gp[2] = {gf + off[i], gf};
             if ((rc = m->backward(m->self, i, p, gp, 1.0f, &err)))
                 goto out;
         }

@@ -327,13 +327,13 @@ static void measure_act(zs_gpt_config_t c, int B, int ckpt, int cpu, int act16, 
     for (int i = 0; i < m->nlayers; i++)
         offs[i + 1] = offs[i] + m->nparams[i];
     for (int i = 0; i < m->nlayers; i++) {
-        float *p[2] = {(float *)dw + offs[i], dw};
+        void *p[2] = {(float *)dw + offs[i], dw};
         TEST_OK(m->forward(m->self, i, p, &err), err);
     }
     double loss;
     TEST_OK(m->loss(m->self, &loss, &err), err);
     for (int i = m->nlayers - 1; i >= 0; i--) {
-        float *p[2] = {(float *)dw + offs[i], dw};
+        void *p[2] = {(float *)dw + offs[i], dw};
         float *gr[2] = {(float *)dg + offs[i], dg};
         TEST_OK(m->backward(m->self, i, p, gr, 1.0f, &err), err);
     }

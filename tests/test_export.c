@@ -285,7 +285,7 @@ static void cpu_logits(const float *w, const int32_t *in, const int32_t *tg, int
     TEST_OK(zs_gpt_set_tokens(g, in, tg, B, k_cfg.ctx, &err), err);
     uint64_t off = 0;
     for (int i = 0; i < m->nlayers; i++) {
-        float *p[2] = {(float *)dw + off, dw};
+        void *p[2] = {(float *)dw + off, dw};
         TEST_OK(m->forward(m->self, i, p, &err), err);
         off += m->nparams[i];
     }

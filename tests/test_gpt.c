@@ -145,7 +145,7 @@ static double run_forward(fixture_t *f)
     zs_err_t err;
     int n = f->m->nlayers;
     for (int i = 0; i < n; i++) {
-        float *p[2] = {f->dw + f->off[i], f->dw};
+        void *p[2] = {f->dw + f->off[i], f->dw};
         TEST_OK(f->m->forward(f->m->self, i, p, &err), err);
     }
     double loss;
@@ -158,7 +158,7 @@ static void run_backward(fixture_t *f, float dloss)
 {
     zs_err_t err;
     for (int i = f->m->nlayers - 1; i >= 0; i--) {
-        float *p[2] = {f->dw + f->off[i], f->dw};
+        void *p[2] = {f->dw + f->off[i], f->dw};
         float *g[2] = {f->dgrad + f->off[i], f->dgrad};
         TEST_OK(f->m->backward(f->m->self, i, p, g, dloss, &err), err);
     }
@@ -197,7 +197,8 @@ static void test_bind(void)
     int rc = zs_gpt_set_tokens(g, tok, tok, B, 8, &err);
     TEST_CHECKF(rc == ZS_ERR_STATE && strstr(err.msg, "bind"), "set_tokens unbound: %d '%s'", rc,
                 err.msg);
-    float *none[2] = {NULL, NULL};
+    void *none[2] = {NULL, NULL};
+    float *gnone[2] = {NULL, NULL};
     rc = md->forward(md->self, 0, none, &err);
     TEST_CHECKF(rc == ZS_ERR_STATE && strstr(err.msg, "bind"), "forward unbound: %d '%s'", rc,
                 err.msg);
@@ -254,7 +255,7 @@ static void test_bind(void)
     TEST_OK(zs_gpt_set_tokens(g, tok, tok, B, 8, &err), err);
     rc = md->forward(md->self, 2, none, &err);
     TEST_CHECKF(rc == ZS_ERR_STATE, "forward of layer 2 first: rc %d", rc);
-    rc = md->backward(md->self, 3, none, none, 1.0f, &err);
+    rc = md->backward(md->self, 3, none, gnone, 1.0f, &err);
     TEST_CHECKF(rc == ZS_ERR_STATE, "backward before forward: rc %d", rc);
     float *lg = malloc((size_t)N * V * sizeof(float));
     rc = zs_gpt_copy_logits(g, lg, &err);
@@ -318,7 +319,7 @@ static void test_staging(void)
             TEST_CHECK(pthread_create(&th, NULL, open_gate_later, &open) == 0);
         TEST_OK(zs_gpt_set_tokens(f.g, f.in, f.tg, f.B, f.T, &err), err);
         for (int i = 0; i < f.m->nlayers; i++) {
-            float *p[2] = {f.dw + f.off[i], f.dw};
+            void *p[2] = {f.dw + f.off[i], f.dw};
             TEST_OK(f.m->forward(f.m->self, i, p, &err), err);
         }
         run_backward(&f, 1.0f);
@@ -326,7 +327,7 @@ static void test_staging(void)
             wait_stream();
         TEST_OK(zs_gpt_set_tokens(f.g, inB, tgB, f.B, f.T, &err), err);
         for (int i = 0; i < f.m->nlayers; i++) {
-            float *p[2] = {f.dw + f.off[i], f.dw};
+            void *p[2] = {f.dw + f.off[i], f.dw};
             TEST_OK(f.m->forward(f.m->self, i, p, &err), err);
         }
         run_backward(&f, 1.0f);
@@ -366,7 +367,7 @@ static void test_destroy(void)
         TEST_OK(zs_gpt_set_tokens(g, f.in, f.tg, f.B, f.T, &err), err);
         const zs_model_t *m = zs_gpt_model(g);
         for (int i = 0; i < m->nlayers; i++) {
-            float *p[2] = {f.dw + f.off[i], f.dw};
+            void *p[2] = {f.dw + f.off[i], f.dw};
             TEST_OK(m->forward(m->self, i, p, &err), err);
         }
         TEST_CHECK(pthread_create(&th, NULL, open_gate_later, &open) == 0);
@@ -631,7 +632,7 @@ static void forward_logits(zs_gpt_t *g, const float *w, float *dw, uint64_t P, f
     TEST_OK(zs_dev_memcpy(stream, dw, w, P * sizeof(float), &err), err);
     uint64_t off = 0;
     for (int i = 0; i < m->nlayers; i++) {
-        float *p[2] = {dw + off, dw};
+        void *p[2] = {dw + off, dw};
         TEST_OK(m->forward(m->self, i, p, &err), err);
         off += m->nparams[i];
     }

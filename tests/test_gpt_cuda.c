@@ -170,7 +170,7 @@ static double side_step(side_t *x, const int32_t *in, const int32_t *tg, float *
     TEST_OK(zs_gpt_set_tokens(x->g, in, tg, x->B, x->T, &err), err);
     TEST_OK(zs_dev_memset(x->s, x->dg, 0, x->P * sizeof(float), &err), err);
     for (int i = 0; i < m->nlayers; i++) {
-        float *p[2] = {x->dw + x->off[i], x->dw};
+        void *p[2] = {x->dw + x->off[i], x->dw};
         TEST_OK(m->forward(m->self, i, p, &err), err);
     }
     double loss;
@@ -178,7 +178,7 @@ static double side_step(side_t *x, const int32_t *in, const int32_t *tg, float *
     if (logits)
         TEST_OK(zs_gpt_copy_logits(x->g, logits, &err), err);
     for (int i = m->nlayers - 1; i >= 0; i--) {
-        float *p[2] = {x->dw + x->off[i], x->dw};
+        void *p[2] = {x->dw + x->off[i], x->dw};
         float *gr[2] = {x->dg + x->off[i], x->dg};
         TEST_OK(m->backward(m->self, i, p, gr, 1.0f, &err), err);
     }

@@ -106,13 +106,13 @@ static inline double fx_step(fx_t *f, int B, int T, int mb)
     TEST_OK(zs_gpt_set_tokens(f->g, in, tg, B, T, &err), err);
     free(in), free(tg);
     for (int i = 0; i < f->m->nlayers; i++) {
-        float *p[2] = {f->dw + f->off[i], f->dw};
+        void *p[2] = {f->dw + f->off[i], f->dw};
         TEST_OK(f->m->forward(f->m->self, i, p, &err), err);
     }
     double loss;
     TEST_OK(f->m->loss(f->m->self, &loss, &err), err);
     for (int i = f->m->nlayers - 1; i >= 0; i--) {
-        float *p[2] = {f->dw + f->off[i], f->dw};
+        void *p[2] = {f->dw + f->off[i], f->dw};
         float *gr[2] = {f->dgrad + f->off[i], f->dgrad};
         TEST_OK(f->m->backward(f->m->self, i, p, gr, 1.0f, &err), err);
     }

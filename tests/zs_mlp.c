@@ -200,14 +200,14 @@ static int layer_fn(void *args, zs_err_t *err)
                   : zs_mlp_forward_host(a->m, a->layer, a->p, err);
 }
 
-static int forward(void *self, int layer, float *const *p, zs_err_t *err)
+static int forward(void *self, int layer, void *const *p, zs_err_t *err)
 {
     zs_mlp_t *m = self;
     layer_args_t a = {m, layer, 0, 0, {p[0], layer == 3 ? p[1] : NULL}, {NULL, NULL}};
     return zs_dev_host_fn(m->stream, layer_fn, &a, sizeof a, err);
 }
 
-static int backward(void *self, int layer, float *const *p, float *const *g, float dloss,
+static int backward(void *self, int layer, void *const *p, float *const *g, float dloss,
                     zs_err_t *err)
 {
     zs_mlp_t *m = self;

@@ -52,22 +52,27 @@ void *zs__eng_param_part(zs_engine_t *e, const zs__seg_t *s)
     return e->stage < 3 ? zs__at(e, e->params, s->pbase + s->vb) : zs__at(e, e->params, s->qbase);
 }
 
-/* fp32 pointer to layer i's own params where they persist (fp32 params,
- * stage-3 gathered views), or NULL (stages 0-2 in 16-bit: cast per use). */
-static float *resident_params(zs_engine_t *e, int layer)
+/* Pointer to layer i's own params where the layers read them in place:
+ * fp32 params, 16-bit params with params16 (both in e->dt), stage-3
+ * gathered buffers (their fp32 views without params16); else NULL (stages
+ * 0-2 in 16-bit without params16: cast per use). */
+static void *resident_params(zs_engine_t *e, int layer)
 {
     zs__seg_t *s = &e->s[e->layer_seg[layer]];
     uint64_t rel = e->layer_off[layer] - s->off;
-    if (e->stage == 3)
+    if (e->stage == 3) {
+        if (e->params16)
+            return s->gbuf ? zs__at(e, s->gbuf, rel) : NULL;
         return s->g32 ? s->g32 + rel : NULL;
-    if (e->dt == ZS_DTYPE_F32)
-        return (float *)e->params + s->pbase + rel;
+    }
+    if (e->dt == ZS_DTYPE_F32 || e->params16)
+        return zs__at(e, e->params, s->pbase + rel);
     return NULL;
 }
 
-int zs__eng_layer_ptrs(zs_engine_t *e, int layer, float **ptrs, zs_err_t *err)
+int zs__eng_layer_ptrs(zs_engine_t *e, int layer, void **ptrs, zs_err_t *err)
 {
-    if (e->stage == 3 || e->dt == ZS_DTYPE_F32) {
+    if (e->stage == 3 || e->dt == ZS_DTYPE_F32 || e->params16) {
         ptrs[0] = resident_params(e, layer);
         for (int d = 0; e->deps[layer][d] >= 0; d++)
             ptrs[1 + d] = resident_params(e, e->deps[layer][d]);
@@ -305,9 +310,9 @@ static int alloc_state(zs_engine_t *e, zs_err_t *err)
                                  (e->stage < 2 ? full : part) * e->esz, &e->grads, "gradients",
                                  err));
     ZS_ENG_TRY(zs_dev_memset(e->compute, e->params, 0, (e->stage < 3 ? full : part) * e->esz, err));
-    /* 16-bit stages 0-2: one fp32 view of the largest layer with its deps
-     * (no fp32 copy of the whole model). */
-    for (int i = 0; i < e->nlayers; i++) {
+    /* 16-bit stages 0-2 (a model reading fp32 only): one fp32 view of the
+     * largest layer with its deps (no fp32 copy of the whole model). */
+    for (int i = 0; i < e->nlayers && !e->params16; i++) {
         uint64_t need = e->m.nparams[i];
         for (int d = 0; e->deps[i][d] >= 0; d++)
             need += e->m.nparams[e->deps[i][d]];
@@ -401,6 +406,11 @@ int zs_engine_create(const zs_engine_opts_t *o, const zs_model_t *model, zs_engi
     if (!rc && e->offload && !o->servers)
         rc = zs_err_set(err, ZS_ERR_INVALID,
                         "offload_optimizer needs shard servers (--servers host:port,...)");
+    /* a model that reads 16-bit parameters itself needs no fp32 views */
+    if (!rc && e->dt != ZS_DTYPE_F32 && e->m.set_param_dtype) {
+        rc = e->m.set_param_dtype(e->m.self, e->dt, err);
+        e->params16 = rc == ZS_OK;
+    }
     uint64_t cap = (uint64_t)e->cfg.reduce_bucket_size;
     if (!rc)
         rc = make_layout(e, cap ? cap : 1, err);
@@ -522,25 +532,28 @@ int zs_engine_get_params(zs_engine_t *e, float *out, zs_err_t *err)
         zs__seg_t *s = &e->s[k];
         if (s->n == 0)
             continue;
-        if (e->stage < 3) { /* chunk by chunk through tmp, in stream order */
-            for (uint64_t a = 0; a < s->n && !rc; a += ch) {
-                uint64_t z = a + ch < s->n ? a + ch : s->n;
-                rc = zs_dev_cast(e->compute, tmp, ZS_DTYPE_F32, zs__at(e, e->params, s->pbase + a),
-                                 e->dt, z - a, err);
-                if (!rc)
-                    rc = zs_dev_memcpy(e->compute, out + s->off + a, tmp, (z - a) * 4, err);
-            }
-            continue;
+        /* stages 0-2: from the parameters; stage 3: from the segment
+         * gathered now (its fp32 view, or its dt elements with params16) */
+        int was = s->gbuf != NULL, st3 = e->stage == 3;
+        void *src = e->stage < 3 ? zs__at(e, e->params, s->pbase) : NULL;
+        if (st3) {
+            rc = zs__eng_gather_seg(e, k, err);
+            if (!rc)
+                rc = zs_dev_stream_wait(e->compute, s->gev, err);
+            src = s->g32 ? (void *)s->g32 : s->gbuf;
         }
-        int was = s->gbuf != NULL;
-        rc = zs__eng_gather_seg(e, k, err);
-        if (!rc)
-            rc = zs_dev_stream_wait(e->compute, s->gev, err);
-        if (!rc)
-            rc = zs_dev_memcpy(e->compute, out + s->off, s->g32, s->n * 4, err);
-        if (!rc)
+        int sdt = st3 && s->g32 ? ZS_DTYPE_F32 : (int)e->dt;
+        /* chunk by chunk through tmp, in stream order */
+        for (uint64_t a = 0; a < s->n && !rc; a += ch) {
+            uint64_t z = a + ch < s->n ? a + ch : s->n;
+            rc = zs_dev_cast(e->compute, tmp, ZS_DTYPE_F32, (char *)src + a * zs_dtype_size(sdt),
+                             sdt, z - a, err);
+            if (!rc)
+                rc = zs_dev_memcpy(e->compute, out + s->off + a, tmp, (z - a) * 4, err);
+        }
+        if (st3 && !rc)
             rc = zs_dev_stream_sync(e->compute, err);
-        if (!was)
+        if (st3 && !was)
             zs__eng_drop_seg(e, k);
     }
     if (!rc)

@@ -98,18 +98,29 @@ typedef struct zs_model {
     /* Load the samples of micro-batch b (enqueue their upload). */
     int (*load_batch)(void *self, const zs_batch_ctx_t *b, zs_err_t *err);
     /* Forward of layer i: params[0] = its own, params[1..] = its deps' in
-     * order; fp32 DEVICE pointers, valid until the work enqueued now has
+     * order; DEVICE pointers to fp32 elements (or to the engine's dtype when
+     * set_param_dtype accepted it), valid until the work enqueued now has
      * run. Activations live in self. */
-    int (*forward)(void *self, int layer, float *const *params, zs_err_t *err);
+    int (*forward)(void *self, int layer, void *const *params, zs_err_t *err);
     /* Mean loss of the micro-batch after the last forward; waits for the
      * compute stream. */
     int (*loss)(void *self, double *loss, zs_err_t *err);
     /* Backward of layer i (called from the last layer down): enqueue work
      * that ACCUMULATES (+=) d(dloss * loss)/d(params) into grads[0] (own)
-     * and grads[1..] (deps), fp32 device pointers. dloss seeds the last
-     * layer's output gradient. */
-    int (*backward)(void *self, int layer, float *const *params, float *const *grads, float dloss,
+     * and grads[1..] (deps), fp32 device pointers (always fp32, whatever
+     * params are). dloss seeds the last layer's output gradient. */
+    int (*backward)(void *self, int layer, void *const *params, float *const *grads, float dloss,
                     zs_err_t *err);
+    /* Optional (NULL: the model reads fp32 only). Called once before bind
+     * when the engine stores parameters in a 16-bit dtype (ZS_DTYPE_BF16 /
+     * ZS_DTYPE_F16). Returning ZS_OK means the model reads them as they
+     * are: forward and backward then get params[] pointing to elements of
+     * dt, and the engine keeps no fp32 copy or view of them at any stage
+     * (the model converts what it needs into its own scratch, counted at
+     * bind). Any error fails engine creation. Without it the engine casts
+     * each layer and its deps into one fp32 view before use (stages 0-2)
+     * or keeps an fp32 copy of each gathered layer (stage 3). */
+    int (*set_param_dtype)(void *self, int dt, zs_err_t *err);
 } zs_model_t;
 
 typedef struct zs_engine zs_engine_t;

@@ -31,7 +31,7 @@
 
 static size_t gather_bytes(const zs_engine_t *e, const zs__seg_t *s)
 {
-    return (size_t)s->n_pad * e->esz + (e->dt != ZS_DTYPE_F32 ? (size_t)s->n * 4 : 0);
+    return (size_t)s->n_pad * e->esz + (size_t)(s->n * zs__eng_view_esz(e));
 }
 
 /* Bound on non-persistent gathered bytes (live + cached). */
@@ -39,7 +39,7 @@ static uint64_t bound_bytes(const zs_engine_t *e)
 {
     uint64_t elems = (uint64_t)e->cfg.stage3_max_live_parameters +
                      (uint64_t)e->cfg.stage3_prefetch_bucket_size + e->need_max;
-    return elems * (e->esz + (e->dt != ZS_DTYPE_F32 ? 4 : 0));
+    return elems * (e->esz + zs__eng_view_esz(e));
 }
 
 static uint64_t cached_bytes(const zs_engine_t *e)
@@ -79,7 +79,7 @@ static int buf_get(zs_engine_t *e, size_t bytes, void **out, zs_err_t *err)
             *out = f.p;
             return ZS_OK;
         }
-    uint64_t live = e->live_elems * (e->esz + (e->dt != ZS_DTYPE_F32 ? 4 : 0));
+    uint64_t live = e->live_elems * (e->esz + zs__eng_view_esz(e));
     while (e->ngfree > 0 && live + cached_bytes(e) + bytes > bound_bytes(e))
         trim_one(e);
     return zs__eng_alloc(e, ZS_SPACE_DEVICE, ZS_MEM_GATHERED, bytes, out, "gathered parameters",
@@ -102,7 +102,7 @@ static int buf_put(zs_engine_t *e, void *p, size_t bytes, zs_err_t *err)
     if (e->ngfree == ZS_GFREE_MAX)
         trim_one(e);
     e->gfree[e->ngfree++] = (zs__gfree_t){p, bytes, ev};
-    uint64_t live = e->live_elems * (e->esz + (e->dt != ZS_DTYPE_F32 ? 4 : 0));
+    uint64_t live = e->live_elems * (e->esz + zs__eng_view_esz(e));
     while (e->ngfree > 0 && live + cached_bytes(e) > bound_bytes(e))
         trim_one(e);
     return ZS_OK;
@@ -117,6 +117,7 @@ int zs__eng_gather_seg(zs_engine_t *e, int k, zs_err_t *err)
     ZS_ENG_TRY(buf_get(e, bytes, &s->gbuf, err));
     s->gbytes = bytes;
     s->g32 = e->dt == ZS_DTYPE_F32 ? (float *)s->gbuf
+             : e->params16         ? NULL
                                    : (float *)((char *)s->gbuf + (size_t)s->n_pad * e->esz);
     if (!s->persistent)
         e->live_elems += s->n_pad;
@@ -129,7 +130,7 @@ int zs__eng_gather_seg(zs_engine_t *e, int k, zs_err_t *err)
     ZS_ENG_TRY(zs_dev_memcpy(e->comm, zs__at(e, s->gbuf, (uint64_t)e->rank * s->part),
                              zs__at(e, e->params, s->qbase), s->part * e->esz, err));
     ZS_ENG_TRY(zs_coll_all_gather(e->coll, s->gbuf, s->part, e->dt, NULL, NULL, err));
-    if (e->dt != ZS_DTYPE_F32)
+    if (zs__eng_view_esz(e))
         ZS_ENG_TRY(zs_dev_cast(e->comm, s->g32, ZS_DTYPE_F32, s->gbuf, e->dt, s->n, err));
     return zs_dev_event_record(s->gev, e->comm, err);
 }

@@ -55,7 +55,7 @@ typedef struct zs__seg {
     int persistent;  /* n <= stage3_param_persistence_threshold: always gathered */
     void *gbuf;      /* gathered: n_pad elements of dt, then (dt != fp32) n fp32 */
     size_t gbytes;   /* bytes of gbuf */
-    float *g32;      /* fp32 view for the layers (== gbuf for fp32) */
+    float *g32;      /* fp32 view for the layers (== gbuf for fp32; NULL with params16) */
     zs_event_t *gev; /* recorded on the comm stream when gbuf is complete */
     int prefetched;  /* gathered ahead of use and not used yet */
 } zs__seg_t;
@@ -98,6 +98,7 @@ struct zs_engine {
     char *manifest; /* opts->manifest copied (stored with checkpoints), or NULL */
     zs_dtype_t dt;
     size_t esz;
+    int params16; /* dt != fp32 and the model reads dt (set_param_dtype): no fp32 views */
 
     int nlayers;
     uint64_t *layer_off; /* flat offset of each layer's own params */
@@ -173,6 +174,14 @@ static inline int zs__eng_grads_offloaded(const zs_engine_t *e)
     return e->stage >= 2 && e->offload;
 }
 
+/* Bytes per parameter of the fp32 views the layers read besides the
+ * parameters themselves: 4 for 16-bit parameters of a model reading fp32
+ * only, else 0 (fp32 parameters, or params16). */
+static inline uint64_t zs__eng_view_esz(const zs_engine_t *e)
+{
+    return e->dt != ZS_DTYPE_F32 && !e->params16 ? 4 : 0;
+}
+
 /* Bucket k's full-buffer pointer of a dtype-sized buffer. */
 static inline void *zs__at(const zs_engine_t *e, void *base, uint64_t slot)
 {
@@ -200,12 +209,14 @@ void zs__eng_drop_seg(zs_engine_t *e, int s);
 /* Free every gathered buffer (destroy). */
 void zs__eng_gather_free_all(zs_engine_t *e);
 
-/* fp32 device pointers to layer i's own params (ptrs[0]) and its deps'
+/* Device pointers to layer i's own params (ptrs[0]) and its deps'
  * (ptrs[1..]), valid for the work enqueued on the compute stream before the
- * next call: stages 0-2 in 16-bit cast them into e->view on the compute
- * stream (stream order makes the next cast wait for this layer's work);
- * fp32 and stage 3 point into the parameters / gathered views. */
-int zs__eng_layer_ptrs(zs_engine_t *e, int layer, float **ptrs, zs_err_t *err);
+ * next call. fp32, and 16-bit with params16: the parameters themselves
+ * (stages 0-2) or the gathered buffers (stage 3), in e->dt. Otherwise fp32
+ * views: stages 0-2 in 16-bit cast them into e->view on the compute stream
+ * (stream order makes the next cast wait for this layer's work), stage 3
+ * points into the gathered fp32 views. */
+int zs__eng_layer_ptrs(zs_engine_t *e, int layer, void **ptrs, zs_err_t *err);
 
 /* After the optimizer: bring every worker's parameters up to date (all-gather
  * for stages 0-2, re-gather persistent segments). */

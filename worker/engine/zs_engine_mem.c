@@ -58,16 +58,17 @@ static void working(const zs_engine_t *e, uint64_t *w)
     memset(w, 0, ZS_MEM_NCATS * sizeof *w);
     /* fp32 views: stages 0-2 one layer with its deps (e->view), stage 3 the
      * gathers within the budgets */
+    uint64_t v = zs__eng_view_esz(e); /* fp32 view bytes per element (0: none) */
     if (e->stage < 3) {
-        w[ZS_MEM_GATHERED] = half ? 4 * e->view_max : 0;
+        w[ZS_MEM_GATHERED] = v * e->view_max;
     } else {
         uint64_t pers = 0;
         for (int i = 0; i < e->ns; i++)
             if (e->s[i].persistent && e->s[i].n)
-                pers += e->s[i].n_pad * (k + (half ? 4 : 0));
+                pers += e->s[i].n_pad * (k + v);
         uint64_t elems = (uint64_t)e->cfg.stage3_max_live_parameters +
                          (uint64_t)e->cfg.stage3_prefetch_bucket_size + e->need_max;
-        w[ZS_MEM_GATHERED] = pers + elems * (k + (half ? 4 : 0));
+        w[ZS_MEM_GATHERED] = pers + elems * (k + v);
     }
     /* offloaded gradients: the device bucket partitions micro-batches
      * accumulate in (none with one micro-batch per step: the reduce buffer

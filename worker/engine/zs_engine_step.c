@@ -251,7 +251,7 @@ static int reduce_bucket(zs_engine_t *e, int k, zs_err_t *err)
     return e->last_micro ? zs__eng_bucket_final(e, k, err) : ZS_OK;
 }
 
-static int forward(zs_engine_t *e, float **ptrs, zs_err_t *err)
+static int forward(zs_engine_t *e, void **ptrs, zs_err_t *err)
 {
     for (int i = 0; i < e->nlayers; i++) {
         if (e->stage == 3)
@@ -264,7 +264,7 @@ static int forward(zs_engine_t *e, float **ptrs, zs_err_t *err)
     return ZS_OK;
 }
 
-static int backward(zs_engine_t *e, float dloss, float **ptrs, float **gptrs, zs_err_t *err)
+static int backward(zs_engine_t *e, float dloss, void **ptrs, float **gptrs, zs_err_t *err)
 {
     for (int i = e->nlayers - 1; i >= 0; i--) {
         int pos = 2 * e->nlayers - 1 - i;
@@ -310,7 +310,7 @@ static int step(zs_engine_t *e, zs_step_stats_t *st, zs_err_t *err)
         if (rc)
             return rc;
     }
-    float **ptrs = calloc((size_t)(e->maxdeps + 1), sizeof *ptrs);
+    void **ptrs = calloc((size_t)(e->maxdeps + 1), sizeof *ptrs);
     float **gptrs = calloc((size_t)(e->maxdeps + 1), sizeof *gptrs);
     if (!ptrs || !gptrs) {
         free(ptrs);

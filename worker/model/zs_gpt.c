@@ -361,7 +361,7 @@ int zs_gpt_set_data(zs_gpt_t *g, const zs_data_t *data, zs_err_t *err)
 
 /* ---- forward ---- */
 
-int zs__gpt_block_fwd(zs_gpt_t *g, int l, const float *p, const float *x, float *y, int full,
+int zs__gpt_block_fwd(zs_gpt_t *g, int l, const void *p, const float *x, float *y, int full,
                       zs_err_t *err)
 {
     const zs_gpt_ops_t *ops = g->ops;
@@ -375,44 +375,53 @@ int zs__gpt_block_fwd(zs_gpt_t *g, int l, const float *p, const float *x, float 
     float *att = g->att + i * g->att_slice, *atty = g->atty + i * sN * C;
     float *res2 = g->res2 + i * sN * C, *ln2 = g->ln2 + i * sN * C;
     float *fch = g->fch + i * sN * 4 * C, *fchg = g->fchg + i * sN * 4 * C;
+    zs__gpt_bsmall_t b; /* LayerNorm weights and biases; weights one at a time (w) */
+    const float *w;
+    TRY(zs__gpt_block_small(g, p, &b, err));
 
     /* zs__gpt_round: with 16-bit activations each saved tensor is rounded
      * where it is stored and read rounded from then on (zs_gpt_act16.c) */
-    TRY(ops->layernorm_fwd(k, s, ln1, g->ln1_mean + j * sN, g->ln1_rstd + j * sN, x, p + o->ln1w,
-                           p + o->ln1b, N, C, err));
+    TRY(ops->layernorm_fwd(k, s, ln1, g->ln1_mean + j * sN, g->ln1_rstd + j * sN, x, b.ln1w, b.ln1b,
+                           N, C, err));
     TRY(zs__gpt_round(g, l, ln1, g->ln1_16, sN * C, nC, err));
-    TRY(ops->matmul_fwd(k, s, qkv, ln1, p + o->qkvw, p + o->qkvb, N, C, 3 * C, err));
+    TRY(zs__gpt_param(g, p, o->qkvw, (size_t)C * 3 * C, ZS_GPT_BIG, &w, err));
+    TRY(ops->matmul_fwd(k, s, qkv, ln1, w, b.qkvb, N, C, 3 * C, err));
     TRY(zs__gpt_round(g, l, qkv, g->qkv_16, sN * 3 * C, 3 * nC, err));
     TRY(ops->attention_fwd(k, s, atty, att, qkv, B, T, C, NH, err));
     TRY(zs__gpt_round(g, l, att, g->att_16, g->att_slice, natt, err));
     TRY(zs__gpt_round(g, l, atty, g->atty_16, sN * C, nC, err));
-    TRY(ops->matmul_fwd(k, s, g->proj, atty, p + o->projw, p + o->projb, N, C, C, err));
+    TRY(zs__gpt_param(g, p, o->projw, (size_t)C * C, ZS_GPT_BIG, &w, err));
+    TRY(ops->matmul_fwd(k, s, g->proj, atty, w, b.projb, N, C, C, err));
     TRY(ops->residual_fwd(k, s, res2, x, g->proj, nC, err));
     TRY(zs__gpt_round(g, l, res2, g->res2_16, sN * C, nC, err));
-    TRY(ops->layernorm_fwd(k, s, ln2, g->ln2_mean + j * sN, g->ln2_rstd + j * sN, res2, p + o->ln2w,
-                           p + o->ln2b, N, C, err));
+    TRY(ops->layernorm_fwd(k, s, ln2, g->ln2_mean + j * sN, g->ln2_rstd + j * sN, res2, b.ln2w,
+                           b.ln2b, N, C, err));
     TRY(zs__gpt_round(g, l, ln2, g->ln2_16, sN * C, nC, err));
-    TRY(ops->matmul_fwd(k, s, fch, ln2, p + o->fcw, p + o->fcb, N, C, 4 * C, err));
+    TRY(zs__gpt_param(g, p, o->fcw, (size_t)C * 4 * C, ZS_GPT_BIG, &w, err));
+    TRY(ops->matmul_fwd(k, s, fch, ln2, w, b.fcb, N, C, 4 * C, err));
     TRY(zs__gpt_round(g, l, fch, g->fch_16, sN * 4 * C, 4 * nC, err));
     TRY(ops->gelu_fwd(k, s, fchg, fch, 4 * nC, err));
     TRY(zs__gpt_round(g, l, fchg, g->fchg_16, sN * 4 * C, 4 * nC, err));
     if (!full) /* recompute: the backward reads nothing after the GELU */
         return ZS_OK;
-    TRY(ops->matmul_fwd(k, s, g->proj, fchg, p + o->fcpw, p + o->fcpb, N, 4 * C, C, err));
+    TRY(zs__gpt_param(g, p, o->fcpw, (size_t)4 * C * C, ZS_GPT_BIG, &w, err));
+    TRY(ops->matmul_fwd(k, s, g->proj, fchg, w, b.fcpb, N, 4 * C, C, err));
     TRY(ops->residual_fwd(k, s, y, res2, g->proj, (size_t)N * C, err));
     return ZS_OK;
 }
 
-static int head_forward(zs_gpt_t *g, const float *p, const float *wte, zs_err_t *err)
+static int head_forward(zs_gpt_t *g, const void *p, const void *wte, zs_err_t *err)
 {
     const zs_gpt_ops_t *ops = g->ops;
     void *k = ops->ctx;
     zs_stream_t *s = g->stream;
     int L = g->c.layers, C = g->c.width, V = g->c.vocab, N = g->B * g->T;
-    const float *x;
+    const float *x, *w, *b;
     TRY(zs__gpt_resid_in(g, L, &x, err));
-    TRY(ops->layernorm_fwd(k, s, g->lnf, g->lnf_mean, g->lnf_rstd, x, p, p + C, N, C, err));
-    TRY(ops->gemm(k, s, 0, 1, N, V, C, 1.0f, g->lnf, C, wte, C, 0.0f, g->logits, V, err));
+    TRY(zs__gpt_param(g, p, 0, (size_t)C, 0, &w, err));
+    TRY(zs__gpt_param(g, p, (size_t)C, (size_t)C, (size_t)C, &b, err));
+    TRY(ops->layernorm_fwd(k, s, g->lnf, g->lnf_mean, g->lnf_rstd, x, w, b, N, C, err));
+    TRY(zs__gpt_head_logits(g, wte, err));
     TRY(ops->xent_fwd(k, s, g->losses, g->lse, g->logits, g->targets, N, V, err));
     return ZS_OK;
 }
@@ -427,10 +436,10 @@ static int mark(zs_gpt_t *g, int rc, zs_err_t *err)
     return rc ? rc : mrc;
 }
 
-static int forward(void *self, int layer, float *const *params, zs_err_t *err)
+static int forward(void *self, int layer, void *const *params, zs_err_t *err)
 {
     zs_gpt_t *g = self;
-    int L = g->c.layers, C = g->c.width, V = g->c.vocab;
+    int L = g->c.layers;
     if (layer < 0 || layer > L + 1)
         return zs_err_set(err, ZS_ERR_INVALID, "gpt: no layer %d (model has %d)", layer, L + 2);
     TRY(require_bound(g, "forward", err));
@@ -441,12 +450,11 @@ static int forward(void *self, int layer, float *const *params, zs_err_t *err)
     if (layer != 0 && layer != g->next_fwd)
         return zs_err_set(err, ZS_ERR_STATE, "gpt: forward of layer %d, expected layer %d", layer,
                           g->next_fwd);
-    const float *p = params[0];
+    const void *p = params[0];
     int rc;
     if (layer == 0) {
         g->have_head = 0;
-        rc = g->ops->embed_fwd(g->ops->ctx, g->stream, zs__gpt_resid_out(g, 0), g->inputs, p,
-                               p + (size_t)V * C, g->B, g->T, C, err);
+        rc = zs__gpt_embed_fwd(g, p, zs__gpt_resid_out(g, 0), err);
     } else if (layer <= L) {
         const float *x;
         rc = zs__gpt_resid_in(g, layer - 1, &x, err);
@@ -503,7 +511,7 @@ int zs_gpt_copy_logits(zs_gpt_t *g, float *host_out, zs_err_t *err)
 
 /* ---- backward ---- */
 
-static int block_backward(zs_gpt_t *g, int l, const float *p, float *gr, zs_err_t *err)
+static int block_backward(zs_gpt_t *g, int l, const void *p, float *gr, zs_err_t *err)
 {
     const zs_gpt_ops_t *ops = g->ops;
     void *k = ops->ctx;
@@ -518,47 +526,55 @@ static int block_backward(zs_gpt_t *g, int l, const float *p, float *gr, zs_err_
     const float *att = g->att + i * g->att_slice, *atty = g->atty + i * sN * C;
     const float *res2 = g->res2 + i * sN * C, *ln2 = g->ln2 + i * sN * C;
     const float *fch = g->fch + i * sN * 4 * C, *fchg = g->fchg + i * sN * 4 * C;
+    zs__gpt_bsmall_t b; /* LayerNorm weights (biases unread); weights one at a time (w) */
+    const float *w;
+    TRY(zs__gpt_block_small(g, p, &b, err));
 
     /* dres = dL/dy on entry; y = r + h Wp + bp */
-    TRY(ops->matmul_bwd(k, s, g->dfch, gr + o->fcpw, gr + o->fcpb, g->dres, fchg, p + o->fcpw, N,
-                        4 * C, C, err));
+    TRY(zs__gpt_param(g, p, o->fcpw, (size_t)4 * C * C, ZS_GPT_BIG, &w, err));
+    TRY(ops->matmul_bwd(k, s, g->dfch, gr + o->fcpw, gr + o->fcpb, g->dres, fchg, w, N, 4 * C, C,
+                        err));
     TRY(ops->gelu_bwd(k, s, g->dfch, fch, g->dfch, (size_t)N * 4 * C, err));
-    TRY(ops->matmul_bwd(k, s, g->dbuf, gr + o->fcw, gr + o->fcb, g->dfch, ln2, p + o->fcw, N, C,
-                        4 * C, err));
-    TRY(ops->layernorm_bwd(k, s, g->dres, gr + o->ln2w, gr + o->ln2b, g->dbuf, res2, p + o->ln2w,
+    TRY(zs__gpt_param(g, p, o->fcw, (size_t)C * 4 * C, ZS_GPT_BIG, &w, err));
+    TRY(ops->matmul_bwd(k, s, g->dbuf, gr + o->fcw, gr + o->fcb, g->dfch, ln2, w, N, C, 4 * C,
+                        err));
+    TRY(ops->layernorm_bwd(k, s, g->dres, gr + o->ln2w, gr + o->ln2b, g->dbuf, res2, b.ln2w,
                            g->ln2_mean + j * sN, g->ln2_rstd + j * sN, N, C, err));
     /* dres = dL/dr; r = x + o Wo + bo */
-    TRY(ops->matmul_bwd(k, s, g->dbuf, gr + o->projw, gr + o->projb, g->dres, atty, p + o->projw, N,
-                        C, C, err));
+    TRY(zs__gpt_param(g, p, o->projw, (size_t)C * C, ZS_GPT_BIG, &w, err));
+    TRY(ops->matmul_bwd(k, s, g->dbuf, gr + o->projw, gr + o->projb, g->dres, atty, w, N, C, C,
+                        err));
     TRY(ops->attention_bwd(k, s, g->dqkv, g->datt, g->dbuf, qkv, att, B, T, C, NH, err));
-    TRY(ops->matmul_bwd(k, s, g->dbuf, gr + o->qkvw, gr + o->qkvb, g->dqkv, ln1, p + o->qkvw, N, C,
-                        3 * C, err));
-    TRY(ops->layernorm_bwd(k, s, g->dres, gr + o->ln1w, gr + o->ln1b, g->dbuf, x, p + o->ln1w,
+    TRY(zs__gpt_param(g, p, o->qkvw, (size_t)C * 3 * C, ZS_GPT_BIG, &w, err));
+    TRY(ops->matmul_bwd(k, s, g->dbuf, gr + o->qkvw, gr + o->qkvb, g->dqkv, ln1, w, N, C, 3 * C,
+                        err));
+    TRY(ops->layernorm_bwd(k, s, g->dres, gr + o->ln1w, gr + o->ln1b, g->dbuf, x, b.ln1w,
                            g->ln1_mean + j * sN, g->ln1_rstd + j * sN, N, C, err));
     /* dres = dL/dx */
     return ZS_OK;
 }
 
-static int head_backward(zs_gpt_t *g, const float *p, float *gr, const float *wte, float *dwte,
+static int head_backward(zs_gpt_t *g, const void *p, float *gr, const void *wte, float *dwte,
                          float dloss, zs_err_t *err)
 {
     const zs_gpt_ops_t *ops = g->ops;
     void *k = ops->ctx;
     zs_stream_t *s = g->stream;
     int L = g->c.layers, C = g->c.width, V = g->c.vocab, N = g->B * g->T;
-    const float *x;
+    const float *x, *w;
     TRY(zs__gpt_resid_in(g, L, &x, err));
     TRY(ops->xent_bwd(k, s, g->dlogits, g->logits, g->lse, g->targets, N, V, dloss / (float)N,
                       err));
-    TRY(ops->gemm(k, s, 0, 0, N, C, V, 1.0f, g->dlogits, V, wte, C, 0.0f, g->dbuf, C, err));
+    TRY(zs__gpt_head_dx(g, wte, err));
     TRY(ops->gemm(k, s, 1, 0, V, C, N, 1.0f, g->dlogits, V, g->lnf, C, 1.0f, dwte, C, err));
     TRY(zs_dev_memset(s, g->dres, 0, (size_t)N * C * sizeof(float), err));
-    TRY(ops->layernorm_bwd(k, s, g->dres, gr, gr + C, g->dbuf, x, p, g->lnf_mean, g->lnf_rstd, N, C,
+    TRY(zs__gpt_param(g, p, 0, (size_t)C, 0, &w, err));
+    TRY(ops->layernorm_bwd(k, s, g->dres, gr, gr + C, g->dbuf, x, w, g->lnf_mean, g->lnf_rstd, N, C,
                            err));
     return ZS_OK;
 }
 
-static int backward(void *self, int layer, float *const *params, float *const *grads, float dloss,
+static int backward(void *self, int layer, void *const *params, float *const *grads, float dloss,
                     zs_err_t *err)
 {
     zs_gpt_t *g = self;
@@ -570,7 +586,7 @@ static int backward(void *self, int layer, float *const *params, float *const *g
                           g->next_bwd < 0 ? "gpt: backward of layer %d before a full forward"
                                           : "gpt: backward of layer %d, expected layer %d",
                           layer, g->next_bwd);
-    const float *p = params[0];
+    const void *p = params[0];
     float *gr = grads[0];
     int rc;
     if (layer == L + 1) {
@@ -732,6 +748,7 @@ static void unbind(zs_gpt_t *g)
     zs_dev_free(g->dev, g->tok_pin);
     zs_dev_free(g->dev, g->loss_pin);
     zs__gpt_ckpt_free(g);
+    zs__gpt_param16_free(g);
     zs_gpt_ops_destroy(g->ops);
     g->tok_ev = NULL;
     g->act_arena = g->scr_arena = NULL;
@@ -759,9 +776,11 @@ static size_t mixed_need(const zs_gpt_t *g)
     }
     ZS_NEED(zs_mixed_attention_fwd_elems(g->maxB, g->c.ctx, C, g->c.heads));
     ZS_NEED(zs_mixed_attention_bwd_elems(g->maxB, g->c.ctx, C, g->c.heads));
-    /* the tied head: logits = lnf wte^T, dlnf = dlogits wte, dwte += dlogits^T lnf */
-    ZS_NEED(zs_mixed_gemm_elems(0, 1, N, V, C, C, C));
-    ZS_NEED(zs_mixed_gemm_elems(0, 0, N, C, V, V, C));
+    /* the tied head: logits = lnf wte^T, dlnf = dlogits wte (both by chunks
+     * of R vocabulary rows, zs_gpt_param16.c), dwte += dlogits^T lnf */
+    int R = zs__gpt_head_rows(g);
+    ZS_NEED(zs_mixed_gemm_elems(0, 1, N, R, C, C, C));
+    ZS_NEED(zs_mixed_gemm_elems(0, 0, N, C, R, V, C));
     ZS_NEED(zs_mixed_gemm_elems(1, 0, V, C, N, V, C));
 #undef ZS_NEED
     return need;
@@ -817,6 +836,8 @@ int zs_gpt_bind(zs_gpt_t *g, zs_dev_t *dev, zs_stream_t *compute, zs_err_t *err)
     int rc = alloc_buffers(g, err);
     if (rc == ZS_OK)
         rc = alloc_mixed(g, err);
+    if (rc == ZS_OK)
+        rc = zs__gpt_param16_alloc(g, err);
     if (rc) {
         unbind(g);
         return rc;
@@ -827,6 +848,11 @@ int zs_gpt_bind(zs_gpt_t *g, zs_dev_t *dev, zs_stream_t *compute, zs_err_t *err)
 static int bind(void *self, zs_dev_t *dev, zs_stream_t *compute, zs_err_t *err)
 {
     return zs_gpt_bind(self, dev, compute, err);
+}
+
+static int set_param_dtype(void *self, int dt, zs_err_t *err)
+{
+    return zs_gpt_set_param_dtype(self, dt, err);
 }
 
 /* ---- life cycle ---- */
@@ -880,6 +906,7 @@ int zs_gpt_create(const zs_gpt_config_t *c, int max_batch, uint64_t seed, zs_gpt
     g->seed = seed;
     g->gemm_dt = ZS_DTYPE_F32;
     g->act_dt = ZS_DTYPE_F32;
+    g->pdt = ZS_DTYPE_F32;
     g->next_bwd = -1;
     int L = c->layers;
     size_t C = (size_t)c->width, V = (size_t)c->vocab, T = (size_t)c->ctx;
@@ -914,6 +941,7 @@ int zs_gpt_create(const zs_gpt_config_t *c, int max_batch, uint64_t seed, zs_gpt
     g->model.forward = forward;
     g->model.loss = loss;
     g->model.backward = backward;
+    g->model.set_param_dtype = set_param_dtype;
     zs_op_init();
     *out = g;
     return ZS_OK;

@@ -21,7 +21,8 @@
  * (counted as ZS_MEM_ACTIVATIONS / ZS_MEM_SCRATCH) plus pinned staging for
  * tokens and losses (and, with cpu_checkpointing, the pinned checkpoints:
  * ZS_MEM_ACTIVATIONS; see zs_gpt_set_checkpointing). forward/backward take
- * fp32 device pointers and only ENQUEUE work on the compute stream; loss()
+ * device parameter pointers (fp32, or the dtype of zs_gpt_set_param_dtype)
+ * and only ENQUEUE work on the compute stream; loss()
  * and zs_gpt_copy_logits wait for it. On the CPU device the kernels run on
  * a thread pool (BLAS for the GEMMs) from the stream's thread.
  *
@@ -111,6 +112,23 @@ int zs_gpt_set_activations(zs_gpt_t *g, int act_dt, zs_err_t *err);
 
 /* The activation dtype set by zs_gpt_set_activations. */
 int zs_gpt_activations(const zs_gpt_t *g);
+
+/* Parameter precision (zs_gpt_param16.c): ZS_DTYPE_F32 (the default:
+ * forward and backward get fp32 parameters), or ZS_DTYPE_BF16 /
+ * ZS_DTYPE_F16: they get parameters in that dtype, as the engine stores
+ * them, and convert each tensor just before use into a bounded fp32
+ * scratch (ZS_MEM_SCRATCH, allocated at bind: one weight matrix or one
+ * chunk of vocabulary rows of the tied head at a time, plus the layer's
+ * LayerNorm weights and biases), so no fp32 copy of the model is needed.
+ * Results equal those of fp32 views of the same 16-bit values bitwise,
+ * except that a vocabulary wider than the scratch sums the head's input
+ * gradient chunk by chunk. The engine sets it through
+ * zs_model_t.set_param_dtype. Before bind only (ZS_ERR_STATE after);
+ * ZS_ERR_INVALID for another dtype. */
+int zs_gpt_set_param_dtype(zs_gpt_t *g, int dt, zs_err_t *err);
+
+/* The parameter dtype set by zs_gpt_set_param_dtype. */
+int zs_gpt_param_dtype(const zs_gpt_t *g);
 
 /* Test-only debug flags (ZS_GPT_DEBUG_*). ZS_GPT_DEBUG_LEAK_CKPT: every forward of block 1
  * allocates a copy of its checkpoint (device, ZS_MEM_ACTIVATIONS) that is

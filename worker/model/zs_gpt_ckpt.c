@@ -122,7 +122,7 @@ int zs__gpt_ckpt_after_fwd(zs_gpt_t *g, int k, zs_err_t *err)
     return ZS_OK;
 }
 
-int zs__gpt_ckpt_recompute(zs_gpt_t *g, int l, const float *p, zs_err_t *err)
+int zs__gpt_ckpt_recompute(zs_gpt_t *g, int l, const void *p, zs_err_t *err)
 {
     if (!g->ckpt)
         return ZS_OK;

@@ -99,7 +99,7 @@ int zs_gpt_eval_set_params(zs_gpt_eval_t *ev, const float *params, zs_err_t *err
 static int forward(zs_gpt_eval_t *ev, double *loss, zs_err_t *err)
 {
     for (int i = 0; i < ev->m->nlayers; i++) {
-        float *p[2] = {ev->w + ev->off[i], ev->w}; /* own, then layer 0 (the tied head's dep) */
+        void *p[2] = {ev->w + ev->off[i], ev->w}; /* own, then layer 0 (the tied head's dep) */
         int rc = ev->m->forward(ev->m->self, i, p, err);
         if (rc)
             return rc;

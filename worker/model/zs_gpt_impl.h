@@ -27,6 +27,7 @@ struct zs_gpt {
     int maxB;
     uint64_t seed;
     int gemm_dt; /* GEMM operand dtype (zs_gpt_set_compute); ZS_DTYPE_F32 by default */
+    int pdt;     /* parameter dtype forward/backward read (zs_gpt_set_param_dtype) */
     zs_pool_t *pool;
     zs_model_t model;
     size_t *nparams;
@@ -56,6 +57,13 @@ struct zs_gpt {
     float *scr_arena;    /* device, ZS_MEM_SCRATCH */
     void *mixed_arena;   /* device, ZS_MEM_SCRATCH: rounded GEMM operands (gemm_dt != F32) */
     zs_mixed_t mixed;    /* what the op table was given (dt F32: none) */
+
+    /* 16-bit parameters (zs_gpt_param16.c; pdt != ZS_DTYPE_F32 only) */
+    float *pconv;         /* device, ZS_MEM_SCRATCH: small area, then big area */
+    int32_t *remap;       /* device [maxN]: embedding ids into the converted rows */
+    int32_t *remap_pin;   /* pinned [maxN]: their staging */
+    zs_event_t *remap_ev; /* recorded after each upload of remap_pin */
+    int32_t *seen;        /* host [V]: row of a token in this batch's rows, or -1 */
 
     /* activation checkpointing (zs_gpt_ckpt.c; zs_gpt_set_checkpointing) */
     int ckpt;        /* 1: per-block checkpoints, one block workspace, recompute */
@@ -140,10 +148,11 @@ int zs__gpt_round(zs_gpt_t *g, int l, float *t, void *a16, size_t slice, size_t 
 int zs__gpt_act_restore(zs_gpt_t *g, int l, zs_err_t *err);
 
 /* Enqueue block l's forward on the model's stream, reading residual x and
- * writing its saved tensors into workspace zs__gpt_ws(g, l). full: also the
- * MLP projection and the output residual y; 0 (recompute): stop after the
- * GELU, the last tensor the backward reads (y is not written). */
-int zs__gpt_block_fwd(zs_gpt_t *g, int l, const float *p, const float *x, float *y, int full,
+ * writing its saved tensors into workspace zs__gpt_ws(g, l). p: the block's
+ * parameters (pdt elements). full: also the MLP projection and the output
+ * residual y; 0 (recompute): stop after the GELU, the last tensor the
+ * backward reads (y is not written). */
+int zs__gpt_block_fwd(zs_gpt_t *g, int l, const void *p, const float *x, float *y, int full,
                       zs_err_t *err);
 
 /* After the forward of layer k (0 .. L) has been enqueued: with
@@ -158,7 +167,7 @@ int zs__gpt_ckpt_after_fwd(zs_gpt_t *g, int k, zs_err_t *err);
  * recompute the block's forward from it into the workspace, with the same
  * ops on the same inputs as the forward (so the saved tensors are bitwise
  * those of the forward). p: the block's parameters (the backward's). */
-int zs__gpt_ckpt_recompute(zs_gpt_t *g, int l, const float *p, zs_err_t *err);
+int zs__gpt_ckpt_recompute(zs_gpt_t *g, int l, const void *p, zs_err_t *err);
 
 /* Allocate the checkpoints' pinned memory (cpu_checkpointing; nothing
  * otherwise). Part of bind; zs__gpt_ckpt_free undoes it. */
@@ -167,6 +176,43 @@ int zs__gpt_ckpt_alloc(zs_gpt_t *g, zs_err_t *err);
 /* Free the pinned checkpoints and the debug leaks (the model's queued work
  * must have run). */
 void zs__gpt_ckpt_free(zs_gpt_t *g);
+
+/* ---- 16-bit parameters (zs_gpt_param16.c); with pdt ZS_DTYPE_F32 each
+ * of these reads the fp32 parameters in place (no work enqueued) ---- */
+
+/* The `at` of zs__gpt_param for the big area. */
+#define ZS_GPT_BIG ((size_t)-1)
+
+/* *out = fp32 device pointer to the n parameters at element offset off of
+ * p: p itself (fp32), else converted on the stream into the small area at
+ * element `at` (distinct small tensors of one layer use distinct `at`) or
+ * into the big area (ZS_GPT_BIG: one tensor at a time). Valid for the work
+ * enqueued before the next conversion into the same place. */
+int zs__gpt_param(zs_gpt_t *g, const void *p, size_t off, size_t n, size_t at, const float **out,
+                  zs_err_t *err);
+
+/* A block's LayerNorm weights and biases as fp32 (the small area). */
+typedef struct {
+    const float *ln1w, *ln1b, *qkvb, *projb, *ln2w, *ln2b, *fcb, *fcpb;
+} zs__gpt_bsmall_t;
+int zs__gpt_block_small(zs_gpt_t *g, const void *p, zs__gpt_bsmall_t *s, zs_err_t *err);
+
+/* Vocabulary rows per chunk of the head's GEMMs: V with fp32 parameters or
+ * when the whole wte fits the big area. */
+int zs__gpt_head_rows(const zs_gpt_t *g);
+
+/* Embedding forward of the current batch into out (layer 0's params p). */
+int zs__gpt_embed_fwd(zs_gpt_t *g, const void *p, float *out, zs_err_t *err);
+
+/* The head's GEMMs reading the tied wte: logits = lnf wte^T, and
+ * dbuf = dlogits wte (chunk by chunk, see the file). */
+int zs__gpt_head_logits(zs_gpt_t *g, const void *wte, zs_err_t *err);
+int zs__gpt_head_dx(zs_gpt_t *g, const void *wte, zs_err_t *err);
+
+/* The conversion scratch and the embedding's remap buffers (bind; nothing
+ * with fp32 parameters); free undoes it once the queued work has run. */
+int zs__gpt_param16_alloc(zs_gpt_t *g, zs_err_t *err);
+void zs__gpt_param16_free(zs_gpt_t *g);
 
 /* Return the status of expr when it is an error (the model's files). */
 #define TRY(expr)                                                                                  \

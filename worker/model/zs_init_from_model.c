@@ -49,7 +49,7 @@ static int load_batch(void *self, const zs_batch_ctx_t *b, zs_err_t *err)
 }
 
 /* The inner model's forward. */
-static int forward(void *self, int layer, float *const *params, zs_err_t *err)
+static int forward(void *self, int layer, void *const *params, zs_err_t *err)
 {
     return F(self)->inner.forward(F(self)->inner.self, layer, params, err);
 }
@@ -61,10 +61,16 @@ static int loss(void *self, double *l, zs_err_t *err)
 }
 
 /* The inner model's backward. */
-static int backward(void *self, int layer, float *const *params, float *const *grads, float dloss,
+static int backward(void *self, int layer, void *const *params, float *const *grads, float dloss,
                     zs_err_t *err)
 {
     return F(self)->inner.backward(F(self)->inner.self, layer, params, grads, dloss, err);
+}
+
+/* The inner model's set_param_dtype. */
+static int set_param_dtype(void *self, int dt, zs_err_t *err)
+{
+    return F(self)->inner.set_param_dtype(F(self)->inner.self, dt, err);
 }
 
 /* The inner model with init_params from the file (zs_init_from.h). */
@@ -78,6 +84,7 @@ const zs_model_t *zs_init_from_wrap(zs_init_from_t *f, const zs_gpt_config_t *c,
     f->model.init_params = init_params;
     f->model.bind = inner->bind ? bind : NULL;
     f->model.load_batch = inner->load_batch ? load_batch : NULL;
+    f->model.set_param_dtype = inner->set_param_dtype ? set_param_dtype : NULL;
     f->model.forward = forward;
     f->model.loss = inner->loss ? loss : NULL;
     f->model.backward = backward;

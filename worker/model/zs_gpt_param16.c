@@ -1,0 +1,222 @@
+/*
+ * zs_gpt_param16.c - the GPT reading its parameters in the engine's 16-bit
+ * storage dtype (zs_gpt_set_param_dtype, which the engine calls through
+ * zs_model_t.set_param_dtype), so that no fp32 copy or view of the model
+ * exists on the device (issue 16).
+ *
+ * The op table reads fp32, so each tensor is converted (zs_dev_cast, on the
+ * compute stream) just before the ops that read it, into a bounded fp32
+ * scratch allocated at bind (device, ZS_MEM_SCRATCH, so the engine counts
+ * it as the model's):
+ *   small  a layer's LayerNorm weights and biases (13 C floats for a block,
+ *          2 C for the head)
+ *   big    one weight matrix at a time (qkv_w, attn_proj_w, fc_w,
+ *          fc_proj_w: at most 4 C^2), one chunk of head_rows vocabulary
+ *          rows of the tied wte for the head's GEMMs, or the embedding rows
+ *          of the batch plus wpe
+ * The conversion is exact (every bf16 / fp16 value is an fp32 value), so
+ * the ops see what an fp32 view would hold, and with GEMMs in the same
+ * 16-bit dtype their rounding of the weights changes nothing.
+ *
+ * The head's GEMMs go chunk by chunk over the vocabulary: the logits column
+ * block by column block (each logit the same dot product as one GEMM), and
+ * the head's input gradient as a sum of the chunks' products in chunk order.
+ * That sum differs from one GEMM over the whole vocabulary by the order of
+ * fp32 additions, so results change only where V > head_rows (a vocabulary
+ * wider than the big area).
+ *
+ * The embedding reads only the rows of the batch's tokens: each distinct
+ * token's row is converted once (distinct ids found on the host from the
+ * staged tokens, in first-seen order) and the lookup reads the converted
+ * rows through remapped ids (uploaded like the tokens). One cast per
+ * distinct token: cheap on the CPU device, one kernel launch each on CUDA.
+ *
+ * Stream order makes reuse safe: every conversion is enqueued on the
+ * compute stream after the ops that read the previous contents.
+ *
+ * Not here: GEMMs reading 16-bit operands in place (cuBLASLt could skip
+ * the conversion on CUDA; both tables convert today), gradients (always
+ * fp32, the engine's slots).
+ */
+#include <stdlib.h>
+#include <string.h>
+
+#include "zs_gpt_impl.h"
+
+/* Elements of the small area: a block's LayerNorm weights and biases. */
+static size_t small_elems(const zs_gpt_t *g)
+{
+    return 13 * (size_t)g->c.width + 8 * 16; /* 8 tensors, each padded to 16 */
+}
+
+/* Elements of the big area: the largest weight matrix, the batch's
+ * embedding rows plus wpe, at least one vocabulary row. */
+static size_t big_elems(const zs_gpt_t *g)
+{
+    size_t C = (size_t)g->c.width, T = (size_t)g->c.ctx;
+    size_t n = 4 * C * C, emb = (g->maxN + T) * C;
+    return n > emb ? n : emb;
+}
+
+int zs__gpt_head_rows(const zs_gpt_t *g)
+{
+    size_t V = (size_t)g->c.vocab, rows = big_elems(g) / (size_t)g->c.width;
+    if (g->pdt == ZS_DTYPE_F32 || rows >= V)
+        return (int)V;
+    return (int)(rows > 0 ? rows : 1);
+}
+
+int zs_gpt_set_param_dtype(zs_gpt_t *g, int dt, zs_err_t *err)
+{
+    if (dt != ZS_DTYPE_F32 && dt != ZS_DTYPE_BF16 && dt != ZS_DTYPE_F16)
+        return zs_err_set(err, ZS_ERR_INVALID, "gpt: parameter dtype %d is not fp32, bf16 or fp16",
+                          dt);
+    if (g->dev)
+        return zs_err_set(err, ZS_ERR_STATE, "gpt: set the parameter dtype before binding");
+    g->pdt = dt;
+    return ZS_OK;
+}
+
+int zs_gpt_param_dtype(const zs_gpt_t *g)
+{
+    return g->pdt;
+}
+
+int zs__gpt_param16_alloc(zs_gpt_t *g, zs_err_t *err)
+{
+    if (g->pdt == ZS_DTYPE_F32)
+        return ZS_OK;
+    size_t bytes = (small_elems(g) + big_elems(g)) * sizeof(float);
+    int rc = zs_dev_alloc(g->dev, ZS_SPACE_DEVICE, ZS_MEM_SCRATCH, bytes, (void **)&g->pconv, err);
+    if (rc) {
+        zs_err_prefix(err, "gpt: %zu MiB to read 16-bit parameters: ", bytes >> 20);
+        return rc;
+    }
+    size_t N = g->maxN;
+    TRY(zs_dev_alloc(g->dev, ZS_SPACE_DEVICE, ZS_MEM_SCRATCH, N * sizeof(int32_t),
+                     (void **)&g->remap, err));
+    TRY(zs_dev_alloc(g->dev, ZS_SPACE_PINNED, ZS_MEM_SCRATCH, N * sizeof(int32_t),
+                     (void **)&g->remap_pin, err));
+    TRY(zs_dev_event_create(g->dev, &g->remap_ev, err));
+    g->seen = malloc((size_t)g->c.vocab * sizeof *g->seen);
+    if (!g->seen)
+        return zs_err_set(err, ZS_ERR_NOMEM, "gpt: out of memory");
+    for (int v = 0; v < g->c.vocab; v++)
+        g->seen[v] = -1;
+    return ZS_OK;
+}
+
+void zs__gpt_param16_free(zs_gpt_t *g)
+{
+    if (g->remap_ev) {
+        zs_dev_event_sync(g->remap_ev, NULL);
+        zs_dev_event_destroy(g->remap_ev);
+    }
+    zs_dev_free(g->dev, g->pconv);
+    zs_dev_free(g->dev, g->remap);
+    zs_dev_free(g->dev, g->remap_pin);
+    free(g->seen);
+    g->pconv = NULL;
+    g->remap = g->remap_pin = NULL;
+    g->remap_ev = NULL;
+    g->seen = NULL;
+}
+
+/* Convert n elements at element offset `off` of p into fp32 at dst. */
+static int convert(zs_gpt_t *g, float *dst, const void *p, size_t off, size_t n, zs_err_t *err)
+{
+    const char *src = (const char *)p + off * zs_dtype_size(g->pdt);
+    return zs_dev_cast(g->stream, dst, ZS_DTYPE_F32, src, g->pdt, n, err);
+}
+
+int zs__gpt_param(zs_gpt_t *g, const void *p, size_t off, size_t n, size_t at, const float **out,
+                  zs_err_t *err)
+{
+    if (g->pdt == ZS_DTYPE_F32) {
+        *out = (const float *)p + off;
+        return ZS_OK;
+    }
+    float *dst = at == ZS_GPT_BIG ? g->pconv + small_elems(g) : g->pconv + at;
+    if (at != ZS_GPT_BIG && at + n > small_elems(g))
+        return zs_err_set(err, ZS_ERR_INTERNAL, "gpt: small parameter area overflow (%zu + %zu)",
+                          at, n);
+    TRY(convert(g, dst, p, off, n, err));
+    *out = dst;
+    return ZS_OK;
+}
+
+int zs__gpt_block_small(zs_gpt_t *g, const void *p, zs__gpt_bsmall_t *s, zs_err_t *err)
+{
+    const block_off_t *o = &g->bo;
+    size_t C = (size_t)g->c.width, at = 0;
+    struct {
+        const float **dst;
+        size_t off, n;
+    } t[8] = {{&s->ln1w, o->ln1w, C},   {&s->ln1b, o->ln1b, C}, {&s->qkvb, o->qkvb, 3 * C},
+              {&s->projb, o->projb, C}, {&s->ln2w, o->ln2w, C}, {&s->ln2b, o->ln2b, C},
+              {&s->fcb, o->fcb, 4 * C}, {&s->fcpb, o->fcpb, C}};
+    for (int k = 0; k < 8; k++) {
+        TRY(zs__gpt_param(g, p, t[k].off, t[k].n, at, t[k].dst, err));
+        at += (t[k].n + 15) / 16 * 16;
+    }
+    return ZS_OK;
+}
+
+int zs__gpt_embed_fwd(zs_gpt_t *g, const void *p, float *out, zs_err_t *err)
+{
+    const zs_gpt_ops_t *ops = g->ops;
+    int B = g->B, T = g->T, C = g->c.width, V = g->c.vocab;
+    if (g->pdt == ZS_DTYPE_F32)
+        return ops->embed_fwd(ops->ctx, g->stream, out, g->inputs, p,
+                              (const float *)p + (size_t)V * C, B, T, C, err);
+    /* distinct ids of the staged inputs (tok_pin holds the current batch
+     * until the next load), remapped to 0 .. m-1 in first-seen order */
+    int rc = zs_dev_event_sync(g->remap_ev, err); /* the last upload of remap_pin ran */
+    if (rc)
+        return rc;
+    size_t N = (size_t)B * T, m = 0;
+    float *rows = g->pconv + small_elems(g), *wpe = rows + N * (size_t)C;
+    for (size_t n = 0; n < N; n++) {
+        int32_t v = g->tok_pin[n];
+        if (g->seen[v] < 0) {
+            g->seen[v] = (int32_t)m;
+            TRY(convert(g, rows + m * (size_t)C, p, (size_t)v * C, (size_t)C, err));
+            m++;
+        }
+        g->remap_pin[n] = g->seen[v];
+    }
+    for (size_t n = 0; n < N; n++) /* forget them for the next batch */
+        g->seen[g->tok_pin[n]] = -1;
+    TRY(convert(g, wpe, p, (size_t)V * C, (size_t)T * C, err));
+    TRY(zs_dev_memcpy(g->stream, g->remap, g->remap_pin, N * sizeof(int32_t), err));
+    TRY(zs_dev_event_record(g->remap_ev, g->stream, err));
+    return ops->embed_fwd(ops->ctx, g->stream, out, g->remap, rows, wpe, B, T, C, err);
+}
+
+int zs__gpt_head_logits(zs_gpt_t *g, const void *wte, zs_err_t *err)
+{
+    const zs_gpt_ops_t *ops = g->ops;
+    int C = g->c.width, V = g->c.vocab, N = g->B * g->T, R = zs__gpt_head_rows(g);
+    for (int v0 = 0; v0 < V; v0 += R) {
+        int r = V - v0 < R ? V - v0 : R;
+        const float *w;
+        TRY(zs__gpt_param(g, wte, (size_t)v0 * C, (size_t)r * C, ZS_GPT_BIG, &w, err));
+        TRY(ops->gemm(ops->ctx, g->stream, 0, 1, N, r, C, 1.0f, g->lnf, C, w, C, 0.0f,
+                      g->logits + v0, V, err));
+    }
+    return ZS_OK;
+}
+
+int zs__gpt_head_dx(zs_gpt_t *g, const void *wte, zs_err_t *err)
+{
+    const zs_gpt_ops_t *ops = g->ops;
+    int C = g->c.width, V = g->c.vocab, N = g->B * g->T, R = zs__gpt_head_rows(g);
+    for (int v0 = 0; v0 < V; v0 += R) {
+        int r = V - v0 < R ? V - v0 : R;
+        const float *w;
+        TRY(zs__gpt_param(g, wte, (size_t)v0 * C, (size_t)r * C, ZS_GPT_BIG, &w, err));
+        TRY(ops->gemm(ops->ctx, g->stream, 0, 0, N, C, r, 1.0f, g->dlogits + v0, V, w, C,
+                      v0 ? 1.0f : 0.0f, g->dbuf, C, err));
+    }
+    return ZS_OK;
+}
