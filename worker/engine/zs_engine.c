@@ -177,7 +177,7 @@ static int make_layout(zs_engine_t *e, uint64_t cap, zs_err_t *err)
     for (int k = 0; k < nb; k++) {
         int hit = 0;
         for (int i = 0; i < e->nlayers && !hit; i++)
-            for (int d = 0; e->deps[i][d] >= 0; d++) {
+            for (int d = 0; !e->deps_ro[i] && e->deps[i][d] >= 0; d++) {
                 int dl = e->deps[i][d];
                 if (e->s[e->layer_seg[dl]].bucket == k && e->s[e->layer_seg[i]].bucket != k)
                     hit = 1;
@@ -214,8 +214,11 @@ static int copy_model(zs_engine_t *e, const zs_model_t *m, zs_err_t *err)
     e->layer_off = calloc((size_t)m->nlayers, sizeof *e->layer_off);
     e->layer_seg = calloc((size_t)m->nlayers, sizeof *e->layer_seg);
     e->deps = calloc((size_t)m->nlayers, sizeof *e->deps);
-    if (!e->layer_off || !e->layer_seg || !e->deps)
+    e->deps_ro = calloc((size_t)m->nlayers, 1);
+    if (!e->layer_off || !e->layer_seg || !e->deps || !e->deps_ro)
         return zs_err_set(err, ZS_ERR_NOMEM, "out of memory");
+    if (m->deps_read_only)
+        memcpy(e->deps_ro, m->deps_read_only, (size_t)m->nlayers);
     for (int i = 0; i < m->nlayers; i++) {
         int n = 0;
         while (m->deps && m->deps[i] && m->deps[i][n] >= 0)
@@ -502,6 +505,7 @@ void zs_engine_destroy(zs_engine_t *e)
     for (int i = 0; e->deps && i < e->nlayers; i++)
         free(e->deps[i]);
     free(e->deps);
+    free(e->deps_ro);
     free(e->manifest);
     free(e->layer_off);
     free(e->layer_seg);

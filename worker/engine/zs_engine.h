@@ -121,6 +121,12 @@ typedef struct zs_model {
      * each layer and its deps into one fp32 view before use (stages 0-2)
      * or keeps an fp32 copy of each gathered layer (stage 3). */
     int (*set_param_dtype)(void *self, int dt, zs_err_t *err);
+    /* Optional [nlayers] (NULL: all 0). 1: layer i only READS its deps'
+     * parameters; its backward gets grads[1..] NULL and writes gradients
+     * to its own parameters only (the deps' gradients come from their own
+     * backward), so a dep's gradient bucket is not held from layer i's
+     * backward on. */
+    const unsigned char *deps_read_only;
 } zs_model_t;
 
 typedef struct zs_engine zs_engine_t;

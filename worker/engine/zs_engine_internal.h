@@ -103,8 +103,9 @@ struct zs_engine {
     int nlayers;
     uint64_t *layer_off; /* flat offset of each layer's own params */
     int *layer_seg;
-    int **deps;  /* copies, -1 terminated */
-    int maxdeps; /* most deps of one layer */
+    int **deps;             /* copies, -1 terminated */
+    unsigned char *deps_ro; /* [nlayers] zs_model_t.deps_read_only (copied; 0 if none) */
+    int maxdeps;            /* most deps of one layer */
     uint64_t P, Ppad;
 
     int ns, nb;

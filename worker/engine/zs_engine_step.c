@@ -276,8 +276,9 @@ static int backward(zs_engine_t *e, float dloss, void **ptrs, float **gptrs, zs_
             return err->code;
         for (int d = 0; e->deps[i][d] >= 0; d++) {
             int dl = e->deps[i][d];
-            gptrs[1 + d] = e->m.nparams[dl] ? grad_slot(e, dl, err) : NULL;
-            if (e->m.nparams[dl] && !gptrs[1 + d])
+            int want = e->m.nparams[dl] && !e->deps_ro[i];
+            gptrs[1 + d] = want ? grad_slot(e, dl, err) : NULL;
+            if (want && !gptrs[1 + d])
                 return err->code;
         }
         ZS_ENG_TRY(e->m.backward(e->m.self, i, ptrs, gptrs, dloss, err));

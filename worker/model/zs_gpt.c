@@ -188,33 +188,62 @@ static void fill_const(float *p, size_t n, float v)
         p[i] = v;
 }
 
+/* Block l's initial values of its elements [lo, hi) into p (p[0] is
+ * element lo): every tensor is whole inside one part, so a part takes the
+ * tensors it holds. */
+static void init_block(zs_gpt_t *g, int l, size_t lo, size_t hi, float *p)
+{
+    const block_off_t *o = &g->bo;
+    size_t C = (size_t)g->c.width;
+    float std = 0.02f, rstd = 0.02f / sqrtf(2.0f * (float)g->c.layers);
+    struct {
+        size_t off, n;
+        int normal; /* 0: constant v; 1: N(0, v) */
+        float v;
+    } t[12] = {
+        {o->ln1w, C, 0, 1.0f},     {o->ln1b, C, 0, 0.0f},         {o->qkvw, 3 * C * C, 1, std},
+        {o->qkvb, 3 * C, 0, 0.0f}, {o->projw, C * C, 1, rstd},    {o->projb, C, 0, 0.0f},
+        {o->ln2w, C, 0, 1.0f},     {o->ln2b, C, 0, 0.0f},         {o->fcw, 4 * C * C, 1, std},
+        {o->fcb, 4 * C, 0, 0.0f},  {o->fcpw, 4 * C * C, 1, rstd}, {o->fcpb, C, 0, 0.0f}};
+    for (int k = 0; k < 12; k++) {
+        if (t[k].off < lo || t[k].off >= hi)
+            continue;
+        float *d = p + (t[k].off - lo);
+        if (t[k].normal)
+            fill_normal(g->pool, d, t[k].n, g->seed, l, t[k].off, t[k].v);
+        else
+            fill_const(d, t[k].n, t[k].v);
+    }
+}
+
+/* Engine layer `layer`'s values: its range of the unsplit layer's stream
+ * (zs_gpt_split.c), so a split model starts from the same numbers. */
 static int init_params(void *self, int layer, float *p, zs_err_t *err)
 {
     zs_gpt_t *g = self;
     size_t C = (size_t)g->c.width, V = (size_t)g->c.vocab, T = (size_t)g->c.ctx;
-    int L = g->c.layers;
-    float std = 0.02f, rstd = 0.02f / sqrtf(2.0f * (float)L);
-    if (layer == 0) {
-        fill_normal(g->pool, p, (V + T) * C, g->seed, 0, 0, std);
-    } else if (layer <= L) {
-        const block_off_t *o = &g->bo;
-        fill_const(p + o->ln1w, C, 1.0f);
-        fill_const(p + o->ln1b, C, 0.0f);
-        fill_normal(g->pool, p + o->qkvw, 3 * C * C, g->seed, layer, o->qkvw, std);
-        fill_const(p + o->qkvb, 3 * C, 0.0f);
-        fill_normal(g->pool, p + o->projw, C * C, g->seed, layer, o->projw, rstd);
-        fill_const(p + o->projb, C, 0.0f);
-        fill_const(p + o->ln2w, C, 1.0f);
-        fill_const(p + o->ln2b, C, 0.0f);
-        fill_normal(g->pool, p + o->fcw, 4 * C * C, g->seed, layer, o->fcw, std);
-        fill_const(p + o->fcb, 4 * C, 0.0f);
-        fill_normal(g->pool, p + o->fcpw, 4 * C * C, g->seed, layer, o->fcpw, rstd);
-        fill_const(p + o->fcpb, C, 0.0f);
-    } else if (layer == L + 1) {
+    if (layer < 0 || layer >= g->nl)
+        return zs_err_set(err, ZS_ERR_INVALID, "gpt: no layer %d (model has %d)", layer, g->nl);
+    const zs__gpt_layer_t *d = &g->lmap[layer];
+    switch (d->kind) {
+    case ZS__GL_EMB:
+        fill_normal(g->pool, p, (V + T) * C, g->seed, 0, 0, 0.02f);
+        break;
+    case ZS__GL_WTE:
+        fill_normal(g->pool, p, (size_t)d->rows * C, g->seed, 0, (size_t)d->v0 * C, 0.02f);
+        break;
+    case ZS__GL_WPE:
+        fill_normal(g->pool, p, T * C, g->seed, 0, V * C, 0.02f);
+        break;
+    case ZS__GL_BLOCK:
+        init_block(g, d->l, 0, g->bo.total, p);
+        break;
+    case ZS__GL_PART:
+        init_block(g, d->l, zs__gpt_part_start(g, d->part), zs__gpt_part_start(g, d->part + 1), p);
+        break;
+    default: /* the head's LayerNorm */
         fill_const(p, C, 1.0f);
         fill_const(p + C, C, 0.0f);
-    } else {
-        return zs_err_set(err, ZS_ERR_INVALID, "gpt: no layer %d (model has %d)", layer, L + 2);
     }
     return ZS_OK;
 }
@@ -361,56 +390,7 @@ int zs_gpt_set_data(zs_gpt_t *g, const zs_data_t *data, zs_err_t *err)
 
 /* ---- forward ---- */
 
-int zs__gpt_block_fwd(zs_gpt_t *g, int l, const void *p, const float *x, float *y, int full,
-                      zs_err_t *err)
-{
-    const zs_gpt_ops_t *ops = g->ops;
-    void *k = ops->ctx;
-    zs_stream_t *s = g->stream;
-    const block_off_t *o = &g->bo;
-    int B = g->B, T = g->T, C = g->c.width, NH = g->c.heads, N = B * T;
-    size_t sN = g->maxN, i = zs__gpt_ws(g, l), j = zs__gpt_stat(g, l);
-    size_t nC = (size_t)N * C, natt = (size_t)B * NH * T * T;
-    float *ln1 = g->ln1 + i * sN * C, *qkv = g->qkv + i * sN * 3 * C;
-    float *att = g->att + i * g->att_slice, *atty = g->atty + i * sN * C;
-    float *res2 = g->res2 + i * sN * C, *ln2 = g->ln2 + i * sN * C;
-    float *fch = g->fch + i * sN * 4 * C, *fchg = g->fchg + i * sN * 4 * C;
-    zs__gpt_bsmall_t b; /* LayerNorm weights and biases; weights one at a time (w) */
-    const float *w;
-    TRY(zs__gpt_block_small(g, p, &b, err));
-
-    /* zs__gpt_round: with 16-bit activations each saved tensor is rounded
-     * where it is stored and read rounded from then on (zs_gpt_act16.c) */
-    TRY(ops->layernorm_fwd(k, s, ln1, g->ln1_mean + j * sN, g->ln1_rstd + j * sN, x, b.ln1w, b.ln1b,
-                           N, C, err));
-    TRY(zs__gpt_round(g, l, ln1, g->ln1_16, sN * C, nC, err));
-    TRY(zs__gpt_param(g, p, o->qkvw, (size_t)C * 3 * C, ZS_GPT_BIG, &w, err));
-    TRY(ops->matmul_fwd(k, s, qkv, ln1, w, b.qkvb, N, C, 3 * C, err));
-    TRY(zs__gpt_round(g, l, qkv, g->qkv_16, sN * 3 * C, 3 * nC, err));
-    TRY(ops->attention_fwd(k, s, atty, att, qkv, B, T, C, NH, err));
-    TRY(zs__gpt_round(g, l, att, g->att_16, g->att_slice, natt, err));
-    TRY(zs__gpt_round(g, l, atty, g->atty_16, sN * C, nC, err));
-    TRY(zs__gpt_param(g, p, o->projw, (size_t)C * C, ZS_GPT_BIG, &w, err));
-    TRY(ops->matmul_fwd(k, s, g->proj, atty, w, b.projb, N, C, C, err));
-    TRY(ops->residual_fwd(k, s, res2, x, g->proj, nC, err));
-    TRY(zs__gpt_round(g, l, res2, g->res2_16, sN * C, nC, err));
-    TRY(ops->layernorm_fwd(k, s, ln2, g->ln2_mean + j * sN, g->ln2_rstd + j * sN, res2, b.ln2w,
-                           b.ln2b, N, C, err));
-    TRY(zs__gpt_round(g, l, ln2, g->ln2_16, sN * C, nC, err));
-    TRY(zs__gpt_param(g, p, o->fcw, (size_t)C * 4 * C, ZS_GPT_BIG, &w, err));
-    TRY(ops->matmul_fwd(k, s, fch, ln2, w, b.fcb, N, C, 4 * C, err));
-    TRY(zs__gpt_round(g, l, fch, g->fch_16, sN * 4 * C, 4 * nC, err));
-    TRY(ops->gelu_fwd(k, s, fchg, fch, 4 * nC, err));
-    TRY(zs__gpt_round(g, l, fchg, g->fchg_16, sN * 4 * C, 4 * nC, err));
-    if (!full) /* recompute: the backward reads nothing after the GELU */
-        return ZS_OK;
-    TRY(zs__gpt_param(g, p, o->fcpw, (size_t)4 * C * C, ZS_GPT_BIG, &w, err));
-    TRY(ops->matmul_fwd(k, s, g->proj, fchg, w, b.fcpb, N, 4 * C, C, err));
-    TRY(ops->residual_fwd(k, s, y, res2, g->proj, (size_t)N * C, err));
-    return ZS_OK;
-}
-
-static int head_forward(zs_gpt_t *g, const void *p, const void *wte, zs_err_t *err)
+static int head_forward(zs_gpt_t *g, const void *p, void *const *wdeps, zs_err_t *err)
 {
     const zs_gpt_ops_t *ops = g->ops;
     void *k = ops->ctx;
@@ -421,7 +401,7 @@ static int head_forward(zs_gpt_t *g, const void *p, const void *wte, zs_err_t *e
     TRY(zs__gpt_param(g, p, 0, (size_t)C, 0, &w, err));
     TRY(zs__gpt_param(g, p, (size_t)C, (size_t)C, (size_t)C, &b, err));
     TRY(ops->layernorm_fwd(k, s, g->lnf, g->lnf_mean, g->lnf_rstd, x, w, b, N, C, err));
-    TRY(zs__gpt_head_logits(g, wte, err));
+    TRY(zs__gpt_head_logits(g, wdeps, err));
     TRY(ops->xent_fwd(k, s, g->losses, g->lse, g->logits, g->targets, N, V, err));
     return ZS_OK;
 }
@@ -436,12 +416,55 @@ static int mark(zs_gpt_t *g, int rc, zs_err_t *err)
     return rc ? rc : mrc;
 }
 
+/* Enqueue engine layer d's forward; *done: the model layer (0: the
+ * embeddings, l: block l) whose output it completed, or -1. */
+static int forward_layer(zs_gpt_t *g, const zs__gpt_layer_t *d, void *const *params, int *done,
+                         zs_err_t *err)
+{
+    const void *p = params[0];
+    const float *x = NULL;
+    zs__gpt_bp_t bp = {{NULL, NULL, NULL, NULL}};
+    *done = -1;
+    switch (d->kind) {
+    case ZS__GL_EMB:
+        *done = 0;
+        if (g->pdt == ZS_DTYPE_F32) /* the lookup reads wte and wpe in place */
+            return g->ops->embed_fwd(g->ops->ctx, g->stream, zs__gpt_resid_out(g, 0), g->inputs, p,
+                                     (const float *)p + (size_t)g->c.vocab * g->c.width, g->B, g->T,
+                                     g->c.width, err);
+        TRY(zs__gpt_embed_begin(g, err));
+        TRY(zs__gpt_embed_rows(g, p, 0, g->c.vocab, err));
+        return zs__gpt_embed_finish(
+            g, (const char *)p + (size_t)g->c.vocab * g->c.width * zs_dtype_size(g->pdt),
+            zs__gpt_resid_out(g, 0), err);
+    case ZS__GL_WTE:
+        if (d->v0 == 0)
+            TRY(zs__gpt_embed_begin(g, err));
+        return zs__gpt_embed_rows(g, p, d->v0, d->rows, err);
+    case ZS__GL_WPE:
+        *done = 0;
+        return zs__gpt_embed_finish(g, p, zs__gpt_resid_out(g, 0), err);
+    case ZS__GL_BLOCK:
+        *done = d->l;
+        TRY(zs__gpt_resid_in(g, d->l - 1, &x, err));
+        zs__gpt_bp_whole(g, p, &bp);
+        return zs__gpt_block_fwd(g, d->l, &bp, x, zs__gpt_resid_out(g, d->l), 1, err);
+    case ZS__GL_PART:
+        *done = d->part == 3 ? d->l : -1;
+        if (d->part < 2) /* LayerNorm 1's input, the attention residual */
+            TRY(zs__gpt_resid_in(g, d->l - 1, &x, err));
+        bp.p[d->part] = p;
+        return zs__gpt_block_part_fwd(g, d->l, d->part, &bp, x, zs__gpt_resid_out(g, d->l), err);
+    default:
+        return head_forward(g, p, params + 1, err);
+    }
+}
+
 static int forward(void *self, int layer, void *const *params, zs_err_t *err)
 {
     zs_gpt_t *g = self;
-    int L = g->c.layers;
-    if (layer < 0 || layer > L + 1)
-        return zs_err_set(err, ZS_ERR_INVALID, "gpt: no layer %d (model has %d)", layer, L + 2);
+    if (layer < 0 || layer >= g->nl)
+        return zs_err_set(err, ZS_ERR_INVALID, "gpt: no layer %d (model has %d)", layer, g->nl);
     TRY(require_bound(g, "forward", err));
     if (!g->have_batch)
         return zs_err_set(err, ZS_ERR_STATE,
@@ -450,27 +473,18 @@ static int forward(void *self, int layer, void *const *params, zs_err_t *err)
     if (layer != 0 && layer != g->next_fwd)
         return zs_err_set(err, ZS_ERR_STATE, "gpt: forward of layer %d, expected layer %d", layer,
                           g->next_fwd);
-    const void *p = params[0];
-    int rc;
-    if (layer == 0) {
+    if (layer == 0)
         g->have_head = 0;
-        rc = zs__gpt_embed_fwd(g, p, zs__gpt_resid_out(g, 0), err);
-    } else if (layer <= L) {
-        const float *x;
-        rc = zs__gpt_resid_in(g, layer - 1, &x, err);
-        if (rc == ZS_OK)
-            rc = zs__gpt_block_fwd(g, layer, p, x, zs__gpt_resid_out(g, layer), 1, err);
-    } else {
-        rc = head_forward(g, p, params[1], err);
-    }
-    if (rc == ZS_OK && layer <= L)
-        rc = zs__gpt_resid_store(g, layer, err);
-    if (rc == ZS_OK && layer <= L)
-        rc = zs__gpt_ckpt_after_fwd(g, layer, err);
+    int done, head = g->lmap[layer].kind == ZS__GL_HEAD;
+    int rc = forward_layer(g, &g->lmap[layer], params, &done, err);
+    if (rc == ZS_OK && done >= 0)
+        rc = zs__gpt_resid_store(g, done, err);
+    if (rc == ZS_OK && done >= 0)
+        rc = zs__gpt_ckpt_after_fwd(g, done, err);
     TRY(mark(g, rc, err));
-    g->have_head = layer == L + 1;
+    g->have_head = head;
     g->next_fwd = layer + 1;
-    g->next_bwd = layer == L + 1 ? L + 1 : -1;
+    g->next_bwd = head ? layer : -1;
     return ZS_OK;
 }
 
@@ -511,50 +525,9 @@ int zs_gpt_copy_logits(zs_gpt_t *g, float *host_out, zs_err_t *err)
 
 /* ---- backward ---- */
 
-static int block_backward(zs_gpt_t *g, int l, const void *p, float *gr, zs_err_t *err)
-{
-    const zs_gpt_ops_t *ops = g->ops;
-    void *k = ops->ctx;
-    zs_stream_t *s = g->stream;
-    const block_off_t *o = &g->bo;
-    int B = g->B, T = g->T, C = g->c.width, NH = g->c.heads, N = B * T;
-    size_t sN = g->maxN, i = zs__gpt_ws(g, l), j = zs__gpt_stat(g, l);
-    const float *x;
-    TRY(zs__gpt_act_restore(g, l, err));
-    TRY(zs__gpt_resid_in(g, l - 1, &x, err));
-    const float *ln1 = g->ln1 + i * sN * C, *qkv = g->qkv + i * sN * 3 * C;
-    const float *att = g->att + i * g->att_slice, *atty = g->atty + i * sN * C;
-    const float *res2 = g->res2 + i * sN * C, *ln2 = g->ln2 + i * sN * C;
-    const float *fch = g->fch + i * sN * 4 * C, *fchg = g->fchg + i * sN * 4 * C;
-    zs__gpt_bsmall_t b; /* LayerNorm weights (biases unread); weights one at a time (w) */
-    const float *w;
-    TRY(zs__gpt_block_small(g, p, &b, err));
-
-    /* dres = dL/dy on entry; y = r + h Wp + bp */
-    TRY(zs__gpt_param(g, p, o->fcpw, (size_t)4 * C * C, ZS_GPT_BIG, &w, err));
-    TRY(ops->matmul_bwd(k, s, g->dfch, gr + o->fcpw, gr + o->fcpb, g->dres, fchg, w, N, 4 * C, C,
-                        err));
-    TRY(ops->gelu_bwd(k, s, g->dfch, fch, g->dfch, (size_t)N * 4 * C, err));
-    TRY(zs__gpt_param(g, p, o->fcw, (size_t)C * 4 * C, ZS_GPT_BIG, &w, err));
-    TRY(ops->matmul_bwd(k, s, g->dbuf, gr + o->fcw, gr + o->fcb, g->dfch, ln2, w, N, C, 4 * C,
-                        err));
-    TRY(ops->layernorm_bwd(k, s, g->dres, gr + o->ln2w, gr + o->ln2b, g->dbuf, res2, b.ln2w,
-                           g->ln2_mean + j * sN, g->ln2_rstd + j * sN, N, C, err));
-    /* dres = dL/dr; r = x + o Wo + bo */
-    TRY(zs__gpt_param(g, p, o->projw, (size_t)C * C, ZS_GPT_BIG, &w, err));
-    TRY(ops->matmul_bwd(k, s, g->dbuf, gr + o->projw, gr + o->projb, g->dres, atty, w, N, C, C,
-                        err));
-    TRY(ops->attention_bwd(k, s, g->dqkv, g->datt, g->dbuf, qkv, att, B, T, C, NH, err));
-    TRY(zs__gpt_param(g, p, o->qkvw, (size_t)C * 3 * C, ZS_GPT_BIG, &w, err));
-    TRY(ops->matmul_bwd(k, s, g->dbuf, gr + o->qkvw, gr + o->qkvb, g->dqkv, ln1, w, N, C, 3 * C,
-                        err));
-    TRY(ops->layernorm_bwd(k, s, g->dres, gr + o->ln1w, gr + o->ln1b, g->dbuf, x, b.ln1w,
-                           g->ln1_mean + j * sN, g->ln1_rstd + j * sN, N, C, err));
-    /* dres = dL/dx */
-    return ZS_OK;
-}
-
-static int head_backward(zs_gpt_t *g, const void *p, float *gr, const void *wte, float *dwte,
+/* dwte: the tied wte's gradient (unsplit), or NULL (the wte layers
+ * compute it, zs__gpt_wte_bwd). */
+static int head_backward(zs_gpt_t *g, const void *p, float *gr, void *const *wdeps, float *dwte,
                          float dloss, zs_err_t *err)
 {
     const zs_gpt_ops_t *ops = g->ops;
@@ -565,8 +538,9 @@ static int head_backward(zs_gpt_t *g, const void *p, float *gr, const void *wte,
     TRY(zs__gpt_resid_in(g, L, &x, err));
     TRY(ops->xent_bwd(k, s, g->dlogits, g->logits, g->lse, g->targets, N, V, dloss / (float)N,
                       err));
-    TRY(zs__gpt_head_dx(g, wte, err));
-    TRY(ops->gemm(k, s, 1, 0, V, C, N, 1.0f, g->dlogits, V, g->lnf, C, 1.0f, dwte, C, err));
+    TRY(zs__gpt_head_dx(g, wdeps, err));
+    if (dwte)
+        TRY(ops->gemm(k, s, 1, 0, V, C, N, 1.0f, g->dlogits, V, g->lnf, C, 1.0f, dwte, C, err));
     TRY(zs_dev_memset(s, g->dres, 0, (size_t)N * C * sizeof(float), err));
     TRY(zs__gpt_param(g, p, 0, (size_t)C, 0, &w, err));
     TRY(ops->layernorm_bwd(k, s, g->dres, gr, gr + C, g->dbuf, x, w, g->lnf_mean, g->lnf_rstd, N, C,
@@ -574,31 +548,53 @@ static int head_backward(zs_gpt_t *g, const void *p, float *gr, const void *wte,
     return ZS_OK;
 }
 
+/* Enqueue engine layer d's backward. */
+static int backward_layer(zs_gpt_t *g, const zs__gpt_layer_t *d, void *const *params,
+                          float *const *grads, float dloss, zs_err_t *err)
+{
+    const void *p = params[0];
+    float *gr = grads[0];
+    int V = g->c.vocab, C = g->c.width;
+    zs__gpt_bp_t bp = {{NULL, NULL, NULL, NULL}};
+    switch (d->kind) {
+    case ZS__GL_HEAD:
+        return head_backward(g, p, gr, params + 1, g->wte_rows ? NULL : grads[1], dloss, err);
+    case ZS__GL_BLOCK:
+        zs__gpt_bp_whole(g, p, &bp);
+        TRY(zs__gpt_block_bwd_begin(g, d->l, &bp, err));
+        for (int k = 3; k >= 0; k--)
+            TRY(zs__gpt_block_part_bwd(g, d->l, k, &bp, gr + zs__gpt_part_start(g, k), err));
+        return ZS_OK;
+    case ZS__GL_PART:
+        bp.p[d->part] = p;
+        if (d->part == 3) { /* the block's first backward call; deps: parts 0-2 */
+            for (int k = 0; k < 3; k++)
+                bp.p[k] = params[1 + k];
+            TRY(zs__gpt_block_bwd_begin(g, d->l, &bp, err));
+        }
+        return zs__gpt_block_part_bwd(g, d->l, d->part, &bp, gr, err);
+    case ZS__GL_WPE:
+        return zs__gpt_wpe_bwd(g, gr, err);
+    case ZS__GL_WTE:
+        return zs__gpt_wte_bwd(g, d->v0, d->rows, gr, err);
+    default:
+        return g->ops->embed_bwd(g->ops->ctx, g->stream, gr, gr + (size_t)V * C, g->dres, g->inputs,
+                                 g->B, g->T, C, err);
+    }
+}
+
 static int backward(void *self, int layer, void *const *params, float *const *grads, float dloss,
                     zs_err_t *err)
 {
     zs_gpt_t *g = self;
-    int L = g->c.layers, C = g->c.width, V = g->c.vocab;
-    if (layer < 0 || layer > L + 1)
-        return zs_err_set(err, ZS_ERR_INVALID, "gpt: no layer %d (model has %d)", layer, L + 2);
+    if (layer < 0 || layer >= g->nl)
+        return zs_err_set(err, ZS_ERR_INVALID, "gpt: no layer %d (model has %d)", layer, g->nl);
     if (layer != g->next_bwd)
         return zs_err_set(err, ZS_ERR_STATE,
                           g->next_bwd < 0 ? "gpt: backward of layer %d before a full forward"
                                           : "gpt: backward of layer %d, expected layer %d",
                           layer, g->next_bwd);
-    const void *p = params[0];
-    float *gr = grads[0];
-    int rc;
-    if (layer == L + 1) {
-        rc = head_backward(g, p, gr, params[1], grads[1], dloss, err);
-    } else if (layer >= 1) {
-        rc = zs__gpt_ckpt_recompute(g, layer, p, err);
-        if (rc == ZS_OK)
-            rc = block_backward(g, layer, p, gr, err);
-    } else {
-        rc = g->ops->embed_bwd(g->ops->ctx, g->stream, gr, gr + (size_t)V * C, g->dres, g->inputs,
-                               g->B, g->T, C, err);
-    }
+    int rc = backward_layer(g, &g->lmap[layer], params, grads, dloss, err);
     TRY(mark(g, rc, err));
     g->next_bwd = layer - 1;
     return ZS_OK;
@@ -908,33 +904,19 @@ int zs_gpt_create(const zs_gpt_config_t *c, int max_batch, uint64_t seed, zs_gpt
     g->act_dt = ZS_DTYPE_F32;
     g->pdt = ZS_DTYPE_F32;
     g->next_bwd = -1;
-    int L = c->layers;
-    size_t C = (size_t)c->width, V = (size_t)c->vocab, T = (size_t)c->ctx;
+    size_t C = (size_t)c->width, T = (size_t)c->ctx;
     g->bo = block_offsets(C);
     g->maxN = (size_t)max_batch * T;
     g->att_slice = (size_t)max_batch * c->heads * T * T;
-    g->nparams = calloc((size_t)L + 2, sizeof *g->nparams);
-    g->deps = calloc((size_t)L + 2, sizeof *g->deps);
     const char *env = getenv("ZS_GPT_THREADS");
     int nthreads = env ? atoi(env) : 0;
     g->pool = zs_pool_create(nthreads);
-    if (!g->nparams || !g->deps || !g->pool) {
+    if (!g->pool) {
         zs_gpt_destroy(g);
         return zs_err_set(err, ZS_ERR_NOMEM, "gpt: out of memory (or cannot start %d threads)",
                           nthreads);
     }
-    g->nparams[0] = (V + T) * C;
-    for (int l = 1; l <= L; l++)
-        g->nparams[l] = g->bo.total;
-    g->nparams[L + 1] = 2 * C;
-    g->head_deps[0] = 0;
-    g->head_deps[1] = -1;
-    g->deps[L + 1] = g->head_deps;
-
     g->model.self = g;
-    g->model.nlayers = L + 2;
-    g->model.nparams = g->nparams;
-    g->model.deps = (const int *const *)g->deps;
     g->model.init_params = init_params;
     g->model.bind = bind;
     g->model.load_batch = load_batch;
@@ -942,6 +924,11 @@ int zs_gpt_create(const zs_gpt_config_t *c, int max_batch, uint64_t seed, zs_gpt
     g->model.loss = loss;
     g->model.backward = backward;
     g->model.set_param_dtype = set_param_dtype;
+    int rc = zs__gpt_layout(g, err); /* unsplit until zs_gpt_set_split */
+    if (rc) {
+        zs_gpt_destroy(g);
+        return rc;
+    }
     zs_op_init();
     *out = g;
     return ZS_OK;
@@ -957,6 +944,9 @@ void zs_gpt_destroy(zs_gpt_t *g)
     free(g->fixed_tg);
     free(g->nparams);
     free(g->deps);
+    free(g->lmap);
+    free(g->dro);
+    free(g->depbuf);
     free(g);
 }
 

@@ -130,6 +130,23 @@ int zs_gpt_set_param_dtype(zs_gpt_t *g, int dt, zs_err_t *err);
 /* The parameter dtype set by zs_gpt_set_param_dtype. */
 int zs_gpt_param_dtype(const zs_gpt_t *g);
 
+/* Engine layers no larger than max_elems parameters where the model can
+ * split (zs_gpt_split.c): the token embedding into layers of whole
+ * vocabulary rows (then one layer for wpe), each block into its four
+ * parts (LayerNorm 1 + qkv; attention projection + LayerNorm 2; MLP up;
+ * MLP down). 0 (the default): the natural layers (embeddings, L blocks,
+ * head). The engine's gradient buckets are whole engine layers, so this is
+ * what lets them be smaller than a block or the embedding; zs-train sets
+ * it to reduce_bucket_size with --split-layers. Same flat parameter order
+ * and initial values; results within fp32 reordering of the unsplit model
+ * (the head's input gradient is summed by vocabulary chunk). Call before
+ * the engine reads the model (zs_gpt_model's nlayers, nparams and deps
+ * change) and before bind (ZS_ERR_STATE after). */
+int zs_gpt_set_split(zs_gpt_t *g, uint64_t max_elems, zs_err_t *err);
+
+/* Engine layers of the model as split now (L + 2 unsplit). */
+int zs_gpt_num_layers(const zs_gpt_t *g);
+
 /* Test-only debug flags (ZS_GPT_DEBUG_*). ZS_GPT_DEBUG_LEAK_CKPT: every forward of block 1
  * allocates a copy of its checkpoint (device, ZS_MEM_ACTIVATIONS) that is
  * freed only at unbind, as a checkpoint never freed would be: the memory

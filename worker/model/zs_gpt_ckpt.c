@@ -122,7 +122,7 @@ int zs__gpt_ckpt_after_fwd(zs_gpt_t *g, int k, zs_err_t *err)
     return ZS_OK;
 }
 
-int zs__gpt_ckpt_recompute(zs_gpt_t *g, int l, const void *p, zs_err_t *err)
+int zs__gpt_ckpt_recompute(zs_gpt_t *g, int l, const zs__gpt_bp_t *bp, zs_err_t *err)
 {
     if (!g->ckpt)
         return ZS_OK;
@@ -131,7 +131,7 @@ int zs__gpt_ckpt_recompute(zs_gpt_t *g, int l, const void *p, zs_err_t *err)
                           err));
     const float *x;
     TRY(zs__gpt_resid_in(g, l - 1, &x, err));
-    return zs__gpt_block_fwd(g, l, p, x, NULL, 0, err);
+    return zs__gpt_block_fwd(g, l, bp, x, NULL, 0, err);
 }
 
 int zs__gpt_ckpt_alloc(zs_gpt_t *g, zs_err_t *err)

@@ -17,6 +17,14 @@
 #include "zs_mixed.h"
 #include "zs_pool.h"
 
+/* What an engine layer is (zs_gpt_split.c). */
+enum { ZS__GL_EMB, ZS__GL_WTE, ZS__GL_WPE, ZS__GL_BLOCK, ZS__GL_PART, ZS__GL_HEAD };
+typedef struct {
+    int kind;
+    int l, part;  /* BLOCK: block l (1..L); PART: part `part` (0..3) of block l */
+    int v0, rows; /* WTE: vocabulary rows [v0, v0 + rows) (EMB: 0, V) */
+} zs__gpt_layer_t;
+
 /* Offsets (in floats) of a block's tensors, in zs_gpt.h's order. */
 typedef struct {
     size_t ln1w, ln1b, qkvw, qkvb, projw, projb, ln2w, ln2b, fcw, fcb, fcpw, fcpb, total;
@@ -30,10 +38,16 @@ struct zs_gpt {
     int pdt;     /* parameter dtype forward/backward read (zs_gpt_set_param_dtype) */
     zs_pool_t *pool;
     zs_model_t model;
-    size_t *nparams;
-    const int **deps;
-    int head_deps[2];
     block_off_t bo;
+    /* engine layers (zs_gpt_split.c, zs__gpt_layout) */
+    uint64_t split;        /* zs_gpt_set_split's cap (0: unsplit) */
+    int nl;                /* engine layers */
+    int wte_rows;          /* rows per wte layer (0: wte not split) */
+    zs__gpt_layer_t *lmap; /* [nl] */
+    size_t *nparams;       /* [nl] */
+    const int **deps;      /* [nl] */
+    unsigned char *dro;    /* [nl] zs_model_t.deps_read_only */
+    int *depbuf;           /* the deps lists */
 
     const zs_data_t *data;
     int32_t *fixed_in, *fixed_tg; /* zs_gpt_set_fixed_tokens (host) */
@@ -58,12 +72,15 @@ struct zs_gpt {
     void *mixed_arena;   /* device, ZS_MEM_SCRATCH: rounded GEMM operands (gemm_dt != F32) */
     zs_mixed_t mixed;    /* what the op table was given (dt F32: none) */
 
-    /* 16-bit parameters (zs_gpt_param16.c; pdt != ZS_DTYPE_F32 only) */
+    /* 16-bit parameters and the row-by-row embedding (zs_gpt_param16.c,
+     * zs_gpt_split.c; allocated when pdt != ZS_DTYPE_F32 or wte is split) */
     float *pconv;         /* device, ZS_MEM_SCRATCH: small area, then big area */
     int32_t *remap;       /* device [maxN]: embedding ids into the converted rows */
     int32_t *remap_pin;   /* pinned [maxN]: their staging */
     zs_event_t *remap_ev; /* recorded after each upload of remap_pin */
     int32_t *seen;        /* host [V]: row of a token in this batch's rows, or -1 */
+    int32_t *uniq;        /* host [maxN]: the batch's distinct tokens, first seen first */
+    size_t nuniq;
 
     /* activation checkpointing (zs_gpt_ckpt.c; zs_gpt_set_checkpointing) */
     int ckpt;        /* 1: per-block checkpoints, one block workspace, recompute */
@@ -147,13 +164,38 @@ int zs__gpt_round(zs_gpt_t *g, int l, float *t, void *a16, size_t slice, size_t 
  * the block's 16-bit saved tensors back into the fp32 workspace. */
 int zs__gpt_act_restore(zs_gpt_t *g, int l, zs_err_t *err);
 
-/* Enqueue block l's forward on the model's stream, reading residual x and
- * writing its saved tensors into workspace zs__gpt_ws(g, l). p: the block's
- * parameters (pdt elements). full: also the MLP projection and the output
- * residual y; 0 (recompute): stop after the GELU, the last tensor the
- * backward reads (y is not written). */
-int zs__gpt_block_fwd(zs_gpt_t *g, int l, const void *p, const float *x, float *y, int full,
-                      zs_err_t *err);
+/* ---- a block in four parts (zs_gpt_block.c) ---- */
+
+/* A block's parameters, one pointer per part (pdt elements; NULL: not
+ * given). Part k holds the block's elements [zs__gpt_part_start(k),
+ * zs__gpt_part_start(k + 1)); zs__gpt_part_start(4) is the block size. */
+typedef struct {
+    const void *p[4];
+} zs__gpt_bp_t;
+size_t zs__gpt_part_start(const zs_gpt_t *g, int part);
+
+/* bp of a whole block's parameters at p. */
+void zs__gpt_bp_whole(const zs_gpt_t *g, const void *p, zs__gpt_bp_t *bp);
+
+/* Enqueue part `part` (0..3) of block l's forward, reading residual x
+ * (parts 0, 1) and writing its saved tensors into workspace zs__gpt_ws(g,
+ * l); part 3 writes the output residual y. */
+int zs__gpt_block_part_fwd(zs_gpt_t *g, int l, int part, const zs__gpt_bp_t *bp, const float *x,
+                           float *y, zs_err_t *err);
+
+/* Parts 0..3 (full) or 0..2 (recompute: the backward reads nothing after
+ * the GELU; y is not written). */
+int zs__gpt_block_fwd(zs_gpt_t *g, int l, const zs__gpt_bp_t *bp, const float *x, float *y,
+                      int full, zs_err_t *err);
+
+/* Before part 3's backward: recompute (checkpointing; needs parts 0-2) or
+ * restore the 16-bit saved tensors of block l. */
+int zs__gpt_block_bwd_begin(zs_gpt_t *g, int l, const zs__gpt_bp_t *bp, zs_err_t *err);
+
+/* Enqueue part `part` of block l's backward (called 3..0): accumulates the
+ * part's gradients into gr (fp32, the part's own) and carries dres. */
+int zs__gpt_block_part_bwd(zs_gpt_t *g, int l, int part, const zs__gpt_bp_t *bp, float *gr,
+                           zs_err_t *err);
 
 /* After the forward of layer k (0 .. L) has been enqueued: with
  * cpu_checkpointing, enqueue the copy of residual slot k (k < L) into its
@@ -167,7 +209,7 @@ int zs__gpt_ckpt_after_fwd(zs_gpt_t *g, int k, zs_err_t *err);
  * recompute the block's forward from it into the workspace, with the same
  * ops on the same inputs as the forward (so the saved tensors are bitwise
  * those of the forward). p: the block's parameters (the backward's). */
-int zs__gpt_ckpt_recompute(zs_gpt_t *g, int l, const void *p, zs_err_t *err);
+int zs__gpt_ckpt_recompute(zs_gpt_t *g, int l, const zs__gpt_bp_t *bp, zs_err_t *err);
 
 /* Allocate the checkpoints' pinned memory (cpu_checkpointing; nothing
  * otherwise). Part of bind; zs__gpt_ckpt_free undoes it. */
@@ -191,23 +233,42 @@ void zs__gpt_ckpt_free(zs_gpt_t *g);
 int zs__gpt_param(zs_gpt_t *g, const void *p, size_t off, size_t n, size_t at, const float **out,
                   zs_err_t *err);
 
-/* A block's LayerNorm weights and biases as fp32 (the small area). */
-typedef struct {
-    const float *ln1w, *ln1b, *qkvb, *projb, *ln2w, *ln2b, *fcb, *fcpb;
-} zs__gpt_bsmall_t;
-int zs__gpt_block_small(zs_gpt_t *g, const void *p, zs__gpt_bsmall_t *s, zs_err_t *err);
-
 /* Vocabulary rows per chunk of the head's GEMMs: V with fp32 parameters or
  * when the whole wte fits the big area. */
 int zs__gpt_head_rows(const zs_gpt_t *g);
 
-/* Embedding forward of the current batch into out (layer 0's params p). */
-int zs__gpt_embed_fwd(zs_gpt_t *g, const void *p, float *out, zs_err_t *err);
+/* Elements of the big area: the largest weight matrix, or the batch's
+ * embedding rows plus wpe. */
+size_t zs__gpt_big_elems(const zs_gpt_t *g);
 
-/* The head's GEMMs reading the tied wte: logits = lnf wte^T, and
+/* Where the batch's embedding rows are converted (the big area). */
+float *zs__gpt_rows(const zs_gpt_t *g);
+
+/* The head's GEMMs reading the tied wte (wdeps: the head's dep pointers,
+ * the one embedding layer or every wte layer): logits = lnf wte^T, and
  * dbuf = dlogits wte (chunk by chunk, see the file). */
-int zs__gpt_head_logits(zs_gpt_t *g, const void *wte, zs_err_t *err);
-int zs__gpt_head_dx(zs_gpt_t *g, const void *wte, zs_err_t *err);
+int zs__gpt_head_logits(zs_gpt_t *g, void *const *wdeps, zs_err_t *err);
+int zs__gpt_head_dx(zs_gpt_t *g, void *const *wdeps, zs_err_t *err);
+
+/* ---- engine layers and the row-by-row embedding (zs_gpt_split.c) ---- */
+
+/* (Re)build lmap, nparams, deps and dro for g->split, and point the model
+ * at them. */
+int zs__gpt_layout(zs_gpt_t *g, zs_err_t *err);
+
+/* Embedding forward in steps: begin (distinct tokens of the batch and the
+ * remapped ids, on the host), rows (convert the rows of the tokens in
+ * [v0, v0 + rows) of wte, the wte pointer holding row v0), finish (wpe,
+ * upload the ids, the lookup into out). */
+int zs__gpt_embed_begin(zs_gpt_t *g, zs_err_t *err);
+int zs__gpt_embed_rows(zs_gpt_t *g, const void *wte, int v0, int rows, zs_err_t *err);
+int zs__gpt_embed_finish(zs_gpt_t *g, const void *wpe, float *out, zs_err_t *err);
+
+/* Backward of a wte layer (rows [v0, v0 + rows), gradient gr): the tied
+ * head's dlogits^T lnf for those rows, then the lookup's scatter of dres;
+ * of the wpe layer: the sum of dres over the batch. */
+int zs__gpt_wte_bwd(zs_gpt_t *g, int v0, int rows, float *gr, zs_err_t *err);
+int zs__gpt_wpe_bwd(zs_gpt_t *g, float *gr, zs_err_t *err);
 
 /* The conversion scratch and the embedding's remap buffers (bind; nothing
  * with fp32 parameters); free undoes it once the queued work has run. */

@@ -49,9 +49,7 @@ static size_t small_elems(const zs_gpt_t *g)
     return 13 * (size_t)g->c.width + 8 * 16; /* 8 tensors, each padded to 16 */
 }
 
-/* Elements of the big area: the largest weight matrix, the batch's
- * embedding rows plus wpe, at least one vocabulary row. */
-static size_t big_elems(const zs_gpt_t *g)
+size_t zs__gpt_big_elems(const zs_gpt_t *g)
 {
     size_t C = (size_t)g->c.width, T = (size_t)g->c.ctx;
     size_t n = 4 * C * C, emb = (g->maxN + T) * C;
@@ -60,10 +58,17 @@ static size_t big_elems(const zs_gpt_t *g)
 
 int zs__gpt_head_rows(const zs_gpt_t *g)
 {
-    size_t V = (size_t)g->c.vocab, rows = big_elems(g) / (size_t)g->c.width;
+    size_t V = (size_t)g->c.vocab, rows = zs__gpt_big_elems(g) / (size_t)g->c.width;
+    if (g->wte_rows)
+        return g->wte_rows;
     if (g->pdt == ZS_DTYPE_F32 || rows >= V)
         return (int)V;
     return (int)(rows > 0 ? rows : 1);
+}
+
+float *zs__gpt_rows(const zs_gpt_t *g)
+{
+    return g->pconv + small_elems(g);
 }
 
 int zs_gpt_set_param_dtype(zs_gpt_t *g, int dt, zs_err_t *err)
@@ -84,9 +89,9 @@ int zs_gpt_param_dtype(const zs_gpt_t *g)
 
 int zs__gpt_param16_alloc(zs_gpt_t *g, zs_err_t *err)
 {
-    if (g->pdt == ZS_DTYPE_F32)
+    if (g->pdt == ZS_DTYPE_F32 && !g->wte_rows)
         return ZS_OK;
-    size_t bytes = (small_elems(g) + big_elems(g)) * sizeof(float);
+    size_t bytes = (small_elems(g) + zs__gpt_big_elems(g)) * sizeof(float);
     int rc = zs_dev_alloc(g->dev, ZS_SPACE_DEVICE, ZS_MEM_SCRATCH, bytes, (void **)&g->pconv, err);
     if (rc) {
         zs_err_prefix(err, "gpt: %zu MiB to read 16-bit parameters: ", bytes >> 20);
@@ -99,7 +104,8 @@ int zs__gpt_param16_alloc(zs_gpt_t *g, zs_err_t *err)
                      (void **)&g->remap_pin, err));
     TRY(zs_dev_event_create(g->dev, &g->remap_ev, err));
     g->seen = malloc((size_t)g->c.vocab * sizeof *g->seen);
-    if (!g->seen)
+    g->uniq = malloc(N * sizeof *g->uniq);
+    if (!g->seen || !g->uniq)
         return zs_err_set(err, ZS_ERR_NOMEM, "gpt: out of memory");
     for (int v = 0; v < g->c.vocab; v++)
         g->seen[v] = -1;
@@ -116,6 +122,8 @@ void zs__gpt_param16_free(zs_gpt_t *g)
     zs_dev_free(g->dev, g->remap);
     zs_dev_free(g->dev, g->remap_pin);
     free(g->seen);
+    free(g->uniq);
+    g->uniq = NULL;
     g->pconv = NULL;
     g->remap = g->remap_pin = NULL;
     g->remap_ev = NULL;
@@ -145,76 +153,39 @@ int zs__gpt_param(zs_gpt_t *g, const void *p, size_t off, size_t n, size_t at, c
     return ZS_OK;
 }
 
-int zs__gpt_block_small(zs_gpt_t *g, const void *p, zs__gpt_bsmall_t *s, zs_err_t *err)
+/* Vocabulary rows [v0, v0 + *r) of the tied wte: the wte layer holding
+ * v0 (split) or rows of the one embedding layer's (unsplit), pdt elements. */
+static const void *wte_chunk(const zs_gpt_t *g, void *const *wdeps, int v0, int *r)
 {
-    const block_off_t *o = &g->bo;
-    size_t C = (size_t)g->c.width, at = 0;
-    struct {
-        const float **dst;
-        size_t off, n;
-    } t[8] = {{&s->ln1w, o->ln1w, C},   {&s->ln1b, o->ln1b, C}, {&s->qkvb, o->qkvb, 3 * C},
-              {&s->projb, o->projb, C}, {&s->ln2w, o->ln2w, C}, {&s->ln2b, o->ln2b, C},
-              {&s->fcb, o->fcb, 4 * C}, {&s->fcpb, o->fcpb, C}};
-    for (int k = 0; k < 8; k++) {
-        TRY(zs__gpt_param(g, p, t[k].off, t[k].n, at, t[k].dst, err));
-        at += (t[k].n + 15) / 16 * 16;
-    }
-    return ZS_OK;
+    int V = g->c.vocab, R = zs__gpt_head_rows(g);
+    *r = V - v0 < R ? V - v0 : R;
+    if (g->wte_rows)
+        return wdeps[v0 / R];
+    return (const char *)wdeps[0] + (size_t)v0 * g->c.width * zs_dtype_size(g->pdt);
 }
 
-int zs__gpt_embed_fwd(zs_gpt_t *g, const void *p, float *out, zs_err_t *err)
+int zs__gpt_head_logits(zs_gpt_t *g, void *const *wdeps, zs_err_t *err)
 {
     const zs_gpt_ops_t *ops = g->ops;
-    int B = g->B, T = g->T, C = g->c.width, V = g->c.vocab;
-    if (g->pdt == ZS_DTYPE_F32)
-        return ops->embed_fwd(ops->ctx, g->stream, out, g->inputs, p,
-                              (const float *)p + (size_t)V * C, B, T, C, err);
-    /* distinct ids of the staged inputs (tok_pin holds the current batch
-     * until the next load), remapped to 0 .. m-1 in first-seen order */
-    int rc = zs_dev_event_sync(g->remap_ev, err); /* the last upload of remap_pin ran */
-    if (rc)
-        return rc;
-    size_t N = (size_t)B * T, m = 0;
-    float *rows = g->pconv + small_elems(g), *wpe = rows + N * (size_t)C;
-    for (size_t n = 0; n < N; n++) {
-        int32_t v = g->tok_pin[n];
-        if (g->seen[v] < 0) {
-            g->seen[v] = (int32_t)m;
-            TRY(convert(g, rows + m * (size_t)C, p, (size_t)v * C, (size_t)C, err));
-            m++;
-        }
-        g->remap_pin[n] = g->seen[v];
-    }
-    for (size_t n = 0; n < N; n++) /* forget them for the next batch */
-        g->seen[g->tok_pin[n]] = -1;
-    TRY(convert(g, wpe, p, (size_t)V * C, (size_t)T * C, err));
-    TRY(zs_dev_memcpy(g->stream, g->remap, g->remap_pin, N * sizeof(int32_t), err));
-    TRY(zs_dev_event_record(g->remap_ev, g->stream, err));
-    return ops->embed_fwd(ops->ctx, g->stream, out, g->remap, rows, wpe, B, T, C, err);
-}
-
-int zs__gpt_head_logits(zs_gpt_t *g, const void *wte, zs_err_t *err)
-{
-    const zs_gpt_ops_t *ops = g->ops;
-    int C = g->c.width, V = g->c.vocab, N = g->B * g->T, R = zs__gpt_head_rows(g);
-    for (int v0 = 0; v0 < V; v0 += R) {
-        int r = V - v0 < R ? V - v0 : R;
+    int C = g->c.width, V = g->c.vocab, N = g->B * g->T, r;
+    for (int v0 = 0; v0 < V; v0 += r) {
+        const void *wte = wte_chunk(g, wdeps, v0, &r);
         const float *w;
-        TRY(zs__gpt_param(g, wte, (size_t)v0 * C, (size_t)r * C, ZS_GPT_BIG, &w, err));
+        TRY(zs__gpt_param(g, wte, 0, (size_t)r * C, ZS_GPT_BIG, &w, err));
         TRY(ops->gemm(ops->ctx, g->stream, 0, 1, N, r, C, 1.0f, g->lnf, C, w, C, 0.0f,
                       g->logits + v0, V, err));
     }
     return ZS_OK;
 }
 
-int zs__gpt_head_dx(zs_gpt_t *g, const void *wte, zs_err_t *err)
+int zs__gpt_head_dx(zs_gpt_t *g, void *const *wdeps, zs_err_t *err)
 {
     const zs_gpt_ops_t *ops = g->ops;
-    int C = g->c.width, V = g->c.vocab, N = g->B * g->T, R = zs__gpt_head_rows(g);
-    for (int v0 = 0; v0 < V; v0 += R) {
-        int r = V - v0 < R ? V - v0 : R;
+    int C = g->c.width, V = g->c.vocab, N = g->B * g->T, r;
+    for (int v0 = 0; v0 < V; v0 += r) {
+        const void *wte = wte_chunk(g, wdeps, v0, &r);
         const float *w;
-        TRY(zs__gpt_param(g, wte, (size_t)v0 * C, (size_t)r * C, ZS_GPT_BIG, &w, err));
+        TRY(zs__gpt_param(g, wte, 0, (size_t)r * C, ZS_GPT_BIG, &w, err));
         TRY(ops->gemm(ops->ctx, g->stream, 0, 0, N, C, r, 1.0f, g->dlogits + v0, V, w, C,
                       v0 ? 1.0f : 0.0f, g->dbuf, C, err));
     }

@@ -1,0 +1,177 @@
+/*
+ * zs_gpt_block.c - one transformer block's forward and backward, in four
+ * parts that follow the block's parameter order, so that a split model
+ * (zs_gpt_set_split) can make each part its own engine layer with its own
+ * gradient bucket:
+ *   part 0  ln1_w, ln1_b, qkv_w, qkv_b        LayerNorm 1, qkv projection
+ *   part 1  attn_proj_w, attn_proj_b,         attention, output projection,
+ *           ln2_w, ln2_b                      residual, LayerNorm 2
+ *   part 2  fc_w, fc_b                        MLP up-projection, GELU
+ *   part 3  fc_proj_w, fc_proj_b              MLP down-projection, residual
+ * Forward runs the parts 0..3 and backward 3..0 on the same workspace
+ * (zs__gpt_ws) and backward scratch (dres, dbuf, dfch, dqkv), so running
+ * them in one call or in four gives the same bits: the ops, their order
+ * and their inputs are the same.
+ *
+ * Parameters come as zs__gpt_bp_t: one pointer per part (NULL where the
+ * caller has not got that part: a part reads only its own, except the
+ * recompute of activation checkpointing, which needs parts 0-2), in the
+ * model's parameter dtype; gradients as the fp32 base of the part's own
+ * gradient. Not here: which engine layer is which part (zs_gpt_split.c),
+ * checkpoints and 16-bit activations (zs_gpt_ckpt.c, zs_gpt_act16.c).
+ */
+#include "zs_gpt_impl.h"
+
+size_t zs__gpt_part_start(const zs_gpt_t *g, int part)
+{
+    const block_off_t *o = &g->bo;
+    size_t at[5] = {0, o->projw, o->fcw, o->fcpw, o->total};
+    return at[part];
+}
+
+void zs__gpt_bp_whole(const zs_gpt_t *g, const void *p, zs__gpt_bp_t *bp)
+{
+    size_t esz = zs_dtype_size(g->pdt);
+    for (int k = 0; k < 4; k++)
+        bp->p[k] = (const char *)p + zs__gpt_part_start(g, k) * esz;
+}
+
+/* fp32 pointer to the n parameters at block offset off (in part `part`),
+ * see zs__gpt_param; at: place in the small area, or ZS_GPT_BIG. */
+static int bparam(zs_gpt_t *g, const zs__gpt_bp_t *bp, int part, size_t off, size_t n, size_t at,
+                  const float **out, zs_err_t *err)
+{
+    if (!bp->p[part])
+        return zs_err_set(err, ZS_ERR_INTERNAL, "gpt: block part %d's parameters not given", part);
+    return zs__gpt_param(g, bp->p[part], off - zs__gpt_part_start(g, part), n, at, out, err);
+}
+
+/* The saved tensors of block l's workspace. */
+typedef struct {
+    float *ln1, *qkv, *att, *atty, *res2, *ln2, *fch, *fchg;
+    float *ln1_mean, *ln1_rstd, *ln2_mean, *ln2_rstd;
+} ws_t;
+
+static ws_t workspace(const zs_gpt_t *g, int l)
+{
+    size_t sN = g->maxN, C = (size_t)g->c.width, i = zs__gpt_ws(g, l), j = zs__gpt_stat(g, l);
+    ws_t w = {g->ln1 + i * sN * C,     g->qkv + i * sN * 3 * C,  g->att + i * g->att_slice,
+              g->atty + i * sN * C,    g->res2 + i * sN * C,     g->ln2 + i * sN * C,
+              g->fch + i * sN * 4 * C, g->fchg + i * sN * 4 * C, g->ln1_mean + j * sN,
+              g->ln1_rstd + j * sN,    g->ln2_mean + j * sN,     g->ln2_rstd + j * sN};
+    return w;
+}
+
+int zs__gpt_block_part_fwd(zs_gpt_t *g, int l, int part, const zs__gpt_bp_t *bp, const float *x,
+                           float *y, zs_err_t *err)
+{
+    const zs_gpt_ops_t *ops = g->ops;
+    void *k = ops->ctx;
+    zs_stream_t *s = g->stream;
+    const block_off_t *o = &g->bo;
+    int B = g->B, T = g->T, C = g->c.width, NH = g->c.heads, N = B * T;
+    size_t sN = g->maxN, nC = (size_t)N * C, natt = (size_t)B * NH * T * T, Cz = (size_t)C;
+    ws_t ws = workspace(g, l);
+    const float *w, *b, *b2;
+    /* zs__gpt_round: with 16-bit activations each saved tensor is rounded
+     * where it is stored and read rounded from then on (zs_gpt_act16.c) */
+    switch (part) {
+    case 0:
+        TRY(bparam(g, bp, 0, o->ln1w, Cz, 0, &w, err));
+        TRY(bparam(g, bp, 0, o->ln1b, Cz, Cz, &b, err));
+        TRY(ops->layernorm_fwd(k, s, ws.ln1, ws.ln1_mean, ws.ln1_rstd, x, w, b, N, C, err));
+        TRY(zs__gpt_round(g, l, ws.ln1, g->ln1_16, sN * C, nC, err));
+        TRY(bparam(g, bp, 0, o->qkvb, 3 * Cz, 2 * Cz, &b, err));
+        TRY(bparam(g, bp, 0, o->qkvw, Cz * 3 * Cz, ZS_GPT_BIG, &w, err));
+        TRY(ops->matmul_fwd(k, s, ws.qkv, ws.ln1, w, b, N, C, 3 * C, err));
+        return zs__gpt_round(g, l, ws.qkv, g->qkv_16, sN * 3 * C, 3 * nC, err);
+    case 1:
+        TRY(ops->attention_fwd(k, s, ws.atty, ws.att, ws.qkv, B, T, C, NH, err));
+        TRY(zs__gpt_round(g, l, ws.att, g->att_16, g->att_slice, natt, err));
+        TRY(zs__gpt_round(g, l, ws.atty, g->atty_16, sN * C, nC, err));
+        TRY(bparam(g, bp, 1, o->projb, Cz, 0, &b, err));
+        TRY(bparam(g, bp, 1, o->projw, Cz * Cz, ZS_GPT_BIG, &w, err));
+        TRY(ops->matmul_fwd(k, s, g->proj, ws.atty, w, b, N, C, C, err));
+        TRY(ops->residual_fwd(k, s, ws.res2, x, g->proj, nC, err));
+        TRY(zs__gpt_round(g, l, ws.res2, g->res2_16, sN * C, nC, err));
+        TRY(bparam(g, bp, 1, o->ln2w, Cz, Cz, &w, err));
+        TRY(bparam(g, bp, 1, o->ln2b, Cz, 2 * Cz, &b2, err));
+        TRY(ops->layernorm_fwd(k, s, ws.ln2, ws.ln2_mean, ws.ln2_rstd, ws.res2, w, b2, N, C, err));
+        return zs__gpt_round(g, l, ws.ln2, g->ln2_16, sN * C, nC, err);
+    case 2:
+        TRY(bparam(g, bp, 2, o->fcb, 4 * Cz, 0, &b, err));
+        TRY(bparam(g, bp, 2, o->fcw, Cz * 4 * Cz, ZS_GPT_BIG, &w, err));
+        TRY(ops->matmul_fwd(k, s, ws.fch, ws.ln2, w, b, N, C, 4 * C, err));
+        TRY(zs__gpt_round(g, l, ws.fch, g->fch_16, sN * 4 * C, 4 * nC, err));
+        TRY(ops->gelu_fwd(k, s, ws.fchg, ws.fch, 4 * nC, err));
+        return zs__gpt_round(g, l, ws.fchg, g->fchg_16, sN * 4 * C, 4 * nC, err);
+    case 3:
+        TRY(bparam(g, bp, 3, o->fcpb, Cz, 0, &b, err));
+        TRY(bparam(g, bp, 3, o->fcpw, 4 * Cz * Cz, ZS_GPT_BIG, &w, err));
+        TRY(ops->matmul_fwd(k, s, g->proj, ws.fchg, w, b, N, 4 * C, C, err));
+        return ops->residual_fwd(k, s, y, ws.res2, g->proj, nC, err);
+    }
+    return zs_err_set(err, ZS_ERR_INTERNAL, "gpt: no block part %d", part);
+}
+
+int zs__gpt_block_fwd(zs_gpt_t *g, int l, const zs__gpt_bp_t *bp, const float *x, float *y,
+                      int full, zs_err_t *err)
+{
+    /* recompute (full 0): the backward reads nothing after the GELU */
+    for (int part = 0; part < (full ? 4 : 3); part++)
+        TRY(zs__gpt_block_part_fwd(g, l, part, bp, x, y, err));
+    return ZS_OK;
+}
+
+int zs__gpt_block_part_bwd(zs_gpt_t *g, int l, int part, const zs__gpt_bp_t *bp, float *gr,
+                           zs_err_t *err)
+{
+    const zs_gpt_ops_t *ops = g->ops;
+    void *k = ops->ctx;
+    zs_stream_t *s = g->stream;
+    const block_off_t *o = &g->bo;
+    int B = g->B, T = g->T, C = g->c.width, NH = g->c.heads, N = B * T;
+    size_t Cz = (size_t)C, base = zs__gpt_part_start(g, part);
+    ws_t ws = workspace(g, l);
+    const float *w, *x;
+    /* gr: the part's own gradient; G(off) its tensor at block offset off */
+#define G(off) (gr + ((off)-base))
+    switch (part) {
+    case 3: /* dres = dL/dy on entry; y = r + h Wp + bp */
+        TRY(bparam(g, bp, 3, o->fcpw, 4 * Cz * Cz, ZS_GPT_BIG, &w, err));
+        return ops->matmul_bwd(k, s, g->dfch, G(o->fcpw), G(o->fcpb), g->dres, ws.fchg, w, N, 4 * C,
+                               C, err);
+    case 2:
+        TRY(ops->gelu_bwd(k, s, g->dfch, ws.fch, g->dfch, (size_t)N * 4 * C, err));
+        TRY(bparam(g, bp, 2, o->fcw, Cz * 4 * Cz, ZS_GPT_BIG, &w, err));
+        return ops->matmul_bwd(k, s, g->dbuf, G(o->fcw), G(o->fcb), g->dfch, ws.ln2, w, N, C, 4 * C,
+                               err);
+    case 1:
+        TRY(bparam(g, bp, 1, o->ln2w, Cz, 0, &w, err));
+        TRY(ops->layernorm_bwd(k, s, g->dres, G(o->ln2w), G(o->ln2b), g->dbuf, ws.res2, w,
+                               ws.ln2_mean, ws.ln2_rstd, N, C, err));
+        /* dres = dL/dr; r = x + o Wo + bo */
+        TRY(bparam(g, bp, 1, o->projw, Cz * Cz, ZS_GPT_BIG, &w, err));
+        TRY(ops->matmul_bwd(k, s, g->dbuf, G(o->projw), G(o->projb), g->dres, ws.atty, w, N, C, C,
+                            err));
+        return ops->attention_bwd(k, s, g->dqkv, g->datt, g->dbuf, ws.qkv, ws.att, B, T, C, NH,
+                                  err);
+    case 0:
+        TRY(bparam(g, bp, 0, o->qkvw, Cz * 3 * Cz, ZS_GPT_BIG, &w, err));
+        TRY(ops->matmul_bwd(k, s, g->dbuf, G(o->qkvw), G(o->qkvb), g->dqkv, ws.ln1, w, N, C, 3 * C,
+                            err));
+        TRY(zs__gpt_resid_in(g, l - 1, &x, err));
+        TRY(bparam(g, bp, 0, o->ln1w, Cz, 0, &w, err));
+        /* dres = dL/dx after it */
+        return ops->layernorm_bwd(k, s, g->dres, G(o->ln1w), G(o->ln1b), g->dbuf, x, w, ws.ln1_mean,
+                                  ws.ln1_rstd, N, C, err);
+    }
+#undef G
+    return zs_err_set(err, ZS_ERR_INTERNAL, "gpt: no block part %d", part);
+}
+
+int zs__gpt_block_bwd_begin(zs_gpt_t *g, int l, const zs__gpt_bp_t *bp, zs_err_t *err)
+{
+    TRY(zs__gpt_ckpt_recompute(g, l, bp, err));
+    return zs__gpt_act_restore(g, l, err);
+}
