@@ -20,7 +20,10 @@ if(ZS_GPT_TEST_ENGINE)
   # 16-bit activations (issue 16): activation bytes, loss/gradients within
   # stated bounds of fp32 activations, checkpointing bitwise equal to none
   zs_add_test(test_gpt_act16 SRCS test_gpt_act16.c LIBS zeroshard LABELS unit TIMEOUT 300)
+  # 16-bit parameters read in place (issue 16): bitwise against fp32 views
   zs_add_test(test_gpt_param16 SRCS test_gpt_param16.c LIBS zeroshard LABELS unit TIMEOUT 300)
+  # engine layers smaller than a block or the embedding (issue 16)
+  zs_add_test(test_gpt_split SRCS test_gpt_split.c LIBS zeroshard LABELS unit TIMEOUT 300)
 else()
   file(GLOB ZS_GPT_MODEL_SRC CONFIGURE_DEPENDS ${PROJECT_SOURCE_DIR}/worker/model/*.c)
   zs_add_test(test_gpt SRCS test_gpt.c ${ZS_GPT_MODEL_SRC} LIBS zs_dev zs_kernels zs_common
