@@ -86,7 +86,10 @@ static void usage(FILE *f)
                "  --dtype fp32|bf16    parameter/gradient storage (default fp32)\n"
                "  --act-ckpt on|cpu|off  activation checkpointing of every block (default on;\n"
                "                       cpu: the checkpoints in pinned host memory)\n"
-               "  --bucket N           reduce_bucket_size in elements (default DeepSpeed's)\n"
+               "  --bucket N|auto|deepspeed  reduce_bucket_size in elements; the GPT's engine\n"
+               "                       layers are split to it (zs_gpt_set_split). auto (the\n"
+               "                       default): 4 C^2 + 4 C, the largest block part (the floor);\n"
+               "                       deepspeed: DeepSpeed's 5e8 (no split)\n"
                "  --persist N          stage3_param_persistence_threshold (default DeepSpeed's)\n"
                "  --max-live N         stage3_max_live_parameters (default DeepSpeed's)\n"
                "  --max-layers N       upper end of the search (default 1024)\n"
@@ -163,6 +166,7 @@ static int parse_args(int argc, char **argv, zs__fit_opts_t *o)
     o->max_layers = 1024, o->host_margin = 0.85, o->persist = -1, o->time_limit = -1;
     o->stages[0] = 3, o->stages[1] = 2, o->nstages = 2;
     o->act_ckpt = 1;
+    o->bucket = -1; /* auto */
     const char *env = getenv("ZS_SERVER_BIN");
     o->server_bin = env && *env ? env : ZS_SERVER_PATH;
     for (int i = 1; i < argc; i++) {
@@ -205,7 +209,7 @@ static int parse_args(int argc, char **argv, zs__fit_opts_t *o)
         else if (!strcmp(a, "--vocab"))
             o->vocab = atoi(v);
         else if (!strcmp(a, "--bucket"))
-            o->bucket = atoll(v);
+            o->bucket = !strcmp(v, "auto") ? -1 : !strcmp(v, "deepspeed") ? 0 : atoll(v);
         else if (!strcmp(a, "--persist"))
             o->persist = atoll(v);
         else if (!strcmp(a, "--max-live"))

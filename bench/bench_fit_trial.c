@@ -237,9 +237,11 @@ static int run(const zs__fit_opts_t *o, zs__fit_result_t *r, zs_err_t *err)
         goto out;
     char json[1024], extra[256] = "";
     int len = 0;
-    if (o->bucket > 0)
+    /* auto: one MLP weight and bias, the largest part of a split block */
+    int64_t bucket = o->bucket < 0 ? 4 * (int64_t)o->width * o->width + 4 * o->width : o->bucket;
+    if (bucket > 0)
         len += snprintf(extra + len, sizeof extra - len, ", \"reduce_bucket_size\": %lld",
-                        (long long)o->bucket);
+                        (long long)bucket);
     if (o->max_live > 0)
         len += snprintf(extra + len, sizeof extra - len, ", \"stage3_max_live_parameters\": %lld",
                         (long long)o->max_live);
@@ -263,6 +265,15 @@ static int run(const zs__fit_opts_t *o, zs__fit_result_t *r, zs_err_t *err)
     if ((rc = zs_gpt_create(&c, B, 1, &g, err)) || (rc = zs_gpt_set_threads(g, o->threads, err)) ||
         (rc = zs_gpt_set_checkpointing(g, o->act_ckpt > 0, o->act_ckpt == 2, err)) ||
         (rc = zs_gpt_set_fixed_tokens(g, in, tg, B, err)))
+        goto out;
+    /* engine layers no larger than the bucket, so gradient buckets can be
+     * that small; bf16: 16-bit saved activations, and on CUDA bf16 GEMMs
+     * (tensor cores; the CPU's GEMMs stay fp32, reading the bf16 weights
+     * exactly, since its rounded operand copies would cost 4 B each) */
+    if (bucket > 0 && (rc = zs_gpt_set_split(g, (uint64_t)bucket, err)))
+        goto out;
+    if (o->bf16 && ((rc = zs_gpt_set_activations(g, ZS_DTYPE_BF16, err)) ||
+                    (o->cuda && (rc = zs_gpt_set_compute(g, ZS_DTYPE_BF16, err)))))
         goto out;
     zs_engine_opts_t eo = {&cfg, coll, sv.list, NULL, "bench-fit", 600000, 0};
     if ((rc = zs_engine_create(&eo, zs_gpt_model(g), &e, err)))

@@ -110,6 +110,7 @@ typedef struct {
     zs_gpt_config_t g;
     int steps, ckpt_every, resume, log_every, micro, mem_every, allow_unknown;
     int act_ckpt; /* --activation-checkpointing */
+    int split;    /* --split-layers */
     int resume_auto, server_timeout, server_wait, max_recoveries, fresh;
     uint64_t seed;
 } opts_t;
@@ -138,6 +139,10 @@ static void usage(FILE *f)
                "                   recompute it in backward, as the config's\n"
                "                   \"activation_checkpointing\" section does (its\n"
                "                   cpu_checkpointing still applies)\n"
+               "  --split-layers   engine layers no larger than reduce_bucket_size where\n"
+               "                   the GPT can split (vocabulary rows of the embedding,\n"
+               "                   four parts per block), so gradient buckets can be that\n"
+               "                   small: the device-memory floor (docs/engine.md)\n"
                "  --allow-unknown-keys  warn about unknown config keys and ignore them\n"
                "                   (default: an unknown key is an error naming the closest\n"
                "                   known one)\n"
@@ -261,6 +266,7 @@ static int parse(int argc, char **argv, opts_t *o, int loud)
         {"prompt", 1, 0, 1005},     {"vocab-dir", 1, 0, 1006},
         {"top-k", 1, 0, 1007},      {"temperature", 1, 0, 1008},
         {"activation-checkpointing", 0, 0, 1009}, {"activations", 1, 0, 1010},
+        {"split-layers", 0, 0, 1011},
         {0, 0, 0, 0}};
     /* clang-format on */
     int ch;
@@ -327,6 +333,9 @@ static int parse(int argc, char **argv, opts_t *o, int loud)
             break;
         case 1010:
             o->acts = optarg;
+            break;
+        case 1011:
+            o->split = 1;
             break;
         case 'n':
             o->steps = atoi(optarg);
@@ -411,6 +420,9 @@ static int parse(int argc, char **argv, opts_t *o, int loud)
         bad = "--activations must be auto, fp32, bf16 or fp16";
     else if ((o->ckpt_every || o->resume || o->resume_auto) && !o->servers)
         bad = "--ckpt-every and --resume need --servers";
+    else if (o->init_from && o->split)
+        bad = "--split-layers with --init-from is not supported yet (the pretrained weights are "
+              "read per unsplit layer)";
     else if (o->init_from && (o->resume || o->resume_auto))
         bad = "--init-from starts a fresh run; --resume and --resume-auto continue a checkpoint";
     else if (o->val_every < 1 || o->val_tokens < 2 || o->sample_every < 0 || o->sample_tokens < 1 ||
@@ -762,7 +774,8 @@ int main(int argc, char **argv)
     if (zs_gpt_create(&o.g, (int)cfg.micro_batch_per_gpu, o.seed, &gpt, &err) ||
         zs_gpt_set_compute(gpt, gemm_dt, &err) || zs_gpt_set_data(gpt, data, &err) ||
         zs_gpt_set_checkpointing(gpt, cfg.act_ckpt, cfg.act_ckpt_cpu, &err) ||
-        zs_gpt_set_activations(gpt, act_dt, &err))
+        zs_gpt_set_activations(gpt, act_dt, &err) ||
+        (o.split && zs_gpt_set_split(gpt, (uint64_t)cfg.reduce_bucket_size, &err)))
         return die(rank, "model", &err, ZS_EXIT_OTHER);
     char *manifest; /* stored with each checkpoint: zs-ctl export reads it */
     if (zs_gpt_manifest(&o.g, o.name, &manifest, &err))
@@ -783,6 +796,10 @@ int main(int argc, char **argv)
                (unsigned long long)zs_data_count(data), zs_data_vocab(data));
         printf("model: GPT L=%d H=%d C=%d T=%d V=%d: %llu parameters (%.2fM)\n", o.g.layers,
                o.g.heads, o.g.width, o.g.ctx, o.g.vocab, (unsigned long long)P, P / 1e6);
+        if (o.split)
+            printf("split-layers: %d engine layers of at most %lld parameters where the GPT "
+                   "splits\n",
+                   zs_gpt_num_layers(gpt), (long long)cfg.reduce_bucket_size);
         if (init)
             printf("init-from: %s (%s): weights in, optimizer fresh at step 0\n", o.init_from,
                    zs_init_from_format(init));

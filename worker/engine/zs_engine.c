@@ -191,7 +191,10 @@ static int make_layout(zs_engine_t *e, uint64_t cap, zs_err_t *err)
     int inflight = e->stage >= 2 && e->dt == ZS_DTYPE_F32 ? 1 : 0;
     e->ngen = 1 + inflight < nb - early ? 1 + inflight : nb - early;
     e->ngslot = e->ngen + early;
-    e->ncslot = ZS_COMM_SLOTS < nb ? ZS_COMM_SLOTS : nb;
+    /* a second reduce buffer overlaps one bucket's reduction with the next
+     * bucket's cast; at W = 1 the reduction is the identity, so one does */
+    int want = e->W > 1 ? ZS_COMM_SLOTS : 1;
+    e->ncslot = want < nb ? want : nb;
     e->gslot = calloc((size_t)e->ngslot, sizeof *e->gslot);
     if (!e->gslot)
         return zs_err_set(err, ZS_ERR_NOMEM, "out of memory");

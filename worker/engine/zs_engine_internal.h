@@ -133,7 +133,8 @@ struct zs_engine {
     zs__slot_t cslot[ZS_COMM_SLOTS]; /* dt reduce-scatter buffers (stages 2-3, dt != fp32) */
     int cnext;
     int ncslot; /* cslots and aslots used: ZS_COMM_SLOTS, or 1 with one bucket (a
-                 * second would only ever hold the same bucket of the next step) */
+                 * second would only ever hold the same bucket of the next step)
+                 * or at W = 1 (the reduction is the identity) */
     /* grads_offloaded: a bucket's reduced partition (max_bucket_pad / W of
      * dt, on the device, category grads) where micro-batches accumulate on
      * the comm stream before the copy stream moves it to staging */

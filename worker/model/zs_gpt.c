@@ -483,6 +483,7 @@ static int forward(void *self, int layer, void *const *params, zs_err_t *err)
         rc = zs__gpt_ckpt_after_fwd(g, done, err);
     TRY(mark(g, rc, err));
     g->have_head = head;
+    g->logits_gone = 0;
     g->next_fwd = layer + 1;
     g->next_bwd = head ? layer : -1;
     return ZS_OK;
@@ -513,6 +514,10 @@ int zs_gpt_copy_logits(zs_gpt_t *g, float *host_out, zs_err_t *err)
 {
     if (!g->have_head)
         return zs_err_set(err, ZS_ERR_STATE, "gpt: no logits: run the forward of every layer");
+    if (g->logits_gone)
+        return zs_err_set(err, ZS_ERR_STATE,
+                          "gpt: no logits: a split model's backward overwrote them with their "
+                          "gradient (copy them before the backward)");
     size_t bytes = (size_t)g->B * g->T * g->c.vocab * sizeof(float);
     TRY(zs_dev_memcpy(g->stream, host_out, g->logits, bytes, err));
     int rc = zs_dev_stream_sync(g->stream, err);
@@ -558,6 +563,7 @@ static int backward_layer(zs_gpt_t *g, const zs__gpt_layer_t *d, void *const *pa
     zs__gpt_bp_t bp = {{NULL, NULL, NULL, NULL}};
     switch (d->kind) {
     case ZS__GL_HEAD:
+        g->logits_gone = g->dlogits == g->logits;
         return head_backward(g, p, gr, params + 1, g->wte_rows ? NULL : grads[1], dloss, err);
     case ZS__GL_BLOCK:
         zs__gpt_bp_whole(g, p, &bp);
@@ -698,8 +704,13 @@ static int alloc_buffers(zs_gpt_t *g, zs_err_t *err)
     };
     /* reused within a layer or by every layer's backward */
     const slot_t scr[] = {
-        {&g->proj, N * C}, {&g->dres, N * C},     {&g->dbuf, N * C},    {&g->dqkv, N * 3 * C},
-        {&g->datt, NHTT},  {&g->dfch, N * 4 * C}, {&g->dlogits, N * V},
+        {&g->proj, N * C},
+        {&g->dres, N * C},
+        {&g->dbuf, N * C},
+        {&g->dqkv, N * 3 * C},
+        {&g->datt, NHTT},
+        {&g->dfch, N * 4 * C},
+        {&g->dlogits, g->split ? 0 : N * V},
     };
     TRY(carve(g, ZS_MEM_ACTIVATIONS, act, sizeof act / sizeof act[0], &g->act_arena, err));
     g->inputs = (int32_t *)inputs;
@@ -709,6 +720,8 @@ static int alloc_buffers(zs_gpt_t *g, zs_err_t *err)
     for (int k = 0; k < 9; k++)
         *h16[k] = a16 ? (void *)h[k] : NULL;
     TRY(carve(g, ZS_MEM_SCRATCH, scr, sizeof scr / sizeof scr[0], &g->scr_arena, err));
+    if (g->split) /* the head's gradient in place of the logits (zs_gpt_set_split) */
+        g->dlogits = g->logits;
     void *pin;
     TRY(zs_dev_alloc(g->dev, ZS_SPACE_PINNED, ZS_MEM_SCRATCH, 2 * N * sizeof(int32_t), &pin, err));
     g->tok_pin = pin;

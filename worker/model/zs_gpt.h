@@ -139,7 +139,10 @@ int zs_gpt_param_dtype(const zs_gpt_t *g);
  * what lets them be smaller than a block or the embedding; zs-train sets
  * it to reduce_bucket_size with --split-layers. Same flat parameter order
  * and initial values; results within fp32 reordering of the unsplit model
- * (the head's input gradient is summed by vocabulary chunk). Call before
+ * (the head's input gradient is summed by vocabulary chunk). A split
+ * model computes the head's gradient in place of the logits (one [B, T, V]
+ * fp32 buffer less): zs_gpt_copy_logits after its backward is refused
+ * (ZS_ERR_STATE). Call before
  * the engine reads the model (zs_gpt_model's nlayers, nparams and deps
  * change) and before bind (ZS_ERR_STATE after). */
 int zs_gpt_set_split(zs_gpt_t *g, uint64_t max_elems, zs_err_t *err);
