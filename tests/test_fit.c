@@ -48,7 +48,8 @@ static const char *common_args(void)
     static char a[1024];
     snprintf(a, sizeof a,
              "--device cpu --mem-limit " LIMIT " --vocab 256 --ctx 32 --threads 1 "
-             "--server-threads 1 --persist 0 --max-live 20000 --max-layers 40 --server-bin %s",
+             "--server-threads 1 --persist 0 --max-live 20000 --max-layers 40 --bucket deepspeed "
+             "--server-bin %s",
              ZS_BINARY_DIR "/server/zs-server");
     return a;
 }
@@ -119,6 +120,30 @@ static void depth(void)
            held[0][0], L, held[0][1], 2 * L, g, held[1][0], held[1][1]);
     TEST_CHECKF(g <= 1.10, "stage 3: the device peak grew x%.3f from L=%d to L=%d (bound 1.10)", g,
                 L, 2 * L);
+}
+
+/* bench_fit's default bucket (auto: 4C^2 + 4C, the GPT split to it) holds
+ * less device memory than DeepSpeed's (no split: the model is one bucket
+ * and the fp32 gradient slot a whole fp32 gradient): stage 2, bf16, the
+ * same L. (The search above passes --bucket deepspeed, whose answer is
+ * bound by the device within --max-layers; at auto stage 3 is not.) */
+static void split_floor(void)
+{
+    char st[16], msg[512];
+    unsigned long long ha, hd;
+    double l1, l2;
+    int rc = trial_x(2, 64, 8, "--dtype bf16 --bucket auto", st, &ha, &l1, &l2, msg, sizeof msg);
+    TEST_CHECKF(rc == 0 && !strcmp(st, "fit") && isfinite(l2), "auto bucket: exit %d, %s %s", rc,
+                st, msg);
+    rc = trial_x(2, 64, 8, "--dtype bf16 --bucket deepspeed", st, &hd, &l1, &l2, msg, sizeof msg);
+    TEST_CHECKF(rc == 0 && !strcmp(st, "fit"), "deepspeed bucket: exit %d, %s %s", rc, st, msg);
+    TEST_CHECKF(ha < hd * 0.8,
+                "stage 2 bf16 L=8: device peak %llu with the split bucket, %llu "
+                "without",
+                ha, hd);
+    printf("split floor: stage 2 bf16 C=64 L=8 device peak %llu bytes at --bucket auto, %llu at "
+           "deepspeed\n",
+           ha, hd);
 }
 
 int main(void)
@@ -195,6 +220,7 @@ int main(void)
                 "--device cuda: exit %d\n%s", rc, out);
     printf("--device cuda: exit %d (%s)\n", rc, rc == 77 ? "skipped, no GPU" : "ran");
     depth();
+    split_floor();
     printf("test_fit: all ok\n");
     return 0;
 }

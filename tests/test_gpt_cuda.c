@@ -669,8 +669,8 @@ static void split_step(const char *label, zs_gpt_config_t c, int B, int T, uint6
     for (int k = 0; k < 3; k++) {
         lg[k] = malloc(NV * 4), gd[k] = malloc(P * 4);
         TEST_CHECK(lg[k] && gd[k]);
-        loss[k] = split_run(k == 1 ? g_cpu : g_gpu, c, B, T, k == 2 ? 0 : cap, w, in, tg, lg[k],
-                            gd[k]);
+        loss[k] =
+            split_run(k == 1 ? g_cpu : g_gpu, c, B, T, k == 2 ? 0 : cap, w, in, tg, lg[k], gd[k]);
     }
     float *zero = calloc(NV > P ? NV : P, 4);
     TEST_CHECK(zero);

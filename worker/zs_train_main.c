@@ -420,9 +420,6 @@ static int parse(int argc, char **argv, opts_t *o, int loud)
         bad = "--activations must be auto, fp32, bf16 or fp16";
     else if ((o->ckpt_every || o->resume || o->resume_auto) && !o->servers)
         bad = "--ckpt-every and --resume need --servers";
-    else if (o->init_from && o->split)
-        bad = "--split-layers with --init-from is not supported yet (the pretrained weights are "
-              "read per unsplit layer)";
     else if (o->init_from && (o->resume || o->resume_auto))
         bad = "--init-from starts a fresh run; --resume and --resume-auto continue a checkpoint";
     else if (o->val_every < 1 || o->val_tokens < 2 || o->sample_every < 0 || o->sample_tokens < 1 ||

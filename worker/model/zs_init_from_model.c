@@ -1,13 +1,16 @@
 /*
  * zs_init_from_model.c - the GPT with pretrained weights as its initial
  * parameters (zs_init_from_wrap): every callback is the inner model's,
- * except init_params, which converts the file's tensors of that engine
- * layer (zs_init_from_tensor) into the layer's host buffer. Every worker
+ * except init_params, which converts the file's values of that engine
+ * layer's flat range (zs_init_from_tensor) into the layer's host buffer. Every worker
  * reads the same file, so every worker gets the same numbers, as the
  * engine requires.
  *
  * Not here: reading the files (zs_init_from.c).
  */
+#include <stdlib.h>
+#include <string.h>
+
 #include "zs_init_from_impl.h"
 
 /* The wrapper behind a model's self. */
@@ -16,20 +19,38 @@ static zs_init_from_t *F(void *self)
     return self;
 }
 
-/* The layer's tensors, in flat order, each at its offset from the layer's
- * first tensor. */
+/* The file's values of engine layer `layer`'s flat range [lo, hi) (the
+ * inner model's layer sizes in order, so a split model's layers work too):
+ * each tensor inside the range is converted in place; one that straddles
+ * it (a split embedding's vocabulary rows) through a buffer of the whole
+ * tensor. */
 static int init_params(void *self, int layer, float *params, zs_err_t *err)
 {
     zs_init_from_t *f = F(self);
-    uint64_t first = UINT64_MAX;
+    uint64_t lo = 0;
+    for (int i = 0; i < layer; i++)
+        lo += f->inner.nparams[i];
+    uint64_t hi = lo + f->inner.nparams[layer];
     for (int i = 0; i < zs_gpt_num_tensors(&f->cfg); i++) {
         zs_gpt_tensor_t t;
         zs_gpt_tensor(&f->cfg, i, &t);
-        if (t.layer != layer)
+        uint64_t a = t.offset, b = t.offset + t.numel;
+        if (b <= lo || a >= hi)
             continue;
-        if (first == UINT64_MAX)
-            first = t.offset;
-        int rc = zs_init_from_tensor(f, &f->cfg, i, params + (t.offset - first), err);
+        if (a >= lo && b <= hi) {
+            int rc = zs_init_from_tensor(f, &f->cfg, i, params + (a - lo), err);
+            if (rc != ZS_OK)
+                return rc;
+            continue;
+        }
+        float *tmp = malloc(t.numel * sizeof *tmp);
+        if (!tmp)
+            return zs_err_set(err, ZS_ERR_NOMEM, "init-from: out of memory for %s", t.name);
+        int rc = zs_init_from_tensor(f, &f->cfg, i, tmp, err);
+        uint64_t x = a > lo ? a : lo, y = b < hi ? b : hi;
+        if (rc == ZS_OK)
+            memcpy(params + (x - lo), tmp + (x - a), (y - x) * sizeof *tmp);
+        free(tmp);
         if (rc != ZS_OK)
             return rc;
     }
