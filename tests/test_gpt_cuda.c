@@ -653,40 +653,50 @@ static double split_run(zs_dev_t *dev, zs_gpt_config_t c, int B, int T, uint64_t
     return loss;
 }
 
-/* CUDA split vs the CPU split (the same rounding points: an fp32
- * summation order apart, as part 4 holds mixed GEMMs) and vs CUDA unsplit
- * (the head's input gradient summed by chunk). Measured on the emulator:
- * see the printed figures; bounds are 10x part 4's. */
+/* CUDA split vs the CPU split, next to CUDA unsplit vs the CPU unsplit:
+ * with bf16 GEMMs and activations the two devices differ as part 4/6
+ * describe (an fp32 summation-order difference sends some values to the
+ * other 16-bit neighbour), so what is held is that splitting adds nothing
+ * of its own: the split pair within 2x the unsplit pair (+ 1e-4), and CUDA
+ * split within reordering of CUDA unsplit. Measured on the emulator
+ * (2026-11-25): see the printed figures. */
 static void split_step(const char *label, zs_gpt_config_t c, int B, int T, uint64_t cap)
 {
     float *w = make_weights(c, 0.05f);
     uint64_t P = zs_gpt_num_params(&c), NV = (uint64_t)B * T * c.vocab;
     int32_t *in = malloc((size_t)B * T * 4), *tg = malloc((size_t)B * T * 4);
-    float *lg[3], *gd[3];
+    float *lg[4], *gd[4];
     TEST_CHECK(in && tg);
     make_tokens(B * T, c.vocab, in, tg);
-    double loss[3];
-    for (int k = 0; k < 3; k++) {
+    double loss[4];
+    /* 0: CUDA split, 1: CPU split, 2: CUDA unsplit, 3: CPU unsplit */
+    for (int k = 0; k < 4; k++) {
         lg[k] = malloc(NV * 4), gd[k] = malloc(P * 4);
         TEST_CHECK(lg[k] && gd[k]);
         loss[k] =
-            split_run(k == 1 ? g_cpu : g_gpu, c, B, T, k == 2 ? 0 : cap, w, in, tg, lg[k], gd[k]);
+            split_run(k % 2 ? g_cpu : g_gpu, c, B, T, k < 2 ? cap : 0, w, in, tg, lg[k], gd[k]);
     }
     float *zero = calloc(NV > P ? NV : P, 4);
     TEST_CHECK(zero);
-    double dl = fabs(loss[0] - loss[1]), dg = rms_diff(gd[0], gd[1], P) / rms_diff(gd[1], zero, P);
-    double dlg = rms_diff(lg[0], lg[1], NV) / rms_diff(lg[1], zero, NV);
-    double du = rms_diff(gd[0], gd[2], P) / rms_diff(gd[2], zero, P);
+#define REL(a, b, n) (rms_diff(a, b, n) / rms_diff(b, zero, n))
+    double gs = REL(gd[0], gd[1], P), gu = REL(gd[2], gd[3], P);
+    double ls = REL(lg[0], lg[1], NV), lu = REL(lg[2], lg[3], NV), du = REL(gd[0], gd[2], P);
+#undef REL
     free(zero);
-    TEST_CHECKF(dl <= 1e-4 * fabs(loss[1]) + 1e-5, "%s: loss CUDA %.9g, CPU %.9g", label, loss[0],
-                loss[1]);
-    TEST_CHECKF(dlg <= 1e-3 && dg <= 1e-2,
-                "%s: CUDA vs CPU: logits %.3g, gradients %.3g (relative RMS)", label, dlg, dg);
-    TEST_CHECKF(du <= 1e-2, "%s: CUDA split vs unsplit: gradients %.3g (relative RMS)", label, du);
-    printf("7. %s, split at %llu, bf16 parameters in place: CUDA vs CPU loss %.2g apart, logits "
-           "%.2g, gradients %.2g (relative RMS); CUDA split vs unsplit gradients %.2g\n",
-           label, (unsigned long long)cap, dl, dlg, dg, du);
-    for (int k = 0; k < 3; k++)
+    double dl = fabs(loss[0] - loss[1]), dlu = fabs(loss[2] - loss[3]);
+    TEST_CHECKF(dl <= 2 * dlu + 1e-5 * fabs(loss[1]), "%s: loss CUDA-CPU %.3g split, %.3g unsplit",
+                label, dl, dlu);
+    TEST_CHECKF(ls <= 2 * lu + 1e-4 && gs <= 2 * gu + 1e-4,
+                "%s: CUDA vs CPU split: logits %.3g, gradients %.3g; unsplit %.3g, %.3g (relative "
+                "RMS)",
+                label, ls, gs, lu, gu);
+    TEST_CHECKF(du <= 2 * gu + 1e-4, "%s: CUDA split vs unsplit: gradients %.3g (relative RMS)",
+                label, du);
+    printf("7. %s, split at %llu, bf16 parameters in place: CUDA vs CPU split: loss %.2g, logits "
+           "%.2g, gradients %.2g (unsplit: %.2g, %.2g, %.2g); CUDA split vs unsplit gradients "
+           "%.2g\n",
+           label, (unsigned long long)cap, dl, ls, gs, dlu, lu, gu, du);
+    for (int k = 0; k < 4; k++)
         free(lg[k]), free(gd[k]);
     free(in), free(tg), free(w);
 }
