@@ -31,6 +31,7 @@
 #include "zs_engine.h"
 #include "zs_gpt.h"
 #include "zs_gptfx.h"
+#include "zs_gptrun.h"
 #include "zs_test.h"
 
 static zs_dev_t *dev;
@@ -232,41 +233,11 @@ static void engine_run(int stage, int bf16, const mode_t_ *md, int steps, float 
         tg[i] = (int32_t)((i * 5 + 6) % c.vocab);
     }
     TEST_OK(zs_gpt_set_fixed_tokens(g, in, tg, B, &err), err);
-    zs_coll_t *coll;
-    TEST_OK(zs_coll_mpi_create(dev, &coll, &err), err);
-    char json[512];
-    snprintf(json, sizeof json,
-             "{\"train_batch_size\": 4, \"train_micro_batch_size_per_gpu\": 2,"
-             " \"optimizer\": {\"type\": \"AdamW\", \"params\": {\"lr\": 0.003,"
-             " \"weight_decay\": 0.01}}, \"gradient_clipping\": 1.0,"
-             " \"zero_optimization\": {\"stage\": %d, \"reduce_bucket_size\": 3000,"
-             " \"stage3_prefetch_bucket_size\": 3000, \"stage3_max_live_parameters\": 6000,"
-             " \"stage3_param_persistence_threshold\": 10}%s}",
-             stage, bf16 ? ", \"bf16\": {\"enabled\": true}" : "");
-    zs_config_t cfg;
-    TEST_OK(zs_config_parse(json, &cfg, NULL, NULL, &err), err);
-    TEST_OK(zs_config_resolve(&cfg, 1, &err), err);
-    zs_engine_opts_t eo = {&cfg, coll, NULL, NULL, "gpt-ckpt-test", 0};
-    zs_engine_t *e;
-    TEST_OK(zs_engine_create(&eo, zs_gpt_model(g), &e, &err), err);
-    TEST_OK(zs_engine_start(e, &err), err);
-    zs_dev_mem_reset_peak(dev);
-    double first = 0, last = 0;
-    for (int s = 0; s < steps; s++) {
-        zs_step_stats_t st;
-        TEST_OK(zs_engine_step(e, &st, &err), err);
-        if (s == 0)
-            first = st.loss;
-        last = st.loss;
-    }
+    gptrun_t o = {dev, stage, bf16, steps, 3000, "gpt-ckpt-test"};
     zs_dev_mem_t m;
-    zs_dev_mem_get(dev, &m);
+    gptrun_engine(zs_gpt_model(g), &o, NULL, out, &m);
     *act_peak = m.peak[ZS_SPACE_DEVICE][ZS_MEM_ACTIVATIONS];
-    TEST_CHECKF(last < first, "stage %d %s: loss %.5f -> %.5f", stage, md->name, first, last);
-    TEST_OK(zs_engine_get_params(e, out, &err), err);
-    zs_engine_destroy(e);
     zs_gpt_destroy(g);
-    zs_coll_destroy(coll);
     zs_gpt_act_bytes_t ab;
     zs_gpt_act_bytes(&c, B, md->ckpt, md->cpu, &ab);
     TEST_CHECKF(*act_peak == ab.device,
@@ -308,12 +279,7 @@ static void test_engine(void)
 
 int main(int argc, char **argv)
 {
-    zs_err_t err;
-    int provided;
-    MPI_Init_thread(&argc, &argv, MPI_THREAD_SERIALIZED, &provided);
-    TEST_CHECK(provided >= MPI_THREAD_SERIALIZED);
-    TEST_OK(zs_dev_cpu_create(2, &dev, &err), err);
-    TEST_OK(zs_dev_stream_create(dev, 0, "compute", &stream, &err), err);
+    gptrun_init(&argc, &argv, &dev, &stream);
     printf("test_gpt_ckpt: 1. bitwise equal to no checkpointing\n");
     test_refusals();
     test_bitwise();
@@ -324,9 +290,7 @@ int main(int argc, char **argv)
     test_memory();
     printf("test_gpt_ckpt: 3. the engine at W=1\n");
     test_engine();
-    zs_dev_stream_destroy(stream);
-    zs_dev_destroy(dev);
-    MPI_Finalize();
+    gptrun_fini(dev, stream);
     printf("test_gpt_ckpt: OK\n");
     return 0;
 }

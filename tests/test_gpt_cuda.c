@@ -59,6 +59,7 @@
 #include "zs_dev.h"
 #include "zs_dev_cuda.h"
 #include "zs_gpt.h"
+#include "zs_gptrun.h"
 #include "zs_gpttest.h"
 #include "zs_test.h"
 
@@ -605,51 +606,18 @@ static double split_run(zs_dev_t *dev, zs_gpt_config_t c, int B, int T, uint64_t
     TEST_OK(zs_gpt_set_param_dtype(g, ZS_DTYPE_BF16, &err), err);
     TEST_OK(zs_gpt_set_split(g, cap, &err), err);
     TEST_OK(zs_gpt_bind(g, dev, s, &err), err);
-    const zs_model_t *m = zs_gpt_model(g);
-    uint16_t *h = malloc(P * 2);
-    void *dw, *dg;
-    TEST_CHECK(h);
-    zs_cast(h, ZS_DTYPE_BF16, w, ZS_DTYPE_F32, P);
-    TEST_OK(zs_dev_alloc(dev, ZS_SPACE_DEVICE, ZS_MEM_PARAMS, P * 2, &dw, &err), err);
-    TEST_OK(zs_dev_alloc(dev, ZS_SPACE_DEVICE, ZS_MEM_GRADS, P * 4, &dg, &err), err);
-    TEST_OK(zs_dev_memcpy(s, dw, h, P * 2, &err), err);
-    TEST_OK(zs_dev_memset(s, dg, 0, P * 4, &err), err);
+    void *dw;
+    float *dg;
+    gptrun_buffers(dev, s, w, P, ZS_DTYPE_BF16, &dw, &dg);
     TEST_OK(zs_gpt_set_tokens(g, in, tg, B, T, &err), err);
-    int nl = m->nlayers;
-    uint64_t *off = calloc((size_t)nl + 1, sizeof *off);
-    void **p = calloc((size_t)nl + 1, sizeof *p);
-    float **gr = calloc((size_t)nl + 1, sizeof *gr);
-    TEST_CHECK(off && p && gr);
-    for (int i = 0; i < nl; i++)
-        off[i + 1] = off[i] + m->nparams[i];
-    double loss = 0;
-    for (int pass = 0; pass < 2; pass++)
-        for (int k = 0; k < nl; k++) {
-            int i = pass == 0 ? k : nl - 1 - k, n = 0;
-            int ro = m->deps_read_only && m->deps_read_only[i];
-            p[0] = (char *)dw + off[i] * 2;
-            gr[0] = (float *)dg + off[i];
-            for (; m->deps[i] && m->deps[i][n] >= 0; n++) {
-                p[1 + n] = (char *)dw + off[m->deps[i][n]] * 2;
-                gr[1 + n] = ro ? NULL : (float *)dg + off[m->deps[i][n]];
-            }
-            if (pass == 0) {
-                TEST_OK(m->forward(m->self, i, p, &err), err);
-                continue;
-            }
-            if (k == 0) {
-                TEST_OK(m->loss(m->self, &loss, &err), err);
-                TEST_OK(zs_gpt_copy_logits(g, logits, &err), err);
-            }
-            TEST_OK(m->backward(m->self, i, p, gr, 1.0f, &err), err);
-        }
+    double loss;
+    gptrun_pass(g, s, dw, 2, dg, &loss, logits);
     TEST_OK(zs_dev_memcpy(s, grad, dg, P * 4, &err), err);
     TEST_OK(zs_dev_stream_sync(s, &err), err);
     zs_gpt_destroy(g);
     zs_dev_free(dev, dw);
     zs_dev_free(dev, dg);
     zs_dev_stream_destroy(s);
-    free(h), free(off), free(p), free(gr);
     return loss;
 }
 

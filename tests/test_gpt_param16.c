@@ -24,6 +24,7 @@
 #include "zs_dev.h"
 #include "zs_engine.h"
 #include "zs_gpt.h"
+#include "zs_gptrun.h"
 #include "zs_test.h"
 
 static zs_dev_t *dev;
@@ -80,14 +81,9 @@ static void model_run(const zs_gpt_config_t *c, int B, int pdt, int gemm_dt, con
     out->scratch =
         m1.cur[ZS_SPACE_DEVICE][ZS_MEM_SCRATCH] - m0.cur[ZS_SPACE_DEVICE][ZS_MEM_SCRATCH];
     TEST_CHECK(zs_gpt_set_param_dtype(g, pdt, &err) == ZS_ERR_STATE); /* after bind */
-    const zs_model_t *m = zs_gpt_model(g);
-    void *host = malloc(P * esz), *dp, *dg;
-    TEST_CHECK(host);
-    zs_cast(host, pdt, w, ZS_DTYPE_F32, P);
-    TEST_OK(zs_dev_alloc(dev, ZS_SPACE_DEVICE, ZS_MEM_PARAMS, P * esz, &dp, &err), err);
-    TEST_OK(zs_dev_alloc(dev, ZS_SPACE_DEVICE, ZS_MEM_GRADS, P * 4, &dg, &err), err);
-    TEST_OK(zs_dev_memcpy(stream, dp, host, P * esz, &err), err);
-    TEST_OK(zs_dev_memset(stream, dg, 0, P * 4, &err), err);
+    void *dp;
+    float *dg;
+    gptrun_buffers(dev, stream, w, P, pdt, &dp, &dg);
     int32_t *in = malloc((size_t)N * 4), *tg = malloc((size_t)N * 4);
     TEST_CHECK(in && tg);
     for (int i = 0; i < N; i++) { /* repeated ids: the embedding converts each row once */
@@ -95,30 +91,16 @@ static void model_run(const zs_gpt_config_t *c, int B, int pdt, int gemm_dt, con
         tg[i] = (int32_t)((i * 13 + 5 + i / 3) % V);
     }
     TEST_OK(zs_gpt_set_tokens(g, in, tg, B, T, &err), err);
-    uint64_t *off = calloc((size_t)m->nlayers + 1, sizeof *off);
-    TEST_CHECK(off);
-    for (int i = 0; i < m->nlayers; i++)
-        off[i + 1] = off[i] + m->nparams[i];
-    for (int i = 0; i < m->nlayers; i++) {
-        void *p[2] = {(char *)dp + off[i] * esz, dp};
-        TEST_OK(m->forward(m->self, i, p, &err), err);
-    }
-    TEST_OK(m->loss(m->self, &out->loss, &err), err);
     out->logits = malloc((size_t)N * V * 4);
     out->grads = malloc(P * 4);
     TEST_CHECK(out->logits && out->grads);
-    TEST_OK(zs_gpt_copy_logits(g, out->logits, &err), err);
-    for (int i = m->nlayers - 1; i >= 0; i--) {
-        void *p[2] = {(char *)dp + off[i] * esz, dp};
-        float *gr[2] = {(float *)dg + off[i], dg};
-        TEST_OK(m->backward(m->self, i, p, gr, 1.0f, &err), err);
-    }
+    gptrun_pass(g, stream, dp, esz, dg, &out->loss, out->logits);
     TEST_OK(zs_dev_memcpy(stream, out->grads, dg, P * 4, &err), err);
     TEST_OK(zs_dev_stream_sync(stream, &err), err);
     zs_gpt_destroy(g);
     zs_dev_free(dev, dp);
     zs_dev_free(dev, dg);
-    free(host), free(in), free(tg), free(off);
+    free(in), free(tg);
 }
 
 static void run_free(run_t *r)
@@ -135,41 +117,15 @@ static uint64_t first_diff(const float *a, const float *b, uint64_t n)
     return i;
 }
 
-/* ---- 1. one head chunk: bitwise ---- */
+/* ---- 1 and 2: the model ---- */
 
-static void test_model_bitwise(void)
+/* bf16 parameters against fp32 parameters of the same values, with fp32
+ * and bf16 GEMMs. One head chunk (chunked 0): loss, logits and gradients
+ * bitwise. Several (chunked 1): logits and loss bitwise, gradients within
+ * fp32 reordering, and the scratch the model adds is its conversion areas
+ * (one chunk), not the tied embedding. */
+static void test_model(zs_gpt_config_t c, int B, int chunked)
 {
-    zs_gpt_config_t c = {2, 2, 32, 16, 64};
-    const int B = 2;
-    uint64_t P = zs_gpt_num_params(&c), NV = (uint64_t)B * c.ctx * c.vocab;
-    float *w = bf16_values(&c);
-    int gemms[2] = {ZS_DTYPE_F32, ZS_DTYPE_BF16};
-    for (int k = 0; k < 2; k++) {
-        run_t a, b;
-        model_run(&c, B, ZS_DTYPE_F32, gemms[k], w, &a);
-        model_run(&c, B, ZS_DTYPE_BF16, gemms[k], w, &b);
-        uint64_t i = first_diff(a.logits, b.logits, NV), j = first_diff(a.grads, b.grads, P);
-        TEST_CHECKF(a.loss == b.loss, "loss %.17g vs %.17g", a.loss, b.loss);
-        TEST_CHECKF(i == NV, "%s GEMMs: logit %llu: %.9g vs %.9g", zs_dtype_name(gemms[k]),
-                    (unsigned long long)i, a.logits[i], b.logits[i]);
-        TEST_CHECKF(j == P, "%s GEMMs: gradient %llu: %.9g vs %.9g", zs_dtype_name(gemms[k]),
-                    (unsigned long long)j, a.grads[j], b.grads[j]);
-        printf("  %s GEMMs: bf16 parameters == fp32 parameters of the same values, bitwise "
-               "(loss %.6f, %llu logits, %llu gradients)\n",
-               zs_dtype_name(gemms[k]), a.loss, (unsigned long long)NV, (unsigned long long)P);
-        run_free(&a), run_free(&b);
-    }
-    free(w);
-}
-
-/* ---- 2. three head chunks ---- */
-
-static void test_model_chunked(void)
-{
-    /* big area max(4 C^2, (B T + T) C) = 4096 floats = 128 vocabulary rows:
-     * V = 300 is three chunks (128, 128, 44) */
-    zs_gpt_config_t c = {1, 2, 32, 8, 300};
-    const int B = 1;
     uint64_t P = zs_gpt_num_params(&c), NV = (uint64_t)B * c.ctx * c.vocab;
     float *w = bf16_values(&c);
     int gemms[2] = {ZS_DTYPE_F32, ZS_DTYPE_BF16};
@@ -178,30 +134,30 @@ static void test_model_chunked(void)
         model_run(&c, B, ZS_DTYPE_F32, gemms[k], w, &a);
         model_run(&c, B, ZS_DTYPE_BF16, gemms[k], w, &b);
         const char *gn = zs_dtype_name(gemms[k]);
-        uint64_t i = first_diff(a.logits, b.logits, NV);
+        uint64_t i = first_diff(a.logits, b.logits, NV), j = first_diff(a.grads, b.grads, P);
+        TEST_CHECKF(a.loss == b.loss, "%s GEMMs: loss %.17g vs %.17g", gn, a.loss, b.loss);
         TEST_CHECKF(i == NV, "%s GEMMs: logit %llu: %.9g vs %.9g", gn, (unsigned long long)i,
                     a.logits[i], b.logits[i]);
-        TEST_CHECKF(a.loss == b.loss, "%s GEMMs: loss %.17g vs %.17g", gn, a.loss, b.loss);
         double d2 = 0, n2 = 0;
-        for (uint64_t j = 0; j < P; j++) {
-            double d = (double)a.grads[j] - b.grads[j];
+        for (uint64_t q = 0; q < P; q++) {
+            double d = (double)a.grads[q] - b.grads[q];
             d2 += d * d;
-            n2 += (double)a.grads[j] * a.grads[j];
+            n2 += (double)a.grads[q] * a.grads[q];
         }
         double rel = sqrt(d2 / n2);
-        /* the head's input gradient sums 3 chunk products instead of one
-         * GEMM: fp32 reordering, a few ulps carried through the backward */
-        TEST_CHECKF(rel < 1e-5,
-                    "%s GEMMs: gradients differ by %.3g (relative L2) with a chunked "
-                    "head",
-                    gn, rel);
-        printf("  %s GEMMs, V=%d in 3 head chunks: logits and loss bitwise, gradients %.2g "
-               "relative L2 from one GEMM\n",
-               gn, c.vocab, rel);
-        if (k == 0) {
+        if (!chunked)
+            TEST_CHECKF(j == P, "%s GEMMs: gradient %llu: %.9g vs %.9g", gn, (unsigned long long)j,
+                        a.grads[j], b.grads[j]);
+        /* chunked: the head's input gradient sums the chunk products
+         * instead of one GEMM: fp32 reordering carried through the backward */
+        TEST_CHECKF(rel < 1e-5, "%s GEMMs: gradients differ by %.3g (relative L2)", gn, rel);
+        printf("  %s GEMMs, V=%d%s: bf16 parameters vs fp32 parameters of the same values: loss "
+               "and %llu logits bitwise, gradients %s (%.2g relative L2)\n",
+               gn, c.vocab, chunked ? " in 3 head chunks" : "", (unsigned long long)NV,
+               j == P ? "bitwise" : "within reordering", rel);
+        if (chunked && k == 0) {
             /* what bf16 parameters add to the model's device scratch: the
-             * small and big conversion areas and the remap ids (one chunk
-             * of the head, not the tied embedding) */
+             * small and big conversion areas and the remap ids */
             uint64_t C = (uint64_t)c.width, N = (uint64_t)B * c.ctx;
             uint64_t conv = (13 * C + 128 + 4 * C * C) * 4 + N * 4, wte = c.vocab * C * 4;
             uint64_t extra = b.scratch - a.scratch;
@@ -241,42 +197,12 @@ static void engine_run(int stage, int views, int steps, float *out, uint64_t *ga
     zs_model_t m = *zs_gpt_model(g);
     if (views)
         m.set_param_dtype = NULL;
-    zs_coll_t *coll;
-    TEST_OK(zs_coll_mpi_create(dev, &coll, &err), err);
-    char json[512];
-    snprintf(json, sizeof json,
-             "{\"train_batch_size\": 4, \"train_micro_batch_size_per_gpu\": 2,"
-             " \"optimizer\": {\"type\": \"AdamW\", \"params\": {\"lr\": 0.003,"
-             " \"weight_decay\": 0.01}}, \"gradient_clipping\": 1.0, \"bf16\": {\"enabled\": true},"
-             " \"zero_optimization\": {\"stage\": %d, \"reduce_bucket_size\": 3000,"
-             " \"stage3_prefetch_bucket_size\": 3000, \"stage3_max_live_parameters\": 6000,"
-             " \"stage3_param_persistence_threshold\": 10}}",
-             stage);
-    zs_config_t cfg;
-    TEST_OK(zs_config_parse(json, &cfg, NULL, NULL, &err), err);
-    TEST_OK(zs_config_resolve(&cfg, 1, &err), err);
-    zs_engine_opts_t eo = {&cfg, coll, NULL, NULL, "gpt-param16-test", 0};
-    zs_engine_t *e;
-    zs_dev_mem_reset_peak(dev);
-    TEST_OK(zs_engine_create(&eo, &m, &e, &err), err);
-    TEST_CHECK(zs_gpt_param_dtype(g) == (views ? ZS_DTYPE_F32 : ZS_DTYPE_BF16));
-    TEST_OK(zs_engine_start(e, &err), err);
-    double first = 0, last = 0;
-    for (int s = 0; s < steps; s++) {
-        zs_step_stats_t st;
-        TEST_OK(zs_engine_step(e, &st, &err), err);
-        if (s == 0)
-            first = st.loss;
-        last = st.loss;
-    }
-    TEST_CHECKF(last < first, "stage %d: loss %.5f -> %.5f", stage, first, last);
+    gptrun_t o = {dev, stage, 1, steps, 3000, "gpt-param16-test"};
     zs_dev_mem_t mm;
-    zs_dev_mem_get(dev, &mm);
+    gptrun_engine(&m, &o, NULL, out, &mm);
+    TEST_CHECK(zs_gpt_param_dtype(g) == (views ? ZS_DTYPE_F32 : ZS_DTYPE_BF16));
     *gathered = mm.peak[ZS_SPACE_DEVICE][ZS_MEM_GATHERED];
-    TEST_OK(zs_engine_get_params(e, out, &err), err);
-    zs_engine_destroy(e);
     zs_gpt_destroy(g);
-    zs_coll_destroy(coll);
 }
 
 static void test_engine(void)
@@ -309,21 +235,16 @@ static void test_engine(void)
 
 int main(int argc, char **argv)
 {
-    zs_err_t err;
-    int provided;
-    MPI_Init_thread(&argc, &argv, MPI_THREAD_SERIALIZED, &provided);
-    TEST_CHECK(provided >= MPI_THREAD_SERIALIZED);
-    TEST_OK(zs_dev_cpu_create(2, &dev, &err), err);
-    TEST_OK(zs_dev_stream_create(dev, 0, "compute", &stream, &err), err);
+    gptrun_init(&argc, &argv, &dev, &stream);
     printf("test_gpt_param16: 1. one head chunk: bitwise\n");
-    test_model_bitwise();
+    test_model((zs_gpt_config_t){2, 2, 32, 16, 64}, 2, 0);
+    /* big area max(4 C^2, (B T + T) C) = 4096 floats = 128 vocabulary rows:
+     * V = 300 is three chunks (128, 128, 44) */
     printf("test_gpt_param16: 2. three head chunks\n");
-    test_model_chunked();
+    test_model((zs_gpt_config_t){1, 2, 32, 8, 300}, 1, 1);
     printf("test_gpt_param16: 3. the engine at W=1\n");
     test_engine();
-    zs_dev_stream_destroy(stream);
-    zs_dev_destroy(dev);
-    MPI_Finalize();
+    gptrun_fini(dev, stream);
     printf("test_gpt_param16: OK\n");
     return 0;
 }

@@ -25,6 +25,7 @@
 #include "zs_dev.h"
 #include "zs_engine.h"
 #include "zs_gpt.h"
+#include "zs_gptrun.h"
 #include "zs_test.h"
 
 static zs_dev_t *dev;
@@ -108,14 +109,9 @@ static void model_run(uint64_t cap, int pdt, int ckpt, const float *w, run_t *ou
     TEST_OK(zs_gpt_set_checkpointing(g, ckpt, 0, &err), err);
     TEST_OK(zs_gpt_set_split(g, cap, &err), err);
     TEST_OK(zs_gpt_bind(g, dev, stream, &err), err);
-    const zs_model_t *m = zs_gpt_model(g);
-    void *host = malloc(P * esz), *dp, *dg;
-    TEST_CHECK(host);
-    zs_cast(host, pdt, w, ZS_DTYPE_F32, P);
-    TEST_OK(zs_dev_alloc(dev, ZS_SPACE_DEVICE, ZS_MEM_PARAMS, P * esz, &dp, &err), err);
-    TEST_OK(zs_dev_alloc(dev, ZS_SPACE_DEVICE, ZS_MEM_GRADS, P * 4, &dg, &err), err);
-    TEST_OK(zs_dev_memcpy(stream, dp, host, P * esz, &err), err);
-    TEST_OK(zs_dev_memset(stream, dg, 0, P * 4, &err), err);
+    void *dp;
+    float *dg;
+    gptrun_buffers(dev, stream, w, P, pdt, &dp, &dg);
     int32_t in[2 * 16], tg[2 * 16];
     for (int i = 0; i < N; i++) { /* ids across every wte layer, some repeated */
         in[i] = (int32_t)((i * 37 + 11) % V);
@@ -123,39 +119,9 @@ static void model_run(uint64_t cap, int pdt, int ckpt, const float *w, run_t *ou
     }
     in[5] = in[9];
     TEST_OK(zs_gpt_set_tokens(g, in, tg, B, T, &err), err);
-    int nl = m->nlayers;
-    uint64_t *off = calloc((size_t)nl + 1, sizeof *off);
-    void **p = calloc((size_t)nl + 1, sizeof *p);
-    float **gr = calloc((size_t)nl + 1, sizeof *gr);
-    TEST_CHECK(off && p && gr);
-    for (int i = 0; i < nl; i++)
-        off[i + 1] = off[i] + m->nparams[i];
-    /* own, then deps', pointers into the flat buffers */
-    for (int pass = 0; pass < 2; pass++)
-        for (int s = 0; s < nl; s++) {
-            int i = pass == 0 ? s : nl - 1 - s, n = 0;
-            p[0] = (char *)dp + off[i] * esz;
-            gr[0] = (float *)dg + off[i];
-            while (m->deps[i] && m->deps[i][n] >= 0) {
-                int d = m->deps[i][n];
-                p[1 + n] = (char *)dp + off[d] * esz;
-                int ro = m->deps_read_only && m->deps_read_only[i];
-                gr[1 + n] = ro ? NULL : (float *)dg + off[d];
-                n++;
-            }
-            if (pass == 0) {
-                TEST_OK(m->forward(m->self, i, p, &err), err);
-            } else {
-                if (s == 0)
-                    TEST_OK(m->loss(m->self, &out->loss, &err), err);
-                if (s == 0) {
-                    out->logits = malloc((size_t)N * V * 4);
-                    TEST_CHECK(out->logits);
-                    TEST_OK(zs_gpt_copy_logits(g, out->logits, &err), err);
-                }
-                TEST_OK(m->backward(m->self, i, p, gr, 1.0f, &err), err);
-            }
-        }
+    out->logits = malloc((size_t)N * V * 4);
+    TEST_CHECK(out->logits);
+    gptrun_pass(g, stream, dp, esz, dg, &out->loss, out->logits);
     out->grads = malloc(P * 4);
     TEST_CHECK(out->grads);
     TEST_OK(zs_dev_memcpy(stream, out->grads, dg, P * 4, &err), err);
@@ -163,7 +129,6 @@ static void model_run(uint64_t cap, int pdt, int ckpt, const float *w, run_t *ou
     zs_gpt_destroy(g);
     zs_dev_free(dev, dp);
     zs_dev_free(dev, dg);
-    free(host), free(off), free(p), free(gr);
 }
 
 static uint64_t first_diff(const float *a, const float *b, uint64_t n)
@@ -255,43 +220,11 @@ static void engine_run(int stage, int bf16, uint64_t cap, float *init, float *ou
         tg[i] = (int32_t)((i * 37 + 6) % CFG.vocab);
     }
     TEST_OK(zs_gpt_set_fixed_tokens(g, in, tg, B, &err), err);
-    zs_coll_t *coll;
-    TEST_OK(zs_coll_mpi_create(dev, &coll, &err), err);
-    char json[512];
-    snprintf(json, sizeof json,
-             "{\"train_batch_size\": 4, \"train_micro_batch_size_per_gpu\": 2,"
-             " \"optimizer\": {\"type\": \"AdamW\", \"params\": {\"lr\": 0.003,"
-             " \"weight_decay\": 0.01}}, \"gradient_clipping\": 1.0%s,"
-             " \"zero_optimization\": {\"stage\": %d, \"reduce_bucket_size\": %d,"
-             " \"stage3_prefetch_bucket_size\": 3000, \"stage3_max_live_parameters\": 6000,"
-             " \"stage3_param_persistence_threshold\": 10}}",
-             bf16 ? ", \"bf16\": {\"enabled\": true}" : "", stage, CAP);
-    zs_config_t cfg;
-    TEST_OK(zs_config_parse(json, &cfg, NULL, NULL, &err), err);
-    TEST_OK(zs_config_resolve(&cfg, 1, &err), err);
-    zs_engine_opts_t eo = {&cfg, coll, NULL, NULL, "gpt-split-test", 0};
-    zs_engine_t *e;
-    zs_dev_mem_reset_peak(dev);
-    TEST_OK(zs_engine_create(&eo, zs_gpt_model(g), &e, &err), err);
-    TEST_OK(zs_engine_start(e, &err), err);
-    if (init)
-        TEST_OK(zs_engine_get_params(e, init, &err), err);
-    double first = 0, last = 0;
-    for (int s = 0; s < 3; s++) {
-        zs_step_stats_t st;
-        TEST_OK(zs_engine_step(e, &st, &err), err);
-        if (s == 0)
-            first = st.loss;
-        last = st.loss;
-    }
-    TEST_CHECKF(last < first, "stage %d: loss %.5f -> %.5f", stage, first, last);
+    gptrun_t o = {dev, stage, bf16, 3, CAP, "gpt-split-test"};
     zs_dev_mem_t mm;
-    zs_dev_mem_get(dev, &mm);
+    gptrun_engine(zs_gpt_model(g), &o, init, out, &mm);
     *scratch = mm.peak[ZS_SPACE_DEVICE][ZS_MEM_SCRATCH];
-    TEST_OK(zs_engine_get_params(e, out, &err), err);
-    zs_engine_destroy(e);
     zs_gpt_destroy(g);
-    zs_coll_destroy(coll);
 }
 
 static void test_engine(void)
@@ -328,21 +261,14 @@ static void test_engine(void)
 
 int main(int argc, char **argv)
 {
-    zs_err_t err;
-    int provided;
-    MPI_Init_thread(&argc, &argv, MPI_THREAD_SERIALIZED, &provided);
-    TEST_CHECK(provided >= MPI_THREAD_SERIALIZED);
-    TEST_OK(zs_dev_cpu_create(2, &dev, &err), err);
-    TEST_OK(zs_dev_stream_create(dev, 0, "compute", &stream, &err), err);
+    gptrun_init(&argc, &argv, &dev, &stream);
     printf("test_gpt_split: 1. layout\n");
     test_layout();
     printf("test_gpt_split: 2. the model against unsplit\n");
     test_model();
     printf("test_gpt_split: 3. the engine at W=1\n");
     test_engine();
-    zs_dev_stream_destroy(stream);
-    zs_dev_destroy(dev);
-    MPI_Finalize();
+    gptrun_fini(dev, stream);
     printf("test_gpt_split: OK\n");
     return 0;
 }

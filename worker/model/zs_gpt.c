@@ -401,7 +401,7 @@ static int head_forward(zs_gpt_t *g, const void *p, void *const *wdeps, zs_err_t
     TRY(zs__gpt_param(g, p, 0, (size_t)C, 0, &w, err));
     TRY(zs__gpt_param(g, p, (size_t)C, (size_t)C, (size_t)C, &b, err));
     TRY(ops->layernorm_fwd(k, s, g->lnf, g->lnf_mean, g->lnf_rstd, x, w, b, N, C, err));
-    TRY(zs__gpt_head_logits(g, wdeps, err));
+    TRY(zs__gpt_head_gemms(g, wdeps, 0, err));
     TRY(ops->xent_fwd(k, s, g->losses, g->lse, g->logits, g->targets, N, V, err));
     return ZS_OK;
 }
@@ -543,7 +543,7 @@ static int head_backward(zs_gpt_t *g, const void *p, float *gr, void *const *wde
     TRY(zs__gpt_resid_in(g, L, &x, err));
     TRY(ops->xent_bwd(k, s, g->dlogits, g->logits, g->lse, g->targets, N, V, dloss / (float)N,
                       err));
-    TRY(zs__gpt_head_dx(g, wdeps, err));
+    TRY(zs__gpt_head_gemms(g, wdeps, 1, err));
     if (dwte)
         TRY(ops->gemm(k, s, 1, 0, V, C, N, 1.0f, g->dlogits, V, g->lnf, C, 1.0f, dwte, C, err));
     TRY(zs_dev_memset(s, g->dres, 0, (size_t)N * C * sizeof(float), err));

@@ -246,10 +246,9 @@ size_t zs__gpt_big_elems(const zs_gpt_t *g);
 float *zs__gpt_rows(const zs_gpt_t *g);
 
 /* The head's GEMMs reading the tied wte (wdeps: the head's dep pointers,
- * the one embedding layer or every wte layer): logits = lnf wte^T, and
- * dbuf = dlogits wte (chunk by chunk, see the file). */
-int zs__gpt_head_logits(zs_gpt_t *g, void *const *wdeps, zs_err_t *err);
-int zs__gpt_head_dx(zs_gpt_t *g, void *const *wdeps, zs_err_t *err);
+ * the one embedding layer or every wte layer), chunk by chunk (see the
+ * file): logits = lnf wte^T (dx 0), or dbuf = dlogits wte (dx 1). */
+int zs__gpt_head_gemms(zs_gpt_t *g, void *const *wdeps, int dx, zs_err_t *err);
 
 /* ---- engine layers and the row-by-row embedding (zs_gpt_split.c) ---- */
 
