@@ -53,12 +53,12 @@ struct zs_gpt {
     int32_t *fixed_in, *fixed_tg; /* zs_gpt_set_fixed_tokens (host) */
     int fixedB;
 
-    int B, T;       /* current batch */
-    int have_batch; /* tokens loaded */
-    int have_head;  /* the head's forward ran on this batch: logits, losses valid */
+    int B, T;        /* current batch */
+    int have_batch;  /* tokens loaded */
+    int have_head;   /* the head's forward ran on this batch: logits, losses valid */
     int logits_gone; /* a split model's head backward wrote dlogits over them */
-    int next_fwd;   /* next layer forward expects (0 .. L+2) */
-    int next_bwd;   /* next layer backward expects (-1 = none) */
+    int next_fwd;    /* next layer forward expects (0 .. L+2) */
+    int next_bwd;    /* next layer backward expects (-1 = none) */
 
     /* set by bind; NULL before */
     zs_dev_t *dev;       /* not owned */
@@ -274,6 +274,11 @@ int zs__gpt_wpe_bwd(zs_gpt_t *g, float *gr, zs_err_t *err);
  * with fp32 parameters); free undoes it once the queued work has run. */
 int zs__gpt_param16_alloc(zs_gpt_t *g, zs_err_t *err);
 void zs__gpt_param16_free(zs_gpt_t *g);
+
+/* Engine layer `layer`'s initial values into host memory p
+ * (zs_model_t.init_params; zs_gpt_init.c): its range of the unsplit
+ * layer's stream, so a split model starts from the same numbers. */
+int zs__gpt_init_params(void *self, int layer, float *p, zs_err_t *err);
 
 /* Return the status of expr when it is an error (the model's files). */
 #define TRY(expr)                                                                                  \
