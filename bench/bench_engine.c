@@ -7,10 +7,12 @@
  *
  *   mpirun -np W bench_engine --servers a:p,b:p [--offload 0|1] [--stage S]
  *          [--layers 8] [--width 2500] [--batch 4] [--steps 6] [--dtype bf16]
- *          [--spec 0|1] [--clip C] [--bucket ELEMENTS]
+ *          [--spec 0|1] [--stream 0|1] [--clip C] [--bucket ELEMENTS]
  *
  * --spec sets offload_optimizer.super_offload (speculative updates on the
- * servers; default: the config's default), --clip gradient_clipping (0:
+ * servers; default: the config's default), --stream
+ * offload_optimizer.stream_pulls (the next step's forward lands the pulls;
+ * default: the config's, on), --clip gradient_clipping (0:
  * none), --bucket reduce_bucket_size (default 20M). bench/bench_spec.sh
  * runs the speculation comparison (worker and servers on separate cores).
  *
@@ -174,7 +176,7 @@ int main(int argc, char **argv)
     int provided;
     MPI_Init_thread(&argc, &argv, MPI_THREAD_SERIALIZED, &provided);
     const char *servers = NULL, *dtype = "bf16";
-    int offload = 0, stage = 2, L = 8, n = 2500, B = 4, steps = 6, spec = -1;
+    int offload = 0, stage = 2, L = 8, n = 2500, B = 4, steps = 6, spec = -1, stream = -1;
     double clip = 0;
     long bucket = 20000000;
     for (int i = 1; i + 1 < argc; i += 2) {
@@ -196,6 +198,8 @@ int main(int argc, char **argv)
             dtype = argv[i + 1];
         else if (!strcmp(argv[i], "--spec"))
             spec = atoi(argv[i + 1]);
+        else if (!strcmp(argv[i], "--stream"))
+            stream = atoi(argv[i + 1]);
         else if (!strcmp(argv[i], "--clip"))
             clip = atof(argv[i + 1]);
         else if (!strcmp(argv[i], "--bucket"))
@@ -231,12 +235,15 @@ int main(int argc, char **argv)
              " \"optimizer\": {\"type\": \"AdamW\", \"params\": {\"lr\": 1e-4}},"
              " \"bf16\": {\"enabled\": %s}, \"zero_optimization\": {\"stage\": %d,"
              " \"reduce_bucket_size\": %ld,"
-             " \"offload_optimizer\": {\"device\": \"%s\"%s}}}",
+             " \"offload_optimizer\": {\"device\": \"%s\"%s%s}}}",
              B, clip, strcmp(dtype, "bf16") ? "false" : "true", stage, bucket,
              offload ? "cpu" : "none",
              !offload || spec < 0 ? ""
              : spec               ? ", \"super_offload\": true"
-                                  : ", \"super_offload\": false");
+                                  : ", \"super_offload\": false",
+             !offload || stream < 0 ? ""
+             : stream               ? ", \"stream_pulls\": true"
+                                    : ", \"stream_pulls\": false");
     zs_config_t cfg;
     if (zs_config_parse(json, &cfg, NULL, NULL, &err) ||
         zs_config_resolve(&cfg, coll->size, &err)) {

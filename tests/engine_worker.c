@@ -37,6 +37,7 @@ typedef struct {
     unsigned debug;                /* ZS_ENGINE_DEBUG_* */
     int rss_check;                 /* fail if RSS grows after step 5 */
     int spec;                      /* super_offload: 0/1; -1: the config's default */
+    int stream;                    /* stream_pulls: 0/1; -1: the config's default */
     int spec_report;               /* rank 0 prints the servers' speculation counters */
 } args_t;
 
@@ -62,6 +63,7 @@ static void parse(int argc, char **argv, args_t *a)
     a->prefetch = 4000;
     a->reuse = 1000000000;
     a->spec = -1;
+    a->stream = -1;
     for (int i = 1; i < argc; i++) {
         const char *k = argv[i], *v = i + 1 < argc ? argv[i + 1] : "";
 #define OPT(name) (!strcmp(k, name) && ++i)
@@ -115,6 +117,8 @@ static void parse(int argc, char **argv, args_t *a)
             a->debug = (unsigned)atoi(v);
         else if (OPT("--spec"))
             a->spec = atoi(v);
+        else if (OPT("--stream"))
+            a->stream = atoi(v);
         else if (!strcmp(k, "--spec-report"))
             a->spec_report = 1;
         else if (!strcmp(k, "--rss-check"))
@@ -153,13 +157,16 @@ static void make_config(const args_t *a, int W, zs_config_t *cfg)
              "   \"stage3_prefetch_bucket_size\": %lld, \"stage3_max_live_parameters\": %lld,"
              "   \"stage3_max_reuse_distance\": %lld,"
              "   \"offload_param\": {\"device\": \"%s\"},"
-             "   \"offload_optimizer\": {\"device\": \"%s\"%s}}}",
+             "   \"offload_optimizer\": {\"device\": \"%s\"%s%s}}}",
              a->gas, a->clip, f16 ? "true" : "false", b16 ? "true" : "false", a->stage, a->bucket,
              a->persist, (long long)a->prefetch, (long long)a->live, (long long)a->reuse,
              a->offload_param ? "cpu" : "none", a->offload ? "cpu" : "none",
              a->spec < 0   ? ""
              : a->spec > 0 ? ", \"super_offload\": true"
-                           : ", \"super_offload\": false");
+                           : ", \"super_offload\": false",
+             a->stream < 0   ? ""
+             : a->stream > 0 ? ", \"stream_pulls\": true"
+                             : ", \"stream_pulls\": false");
     zs_err_t err;
     zs_config_defaults(cfg);
     if (zs_config_parse(json, cfg, NULL, NULL, &err) || zs_config_resolve(cfg, W, &err))

@@ -27,6 +27,10 @@
  *     fp16 (two overflow-skipped steps); clip 0.01 rolls every step back and
  *     still matches; without clipping the servers keep them (their counters
  *     say so). `test_engine speculation` runs this section alone.
+ *  6. Streamed pulls (stream_pulls, the default) are bitwise equal to
+ *     synchronous pulls at stages 0-2 x W in {1,2} x fp32/bf16/fp16 (two
+ *     overflow-skipped steps), with and without speculation.
+ *     `test_engine streaming` runs this section alone.
  */
 #include <errno.h>
 #include <stdarg.h>
@@ -621,11 +625,46 @@ static void server_gone(void)
     printf("  workers stopped after %ld s with an error naming %s\n", secs, g_srv[1].addr);
 }
 
+/* 6. Streamed pulls (offload_optimizer.stream_pulls, stages 0-2: the next
+ * step's forward lands each segment as it needs it): bitwise equal to the
+ * synchronous pulls at stages 0-2, W in {1, 2}, fp32, bf16 and fp16 with two
+ * overflow-skipped steps (nothing to pull), with speculation on and off. */
+static void streamed_pulls(void)
+{
+    static const char *dtypes[] = {"fp32", "bf16", "fp16"};
+    printf("6. streamed pulls == synchronous pulls, bitwise\n");
+    for (int s = 0; s <= 2; s++)
+        for (int W = 1; W <= 2; W++)
+            for (int d = 0; d < 3; d++) {
+                char out[2][300], log[2][300];
+                const char *extra = d == 2 ? "--inject-nan 5 --inject-count 2" : "";
+                int spec = (s + W + d) % 2; /* half the runs with speculation */
+                for (int sp = 0; sp < 2; sp++) {
+                    snprintf(out[sp], sizeof out[sp], "%s/stream-s%d-w%d-%s-%d.bin", g_tmp, s, W,
+                             dtypes[d], sp);
+                    snprintf(log[sp], sizeof log[sp], "%s/stream-s%d-w%d-%s-%d.log", g_tmp, s, W,
+                             dtypes[d], sp);
+                    must(run(W, log[sp],
+                             "--stage %d --dtype %s --offload 1 --servers %s --steps 8 "
+                             "--clip 1.0 --spec %d --stream %d --out %s %s",
+                             s, dtypes[d], g_servers, spec, sp, out[sp], extra),
+                         log[sp], "streamed pulls run");
+                }
+                TEST_CHECKF(same_file(out[0], out[1]),
+                            "stage %d W=%d %s: streamed and synchronous pulls differ", s, W,
+                            dtypes[d]);
+                printf("  stage %d W=%d %s%s%s: streamed == synchronous, bitwise\n", s, W,
+                       dtypes[d], d == 2 ? " (2 overflows)" : "", spec ? ", speculation" : "");
+            }
+}
+
 int main(int argc, char **argv)
 {
     setvbuf(stdout, NULL, _IONBF, 0);
-    /* test_engine speculation: only section 5 (for working on it). */
+    /* test_engine speculation / streaming: only section 5 / 6 (for working
+     * on it). */
     int only_spec = argc > 1 && strcmp(argv[1], "speculation") == 0;
+    int only_stream = argc > 1 && strcmp(argv[1], "streaming") == 0;
     snprintf(g_tmp, sizeof g_tmp, "%s", zs_test_tmpdir("engine"));
     for (int i = 0; i < 2; i++) {
         snprintf(g_srv[i].data_dir, sizeof g_srv[i].data_dir, "%s/s%d", g_tmp, i);
@@ -634,11 +673,14 @@ int main(int argc, char **argv)
     }
     zs_test_server_list(g_srv, 2, g_servers, sizeof g_servers);
     setenv("ZS_LOG_LEVEL", "warn", 1);
-    if (only_spec) {
-        speculation();
+    if (only_spec || only_stream) {
+        if (only_spec)
+            speculation();
+        else
+            streamed_pulls();
         for (int i = 0; i < 2; i++)
             zs_test_server_stop(&g_srv[i], SIGTERM);
-        printf("PASS test_engine speculation (%d mpirun runs)\n", g_runs);
+        printf("PASS test_engine %s (%d mpirun runs)\n", argv[1], g_runs);
         return 0;
     }
     equivalence();
@@ -653,6 +695,7 @@ int main(int argc, char **argv)
     kill_and_resume(1, 2, "fp16"); /* the loss scaler comes back with the checkpoint */
     fp16_overflow();
     speculation();
+    streamed_pulls();
     server_gone();
     for (int i = 0; i < 2; i++)
         zs_test_server_stop(&g_srv[i], SIGTERM);

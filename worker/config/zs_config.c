@@ -102,7 +102,7 @@ static const char *const FP16_KEYS[] = {"enabled",           "loss_scale", "init
                                         "min_loss_scale",    NULL};
 static const char *const BF16_KEYS[] = {"enabled", NULL};
 static const char *const OFFLOAD_KEYS[] = {"device", NULL};
-static const char *const OFFLOAD_OPT_KEYS[] = {"device", "super_offload", NULL};
+static const char *const OFFLOAD_OPT_KEYS[] = {"device", "super_offload", "stream_pulls", NULL};
 /* zero_optimization keys besides ZFIELDS (below) */
 static const char *const ZERO_KEYS[] = {"stage",       "offload_optimizer", "offload_param",
                                         "cpu_offload", "cpu_offload_param", NULL};
@@ -477,9 +477,11 @@ static int parse_bf16(pctx_t *c, const cJSON *o, const char *name, zs_config_t *
  * (using CPU memory instead would misread the file). super: where
  * offload_optimizer.super_offload (DeepSpeed's SuperOffload switch: the CPU
  * optimizer speculates before the gradient norm and overflow are known)
- * goes; NULL for offload_param, where it is an unknown key. */
+ * goes, stream: where offload_optimizer.stream_pulls (zeroshard's: the next
+ * step's forward starts while updated parameters arrive) goes; both NULL
+ * for offload_param, where they are unknown keys. */
 static int parse_offload(pctx_t *c, const cJSON *o, const char *path, const char *const *not_impl,
-                         int *out, int *super)
+                         int *out, int *super, int *stream)
 {
     *out = 0;
     if (cJSON_IsNull(o)) /* DeepSpeed: Optional[...] = None */
@@ -510,6 +512,9 @@ static int parse_offload(pctx_t *c, const cJSON *o, const char *path, const char
                                   p, d);
         } else if (super && strcmp(it->string, "super_offload") == 0) {
             if ((rc = zs__cfg_get_bool(c, it, p, super)) != ZS_OK)
+                return rc;
+        } else if (stream && strcmp(it->string, "stream_pulls") == 0) {
+            if ((rc = zs__cfg_get_bool(c, it, p, stream)) != ZS_OK)
                 return rc;
         } else if (zs__cfg_in_list(it->string, not_impl)) {
             zs__cfg_warn_once(c, p, "not implemented");
@@ -622,14 +627,14 @@ static int parse_zero(pctx_t *c, const cJSON *o, zs_config_t *cfg, pstate_t *st)
         if (strcmp(k, "offload_optimizer") == 0) {
             st->offload_opt_key = 1;
             if ((rc = parse_offload(c, it, p, OFFLOAD_OPT_NOT_IMPLEMENTED, &cfg->offload_optimizer,
-                                    &cfg->offload_speculate)) != ZS_OK)
+                                    &cfg->offload_speculate, &cfg->offload_stream)) != ZS_OK)
                 return rc;
             continue;
         }
         if (strcmp(k, "offload_param") == 0) {
             st->offload_par_key = 1;
             if ((rc = parse_offload(c, it, p, OFFLOAD_PARAM_NOT_IMPLEMENTED, &cfg->offload_param,
-                                    NULL)) != ZS_OK)
+                                    NULL, NULL)) != ZS_OK)
                 return rc;
             continue;
         }
@@ -825,6 +830,7 @@ void zs_config_defaults(zs_config_t *cfg)
     cfg->stage = 0;
     cfg->offload_optimizer = 0;
     cfg->offload_speculate = ZS_CFG_SPECULATE_DEFAULT;
+    cfg->offload_stream = 1;
     cfg->offload_param = 0;
     cfg->reduce_bucket_size = 500000000;
     cfg->allgather_bucket_size = 500000000;

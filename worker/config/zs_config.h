@@ -93,6 +93,9 @@ typedef struct zs_config {
     int offload_speculate;         /* offload_optimizer.super_offload: servers update speculatively
                                     * before the step's norm and overflow are known (default
                                     * ZS_CFG_SPECULATE_DEFAULT; docs/engine.md) */
+    int offload_stream;            /* offload_optimizer.stream_pulls (default 1): stages 0-2 pull
+                                    * updated parameters in the background while the next
+                                    * step's forward lands them layer by layer */
     int offload_param;             /* offload_param.device == "cpu" (stage 3) */
     int64_t reduce_bucket_size;    /* elements, default 500000000 */
     int64_t allgather_bucket_size; /* elements, default 500000000 */

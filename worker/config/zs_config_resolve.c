@@ -221,6 +221,9 @@ void zs_config_print(const zs_config_t *cfg, void *fp)
     if (cfg->offload_optimizer)
         fprintf(f, "zero_optimization.offload_optimizer.super_offload = %s\n",
                 tf(cfg->offload_speculate));
+    if (cfg->offload_optimizer)
+        fprintf(f, "zero_optimization.offload_optimizer.stream_pulls = %s\n",
+                tf(cfg->offload_stream));
     fprintf(f, "zero_optimization.offload_param.device = %s\n",
             cfg->offload_param ? "cpu" : "none");
     fprintf(f, "zero_optimization.reduce_bucket_size = %lld\n", (long long)cfg->reduce_bucket_size);

@@ -447,6 +447,8 @@ int zs_engine_create(const zs_engine_opts_t *o, const zs_model_t *model, zs_engi
         rc = zs_client_create(&co, &e->client, err);
         if (!rc && e->offload)
             rc = zs__eng_pusher_start(e, err);
+        if (!rc && e->offload && e->stage < 3 && e->cfg.offload_stream)
+            rc = zs__eng_puller_start(e, err);
         if (rc)
             goto fail;
     }
@@ -464,6 +466,8 @@ void zs_engine_destroy(zs_engine_t *e)
 {
     if (!e)
         return;
+    zs__eng_pull_drain(e);
+    zs__eng_puller_stop(e);
     zs__eng_pusher_stop(e);
     /* Let queued work finish before its memory goes. */
     if (e->compute)
@@ -533,6 +537,7 @@ int zs_engine_get_params(zs_engine_t *e, float *out, zs_err_t *err)
 {
     float *tmp = NULL;
     uint64_t ch = xfer_chunk(e);
+    ZS_ENG_TRY(zs__eng_pull_finish(e, 0, err)); /* the last step's parameters, landed */
     int rc = zs__eng_alloc(e, ZS_SPACE_DEVICE, ZS_MEM_SCRATCH, (size_t)ch * 4, (void **)&tmp,
                            "parameter export", err);
     for (int k = 0; k < e->ns && !rc; k++) {

@@ -228,7 +228,10 @@ int zs_engine_newest_checkpoint(zs_engine_t *e, uint64_t *step, zs_err_t *err)
 
 int zs_engine_checkpoint(zs_engine_t *e, zs_err_t *err)
 {
-    int rc = checkpoint(e, err);
+    /* the step's streamed pulls first: one client call at a time */
+    int rc = zs__eng_pull_finish(e, 1, err);
+    if (!rc)
+        rc = checkpoint(e, err);
     if (rc)
         e->last_rc = rc;
     return rc;
@@ -237,6 +240,7 @@ int zs_engine_checkpoint(zs_engine_t *e, zs_err_t *err)
 int zs_engine_resume(zs_engine_t *e, uint64_t want, uint64_t *step_out, zs_err_t *err)
 {
     ZS_ENG_TRY(need_servers(e, "resume", err));
+    zs__eng_pull_drain(e); /* the resumed parameters replace them */
     /* Rank 0 picks the checkpoint and restores it; everyone gets its meta. */
     float msg[1 + (META_BYTES + 3) / 4];
     memset(msg, 0, sizeof msg);

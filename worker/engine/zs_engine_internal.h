@@ -8,6 +8,7 @@
  *   zs_engine_step.c    micro-batches: forward, backward, gradient reduction
  *   zs_engine_optim.c   norm, clipping, optimizer or offload, parameter gather
  *   zs_engine_push.c    background push of staged gradient partitions
+ *   zs_engine_pull.c    streamed pulls of updated parameters (stages 0-2)
  *   zs_engine_ckpt.c    start, checkpoint, resume
  *   zs_engine_recover.c going on after a lost shard server
  *
@@ -43,6 +44,7 @@
 #define ZS_XFER_CHUNK (1u << 20) /* fp32 elements of init/export's device chunk */
 
 typedef struct zs__pusher zs__pusher_t;
+typedef struct zs__puller zs__puller_t;
 
 typedef struct zs__seg {
     int first, last;      /* layers [first, last] */
@@ -162,6 +164,10 @@ struct zs_engine {
     uint64_t t;    /* Adam steps taken (non-skipped) */
 
     zs__pusher_t *pusher;       /* offload: background gradient push */
+    zs__puller_t *puller;       /* offload at stages 0-2 with stream_pulls: streamed pulls */
+    int land;                   /* next segment to land (ns: none pending) */
+    int pull_open;              /* a step's pulls were begun and not yet reported */
+    double ms_land;             /* time the main thread waited landing them */
     int first_micro;            /* the current micro-batch is the step's first */
     int last_micro;             /* the current micro-batch is the step's last */
     void *leak;                 /* ZS_ENGINE_DEBUG_LEAK: the last leaked block */
@@ -247,6 +253,22 @@ void zs__eng_pusher_stop(zs_engine_t *e);
 int zs__eng_push_async(zs_engine_t *e, uint64_t step, uint64_t lo, uint64_t hi, const void *src,
                        zs_event_t *ready, zs_err_t *err);
 int zs__eng_push_wait(zs_engine_t *e, zs_err_t *err);
+
+/* Streamed pulls (zs_engine_pull.c). start/stop: the puller thread.
+ * begin: after every worker agreed Commit succeeded, pull this worker's
+ * part of every segment of `step`, in order, in the background. land: make
+ * segments up to `upto` available to the compute stream (wait for their
+ * pull, copy, all-gather: collective, in the same order on every worker);
+ * returns only enqueue errors. finish: land everything and report a failed
+ * pull (agree: with every worker's agreement, collective); ZS_OK when no
+ * pulls are open. drain: wait for the thread and forget what is open
+ * (resume, recovery, destroy). */
+int zs__eng_puller_start(zs_engine_t *e, zs_err_t *err);
+void zs__eng_puller_stop(zs_engine_t *e);
+void zs__eng_pull_begin(zs_engine_t *e, uint64_t step);
+int zs__eng_pull_land(zs_engine_t *e, int upto, zs_err_t *err);
+int zs__eng_pull_finish(zs_engine_t *e, int agree, zs_err_t *err);
+void zs__eng_pull_drain(zs_engine_t *e);
 
 /* Where this worker's slice of segment s lives in the gradient / parameter
  * buffers. */

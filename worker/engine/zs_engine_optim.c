@@ -14,7 +14,9 @@
  * are done; the servers' commit is idempotent, so a retry is harmless.
  * Pulled partitions land in pinned staging and are copied to the device on
  * the copy stream (with offload_param the stage-3 partition is pinned host
- * memory already and is pulled into place). All workers agree on every
+ * memory already and is pulled into place). With stream_pulls (stages 0-2)
+ * the pulls go on in the background after the step and the next step's
+ * forward lands them (zs_engine_pull.c). All workers agree on every
  * error (an all-reduce of failure flags), so no rank is left waiting in a
  * collective.
  */
@@ -69,6 +71,11 @@ static int update_offload(zs_engine_t *e, const zs_step_scalars_t *sc, zs_step_s
     double t2 = zs__eng_now_ms();
     st->ms_opt_push = t1 - t0;
     st->ms_opt_commit = t2 - t1;
+    if (e->puller) { /* streamed: the next step's forward lands them */
+        if (!sc->skip)
+            zs__eng_pull_begin(e, sc->step);
+        return ZS_OK;
+    }
     int direct = e->stage == 3 && e->offload_param; /* partition is pinned memory */
     for (int k = 0; k < e->ns && !rc && !sc->skip; k++) {
         zs__seg_t *s = &e->s[k];
@@ -193,7 +200,8 @@ int zs__eng_optimize(zs_engine_t *e, zs_step_stats_t *st, zs_err_t *err)
     if (!skip)
         e->t++;
     double t2 = zs__eng_now_ms();
-    rc = skip ? ZS_OK : zs__eng_after_update(e, err);
+    /* streamed pulls all-gather each segment as it lands */
+    rc = skip || (e->offload && e->puller) ? ZS_OK : zs__eng_after_update(e, err);
     st->ms_comm += zs__eng_now_ms() - t2;
     return rc;
 }

@@ -256,6 +256,8 @@ static int forward(zs_engine_t *e, void **ptrs, zs_err_t *err)
     for (int i = 0; i < e->nlayers; i++) {
         if (e->stage == 3)
             ZS_ENG_TRY(zs__eng_gather_layer(e, i, err));
+        else /* the last step's streamed pulls, up to this layer's segment */
+            ZS_ENG_TRY(zs__eng_pull_land(e, e->layer_seg[i], err));
         ZS_ENG_TRY(zs__eng_layer_ptrs(e, i, ptrs, err));
         ZS_ENG_TRY(e->m.forward(e->m.self, i, ptrs, err));
         if (e->stage == 3)
@@ -295,6 +297,7 @@ static int step(zs_engine_t *e, zs_step_stats_t *st, zs_err_t *err)
 {
     memset(st, 0, sizeof *st);
     st->step = e->step + 1;
+    e->ms_land = 0;
     st->loss_scale = e->ls.scale;
     int rc = ZS_OK;
     if (e->grads)
@@ -334,6 +337,8 @@ static int step(zs_engine_t *e, zs_step_stats_t *st, zs_err_t *err)
         rc = e->m.load_batch(e->m.self, &bc, err);
         if (!rc)
             rc = forward(e, ptrs, err);
+        if (!rc && micro == 0) /* every segment landed: did every pull succeed? */
+            rc = zs__eng_pull_finish(e, 1, err);
         if (!rc)
             rc = e->m.loss(e->m.self, &l, err); /* waits for the forward */
         loss += l;
@@ -347,6 +352,8 @@ static int step(zs_engine_t *e, zs_step_stats_t *st, zs_err_t *err)
     }
     free(ptrs);
     free(gptrs);
+    if (e->puller) /* the forward's waits for the last step's streamed pulls */
+        st->ms_opt_pull = e->ms_land;
     double t2 = zs__eng_now_ms();
     if (rc) {
         zs_coll_sync(e->coll, NULL);

@@ -1,0 +1,199 @@
+/*
+ * zs_engine_pull.c - streamed parameter pulls (offload_optimizer at stages
+ * 0-2, offload_optimizer.stream_pulls): the next step starts its forward
+ * while the servers' updated parameters are still arriving (issue 18).
+ *
+ * Once every worker agrees that Commit succeeded, zs__eng_pull_begin hands
+ * the step's pulls to one puller thread, which pulls this worker's part of
+ * each segment, in segment order, into pinned staging, and the step
+ * returns. The main thread lands a segment (zs__eng_pull_land) when a
+ * layer needs it: wait until its pull is done, copy it to the device on the
+ * copy stream, all-gather it on the communication stream and make the
+ * compute stream wait for that. The forward of the next step lands the
+ * segments of each layer just before its use, so its first layers run
+ * while later segments are pulled; every worker lands the same segments in
+ * the same order (the all-gathers match). Every entry point that reads the
+ * parameters or talks to the servers lands everything first.
+ *
+ * A failed pull is not reported where it happens: the thread skips the
+ * rest, landing still runs every all-gather (so no worker is left waiting
+ * in one), and zs__eng_pull_finish reports it with the agreement of every
+ * worker (the step that landed fails everywhere, as a failed pull in the
+ * step itself did before). Staging is written by pulls only between Commit
+ * and the landing of the segment, and the next step's gradients reach
+ * staging only in backward, after its forward landed every segment.
+ *
+ * Not here: stage 3 (its gathers keep the synchronous pulls), the pulls of
+ * resume and recovery (synchronous, zs_engine_ckpt.c, zs_engine_recover.c).
+ */
+#include <pthread.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "zs_engine_internal.h"
+
+struct zs__puller {
+    zs_engine_t *e;
+    pthread_t th;
+    pthread_mutex_t mu;
+    pthread_cond_t cv;
+    uint64_t step; /* the pulls under way are this step's parameters */
+    int next;      /* next segment the thread pulls; ns: all done */
+    int *done;     /* [ns] 1: pulled into staging (or skipped after an error) */
+    int stop;
+    int rc; /* the first failed pull of this step */
+    zs_err_t err;
+};
+
+static void *puller_main(void *arg)
+{
+    zs__puller_t *p = arg;
+    zs_engine_t *e = p->e;
+    pthread_mutex_lock(&p->mu);
+    for (;;) {
+        while (p->next >= e->ns && !p->stop)
+            pthread_cond_wait(&p->cv, &p->mu);
+        if (p->stop)
+            break;
+        int k = p->next, skip = p->rc != ZS_OK;
+        uint64_t step = p->step;
+        pthread_mutex_unlock(&p->mu);
+        zs__seg_t *s = &e->s[k];
+        zs_err_t err;
+        int rc = ZS_OK;
+        if (!skip && s->ve > s->vb)
+            rc = zs_client_pull(e->client, step, s->off + s->vb, s->off + s->ve,
+                                zs__at(e, e->staging, s->qbase), e->dt, NULL, &err);
+        pthread_mutex_lock(&p->mu);
+        if (rc && p->rc == ZS_OK) {
+            p->rc = rc;
+            p->err = err;
+        }
+        p->done[k] = 1;
+        p->next = k + 1;
+        pthread_cond_broadcast(&p->cv);
+    }
+    pthread_mutex_unlock(&p->mu);
+    return NULL;
+}
+
+int zs__eng_puller_start(zs_engine_t *e, zs_err_t *err)
+{
+    zs__puller_t *p = calloc(1, sizeof *p);
+    int *done = calloc((size_t)e->ns, sizeof *done);
+    if (!p || !done) {
+        free(p), free(done);
+        return zs_err_set(err, ZS_ERR_NOMEM, "out of memory");
+    }
+    p->e = e;
+    p->done = done;
+    p->next = e->ns; /* nothing to pull */
+    pthread_mutex_init(&p->mu, NULL);
+    pthread_cond_init(&p->cv, NULL);
+    if (pthread_create(&p->th, NULL, puller_main, p) != 0) {
+        pthread_mutex_destroy(&p->mu);
+        pthread_cond_destroy(&p->cv);
+        free(done), free(p);
+        return zs_err_set(err, ZS_ERR_NOMEM, "cannot start the parameter puller thread");
+    }
+    e->puller = p;
+    e->land = e->ns;
+    return ZS_OK;
+}
+
+void zs__eng_puller_stop(zs_engine_t *e)
+{
+    zs__puller_t *p = e->puller;
+    if (!p)
+        return;
+    pthread_mutex_lock(&p->mu);
+    p->stop = 1;
+    pthread_cond_broadcast(&p->cv);
+    pthread_mutex_unlock(&p->mu);
+    pthread_join(p->th, NULL);
+    pthread_mutex_destroy(&p->mu);
+    pthread_cond_destroy(&p->cv);
+    free(p->done);
+    free(p);
+    e->puller = NULL;
+}
+
+void zs__eng_pull_begin(zs_engine_t *e, uint64_t step)
+{
+    zs__puller_t *p = e->puller;
+    pthread_mutex_lock(&p->mu);
+    p->step = step;
+    p->rc = ZS_OK;
+    memset(p->done, 0, (size_t)e->ns * sizeof *p->done);
+    p->next = 0;
+    pthread_cond_broadcast(&p->cv);
+    pthread_mutex_unlock(&p->mu);
+    e->land = 0;
+    e->pull_open = 1;
+}
+
+int zs__eng_pull_land(zs_engine_t *e, int upto, zs_err_t *err)
+{
+    zs__puller_t *p = e->puller;
+    if (!p || e->land > upto || e->land >= e->ns)
+        return ZS_OK;
+    double t0 = zs__eng_now_ms();
+    for (; e->land <= upto && e->land < e->ns; e->land++) {
+        int k = e->land, failed;
+        zs__seg_t *s = &e->s[k];
+        pthread_mutex_lock(&p->mu);
+        while (!p->done[k])
+            pthread_cond_wait(&p->cv, &p->mu);
+        failed = p->rc != ZS_OK;
+        pthread_mutex_unlock(&p->mu);
+        if (s->n == 0)
+            continue;
+        /* a failed step's parameters are garbage but every worker still
+         * all-gathers them; zs__eng_pull_finish fails the step everywhere */
+        if (!failed && s->ve > s->vb)
+            ZS_ENG_TRY(zs_dev_memcpy(e->copy, zs__eng_param_part(e, s),
+                                     zs__at(e, e->staging, s->qbase), (s->ve - s->vb) * e->esz,
+                                     err));
+        ZS_ENG_TRY(zs_dev_event_record(e->ev_copy, e->copy, err));
+        ZS_ENG_TRY(zs_dev_stream_wait(e->comm, e->ev_copy, err));
+        ZS_ENG_TRY(zs_coll_all_gather(e->coll, zs__at(e, e->params, s->pbase), s->part, e->dt, NULL,
+                                      NULL, err));
+    }
+    /* the layers read the landed parameters */
+    ZS_ENG_TRY(zs_dev_event_record(e->ev_reduced, e->comm, err));
+    ZS_ENG_TRY(zs_dev_stream_wait(e->compute, e->ev_reduced, err));
+    e->ms_land += zs__eng_now_ms() - t0;
+    return ZS_OK;
+}
+
+int zs__eng_pull_finish(zs_engine_t *e, int agree, zs_err_t *err)
+{
+    zs__puller_t *p = e->puller;
+    if (!p || !e->pull_open)
+        return ZS_OK;
+    int rc = zs__eng_pull_land(e, e->ns - 1, err);
+    if (rc == ZS_OK) {
+        pthread_mutex_lock(&p->mu);
+        rc = p->rc;
+        if (rc && err)
+            *err = p->err;
+        p->rc = ZS_OK;
+        pthread_mutex_unlock(&p->mu);
+    }
+    e->pull_open = 0;
+    return agree ? zs__eng_agree(e, rc, err) : rc;
+}
+
+void zs__eng_pull_drain(zs_engine_t *e)
+{
+    zs__puller_t *p = e->puller;
+    if (!p)
+        return;
+    pthread_mutex_lock(&p->mu);
+    while (p->next < e->ns)
+        pthread_cond_wait(&p->cv, &p->mu);
+    p->rc = ZS_OK;
+    pthread_mutex_unlock(&p->mu);
+    e->land = e->ns;
+    e->pull_open = 0;
+}
