@@ -5,8 +5,9 @@
  * partition on the compute stream (same kernel as the servers) or, with
  * offload, push / commit / pull through the shard servers; finally the
  * parameter all-gather (stages 0-2) or the persistent re-gather (stage 3).
- * The layers read fp32 views cast per layer at use (zs__eng_layer_ptrs),
- * so only the 16-bit parameters are brought up to date here. The norm is
+ * The layers read the 16-bit parameters themselves or fp32 views cast per
+ * layer at use (zs__eng_layer_ptrs), so only the stored parameters are
+ * brought up to date here. The norm is
  * one fp64 partial per segment (with offload at stages 2-3 summed as each
  * bucket was reduced), added on the host in segment order.
  *

@@ -21,8 +21,11 @@
  *               (stage_bucket), then pushed; with several micro-batches it
  *               is first accumulated into a device bucket partition (the
  *               earlier micro-batches' partial sums come back from staging)
- * Layers read fp32 parameters: stages 0-2 in 16-bit cast each layer (and
- * its deps) into one view buffer just before its use (zs__eng_layer_ptrs).
+ * Layers read their parameters in place (fp32, or 16-bit for a model that
+ * accepts them: zs_model_t.set_param_dtype), or stages 0-2 in 16-bit cast
+ * each layer (and its deps) into one view buffer just before its use
+ * (zs__eng_layer_ptrs). With streamed pulls (stages 0-2) each layer's
+ * segment is landed before its forward (zs_engine_pull.c).
  * A slot is reused only after the event recorded after its last consumer.
  * On the step's last micro-batch a bucket's partition is then final: with
  * offload (stages 0-1) it is copied to pinned staging on the copy stream and
