@@ -35,6 +35,8 @@
 #ifndef ZS_ENGINE_INTERNAL_H
 #define ZS_ENGINE_INTERNAL_H
 
+#include <pthread.h>
+
 #include "zs_client.h"
 #include "zs_engine.h"
 #include "zs_loss_scale.h"
@@ -188,6 +190,21 @@ static inline int zs__eng_grads_offloaded(const zs_engine_t *e)
 static inline uint64_t zs__eng_view_esz(const zs_engine_t *e)
 {
     return e->dt != ZS_DTYPE_F32 && !e->params16 ? 4 : 0;
+}
+
+/* End one of the engine's background threads (pusher, puller), which
+ * waits on cv under mu until it has work or *stop: set *stop, wake it,
+ * join it, destroy mu and cv. */
+static inline void zs__eng_thread_end(pthread_t th, pthread_mutex_t *mu, pthread_cond_t *cv,
+                                      int *stop)
+{
+    pthread_mutex_lock(mu);
+    *stop = 1;
+    pthread_cond_broadcast(cv);
+    pthread_mutex_unlock(mu);
+    pthread_join(th, NULL);
+    pthread_mutex_destroy(mu);
+    pthread_cond_destroy(cv);
 }
 
 /* Bucket k's full-buffer pointer of a dtype-sized buffer. */

@@ -106,13 +106,7 @@ void zs__eng_puller_stop(zs_engine_t *e)
     zs__puller_t *p = e->puller;
     if (!p)
         return;
-    pthread_mutex_lock(&p->mu);
-    p->stop = 1;
-    pthread_cond_broadcast(&p->cv);
-    pthread_mutex_unlock(&p->mu);
-    pthread_join(p->th, NULL);
-    pthread_mutex_destroy(&p->mu);
-    pthread_cond_destroy(&p->cv);
+    zs__eng_thread_end(p->th, &p->mu, &p->cv, &p->stop);
     free(p->done);
     free(p);
     e->puller = NULL;

@@ -91,18 +91,12 @@ void zs__eng_pusher_stop(zs_engine_t *e)
     zs__pusher_t *p = e->pusher;
     if (!p)
         return;
-    pthread_mutex_lock(&p->mu);
-    p->stop = 1;
-    pthread_cond_broadcast(&p->cv);
-    pthread_mutex_unlock(&p->mu);
-    pthread_join(p->th, NULL);
+    zs__eng_thread_end(p->th, &p->mu, &p->cv, &p->stop);
     while (p->head) {
         job_t *j = p->head;
         p->head = j->next;
         free(j);
     }
-    pthread_mutex_destroy(&p->mu);
-    pthread_cond_destroy(&p->cv);
     free(p);
     e->pusher = NULL;
 }
