@@ -90,6 +90,7 @@ static void usage(FILE *f)
                "                       layers are split to it (zs_gpt_set_split). auto (the\n"
                "                       default): 4 C^2 + 4 C, the largest block part (the floor);\n"
                "                       deepspeed: DeepSpeed's 5e8 (no split)\n"
+               "  --split on|off       split the GPT's engine layers to the bucket (default on)\n"
                "  --persist N          stage3_param_persistence_threshold (default DeepSpeed's)\n"
                "  --max-live N         stage3_max_live_parameters (default DeepSpeed's)\n"
                "  --max-layers N       upper end of the search (default 1024)\n"
@@ -166,6 +167,7 @@ static int parse_args(int argc, char **argv, zs__fit_opts_t *o)
     o->max_layers = 1024, o->host_margin = 0.85, o->persist = -1, o->time_limit = -1;
     o->stages[0] = 3, o->stages[1] = 2, o->nstages = 2;
     o->act_ckpt = 1;
+    o->split = 1;
     o->bucket = -1; /* auto */
     const char *env = getenv("ZS_SERVER_BIN");
     o->server_bin = env && *env ? env : ZS_SERVER_PATH;
@@ -196,6 +198,10 @@ static int parse_args(int argc, char **argv, zs__fit_opts_t *o)
             if (strcmp(v, "fp32") && strcmp(v, "bf16"))
                 return -1;
             o->bf16 = !strcmp(v, "bf16");
+        } else if (!strcmp(a, "--split")) {
+            if (strcmp(v, "on") && strcmp(v, "off"))
+                return -1;
+            o->split = !strcmp(v, "on");
         } else if (!strcmp(a, "--act-ckpt")) {
             if (strcmp(v, "on") && strcmp(v, "cpu") && strcmp(v, "off"))
                 return -1;
@@ -349,6 +355,7 @@ static void run_trial(const zs__fit_opts_t *o, int stage, int width, int layers,
     ARG("--threads", "%d", o->threads);
     ARG("--dtype", "%s", o->bf16 ? "bf16" : "fp32");
     ARG("--act-ckpt", "%s", o->act_ckpt == 1 ? "on" : o->act_ckpt == 2 ? "cpu" : "off");
+    ARG("--split", "%s", o->split ? "on" : "off");
 #undef ARG
     argv[na++] = "--server-bin", argv[na++] = o->server_bin;
     argv[na++] = "--workdir", argv[na++] = dir;

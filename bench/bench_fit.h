@@ -42,6 +42,7 @@ typedef struct zs__fit_opts {
     int nservers, server_threads, threads;
     int bf16;           /* --dtype bf16 */
     int act_ckpt;       /* --act-ckpt: 0 off, 1 on the device (default), 2 cpu (pinned) */
+    int split;          /* --split: 1 (default) engine layers split to the bucket, 0 not */
     int64_t bucket;     /* reduce_bucket_size elements (0: DeepSpeed's default; -1: auto,
                          * the largest block part, 4 C^2 + 4 C) */
     int64_t persist;    /* stage3_param_persistence_threshold (-1: default) */

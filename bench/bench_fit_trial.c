@@ -270,7 +270,7 @@ static int run(const zs__fit_opts_t *o, zs__fit_result_t *r, zs_err_t *err)
      * that small; bf16: 16-bit saved activations, and on CUDA bf16 GEMMs
      * (tensor cores; the CPU's GEMMs stay fp32, reading the bf16 weights
      * exactly, since its rounded operand copies would cost 4 B each) */
-    if (bucket > 0 && (rc = zs_gpt_set_split(g, (uint64_t)bucket, err)))
+    if (o->split && bucket > 0 && (rc = zs_gpt_set_split(g, (uint64_t)bucket, err)))
         goto out;
     if (o->bf16 && ((rc = zs_gpt_set_activations(g, ZS_DTYPE_BF16, err)) ||
                     (o->cuda && (rc = zs_gpt_set_compute(g, ZS_DTYPE_BF16, err)))))
