@@ -227,12 +227,7 @@ static void engine_run(int stage, int bf16, const mode_t_ *md, int steps, float 
     TEST_OK(zs_gpt_create(&c, B, 11, &g, &err), err);
     TEST_OK(zs_gpt_set_threads(g, 2, &err), err);
     TEST_OK(zs_gpt_set_checkpointing(g, md->ckpt, md->cpu, &err), err);
-    int32_t in[2 * 16], tg[2 * 16];
-    for (int i = 0; i < B * c.ctx; i++) {
-        in[i] = (int32_t)((i * 5 + 1) % c.vocab);
-        tg[i] = (int32_t)((i * 5 + 6) % c.vocab);
-    }
-    TEST_OK(zs_gpt_set_fixed_tokens(g, in, tg, B, &err), err);
+    gptrun_fixed_tokens(g, &c, B, 5);
     gptrun_t o = {dev, stage, bf16, steps, 3000, "gpt-ckpt-test"};
     zs_dev_mem_t m;
     gptrun_engine(zs_gpt_model(g), &o, NULL, out, &m);

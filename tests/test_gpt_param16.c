@@ -188,12 +188,7 @@ static void engine_run(int stage, int views, int steps, float *out, uint64_t *ga
     TEST_OK(zs_gpt_create(&c, B, 11, &g, &err), err);
     TEST_OK(zs_gpt_set_threads(g, 2, &err), err);
     TEST_OK(zs_gpt_set_compute(g, ZS_DTYPE_BF16, &err), err);
-    int32_t in[2 * 16], tg[2 * 16];
-    for (int i = 0; i < B * c.ctx; i++) {
-        in[i] = (int32_t)((i * 5 + 1) % c.vocab);
-        tg[i] = (int32_t)((i * 5 + 6) % c.vocab);
-    }
-    TEST_OK(zs_gpt_set_fixed_tokens(g, in, tg, B, &err), err);
+    gptrun_fixed_tokens(g, &c, B, 5);
     zs_model_t m = *zs_gpt_model(g);
     if (views)
         m.set_param_dtype = NULL;

@@ -214,12 +214,7 @@ static void engine_run(int stage, int bf16, uint64_t cap, float *init, float *ou
     TEST_OK(zs_gpt_set_threads(g, 2, &err), err);
     TEST_OK(zs_gpt_set_checkpointing(g, 1, 0, &err), err);
     TEST_OK(zs_gpt_set_split(g, cap, &err), err);
-    int32_t in[2 * 16], tg[2 * 16];
-    for (int i = 0; i < B * CFG.ctx; i++) {
-        in[i] = (int32_t)((i * 37 + 1) % CFG.vocab);
-        tg[i] = (int32_t)((i * 37 + 6) % CFG.vocab);
-    }
-    TEST_OK(zs_gpt_set_fixed_tokens(g, in, tg, B, &err), err);
+    gptrun_fixed_tokens(g, &CFG, B, 37);
     gptrun_t o = {dev, stage, bf16, 3, CAP, "gpt-split-test"};
     zs_dev_mem_t mm;
     gptrun_engine(zs_gpt_model(g), &o, init, out, &mm);

@@ -91,6 +91,23 @@ static inline void gptrun_buffers(zs_dev_t *dev, zs_stream_t *s, const float *w,
     free(host);
 }
 
+/* The fixed batch of the engine runs (zs_gpt_set_fixed_tokens): B
+ * sequences of ctx tokens, input i = (i * stride + 1) % vocab, target
+ * (i * stride + 6) % vocab. */
+static inline void gptrun_fixed_tokens(zs_gpt_t *g, const zs_gpt_config_t *c, int B, int stride)
+{
+    zs_err_t err;
+    int n = B * c->ctx;
+    int32_t *in = malloc((size_t)n * 4), *tg = malloc((size_t)n * 4);
+    TEST_CHECK(in && tg);
+    for (int i = 0; i < n; i++) {
+        in[i] = (int32_t)((i * stride + 1) % c->vocab);
+        tg[i] = (int32_t)((i * stride + 6) % c->vocab);
+    }
+    TEST_OK(zs_gpt_set_fixed_tokens(g, in, tg, B, &err), err);
+    free(in), free(tg);
+}
+
 /* What gptrun_engine runs: `steps` steps at `stage` (bf16 or fp32
  * storage) with reduce_bucket_size `bucket`, micro-batch 2, 2 micro-batches
  * per step (train_batch_size 4), AdamW lr 3e-3, clipping 1.0, stage-3
