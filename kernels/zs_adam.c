@@ -3,8 +3,9 @@
  * zs_adam.h for the formula and its order of operations).
  *
  * What it does: one pass per element that reads the gradient (fp32, bf16 or
- * fp16, widened exactly), updates p, m, v in place and optionally writes p in
- * a 16-bit or fp32 output dtype. Three paths, picked at run time:
+ * fp16, widened exactly), updates p, m, v (in place, or from a separate copy
+ * of the state: zs_adam_update_from) and optionally writes p in a 16-bit or
+ * fp32 output dtype. Three paths, picked at run time:
  *
  *   avx512    AVX-512F/BW, 16 elements per step
  *   avx2      AVX2 + F16C, 8 elements per step
@@ -72,30 +73,33 @@ static void adam_consts(const zs_adam_hparams_t *hp, const zs_adam_step_t *st, a
 
 /* Elements [i, n): the portable path, and the tail of the SIMD paths. */
 static inline __attribute__((always_inline)) void
-adam_portable_range(const adam_consts_t *c, float *p, float *m, float *v, const void *grad,
-                    zs_dtype_t gdt, void *out, zs_dtype_t pdt, size_t i, size_t n)
+adam_portable_range(const adam_consts_t *c, const float *p0, const float *m0, const float *v0,
+                    float *p, float *m, float *v, const void *grad, zs_dtype_t gdt, void *out,
+                    zs_dtype_t pdt, size_t i, size_t n)
 {
     for (; i < n; i++) {
-        zs_math_adam_elem(c, zs_math_load(grad, gdt, i), &p[i], &m[i], &v[i]);
+        float pi = p0[i], mi = m0[i], vi = v0[i];
+        zs_math_adam_elem(c, zs_math_load(grad, gdt, i), &pi, &mi, &vi);
+        p[i] = pi, m[i] = mi, v[i] = vi;
         zs_math_store(out, pdt, i, p[i]);
     }
 }
 
-static inline __attribute__((always_inline)) void adam_portable(const adam_consts_t *c, float *p,
-                                                                float *m, float *v,
-                                                                const void *grad, zs_dtype_t gdt,
-                                                                void *out, zs_dtype_t pdt, size_t n)
+static inline __attribute__((always_inline)) void
+adam_portable(const adam_consts_t *c, const float *p0, const float *m0, const float *v0, float *p,
+              float *m, float *v, const void *grad, zs_dtype_t gdt, void *out, zs_dtype_t pdt,
+              size_t n)
 {
-    adam_portable_range(c, p, m, v, grad, gdt, out, pdt, 0, n);
+    adam_portable_range(c, p0, m0, v0, p, m, v, grad, gdt, out, pdt, 0, n);
 }
 
 /* ---------------------------------------------------------------- AVX-512 */
 
 #define T512 __attribute__((target("avx512f,avx512bw"), always_inline))
 
-T512 static inline void adam_avx512(const adam_consts_t *c, float *p, float *m, float *v,
-                                    const void *grad, zs_dtype_t gdt, void *out, zs_dtype_t pdt,
-                                    size_t n)
+T512 static inline void adam_avx512(const adam_consts_t *c, const float *p0, const float *m0,
+                                    const float *v0, float *p, float *m, float *v, const void *grad,
+                                    zs_dtype_t gdt, void *out, zs_dtype_t pdt, size_t n)
 {
     const __m512 gs = _mm512_set1_ps(c->gscale), cc = _mm512_set1_ps(c->clip);
     const __m512 b1 = _mm512_set1_ps(c->b1), b2 = _mm512_set1_ps(c->b2);
@@ -106,12 +110,12 @@ T512 static inline void adam_avx512(const adam_consts_t *c, float *p, float *m, 
     size_t i = 0;
     for (; i + 16 <= n; i += 16) {
         __m512 g = _mm512_mul_ps(_mm512_mul_ps(zs__load16(grad, gdt, i), gs), cc);
-        __m512 pi = _mm512_loadu_ps(p + i);
+        __m512 pi = _mm512_loadu_ps(p0 + i);
         if (c->l2)
             g = _mm512_add_ps(g, _mm512_mul_ps(wd, pi));
         __m512 mi =
-            _mm512_add_ps(_mm512_mul_ps(b1, _mm512_loadu_ps(m + i)), _mm512_mul_ps(omb1, g));
-        __m512 vi = _mm512_add_ps(_mm512_mul_ps(b2, _mm512_loadu_ps(v + i)),
+            _mm512_add_ps(_mm512_mul_ps(b1, _mm512_loadu_ps(m0 + i)), _mm512_mul_ps(omb1, g));
+        __m512 vi = _mm512_add_ps(_mm512_mul_ps(b2, _mm512_loadu_ps(v0 + i)),
                                   _mm512_mul_ps(_mm512_mul_ps(omb2, g), g));
         __m512 denom = _mm512_add_ps(_mm512_div_ps(_mm512_sqrt_ps(vi), bc2s), eps);
         if (c->decoupled)
@@ -122,16 +126,16 @@ T512 static inline void adam_avx512(const adam_consts_t *c, float *p, float *m, 
         _mm512_storeu_ps(v + i, vi);
         zs__store16(out, pdt, i, pi);
     }
-    adam_portable_range(c, p, m, v, grad, gdt, out, pdt, i, n);
+    adam_portable_range(c, p0, m0, v0, p, m, v, grad, gdt, out, pdt, i, n);
 }
 
 /* ------------------------------------------------------------ AVX2 + F16C */
 
 #define T256 __attribute__((target("avx2,f16c"), always_inline))
 
-T256 static inline void adam_avx2(const adam_consts_t *c, float *p, float *m, float *v,
-                                  const void *grad, zs_dtype_t gdt, void *out, zs_dtype_t pdt,
-                                  size_t n)
+T256 static inline void adam_avx2(const adam_consts_t *c, const float *p0, const float *m0,
+                                  const float *v0, float *p, float *m, float *v, const void *grad,
+                                  zs_dtype_t gdt, void *out, zs_dtype_t pdt, size_t n)
 {
     const __m256 gs = _mm256_set1_ps(c->gscale), cc = _mm256_set1_ps(c->clip);
     const __m256 b1 = _mm256_set1_ps(c->b1), b2 = _mm256_set1_ps(c->b2);
@@ -142,12 +146,12 @@ T256 static inline void adam_avx2(const adam_consts_t *c, float *p, float *m, fl
     size_t i = 0;
     for (; i + 8 <= n; i += 8) {
         __m256 g = _mm256_mul_ps(_mm256_mul_ps(zs__load8(grad, gdt, i), gs), cc);
-        __m256 pi = _mm256_loadu_ps(p + i);
+        __m256 pi = _mm256_loadu_ps(p0 + i);
         if (c->l2)
             g = _mm256_add_ps(g, _mm256_mul_ps(wd, pi));
         __m256 mi =
-            _mm256_add_ps(_mm256_mul_ps(b1, _mm256_loadu_ps(m + i)), _mm256_mul_ps(omb1, g));
-        __m256 vi = _mm256_add_ps(_mm256_mul_ps(b2, _mm256_loadu_ps(v + i)),
+            _mm256_add_ps(_mm256_mul_ps(b1, _mm256_loadu_ps(m0 + i)), _mm256_mul_ps(omb1, g));
+        __m256 vi = _mm256_add_ps(_mm256_mul_ps(b2, _mm256_loadu_ps(v0 + i)),
                                   _mm256_mul_ps(_mm256_mul_ps(omb2, g), g));
         __m256 denom = _mm256_add_ps(_mm256_div_ps(_mm256_sqrt_ps(vi), bc2s), eps);
         if (c->decoupled)
@@ -158,7 +162,7 @@ T256 static inline void adam_avx2(const adam_consts_t *c, float *p, float *m, fl
         _mm256_storeu_ps(v + i, vi);
         zs__store8(out, pdt, i, pi);
     }
-    adam_portable_range(c, p, m, v, grad, gdt, out, pdt, i, n);
+    adam_portable_range(c, p0, m0, v0, p, m, v, grad, gdt, out, pdt, i, n);
 }
 
 /* --------------------------------------------------------------- dispatch */
@@ -167,7 +171,7 @@ T256 static inline void adam_avx2(const adam_consts_t *c, float *p, float *m, fl
  * the dtype switches in the loop fold away. KERNEL names an inline body. */
 /* clang-format off */
 #define ADAM_CASE(KERNEL, G, P) \
-    case G * 4 + P: KERNEL(c, p, m, v, grad, G, out, P, n); break;
+    case G * 4 + P: KERNEL(c, p0, m0, v0, p, m, v, grad, G, out, P, n); break;
 #define ADAM_ROW(KERNEL, G)                                                 \
     ADAM_CASE(KERNEL, G, ZS_DTYPE_F32) ADAM_CASE(KERNEL, G, ZS_DTYPE_BF16) \
     ADAM_CASE(KERNEL, G, ZS_DTYPE_F16) ADAM_CASE(KERNEL, G, ZS_DTYPE_NONE)
@@ -178,23 +182,22 @@ T256 static inline void adam_avx2(const adam_consts_t *c, float *p, float *m, fl
     }
 /* clang-format on */
 
-static void run_portable(const adam_consts_t *c, float *p, float *m, float *v, const void *grad,
-                         int gdt, void *out, int pdt, size_t n)
+/* The run_* signature: state read from p0, m0, v0 and written to p, m, v. */
+#define RUN_ARGS                                                                                   \
+    const adam_consts_t *c, const float *p0, const float *m0, const float *v0, float *p, float *m, \
+        float *v, const void *grad, int gdt, void *out, int pdt, size_t n
+
+static void run_portable(RUN_ARGS)
 {
     ADAM_SPECIALISE(adam_portable)
 }
 
-__attribute__((target("avx512f,avx512bw"))) static void run_avx512(const adam_consts_t *c, float *p,
-                                                                   float *m, float *v,
-                                                                   const void *grad, int gdt,
-                                                                   void *out, int pdt, size_t n)
+__attribute__((target("avx512f,avx512bw"))) static void run_avx512(RUN_ARGS)
 {
     ADAM_SPECIALISE(adam_avx512)
 }
 
-__attribute__((target("avx2,f16c"))) static void run_avx2(const adam_consts_t *c, float *p,
-                                                          float *m, float *v, const void *grad,
-                                                          int gdt, void *out, int pdt, size_t n)
+__attribute__((target("avx2,f16c"))) static void run_avx2(RUN_ARGS)
 {
     ADAM_SPECIALISE(adam_avx2)
 }
@@ -206,9 +209,11 @@ static int current_path(void)
     return zs__simd_path(&forced_path);
 }
 
-/* See zs_adam.h: fused step over n elements on the current path. */
-void zs_adam_update(const zs_adam_hparams_t *hp, const zs_adam_step_t *st, float *p, float *m,
-                    float *v, const void *grad, zs_dtype_t gdt, void *out, zs_dtype_t pdt, size_t n)
+/* See zs_adam.h: fused step over n elements on the current path, reading
+ * the state from p0, m0, v0 (each may equal p, m, v) and writing p, m, v. */
+void zs_adam_update_from(const zs_adam_hparams_t *hp, const zs_adam_step_t *st, const float *p0,
+                         const float *m0, const float *v0, float *p, float *m, float *v,
+                         const void *grad, zs_dtype_t gdt, void *out, zs_dtype_t pdt, size_t n)
 {
     adam_consts_t c;
     if (n == 0)
@@ -218,15 +223,22 @@ void zs_adam_update(const zs_adam_hparams_t *hp, const zs_adam_step_t *st, float
         pdt = ZS_DTYPE_NONE;
     switch (current_path()) {
     case PATH_AVX512:
-        run_avx512(&c, p, m, v, grad, gdt, out, pdt, n);
+        run_avx512(&c, p0, m0, v0, p, m, v, grad, gdt, out, pdt, n);
         break;
     case PATH_AVX2:
-        run_avx2(&c, p, m, v, grad, gdt, out, pdt, n);
+        run_avx2(&c, p0, m0, v0, p, m, v, grad, gdt, out, pdt, n);
         break;
     default:
-        run_portable(&c, p, m, v, grad, gdt, out, pdt, n);
+        run_portable(&c, p0, m0, v0, p, m, v, grad, gdt, out, pdt, n);
         break;
     }
+}
+
+/* See zs_adam.h: the in-place step. */
+void zs_adam_update(const zs_adam_hparams_t *hp, const zs_adam_step_t *st, float *p, float *m,
+                    float *v, const void *grad, zs_dtype_t gdt, void *out, zs_dtype_t pdt, size_t n)
+{
+    zs_adam_update_from(hp, st, p, m, v, p, m, v, grad, gdt, out, pdt, n);
 }
 
 /* See zs_adam.h. The reference is written out independently of the paths

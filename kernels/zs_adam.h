@@ -50,6 +50,16 @@ void zs_adam_update(const zs_adam_hparams_t *hp, const zs_adam_step_t *st, float
                     float *v, const void *grad, zs_dtype_t gdt, void *out, zs_dtype_t pdt,
                     size_t n);
 
+/* The same step reading the state from p0, m0, v0 and writing it to p, m, v
+ * (fp32 arrays of n): bitwise what copying p0, m0, v0 over p, m, v and then
+ * calling zs_adam_update gives, in one pass instead of two. Each input may
+ * be its output (in place); otherwise they must not overlap. The server's
+ * rollback of a speculative update runs the real step from the pre-image
+ * with it (server/zs_shard_spec.c). */
+void zs_adam_update_from(const zs_adam_hparams_t *hp, const zs_adam_step_t *st, const float *p0,
+                         const float *m0, const float *v0, float *p, float *m, float *v,
+                         const void *grad, zs_dtype_t gdt, void *out, zs_dtype_t pdt, size_t n);
+
 /* The plain scalar loop, same contract: the reference for tests. */
 void zs_adam_update_ref(const zs_adam_hparams_t *hp, const zs_adam_step_t *st, float *p, float *m,
                         float *v, const void *grad, zs_dtype_t gdt, void *out, zs_dtype_t pdt,

@@ -207,11 +207,16 @@ static void opt_chunk(void *arg, size_t c, int thread)
     uint64_t k = sh->n - a < ZS_OPT_CHUNK ? sh->n - a : ZS_OPT_CHUNK;
     size_t gsz = zs_dtype_size(op->gdt);
     pthread_mutex_lock(&sh->chunk_mu[c]);
-    /* Kept: the speculative update is this one (same kernel, inputs, order). */
-    if (!(op->spec != ZS__JOB_PLAIN && zs__spec_pass_chunk(sh, c, op->spec)))
-        zs_adam_update(&sh->hp, &sh->job_step, sh->st.t[0] + a, sh->st.t[1] + a, sh->st.t[2] + a,
-                       (const char *)op->grad + a * gsz, op->gdt,
-                       op->pdt == ZS_DTYPE_NONE ? NULL : sh->st.lowp + a, op->pdt, (size_t)k);
+    /* Kept: the speculative update is this one (same kernel, inputs, order).
+     * Rolled back: the update reads the chunk's pre-image. */
+    const float *pre = NULL;
+    if (!(op->spec != ZS__JOB_PLAIN && zs__spec_pass_chunk(sh, c, op->spec, &pre))) {
+        float *p = sh->st.t[0] + a, *m = sh->st.t[1] + a, *v = sh->st.t[2] + a;
+        zs_adam_update_from(&sh->hp, &sh->job_step, pre ? pre : p, pre ? pre + ZS_OPT_CHUNK : m,
+                            pre ? pre + 2 * ZS_OPT_CHUNK : v, p, m, v,
+                            (const char *)op->grad + a * gsz, op->gdt,
+                            op->pdt == ZS_DTYPE_NONE ? NULL : sh->st.lowp + a, op->pdt, (size_t)k);
+    }
     sh->lowp_ok[c] = op->pdt == ZS_DTYPE_NONE ? 0 : (unsigned char)(1 + op->pdt);
     atomic_store(&sh->done[c], op->step);
     pthread_mutex_unlock(&sh->chunk_mu[c]);

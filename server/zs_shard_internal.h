@@ -206,9 +206,11 @@ void zs__spec_cancel(zs_shard_t *sh);
 int zs__spec_commit(zs_shard_t *sh, const zs_commit_t *c);
 
 /* A pass chunk's speculative part (chunk_mu held): 1 if the chunk is done
- * (kept), 0 if the plain update must still run (nothing speculated, or
- * restored from its pre-image). */
-int zs__spec_pass_chunk(zs_shard_t *sh, size_t c, int mode);
+ * (kept), 0 if the real update must still run, reading p, m, v from *from
+ * (the pre-image: p at *from, m at *from + ZS_OPT_CHUNK, v at
+ * *from + 2 ZS_OPT_CHUNK, valid until zs__spec_pass_end) or, when *from is
+ * NULL (nothing speculated), from the state itself. */
+int zs__spec_pass_chunk(zs_shard_t *sh, size_t c, int mode, const float **from);
 
 /* After a commit pass (mu held): its pre-image slots are free again. */
 void zs__spec_pass_end(zs_shard_t *sh);

@@ -20,7 +20,8 @@
  * Adam's t). Equal: the pass keeps each speculated chunk as it is (the same
  * kernel, inputs and order gave it, so it is bitwise the plain update).
  * Different (clipping, another loss scale, a skipped step): the pass
- * restores each chunk from its pre-image and applies the real update; a
+ * applies the real update to each chunk from its pre-image
+ * (zs_adam_update_from: bitwise a restore and the update, in one pass); a
  * skipped step restores at once. Chunks not speculated take the plain path.
  *
  * Memory. Pre-image slots are allocated on first use up to the window
@@ -448,16 +449,20 @@ int zs__spec_commit(zs_shard_t *sh, const zs_commit_t *c)
     return mode;
 }
 
-int zs__spec_pass_chunk(zs_shard_t *sh, size_t c, int mode)
+int zs__spec_pass_chunk(zs_shard_t *sh, size_t c, int mode, const float **from)
 {
     zs__spec_t *s = &sh->spec;
     int32_t slot = s->job_slot[c];
+    *from = NULL;
     if (slot < 0)
         return 0;
     s->job_slot[c] = -1;
     if (mode == ZS__JOB_KEEP)
         return 1;
-    restore_chunk(sh, c, s->slots[slot]);
+    /* Rolled back: the real update reads the pre-image instead of the
+     * speculated state, one pass instead of a restore and a pass (the slot
+     * stays ours until zs__spec_pass_end). */
+    *from = s->slots[slot];
     return 0;
 }
 

@@ -129,29 +129,34 @@ typedef struct {
     size_t n;
     float *p0, *m0, *v0;
     float *p, *m, *v, *rp, *rm, *rv;
+    float *fp, *fm, *fv, *qp, *qm, *qv; /* zs_adam_update_from: from f* to q* */
     void *grad;
-    uint8_t *out, *rout; /* n elements + guard */
+    uint8_t *out, *rout, *qout; /* n elements + guard */
 } bufs_t;
 
 static void bufs_init(bufs_t *b, size_t n)
 {
     b->n = n;
-    float **fs[] = {&b->p0, &b->m0, &b->v0, &b->p, &b->m, &b->v, &b->rp, &b->rm, &b->rv};
+    float **fs[] = {&b->p0, &b->m0, &b->v0, &b->p,  &b->m,  &b->v,  &b->rp, &b->rm,
+                    &b->rv, &b->fp, &b->fm, &b->fv, &b->qp, &b->qm, &b->qv};
     for (size_t k = 0; k < sizeof fs / sizeof fs[0]; k++)
         *fs[k] = xmalloc(n * sizeof(float));
     b->grad = xmalloc(n * sizeof(float));
     b->out = xmalloc(n * 4 + 64);
     b->rout = xmalloc(n * 4 + 64);
+    b->qout = xmalloc(n * 4 + 64);
 }
 
 static void bufs_free(bufs_t *b)
 {
-    float *fs[] = {b->p0, b->m0, b->v0, b->p, b->m, b->v, b->rp, b->rm, b->rv};
+    float *fs[] = {b->p0, b->m0, b->v0, b->p,  b->m,  b->v,  b->rp, b->rm,
+                   b->rv, b->fp, b->fm, b->fv, b->qp, b->qm, b->qv};
     for (size_t k = 0; k < sizeof fs / sizeof fs[0]; k++)
         free(fs[k]);
     free(b->grad);
     free(b->out);
     free(b->rout);
+    free(b->qout);
 }
 
 static void check_same(const char *what, const void *a, const void *b, size_t bytes,
@@ -168,7 +173,9 @@ static void check_same(const char *what, const void *a, const void *b, size_t by
 }
 
 /* One configuration: 3 steps on `path` and on the reference, compared
- * bitwise after each step; out_null passes out = NULL. */
+ * bitwise after each step; out_null passes out = NULL. Each step also runs
+ * zs_adam_update_from from a copy of the state into poisoned buffers: it
+ * must leave the copy alone and give the in-place step's bits. */
 static void run_case(bufs_t *b, const char *path, zs_dtype_t gdt, zs_dtype_t pdt, int wmode, int bc,
                      float wd, int out_null, size_t n)
 {
@@ -191,6 +198,18 @@ static void run_case(bufs_t *b, const char *path, zs_dtype_t gdt, zs_dtype_t pdt
         fill_grad(b->grad, gdt, n, 1.0f / (st.grad_scale * st.clip_coef));
         memset(b->out, 0xA5, n * 4 + 64);
         memset(b->rout, 0xA5, n * 4 + 64);
+        memset(b->qout, 0xA5, n * 4 + 64);
+        memcpy(b->fp, b->p, n * 4);
+        memcpy(b->fm, b->m, n * 4);
+        memcpy(b->fv, b->v, n * 4);
+        memset(b->qp, 0x7F, n * 4);
+        memset(b->qm, 0x7F, n * 4);
+        memset(b->qv, 0x7F, n * 4);
+        zs_adam_update_from(&hp, &st, b->fp, b->fm, b->fv, b->qp, b->qm, b->qv, b->grad, gdt,
+                            out_null ? NULL : b->qout, pdt, n);
+        check_same("from: p0", b->fp, b->rp, n * 4, ctx); /* the ref holds the old state */
+        check_same("from: m0", b->fm, b->rm, n * 4, ctx);
+        check_same("from: v0", b->fv, b->rv, n * 4, ctx);
         zs_adam_update(&hp, &st, b->p, b->m, b->v, b->grad, gdt, out_null ? NULL : b->out, pdt, n);
         zs_adam_update_ref(&hp, &st, b->rp, b->rm, b->rv, b->grad, gdt, out_null ? NULL : b->rout,
                            pdt, n);
@@ -200,6 +219,10 @@ static void run_case(bufs_t *b, const char *path, zs_dtype_t gdt, zs_dtype_t pdt
         /* out: equal over the whole buffer, so also untouched past n (and
          * untouched entirely for NONE / NULL, where rout stays 0xA5) */
         check_same("out", b->out, b->rout, n * 4 + 64, ctx);
+        check_same("from: p", b->qp, b->rp, n * 4, ctx);
+        check_same("from: m", b->qm, b->rm, n * 4, ctx);
+        check_same("from: v", b->qv, b->rv, n * 4, ctx);
+        check_same("from: out", b->qout, b->rout, n * 4 + 64, ctx);
         size_t written = out_null || pdt == ZS_DTYPE_NONE ? 0 : n * zs_dtype_size(pdt);
         for (size_t k = written; k < n * 4 + 64; k++)
             TEST_CHECKF(b->out[k] == 0xA5, "%s: byte %zu past the output was written", ctx, k);
