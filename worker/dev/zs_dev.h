@@ -129,6 +129,11 @@ typedef struct zs_dev_vtable {
 struct zs_dev {
     const zs_dev_vtable_t *vt;
     char desc[128]; /* e.g. "cpu (2 threads)", "cuda:0 NVIDIA H100 80GB HBM3" */
+    /* 1 when device memory is host memory (the CPU device): the host may
+     * write a device buffer directly once no queued work uses it (every
+     * stream that touched it was waited for), e.g. a network transfer
+     * landing in place; 0 on CUDA, where it must be copied. */
+    int host_addressable;
 };
 
 /* The CPU device. `threads`: worker threads the vector ops may use (<= 0:

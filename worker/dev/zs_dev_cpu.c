@@ -637,6 +637,7 @@ int zs_dev_cpu_create_opts(const zs_dev_cpu_opts_t *o, zs_dev_t **out, zs_err_t 
     if (!dev)
         return zs_err_set(err, ZS_ERR_NOMEM, "zs_dev_cpu_create: out of memory");
     dev->base.vt = &cpu_vt;
+    dev->base.host_addressable = 1;
     dev->threads = threads;
     dev->limit = o->device_limit;
     long pages = sysconf(_SC_PHYS_PAGES), psz = sysconf(_SC_PAGESIZE);

@@ -52,6 +52,22 @@ void *zs__eng_param_part(zs_engine_t *e, const zs__seg_t *s)
     return e->stage < 3 ? zs__at(e, e->params, s->pbase + s->vb) : zs__at(e, e->params, s->qbase);
 }
 
+/* See zs_engine_internal.h. */
+int zs__eng_pull_in_place(const zs_engine_t *e)
+{
+    return (e->stage == 3 && e->offload_param) || (e->stage < 3 && e->dev->host_addressable);
+}
+
+/* See zs_engine_internal.h. */
+int zs__eng_pull_quiesce(zs_engine_t *e, zs_err_t *err)
+{
+    if (!zs__eng_pull_in_place(e))
+        return ZS_OK;
+    ZS_ENG_TRY(zs_dev_stream_sync(e->compute, err));
+    ZS_ENG_TRY(zs_dev_stream_sync(e->comm, err));
+    return zs_dev_stream_sync(e->copy, err);
+}
+
 /* Pointer to layer i's own params where the layers read them in place:
  * fp32 params, 16-bit params with params16 (both in e->dt), stage-3
  * gathered buffers (their fp32 views without params16); else NULL (stages

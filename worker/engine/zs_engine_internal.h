@@ -292,6 +292,16 @@ void zs__eng_pull_drain(zs_engine_t *e);
 void *zs__eng_grad_part(zs_engine_t *e, const zs__seg_t *s);
 void *zs__eng_param_part(zs_engine_t *e, const zs__seg_t *s);
 
+/* 1 when pulls land in the parameter partition itself: stage 3 with
+ * offload_param (the partition is pinned memory) or a host-addressable
+ * device (the CPU device, zs_dev_t.host_addressable); else they land in
+ * pinned staging and are copied to the device. */
+int zs__eng_pull_in_place(const zs_engine_t *e);
+
+/* Before pulls write the parameters in place (zs__eng_pull_in_place): wait
+ * for every stream, so no queued work still reads them. ZS_OK otherwise. */
+int zs__eng_pull_quiesce(zs_engine_t *e, zs_err_t *err);
+
 /* Initial parameters (and master weights) from the model (zs_engine.c). */
 int zs__eng_init_state(zs_engine_t *e, zs_err_t *err);
 

@@ -72,12 +72,14 @@ static int update_offload(zs_engine_t *e, const zs_step_scalars_t *sc, zs_step_s
     double t2 = zs__eng_now_ms();
     st->ms_opt_push = t1 - t0;
     st->ms_opt_commit = t2 - t1;
+    int direct = zs__eng_pull_in_place(e);
+    if (direct && !sc->skip)
+        ZS_ENG_TRY(zs__eng_agree(e, zs__eng_pull_quiesce(e, err), err));
     if (e->puller) { /* streamed: the next step's forward lands them */
         if (!sc->skip)
             zs__eng_pull_begin(e, sc->step);
         return ZS_OK;
     }
-    int direct = e->stage == 3 && e->offload_param; /* partition is pinned memory */
     for (int k = 0; k < e->ns && !rc && !sc->skip; k++) {
         zs__seg_t *s = &e->s[k];
         if (s->ve <= s->vb)

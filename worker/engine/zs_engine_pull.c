@@ -5,10 +5,13 @@
  *
  * Once every worker agrees that Commit succeeded, zs__eng_pull_begin hands
  * the step's pulls to one puller thread, which pulls this worker's part of
- * each segment, in segment order, into pinned staging, and the step
- * returns. The main thread lands a segment (zs__eng_pull_land) when a
- * layer needs it: wait until its pull is done, copy it to the device on the
- * copy stream, all-gather it on the communication stream and make the
+ * each segment, in segment order, into pinned staging (or, on a
+ * host-addressable device, straight into the parameters: every stream was
+ * waited for first, zs__eng_pull_quiesce, and nothing enqueues work on them
+ * until the next forward lands), and the step returns. The main thread
+ * lands a segment (zs__eng_pull_land) when a layer needs it: wait until its
+ * pull is done, copy it to the device on the copy stream (unless it landed
+ * in place), all-gather it on the communication stream and make the
  * compute stream wait for that. The forward of the next step lands the
  * segments of each layer just before its use, so its first layers run
  * while later segments are pulled; every worker lands the same segments in
@@ -61,9 +64,11 @@ static void *puller_main(void *arg)
         zs__seg_t *s = &e->s[k];
         zs_err_t err;
         int rc = ZS_OK;
+        void *dst =
+            zs__eng_pull_in_place(e) ? zs__eng_param_part(e, s) : zs__at(e, e->staging, s->qbase);
         if (!skip && s->ve > s->vb)
-            rc = zs_client_pull(e->client, step, s->off + s->vb, s->off + s->ve,
-                                zs__at(e, e->staging, s->qbase), e->dt, NULL, &err);
+            rc = zs_client_pull(e->client, step, s->off + s->vb, s->off + s->ve, dst, e->dt, NULL,
+                                &err);
         pthread_mutex_lock(&p->mu);
         if (rc && p->rc == ZS_OK) {
             p->rc = rc;
@@ -144,7 +149,7 @@ int zs__eng_pull_land(zs_engine_t *e, int upto, zs_err_t *err)
             continue;
         /* a failed step's parameters are garbage but every worker still
          * all-gathers them; zs__eng_pull_finish fails the step everywhere */
-        if (!failed && s->ve > s->vb)
+        if (!failed && s->ve > s->vb && !zs__eng_pull_in_place(e))
             ZS_ENG_TRY(zs_dev_memcpy(e->copy, zs__eng_param_part(e, s),
                                      zs__at(e, e->staging, s->qbase), (s->ve - s->vb) * e->esz,
                                      err));
