@@ -12,7 +12,7 @@
  *     no fp32 model copy on the device; 1c, and 1d breaks it on purpose).
  *     For each (stage, W, dtype), offload on and off are bitwise equal.
  *     1e: with one micro-batch per step too (gradients staged straight
- *     from the reduce buffer).
+ *     from the reduce buffer; W = 1: 16-bit buckets cast into staging).
  *  2. Kill and resume: a worker is killed with SIGKILL at step 25 after
  *     checkpoint 20; the resumed run (same W) ends bitwise equal to the
  *     uninterrupted one; resumed with W = 1 and 4 it matches within
@@ -30,7 +30,8 @@
  *  6. Streamed pulls (stream_pulls, the default) are bitwise equal to
  *     synchronous pulls at stages 0-2 x W in {1,2} x fp32/bf16/fp16 (two
  *     overflow-skipped steps), with and without speculation.
- *     `test_engine streaming` runs this section alone.
+ *     `test_engine streaming` runs this section alone (`test_engine
+ *     one-micro`: section 1e alone).
  */
 #include <errno.h>
 #include <stdarg.h>
@@ -195,30 +196,34 @@ static void stage3_options(void)
 /* One micro-batch per step with offload at stages 2-3: each bucket's reduced
  * block goes to pinned staging straight from the reduce buffer (no device
  * bucket partition: the device bound of grads is 0, --mem-check checks it),
- * and the parameters equal those of the in-process optimizer bitwise. */
+ * and the parameters equal those of the in-process optimizer bitwise. At
+ * W = 1 on the CPU device a 16-bit bucket is cast straight into staging (no
+ * reduce buffer: its device bound is 0 too). */
 static void offload_one_micro(void)
 {
     static const char *dtypes[] = {"fp32", "bf16"};
     printf("1e. one micro-batch per step, offload: gradients staged from the reduce buffer\n");
-    for (int s = 2; s <= 3; s++)
-        for (int d = 0; d < 2; d++) {
-            char out[2][300], log[300];
-            for (int off = 0; off < 2; off++) {
-                snprintf(out[off], sizeof out[off], "%s/gas1-s%d-%s-o%d.bin", g_tmp, s, dtypes[d],
-                         off);
-                snprintf(log, sizeof log, "%s/gas1-s%d-%s-o%d.log", g_tmp, s, dtypes[d], off);
-                must(run(2, log,
-                         "--stage %d --dtype %s --offload %d --servers %s --steps 10 --gas 1 "
-                         "--clip 1.0 --ref --mem-check --out %s %s",
-                         s, dtypes[d], off, g_servers, out[off],
-                         d ? BF16_TOL : "--atol 2e-6 --rtol 1e-4"),
-                     log, "gas 1 run");
+    for (int W = 1; W <= 2; W++)
+        for (int s = 2; s <= 3; s++)
+            for (int d = 0; d < 2; d++) {
+                char out[2][300], log[300];
+                for (int off = 0; off < 2; off++) {
+                    snprintf(out[off], sizeof out[off], "%s/gas1-w%d-s%d-%s-o%d.bin", g_tmp, W, s,
+                             dtypes[d], off);
+                    snprintf(log, sizeof log, "%s/gas1-w%d-s%d-%s-o%d.log", g_tmp, W, s, dtypes[d],
+                             off);
+                    must(run(W, log,
+                             "--stage %d --dtype %s --offload %d --servers %s --steps 10 --gas 1 "
+                             "--clip 1.0 --ref --mem-check --out %s %s",
+                             s, dtypes[d], off, g_servers, out[off],
+                             d ? BF16_TOL : "--atol 2e-6 --rtol 1e-4"),
+                         log, "gas 1 run");
+                }
+                TEST_CHECKF(same_file(out[0], out[1]),
+                            "stage %d W=%d %s gas 1: offload on/off differ", s, W, dtypes[d]);
+                printf("  stage %d W=%d %s gas 1: offload on == off, bitwise; device bounds hold\n",
+                       s, W, dtypes[d]);
             }
-            TEST_CHECKF(same_file(out[0], out[1]), "stage %d %s gas 1: offload on/off differ", s,
-                        dtypes[d]);
-            printf("  stage %d W=2 %s gas 1: offload on == off, bitwise; device bounds hold\n", s,
-                   dtypes[d]);
-        }
 }
 
 /* "modelstate rank=0 bytes=N" of a worker log (0 if absent). */
@@ -661,8 +666,9 @@ static void streamed_pulls(void)
 int main(int argc, char **argv)
 {
     setvbuf(stdout, NULL, _IONBF, 0);
-    /* test_engine speculation / streaming: only section 5 / 6 (for working
-     * on it). */
+    /* test_engine one-micro / speculation / streaming: only section 1e / 5 /
+     * 6 (for working on it). */
+    int only_micro = argc > 1 && strcmp(argv[1], "one-micro") == 0;
     int only_spec = argc > 1 && strcmp(argv[1], "speculation") == 0;
     int only_stream = argc > 1 && strcmp(argv[1], "streaming") == 0;
     snprintf(g_tmp, sizeof g_tmp, "%s", zs_test_tmpdir("engine"));
@@ -673,8 +679,10 @@ int main(int argc, char **argv)
     }
     zs_test_server_list(g_srv, 2, g_servers, sizeof g_servers);
     setenv("ZS_LOG_LEVEL", "warn", 1);
-    if (only_spec || only_stream) {
-        if (only_spec)
+    if (only_micro || only_spec || only_stream) {
+        if (only_micro)
+            offload_one_micro();
+        else if (only_spec)
             speculation();
         else
             streamed_pulls();

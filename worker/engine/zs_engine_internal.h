@@ -184,6 +184,20 @@ static inline int zs__eng_grads_offloaded(const zs_engine_t *e)
     return e->stage >= 2 && e->offload;
 }
 
+/* 1 when a 16-bit gradient bucket is cast straight into pinned staging:
+ * one worker (the bucket is its own reduced block, at the same offset in
+ * staging), gradients offloaded, one micro-batch per step, on a
+ * host-addressable device (the CPU device, where the cast may write pinned
+ * memory at no cost). It saves the reduce buffers and the staging copy
+ * (zs_engine_step.c). The staging range is free then: the last step's
+ * pushes ended before its Commit, and pulls land in place on such a device
+ * (zs__eng_pull_in_place). */
+static inline int zs__eng_cast_into_staging(const zs_engine_t *e)
+{
+    return e->W == 1 && e->dt != ZS_DTYPE_F32 && zs__eng_grads_offloaded(e) &&
+           e->cfg.gradient_accumulation_steps == 1 && e->dev->host_addressable;
+}
+
 /* Bytes per parameter of the fp32 views the layers read besides the
  * parameters themselves: 4 for 16-bit parameters of a model reading fp32
  * only, else 0 (fp32 parameters, or params16). */

@@ -32,6 +32,15 @@ static void formula(const zs_engine_t *e, uint64_t *f)
 
 #define NCOL (ZS_MEM_NCATS * 5 + ZS_NSPACES + 1) /* see zs_engine_print_mem */
 
+/* Bytes of the 16-bit reduce buffers (stages 2-3 with 16-bit gradients;
+ * none when buckets are cast straight into staging). */
+static uint64_t reduce_buffers(const zs_engine_t *e)
+{
+    if (e->stage < 2 || e->dt == ZS_DTYPE_F32 || zs__eng_cast_into_staging(e))
+        return 0;
+    return (uint64_t)e->ncslot * e->max_bucket_pad * e->esz;
+}
+
 /* Device bytes of the memory table's all-gather and small host values of
  * the collectives. */
 static uint64_t comm_small(const zs_engine_t *e)
@@ -54,7 +63,6 @@ static uint64_t gslot_bytes(const zs_engine_t *e)
 static void working(const zs_engine_t *e, uint64_t *w)
 {
     uint64_t W = (uint64_t)e->W, k = e->esz;
-    int half = e->dt != ZS_DTYPE_F32;
     memset(w, 0, ZS_MEM_NCATS * sizeof *w);
     /* fp32 views: stages 0-2 one layer with its deps (e->view), stage 3 the
      * gathers within the budgets */
@@ -86,16 +94,13 @@ static void working(const zs_engine_t *e, uint64_t *w)
     /* 16-bit reduce buffers, offload staging of one partition (pinned),
      * optimizer state transfers (one fp32 segment partition, pinned), the
      * memory table's all-gather and small host values of the collectives */
-    w[ZS_MEM_COMM] = (e->stage >= 2 && half ? (uint64_t)e->ncslot * e->max_bucket_pad * k : 0) +
-                     (e->offload ? e->Ppad / W * k : 0) +
+    w[ZS_MEM_COMM] = reduce_buffers(e) + (e->offload ? e->Ppad / W * k : 0) +
                      (!e->offload ? e->max_seg_pad / W * 4 : 0) + comm_small(e);
 }
 
 /* Of formula + working, what may be device memory (see zs_engine_mem_t). */
 static void device_bound(const zs_engine_t *e, const uint64_t *f, const uint64_t *w, uint64_t *d)
 {
-    uint64_t k = e->esz;
-    int half = e->dt != ZS_DTYPE_F32;
     memset(d, 0, ZS_MEM_NCATS * sizeof *d);
     d[ZS_MEM_PARAMS] = e->offload_param ? 0 : f[ZS_MEM_PARAMS] + w[ZS_MEM_PARAMS];
     /* with offload at stages 2-3 the gradient partition is pinned staging:
@@ -104,8 +109,7 @@ static void device_bound(const zs_engine_t *e, const uint64_t *f, const uint64_t
     d[ZS_MEM_OPTIMIZER] = f[ZS_MEM_OPTIMIZER];
     d[ZS_MEM_GATHERED] = w[ZS_MEM_GATHERED];
     /* reduce buffers and the table; staging and state transfers are pinned */
-    d[ZS_MEM_COMM] =
-        (e->stage >= 2 && half ? (uint64_t)e->ncslot * e->max_bucket_pad * k : 0) + comm_small(e);
+    d[ZS_MEM_COMM] = reduce_buffers(e) + comm_small(e);
     /* gradient slots, the norm, the fp32 chunk of init or export, the
      * model's device scratch */
     d[ZS_MEM_SCRATCH] = gslot_bytes(e) + 2 * (uint64_t)e->ns * sizeof(double) + xfer_bytes(e) +

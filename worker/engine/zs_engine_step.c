@@ -109,6 +109,8 @@ static int push_bucket(zs_engine_t *e, const zs__bucket_t *b, int k, zs_err_t *e
 /* Release slot i: its last consumer is the work enqueued on `s` so far. */
 static int free_slot(zs__slot_t *slot, zs_stream_t *s, zs_err_t *err)
 {
+    if (!slot) /* the bucket used no slot (cast straight into staging) */
+        return ZS_OK;
     slot->owner = -1;
     return zs_dev_event_record(slot->ev, s, err);
 }
@@ -196,9 +198,9 @@ static int stage_bucket(zs_engine_t *e, int k, void *buf, zs__slot_t *used, zs_e
         zs__seg_t *s = &e->s[j];
         uint64_t at =
             (s->pbase - b->gbase) / W * stride + (direct ? (uint64_t)e->rank * s->part : 0);
-        if (s->ve > s->vb)
-            ZS_ENG_TRY(zs_dev_memcpy(e->copy, zs__at(e, e->staging, s->qbase), zs__at(e, src, at),
-                                     (s->ve - s->vb) * e->esz, err));
+        void *to = zs__at(e, e->staging, s->qbase), *from = zs__at(e, src, at);
+        if (s->ve > s->vb && to != from) /* equal: cast into staging */
+            ZS_ENG_TRY(zs_dev_memcpy(e->copy, to, from, (s->ve - s->vb) * e->esz, err));
     }
     ZS_ENG_TRY(zs_dev_event_record(e->ev_staged[k], e->copy, err));
     ZS_ENG_TRY(free_slot(direct ? used : &e->aslot[i], e->copy, err));
@@ -222,7 +224,12 @@ static int reduce_bucket(zs_engine_t *e, int k, zs_err_t *err)
     }
     void *buf = gs->p;
     zs__slot_t *used = gs;
-    if (e->dt != ZS_DTYPE_F32) {
+    if (zs__eng_cast_into_staging(e)) {
+        buf = zs__at(e, e->staging, b->gbase); /* W = 1: gbase is the bucket's qbase */
+        ZS_ENG_TRY(zs_dev_cast(e->compute, buf, e->dt, gs->p, ZS_DTYPE_F32, b->npad, err));
+        ZS_ENG_TRY(free_slot(gs, e->compute, err));
+        used = NULL;
+    } else if (e->dt != ZS_DTYPE_F32) {
         int i;
         ZS_ENG_TRY(take_slot(e, e->cslot, e->ncslot, &e->cnext, k, e->compute,
                              (size_t)e->max_bucket_pad * e->esz, ZS_MEM_COMM, &i, err));
