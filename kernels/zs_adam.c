@@ -3,9 +3,10 @@
  * zs_adam.h for the formula and its order of operations).
  *
  * What it does: one pass per element that reads the gradient (fp32, bf16 or
- * fp16, widened exactly), updates p, m, v (in place, or from a separate copy
- * of the state: zs_adam_update_from) and optionally writes p in a 16-bit or
- * fp32 output dtype. Three paths, picked at run time:
+ * fp16, widened exactly), updates p, m, v (in place; from a separate copy
+ * of the state, zs_adam_update_from; or in place keeping the old values,
+ * zs_adam_update_save) and optionally writes p in a 16-bit or fp32 output
+ * dtype. Three paths, picked at run time:
  *
  *   avx512    AVX-512F/BW, 16 elements per step
  *   avx2      AVX2 + F16C, 8 elements per step
@@ -69,36 +70,45 @@ static void adam_consts(const zs_adam_hparams_t *hp, const zs_adam_step_t *st, a
     zs_math_adam_init(c, hp, st);
 }
 
+/* Where a step reads and writes the state: p0, m0, v0 in, p, m, v out (the
+ * same arrays for an update in place); with save (sp != NULL) the old values
+ * are also stored to sp, sm, sv (a speculative update's pre-image). */
+typedef struct {
+    const float *p0, *m0, *v0;
+    float *p, *m, *v;
+    float *sp, *sm, *sv;
+} adam_io_t;
+
 /* --------------------------------------------------------------- portable */
 
 /* Elements [i, n): the portable path, and the tail of the SIMD paths. */
 static inline __attribute__((always_inline)) void
-adam_portable_range(const adam_consts_t *c, const float *p0, const float *m0, const float *v0,
-                    float *p, float *m, float *v, const void *grad, zs_dtype_t gdt, void *out,
-                    zs_dtype_t pdt, size_t i, size_t n)
+adam_portable_range(const adam_consts_t *c, const adam_io_t *io, const void *grad, zs_dtype_t gdt,
+                    void *out, zs_dtype_t pdt, size_t i, size_t n)
 {
     for (; i < n; i++) {
-        float pi = p0[i], mi = m0[i], vi = v0[i];
+        float pi = io->p0[i], mi = io->m0[i], vi = io->v0[i];
+        if (io->sp)
+            io->sp[i] = pi, io->sm[i] = mi, io->sv[i] = vi;
         zs_math_adam_elem(c, zs_math_load(grad, gdt, i), &pi, &mi, &vi);
-        p[i] = pi, m[i] = mi, v[i] = vi;
-        zs_math_store(out, pdt, i, p[i]);
+        io->p[i] = pi, io->m[i] = mi, io->v[i] = vi;
+        zs_math_store(out, pdt, i, pi);
     }
 }
 
-static inline __attribute__((always_inline)) void
-adam_portable(const adam_consts_t *c, const float *p0, const float *m0, const float *v0, float *p,
-              float *m, float *v, const void *grad, zs_dtype_t gdt, void *out, zs_dtype_t pdt,
-              size_t n)
+static inline __attribute__((always_inline)) void adam_portable(const adam_consts_t *c,
+                                                                const adam_io_t *io,
+                                                                const void *grad, zs_dtype_t gdt,
+                                                                void *out, zs_dtype_t pdt, size_t n)
 {
-    adam_portable_range(c, p0, m0, v0, p, m, v, grad, gdt, out, pdt, 0, n);
+    adam_portable_range(c, io, grad, gdt, out, pdt, 0, n);
 }
 
 /* ---------------------------------------------------------------- AVX-512 */
 
 #define T512 __attribute__((target("avx512f,avx512bw"), always_inline))
 
-T512 static inline void adam_avx512(const adam_consts_t *c, const float *p0, const float *m0,
-                                    const float *v0, float *p, float *m, float *v, const void *grad,
+T512 static inline void adam_avx512(const adam_consts_t *c, const adam_io_t *io, const void *grad,
                                     zs_dtype_t gdt, void *out, zs_dtype_t pdt, size_t n)
 {
     const __m512 gs = _mm512_set1_ps(c->gscale), cc = _mm512_set1_ps(c->clip);
@@ -107,16 +117,22 @@ T512 static inline void adam_avx512(const adam_consts_t *c, const float *p0, con
     const __m512 eps = _mm512_set1_ps(c->eps), wd = _mm512_set1_ps(c->wd);
     const __m512 ss = _mm512_set1_ps(c->step_size), bc2s = _mm512_set1_ps(c->bc2_sqrt);
     const __m512 decay = _mm512_set1_ps(c->decay);
+    const float *p0 = io->p0, *m0 = io->m0, *v0 = io->v0;
+    float *p = io->p, *m = io->m, *v = io->v, *sp = io->sp, *sm = io->sm, *sv = io->sv;
     size_t i = 0;
     for (; i + 16 <= n; i += 16) {
         __m512 g = _mm512_mul_ps(_mm512_mul_ps(zs__load16(grad, gdt, i), gs), cc);
-        __m512 pi = _mm512_loadu_ps(p0 + i);
+        __m512 pi = _mm512_loadu_ps(p0 + i), mo = _mm512_loadu_ps(m0 + i),
+               vo = _mm512_loadu_ps(v0 + i);
+        if (sp) {
+            _mm512_storeu_ps(sp + i, pi);
+            _mm512_storeu_ps(sm + i, mo);
+            _mm512_storeu_ps(sv + i, vo);
+        }
         if (c->l2)
             g = _mm512_add_ps(g, _mm512_mul_ps(wd, pi));
-        __m512 mi =
-            _mm512_add_ps(_mm512_mul_ps(b1, _mm512_loadu_ps(m0 + i)), _mm512_mul_ps(omb1, g));
-        __m512 vi = _mm512_add_ps(_mm512_mul_ps(b2, _mm512_loadu_ps(v0 + i)),
-                                  _mm512_mul_ps(_mm512_mul_ps(omb2, g), g));
+        __m512 mi = _mm512_add_ps(_mm512_mul_ps(b1, mo), _mm512_mul_ps(omb1, g));
+        __m512 vi = _mm512_add_ps(_mm512_mul_ps(b2, vo), _mm512_mul_ps(_mm512_mul_ps(omb2, g), g));
         __m512 denom = _mm512_add_ps(_mm512_div_ps(_mm512_sqrt_ps(vi), bc2s), eps);
         if (c->decoupled)
             pi = _mm512_mul_ps(pi, decay);
@@ -126,15 +142,14 @@ T512 static inline void adam_avx512(const adam_consts_t *c, const float *p0, con
         _mm512_storeu_ps(v + i, vi);
         zs__store16(out, pdt, i, pi);
     }
-    adam_portable_range(c, p0, m0, v0, p, m, v, grad, gdt, out, pdt, i, n);
+    adam_portable_range(c, io, grad, gdt, out, pdt, i, n);
 }
 
 /* ------------------------------------------------------------ AVX2 + F16C */
 
 #define T256 __attribute__((target("avx2,f16c"), always_inline))
 
-T256 static inline void adam_avx2(const adam_consts_t *c, const float *p0, const float *m0,
-                                  const float *v0, float *p, float *m, float *v, const void *grad,
+T256 static inline void adam_avx2(const adam_consts_t *c, const adam_io_t *io, const void *grad,
                                   zs_dtype_t gdt, void *out, zs_dtype_t pdt, size_t n)
 {
     const __m256 gs = _mm256_set1_ps(c->gscale), cc = _mm256_set1_ps(c->clip);
@@ -143,16 +158,22 @@ T256 static inline void adam_avx2(const adam_consts_t *c, const float *p0, const
     const __m256 eps = _mm256_set1_ps(c->eps), wd = _mm256_set1_ps(c->wd);
     const __m256 ss = _mm256_set1_ps(c->step_size), bc2s = _mm256_set1_ps(c->bc2_sqrt);
     const __m256 decay = _mm256_set1_ps(c->decay);
+    const float *p0 = io->p0, *m0 = io->m0, *v0 = io->v0;
+    float *p = io->p, *m = io->m, *v = io->v, *sp = io->sp, *sm = io->sm, *sv = io->sv;
     size_t i = 0;
     for (; i + 8 <= n; i += 8) {
         __m256 g = _mm256_mul_ps(_mm256_mul_ps(zs__load8(grad, gdt, i), gs), cc);
-        __m256 pi = _mm256_loadu_ps(p0 + i);
+        __m256 pi = _mm256_loadu_ps(p0 + i), mo = _mm256_loadu_ps(m0 + i),
+               vo = _mm256_loadu_ps(v0 + i);
+        if (sp) {
+            _mm256_storeu_ps(sp + i, pi);
+            _mm256_storeu_ps(sm + i, mo);
+            _mm256_storeu_ps(sv + i, vo);
+        }
         if (c->l2)
             g = _mm256_add_ps(g, _mm256_mul_ps(wd, pi));
-        __m256 mi =
-            _mm256_add_ps(_mm256_mul_ps(b1, _mm256_loadu_ps(m0 + i)), _mm256_mul_ps(omb1, g));
-        __m256 vi = _mm256_add_ps(_mm256_mul_ps(b2, _mm256_loadu_ps(v0 + i)),
-                                  _mm256_mul_ps(_mm256_mul_ps(omb2, g), g));
+        __m256 mi = _mm256_add_ps(_mm256_mul_ps(b1, mo), _mm256_mul_ps(omb1, g));
+        __m256 vi = _mm256_add_ps(_mm256_mul_ps(b2, vo), _mm256_mul_ps(_mm256_mul_ps(omb2, g), g));
         __m256 denom = _mm256_add_ps(_mm256_div_ps(_mm256_sqrt_ps(vi), bc2s), eps);
         if (c->decoupled)
             pi = _mm256_mul_ps(pi, decay);
@@ -162,7 +183,7 @@ T256 static inline void adam_avx2(const adam_consts_t *c, const float *p0, const
         _mm256_storeu_ps(v + i, vi);
         zs__store8(out, pdt, i, pi);
     }
-    adam_portable_range(c, p0, m0, v0, p, m, v, grad, gdt, out, pdt, i, n);
+    adam_portable_range(c, io, grad, gdt, out, pdt, i, n);
 }
 
 /* --------------------------------------------------------------- dispatch */
@@ -171,7 +192,7 @@ T256 static inline void adam_avx2(const adam_consts_t *c, const float *p0, const
  * the dtype switches in the loop fold away. KERNEL names an inline body. */
 /* clang-format off */
 #define ADAM_CASE(KERNEL, G, P) \
-    case G * 4 + P: KERNEL(c, p0, m0, v0, p, m, v, grad, G, out, P, n); break;
+    case G * 4 + P: KERNEL(c, io, grad, G, out, P, n); break;
 #define ADAM_ROW(KERNEL, G)                                                 \
     ADAM_CASE(KERNEL, G, ZS_DTYPE_F32) ADAM_CASE(KERNEL, G, ZS_DTYPE_BF16) \
     ADAM_CASE(KERNEL, G, ZS_DTYPE_F16) ADAM_CASE(KERNEL, G, ZS_DTYPE_NONE)
@@ -182,10 +203,9 @@ T256 static inline void adam_avx2(const adam_consts_t *c, const float *p0, const
     }
 /* clang-format on */
 
-/* The run_* signature: state read from p0, m0, v0 and written to p, m, v. */
 #define RUN_ARGS                                                                                   \
-    const adam_consts_t *c, const float *p0, const float *m0, const float *v0, float *p, float *m, \
-        float *v, const void *grad, int gdt, void *out, int pdt, size_t n
+    const adam_consts_t *c, const adam_io_t *io, const void *grad, int gdt, void *out, int pdt,    \
+        size_t n
 
 static void run_portable(RUN_ARGS)
 {
@@ -209,11 +229,9 @@ static int current_path(void)
     return zs__simd_path(&forced_path);
 }
 
-/* See zs_adam.h: fused step over n elements on the current path, reading
- * the state from p0, m0, v0 (each may equal p, m, v) and writing p, m, v. */
-void zs_adam_update_from(const zs_adam_hparams_t *hp, const zs_adam_step_t *st, const float *p0,
-                         const float *m0, const float *v0, float *p, float *m, float *v,
-                         const void *grad, zs_dtype_t gdt, void *out, zs_dtype_t pdt, size_t n)
+/* Fused step over n elements on the current path. */
+static void adam_run(const zs_adam_hparams_t *hp, const zs_adam_step_t *st, const adam_io_t *io,
+                     const void *grad, zs_dtype_t gdt, void *out, zs_dtype_t pdt, size_t n)
 {
     adam_consts_t c;
     if (n == 0)
@@ -223,15 +241,33 @@ void zs_adam_update_from(const zs_adam_hparams_t *hp, const zs_adam_step_t *st, 
         pdt = ZS_DTYPE_NONE;
     switch (current_path()) {
     case PATH_AVX512:
-        run_avx512(&c, p0, m0, v0, p, m, v, grad, gdt, out, pdt, n);
+        run_avx512(&c, io, grad, gdt, out, pdt, n);
         break;
     case PATH_AVX2:
-        run_avx2(&c, p0, m0, v0, p, m, v, grad, gdt, out, pdt, n);
+        run_avx2(&c, io, grad, gdt, out, pdt, n);
         break;
     default:
-        run_portable(&c, p0, m0, v0, p, m, v, grad, gdt, out, pdt, n);
+        run_portable(&c, io, grad, gdt, out, pdt, n);
         break;
     }
+}
+
+/* See zs_adam.h. */
+void zs_adam_update_from(const zs_adam_hparams_t *hp, const zs_adam_step_t *st, const float *p0,
+                         const float *m0, const float *v0, float *p, float *m, float *v,
+                         const void *grad, zs_dtype_t gdt, void *out, zs_dtype_t pdt, size_t n)
+{
+    adam_io_t io = {p0, m0, v0, p, m, v, NULL, NULL, NULL};
+    adam_run(hp, st, &io, grad, gdt, out, pdt, n);
+}
+
+/* See zs_adam.h. */
+void zs_adam_update_save(const zs_adam_hparams_t *hp, const zs_adam_step_t *st, float *p, float *m,
+                         float *v, float *sp, float *sm, float *sv, const void *grad,
+                         zs_dtype_t gdt, void *out, zs_dtype_t pdt, size_t n)
+{
+    adam_io_t io = {p, m, v, p, m, v, sp, sm, sv};
+    adam_run(hp, st, &io, grad, gdt, out, pdt, n);
 }
 
 /* See zs_adam.h: the in-place step. */

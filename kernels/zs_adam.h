@@ -60,6 +60,14 @@ void zs_adam_update_from(const zs_adam_hparams_t *hp, const zs_adam_step_t *st, 
                          const float *m0, const float *v0, float *p, float *m, float *v,
                          const void *grad, zs_dtype_t gdt, void *out, zs_dtype_t pdt, size_t n);
 
+/* The in-place step that also stores the old p, m, v to sp, sm, sv (fp32
+ * arrays of n, not overlapping the state): bitwise what copying p, m, v
+ * there and then calling zs_adam_update gives, in one pass. The server's
+ * speculative update keeps its pre-image with it (server/zs_shard_spec.c). */
+void zs_adam_update_save(const zs_adam_hparams_t *hp, const zs_adam_step_t *st, float *p, float *m,
+                         float *v, float *sp, float *sm, float *sv, const void *grad,
+                         zs_dtype_t gdt, void *out, zs_dtype_t pdt, size_t n);
+
 /* The plain scalar loop, same contract: the reference for tests. */
 void zs_adam_update_ref(const zs_adam_hparams_t *hp, const zs_adam_step_t *st, float *p, float *m,
                         float *v, const void *grad, zs_dtype_t gdt, void *out, zs_dtype_t pdt,

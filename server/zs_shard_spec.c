@@ -9,9 +9,10 @@
  * queued; the speculation thread (and its own pool) takes the queued chunks
  * in batches whenever no commit pass is pending or running (at normal
  * priority: at nice 10 a commit waited 11-19 ms for the starved thread to
- * notice it, bench/RESULTS.md). For each block of a chunk it first copies
- * p, m and v into the chunk's pre-image slot (12 B/element), then applies
- * the update in place (and writes the low-precision copy); a commit stops a
+ * notice it, bench/RESULTS.md). For each block of a chunk it applies the
+ * update in place and, in the same pass, stores the old p, m and v into the
+ * chunk's pre-image slot (12 B/element, zs_adam_update_save; and writes the
+ * low-precision copy); a commit stops a
  * batch between blocks, and a chunk stopped part-way is put back. done[c]
  * does not move: pulls of the committed step read the pre-image
  * (zs__spec_committed_master).
@@ -301,12 +302,12 @@ static void spec_chunk(void *arg, size_t i, int thread)
         if (done > 0 && atomic_load(&s->abort))
             break;
         uint64_t o = done, n = k - done < SPEC_BLOCK ? k - done : SPEC_BLOCK;
-        memcpy(pre + o, sh->st.t[0] + a + o, n * 4);
-        memcpy(pre + ZS_OPT_CHUNK + o, sh->st.t[1] + a + o, n * 4);
-        memcpy(pre + 2 * ZS_OPT_CHUNK + o, sh->st.t[2] + a + o, n * 4);
-        zs_adam_update(&sh->hp, &bt->adam, sh->st.t[0] + a + o, sh->st.t[1] + a + o,
-                       sh->st.t[2] + a + o, (const char *)bt->grad + (a + o) * gsz, bt->gdt,
-                       bt->pdt == ZS_DTYPE_NONE ? NULL : sh->st.lowp + a + o, bt->pdt, (size_t)n);
+        /* the update, with p, m, v's old values into the pre-image */
+        zs_adam_update_save(&sh->hp, &bt->adam, sh->st.t[0] + a + o, sh->st.t[1] + a + o,
+                            sh->st.t[2] + a + o, pre + o, pre + ZS_OPT_CHUNK + o,
+                            pre + 2 * ZS_OPT_CHUNK + o, (const char *)bt->grad + (a + o) * gsz,
+                            bt->gdt, bt->pdt == ZS_DTYPE_NONE ? NULL : sh->st.lowp + a + o, bt->pdt,
+                            (size_t)n);
         done += n;
     }
     if (done == k) {

@@ -130,6 +130,7 @@ typedef struct {
     float *p0, *m0, *v0;
     float *p, *m, *v, *rp, *rm, *rv;
     float *fp, *fm, *fv, *qp, *qm, *qv; /* zs_adam_update_from: from f* to q* */
+    float *sp, *sm, *sv;                /* zs_adam_update_save: q* in place, old to s* */
     void *grad;
     uint8_t *out, *rout, *qout; /* n elements + guard */
 } bufs_t;
@@ -137,8 +138,8 @@ typedef struct {
 static void bufs_init(bufs_t *b, size_t n)
 {
     b->n = n;
-    float **fs[] = {&b->p0, &b->m0, &b->v0, &b->p,  &b->m,  &b->v,  &b->rp, &b->rm,
-                    &b->rv, &b->fp, &b->fm, &b->fv, &b->qp, &b->qm, &b->qv};
+    float **fs[] = {&b->p0, &b->m0, &b->v0, &b->p,  &b->m,  &b->v,  &b->rp, &b->rm, &b->rv,
+                    &b->fp, &b->fm, &b->fv, &b->qp, &b->qm, &b->qv, &b->sp, &b->sm, &b->sv};
     for (size_t k = 0; k < sizeof fs / sizeof fs[0]; k++)
         *fs[k] = xmalloc(n * sizeof(float));
     b->grad = xmalloc(n * sizeof(float));
@@ -149,8 +150,8 @@ static void bufs_init(bufs_t *b, size_t n)
 
 static void bufs_free(bufs_t *b)
 {
-    float *fs[] = {b->p0, b->m0, b->v0, b->p,  b->m,  b->v,  b->rp, b->rm,
-                   b->rv, b->fp, b->fm, b->fv, b->qp, b->qm, b->qv};
+    float *fs[] = {b->p0, b->m0, b->v0, b->p,  b->m,  b->v,  b->rp, b->rm, b->rv,
+                   b->fp, b->fm, b->fv, b->qp, b->qm, b->qv, b->sp, b->sm, b->sv};
     for (size_t k = 0; k < sizeof fs / sizeof fs[0]; k++)
         free(fs[k]);
     free(b->grad);
@@ -174,8 +175,10 @@ static void check_same(const char *what, const void *a, const void *b, size_t by
 
 /* One configuration: 3 steps on `path` and on the reference, compared
  * bitwise after each step; out_null passes out = NULL. Each step also runs
- * zs_adam_update_from from a copy of the state into poisoned buffers: it
- * must leave the copy alone and give the in-place step's bits. */
+ * zs_adam_update_from from a copy of the state into poisoned buffers (it
+ * must leave the copy alone and give the in-place step's bits), then
+ * zs_adam_update_save on that copy (the same bits, and the old state in
+ * poisoned save buffers). */
 static void run_case(bufs_t *b, const char *path, zs_dtype_t gdt, zs_dtype_t pdt, int wmode, int bc,
                      float wd, int out_null, size_t n)
 {
@@ -223,6 +226,22 @@ static void run_case(bufs_t *b, const char *path, zs_dtype_t gdt, zs_dtype_t pdt
         check_same("from: m", b->qm, b->rm, n * 4, ctx);
         check_same("from: v", b->qv, b->rv, n * 4, ctx);
         check_same("from: out", b->qout, b->rout, n * 4 + 64, ctx);
+        memcpy(b->qp, b->fp, n * 4); /* the old state again */
+        memcpy(b->qm, b->fm, n * 4);
+        memcpy(b->qv, b->fv, n * 4);
+        memset(b->sp, 0x7F, n * 4);
+        memset(b->sm, 0x7F, n * 4);
+        memset(b->sv, 0x7F, n * 4);
+        memset(b->qout, 0xA5, n * 4 + 64);
+        zs_adam_update_save(&hp, &st, b->qp, b->qm, b->qv, b->sp, b->sm, b->sv, b->grad, gdt,
+                            out_null ? NULL : b->qout, pdt, n);
+        check_same("save: p", b->qp, b->rp, n * 4, ctx);
+        check_same("save: m", b->qm, b->rm, n * 4, ctx);
+        check_same("save: v", b->qv, b->rv, n * 4, ctx);
+        check_same("save: out", b->qout, b->rout, n * 4 + 64, ctx);
+        check_same("save: old p", b->sp, b->fp, n * 4, ctx);
+        check_same("save: old m", b->sm, b->fm, n * 4, ctx);
+        check_same("save: old v", b->sv, b->fv, n * 4, ctx);
         size_t written = out_null || pdt == ZS_DTYPE_NONE ? 0 : n * zs_dtype_size(pdt);
         for (size_t k = written; k < n * 4 + 64; k++)
             TEST_CHECKF(b->out[k] == 0xA5, "%s: byte %zu past the output was written", ctx, k);
