@@ -7,10 +7,11 @@
  *
  *   mpirun -np W bench_engine --servers a:p,b:p [--offload 0|1] [--stage S]
  *          [--layers 8] [--width 2500] [--batch 4] [--steps 6] [--dtype bf16]
- *          [--spec 0|1] [--stream 0|1] [--clip C] [--bucket ELEMENTS]
+ *          [--spec 0|1|2] [--stream 0|1] [--clip C] [--bucket ELEMENTS]
  *
  * --spec sets offload_optimizer.super_offload (speculative updates on the
- * servers; default: the config's default), --stream
+ * servers; 2: also speculate_every_step, so every clipped step rolls back;
+ * default: the config's default), --stream
  * offload_optimizer.stream_pulls (the next step's forward lands the pulls;
  * default: the config's, on), --clip gradient_clipping (0:
  * none), --bucket reduce_bucket_size (default 20M). bench/bench_spec.sh
@@ -239,6 +240,7 @@ int main(int argc, char **argv)
              B, clip, strcmp(dtype, "bf16") ? "false" : "true", stage, bucket,
              offload ? "cpu" : "none",
              !offload || spec < 0 ? ""
+             : spec == 2          ? ", \"super_offload\": true, \"speculate_every_step\": true"
              : spec               ? ", \"super_offload\": true"
                                   : ", \"super_offload\": false",
              !offload || stream < 0 ? ""

@@ -9,8 +9,11 @@
 #               the step (stream_pulls false);
 #   spec        optimizer on the server, super_offload true, pulls inside;
 #   plain/clip  the same with gradient_clipping 0.01 (every step clips),
-#   spec/clip   so every speculative update is rolled back;
-#   *_stream    the four again with stream_pulls true (the next step's
+#   spec/clip   with speculate_every_step, so every speculative update is
+#               rolled back (what a rollback costs);
+#   spec/clip/held  clip 0.01 with speculate_every_step off (the default):
+#               one rollback, then the steps after a clipped one run plain;
+#   *_stream    the five again with stream_pulls true (the next step's
 #               forward lands the pulls; its "pull" is the forward's wait).
 # Prints each run's medians, then the median over the rounds and the ratios
 # the issue asks for. Usage:
@@ -44,7 +47,8 @@ for r in $(seq "$R"); do
     run plain$sfx --offload 1 --spec 0 --stream $st "$@"
     run spec$sfx --offload 1 --spec 1 --stream $st "$@"
     run plain_clip$sfx --offload 1 --spec 0 --stream $st --clip 0.01 "$@"
-    run spec_clip$sfx --offload 1 --spec 1 --stream $st --clip 0.01 "$@"
+    run spec_clip$sfx --offload 1 --spec 2 --stream $st --clip 0.01 "$@"
+    run spec_clip_held$sfx --offload 1 --spec 1 --stream $st --clip 0.01 "$@"
   done
 done
 python3 - "$T/all" <<'PY'
@@ -60,7 +64,7 @@ adam = med("plain", "last_pass_ms")
 print("\n| run | step ms | forward | backward | collectives | optimizer wait | of it: push tail / commit / pull | server's last pass | kept / rolled back |")
 print("|---|---|---|---|---|---|---|---|---|")
 print("| forward+backward+collectives only (the in-process run's phases) | %.1f | %.1f | %.1f | %.1f | - | - | - | - |" % (fb, med("fwdbwd", "fwd"), med("fwdbwd", "bwd"), med("fwdbwd", "comm")))
-for n in ["plain", "spec", "plain_clip", "spec_clip", "plain_stream", "spec_stream", "plain_clip_stream", "spec_clip_stream"]:
+for n in ["plain", "spec", "plain_clip", "spec_clip", "spec_clip_held", "plain_stream", "spec_stream", "plain_clip_stream", "spec_clip_stream", "spec_clip_held_stream"]:
     print("| %s | %.1f | %.1f | %.1f | %.1f | %.1f | %.1f / %.1f / %.1f | %.1f | %d / %d |" % (n, med(n, "step_ms"), med(n, "fwd"), med(n, "bwd"), med(n, "comm"), med(n, "opt"), med(n, "opt_push"), med(n, "opt_commit"), med(n, "opt_pull"), med(n, "last_pass_ms"), med(n, "kept"), med(n, "rolled")))
 print("\n(medians over %d runs of each run's median step)" % len(runs["spec"]))
 print("server AdamW pass (plain): %.1f ms = %.2f of forward+backward+collectives" % (adam, adam / fb))
@@ -68,6 +72,6 @@ for n in ["plain", "spec", "plain_stream", "spec_stream"]:
     exposed = med(n, "step_ms") - fb
     print("%-12s step / fwd+bwd = %.3f; exposed optimizer time %.1f ms = %.2f of the server's AdamW" % (n, med(n, "step_ms") / fb, exposed, exposed / adam))
 for sfx in ["", "_stream"]:
-    print("clip 0.01%s: spec / plain step = %.3f" % (sfx, med("spec_clip" + sfx, "step_ms") / med("plain_clip" + sfx, "step_ms")))
+    print("clip 0.01%s: spec / plain step = %.3f (every step rolled back), %.3f (speculate_every_step off)" % (sfx, med("spec_clip" + sfx, "step_ms") / med("plain_clip" + sfx, "step_ms"), med("spec_clip_held" + sfx, "step_ms") / med("plain_clip" + sfx, "step_ms")))
 print("(with _stream the pull is the next forward's wait: inside 'forward', shown as 'pull')")
 PY

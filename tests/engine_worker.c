@@ -36,9 +36,9 @@ typedef struct {
     int64_t live, prefetch, reuse; /* stage 3 budgets (elements) */
     unsigned debug;                /* ZS_ENGINE_DEBUG_* */
     int rss_check;                 /* fail if RSS grows after step 5 */
-    int spec;                      /* super_offload: 0/1; -1: the config's default */
-    int stream;                    /* stream_pulls: 0/1; -1: the config's default */
-    int spec_report;               /* rank 0 prints the servers' speculation counters */
+    int spec;   /* super_offload: 0/1, 2: with speculate_every_step; -1: the config's default */
+    int stream; /* stream_pulls: 0/1; -1: the config's default */
+    int spec_report; /* rank 0 prints the servers' speculation counters */
 } args_t;
 
 static void fail(int rank, const char *what, const zs_err_t *err)
@@ -161,9 +161,10 @@ static void make_config(const args_t *a, int W, zs_config_t *cfg)
              a->gas, a->clip, f16 ? "true" : "false", b16 ? "true" : "false", a->stage, a->bucket,
              a->persist, (long long)a->prefetch, (long long)a->live, (long long)a->reuse,
              a->offload_param ? "cpu" : "none", a->offload ? "cpu" : "none",
-             a->spec < 0   ? ""
-             : a->spec > 0 ? ", \"super_offload\": true"
-                           : ", \"super_offload\": false",
+             a->spec < 0    ? ""
+             : a->spec == 2 ? ", \"super_offload\": true, \"speculate_every_step\": true"
+             : a->spec > 0  ? ", \"super_offload\": true"
+                            : ", \"super_offload\": false",
              a->stream < 0   ? ""
              : a->stream > 0 ? ", \"stream_pulls\": true"
                              : ", \"stream_pulls\": false");

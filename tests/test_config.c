@@ -132,7 +132,11 @@ static void test_defaults(void)
         parse_ok("{\"zero_optimization\": {\"stage\": 2, \"offload_optimizer\": {\"device\": "
                  "\"cpu\", \"super_offload\": true}}}",
                  &s, &ws);
-        TEST_CHECK(s.offload_speculate == 1 && ws.n == 0);
+        TEST_CHECK(s.offload_speculate == 1 && s.offload_speculate_every == 0 && ws.n == 0);
+        parse_ok("{\"zero_optimization\": {\"stage\": 2, \"offload_optimizer\": {\"device\": "
+                 "\"cpu\", \"super_offload\": true, \"speculate_every_step\": true}}}",
+                 &s, &ws);
+        TEST_CHECK(s.offload_speculate == 1 && s.offload_speculate_every == 1 && ws.n == 0);
     }
     TEST_CHECK(c.reduce_bucket_size == 500000000 && c.allgather_bucket_size == 500000000);
     TEST_CHECK(c.overlap_comm == 0 && c.contiguous_gradients == 1 && c.reduce_scatter == 1 &&

@@ -24,9 +24,11 @@
  *     within the deadline, not a hang.
  *  5. Speculative updates on the servers (super_offload true) are bitwise
  *     equal to plain commits (false): stages 0-3 x W in {1,2} x fp32/bf16/
- *     fp16 (two overflow-skipped steps); clip 0.01 rolls every step back and
- *     still matches; without clipping the servers keep them (their counters
- *     say so). `test_engine speculation` runs this section alone.
+ *     fp16 (two overflow-skipped steps), speculating every step; clip 0.01
+ *     rolls every step back and still matches; without clipping the servers
+ *     keep them (their counters say so). With speculate_every_step off (the
+ *     default) the step after a clipped or skipped one runs plain. `test_engine speculation` runs
+ * this section alone.
  *  6. Streamed pulls (stream_pulls, the default) are bitwise equal to
  *     synchronous pulls at stages 0-2 x W in {1,2} x fp32/bf16/fp16 (two
  *     overflow-skipped steps), with and without speculation.
@@ -490,27 +492,83 @@ static void fp16_overflow(void)
 typedef struct {
     unsigned long long hits, rollbacks, elements;
     int kept, rolled, steps;
+    int held;       /* steps that did not speculate (spec=0) */
+    int unexpected; /* with clip: steps whose spec= breaks the rule of speculate_every_step off */
 } spec_log_t;
 
-static spec_log_t spec_log(const char *log)
+/* The worker's and servers' speculation figures of a run's log. `clip` (the
+ * run's gradient_clipping, 0: none) gives `unexpected`: a step misses when
+ * it is skipped or clipped (its real scalars differ from the expected
+ * ones); with super_offload and speculate_every_step off the step after a
+ * miss must not speculate (spec=0) and every other step must (1 kept, -1
+ * rolled back, as it missed). */
+static spec_log_t spec_log_clip(const char *log, double clip)
 {
     spec_log_t r = {0};
     FILE *f = fopen(log, "r");
     TEST_CHECK(f);
     char line[512];
+    int prev_miss = 0;
     while (fgets(line, sizeof line, f)) {
-        int sp;
-        const char *p = strstr(line, " spec=");
+        int sp, skipped;
+        double norm;
+        const char *p = strstr(line, " spec="), *q = strstr(line, " skipped="),
+                   *n = strstr(line, " norm=");
         if (strncmp(line, "stat ", 5) == 0 && p && sscanf(p, " spec=%d", &sp) == 1) {
             r.steps++;
             r.kept += sp > 0;
             r.rolled += sp < 0;
+            r.held += sp == 0;
+            if (q && n && sscanf(q, " skipped=%d", &skipped) == 1 &&
+                sscanf(n, " norm=%lf", &norm) == 1) {
+                int miss = skipped || (clip > 0 && clip / (norm + 1e-6) < 1.0);
+                r.unexpected += sp != (prev_miss ? 0 : miss ? -1 : 1);
+                prev_miss = miss;
+            }
         }
         sscanf(line, "spec hits=%llu rollbacks=%llu elements=%llu", &r.hits, &r.rollbacks,
                &r.elements);
     }
     fclose(f);
     return r;
+}
+
+static spec_log_t spec_log(const char *log)
+{
+    return spec_log_clip(log, 0);
+}
+
+/* 5, speculate_every_step off (the default): after a step whose scalars
+ * differed from the expected ones (clipped, overflow-skipped) the next one
+ * does not speculate. Clip 0.01 (every step clips): one rollback, then
+ * plain steps; fp16 with two overflows and no clipping: the step after each
+ * overflow is plain, the others speculate. Bitwise equal to plain commits. */
+static void speculation_held(void)
+{
+    static const char *const cases[2][2] = {{"bf16", "--clip 0.01"},
+                                            {"fp16", "--clip 0 --inject-nan 5 --inject-count 2"}};
+    for (int c = 0; c < 2; c++) {
+        char out[2][300], log[2][300];
+        for (int sp = 0; sp < 2; sp++) {
+            snprintf(out[sp], sizeof out[sp], "%s/spec-held%d-%d.bin", g_tmp, c, sp);
+            snprintf(log[sp], sizeof log[sp], "%s/spec-held%d-%d.log", g_tmp, c, sp);
+            must(run(2, log[sp],
+                     "--stage 2 --dtype %s --offload 1 --servers %s --steps 10 %s --spec %d "
+                     "--spec-report --out %s",
+                     cases[c][0], g_servers, cases[c][1], sp, out[sp]),
+                 log[sp], "speculation held back");
+        }
+        spec_log_t on = spec_log_clip(log[1], c == 0 ? 0.01 : 0);
+        TEST_CHECKF(same_file(out[0], out[1]), "%s %s, speculation held back: differs from plain",
+                    cases[c][0], cases[c][1]);
+        TEST_CHECKF(on.steps == 10 && on.unexpected == 0 && on.held >= (c == 0 ? 9 : 2) &&
+                        on.rolled == 1,
+                    "%s %s: %d steps, %d kept, %d rolled back, %d held, %d not as the rule says",
+                    cases[c][0], cases[c][1], on.steps, on.kept, on.rolled, on.held, on.unexpected);
+        printf("  %s %s, speculate_every_step off: %d kept, %d rolled back, %d held back; "
+               "== plain, bitwise\n",
+               cases[c][0], cases[c][1], on.kept, on.rolled, on.held);
+    }
 }
 
 /* 5. Speculative updates on the servers (offload_optimizer.super_offload):
@@ -536,7 +594,7 @@ static void speculation(void)
                     must(run(Ws[wi], log[sp],
                              "--stage %d --dtype %s --offload 1 --servers %s --steps 10 "
                              "--clip 1.0 --spec %d --spec-report --out %s %s",
-                             s, dtypes[d], g_servers, sp, out[sp], extra),
+                             s, dtypes[d], g_servers, sp ? 2 : 0, out[sp], extra),
                          log[sp], "speculation run");
                 }
                 spec_log_t on = spec_log(log[1]), off = spec_log(log[0]);
@@ -562,7 +620,8 @@ static void speculation(void)
      * 10 steps on 2 servers some must have been kept and some rolled back. */
     TEST_CHECKF(hits > 0 && rollbacks > 0, "servers kept %llu and rolled back %llu", hits,
                 rollbacks);
-    /* Clipping on every step (clip 0.01): every speculation rolls back. */
+    /* Clipping on every step (clip 0.01), speculate_every_step: every
+     * speculation rolls back. */
     char out[2][300], log[2][300];
     for (int sp = 0; sp < 2; sp++) {
         snprintf(out[sp], sizeof out[sp], "%s/spec-clip-%d.bin", g_tmp, sp);
@@ -570,7 +629,7 @@ static void speculation(void)
         must(run(2, log[sp],
                  "--stage 2 --dtype bf16 --offload 1 --servers %s --steps 10 --clip 0.01 "
                  "--spec %d --spec-report --ref %s --out %s",
-                 g_servers, sp, BF16_TOL, out[sp]),
+                 g_servers, sp ? 2 : 0, BF16_TOL, out[sp]),
              log[sp], "clipping run");
     }
     spec_log_t on = spec_log(log[1]);
@@ -581,6 +640,7 @@ static void speculation(void)
     printf("  clip 0.01, stage 2 W=2 bf16: every step rolled back (servers: %llu), == plain, "
            "bitwise\n",
            on.rollbacks);
+    speculation_held();
     for (int sp = 0; sp < 2; sp++) {
         snprintf(out[sp], sizeof out[sp], "%s/spec-noclip-%d.bin", g_tmp, sp);
         snprintf(log[sp], sizeof log[sp], "%s/spec-noclip-%d.log", g_tmp, sp);

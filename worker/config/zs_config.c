@@ -102,7 +102,8 @@ static const char *const FP16_KEYS[] = {"enabled",           "loss_scale", "init
                                         "min_loss_scale",    NULL};
 static const char *const BF16_KEYS[] = {"enabled", NULL};
 static const char *const OFFLOAD_KEYS[] = {"device", NULL};
-static const char *const OFFLOAD_OPT_KEYS[] = {"device", "super_offload", "stream_pulls", NULL};
+static const char *const OFFLOAD_OPT_KEYS[] = {"device", "super_offload", "speculate_every_step",
+                                               "stream_pulls", NULL};
 /* zero_optimization keys besides ZFIELDS (below) */
 static const char *const ZERO_KEYS[] = {"stage",       "offload_optimizer", "offload_param",
                                         "cpu_offload", "cpu_offload_param", NULL};
@@ -474,14 +475,15 @@ static int parse_bf16(pctx_t *c, const cJSON *o, const char *name, zs_config_t *
 }
 
 /* offload_optimizer / offload_param: device none|cpu; nvme is refused
- * (using CPU memory instead would misread the file). super: where
- * offload_optimizer.super_offload (DeepSpeed's SuperOffload switch: the CPU
- * optimizer speculates before the gradient norm and overflow are known)
- * goes, stream: where offload_optimizer.stream_pulls (zeroshard's: the next
- * step's forward starts while updated parameters arrive) goes; both NULL
- * for offload_param, where they are unknown keys. */
+ * (using CPU memory instead would misread the file). opt: the config whose
+ * offload_optimizer keys go there, NULL for offload_param (where they are
+ * unknown keys): super_offload (DeepSpeed's SuperOffload switch: the CPU
+ * optimizer speculates before the gradient norm and overflow are known),
+ * and zeroshard's speculate_every_step (also right after a step whose
+ * scalars differed) and stream_pulls (the next step's forward starts while
+ * updated parameters arrive). */
 static int parse_offload(pctx_t *c, const cJSON *o, const char *path, const char *const *not_impl,
-                         int *out, int *super, int *stream)
+                         int *out, zs_config_t *opt)
 {
     *out = 0;
     if (cJSON_IsNull(o)) /* DeepSpeed: Optional[...] = None */
@@ -510,16 +512,19 @@ static int parse_offload(pctx_t *c, const cJSON *o, const char *path, const char
                                   "%s: \"%.40s\" is not a device (DeepSpeed: \"none\", \"cpu\", "
                                   "\"nvme\")",
                                   p, d);
-        } else if (super && strcmp(it->string, "super_offload") == 0) {
-            if ((rc = zs__cfg_get_bool(c, it, p, super)) != ZS_OK)
+        } else if (opt && strcmp(it->string, "super_offload") == 0) {
+            if ((rc = zs__cfg_get_bool(c, it, p, &opt->offload_speculate)) != ZS_OK)
                 return rc;
-        } else if (stream && strcmp(it->string, "stream_pulls") == 0) {
-            if ((rc = zs__cfg_get_bool(c, it, p, stream)) != ZS_OK)
+        } else if (opt && strcmp(it->string, "speculate_every_step") == 0) {
+            if ((rc = zs__cfg_get_bool(c, it, p, &opt->offload_speculate_every)) != ZS_OK)
+                return rc;
+        } else if (opt && strcmp(it->string, "stream_pulls") == 0) {
+            if ((rc = zs__cfg_get_bool(c, it, p, &opt->offload_stream)) != ZS_OK)
                 return rc;
         } else if (zs__cfg_in_list(it->string, not_impl)) {
             zs__cfg_warn_once(c, p, "not implemented");
         } else {
-            zs__cfg_unknown_in(c, path, it->string, super ? OFFLOAD_OPT_KEYS : OFFLOAD_KEYS,
+            zs__cfg_unknown_in(c, path, it->string, opt ? OFFLOAD_OPT_KEYS : OFFLOAD_KEYS,
                                not_impl);
         }
     }
@@ -627,14 +632,14 @@ static int parse_zero(pctx_t *c, const cJSON *o, zs_config_t *cfg, pstate_t *st)
         if (strcmp(k, "offload_optimizer") == 0) {
             st->offload_opt_key = 1;
             if ((rc = parse_offload(c, it, p, OFFLOAD_OPT_NOT_IMPLEMENTED, &cfg->offload_optimizer,
-                                    &cfg->offload_speculate, &cfg->offload_stream)) != ZS_OK)
+                                    cfg)) != ZS_OK)
                 return rc;
             continue;
         }
         if (strcmp(k, "offload_param") == 0) {
             st->offload_par_key = 1;
             if ((rc = parse_offload(c, it, p, OFFLOAD_PARAM_NOT_IMPLEMENTED, &cfg->offload_param,
-                                    NULL, NULL)) != ZS_OK)
+                                    NULL)) != ZS_OK)
                 return rc;
             continue;
         }

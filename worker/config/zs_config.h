@@ -93,6 +93,10 @@ typedef struct zs_config {
     int offload_speculate;         /* offload_optimizer.super_offload: servers update speculatively
                                     * before the step's norm and overflow are known (default
                                     * ZS_CFG_SPECULATE_DEFAULT; docs/engine.md) */
+    int offload_speculate_every;   /* offload_optimizer.speculate_every_step (default 0): also
+                                    * speculate on the step after one whose real scalars
+                                    * differed from the expected ones (clipping, overflow); off,
+                                    * such a step runs plain (it would most likely roll back) */
     int offload_stream;            /* offload_optimizer.stream_pulls (default 1): stages 0-2 pull
                                     * updated parameters in the background while the next
                                     * step's forward lands them layer by layer */

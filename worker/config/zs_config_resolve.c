@@ -221,6 +221,9 @@ void zs_config_print(const zs_config_t *cfg, void *fp)
     if (cfg->offload_optimizer)
         fprintf(f, "zero_optimization.offload_optimizer.super_offload = %s\n",
                 tf(cfg->offload_speculate));
+    if (cfg->offload_optimizer && cfg->offload_speculate)
+        fprintf(f, "zero_optimization.offload_optimizer.speculate_every_step = %s\n",
+                tf(cfg->offload_speculate_every));
     if (cfg->offload_optimizer)
         fprintf(f, "zero_optimization.offload_optimizer.stream_pulls = %s\n",
                 tf(cfg->offload_stream));

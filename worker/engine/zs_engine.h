@@ -170,7 +170,8 @@ typedef struct zs_step_stats {
      * optimizer: the last pushes, the commit and the pulls. spec: with
      * offload_optimizer.super_offload, 1 if the commit carried the scalars the
      * pushes stated (the servers keep their speculative update), -1 if not
-     * (they roll it back: clipping, overflow); 0 without speculation. */
+     * (they roll it back: clipping, overflow); 0 without speculation (off,
+     * or held back after a step whose scalars differed: speculate_every_step). */
     int spec;
     /* With offload, ms_optimizer split: waiting for this worker's last
      * pushes, the commit call (rank 0; the servers accept it at once), and

@@ -165,15 +165,17 @@ struct zs_engine {
     uint64_t step; /* last completed step */
     uint64_t t;    /* Adam steps taken (non-skipped) */
 
-    zs__pusher_t *pusher;       /* offload: background gradient push */
-    zs__puller_t *puller;       /* offload at stages 0-2 with stream_pulls: streamed pulls */
-    int land;                   /* next segment to land (ns: none pending) */
-    int pull_open;              /* a step's pulls were begun and not yet reported */
-    double ms_land;             /* time the main thread waited landing them */
-    int first_micro;            /* the current micro-batch is the step's first */
-    int last_micro;             /* the current micro-batch is the step's last */
-    void *leak;                 /* ZS_ENGINE_DEBUG_LEAK: the last leaked block */
-    int last_rc;                /* this worker's status of the last failed step/checkpoint */
+    zs__pusher_t *pusher; /* offload: background gradient push */
+    zs__puller_t *puller; /* offload at stages 0-2 with stream_pulls: streamed pulls */
+    int land;             /* next segment to land (ns: none pending) */
+    int pull_open;        /* a step's pulls were begun and not yet reported */
+    int spec_miss;        /* super_offload: the last step's real scalars differed from the expected
+                           * ones, so this step does not speculate (zs__eng_speculating) */
+    double ms_land;       /* time the main thread waited landing them */
+    int first_micro;      /* the current micro-batch is the step's first */
+    int last_micro;       /* the current micro-batch is the step's last */
+    void *leak;           /* ZS_ENGINE_DEBUG_LEAK: the last leaked block */
+    int last_rc;          /* this worker's status of the last failed step/checkpoint */
     uint64_t model_scratch;     /* scratch bytes the model allocated at bind */
     uint64_t model_scratch_dev; /* ... of them in the device space */
 };
@@ -270,6 +272,17 @@ int zs__eng_optimize(zs_engine_t *e, zs_step_stats_t *st, zs_err_t *err);
  * computes the real ones, so equal steps are bitwise equal. With
  * offload_optimizer.super_offload the pushes state them (speculation). */
 void zs__eng_expect(const zs_engine_t *e, uint64_t step, zs_step_scalars_t *sc);
+
+/* 1 when this step's pushes state the expected scalars (the servers
+ * speculate): offload_optimizer.super_offload, unless the last step's real
+ * scalars differed from its expected ones (clipping, overflow: the next
+ * step would most likely roll back too) and speculate_every_step is off.
+ * Constant within a step: spec_miss changes only in zs__eng_optimize, after
+ * every push. */
+static inline int zs__eng_speculating(const zs_engine_t *e)
+{
+    return e->cfg.offload_speculate && (e->cfg.offload_speculate_every || !e->spec_miss);
+}
 
 /* Bucket k's gradient partition is final for this step in e->grads (stages
  * 0-1 after the all-reduce): with offload, copy it to pinned staging on the

@@ -187,12 +187,13 @@ int zs__eng_optimize(zs_engine_t *e, zs_step_stats_t *st, zs_err_t *err)
          * update (a hit), others roll it back. */
         zs_step_scalars_t ex;
         zs__eng_expect(e, st->step, &ex);
-        if (e->cfg.offload_speculate)
-            st->spec = memcmp(&ex.grad_scale, &sc.grad_scale, 4) == 0 &&
-                               memcmp(&ex.clip_coef, &sc.clip_coef, 4) == 0 &&
-                               memcmp(&ex.lr, &sc.lr, 4) == 0 && !sc.skip
-                           ? 1
-                           : -1;
+        int match = memcmp(&ex.grad_scale, &sc.grad_scale, 4) == 0 &&
+                    memcmp(&ex.clip_coef, &sc.clip_coef, 4) == 0 &&
+                    memcmp(&ex.lr, &sc.lr, 4) == 0 && !sc.skip;
+        if (zs__eng_speculating(e))
+            st->spec = match ? 1 : -1;
+        /* Every worker agrees on the scalars, so on this too. */
+        e->spec_miss = !match;
         rc = update_offload(e, &sc, st, err);
     } else if (!skip) {
         rc = update_in_process(e, &as, err);

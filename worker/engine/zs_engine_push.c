@@ -108,7 +108,7 @@ int zs__eng_push_async(zs_engine_t *e, uint64_t step, uint64_t lo, uint64_t hi, 
     job_t *j = malloc(sizeof *j);
     if (!j)
         return zs_err_set(err, ZS_ERR_NOMEM, "out of memory");
-    *j = (job_t){NULL, step, lo, hi, src, ready, e->cfg.offload_speculate, {0}};
+    *j = (job_t){NULL, step, lo, hi, src, ready, zs__eng_speculating(e), {0}};
     /* Computed here, on the engine's thread: the loss scale and t do not
      * change until the step's optimize, after every push. */
     if (j->has_expect)
