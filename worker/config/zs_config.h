@@ -39,9 +39,11 @@
 #include "zs_status.h"
 
 /* offload_optimizer.super_offload when the file does not say: off. On a
- * shared 2-core VM with the worker and the server on a core each, the
- * speculative step was slower than the plain one (bench/RESULTS.md,
- * "Speculative updates"); turn it on where the servers have cores to spare. */
+ * shared 2-core VM with the worker and the server on a core each the worker
+ * waits for the transfer, not for the servers' AdamW: the speculative step
+ * was within noise of the plain one, and the pre-images cost the servers up
+ * to 12 B/element (bench/RESULTS.md, "Speculative updates"); turn it on
+ * where the servers' AdamW is what the workers wait for. */
 #define ZS_CFG_SPECULATE_DEFAULT 0
 
 typedef enum { ZS_SCHED_NONE = 0, ZS_SCHED_WARMUP_LR, ZS_SCHED_WARMUP_DECAY_LR } zs_sched_type_t;
