@@ -30,8 +30,9 @@
  *     default) the step after a clipped or skipped one runs plain. `test_engine speculation` runs
  * this section alone.
  *  6. Streamed pulls (stream_pulls, the default) are bitwise equal to
- *     synchronous pulls at stages 0-2 x W in {1,2} x fp32/bf16/fp16 (two
- *     overflow-skipped steps), with and without speculation.
+ *     synchronous pulls at stages 0-3 x W in {1,2} x fp32/bf16/fp16 (two
+ *     overflow-skipped steps), with and without speculation; stage 3 also
+ *     with a resident bucket and with offload_param.
  *     `test_engine streaming` runs this section alone (`test_engine
  *     one-micro`: section 1e alone).
  */
@@ -690,15 +691,16 @@ static void server_gone(void)
     printf("  workers stopped after %ld s with an error naming %s\n", secs, g_srv[1].addr);
 }
 
-/* 6. Streamed pulls (offload_optimizer.stream_pulls, stages 0-2: the next
- * step's forward lands each segment as it needs it): bitwise equal to the
- * synchronous pulls at stages 0-2, W in {1, 2}, fp32, bf16 and fp16 with two
- * overflow-skipped steps (nothing to pull), with speculation on and off. */
+/* 6. Streamed pulls (offload_optimizer.stream_pulls: the next step's
+ * forward lands each segment as it needs it, stage 3 as it gathers it):
+ * bitwise equal to the synchronous pulls at stages 0-3, W in {1, 2}, fp32,
+ * bf16 and fp16 with two overflow-skipped steps (nothing to pull), with
+ * speculation on and off. */
 static void streamed_pulls(void)
 {
     static const char *dtypes[] = {"fp32", "bf16", "fp16"};
     printf("6. streamed pulls == synchronous pulls, bitwise\n");
-    for (int s = 0; s <= 2; s++)
+    for (int s = 0; s <= 3; s++)
         for (int W = 1; W <= 2; W++)
             for (int d = 0; d < 3; d++) {
                 char out[2][300], log[2][300];
@@ -721,6 +723,25 @@ static void streamed_pulls(void)
                 printf("  stage %d W=%d %s%s%s: streamed == synchronous, bitwise\n", s, W,
                        dtypes[d], d == 2 ? " (2 overflows)" : "", spec ? ", speculation" : "");
             }
+    /* Stage 3 with a resident bucket (gathered again as it lands) and with
+     * offload_param (the pulls land in the pinned partition). */
+    static const char *const s3[2] = {"--persist 1200 --dtype bf16",
+                                      "--offload-param 1 --dtype fp32"};
+    for (int c = 0; c < 2; c++) {
+        char out[2][300], log[2][300];
+        for (int sp = 0; sp < 2; sp++) {
+            snprintf(out[sp], sizeof out[sp], "%s/stream-s3-%d-%d.bin", g_tmp, c, sp);
+            snprintf(log[sp], sizeof log[sp], "%s/stream-s3-%d-%d.log", g_tmp, c, sp);
+            must(run(2, log[sp],
+                     "--stage 3 %s --offload 1 --servers %s --steps 8 --clip 1.0 --stream %d "
+                     "--out %s",
+                     s3[c], g_servers, sp, out[sp]),
+                 log[sp], "streamed pulls run");
+        }
+        TEST_CHECKF(same_file(out[0], out[1]), "stage 3 %s: streamed and synchronous pulls differ",
+                    s3[c]);
+        printf("  stage 3 W=2 %s: streamed == synchronous, bitwise\n", s3[c]);
+    }
 }
 
 int main(int argc, char **argv)

@@ -99,9 +99,10 @@ typedef struct zs_config {
                                     * speculate on the step after one whose real scalars
                                     * differed from the expected ones (clipping, overflow); off,
                                     * such a step runs plain (it would most likely roll back) */
-    int offload_stream;            /* offload_optimizer.stream_pulls (default 1): stages 0-2 pull
-                                    * updated parameters in the background while the next
-                                    * step's forward lands them layer by layer */
+    int offload_stream;            /* offload_optimizer.stream_pulls (default 1): pull updated
+                                    * parameters in the background while the next step's
+                                    * forward lands them layer by layer (stage 3: gather by
+                                    * gather) */
     int offload_param;             /* offload_param.device == "cpu" (stage 3) */
     int64_t reduce_bucket_size;    /* elements, default 500000000 */
     int64_t allgather_bucket_size; /* elements, default 500000000 */

@@ -55,7 +55,7 @@ void *zs__eng_param_part(zs_engine_t *e, const zs__seg_t *s)
 /* See zs_engine_internal.h. */
 int zs__eng_pull_in_place(const zs_engine_t *e)
 {
-    return (e->stage == 3 && e->offload_param) || (e->stage < 3 && e->dev->host_addressable);
+    return (e->stage == 3 && e->offload_param) || e->dev->host_addressable;
 }
 
 /* See zs_engine_internal.h. */
@@ -463,7 +463,7 @@ int zs_engine_create(const zs_engine_opts_t *o, const zs_model_t *model, zs_engi
         rc = zs_client_create(&co, &e->client, err);
         if (!rc && e->offload)
             rc = zs__eng_pusher_start(e, err);
-        if (!rc && e->offload && e->stage < 3 && e->cfg.offload_stream)
+        if (!rc && e->offload && e->cfg.offload_stream)
             rc = zs__eng_puller_start(e, err);
         if (rc)
             goto fail;

@@ -176,7 +176,7 @@ typedef struct zs_step_stats {
     /* With offload, ms_optimizer split: waiting for this worker's last
      * pushes, the commit call (rank 0; the servers accept it at once), and
      * the pulls (the servers' AdamW shows here: a pull waits per chunk).
-     * With offload_optimizer.stream_pulls (stages 0-2) the pulls run after
+     * With offload_optimizer.stream_pulls (the default) the pulls run after
      * the step: ms_opt_pull is then the time this step's forward waited for
      * the previous step's parameters (inside ms_forward). */
     double ms_opt_push, ms_opt_commit, ms_opt_pull;

@@ -111,6 +111,9 @@ static int buf_put(zs_engine_t *e, void *p, size_t bytes, zs_err_t *err)
 int zs__eng_gather_seg(zs_engine_t *e, int k, zs_err_t *err)
 {
     zs__seg_t *s = &e->s[k];
+    /* streamed pulls: the last step's parameters of segments up to k first
+     * (a resident segment is gathered again there) */
+    ZS_ENG_TRY(zs__eng_pull_land(e, k, err));
     if (s->gbuf || s->n == 0)
         return ZS_OK;
     size_t bytes = gather_bytes(e, s);

@@ -8,7 +8,7 @@
  *   zs_engine_step.c    micro-batches: forward, backward, gradient reduction
  *   zs_engine_optim.c   norm, clipping, optimizer or offload, parameter gather
  *   zs_engine_push.c    background push of staged gradient partitions
- *   zs_engine_pull.c    streamed pulls of updated parameters (stages 0-2)
+ *   zs_engine_pull.c    streamed pulls of updated parameters
  *   zs_engine_ckpt.c    start, checkpoint, resume
  *   zs_engine_recover.c going on after a lost shard server
  *
@@ -166,7 +166,7 @@ struct zs_engine {
     uint64_t t;    /* Adam steps taken (non-skipped) */
 
     zs__pusher_t *pusher; /* offload: background gradient push */
-    zs__puller_t *puller; /* offload at stages 0-2 with stream_pulls: streamed pulls */
+    zs__puller_t *puller; /* offload with stream_pulls: streamed pulls */
     int land;             /* next segment to land (ns: none pending) */
     int pull_open;        /* a step's pulls were begun and not yet reported */
     int spec_miss;        /* super_offload: the last step's real scalars differed from the expected

@@ -14,10 +14,10 @@
  * With offload, rank 0 commits for everyone after every worker's pushes
  * are done; the servers' commit is idempotent, so a retry is harmless.
  * Pulled partitions land in pinned staging and are copied to the device on
- * the copy stream (with offload_param the stage-3 partition is pinned host
- * memory already and is pulled into place). With stream_pulls (stages 0-2)
- * the pulls go on in the background after the step and the next step's
- * forward lands them (zs_engine_pull.c). All workers agree on every
+ * the copy stream (they are pulled into place where the host can write the
+ * partition: stage 3 with offload_param, a host-addressable device). With
+ * stream_pulls the pulls go on in the background after the step and the
+ * next step's forward lands them (zs_engine_pull.c). All workers agree on every
  * error (an all-reduce of failure flags), so no rank is left waiting in a
  * collective.
  */

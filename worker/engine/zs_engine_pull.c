@@ -1,7 +1,7 @@
 /*
- * zs_engine_pull.c - streamed parameter pulls (offload_optimizer at stages
- * 0-2, offload_optimizer.stream_pulls): the next step starts its forward
- * while the servers' updated parameters are still arriving (issue 18).
+ * zs_engine_pull.c - streamed parameter pulls (offload_optimizer,
+ * offload_optimizer.stream_pulls): the next step starts its forward while
+ * the servers' updated parameters are still arriving (issue 18).
  *
  * Once every worker agrees that Commit succeeded, zs__eng_pull_begin hands
  * the step's pulls to one puller thread, which pulls this worker's part of
@@ -26,8 +26,13 @@
  * and the landing of the segment, and the next step's gradients reach
  * staging only in backward, after its forward landed every segment.
  *
- * Not here: stage 3 (its gathers keep the synchronous pulls), the pulls of
- * resume and recovery (synchronous, zs_engine_ckpt.c, zs_engine_recover.c).
+ * Stage 3: the pulls land in this worker's parameter partition, and what
+ * lands a segment is its gather (zs__eng_gather_seg, for a layer's use or a
+ * prefetch) instead of the layer loop: no all-gather here, the gather does
+ * it; a resident (persistent) segment is gathered again when it lands.
+ *
+ * Not here: the pulls of resume and recovery (synchronous,
+ * zs_engine_ckpt.c, zs_engine_recover.c).
  */
 #include <pthread.h>
 #include <stdlib.h>
@@ -137,8 +142,8 @@ int zs__eng_pull_land(zs_engine_t *e, int upto, zs_err_t *err)
     if (!p || e->land > upto || e->land >= e->ns)
         return ZS_OK;
     double t0 = zs__eng_now_ms();
-    for (; e->land <= upto && e->land < e->ns; e->land++) {
-        int k = e->land, failed;
+    while (e->land <= upto && e->land < e->ns) {
+        int k = e->land++, failed; /* landed from here on: stage 3's refresh gathers it */
         zs__seg_t *s = &e->s[k];
         pthread_mutex_lock(&p->mu);
         while (!p->done[k])
@@ -153,14 +158,25 @@ int zs__eng_pull_land(zs_engine_t *e, int upto, zs_err_t *err)
             ZS_ENG_TRY(zs_dev_memcpy(e->copy, zs__eng_param_part(e, s),
                                      zs__at(e, e->staging, s->qbase), (s->ve - s->vb) * e->esz,
                                      err));
+        if (e->stage == 3) {
+            /* The gathers read the partition (after the copy stream's
+             * event); a resident segment is gathered again now. */
+            if (s->persistent && s->gbuf) {
+                zs__eng_drop_seg(e, k);
+                ZS_ENG_TRY(zs__eng_gather_seg(e, k, err));
+            }
+            continue;
+        }
         ZS_ENG_TRY(zs_dev_event_record(e->ev_copy, e->copy, err));
         ZS_ENG_TRY(zs_dev_stream_wait(e->comm, e->ev_copy, err));
         ZS_ENG_TRY(zs_coll_all_gather(e->coll, zs__at(e, e->params, s->pbase), s->part, e->dt, NULL,
                                       NULL, err));
     }
-    /* the layers read the landed parameters */
-    ZS_ENG_TRY(zs_dev_event_record(e->ev_reduced, e->comm, err));
-    ZS_ENG_TRY(zs_dev_stream_wait(e->compute, e->ev_reduced, err));
+    /* the layers read the landed parameters (stage 3: through the gathers) */
+    if (e->stage < 3) {
+        ZS_ENG_TRY(zs_dev_event_record(e->ev_reduced, e->comm, err));
+        ZS_ENG_TRY(zs_dev_stream_wait(e->compute, e->ev_reduced, err));
+    }
     e->ms_land += zs__eng_now_ms() - t0;
     return ZS_OK;
 }
