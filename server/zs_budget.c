@@ -24,25 +24,43 @@ void zs_budget_deinit(zs_budget_t *b)
 
 int zs_budget_take(zs_budget_t *b, uint64_t bytes, const char *what, zs_err_t *err)
 {
+    return zs_budget_take_spare(b, bytes, 0, what, err);
+}
+
+/* "N bytes" below 1 MiB, else "X.Y MiB". */
+static void fmt_bytes(char *out, size_t cap, uint64_t bytes)
+{
+    if (bytes < (1u << 20))
+        snprintf(out, cap, "%llu bytes", (unsigned long long)bytes);
+    else
+        snprintf(out, cap, "%.1f MiB", (double)bytes / (1 << 20));
+}
+
+int zs_budget_take_spare(zs_budget_t *b, uint64_t bytes, uint64_t spare, const char *what,
+                         zs_err_t *err)
+{
     if (bytes == 0)
         return ZS_OK;
     pthread_mutex_lock(&b->mu);
     uint64_t used = b->used, limit = b->limit;
-    int ok = bytes <= limit && used <= limit - bytes;
+    /* used + bytes + spare <= limit, without overflow */
+    int ok = bytes <= limit && spare <= limit - bytes && used <= limit - bytes - spare;
     if (ok)
         b->used += bytes;
     pthread_mutex_unlock(&b->mu);
     if (ok)
         return ZS_OK;
-    char need[32];
-    if (bytes < (1u << 20))
-        snprintf(need, sizeof need, "%llu bytes", (unsigned long long)bytes);
-    else
-        snprintf(need, sizeof need, "%.1f MiB", (double)bytes / (1 << 20));
+    char need[32], kept[48] = "";
+    fmt_bytes(need, sizeof need, bytes);
+    if (spare) {
+        char sp[32];
+        fmt_bytes(sp, sizeof sp, spare);
+        snprintf(kept, sizeof kept, " beside %s kept free", sp);
+    }
     return zs_err_set(err, ZS_ERR_NOMEM,
-                      "memory budget: %s needs %s; %.1f MiB of the %.1f MiB budget are reserved "
-                      "(--mem-budget)",
-                      what, need, (double)used / (1 << 20), (double)limit / (1 << 20));
+                      "memory budget: %s needs %s%s; %.1f MiB of the %.1f MiB budget are "
+                      "reserved (--mem-budget)",
+                      what, need, kept, (double)used / (1 << 20), (double)limit / (1 << 20));
 }
 
 void zs_budget_give(zs_budget_t *b, uint64_t bytes)

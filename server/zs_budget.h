@@ -33,6 +33,12 @@ void zs_budget_deinit(zs_budget_t *b);
  * ZS_ERR_NOMEM with err saying how much is needed and free. 0 bytes: OK. */
 int zs_budget_take(zs_budget_t *b, uint64_t bytes, const char *what, zs_err_t *err);
 
+/* As zs_budget_take, but only if `spare` more bytes stay free beside the
+ * reservation (room kept for others: speculation leaves it for the Pull and
+ * GetState buffers, zs_shard_spec.c); err then says how much was kept. */
+int zs_budget_take_spare(zs_budget_t *b, uint64_t bytes, uint64_t spare, const char *what,
+                         zs_err_t *err);
+
 /* Return a reservation (bytes as taken; 0 is a no-op). */
 void zs_budget_give(zs_budget_t *b, uint64_t bytes);
 

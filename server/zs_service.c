@@ -317,8 +317,8 @@ typedef struct {
     pthread_cond_t cv;
     void *buf[2];
     int busy[2]; /* gRPC still holds the buffer */
-    zs_budget_t *budget;
-    uint64_t reserved; /* bytes of it the two buffers hold */
+    zs_shard_t *sh;
+    uint64_t reserved; /* bytes of its budget the two buffers hold */
 } sendbufs_t;
 
 typedef struct {
@@ -337,12 +337,13 @@ static void sendbuf_release(void *p)
 }
 
 /* Two send buffers of `bytes` each, reserved against the budget first
- * (`what` names the call in a refusal). On error nothing is held. */
-static int sendbufs_init(sendbufs_t *sb, size_t bytes, zs_budget_t *budget, const char *what,
+ * (`what` names the call in a refusal); speculation yields them its
+ * pre-images if need be (zs_shard_reserve_call). On error nothing is held. */
+static int sendbufs_init(sendbufs_t *sb, size_t bytes, zs_shard_t *sh, const char *what,
                          zs_err_t *err)
 {
     memset(sb, 0, sizeof *sb);
-    int rc = zs_budget_take(budget, 2 * (uint64_t)bytes, what, err);
+    int rc = zs_shard_reserve_call(sh, 2 * (uint64_t)bytes, what, err);
     if (rc)
         return rc;
     sb->buf[0] = malloc(bytes);
@@ -350,10 +351,10 @@ static int sendbufs_init(sendbufs_t *sb, size_t bytes, zs_budget_t *budget, cons
     if (!sb->buf[0] || !sb->buf[1]) {
         free(sb->buf[0]);
         free(sb->buf[1]);
-        zs_budget_give(budget, 2 * (uint64_t)bytes);
+        zs_shard_release_call(sh, 2 * (uint64_t)bytes);
         return zs_err_set(err, ZS_ERR_NOMEM, "out of memory for send buffers");
     }
-    sb->budget = budget;
+    sb->sh = sh;
     sb->reserved = 2 * (uint64_t)bytes;
     pthread_mutex_init(&sb->mu, NULL);
     pthread_cond_init(&sb->cv, NULL);
@@ -380,7 +381,7 @@ static void sendbufs_deinit(sendbufs_t *sb)
     pthread_mutex_unlock(&sb->mu);
     free(sb->buf[0]);
     free(sb->buf[1]);
-    zs_budget_give(sb->budget, sb->reserved);
+    zs_shard_release_call(sb->sh, sb->reserved);
     pthread_mutex_destroy(&sb->mu);
     pthread_cond_destroy(&sb->cv);
 }
@@ -431,7 +432,7 @@ static int h_pull(void *ctx, zs_scall_t *call, zs_err_t *err)
     if (rc)
         return refuse(sh, rc);
     sendbufs_t sb;
-    rc = sendbufs_init(&sb, cb, zs_shard_budget(sh), "this Pull's two send buffers", err);
+    rc = sendbufs_init(&sb, cb, sh, "this Pull's two send buffers", err);
     if (rc)
         return refuse(sh, rc);
     uint64_t per = cb / esz, sent = 0;
@@ -478,8 +479,7 @@ static int h_get_state(void *ctx, zs_scall_t *call, zs_err_t *err)
     if (rc)
         return refuse(sh, rc);
     sendbufs_t sb;
-    rc = sendbufs_init(&sb, ZS_RPC_CHUNK_BYTES, zs_shard_budget(sh),
-                       "this GetState's two send buffers", err);
+    rc = sendbufs_init(&sb, ZS_RPC_CHUNK_BYTES, sh, "this GetState's two send buffers", err);
     if (rc)
         return refuse(sh, rc);
     uint64_t per = ZS_RPC_CHUNK_BYTES / 4, sent = 0;

@@ -43,7 +43,10 @@
  * pre-images, and checkpoints, GetState, SetState, SetStep, Restore and
  * Initialize cancel speculation first. Pre-images are bounded by
  * opts.spec_window and reserved against the budget; chunks beyond wait for
- * Commit.
+ * Commit. They use only budget the training calls leave: a slot is taken
+ * only if as much stays free as Pull and GetState buffers have held at
+ * once, and those calls take slots back rather than be refused
+ * (zs_shard_reserve_call).
  *
  * Every refusal returns a zs status with a sentence in err and leaves the
  * state as it was.
@@ -302,6 +305,19 @@ int zs_shard_delete(zs_shard_t *sh, uint64_t step, int keep, zs_err_t *err);
 
 /* The shard's memory budget, for the service layer's per-call buffers. */
 zs_budget_t *zs_shard_budget(zs_shard_t *sh);
+
+/* Reserve `bytes` of the budget for the send buffers of a Pull or GetState
+ * (`what` names them in a refusal), the calls that end a step: speculation
+ * yields to them (zs_shard_spec.c). If they do not fit while pre-image
+ * slots are held, the slots are taken back first: a running speculative
+ * batch is stopped, speculated chunks are restored (they wait for Commit as
+ * plain ones), a commit pass that uses slots is waited for, and every slot
+ * is freed. ZS_ERR_NOMEM only when the buffers do not fit with no slot
+ * held, as with no speculation. Return them with zs_shard_release_call. */
+int zs_shard_reserve_call(zs_shard_t *sh, uint64_t bytes, const char *what, zs_err_t *err);
+
+/* Give back `bytes` that zs_shard_reserve_call reserved. */
+void zs_shard_release_call(zs_shard_t *sh, uint64_t bytes);
 
 /* Bytes of budget a state of n elements holds while installed or built: its
  * arrays (22 B/element) and its chunk tables. */

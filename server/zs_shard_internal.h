@@ -124,6 +124,10 @@ struct zs_shard {
 
     zs_budget_t budget;   /* own lock; see zs_shard.h, "Memory" */
     uint64_t budget_live; /* bytes of it the installed state holds */
+    /* Pull and GetState send buffers (zs_shard_reserve_call), bytes of the
+     * budget: held now, and the most held at once since the shard was
+     * created. Speculation leaves call_peak - call_bytes free. */
+    uint64_t call_bytes, call_peak;
 };
 
 /* Empty staging parity p (mu held; no chunk of it in flight): no step, no

@@ -31,6 +31,18 @@
  * chunks wait for Commit. Slots stay allocated (and reserved) until the
  * state is replaced, so steady state allocates nothing.
  *
+ * Speculation is an optimisation, so it never starves the calls that end a
+ * step (the Pull and GetState send buffers, zs_shard_reserve_call):
+ *   1. a slot is taken only if the budget keeps free beside it what those
+ *      buffers have held at once at their peak (call_peak) and do not hold
+ *      now, so steady training leaves its own Pull's room;
+ *   2. a call whose buffers do not fit anyway takes every slot back (the
+ *      step's speculation is cancelled, a commit pass using slots is waited
+ *      for) and is refused only if they still do not fit: exactly when a
+ *      shard without speculation would refuse it.
+ * Rule 1 alone cannot promise that (the first Pull, a burst of concurrent
+ * ones); rule 2 alone would free and reallocate the slots every step.
+ *
  * Safety. Whatever reads or replaces the state wholesale (checkpoints,
  * GetState, SetState, SetStep, Restore, Initialize) cancels speculation
  * first: the pre-images go back, so a checkpoint never holds a speculative
@@ -256,7 +268,10 @@ static int32_t take_slot(zs_shard_t *sh)
     if (s->nslots >= s->maxslots || s->full)
         return -1;
     zs_err_t err;
-    if (zs_budget_take(&sh->budget, SLOT_BYTES, "a speculation pre-image", &err) != ZS_OK) {
+    /* Rule 1 (top of file): room for the call buffers at their peak. */
+    uint64_t spare = sh->call_peak - sh->call_bytes;
+    if (zs_budget_take_spare(&sh->budget, SLOT_BYTES, spare, "a speculation pre-image", &err) !=
+        ZS_OK) {
         ZS_WARN("speculation: %s; the rest of step %llu waits for its commit", err.msg,
                 (unsigned long long)s->step);
         s->full = 1;
@@ -487,4 +502,82 @@ const float *zs__spec_committed_master(zs_shard_t *sh, size_t c)
     if (s->job_slot && s->job_slot[c] >= 0)
         return s->slots[s->job_slot[c]];
     return NULL;
+}
+
+/* Free every pre-image slot and return its budget (mu held, every slot
+ * free: no batch, no pass, nothing APPLIED). Returns the bytes freed. */
+static uint64_t release_slots(zs_shard_t *sh)
+{
+    zs__spec_t *s = &sh->spec;
+    for (size_t i = 0; i < s->nslots; i++) {
+        free(s->slots[i]);
+        s->slots[i] = NULL;
+    }
+    uint64_t bytes = s->budget;
+    zs_budget_give(&sh->budget, bytes);
+    s->budget = 0;
+    s->nslots = 0;
+    s->nfree = 0;
+    return bytes;
+}
+
+/* Rule 2 (top of file): take every slot back for a call whose buffers did
+ * not fit (mu held; may wait on cv). Returns 1 if the caller should try its
+ * reservation again (slots were freed, here or by another call meanwhile),
+ * 0 if speculation holds none it can give. */
+static int spec_yield(zs_shard_t *sh, const char *what)
+{
+    zs__spec_t *s = &sh->spec;
+    if (s->budget == 0)
+        return 0;
+    while (s->budget > 0) {
+        if (sh->job_pending || sh->opt_running) {
+            /* The commit pass reads kept or rolled-back chunks' pre-images
+             * until it ends (zs__spec_pass_end frees them): one pass. */
+            pthread_cond_wait(&sh->cv, &sh->mu);
+            continue;
+        }
+        if (s->running || s->applied > 0) {
+            /* Stop the batch and restore the speculated chunks: the step
+             * speculates no more, its chunks wait for Commit as plain ones
+             * (bitwise the same state either way). May wait: look again. */
+            zs__spec_cancel(sh);
+            continue;
+        }
+        if (s->nfree != s->nslots)
+            return 0; /* a slot in use by nobody we can wait for: never spin */
+        size_t n = s->nslots;
+        uint64_t bytes = release_slots(sh);
+        ZS_INFO("speculation: %zu pre-image slots (%.1f MiB) given back for %s", n,
+                (double)bytes / (1 << 20), what);
+    }
+    return 1;
+}
+
+int zs_shard_reserve_call(zs_shard_t *sh, uint64_t bytes, const char *what, zs_err_t *err)
+{
+    pthread_mutex_lock(&sh->mu);
+    int rc;
+    for (;;) {
+        /* Under mu: the speculation thread takes slots under mu too, so
+         * what spec_yield freed is still free here. */
+        rc = zs_budget_take(&sh->budget, bytes, what, err);
+        if (rc != ZS_ERR_NOMEM || !spec_yield(sh, what))
+            break;
+    }
+    if (rc == ZS_OK) {
+        sh->call_bytes += bytes;
+        if (sh->call_bytes > sh->call_peak)
+            sh->call_peak = sh->call_bytes;
+    }
+    pthread_mutex_unlock(&sh->mu);
+    return rc;
+}
+
+void zs_shard_release_call(zs_shard_t *sh, uint64_t bytes)
+{
+    pthread_mutex_lock(&sh->mu);
+    sh->call_bytes = bytes <= sh->call_bytes ? sh->call_bytes - bytes : 0;
+    zs_budget_give(&sh->budget, bytes);
+    pthread_mutex_unlock(&sh->mu);
 }

@@ -28,3 +28,9 @@ add_dependencies(test_server_waits zs-server)
 zs_add_test(test_server_load SRCS test_server_load.c LIBS zeroshard zs_testproc TIMEOUT 240
             LABELS integration)
 add_dependencies(test_server_load zs-server)
+# Speculation under a tight --mem-budget (the state + 8 MiB) never refuses a
+# Pull or a GetState that the same budget serves with --spec-window 0, and
+# stays bitwise equal to it.
+zs_add_test(test_spec_budget SRCS test_spec_budget.c LIBS zeroshard zs_testproc TIMEOUT 180
+            LABELS integration)
+add_dependencies(test_spec_budget zs-server)
