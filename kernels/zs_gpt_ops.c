@@ -119,6 +119,24 @@ static void gemm_task(void *a, size_t task, int thread)
         gemm_part(s->g, lo, hi);
 }
 
+/* Rows (or columns) per block of an M x N x K product split over n = M or
+ * N: a function of the shape alone, never of the thread count. OpenBLAS
+ * may sum a dot product in another order for a sub-product of another
+ * shape (its SKYLAKEX small-matrix kernels do), so splitting by thread
+ * count would make results depend on it; with fixed blocks every thread
+ * count issues the same cblas_sgemm calls. At most ZS_GEMM_BLOCKS blocks,
+ * each a multiple of 16 (the kernels' tile) and at least 64; products
+ * under 2^18 multiply-adds stay whole. */
+#define ZS_GEMM_BLOCKS 16
+static size_t gemm_block(int M, int N, int K, size_t n)
+{
+    if ((double)M * N * K < 1 << 18 || n <= 64)
+        return n;
+    size_t per = (n + ZS_GEMM_BLOCKS - 1) / ZS_GEMM_BLOCKS;
+    per = (per + 15) / 16 * 16;
+    return per < 64 ? 64 : per;
+}
+
 void zs_op_gemm(zs_pool_t *pool, int ta, int tb, int M, int N, int K, float alpha, const float *A,
                 int lda, const float *B, int ldb, float beta, float *C, int ldc)
 {
@@ -127,15 +145,17 @@ void zs_op_gemm(zs_pool_t *pool, int ta, int tb, int M, int N, int K, float alph
         return;
     gemm_job_t g = {ta, tb, M, N, K, alpha, beta, A, B, C, lda, ldb, ldc, N >= M};
     int nt = pool ? zs_pool_threads(pool) : 1;
-    size_t n = g.split_n ? (size_t)N : (size_t)M;
-    /* one block per thread, a multiple of 16 rows/columns (the kernels' tile) */
-    size_t per = (n + (size_t)nt - 1) / (size_t)nt;
-    per = (per + 15) / 16 * 16;
-    if (nt <= 1 || per >= n || (double)M * N * K < 1 << 18) {
+    size_t n = g.split_n ? (size_t)N : (size_t)M, per = gemm_block(M, N, K, n);
+    if (per >= n) {
         gemm_part(&g, 0, n);
         return;
     }
     gemm_split_t s = {&g, per, n};
+    if (nt <= 1) { /* the same blocks, one after the other */
+        for (size_t t = 0; t * per < n; t++)
+            gemm_task(&s, t, 0);
+        return;
+    }
     zs_pool_run(pool, (n + per - 1) / per, gemm_task, &s);
 }
 

@@ -41,8 +41,11 @@
 void zs_op_init(void);
 
 /* C[M, N] = alpha * op(A) op(B) + beta * C, row-major, op = transpose when
- * ta / tb is non-zero (A is [K, M] / B is [N, K] then). Split over the
- * pool's threads along the larger of M and N. */
+ * ta / tb is non-zero (A is [K, M] / B is [N, K] then). Split along the
+ * larger of M and N into blocks that depend on the shape only, run on the
+ * pool's threads: the result is bitwise the same for every thread count,
+ * whatever OpenBLAS kernel the CPU selects (OPENBLAS_CORETYPE). Products of
+ * other shapes (a chunk of the columns, say) may sum in another order. */
 void zs_op_gemm(zs_pool_t *pool, int ta, int tb, int M, int N, int K, float alpha, const float *A,
                 int lda, const float *B, int ldb, float beta, float *C, int ldc);
 

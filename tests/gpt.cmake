@@ -11,6 +11,9 @@
 option(ZS_GPT_TEST_ENGINE "test_gpt: include the engine run (links libzeroshard)" ON)
 zs_add_test(test_gpt_ops SRCS test_gpt_ops.c LIBS zs_kernels LABELS unit TIMEOUT 120)
 zs_add_test(test_gpt_mixed SRCS test_gpt_mixed.c LIBS zs_kernels LABELS unit TIMEOUT 60)
+# zs_op_gemm's blocks follow the shape, not the thread count: checked under
+# a GEMM of the test's own whose order of additions follows the shape
+zs_add_test(test_gemm_split SRCS test_gemm_split.c LIBS zs_kernels LABELS unit TIMEOUT 60)
 if(ZS_GPT_TEST_ENGINE)
   zs_add_test(test_gpt SRCS test_gpt.c LIBS zeroshard LABELS unit TIMEOUT 300)
   target_compile_definitions(test_gpt PRIVATE ZS_TEST_GPT_ENGINE=1)

@@ -1,9 +1,18 @@
 #!/usr/bin/env bash
 # tests/run.sh - install missing dependencies, build, and run the whole test
-# suite with ctest. Usage: ./tests/run.sh [extra ctest args, e.g. -R test_server]
+# suite with ctest (about 25 minutes on 2 cores).
+# Usage: ./tests/run.sh [--quick] [extra ctest args, e.g. -R test_server]
+#   --quick  the smoke subset only (ctest label "quick": the unit tests, one
+#            server integration test, one emulated-GPU test; under 3 minutes
+#            once built; tests/quick.cmake lists it)
 # Environment: BUILD_DIR (default build), JOBS (default: CPU count).
 set -euo pipefail
 cd "$(dirname "$0")/.."
+quick=()
+if [[ ${1:-} == --quick ]]; then
+  quick=(-L quick)
+  shift
+fi
 ./deploy/install-deps.sh
 BUILD_DIR=${BUILD_DIR:-build}
 JOBS=${JOBS:-$(nproc)}
@@ -11,4 +20,4 @@ cmake -S . -B "$BUILD_DIR" -DCMAKE_BUILD_TYPE=RelWithDebInfo
 cmake --build "$BUILD_DIR" -j "$JOBS"
 cd "$BUILD_DIR"
 # Serial on purpose: integration tests start servers and time kills.
-ctest --output-on-failure --timeout 900 "$@"
+ctest --output-on-failure --timeout 900 "${quick[@]}" "$@"

@@ -5,10 +5,11 @@
  *   1. layout: layer counts and sizes, flat order (sizes add up), the
  *      head's deps read-only, same initial values as unsplit;
  *   2. model: forward + backward of the split model against the unsplit
- *      one (fp32 and bf16 parameters): loss and logits bitwise, gradients
- *      within fp32 reordering (the head's input gradient by vocabulary
- *      chunk); with checkpointing the split model is bitwise equal to
- *      itself without;
+ *      one (fp32 and bf16 parameters): loss, logits and gradients within
+ *      fp32 reordering (the split head's GEMMs go by vocabulary chunk:
+ *      products of other shapes, which BLAS may sum in another order);
+ *      with checkpointing the split model is bitwise equal to itself
+ *      without;
  *   3. engine W=1 at stages 0-3, fp32 and bf16: final parameters within
  *      reordering of the unsplit run, and the gradient slots the engine
  *      holds (allocator) shrink to the cap instead of the embedding.
