@@ -35,7 +35,17 @@
 #include "zs_status.h"
 #include "zeroshard.pb-c.h"
 
-#define ZS_PROTOCOL_VERSION 2
+/* Protocol versions (docs/protocol.md, "Versions and negotiation"). A
+ * client states the highest version it speaks in Hello and Initialize; the
+ * server answers with the highest both speak (the lower of the two) and
+ * both then use that. ZS_PROTOCOL_VERSION is the highest this build speaks,
+ * ZS_PROTOCOL_VERSION_MIN the lowest a server still negotiates down to
+ * (below it a request is refused: it could not work). */
+#define ZS_PROTOCOL_VERSION     2
+#define ZS_PROTOCOL_VERSION_MIN 1
+/* The first version with PushChunk.expect and Counters.spec_* (speculative
+ * updates, issue 18): a session negotiated below it never speculates. */
+#define ZS_PROTOCOL_V_SPECULATION 2
 /* The largest training step a server accepts (Initialize start_step,
  * SetStep, Push, Commit, Pull min_step, a checkpoint's steps): 2^53 - 1, so
  * step + 1 never wraps, Adam's t fits an int64, and any JSON or double
@@ -190,6 +200,7 @@ typedef struct zs_rpc_server_opts {
     const char *tls_cert_pem; /* server certificate chain (PEM text) or NULL */
     const char *tls_key_pem;  /* its private key (PEM text) */
     int max_calls;            /* concurrent handler threads (default 64) */
+    uint32_t protocol_version; /* named in UNIMPLEMENTED's sentence (0: ZS_PROTOCOL_VERSION) */
 } zs_rpc_server_opts_t;
 
 typedef struct zs_rpc_server zs_rpc_server_t;

@@ -47,6 +47,7 @@ struct zs_rpc_server {
     size_t auth_len;
     int port;
     int max_calls;
+    uint32_t version; /* the protocol version UNIMPLEMENTED names */
     pthread_t dispatcher;
     pthread_mutex_t mu;
     pthread_cond_t cv;
@@ -319,9 +320,9 @@ static void *dispatcher_main(void *arg)
         }
         if (s->generic) {
             char msg[300];
-            snprintf(msg, sizeof msg, "unknown method %.*s (protocol version %d)",
+            snprintf(msg, sizeof msg, "unknown method %.*s (protocol version %u)",
                      (int)GRPC_SLICE_LENGTH(s->details.method),
-                     (const char *)GRPC_SLICE_START_PTR(s->details.method), ZS_PROTOCOL_VERSION);
+                     (const char *)GRPC_SLICE_START_PTR(s->details.method), srv->version);
             pthread_mutex_lock(&srv->mu);
             int stopping = srv->shutting_down;
             pthread_mutex_unlock(&srv->mu);
@@ -381,6 +382,7 @@ int zs_rpc_server_create(const zs_rpc_server_opts_t *opts, const zs_rpc_method_t
     srv->nmethods = nmethods;
     srv->ctx = ctx;
     srv->max_calls = opts->max_calls > 0 ? opts->max_calls : 64;
+    srv->version = opts->protocol_version ? opts->protocol_version : ZS_PROTOCOL_VERSION;
     if (opts->token && opts->token[0]) {
         srv->auth_len = 7 + strlen(opts->token);
         srv->auth = malloc(srv->auth_len + 1);

@@ -49,6 +49,9 @@ static void usage(FILE *f)
             "  --spec-window SIZE   pre-images kept for speculative updates (12 B/element,\n"
             "                       reserved against --mem-budget): beyond it chunks wait\n"
             "                       for Commit; 0 or off: no speculation (default 1G)\n"
+            "  --protocol-version V speak protocol versions up to V only (1 or 2; default\n"
+            "                       2): 1 behaves as a server before speculative updates\n"
+            "                       (compatibility and tests of newer clients)\n"
             "  --ready-file F       write the bound HOST:PORT to F once serving\n"
             "  --metrics HOST:PORT  serve Prometheus metrics on http://HOST:PORT/metrics\n"
             "                       (port 0: a free one; docs/metrics.md; default: off)\n"
@@ -148,6 +151,7 @@ int main(int argc, char **argv)
     cap_arenas();
     int threads = 0, keep = 2, max_calls = 64;
     uint64_t mem_budget = 0, spec_window = ZS_SPEC_WINDOW_DEFAULT;
+    long version = ZS_PROTOCOL_VERSION;
     static const struct option opts[] = {{"listen", required_argument, 0, 'l'},
                                          {"data", required_argument, 0, 'd'},
                                          {"threads", required_argument, 0, 't'},
@@ -159,6 +163,7 @@ int main(int argc, char **argv)
                                          {"ready-file", required_argument, 0, 'r'},
                                          {"mem-budget", required_argument, 0, 'M'},
                                          {"spec-window", required_argument, 0, 'S'},
+                                         {"protocol-version", required_argument, 0, 'V'},
                                          {"metrics", required_argument, 0, 'P'},
                                          {"metrics-ready-file", required_argument, 0, 'R'},
                                          {"help", no_argument, 0, 'h'},
@@ -215,6 +220,17 @@ int main(int argc, char **argv)
                 return 2;
             }
             break;
+        case 'V': {
+            char *end;
+            version = strtol(optarg, &end, 10);
+            if (end == optarg || *end || version < ZS_PROTOCOL_VERSION_MIN ||
+                version > ZS_PROTOCOL_VERSION) {
+                fprintf(stderr, "zs-server: --protocol-version %s: this server speaks %d..%d\n",
+                        optarg, ZS_PROTOCOL_VERSION_MIN, ZS_PROTOCOL_VERSION);
+                return 2;
+            }
+            break;
+        }
         case 'h':
             usage(stdout);
             return 0;
@@ -296,6 +312,14 @@ int main(int argc, char **argv)
     ZS_INFO("memory budget %.2f GiB%s (RAM or cgroup limit %.2f GiB)",
             (double)mem_budget / (1 << 30), mem_budget == dflt ? " (80%)" : "",
             (double)ram / (1 << 30));
+    zs_service_set_protocol_version((uint32_t)version, NULL); /* in range: checked above */
+    if (version < ZS_PROTOCOL_V_SPECULATION) {
+        /* No client of this version states an expectation: no pre-images. */
+        spec_window = 0;
+        ZS_INFO("speaking protocol version %ld at most (--protocol-version): no speculative "
+                "updates",
+                version);
+    }
     zs_shard_opts_t so = {data, threads, keep, listen, mem_budget, spec_window};
     if (zs_shard_create(&so, &sh, &err)) {
         ZS_ERROR("cannot start: %s", err.msg);
@@ -304,7 +328,7 @@ int main(int argc, char **argv)
     }
     int nm;
     const zs_rpc_method_t *methods = zs_service_methods(&nm);
-    zs_rpc_server_opts_t ro = {listen, token, cert_pem, key_pem, max_calls};
+    zs_rpc_server_opts_t ro = {listen, token, cert_pem, key_pem, max_calls, (uint32_t)version};
     zs_rpc_server_t *srv;
     if (zs_rpc_server_create(&ro, methods, nm, sh, &srv, &err)) {
         ZS_ERROR("cannot start: %s", err.msg);

@@ -10,6 +10,7 @@
 #include <time.h>
 
 #include "zs_server_metrics.h"
+#include "zs_service.h"
 
 /* gRPC's canonical status code names, by value. */
 static const char *const k_codes[ZS_RPC_NCODES] = {
@@ -264,7 +265,7 @@ int zs_server_metrics_create(const char *hostport, zs_shard_t *sh, zs_rpc_server
         rc = zs_metrics_add_process(sm->reg, "zs_server", err);
     if (!rc) {
         char proto[16];
-        snprintf(proto, sizeof proto, "%d", ZS_PROTOCOL_VERSION);
+        snprintf(proto, sizeof proto, "%u", zs_service_protocol_version());
         const char *vals[2] = {server_id ? server_id : "", proto};
         if (zs_metric_set(sm->f[M_INFO], vals, 1))
             rc = zs_err_set(err, ZS_ERR_NOMEM, "out of memory");

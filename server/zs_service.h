@@ -14,4 +14,15 @@
 /* The method table (12 entries); handlers take the zs_shard_t as ctx. */
 const zs_rpc_method_t *zs_service_methods(int *n);
 
+/* The highest protocol version this process's handlers speak (default
+ * ZS_PROTOCOL_VERSION; zs-server --protocol-version). Below
+ * ZS_PROTOCOL_V_SPECULATION a Push stating `expect` is refused, as a
+ * client that negotiated that version never sends it. Set it before
+ * serving: handlers read it without a lock. ZS_ERR_INVALID outside
+ * [ZS_PROTOCOL_VERSION_MIN, ZS_PROTOCOL_VERSION]. */
+int zs_service_set_protocol_version(uint32_t version, zs_err_t *err);
+
+/* The version zs_service_set_protocol_version set. */
+uint32_t zs_service_protocol_version(void);
+
 #endif

@@ -7,3 +7,12 @@ target_include_directories(zs_testproc PUBLIC ${CMAKE_CURRENT_SOURCE_DIR})
 zs_add_test(test_server SRCS test_server.c LIBS zeroshard zs_testproc TIMEOUT 600
             LABELS integration)
 set_tests_properties(test_server PROPERTIES DEPENDS zs-server)
+# Protocol versions (docs/protocol.md, "Versions and negotiation"): version-1
+# clients against a new server; the client and the engine against a server
+# held to version 1 (--protocol-version 1) and a stand-in of a released
+# version-1 server.
+zs_add_test(test_protocol SRCS test_protocol.c LIBS zeroshard zs_testproc TIMEOUT 300
+            LABELS integration)
+target_compile_definitions(test_protocol PRIVATE ZS_MPIEXEC="${MPIEXEC_EXECUTABLE}"
+                           ZS_ENGINE_WORKER="$<TARGET_FILE:zs_engine_worker>")
+add_dependencies(test_protocol zs-server zs_engine_worker)

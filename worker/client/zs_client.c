@@ -15,6 +15,7 @@
 
 #include "zs_client_internal.h"
 #include "zs_layout.h"
+#include "zs_log.h"
 #include "zs_pbconv.h"
 #include "zs_rpc.h"
 
@@ -119,9 +120,11 @@ int zs_client_create(const zs_client_opts_t *o, zs_client_t **out, zs_err_t *err
     }
     c->addr = calloc((size_t)n, sizeof *c->addr);
     c->ch = calloc((size_t)n, sizeof *c->ch);
-    if (!c->addr || !c->ch) {
+    c->ver = calloc((size_t)n, sizeof *c->ver);
+    if (!c->addr || !c->ch || !c->ver) {
         free(c->addr);
         free(c->ch);
+        free(c->ver);
         free(c);
         return zs_err_set(err, ZS_ERR_NOMEM, "out of memory");
     }
@@ -134,6 +137,7 @@ int zs_client_create(const zs_client_opts_t *o, zs_client_t **out, zs_err_t *err
                                 (int)(len > 64 ? 64 : len), p);
             free(c->addr);
             free(c->ch);
+            free(c->ver);
             free(c);
             return rc;
         }
@@ -159,6 +163,7 @@ void zs_client_destroy(zs_client_t *c)
         grpc_channel_destroy(c->ch[i]);
     free(c->ch);
     free(c->addr);
+    free(c->ver);
     free(c->token);
     free(c);
     grpc_shutdown();
@@ -250,21 +255,87 @@ static void info_from_pb(const Zeroshard__HelloReply *r, zs_server_info_t *in)
     in->mem_reserved = r->mem_reserved;
 }
 
-static int hello_one(zs_client_t *c, int i, void *argp, zs_err_t *err)
+/* Hello to server i stating our version; the reply's info into *in and the
+ * version it answered into c->ver[i] (the lower of ours and its own). A
+ * server from before negotiation (version 1 as released) refuses any
+ * version but its own with "protocol version 2 not supported (server speaks
+ * 1)": asked again without a version (0, which every version answers), its
+ * reply says which it speaks. A server that answers that way with a version
+ * not below ours cannot serve this client: its refusal stands. */
+static int hello_call(zs_client_t *c, int i, const char *model, uint64_t P, zs_server_info_t *in,
+                      zs_err_t *err)
 {
-    hello_arg_t *a = argp;
     Zeroshard__HelloRequest q = ZEROSHARD__HELLO_REQUEST__INIT;
     q.protocol_version = ZS_PROTOCOL_VERSION;
-    q.model_name = (char *)(a->model ? a->model : "");
-    q.num_params = a->P;
+    q.model_name = (char *)(model ? model : "");
+    q.num_params = P;
     Zeroshard__HelloReply *r;
     int rc = zs_unary(c->ch[i], M("Hello"), c->token, c->timeout_ms, c->addr[i], &q.base,
                       &zeroshard__hello_reply__descriptor, (ProtobufCMessage **)&r, err);
+    zs_err_t refusal = {0, ""};
+    if (rc == ZS_ERR_STATE && strstr(err->msg, " not supported (server speaks ")) {
+        refusal = *err;
+        q.protocol_version = 0;
+        rc = zs_unary(c->ch[i], M("Hello"), c->token, c->timeout_ms, c->addr[i], &q.base,
+                      &zeroshard__hello_reply__descriptor, (ProtobufCMessage **)&r, err);
+    }
     if (rc)
         return rc;
-    zs_server_info_t tmp, *in = a->info ? &a->info[i] : &tmp;
+    uint32_t v = r->protocol_version;
     info_from_pb(r, in);
     zeroshard__hello_reply__free_unpacked(r, NULL);
+    if (refusal.code && v >= ZS_PROTOCOL_VERSION) {
+        *err = refusal;
+        return refusal.code;
+    }
+    /* 0 is no version a server answers with; read it as the first one. */
+    c->ver[i] = v == 0 ? 1 : v < ZS_PROTOCOL_VERSION ? v : ZS_PROTOCOL_VERSION;
+    return ZS_OK;
+}
+
+/* See zs_client_internal.h. */
+int zs__client_negotiate(zs_client_t *c, int i, zs_err_t *err)
+{
+    zs_server_info_t tmp;
+    return c->ver[i] ? ZS_OK : hello_call(c, i, NULL, 0, &tmp, err);
+}
+
+/* Once per client, after a Hello or Initialize of every server: warn when a
+ * server negotiated a version below ours, saying what is off with it. Runs
+ * on the caller's thread (the fan-out has ended), so `warned` needs no
+ * lock. */
+static void warn_older(zs_client_t *c)
+{
+    for (int i = 0; i < c->n && !c->warned; i++)
+        if (c->ver[i] && c->ver[i] < ZS_PROTOCOL_VERSION) {
+            c->warned = 1;
+            ZS_WARN("%s speaks protocol version %u (this client %u): running without "
+                    "speculative updates (super_offload) on it",
+                    c->addr[i], c->ver[i], ZS_PROTOCOL_VERSION);
+        }
+}
+
+uint32_t zs_client_protocol_version(const zs_client_t *c)
+{
+    uint32_t v = ZS_PROTOCOL_VERSION;
+    for (int i = 0; i < c->n; i++)
+        if (c->ver[i] && c->ver[i] < v)
+            v = c->ver[i];
+    return v;
+}
+
+int zs_client_speculates(const zs_client_t *c)
+{
+    return zs_client_protocol_version(c) >= ZS_PROTOCOL_V_SPECULATION;
+}
+
+static int hello_one(zs_client_t *c, int i, void *argp, zs_err_t *err)
+{
+    hello_arg_t *a = argp;
+    zs_server_info_t tmp, *in = a->info ? &a->info[i] : &tmp;
+    int rc = hello_call(c, i, a->model, a->P, in, err);
+    if (rc)
+        return rc;
     if (in->initialized && (in->num_servers != (uint32_t)c->n || in->server_index != (uint32_t)i))
         return zs_err_set(err, ZS_ERR_STATE,
                           "%s: is server %u of %u, but the client lists it as %d of %d (the "
@@ -281,6 +352,7 @@ int zs_client_hello(zs_client_t *c, const char *model, uint64_t P, zs_server_inf
         return zs_err_set(err, ZS_ERR_NOMEM, "out of memory");
     hello_arg_t a = {model, P, tmp};
     int rc = fan_out(c, 0, c->n - 1, hello_one, NULL, &a, err);
+    warn_older(c);
     if (rc == ZS_OK && tmp[0].initialized) {
         for (int i = 1; i < c->n; i++)
             if (tmp[i].initialized && tmp[i].num_params != tmp[0].num_params)
@@ -371,7 +443,7 @@ void zs__client_init_request(const zs_client_t *c, int i, const char *model,
 {
     zs_pb_adam_set(adam, hp);
     zeroshard__init_request__init(q);
-    q->protocol_version = ZS_PROTOCOL_VERSION;
+    q->protocol_version = c->ver[i] ? c->ver[i] : ZS_PROTOCOL_VERSION;
     q->model_name = (char *)model;
     q->num_params = c->P;
     q->num_servers = (uint32_t)c->n;
@@ -408,6 +480,9 @@ typedef struct {
 static int init_one(zs_client_t *c, int i, void *argp, zs_err_t *err)
 {
     const init_in_t *a = argp;
+    int rc = zs__client_negotiate(c, i, err);
+    if (rc)
+        return rc;
     init_arg_t ia;
     zs__client_init_request(c, i, a->model, a->hp, a->start_step, a->overwrite, &ia.q, &ia.adam);
     uint64_t b = srv_begin(c, i), e = srv_begin(c, i + 1);
@@ -422,7 +497,9 @@ int zs_client_init(zs_client_t *c, const char *model, uint64_t P, const zs_adam_
         return zs_err_set(err, ZS_ERR_INVALID, "model size P must be > 0");
     c->P = P;
     init_in_t a = {model, hp, master, start_step, overwrite};
-    return fan_out(c, 0, c->n - 1, init_one, NULL, &a, err);
+    int rc = fan_out(c, 0, c->n - 1, init_one, NULL, &a, err);
+    warn_older(c);
+    return rc;
 }
 
 /* ---- Push --------------------------------------------------------------------- */
@@ -455,7 +532,13 @@ static int push_one(zs_client_t *c, int i, void *argp, zs_err_t *err)
         return ZS_OK;
     size_t esz = zs_dtype_size(a->dt);
     const char *src = (const char *)a->grad + (b - a->begin) * esz;
-    return send_stream(c, i, M("Push"), b, e, esz, src, 0, push_chunk, a, err);
+    /* A server that negotiated a version without `expect` gets the plain
+     * push it knows (an old one would ignore the field, and speculate on
+     * nothing). */
+    push_arg_t plain = *a;
+    if (c->ver[i] && c->ver[i] < ZS_PROTOCOL_V_SPECULATION)
+        plain.expect = NULL;
+    return send_stream(c, i, M("Push"), b, e, esz, src, 0, push_chunk, &plain, err);
 }
 
 int zs_client_push(zs_client_t *c, uint64_t step, uint64_t begin, uint64_t end, const void *grad,

@@ -79,9 +79,21 @@ uint64_t zs_client_num_params(const zs_client_t *c);
 const char *zs_client_server(const zs_client_t *c, int i);
 
 /* Hello to every server. model/P may be empty/0 (no identity check). Fills
- * info[0..S) if not NULL. Learns P if servers agree on one. */
+ * info[0..S) if not NULL. Learns P if servers agree on one, and the
+ * protocol version each server speaks: a server older than this client
+ * (version 1) is used without speculative updates, with one warning per
+ * client (docs/protocol.md, "Versions and negotiation"). */
 int zs_client_hello(zs_client_t *c, const char *model, uint64_t P, zs_server_info_t *info,
                     zs_err_t *err);
+
+/* The protocol version this client speaks with its servers: the lowest one
+ * negotiated at Hello or Initialize; this build's (ZS_PROTOCOL_VERSION) while
+ * no server has been asked. Speculative updates need 2. */
+uint32_t zs_client_protocol_version(const zs_client_t *c);
+
+/* 1 when that version has speculative updates (zs_client_push_expect's
+ * `expect` reaches every server), 0 when some server is older. */
+int zs_client_speculates(const zs_client_t *c);
 
 /* Initialize every server with its range of `master` (P fp32 values) and the
  * hyperparameters. overwrite: replace a different model already held. */
@@ -98,7 +110,8 @@ int zs_client_push(zs_client_t *c, uint64_t step, uint64_t begin, uint64_t end, 
  * no skip implied; expect->step, clip_coef and skip are not sent): servers
  * may then apply the step speculatively as its chunks are fully staged,
  * and a Commit with other scalars rolls it back (docs/protocol.md). expect
- * NULL: as zs_client_push. */
+ * NULL, or a server that negotiated a version without speculation
+ * (zs_client_protocol_version): as zs_client_push to that server. */
 int zs_client_push_expect(zs_client_t *c, uint64_t step, uint64_t begin, uint64_t end,
                           const void *grad, zs_dtype_t dt, const zs_step_scalars_t *expect,
                           zs_err_t *err);

@@ -23,6 +23,10 @@ struct zs_client {
     char *token;
     int timeout_ms, retries;
     uint64_t P;
+    /* [n] protocol version negotiated with each server at Hello or before
+     * Initialize (0: not asked yet); written by that server's fan-out job */
+    uint32_t *ver;
+    int warned; /* the warning about an older server was logged */
 };
 
 /* One attempt of an operation on server `server`. */
@@ -37,13 +41,19 @@ int zs__client_fan_out(zs_client_t *c, int first, int last, zs__client_attempt_f
 /* First element of server i's range (i == n: P). Needs P known. */
 uint64_t zs__client_srv_begin(const zs_client_t *c, int i);
 
-/* Initialize's request to server i of c (protocol version, model name, P =
+/* Initialize's request to server i of c (protocol version: the negotiated
+ * one once known, else ours; model name, P =
  * c->P, server count and index, AdamW, start step, overwrite) into *q, with
  * *adam as its AdamConfig: both must outlive the stream that sends *q.
  * model is borrowed, not copied. */
 void zs__client_init_request(const zs_client_t *c, int i, const char *model,
                              const zs_adam_hparams_t *hp, uint64_t start_step, int overwrite,
                              Zeroshard__InitRequest *q, Zeroshard__AdamConfig *adam);
+
+/* Learn the protocol version server i speaks (a Hello without identity
+ * check) unless it is known: before an Initialize, whose request states it.
+ * Returns the Hello's status. */
+int zs__client_negotiate(zs_client_t *c, int i, zs_err_t *err);
 
 /* End a client stream whose sends returned rc: take the reply (discarded)
  * and the status unless rc already failed, then destroy the call. Returns

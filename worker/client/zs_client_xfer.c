@@ -161,12 +161,15 @@ static int stream_one(zs_client_t *c, int i, void *argp, zs_err_t *err)
     uint64_t b = zs__client_srv_begin(c, i), e = zs__client_srv_begin(c, i + 1);
     Zeroshard__AdamConfig adam;
     Zeroshard__InitRequest iq = ZEROSHARD__INIT_REQUEST__INIT;
+    int rc = init ? zs__client_negotiate(c, i, err) : ZS_OK; /* the version iq states */
+    if (rc)
+        return rc;
     if (init)
         zs__client_init_request(c, i, a->model, a->hp, a->start_step, a->overwrite, &iq, &adam);
     zs_ccall_t call;
-    int rc = zs_ccall_start(&call, c->ch[i],
-                            init ? "/zeroshard.Shard/Initialize" : "/zeroshard.Shard/SetState",
-                            c->token, c->timeout_ms, c->addr[i], err);
+    rc = zs_ccall_start(&call, c->ch[i],
+                        init ? "/zeroshard.Shard/Initialize" : "/zeroshard.Shard/SetState",
+                        c->token, c->timeout_ms, c->addr[i], err);
     if (rc)
         return rc;
     const uint64_t per = ZS_RPC_CHUNK_BYTES / 4;

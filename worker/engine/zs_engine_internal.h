@@ -276,12 +276,15 @@ void zs__eng_expect(const zs_engine_t *e, uint64_t step, zs_step_scalars_t *sc);
 /* 1 when this step's pushes state the expected scalars (the servers
  * speculate): offload_optimizer.super_offload, unless the last step's real
  * scalars differed from its expected ones (clipping, overflow: the next
- * step would most likely roll back too) and speculate_every_step is off.
+ * step would most likely roll back too) and speculate_every_step is off,
+ * or a server speaks a protocol version before speculation (the client
+ * warned at Hello; the step is then the plain one, bitwise).
  * Constant within a step: spec_miss changes only in zs__eng_optimize, after
- * every push. */
+ * every push, and the version only at a Hello. */
 static inline int zs__eng_speculating(const zs_engine_t *e)
 {
-    return e->cfg.offload_speculate && (e->cfg.offload_speculate_every || !e->spec_miss);
+    return e->cfg.offload_speculate && (e->cfg.offload_speculate_every || !e->spec_miss) &&
+           e->client && zs_client_speculates(e->client);
 }
 
 /* Bucket k's gradient partition is final for this step in e->grads (stages
