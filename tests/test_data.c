@@ -7,7 +7,11 @@
  * sampling rule: known answers of the documented SplitMix64 formula, same j
  * -> same window across opens and across processes, windows within bounds
  * and spread over every start position, the count == T + 1 edge and the
- * count < T + 1 refusal.
+ * count < T + 1 refusal. Version 2 (the GPT-2 vocabulary record of
+ * zs-tokenize --gpt2): written by the streaming writer, read back (tokens
+ * and record), version 1 files unchanged, lists keep a record only when
+ * every file has the same one, a cut or NUL-holding path refused, and the
+ * recorded vocabulary loads only while its files hash as recorded.
  */
 #define _GNU_SOURCE
 #include <dirent.h>
@@ -20,8 +24,10 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include "zs_bpe.h"
 #include "zs_data.h"
 #include "zs_test.h"
+#include "zs_vocabtest.h"
 
 static char dir[256];
 
@@ -186,9 +192,14 @@ static void test_open_errors(void)
     expect_open_error(tpath("png.tok"), ZS_ERR_CORRUPT, "bad magic \"\\x89PNG\\x0d");
 
     h = good_hdr(256, 8);
-    h.version = 2;
+    h.version = 3;
     craft(tpath("version.tok"), &h, tok, 8, 0);
-    expect_open_error(tpath("version.tok"), ZS_ERR_CORRUPT, "format version 2");
+    expect_open_error(tpath("version.tok"), ZS_ERR_CORRUPT, "format version 3");
+
+    h = good_hdr(256, 8); /* version 2 needs a tokenizer it knows */
+    h.version = 2;
+    craft(tpath("v2kind.tok"), &h, tok, 8, 0);
+    expect_open_error(tpath("v2kind.tok"), ZS_ERR_CORRUPT, "tokenizer 0 in the header");
 
     h = good_hdr(0, 8);
     craft(tpath("vocab0.tok"), &h, tok, 8, 0);
@@ -491,6 +502,112 @@ static void test_edge_count(void)
     printf("count == T + 1 edge: ok\n");
 }
 
+/* ---- the GPT-2 vocabulary record (version 2, zs_data_bpe.c) -------------- */
+
+static void write_text(const char *path, const char *text)
+{
+    FILE *f = fopen(path, "wb");
+    TEST_CHECK(f && fputs(text, f) >= 0 && fclose(f) == 0);
+}
+
+/* Write tokens with the streaming writer, recording rec if not NULL. */
+static void write_stream(const char *path, const uint32_t *tok, size_t n, const zs_data_bpe_t *rec)
+{
+    zs_err_t err;
+    zs_data_writer_t *w;
+    TEST_OK(zs_data_writer_open(path, 258, &w, &err), err);
+    if (rec)
+        zs_data_writer_set_bpe(w, rec);
+    TEST_OK(zs_data_writer_add(w, tok, n, &err), err);
+    TEST_OK(zs_data_writer_close(w, 1, &err), err);
+}
+
+/* Version 2 round trip, version 1 unchanged, lists, refusals, and loading
+ * the recorded vocabulary only while its files hash as recorded. */
+static void test_bpe_record(void)
+{
+    zs_err_t err;
+    zs_data_t *d;
+    zs_test_write_vocab(tpath("v"));
+    static zs_data_bpe_t rec, other;
+    TEST_OK(zs_data_bpe_of_dir(tpath("v"), &rec, &err), err);
+    char *abs = realpath(tpath("v"), NULL);
+    TEST_CHECKF(strcmp(rec.dir, abs) == 0, "recorded %s, expected the absolute %s", rec.dir, abs);
+    free(abs);
+    uint32_t tok[5] = {97, 256, 98, 257, 10};
+    write_stream(tpath("v2.tok"), tok, 5, &rec);
+    write_stream(tpath("v1.tok"), tok, 5, NULL);
+    /* version 2: tokens at 64 as in version 1, the path after them */
+    FILE *f = fopen(tpath("v2.tok"), "rb");
+    uint8_t h[64];
+    TEST_CHECK(f && fread(h, 1, 64, f) == 64);
+    fclose(f);
+    struct stat st;
+    TEST_CHECK(stat(tpath("v2.tok"), &st) == 0);
+    TEST_CHECKF(h[8] == 2 && h[28] == 1 && (size_t)st.st_size == 64 + 10 + strlen(rec.dir),
+                "version %u, tokenizer %u, %lld bytes", h[8], h[28], (long long)st.st_size);
+    TEST_OK(zs_data_open(tpath("v2.tok"), &d, &err), err);
+    const zs_data_bpe_t *got = zs_data_bpe(d);
+    uint32_t back[5];
+    TEST_OK(zs_data_read(d, 0, 5, back, &err), err);
+    TEST_CHECK(got && strcmp(got->dir, rec.dir) == 0 && got->encoder_xxh3 == rec.encoder_xxh3 &&
+               got->merges_xxh3 == rec.merges_xxh3 && zs_data_count(d) == 5 &&
+               zs_data_vocab(d) == 258 && memcmp(back, tok, sizeof tok) == 0);
+    struct zs_bpe *bpe;
+    TEST_OK(zs_data_bpe_load(got, &bpe, &err), err);
+    zs_bpe_free(bpe);
+    zs_data_close(d);
+    TEST_OK(zs_data_open(tpath("v1.tok"), &d, &err), err); /* no record: version 1 as before */
+    TEST_CHECK(!zs_data_bpe(d));
+    zs_data_close(d);
+    f = fopen(tpath("v1.tok"), "rb");
+    TEST_CHECK(f && fread(h, 1, 64, f) == 64 && h[8] == 1);
+    fclose(f);
+    /* lists: a record only when every file has the same one */
+    char list[1200];
+    snprintf(list, sizeof list, "%s,%s", tpath("v2.tok"), tpath("v2.tok"));
+    TEST_OK(zs_data_open(list, &d, &err), err);
+    TEST_CHECK(zs_data_bpe(d) && zs_data_count(d) == 10);
+    zs_data_close(d);
+    snprintf(list, sizeof list, "%s,%s", tpath("v2.tok"), tpath("v1.tok"));
+    TEST_OK(zs_data_open(list, &d, &err), err);
+    TEST_CHECK(!zs_data_bpe(d));
+    zs_data_close(d);
+    other = rec;
+    other.merges_xxh3 ^= 1;
+    write_stream(tpath("v2b.tok"), tok, 5, &other);
+    snprintf(list, sizeof list, "%s,%s", tpath("v2.tok"), tpath("v2b.tok"));
+    TEST_OK(zs_data_open(list, &d, &err), err);
+    TEST_CHECK(!zs_data_bpe(d));
+    zs_data_close(d);
+    /* refusals: a path cut short, a NUL in it */
+    f = fopen(tpath("v2.tok"), "rb");
+    static uint8_t whole[8192];
+    size_t n = fread(whole, 1, sizeof whole, f);
+    fclose(f);
+    f = fopen(tpath("v2cut.tok"), "wb");
+    TEST_CHECK(f && fwrite(whole, 1, n - 1, f) == n - 1 && fclose(f) == 0);
+    expect_open_error(tpath("v2cut.tok"), ZS_ERR_CORRUPT, "the vocabulary path's");
+    whole[n - 2] = 0;
+    f = fopen(tpath("v2nul.tok"), "wb");
+    TEST_CHECK(f && fwrite(whole, 1, n, f) == n && fclose(f) == 0);
+    expect_open_error(tpath("v2nul.tok"), ZS_ERR_CORRUPT, "holds a NUL byte");
+    /* the folder changed: refused, naming the file; gone: not found */
+    write_text(tpath("v/vocab.bpe"), "#version: 0.2\n");
+    TEST_CHECK(zs_data_bpe_load(&rec, &bpe, &err) == ZS_ERR_CORRUPT);
+    TEST_CHECKF(strstr(err.msg, "/vocab.bpe is not the file the tokens were made with"), "%s",
+                err.msg);
+    write_text(tpath("v/vocab.bpe"), "#version: 0.2\na b\n");
+    write_text(tpath("v/encoder.json"), "{}");
+    TEST_CHECK(zs_data_bpe_load(&rec, &bpe, &err) == ZS_ERR_CORRUPT);
+    TEST_CHECKF(strstr(err.msg, "/encoder.json is not the file"), "%s", err.msg);
+    unlink(tpath("v/encoder.json"));
+    unlink(tpath("v/vocab.bpe"));
+    rmdir(tpath("v"));
+    TEST_CHECK(zs_data_bpe_load(&rec, &bpe, &err) == ZS_ERR_NOTFOUND);
+    printf("vocabulary record (version 2): ok\n");
+}
+
 static void rm_dir(void)
 {
     DIR *dd = opendir(dir);
@@ -516,6 +633,7 @@ int main(void)
     test_determinism();
     test_bounds_and_spread();
     test_edge_count();
+    test_bpe_record();
     rm_dir();
     printf("test_data: all passed\n");
     return 0;

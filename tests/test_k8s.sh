@@ -112,7 +112,7 @@ run_train 6 "$T/train1.log"
 grep -q "done: steps 1..6" "$T/train1.log" || { cat "$T/train1.log"; fail "first run did not train steps 1..6"; }
 ! grep -q "resuming" "$T/train1.log" || fail "first run resumed from nothing"
 grep -q "W=2" "$T/train1.log" || fail "first run did not have 2 workers"
-grep -q "bf16.enabled = true" "$T/train1.log" || fail "ds.json's bf16 not used"
+grep -q "^config [0-9a-f]*: .* bf16.enabled=true " "$T/train1.log" || fail "ds.json's bf16 not used"
 run_train 9 "$T/train2.log"
 grep -q "train.sh: resuming from checkpoint 6" "$T/train2.log" || { cat "$T/train2.log"; fail "second run did not resume from 6"; }
 grep -q "done: steps 7..9" "$T/train2.log" || { cat "$T/train2.log"; fail "second run did not train 7..9"; }

@@ -76,7 +76,8 @@ static void run(int W, int stage, int mode, int offload, const char *out, const 
     snprintf(log, sizeof log, "%s/w%d_s%d_m%d_o%d%s.log", g_tmp, W, stage, mode, offload, tag);
     zs_test_run_ok(log,
                    "ZS_LOG_LEVEL=warn %s " ZS_TEST_MPI_OPTS " -np %d %s --data %s --config %s "
-                   "--layers 3 --heads 2 --width 32 --ctx 16 --save-params %s %s %s %s",
+                   "--layers 3 --heads 2 --width 32 --ctx 16 --save-params %s --print-config "
+                   "%s %s %s",
                    ZS_MPIEXEC, W, ZS_TRAIN, g_data, cfg, out,
                    mode == 1 ? "--activation-checkpointing" : "", srv, extra);
     size_t n;

@@ -38,3 +38,14 @@ target_compile_definitions(test_train_ckpt PRIVATE ZS_MPIEXEC="${MPIEXEC_EXECUTA
                            ZS_TRAIN="$<TARGET_FILE:zs-train>"
                            ZS_TOKENIZE="$<TARGET_FILE:zs-tokenize>")
 add_dependencies(test_train_ckpt zs-train zs-tokenize zs-server)
+# What zs-train says at start (the config's one line and its table file,
+# --print-config) and the GPT-2 vocabulary a token file records: zs-train's
+# samples and zs-generate (via zs-ctl export) decode without --vocab-dir.
+# 2 zs-servers, 2 MPI workers, a small GPT-2-style vocabulary.
+zs_add_test(test_train_vocab SRCS test_train_vocab.c LIBS zeroshard zs_testproc TIMEOUT 300
+            LABELS integration)
+target_compile_definitions(test_train_vocab PRIVATE ZS_MPIEXEC="${MPIEXEC_EXECUTABLE}"
+                           ZS_TRAIN="$<TARGET_FILE:zs-train>" ZS_CTL="$<TARGET_FILE:zs-ctl>"
+                           ZS_TOKENIZE="$<TARGET_FILE:zs-tokenize>"
+                           ZS_GENERATE="$<TARGET_FILE:zs-generate>")
+add_dependencies(test_train_vocab zs-train zs-ctl zs-server zs-tokenize zs-generate)

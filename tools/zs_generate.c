@@ -10,7 +10,10 @@
  * llm.c checkpoint. The model is the fp32 CPU reference GPT
  * (worker/model/zs_gpt_eval.h, the code zs-train's --sample-every uses),
  * with the file's context. The prompt is encoded with the GPT-2 vocabulary
- * of --vocab-dir (or as bytes for vocab 256); the default prompt is
+ * of --vocab-dir, else the one the file's metadata names (zs-ctl export of
+ * a run on zs-tokenize --gpt2 data: zs_init_from_bpe; refused with a
+ * warning, ids printed, when that folder's files changed), else as bytes
+ * for vocab 256 (ids for other vocabularies); the default prompt is
  * <|endoftext|> (or "\n"). Output: the prompt and its continuation as text,
  * or with --ids the ids, one line, space-separated. --temperature 0 is
  * greedy decoding. Exit 0, 1 (a file or the model failed), 2 (usage).
@@ -32,7 +35,8 @@ static void usage(FILE *f)
     fprintf(f, "usage: zs-generate --model F [options]\n"
                "  --model F          Hugging Face GPT-2 safetensors (zs-ctl export) or llm.c\n"
                "                     checkpoint\n"
-               "  --vocab-dir DIR    GPT-2's encoder.json and vocab.bpe (prompt and output)\n"
+               "  --vocab-dir DIR    GPT-2's encoder.json and vocab.bpe (prompt and output;\n"
+               "                     default: the one F's metadata names, if any)\n"
                "  --prompt TEXT      default: <|endoftext|> (bytes: a newline)\n"
                "  --prompt-ids LIST  the prompt as ids, comma-separated\n"
                "  --tokens N         tokens to generate (default 64; the context bounds it)\n"
@@ -110,6 +114,18 @@ int main(int argc, char **argv)
     int status = 1;
     if (zs_init_from_load(model, &f, &err) || (vocab_dir && zs_bpe_load(vocab_dir, &bpe, &err)))
         goto out;
+    const zs_data_bpe_t *rec = zs_init_from_bpe(f);
+    if (!vocab_dir && rec) { /* the training data's vocabulary, named by the export */
+        zs_err_t berr;
+        if (zs_data_bpe_load(rec, &bpe, &berr) == ZS_OK)
+            fprintf(stderr, "zs-generate: vocab: GPT-2 BPE of %s (recorded in %s)\n", rec->dir,
+                    model);
+        else
+            fprintf(stderr,
+                    "zs-generate: warning: %s names the vocabulary %s: %s; printing ids "
+                    "(--vocab-dir DIR decodes)\n",
+                    model, rec->dir, berr.msg);
+    }
     zs_gpt_config_t c = {1, heads ? heads : 1, 1, 1, 1};
     if (zs_init_from_settle(f, &c, 0, 0, heads != 0, 0, (uint32_t)zs_init_from_shape(f).vocab,
                             &err))

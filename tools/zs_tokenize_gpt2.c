@@ -3,8 +3,8 @@
  * of worker/model/zs_bpe.h, streamed: text read in 1 MiB chunks, tokens
  * written as they come through zs_data_writer, so memory does not grow with
  * the input; a progress line every 64 MiB; the summary gives the peak
- * memory), and the readers --print (ids, one per line) and --decode DIR
- * (the text).
+ * memory; the file records DIR and its files' hashes: zs_data_bpe_t), and
+ * the readers --print (ids, one per line) and --decode DIR (the text).
  *
  * Not here: option parsing and the byte-level mode (zs_tokenize.c).
  */
@@ -133,12 +133,23 @@ int zs__tokenize_gpt2(const char *dir, char *const *files, int nfiles, int eot_b
         zs_bpe_free(bpe);
         return 1;
     }
-    sink_t b = {0};
-    if (zs_data_writer_open(out, zs_bpe_vocab(bpe), &b.w, &err) != ZS_OK) {
-        fprintf(stderr, "zs-tokenize: %s\n", err.msg);
+    /* the file records DIR (absolute) and its files' hashes, so zs-train
+     * and zs-generate decode its ids without being told DIR */
+    zs_data_bpe_t *rec = malloc(sizeof *rec);
+    if (!rec || zs_data_bpe_of_dir(dir, rec, &err) != ZS_OK) {
+        fprintf(stderr, "zs-tokenize: --gpt2 %s: %s\n", dir, rec ? err.msg : "out of memory");
+        free(rec);
         zs_bpe_free(bpe);
         return 1;
     }
+    sink_t b = {0};
+    if (zs_data_writer_open(out, zs_bpe_vocab(bpe), &b.w, &err) != ZS_OK) {
+        fprintf(stderr, "zs-tokenize: %s\n", err.msg);
+        free(rec);
+        zs_bpe_free(bpe);
+        return 1;
+    }
+    zs_data_writer_set_bpe(b.w, rec);
     long long bytes = 0;
     double t0 = now_s();
     int status = 0;
@@ -174,10 +185,11 @@ int zs__tokenize_gpt2(const char *dir, char *const *files, int nfiles, int eot_b
     if (status == 0) {
         double dt = now_s() - t0;
         printf("%lld bytes -> %llu tokens, vocab %u (GPT-2 BPE), %.1f MB/s, peak memory %.0f "
-               "MiB: %s\n",
+               "MiB: %s (vocabulary %s recorded)\n",
                bytes, (unsigned long long)count, zs_bpe_vocab(bpe), dt > 0 ? bytes / dt / 1e6 : 0.0,
-               peak_mib(), out);
+               peak_mib(), out, rec->dir);
     }
+    free(rec);
     zs_bpe_free(bpe);
     return status;
 }

@@ -9,8 +9,13 @@
  *          [--ckpt-every 50] [--resume | --resume-auto] [--csv F] [--log-every 1]
  *          [--mem-every K] [--server-timeout S] [--server-wait S]
  *          [--max-recoveries N] [--save-params F] [--metrics HOST:PORT]
+ *          [--print-config] [--vocab-dir DIR]
  *
- * Rank 0 prints the resolved configuration, the model size, one progress
+ * Rank 0 prints one line for the resolved configuration (its XXH3-64
+ * digest and the keys that differ from DeepSpeed's defaults,
+ * zs_config_summary; the whole table with --print-config, and with --csv F
+ * always into F.config.txt: a fresh run starts it, a resume appends its
+ * own), the model size, one progress
  * line per step (or every K), the memory table of every worker after step 1
  * (measured by the device allocator, beside the ZeRO formula and the
  * working set the configuration allows; and every --mem-every steps), and a
@@ -124,6 +129,28 @@ static FILE *csv_open(const char *path, int resumed, uint64_t at)
     return f;
 }
 
+/* Rank 0 writes the resolved configuration's table to path (--csv's
+ * F.config.txt): a fresh run starts the file, a resumed one appends its
+ * own after a line saying at which step and with how many workers, so the
+ * file holds the configuration of every start that wrote rows to the CSV.
+ * 0, or -1 with a message. */
+static int config_table(const char *path, const zs_config_t *cfg, int W, int resumed,
+                        uint64_t start)
+{
+    FILE *f = fopen(path, resumed ? "a" : "w");
+    if (f) {
+        fprintf(f, "# zs-train %s at step %llu, %d workers: config %016llx\n",
+                resumed ? "resumed" : "started", (unsigned long long)start, W,
+                (unsigned long long)zs_config_digest(cfg));
+        zs_config_print(cfg, f);
+    }
+    if (!f || fclose(f) != 0) {
+        fprintf(stderr, "zs-train: cannot write %s\n", path);
+        return -1;
+    }
+    return 0;
+}
+
 /* A failure after the start, possibly on some ranks only: print it and
  * abort the job with `code` (mpirun exits with it). */
 static int die(int rank, const char *what, const zs_err_t *err, int code)
@@ -192,10 +219,16 @@ typedef struct evalstate {
     zs_data_t *val;
     zs_bpe_t *bpe;
     float *params;
+    int recorded;     /* bpe is the one the data records (not --vocab-dir) */
+    zs_err_t bpe_err; /* the data records one that did not load: why */
 } evalstate_t;
 
 /* Before the ranks agree: open --val-data (vocab as the training data's)
- * and --vocab-dir. 0 or ZS_EXIT_DATA with *what and *err set. */
+ * and --vocab-dir, else for samples the vocabulary the data records
+ * (zs_data_bpe: zs-tokenize --gpt2); a recorded one that does not load (its
+ * folder gone or its files changed) leaves ids in the samples and
+ * es->bpe_err set, not an error. 0 or ZS_EXIT_DATA with *what and *err
+ * set. */
 static int eval_open(const zs__train_opts_t *o, const zs_data_t *data, evalstate_t *es,
                      const char **what, zs_err_t *err)
 {
@@ -210,6 +243,9 @@ static int eval_open(const zs__train_opts_t *o, const zs_data_t *data, evalstate
     *what = "--vocab-dir";
     if (o->vocab_dir && zs_bpe_load(o->vocab_dir, &es->bpe, err))
         return ZS_EXIT_DATA;
+    const zs_data_bpe_t *rec = zs_data_bpe(data);
+    if (!o->vocab_dir && rec && o->sample_every)
+        es->recorded = zs_data_bpe_load(rec, &es->bpe, &es->bpe_err) == ZS_OK;
     return 0;
 }
 
@@ -425,7 +461,7 @@ int main(int argc, char **argv)
         (o.split && zs_gpt_set_split(gpt, (uint64_t)cfg.reduce_bucket_size, &err)))
         return die(rank, "model", &err, ZS_EXIT_OTHER);
     char *manifest; /* stored with each checkpoint: zs-ctl export reads it */
-    if (zs_gpt_manifest(&o.g, o.name, &manifest, &err))
+    if (zs_gpt_manifest_bpe(&o.g, o.name, zs_data_bpe(data), &manifest, &err))
         return die(rank, "model", &err, ZS_EXIT_OTHER);
     zs_engine_opts_t eo = {&cfg, coll, o.servers, token, o.name, o.server_timeout * 1000, 0};
     eo.manifest = manifest;
@@ -450,8 +486,27 @@ int main(int argc, char **argv)
         if (init)
             printf("init-from: %s (%s): weights in, optimizer fresh at step 0\n", o.init_from,
                    zs_init_from_format(init));
-        printf("configuration (resolved for W=%d):\n", W);
-        zs_config_print(&cfg, stdout);
+        /* one line: the digest tells two runs' configurations apart, the
+         * keys say what this one changed; the table only when asked */
+        char *line = NULL;
+        if (zs_config_summary(&cfg, &line, &err))
+            return die(rank, "config", &err, ZS_EXIT_OTHER);
+        printf("%s%s%s%s\n", line, o.csv ? " (table: " : " (--print-config prints the table)",
+               o.csv ? o.csv : "", o.csv ? ".config.txt)" : "");
+        free(line);
+        if (o.print_config) {
+            printf("configuration (resolved for W=%d):\n", W);
+            zs_config_print(&cfg, stdout);
+        }
+        if (es.bpe && o.sample_every)
+            printf("vocab: GPT-2 BPE of %s (%s)\n",
+                   es.recorded ? zs_data_bpe(data)->dir : o.vocab_dir,
+                   es.recorded ? "recorded in the token file" : "--vocab-dir");
+        else if (es.bpe_err.code)
+            fprintf(stderr,
+                    "zs-train: warning: %s names the vocabulary %s: %s; samples print ids "
+                    "(--vocab-dir DIR decodes)\n",
+                    o.data, zs_data_bpe(data)->dir, es.bpe_err.msg);
         printf("device: %s%s%s; GEMMs %s%s; activations %s\n", dev->desc,
                pick.cuda ? " (one GPU per rank, NCCL collectives)" : "", pick.note,
                zs_dtype_name(gemm_dt),
@@ -509,6 +564,14 @@ int main(int argc, char **argv)
     FILE *csv = NULL;
     if (rank == 0 && o.csv && !(csv = csv_open(o.csv, resumed, start)))
         MPI_Abort(MPI_COMM_WORLD, ZS_EXIT_OTHER);
+    if (rank == 0 && o.csv) {
+        char *path = malloc(strlen(o.csv) + sizeof ".config.txt");
+        if (path)
+            sprintf(path, "%s.config.txt", o.csv);
+        if (!path || config_table(path, &cfg, W, resumed, start))
+            MPI_Abort(MPI_COMM_WORLD, ZS_EXIT_OTHER);
+        free(path);
+    }
     double tokens_per_step = (double)cfg.train_batch_size * o.g.ctx, t_all = 0, first_loss = 0;
     double last_loss = 0;
     int nsteps = 0;

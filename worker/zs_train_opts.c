@@ -41,6 +41,10 @@ void zs__train_usage(FILE *f)
                "                   the GPT can split (vocabulary rows of the embedding,\n"
                "                   four parts per block), so gradient buckets can be that\n"
                "                   small: the device-memory floor (docs/engine.md)\n"
+               "  --print-config   print the resolved configuration, one key per line (by\n"
+               "                   default one line: its XXH3-64 digest and the keys that\n"
+               "                   differ from DeepSpeed's defaults; with --csv F the table\n"
+               "                   is in F.config.txt either way)\n"
                "  --allow-unknown-keys  warn about unknown config keys and ignore them\n"
                "                   (default: an unknown key is an error naming the closest\n"
                "                   known one)\n"
@@ -65,7 +69,8 @@ void zs__train_usage(FILE *f)
                "                   TEXT, --top-k K (default 40), --temperature X (default\n"
                "                   1; 0 = greedy); seeded by --seed and the step\n"
                "  --vocab-dir DIR  GPT-2's encoder.json and vocab.bpe: encode --prompt and\n"
-               "                   decode samples (vocab 256 uses bytes without it)\n"
+               "                   decode samples (default: the folder --data records when\n"
+               "                   zs-tokenize --gpt2 made it; vocab 256 uses bytes; else ids)\n"
                "  --steps N        train until this step (default 200)\n"
                "  --ckpt-every K   checkpoint every K steps (needs --servers; default 0: off)\n"
                "  --resume         continue from the newest checkpoint complete on all servers\n"
@@ -75,6 +80,8 @@ void zs__train_usage(FILE *f)
                "  --resume-auto    resume when a checkpoint is complete on all servers, else\n"
                "                   start fresh (what zs-launch passes on a rerun)\n"
                "  --csv F          write per-step figures (appends on resume, without repeats)\n"
+               "                   and the resolved configuration to F.config.txt (a resume\n"
+               "                   appends its own)\n"
                "  --log-every K    progress line every K steps (default 1)\n"
                "  --mem-every K    memory table every K steps (default: after the first only)\n"
                "  --server-timeout S  deadline of one server call in seconds (default 60)\n"
@@ -164,7 +171,7 @@ int zs__train_parse(int argc, char **argv, zs__train_opts_t *o, int loud)
         {"prompt", 1, 0, 1005},     {"vocab-dir", 1, 0, 1006},
         {"top-k", 1, 0, 1007},      {"temperature", 1, 0, 1008},
         {"activation-checkpointing", 0, 0, 1009}, {"activations", 1, 0, 1010},
-        {"split-layers", 0, 0, 1011},
+        {"split-layers", 0, 0, 1011}, {"print-config", 0, 0, 1012},
         {0, 0, 0, 0}};
     /* clang-format on */
     int ch;
@@ -234,6 +241,9 @@ int zs__train_parse(int argc, char **argv, zs__train_opts_t *o, int loud)
             break;
         case 1011:
             o->split = 1;
+            break;
+        case 1012:
+            o->print_config = 1;
             break;
         case 'n':
             o->steps = atoi(optarg);

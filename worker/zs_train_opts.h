@@ -34,8 +34,9 @@ typedef struct {
     double temperature;
     zs_gpt_config_t g;
     int steps, ckpt_every, resume, log_every, micro, mem_every, allow_unknown;
-    int act_ckpt; /* --activation-checkpointing */
-    int split;    /* --split-layers */
+    int act_ckpt;     /* --activation-checkpointing */
+    int split;        /* --split-layers */
+    int print_config; /* --print-config: the resolved table at start, not only its digest */
     int resume_auto, server_timeout, server_wait, max_recoveries, fresh;
     uint64_t seed;
 } zs__train_opts_t;

@@ -169,7 +169,25 @@ int zs_config_load(const char *path, zs_config_t *cfg, zs_config_warn_fn warn, v
  * it again with the same W is a no-op. */
 int zs_config_resolve(zs_config_t *cfg, int world_size, zs_err_t *err);
 
-/* Print the resolved configuration, one key per line, to f (a FILE *). */
+/* Print the resolved configuration to f (a FILE *): one "key = value" line
+ * per field under its DeepSpeed name (a note in parentheses may follow the
+ * value: "(off)", "(dynamic)"), every field whatever the file gave
+ * (zs_config_print.c). */
 void zs_config_print(const zs_config_t *cfg, void *f);
+
+/* XXH3-64 of zs_config_print's text: equal tables, equal digests; a key
+ * whose resolved value changes changes it. */
+uint64_t zs_config_digest(const zs_config_t *cfg);
+
+/* One line, without a newline, for a program's start-up log: the digest
+ * (16 hex digits) and the keys whose resolved value differs from
+ * DeepSpeed's default (including the defaults DeepSpeed derives: stage 3's
+ * overlap_comm, WarmupLR's warmup_max_lr = lr), in table order, as
+ * key=value with the value's blanks and notes left out, "zero_optimization."
+ * written "zero." and a ".params." level left out:
+ *   "config 5d1c0e6a9b2f4c83: train_batch_size=16 ... zero.stage=2"
+ * The batch sizes have no default and are always listed. *out is malloc'd
+ * (the caller frees); ZS_ERR_NOMEM. */
+int zs_config_summary(const zs_config_t *cfg, char **out, zs_err_t *err);
 
 #endif

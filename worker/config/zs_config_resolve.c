@@ -1,17 +1,16 @@
 /*
  * zs_config_resolve.c - the parsed DeepSpeed configuration made final for a
- * world size, and printed.
+ * world size.
  *
  * What it does: zs_config_resolve derives the batch sizes exactly as
  * DeepSpeed's _set_batch_related_parameters + _batch_assertion do, then
  * cross-checks the fields (stage, offload, fp16/bf16, bucket sizes,
- * scheduler, loss scaling) and fixes the training dtype; zs_config_print
- * writes every field under its DeepSpeed name, with floats in their
- * shortest round-tripping form.
+ * scheduler, loss scaling) and fixes the training dtype.
  *
  * What it does not do: it reads no JSON and applies no defaults
  * (zs_config.c does), and it never changes a value the file gave, only the
- * ones DeepSpeed derives.
+ * ones DeepSpeed derives; the printed table, its digest and the one-line
+ * summary are zs_config_print.c's.
  */
 #include <math.h>
 #include <stdint.h>
@@ -138,118 +137,4 @@ int zs_config_resolve(zs_config_t *cfg, int world_size, zs_err_t *err)
                  : cfg->bf16_enabled ? ZS_DTYPE_BF16
                                      : ZS_DTYPE_F32;
     return ZS_OK;
-}
-
-static const char *tf(int b)
-{
-    return b ? "true" : "false";
-}
-
-/* Shortest %g form that reads back as the same float / double. */
-static const char *fmt_f(float v, char *buf)
-{
-    for (int p = 6; p <= 9; p++) {
-        snprintf(buf, 32, "%.*g", p, (double)v);
-        if (strtof(buf, NULL) == v)
-            break;
-    }
-    return buf;
-}
-
-static const char *fmt_d(double v, char *buf)
-{
-    for (int p = 6; p <= 17; p++) {
-        snprintf(buf, 32, "%.*g", p, v);
-        if (strtod(buf, NULL) == v)
-            break;
-    }
-    return buf;
-}
-
-/* Print every field under its DeepSpeed name; see zs_config.h. */
-void zs_config_print(const zs_config_t *cfg, void *fp)
-{
-    FILE *f = fp;
-    char b1[32], b2[32];
-    fprintf(f, "train_batch_size = %lld\n", (long long)cfg->train_batch_size);
-    fprintf(f, "train_micro_batch_size_per_gpu = %lld\n", (long long)cfg->micro_batch_per_gpu);
-    fprintf(f, "gradient_accumulation_steps = %lld\n", (long long)cfg->gradient_accumulation_steps);
-    fprintf(f, "gradient_clipping = %s%s\n", fmt_d(cfg->gradient_clipping, b1),
-            cfg->gradient_clipping > 0 ? "" : " (off)");
-    fprintf(f, "optimizer.type = %s%s\n",
-            cfg->adam.adam_w_mode ? "AdamW (decoupled weight decay)" : "Adam (L2 weight decay)",
-            cfg->optimizer_given ? "" : " (default: no optimizer section)");
-    fprintf(f, "optimizer.params.lr = %s\n", fmt_f(cfg->adam.lr, b1));
-    fprintf(f, "optimizer.params.betas = [%s, %s]\n", fmt_f(cfg->adam.beta1, b1),
-            fmt_f(cfg->adam.beta2, b2));
-    fprintf(f, "optimizer.params.eps = %s\n", fmt_f(cfg->adam.eps, b1));
-    fprintf(f, "optimizer.params.weight_decay = %s\n", fmt_f(cfg->adam.weight_decay, b1));
-    fprintf(f, "optimizer.params.adam_w_mode = %s\n", tf(cfg->adam.adam_w_mode));
-    fprintf(f, "optimizer.params.bias_correction = %s\n", tf(cfg->adam.bias_correction));
-    const zs_sched_config_t *s = &cfg->sched;
-    fprintf(f, "scheduler.type = %s\n",
-            s->type == ZS_SCHED_WARMUP_LR         ? "WarmupLR"
-            : s->type == ZS_SCHED_WARMUP_DECAY_LR ? "WarmupDecayLR"
-                                                  : "none (constant lr)");
-    if (s->type != ZS_SCHED_NONE) {
-        fprintf(f, "scheduler.params.warmup_min_lr = %s\n", fmt_d(s->warmup_min_lr, b1));
-        fprintf(f, "scheduler.params.warmup_max_lr = %s\n", fmt_d(s->warmup_max_lr, b1));
-        fprintf(f, "scheduler.params.warmup_num_steps = %lld\n", (long long)s->warmup_num_steps);
-        fprintf(f, "scheduler.params.warmup_type = %s\n",
-                s->warmup_type == ZS_WARMUP_LINEAR ? "linear" : "log");
-        if (s->type == ZS_SCHED_WARMUP_DECAY_LR)
-            fprintf(f, "scheduler.params.total_num_steps = %lld\n", (long long)s->total_num_steps);
-    }
-    fprintf(f, "precision = %s\n", zs_dtype_name(cfg->dtype));
-    fprintf(f, "fp16.enabled = %s\n", tf(cfg->fp16.enabled));
-    if (cfg->fp16.enabled) {
-        if (cfg->fp16.loss_scale > 0) {
-            fprintf(f, "fp16.loss_scale = %s (static)\n", fmt_d(cfg->fp16.loss_scale, b1));
-        } else {
-            fprintf(f, "fp16.loss_scale = 0 (dynamic)\n");
-            fprintf(f, "fp16.initial_scale_power = %d\n", cfg->fp16.initial_scale_power);
-            fprintf(f, "fp16.loss_scale_window = %d\n", cfg->fp16.loss_scale_window);
-            fprintf(f, "fp16.hysteresis = %d\n", cfg->fp16.hysteresis);
-            fprintf(f, "fp16.consecutive_hysteresis = %s\n", tf(cfg->fp16.consecutive_hysteresis));
-            fprintf(f, "fp16.min_loss_scale = %s\n", fmt_d(cfg->fp16.min_loss_scale, b1));
-        }
-    }
-    fprintf(f, "bf16.enabled = %s\n", tf(cfg->bf16_enabled));
-    fprintf(f, "zero_optimization.stage = %d\n", cfg->stage);
-    fprintf(f, "zero_optimization.offload_optimizer.device = %s\n",
-            cfg->offload_optimizer ? "cpu" : "none");
-    if (cfg->offload_optimizer)
-        fprintf(f, "zero_optimization.offload_optimizer.super_offload = %s\n",
-                tf(cfg->offload_speculate));
-    if (cfg->offload_optimizer && cfg->offload_speculate)
-        fprintf(f, "zero_optimization.offload_optimizer.speculate_every_step = %s\n",
-                tf(cfg->offload_speculate_every));
-    if (cfg->offload_optimizer)
-        fprintf(f, "zero_optimization.offload_optimizer.stream_pulls = %s\n",
-                tf(cfg->offload_stream));
-    fprintf(f, "zero_optimization.offload_param.device = %s\n",
-            cfg->offload_param ? "cpu" : "none");
-    fprintf(f, "zero_optimization.reduce_bucket_size = %lld\n", (long long)cfg->reduce_bucket_size);
-    fprintf(f, "zero_optimization.allgather_bucket_size = %lld\n",
-            (long long)cfg->allgather_bucket_size);
-    fprintf(f, "zero_optimization.overlap_comm = %s\n", tf(cfg->overlap_comm));
-    fprintf(f, "zero_optimization.contiguous_gradients = %s\n", tf(cfg->contiguous_gradients));
-    fprintf(f, "zero_optimization.reduce_scatter = %s\n", tf(cfg->reduce_scatter));
-    fprintf(f, "zero_optimization.allgather_partitions = %s\n", tf(cfg->allgather_partitions));
-    fprintf(f, "zero_optimization.round_robin_gradients = %s\n", tf(cfg->round_robin_gradients));
-    fprintf(f, "zero_optimization.sub_group_size = %lld\n", (long long)cfg->sub_group_size);
-    fprintf(f, "zero_optimization.stage3_prefetch_bucket_size = %lld\n",
-            (long long)cfg->stage3_prefetch_bucket_size);
-    fprintf(f, "zero_optimization.stage3_param_persistence_threshold = %lld\n",
-            (long long)cfg->stage3_param_persistence_threshold);
-    fprintf(f, "zero_optimization.stage3_max_live_parameters = %lld\n",
-            (long long)cfg->stage3_max_live_parameters);
-    fprintf(f, "zero_optimization.stage3_max_reuse_distance = %lld\n",
-            (long long)cfg->stage3_max_reuse_distance);
-    fprintf(f, "zero_optimization.stage3_gather_16bit_weights_on_model_save = %s\n",
-            tf(cfg->stage3_gather_16bit_weights_on_model_save));
-    fprintf(f, "activation_checkpointing = %s\n",
-            cfg->act_ckpt ? "every GPT block (section given)" : "off (no section)");
-    if (cfg->act_ckpt)
-        fprintf(f, "activation_checkpointing.cpu_checkpointing = %s\n", tf(cfg->act_ckpt_cpu));
 }

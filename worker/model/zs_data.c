@@ -3,15 +3,21 @@
  *
  * Format (see zs_data.h; little-endian, 64-byte header):
  *   off  0  magic "ZSTOKENS"          8 bytes
- *   off  8  version u32 = 1
+ *   off  8  version u32 = 1 or 2
  *   off 12  vocab u32, 1..65536
  *   off 16  count u64 (tokens)
  *   off 24  token_bytes u32 = 2
- *   off 28  reserved, 36 zero bytes
+ *   off 28  version 1: reserved, 36 zero bytes
+ *           version 2: tokenizer u32 = 1 (GPT-2 BPE), off 32 dir_bytes u32,
+ *           off 36 encoder_xxh3 u64, off 44 merges_xxh3 u64, off 52 12 zero
  *   off 64  count u16 tokens, each < vocab
+ *           version 2: then dir_bytes bytes, the vocabulary's folder
+ * The tokens start at 64 in both versions, so the record costs a reader of
+ * tokens nothing; it goes after them because a streamed writer
+ * (zs_data_writer.c) knows the count only at the end anyway.
  * zs_data_open checks all of the header and that the file size is exactly
- * 64 + 2 * count. Token values are checked lazily, per sample, so opening a
- * large file costs nothing beyond the mmap.
+ * 64 + 2 * count (+ dir_bytes). Token values are checked lazily, per
+ * sample, so opening a large file costs nothing beyond the mmap.
  *
  * Sampling rule. Sample j is the window of T+1 tokens starting at
  *   zs_data_offset(j) = splitmix64((uint64_t)j) mod (count - T)
@@ -44,12 +50,14 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#define MAGIC       "ZSTOKENS"
-#define VERSION     1u
-#define TOKEN_BYTES 2u
-#define VOCAB_MAX   65536u
-#define PATH_SHOWN  ZS__DATA_PATH_SHOWN
-#define WRITE_CHUNK (1u << 16)
+#define MAGIC          "ZSTOKENS"
+#define VERSION        1u
+#define VERSION_BPE    2u /* version 1 + the GPT-2 vocabulary's record */
+#define TOKENIZER_GPT2 1u
+#define TOKEN_BYTES    2u
+#define VOCAB_MAX      65536u
+#define PATH_SHOWN     ZS__DATA_PATH_SHOWN
+#define WRITE_CHUNK    (1u << 16)
 
 /* ---- little-endian helpers ------------------------------------------------ */
 
@@ -100,11 +108,41 @@ static int io_status(int e)
     return e == ENOENT ? ZS_ERR_NOTFOUND : ZS_ERR_IO;
 }
 
-/* Validate the header of a zeroshard token file of `size` bytes; fills
- * vocab and count. */
-int zs__data_check_header(const char *path, const uint8_t *h, uint64_t size, uint32_t *vocab,
-                          uint64_t *count, zs_err_t *err)
+/* Version 2's fields after token_bytes (zs_data.h): the tokenizer, the
+ * length of the vocabulary path after the tokens and the hashes; *extra is
+ * the path's length. */
+static int check_v2(const char *path, const uint8_t *h, uint64_t *extra, zs_data_bpe_t *bpe,
+                    zs_err_t *err)
 {
+    uint32_t kind = rd32(h + 28), len = rd32(h + 32);
+    if (kind != TOKENIZER_GPT2)
+        return zs_err_set(err, ZS_ERR_CORRUPT,
+                          "token file %.*s: tokenizer %u in the header, this build knows %u "
+                          "(GPT-2 BPE)",
+                          PATH_SHOWN, path, kind, TOKENIZER_GPT2);
+    if (len < 1 || len >= ZS_DATA_DIR_MAX)
+        return zs_err_set(err, ZS_ERR_CORRUPT,
+                          "token file %.*s: vocabulary path of %u bytes in the header, must be "
+                          "1..%d",
+                          PATH_SHOWN, path, len, ZS_DATA_DIR_MAX - 1);
+    for (int i = 52; i < ZS_DATA_HEADER_BYTES; i++)
+        if (h[i] != 0)
+            return zs_err_set(err, ZS_ERR_CORRUPT,
+                              "token file %.*s: reserved header byte at offset %d is 0x%02x, "
+                              "must be zero",
+                              PATH_SHOWN, path, i, h[i]);
+    bpe->encoder_xxh3 = rd64(h + 36);
+    bpe->merges_xxh3 = rd64(h + 44);
+    *extra = len;
+    return ZS_OK;
+}
+
+/* Validate the header of a zeroshard token file of `size` bytes (mapped at
+ * h); fills vocab, count and a version 2 file's vocabulary record. */
+int zs__data_check_header(const char *path, const uint8_t *h, uint64_t size, uint32_t *vocab,
+                          uint64_t *count, int *has_bpe, zs_data_bpe_t *bpe, zs_err_t *err)
+{
+    *has_bpe = 0;
     if (memcmp(h, MAGIC, 8) != 0) {
         char shown[8 * 4 + 1];
         size_t o = 0;
@@ -119,10 +157,11 @@ int zs__data_check_header(const char *path, const uint8_t *h, uint64_t size, uin
     }
     uint32_t version = rd32(h + 8), v = rd32(h + 12), tb = rd32(h + 24);
     uint64_t n = rd64(h + 16);
-    if (version != VERSION)
+    if (version != VERSION && version != VERSION_BPE)
         return zs_err_set(err, ZS_ERR_CORRUPT,
-                          "token file %.*s: format version %u, this build reads version %u",
-                          PATH_SHOWN, path, version, VERSION);
+                          "token file %.*s: format version %u, this build reads versions %u and "
+                          "%u",
+                          PATH_SHOWN, path, version, VERSION, VERSION_BPE);
     if (v < 1 || v > VOCAB_MAX)
         return zs_err_set(err, ZS_ERR_CORRUPT,
                           "token file %.*s: vocab %u in the header, must be 1..%u", PATH_SHOWN,
@@ -132,20 +171,39 @@ int zs__data_check_header(const char *path, const uint8_t *h, uint64_t size, uin
                           "token file %.*s: token_bytes %u in the header, only %u (u16 tokens) "
                           "is supported",
                           PATH_SHOWN, path, tb, TOKEN_BYTES);
-    for (int i = 28; i < ZS_DATA_HEADER_BYTES; i++)
-        if (h[i] != 0)
-            return zs_err_set(err, ZS_ERR_CORRUPT,
-                              "token file %.*s: reserved header byte at offset %d is 0x%02x, "
-                              "must be zero",
-                              PATH_SHOWN, path, i, h[i]);
-    if (n > (UINT64_MAX - ZS_DATA_HEADER_BYTES) / TOKEN_BYTES ||
-        size != ZS_DATA_HEADER_BYTES + TOKEN_BYTES * n)
+    uint64_t extra = 0; /* version 2: the vocabulary path after the tokens */
+    if (version == VERSION_BPE) {
+        int rc = check_v2(path, h, &extra, bpe, err);
+        if (rc)
+            return rc;
+    } else {
+        for (int i = 28; i < ZS_DATA_HEADER_BYTES; i++)
+            if (h[i] != 0)
+                return zs_err_set(err, ZS_ERR_CORRUPT,
+                                  "token file %.*s: reserved header byte at offset %d is 0x%02x, "
+                                  "must be zero",
+                                  PATH_SHOWN, path, i, h[i]);
+    }
+    if (n > (UINT64_MAX - ZS_DATA_HEADER_BYTES - ZS_DATA_DIR_MAX) / TOKEN_BYTES ||
+        size != ZS_DATA_HEADER_BYTES + TOKEN_BYTES * n + extra)
         return zs_err_set(err, ZS_ERR_CORRUPT,
                           "token file %.*s: size %llu bytes disagrees with the header's count "
-                          "of %llu tokens (expected %d + 2 * %llu bytes): truncated or "
+                          "of %llu tokens (expected %d + 2 * %llu%s bytes): truncated or "
                           "trailing data",
                           PATH_SHOWN, path, (unsigned long long)size, (unsigned long long)n,
-                          ZS_DATA_HEADER_BYTES, (unsigned long long)n);
+                          ZS_DATA_HEADER_BYTES, (unsigned long long)n,
+                          extra ? " + the vocabulary path's" : "");
+    if (extra) {
+        const uint8_t *p = h + ZS_DATA_HEADER_BYTES + TOKEN_BYTES * n;
+        if (memchr(p, 0, (size_t)extra))
+            return zs_err_set(err, ZS_ERR_CORRUPT,
+                              "token file %.*s: the vocabulary path after the tokens holds a "
+                              "NUL byte",
+                              PATH_SHOWN, path);
+        memcpy(bpe->dir, p, (size_t)extra);
+        bpe->dir[extra] = '\0';
+        *has_bpe = 1;
+    }
     *vocab = v;
     *count = n;
     return ZS_OK;
@@ -163,6 +221,12 @@ uint32_t zs_data_vocab(const zs_data_t *d)
 uint64_t zs_data_count(const zs_data_t *d)
 {
     return d->count;
+}
+
+/* The recorded vocabulary (version 2), NULL if none. */
+const zs_data_bpe_t *zs_data_bpe(const zs_data_t *d)
+{
+    return d->has_bpe ? &d->bpe : NULL;
 }
 
 /* ---- sampling ------------------------------------------------------------- */

@@ -4,9 +4,15 @@
  * Also read: llm.c .bin shards and lists of files (zs_data_open).
  *
  * File format (little-endian): a 64-byte header
- *   magic "ZSTOKENS" (8 bytes), version u32 (=1), vocab u32 (1..65536),
- *   count u64 (tokens), token_bytes u32 (2), reserved (36 bytes, zero)
- * followed by `count` u16 tokens, each < vocab.
+ *   magic "ZSTOKENS" (8 bytes), version u32 (1 or 2), vocab u32 (1..65536),
+ *   count u64 (tokens), token_bytes u32 (2), then
+ *   version 1: reserved (36 bytes, zero);
+ *   version 2: tokenizer u32 (1 = GPT-2 BPE), dir_bytes u32 (1..4095),
+ *     encoder_xxh3 u64, merges_xxh3 u64, reserved (12 bytes, zero)
+ * followed by `count` u16 tokens, each < vocab, and in version 2 by
+ * dir_bytes bytes: the vocabulary folder's path (no NUL). Version 2 is what
+ * zs-tokenize --gpt2 writes (zs_data_bpe_t); every other file is version 1,
+ * so builds that read only version 1 still read those.
  *
  * Sampling: sample j (a global sample index, zs_batch_sample in zs_engine.h)
  * is the window of T+1 tokens starting at zs_data_offset(j), inputs the
@@ -47,6 +53,35 @@ uint64_t zs_data_offset(const zs_data_t *d, int64_t j, int T);
 int zs_data_sample(const zs_data_t *d, int64_t j, int T, int32_t *inputs, int32_t *targets,
                    zs_err_t *err);
 
+/* The GPT-2 vocabulary a token file's ids come from, as zs-tokenize --gpt2
+ * records it (version 2): the folder holding encoder.json and vocab.bpe,
+ * and the XXH3-64 of each file, so a reader can decode the ids without
+ * being told the folder and can tell when the folder no longer holds the
+ * files the ids were made with (zs_data_bpe.c). */
+#define ZS_DATA_DIR_MAX 4096 /* dir's bytes, NUL included */
+typedef struct zs_data_bpe {
+    char dir[ZS_DATA_DIR_MAX]; /* absolute path */
+    uint64_t encoder_xxh3;     /* of dir/encoder.json */
+    uint64_t merges_xxh3;      /* of dir/vocab.bpe */
+} zs_data_bpe_t;
+
+/* The vocabulary recorded in d's file(s), or NULL: none recorded (version
+ * 1, llm.c shards), or files of a list that record different ones. */
+const zs_data_bpe_t *zs_data_bpe(const zs_data_t *d);
+
+/* The record for folder `dir`: its absolute path and the hashes of its
+ * encoder.json and vocab.bpe. ZS_ERR_NOTFOUND / ZS_ERR_IO naming the file
+ * that cannot be read, ZS_ERR_RANGE for a path of ZS_DATA_DIR_MAX bytes or
+ * more. */
+int zs_data_bpe_of_dir(const char *dir, zs_data_bpe_t *out, zs_err_t *err);
+
+/* Load the recorded vocabulary (zs_bpe_load on rec->dir) after checking
+ * that its files still hash as recorded: ZS_ERR_NOTFOUND when the folder
+ * or a file is gone, ZS_ERR_CORRUPT naming the file whose hash differs (a
+ * different vocabulary now lives there). *out as zs_bpe_load's. */
+struct zs_bpe;
+int zs_data_bpe_load(const zs_data_bpe_t *rec, struct zs_bpe **out, zs_err_t *err);
+
 /* Copy tokens [start, start + n) into out (as stored; not checked against
  * the vocab). ZS_ERR_RANGE if the range is not inside the file. */
 int zs_data_read(const zs_data_t *d, uint64_t start, uint64_t n, uint32_t *out, zs_err_t *err);
@@ -66,6 +101,9 @@ typedef struct zs_data_writer zs_data_writer_t;
 int zs_data_writer_open(const char *path, uint32_t vocab, zs_data_writer_t **out, zs_err_t *err);
 int zs_data_writer_add(zs_data_writer_t *w, const uint32_t *tokens, size_t n, zs_err_t *err);
 uint64_t zs_data_writer_count(const zs_data_writer_t *w);
+/* Record the vocabulary the tokens come from: the file is then written as
+ * version 2 (see the format above). Any time before close. */
+void zs_data_writer_set_bpe(zs_data_writer_t *w, const zs_data_bpe_t *rec);
 int zs_data_writer_close(zs_data_writer_t *w, int commit, zs_err_t *err);
 
 #endif

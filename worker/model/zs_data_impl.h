@@ -30,14 +30,17 @@ struct zs_data {
     int nsh;
     uint32_t vocab;
     uint64_t count;
+    int has_bpe;       /* every file records bpe (version 2, the same record) */
+    zs_data_bpe_t bpe; /* zs_data_bpe */
 };
 
 /* The shard holding token i (< d->count): binary search on start. */
 const zs__data_shard_t *zs__data_shard_of(const zs_data_t *d, uint64_t i);
 
-/* Validate a zeroshard token file header (zs_data.c) for a file of `size`
- * bytes; fills vocab and count. */
+/* Validate a zeroshard token file of `size` bytes mapped at h (zs_data.c);
+ * fills vocab and count, and *bpe with a version 2 file's record (*has_bpe
+ * 1; 0 for version 1). */
 int zs__data_check_header(const char *path, const uint8_t *h, uint64_t size, uint32_t *vocab,
-                          uint64_t *count, zs_err_t *err);
+                          uint64_t *count, int *has_bpe, zs_data_bpe_t *bpe, zs_err_t *err);
 
 #endif

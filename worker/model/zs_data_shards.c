@@ -10,7 +10,8 @@
  *     (uint32 LLaMA 3 tokens) is refused.
  * The files are concatenated in the order given (a glob's matches sorted
  * by name, as llm.c's glob does); sampling (zs_data.c) sees one token
- * stream. All files must have the same vocab.
+ * stream. All files must have the same vocab; the data has a GPT-2
+ * vocabulary record (zs_data_bpe) when every file has the same one.
  *
  * Not here: sampling, the zeroshard header fields, writing (zs_data.c).
  */
@@ -89,8 +90,10 @@ static int check_llmc(const char *path, const uint8_t *h, uint64_t size, uint64_
     return ZS_OK;
 }
 
-/* Map one file and validate its header, whichever format it is. */
-static int map_shard(const char *path, zs__data_shard_t *s, uint32_t *vocab, zs_err_t *err)
+/* Map one file and validate its header, whichever format it is; a
+ * version 2 zeroshard file's vocabulary record into *bpe (*has_bpe). */
+static int map_shard(const char *path, zs__data_shard_t *s, uint32_t *vocab, int *has_bpe,
+                     zs_data_bpe_t *bpe, zs_err_t *err)
 {
     int fd = open(path, O_RDONLY | O_CLOEXEC);
     if (fd < 0) {
@@ -143,7 +146,7 @@ static int map_shard(const char *path, zs__data_shard_t *s, uint32_t *vocab, zs_
                  ? zs_err_set(err, ZS_ERR_CORRUPT,
                               "token file %.*s: %llu bytes, shorter than the %d-byte header", SHOWN,
                               path, (unsigned long long)size, ZS_DATA_HEADER_BYTES)
-                 : zs__data_check_header(path, h, size, vocab, &s->count, err);
+                 : zs__data_check_header(path, h, size, vocab, &s->count, has_bpe, bpe, err);
         s->tok = h + ZS_DATA_HEADER_BYTES;
     }
     if (rc != ZS_OK) {
@@ -228,11 +231,21 @@ int zs_data_open(const char *path, zs_data_t **out, zs_err_t *err)
     int rc = d ? expand(path, &paths, &n, err) : zs_err_set(err, ZS_ERR_NOMEM, "out of memory");
     if (rc == ZS_OK && (!(d->sh = calloc((size_t)n, sizeof *d->sh)) || !(d->path = strdup(path))))
         rc = zs_err_set(err, ZS_ERR_NOMEM, "token data: out of memory");
+    zs_data_bpe_t *bpe = rc == ZS_OK ? malloc(sizeof *bpe) : NULL; /* a shard's record */
+    if (rc == ZS_OK && !bpe)
+        rc = zs_err_set(err, ZS_ERR_NOMEM, "token data: out of memory");
     for (int i = 0; rc == ZS_OK && i < n; i++) {
         uint32_t vocab = 0;
-        rc = map_shard(paths[i], &d->sh[i], &vocab, err);
+        int has_bpe = 0;
+        rc = map_shard(paths[i], &d->sh[i], &vocab, &has_bpe, bpe, err);
         if (rc != ZS_OK)
             break;
+        /* one record for the data only when every file holds the same */
+        if (i == 0 && has_bpe)
+            d->bpe = *bpe;
+        d->has_bpe = has_bpe && (i == 0 || (d->has_bpe && strcmp(bpe->dir, d->bpe.dir) == 0 &&
+                                            bpe->encoder_xxh3 == d->bpe.encoder_xxh3 &&
+                                            bpe->merges_xxh3 == d->bpe.merges_xxh3));
         d->nsh = i + 1;
         if (i > 0 && vocab != d->vocab)
             rc = zs_err_set(err, ZS_ERR_INVALID,
@@ -243,6 +256,7 @@ int zs_data_open(const char *path, zs_data_t **out, zs_err_t *err)
         d->sh[i].start = d->count;
         d->count += d->sh[i].count;
     }
+    free(bpe);
     for (int i = 0; i < n; i++)
         free(paths[i]);
     free(paths);

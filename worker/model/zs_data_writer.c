@@ -4,7 +4,9 @@
  * 128 KiB buffer behind a zeroed header; on commit the header gets its
  * count, the file is fsync'ed and renamed over PATH, so memory stays
  * bounded whatever the count and a reader sees the old file or the whole
- * new one (as zs_data_write).
+ * new one (as zs_data_write). With a vocabulary record
+ * (zs_data_writer_set_bpe) the file is version 2: the record's hashes go
+ * into the header and its path after the tokens.
  *
  * Not here: the format's reader and the one-call writer (zs_data.c).
  */
@@ -30,7 +32,9 @@ struct zs_data_writer {
     uint32_t vocab;
     uint64_t count;
     uint8_t buf[2 * BUF];
-    size_t n; /* tokens in buf */
+    size_t n;          /* tokens in buf */
+    int has_bpe;       /* zs_data_writer_set_bpe: written as version 2 */
+    zs_data_bpe_t bpe; /* its record */
 };
 
 /* Store v little-endian at p. */
@@ -115,6 +119,39 @@ int zs_data_writer_add(zs_data_writer_t *w, const uint32_t *tokens, size_t n, zs
     return ZS_OK;
 }
 
+/* Record the vocabulary (zs_data.h): version 2 at commit. */
+void zs_data_writer_set_bpe(zs_data_writer_t *w, const zs_data_bpe_t *rec)
+{
+    w->bpe = *rec;
+    w->has_bpe = 1;
+}
+
+/* Store v little-endian at p. */
+static void wr64(uint8_t *p, uint64_t v)
+{
+    wr32(p, (uint32_t)v);
+    wr32(p + 4, (uint32_t)(v >> 32));
+}
+
+/* Version 2's fields and the path after the tokens (zs_data.h). */
+static int write_bpe(zs_data_writer_t *w, uint8_t *h, zs_err_t *err)
+{
+    size_t len = strnlen(w->bpe.dir, ZS_DATA_DIR_MAX);
+    if (len < 1 || len >= ZS_DATA_DIR_MAX)
+        return zs_err_set(err, ZS_ERR_RANGE,
+                          "token file %.*s: the vocabulary path must be 1..%d bytes", SHOWN,
+                          w->path, ZS_DATA_DIR_MAX - 1);
+    wr32(h + 8, 2);
+    wr32(h + 28, 1); /* GPT-2 BPE */
+    wr32(h + 32, (uint32_t)len);
+    wr64(h + 36, w->bpe.encoder_xxh3);
+    wr64(h + 44, w->bpe.merges_xxh3);
+    if (zs_file_write_all(w->fd, w->bpe.dir, len))
+        return zs_err_set(err, ZS_ERR_IO, "token file %.*s: write failed: %s", SHOWN, w->path,
+                          strerror(errno));
+    return ZS_OK;
+}
+
 /* Tokens added so far. */
 uint64_t zs_data_writer_count(const zs_data_writer_t *w)
 {
@@ -135,7 +172,9 @@ int zs_data_writer_close(zs_data_writer_t *w, int commit, zs_err_t *err)
         wr32(h + 16, (uint32_t)w->count);
         wr32(h + 20, (uint32_t)(w->count >> 32));
         wr32(h + 24, 2);
-        if (pwrite(w->fd, h, sizeof h, 0) != (ssize_t)sizeof h || fsync(w->fd) != 0)
+        if (w->has_bpe) /* after the tokens, which flush wrote */
+            rc = write_bpe(w, h, err);
+        if (!rc && (pwrite(w->fd, h, sizeof h, 0) != (ssize_t)sizeof h || fsync(w->fd) != 0))
             rc = zs_err_set(err, ZS_ERR_IO, "token file %.*s: write failed: %s", SHOWN, w->path,
                             strerror(errno));
     }

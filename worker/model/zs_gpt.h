@@ -235,4 +235,12 @@ int zs_gpt_tensor(const zs_gpt_config_t *c, int i, zs_gpt_tensor_t *t);
  * (NULL: "zs-gpt") and the config. *out is malloc'd (caller frees). */
 int zs_gpt_manifest(const zs_gpt_config_t *c, const char *name, char **out, zs_err_t *err);
 
+/* zs_gpt_manifest with the GPT-2 vocabulary the training data records
+ * (bpe; NULL: none) in the model object as "tokenizer": {"type":
+ * "gpt2-bpe", "vocab_dir", "encoder_xxh3", "merges_xxh3" (16 hex digits)}:
+ * zs-ctl export carries the model object into its metadata, and
+ * zs-generate decodes with it (zs_init_from_bpe). */
+int zs_gpt_manifest_bpe(const zs_gpt_config_t *c, const char *name, const zs_data_bpe_t *bpe,
+                        char **out, zs_err_t *err);
+
 #endif

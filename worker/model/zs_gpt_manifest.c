@@ -6,7 +6,9 @@
  *   {"format": "zeroshard-manifest/1",
  *    "model": {"name": "zs-gpt", "kind": "gpt2",
  *              "config": {"n_layer": L, "n_head": NH, "n_embd": C,
- *                         "n_positions": T, "vocab_size": V, ...}},
+ *                         "n_positions": T, "vocab_size": V, ...},
+ *              "tokenizer": {"type": "gpt2-bpe", "vocab_dir": DIR,
+ *                            "encoder_xxh3": HEX, "merges_xxh3": HEX}},
  *    "storage_dtype": "F32", "num_params": P,
  *    "tensors": [["transformer.wte.weight", [V, C], 0], ...]}
  *
@@ -18,6 +20,9 @@
  * listed (lm_head.weight is tied on load). Arrays instead of objects keep
  * the text small (about 55 bytes a tensor: GPT-2 XL's 48 layers give 32 KB,
  * within a checkpoint's 60 KiB of user_meta; about 90 layers fit).
+ * "tokenizer" is there when the training data records its GPT-2 vocabulary
+ * (zs_data_bpe: zs-tokenize --gpt2), so the export names it and
+ * zs-generate decodes without being told (zs_init_from_bpe).
  *
  * Does not: know about checkpoints or files (the engine and zs-ctl do).
  */
@@ -34,7 +39,30 @@ static const char *const k_block_names[12] = {
     "attn.c_proj.weight", "attn.c_proj.bias", "ln_2.weight",        "ln_2.bias",
     "mlp.c_fc.weight",    "mlp.c_fc.bias",    "mlp.c_proj.weight",  "mlp.c_proj.bias"};
 
+/* s as a JSON string literal (quotes, backslashes and control characters
+ * escaped): a folder's path may hold any of them. */
+static void add_json_string(zs_strbuf_t *b, const char *s)
+{
+    zs_strbuf_addf(b, "\"");
+    for (; *s; s++) {
+        unsigned char ch = (unsigned char)*s;
+        if (ch == '"' || ch == '\\')
+            zs_strbuf_addf(b, "\\%c", ch);
+        else if (ch < 0x20)
+            zs_strbuf_addf(b, "\\u%04x", ch);
+        else
+            zs_strbuf_addf(b, "%c", ch);
+    }
+    zs_strbuf_addf(b, "\"");
+}
+
 int zs_gpt_manifest(const zs_gpt_config_t *c, const char *name, char **out, zs_err_t *err)
+{
+    return zs_gpt_manifest_bpe(c, name, NULL, out, err);
+}
+
+int zs_gpt_manifest_bpe(const zs_gpt_config_t *c, const char *name, const zs_data_bpe_t *bpe,
+                        char **out, zs_err_t *err)
 {
     *out = NULL;
     if (c->layers < 1 || c->heads < 1 || c->width < 1 || c->ctx < 1 || c->vocab < 1 ||
@@ -52,10 +80,16 @@ int zs_gpt_manifest(const zs_gpt_config_t *c, const char *name, char **out, zs_e
         "{\"format\":\"zeroshard-manifest/1\",\"model\":{\"name\":\"%s\",\"kind\":\"gpt2\","
         "\"config\":{\"n_layer\":%d,\"n_head\":%d,\"n_embd\":%d,\"n_positions\":%d,"
         "\"vocab_size\":%d,\"layer_norm_epsilon\":1e-05,\"activation_function\":\"gelu_new\","
-        "\"tie_word_embeddings\":true}},\"storage_dtype\":\"F32\",\"num_params\":%llu,"
-        "\"tensors\":[",
-        name, c->layers, c->heads, c->width, c->ctx, c->vocab,
-        (unsigned long long)zs_gpt_num_params(c));
+        "\"tie_word_embeddings\":true}",
+        name, c->layers, c->heads, c->width, c->ctx, c->vocab);
+    if (bpe) { /* inside "model": zs-ctl export copies that object into its metadata */
+        zs_strbuf_addf(&b, ",\"tokenizer\":{\"type\":\"gpt2-bpe\",\"vocab_dir\":");
+        add_json_string(&b, bpe->dir);
+        zs_strbuf_addf(&b, ",\"encoder_xxh3\":\"%016llx\",\"merges_xxh3\":\"%016llx\"}",
+                       (unsigned long long)bpe->encoder_xxh3, (unsigned long long)bpe->merges_xxh3);
+    }
+    zs_strbuf_addf(&b, "},\"storage_dtype\":\"F32\",\"num_params\":%llu,\"tensors\":[",
+                   (unsigned long long)zs_gpt_num_params(c));
     int n = zs_gpt_num_tensors(c);
     for (int i = 0; i < n && !b.oom; i++) {
         zs_gpt_tensor_t t;

@@ -186,6 +186,40 @@ static int st_heads(const cJSON *root)
     return heads;
 }
 
+/* The GPT-2 vocabulary our export's metadata names ("tokenizer" in
+ * "zeroshard.model": zs_gpt_manifest_bpe) into f; absent or malformed is
+ * no record (the weights load either way). */
+static void st_bpe(const cJSON *root, zs_init_from_t *f)
+{
+    const cJSON *meta = cJSON_GetObjectItemCaseSensitive(root, "__metadata__");
+    const cJSON *model = cJSON_GetObjectItemCaseSensitive(meta, "zeroshard.model");
+    if (!cJSON_IsString(model))
+        return;
+    cJSON *m = cJSON_Parse(model->valuestring);
+    const cJSON *t = cJSON_GetObjectItemCaseSensitive(m, "tokenizer");
+    const cJSON *type = cJSON_GetObjectItemCaseSensitive(t, "type");
+    const cJSON *dir = cJSON_GetObjectItemCaseSensitive(t, "vocab_dir");
+    const cJSON *enc = cJSON_GetObjectItemCaseSensitive(t, "encoder_xxh3");
+    const cJSON *mer = cJSON_GetObjectItemCaseSensitive(t, "merges_xxh3");
+    unsigned long long e = 0, r = 0;
+    if (cJSON_IsString(type) && strcmp(type->valuestring, "gpt2-bpe") == 0 && cJSON_IsString(dir) &&
+        *dir->valuestring && strlen(dir->valuestring) < sizeof f->bpe.dir && cJSON_IsString(enc) &&
+        sscanf(enc->valuestring, "%16llx", &e) == 1 && cJSON_IsString(mer) &&
+        sscanf(mer->valuestring, "%16llx", &r) == 1) {
+        snprintf(f->bpe.dir, sizeof f->bpe.dir, "%s", dir->valuestring);
+        f->bpe.encoder_xxh3 = e;
+        f->bpe.merges_xxh3 = r;
+        f->has_bpe = 1;
+    }
+    cJSON_Delete(m);
+}
+
+/* The vocabulary the file's metadata names, NULL if none (zs_init_from.h). */
+const zs_data_bpe_t *zs_init_from_bpe(const zs_init_from_t *f)
+{
+    return f->has_bpe ? &f->bpe : NULL;
+}
+
 /* Parse a safetensors header and locate every GPT-2 tensor (zs_init_from.h). */
 static int load_safetensors(const char *path, zs_init_from_t *f, zs_err_t *err)
 {
@@ -288,6 +322,7 @@ static int load_safetensors(const char *path, zs_init_from_t *f, zs_err_t *err)
     if (rc == ZS_OK) {
         f->shape = (zs_gpt_config_t){L, st_heads(root), (int)wte->shape[1], (int)wpe->shape[0],
                                      (int)wte->shape[0]};
+        st_bpe(root, f);
         int nt = zs_gpt_num_tensors(&f->shape);
         for (int j = 0; j < ne; j++) { /* the final index of block and ln_f tensors */
             if (e[j].idx == -3)

@@ -49,6 +49,11 @@ void zs_init_from_free(zs_init_from_t *f);
  * when the file does not say. */
 zs_gpt_config_t zs_init_from_shape(const zs_init_from_t *f);
 
+/* The GPT-2 vocabulary our export's metadata names (the training data's
+ * record, zs_gpt_manifest_bpe), NULL when the file names none (llm.c
+ * checkpoints, other safetensors). Load it with zs_data_bpe_load. */
+const zs_data_bpe_t *zs_init_from_bpe(const zs_init_from_t *f);
+
 /* "safetensors" or "llm.c". */
 const char *zs_init_from_format(const zs_init_from_t *f);
 

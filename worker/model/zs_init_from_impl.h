@@ -26,6 +26,8 @@ struct zs_init_from {
     uint64_t len;
     char format[16];
     zs_gpt_config_t shape; /* the file's; heads 0 if it does not say */
+    int has_bpe;           /* our export's metadata names a GPT-2 vocabulary */
+    zs_data_bpe_t bpe;     /* that one (zs_init_from_bpe) */
     zs__init_src_t *src;   /* [zs_gpt_num_tensors(&shape)] */
     /* the wrapped model (zs_init_from_wrap) */
     zs_model_t model, inner;
