@@ -67,6 +67,10 @@
  * metadata (generation, direction, chunk, step, dtype, begin, count): a
  * payload moved to another chunk, step or session does not verify.
  *
+ * Threads. Calls on different chunks may run concurrently on one handle
+ * (the optimizer's pool); calls on the same chunk and side must not
+ * overlap. zs_shm_watch_peer and zs_shm_destroy run alone.
+ *
  * Cleanup. The segment is a memfd: no name in any filesystem. It lives as
  * long as an fd or a mapping of it does, and both end with their process,
  * whatever way it exits.

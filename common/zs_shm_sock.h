@@ -35,6 +35,13 @@
  * zs_shm_server_destroy; after a crash it stays, and the next server on the
  * same path finds no listener behind it (ECONNREFUSED) and replaces it.
  *
+ * The peer's pid (for zs_shm_watch_peer) is SO_PEERCRED's, in the server's
+ * pid namespace. The server opens its pidfd while the worker still waits
+ * for the reply and sends the reply after: a worker that died before (its
+ * pid free for reuse) makes that send fail, and the handshake with it. The
+ * worker opens the server's pidfd after the OK: a server dying and its pid
+ * being reused within those microseconds is not guarded against.
+ *
  * Every blocking step has a deadline: accept (the caller's timeout), the
  * handshake (handshake_ms on the server, timeout_ms on the client). One
  * handshake runs at a time per zs_shm_server_accept call.

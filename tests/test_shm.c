@@ -19,8 +19,11 @@
  *              only the size check guards it), also one below a header
  *   magic      bad magic, version and geometry are refused; an unsealed
  *              memfd is refused; a faithful sealed copy maps (control)
- *   hello      a malformed hello, none or two fds, a lying token length
+ *   hello      a malformed hello, a lying token length, a missing token, no
+ *              fd, two fds; no token configured: not checked
  *   token      wrong and missing tokens refused on both sides; right: OK
+ *   timeouts   a worker that says nothing, a server that never answers, and
+ *              an accept nobody calls end at their deadlines
  *   uid        a foreign uid (a child setuid to 65534) is refused by the
  *              socket's mode, then by SO_PEERCRED; admitted when allowed;
  *              the client refuses a server of another uid (root only)
@@ -506,7 +509,8 @@ typedef struct {
     int raw;           /* instead of zs_shm_connect: raw hello kind (see raw_hello) */
 } client_args_t;
 
-/* A hand-made hello: 1 garbage, 2 no fd, 3 two fds, 4 a lying token length. */
+/* A hand-made hello: 1 garbage, 2 no fd, 3 two fds (2 and 3 with the token
+ * "tok"), 4 a lying token length, 5 no token but one (empty) memfd. */
 static int raw_hello(int kind, child_res_t *r)
 {
     struct sockaddr_un a = {.sun_family = AF_UNIX};
@@ -514,29 +518,37 @@ static int raw_hello(int kind, child_res_t *r)
     int sock = socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0);
     if (sock < 0 || connect(sock, (struct sockaddr *)&a, sizeof a) != 0)
         return ZS_ERR_IO;
-    unsigned char m[16 + 8];
+    if (kind == 6) { /* a worker that connects and says nothing */
+        usleep(1000 * 1000);
+        return ZS_OK;
+    }
+    unsigned char m[16 + 3];
     uint64_t magic = kind == 1 ? 0x1234 : ZS_SHM_HELLO_MAGIC;
-    uint32_t ver = 1, tl = kind == 4 ? 1u << 31 : 0;
+    uint32_t ver = 1, tl = kind == 4 ? 1u << 31 : kind == 2 || kind == 3 ? 3 : 0;
     memcpy(m, &magic, 8);
     memcpy(m + 8, &ver, 4);
     memcpy(m + 12, &tl, 4);
+    memcpy(m + 16, "tok", 3);
+    size_t len = kind == 2 || kind == 3 ? 19 : 16;
     int fds[2] = {memfd_create("a", MFD_CLOEXEC), memfd_create("b", MFD_CLOEXEC)};
     union {
         struct cmsghdr h;
         char b[CMSG_SPACE(2 * sizeof(int))];
     } ctl;
-    struct iovec iov = {.iov_base = m, .iov_len = 16};
+    struct iovec iov = {.iov_base = m, .iov_len = len};
     struct msghdr mh = {.msg_iov = &iov, .msg_iovlen = 1};
-    if (kind == 3) {
+    if (kind == 3 || kind == 5) {
+        int nfd = kind == 3 ? 2 : 1;
+        memset(&ctl, 0, sizeof ctl);
         mh.msg_control = ctl.b;
-        mh.msg_controllen = sizeof ctl.b;
+        mh.msg_controllen = CMSG_SPACE(nfd * sizeof(int));
         struct cmsghdr *c = CMSG_FIRSTHDR(&mh);
         c->cmsg_level = SOL_SOCKET;
         c->cmsg_type = SCM_RIGHTS;
-        c->cmsg_len = CMSG_LEN(2 * sizeof(int));
-        memcpy(CMSG_DATA(c), fds, sizeof fds);
+        c->cmsg_len = CMSG_LEN(nfd * sizeof(int));
+        memcpy(CMSG_DATA(c), fds, nfd * sizeof(int));
     }
-    if (sendmsg(sock, &mh, 0) != 16)
+    if (sendmsg(sock, &mh, 0) != (ssize_t)len)
         return ZS_ERR_IO;
     unsigned char rep[16 + ZS_ERR_MSG_MAX];
     ssize_t n = recv(sock, rep, sizeof rep, 0);
@@ -670,7 +682,8 @@ static void check_hello(void)
     } cases[] = {
         {1, ZS_ERR_INVALID, "not a zeroshard hello"},
         {4, ZS_ERR_INVALID, "hello says 2147483648 token bytes but carries 0"},
-        {2, ZS_ERR_UNAUTH, "wrong or missing bearer token"},
+        {5, ZS_ERR_UNAUTH, "wrong or missing bearer token"},
+        {2, ZS_ERR_INVALID, "the hello carried no segment fd"},
         {3, ZS_ERR_INVALID, "carried more than one file descriptor"},
     };
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
@@ -684,13 +697,14 @@ static void check_hello(void)
                     cr.msg);
     }
     zs_shm_server_destroy(srv);
-    /* No token configured: a hello without fd gets past the token. */
+    /* No token configured: a hello without one gets past the token check
+     * (to the segment, an empty memfd here). */
     srv = server(NULL, NULL, 0);
-    client_args_t a = {.raw = 2};
+    client_args_t a = {.raw = 5};
     zs_err_t se;
     child_res_t cr;
-    TEST_CHECK(one(srv, &a, &se, &cr) == ZS_ERR_INVALID);
-    TEST_CHECKF(has(&se, "the hello carried no segment fd"), "%s", se.msg);
+    TEST_CHECK(one(srv, &a, &se, &cr) == ZS_ERR_RANGE);
+    TEST_CHECKF(has(&se, "smaller than its 4096-byte header"), "%s", se.msg);
     zs_shm_server_destroy(srv);
 }
 
@@ -758,6 +772,43 @@ static void check_uid(void)
                 "%d %s", rc, se.msg);
     zs_shm_server_destroy(srv);
     TEST_CHECK(chmod(g_dir, 0700) == 0);
+}
+
+static void check_timeouts(void)
+{
+    /* Server: a worker that connects and sends nothing is dropped at the
+     * handshake deadline (200 ms), not when it goes away (1 s). */
+    zs_err_t e;
+    zs_shm_server_t *srv;
+    zs_shm_server_opts_t o = {.path = g_path, .handshake_ms = 200};
+    TEST_OK(zs_shm_server_create(&o, &srv, &e), e);
+    client_args_t a = {.raw = 6};
+    int rd;
+    pid_t pid = spawn(&a, &rd);
+    zs_shm_t *s = NULL;
+    TEST_CHECK(zs_shm_server_accept(srv, 5000, &s, NULL, &e) == ZS_ERR_TIMEOUT && s == NULL);
+    TEST_CHECKF(has(&e, "timed out waiting for the hello"), "%s", e.msg);
+    child_res_t cr = reap(pid, rd);
+    TEST_CHECK(cr.rc == ZS_OK);
+    TEST_CHECK(zs_shm_server_accept(srv, 100, &s, NULL, &e) == ZS_ERR_TIMEOUT);
+    TEST_CHECKF(has(&e, "no worker connected within 100 ms"), "%s", e.msg);
+    zs_shm_server_destroy(srv);
+    /* Worker: a listener that never answers (the connection waits in its
+     * backlog) ends at the client's deadline. */
+    int l = socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0);
+    struct sockaddr_un sa = {.sun_family = AF_UNIX};
+    strcpy(sa.sun_path, g_path);
+    TEST_CHECK(l >= 0 && bind(l, (struct sockaddr *)&sa, sizeof sa) == 0 && listen(l, 4) == 0);
+    zs_shm_t *w;
+    TEST_OK(zs_shm_create(0, CHUNK, CHUNK, &w, &e), e);
+    zs_shm_client_opts_t co = {.path = g_path, .timeout_ms = 300};
+    double t0 = now_s();
+    TEST_CHECK(zs_shm_connect(&co, w, NULL, &e) == ZS_ERR_TIMEOUT);
+    TEST_CHECKF(has(&e, "timed out waiting for the server's reply"), "%s", e.msg);
+    TEST_CHECKF(now_s() - t0 < 2.0, "gave up after %.2f s", now_s() - t0);
+    zs_shm_destroy(w);
+    close(l);
+    TEST_CHECK(unlink(g_path) == 0);
 }
 
 static void check_twoproc(void)
@@ -883,11 +934,12 @@ static const struct {
     const char *name;
     void (*fn)(void);
 } checks[] = {
-    {"roundtrip", check_roundtrip}, {"wake", check_wake},         {"stale", check_stale},
-    {"session", check_session},     {"checksum", check_checksum}, {"range", check_range},
-    {"small", check_small},         {"magic", check_magic},       {"hello", check_hello},
-    {"token", check_token},         {"uid", check_uid},           {"twoproc", check_twoproc},
-    {"peerdeath", check_peerdeath}, {"fdleak", check_fdleak},     {"sockfile", check_sockfile},
+    {"roundtrip", check_roundtrip}, {"wake", check_wake},           {"stale", check_stale},
+    {"session", check_session},     {"checksum", check_checksum},   {"range", check_range},
+    {"small", check_small},         {"magic", check_magic},         {"hello", check_hello},
+    {"token", check_token},         {"timeouts", check_timeouts},   {"uid", check_uid},
+    {"twoproc", check_twoproc},     {"peerdeath", check_peerdeath}, {"fdleak", check_fdleak},
+    {"sockfile", check_sockfile},
 };
 
 int main(int argc, char **argv)
