@@ -74,6 +74,7 @@ cat <<MSG
 
 Done. Results in $OUT:
   train.csv          step, loss, lr, loss scale, tokens/s, ms per phase, workers
+  train.csv.config.txt  the resolved configuration of each start (the log has its digest)
   train.png          loss and step time (deploy/plot.sh)
   logs/train-w2.log  2-worker run; logs/train-w1.log the 1-worker resume
   logs/server*.log   one line per server event
