@@ -25,7 +25,7 @@
  *
  * The baseline column is QUOTED, not measured here: llm.c's train_gpt2.c
  * (gcc, OpenMP, 2 threads) measured on a machine like this one on
- * 2026-11-23 (shared/notes/anchors-measured.md): 62.7 tokens/s on 124M and
+ * 2026-11-23 (commit f1e2ace, its Makefile's flags): 62.7 tokens/s on 124M and
  * 2,770 tokens/s on the small shape. The same-run ratio that matters for
  * the engine is printed last: engine W=1 / model + AdamW, per shape: the
  * two run side by side, their steps alternating, and the ratio is the median

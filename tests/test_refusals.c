@@ -1,7 +1,7 @@
 /*
  * test_refusals.c - integration: every refusal zs-server makes, provoked over
  * the wire against real servers, and proof that none of them changes state
- * ("Nothing lost, nothing trusted" in DESIGN.md).
+ * ("Nothing lost, nothing trusted" in docs/design.md).
  *
  * Setup: servers 0 and 1 hold model "refusals" (P = 100003, 2 servers) at
  * applied step 2 with checkpoint 2; server 2 runs with a bearer token and
