@@ -6,9 +6,11 @@
  * serve. SIGTERM/SIGINT: stop accepting, wake waiting pulls, let in-flight
  * handlers (a checkpoint being written included) finish, close the DB.
  */
+#define _GNU_SOURCE /* sched_setaffinity, CPU_SET */
 #include <errno.h>
 #include <getopt.h>
 #include <malloc.h>
+#include <sched.h>
 #include <grpc/grpc.h>
 #include <signal.h>
 #include <stdio.h>
@@ -36,7 +38,9 @@ static void usage(FILE *f)
             "\n"
             "  --listen HOST:PORT   address to serve on (port 0: pick a free port)\n"
             "  --data DIR           RocksDB directory (created if missing)\n"
-            "  --threads N          optimizer threads (default: all CPUs)\n"
+            "  --threads N          optimizer threads (default: all CPUs, or those of --cpus)\n"
+            "  --cpus LIST          run on these CPUs only, e.g. 2-7,10 (like DeepSpeed's\n"
+            "                       --bind_cores_to_rank or taskset; default: all allowed)\n"
             "  --keep K             checkpoints kept after each new one (default 2)\n"
             "  --token-file F       require 'authorization: Bearer <token>' (token read from F)\n"
             "  --tls-cert F         serve TLS with this PEM certificate chain\n"
@@ -61,6 +65,45 @@ static void usage(FILE *f)
             "Environment: ZS_LOG_LEVEL=debug|info|warn|error (default info), ZS_TOKEN\n"
             "(bearer token, instead of --token-file). A token is printable ASCII without\n"
             "spaces; an empty or blank one is refused (exit 2), never taken as 'no token'.\n");
+}
+
+/* Parse a CPU list ("0-3,8,10-11": ascending or not, no blanks) into *set.
+ * Returns NULL on success, else what is wrong. Every CPU must be one this
+ * process may run on (sched_getaffinity), so a typo fails at start instead
+ * of silently running elsewhere. */
+static const char *parse_cpus(const char *s, cpu_set_t *set)
+{
+    static char why[96];
+    cpu_set_t allowed;
+    if (sched_getaffinity(0, sizeof allowed, &allowed) != 0)
+        return "cannot read this process's CPU affinity";
+    CPU_ZERO(set);
+    const char *p = s;
+    while (*p) {
+        char *end;
+        long a = strtol(p, &end, 10), b = a;
+        if (end == p || a < 0)
+            return "expected a CPU number";
+        p = end;
+        if (*p == '-') {
+            b = strtol(++p, &end, 10);
+            if (end == p || b < a)
+                return "expected a range A-B with A <= B";
+            p = end;
+        }
+        if (*p == ',')
+            p++;
+        else if (*p)
+            return "expected ',' between CPUs";
+        for (long c = a; c <= b; c++) {
+            if (c >= CPU_SETSIZE || !CPU_ISSET((int)c, &allowed)) {
+                snprintf(why, sizeof why, "CPU %ld is not one this process may run on", c);
+                return why;
+            }
+            CPU_SET((int)c, set);
+        }
+    }
+    return CPU_COUNT(set) ? NULL : "empty list";
 }
 
 /* A bearer token must be 1..4096 bytes a client can send in a header value
@@ -147,7 +190,7 @@ static int mkdir_p(const char *path)
 int main(int argc, char **argv)
 {
     const char *listen = NULL, *data = NULL, *token_file = NULL, *cert = NULL, *key = NULL,
-               *ready = NULL, *metrics = NULL, *metrics_ready = NULL;
+               *ready = NULL, *metrics = NULL, *metrics_ready = NULL, *cpus = NULL;
     cap_arenas();
     int threads = 0, keep = 2, max_calls = 64;
     uint64_t mem_budget = 0, spec_window = ZS_SPEC_WINDOW_DEFAULT;
@@ -155,6 +198,7 @@ int main(int argc, char **argv)
     static const struct option opts[] = {{"listen", required_argument, 0, 'l'},
                                          {"data", required_argument, 0, 'd'},
                                          {"threads", required_argument, 0, 't'},
+                                         {"cpus", required_argument, 0, 'C'},
                                          {"keep", required_argument, 0, 'k'},
                                          {"token-file", required_argument, 0, 'T'},
                                          {"tls-cert", required_argument, 0, 'c'},
@@ -179,6 +223,9 @@ int main(int argc, char **argv)
             break;
         case 't':
             threads = atoi(optarg);
+            break;
+        case 'C':
+            cpus = optarg;
             break;
         case 'k':
             keep = atoi(optarg);
@@ -256,6 +303,23 @@ int main(int argc, char **argv)
         fprintf(stderr, "zs-server: --tls-cert and --tls-key go together\n");
         return 2;
     }
+    /* --cpus: the whole process (optimizer threads, gRPC, checkpoints) on
+     * those CPUs, set before any thread starts so that every one inherits
+     * it; the optimizer gets one thread per listed CPU unless --threads. */
+    if (cpus) {
+        cpu_set_t set;
+        const char *why = parse_cpus(cpus, &set);
+        if (why) {
+            fprintf(stderr, "zs-server: --cpus %s: %s\n", cpus, why);
+            return 2;
+        }
+        if (sched_setaffinity(0, sizeof set, &set) != 0) {
+            fprintf(stderr, "zs-server: --cpus %s: %s\n", cpus, strerror(errno));
+            return 1;
+        }
+        if (!threads)
+            threads = CPU_COUNT(&set);
+    }
     char tag[64];
     snprintf(tag, sizeof tag, "zs-server[%s]", listen);
     zs_log_set_tag(tag);
@@ -309,6 +373,8 @@ int main(int argc, char **argv)
     uint64_t ram = 0, dflt = zs_budget_default(&ram);
     if (!mem_budget)
         mem_budget = dflt;
+    if (cpus)
+        ZS_INFO("running on CPUs %s (--cpus), %d optimizer threads", cpus, threads);
     ZS_INFO("memory budget %.2f GiB%s (RAM or cgroup limit %.2f GiB)",
             (double)mem_budget / (1 << 30), mem_budget == dflt ? " (80%)" : "",
             (double)ram / (1 << 30));
