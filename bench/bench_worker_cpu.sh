@@ -15,7 +15,13 @@
 # 1000: one sample is 1 ms of CPU).
 # Needs perf (linux-perf) with permission to sample (root, or
 # kernel.perf_event_paranoid <= 1). Prints the bench_engine result lines,
-# then one line per category: "cpu <category> <ms per step>".
+# then one line per category: "cpu <category> <ms per step>", then
+# "xfer <ms>": the categories that move bytes to and from the servers
+# (memcpy outside the copy stream, the kernel's TCP copies and stack,
+# scheduling and wakeups, page faults, other kernel time, gRPC). The CPU
+# device's copy stream ("zs-copy" threads: staging <-> device copies) is
+# its own category: on a GPU those copies are the DMA engine's, not a core's.
+# ZS_SERVER_ARGS: more zs-server flags (e.g. --shm-socket off).
 # Does not: assert anything, or attribute the server's core.
 set -euo pipefail
 B=${1:-build}
@@ -25,21 +31,23 @@ command -v perf >/dev/null || { echo "bench_worker_cpu: perf not found (apt-get 
 T=$(mktemp -d /tmp/zs-bench-cpu-XXXXXX)
 trap 'kill $(jobs -p) 2>/dev/null; wait 2>/dev/null; rm -rf "$T"' EXIT
 SRV=${ZS_SERVER:-$B/server/zs-server} ENG=${BENCH_ENGINE:-$B/bench/bench_engine}
+# shellcheck disable=SC2086
 taskset -c 1 "$SRV" --listen 127.0.0.1:0 --data "$T/s0" --threads 1 --ready-file "$T/r0" \
-  2>"$T/s0.log" &
+  ${ZS_SERVER_ARGS:-} 2>"$T/s0.log" &
 for _ in $(seq 100); do [ -s "$T/r0" ] && break; sleep 0.1; done
 S=$(cat "$T/r0")
 for n in "$A" "$Z"; do
   ZS_LOG_LEVEL=warn taskset -c 0 perf record -q -F "$F" -o "$T/p$n.data" -- \
     mpirun --allow-run-as-root --oversubscribe --bind-to none -np 1 "$ENG" --servers "$S" \
     --steps "$n" "$@" | grep '^result'
-  perf report -i "$T/p$n.data" -n --sort dso,sym 2>/dev/null | grep -v '^#' |
-    awk 'NF > 3 {print $2 "\t" $3 "\t" $NF}' >"$T/p$n.txt"
+  perf report -i "$T/p$n.data" -n --sort comm,dso,sym 2>/dev/null | grep -v '^#' |
+    awk 'NF > 4 {print $2 "\t" $3 "\t" $4 "\t" $NF}' >"$T/p$n.txt"
 done
 python3 - "$T/p$A.txt" "$T/p$Z.txt" $((Z - A)) "$F" <<'PY'
 import re, sys
-# (category, dso regex, symbol regex): the first match wins.
+# (category, dso regex, symbol regex[, thread-name regex]): the first match wins.
 CATS = [
+    ("device copy stream (a GPU's DMA engine)", r".", r"memmove|memcpy", r"^zs-copy"),
     ("model host functions (GEMMs, elementwise)", r"bench_engine", r"^call_fn$"),
     ("casts (16-bit views, gradient casts)", r".", r"cast_avx|cast_avx512|^zs_cast$|cast_portable"),
     ("sum of squares (gradient norm)", r".", r"sumsq"),
@@ -60,20 +68,27 @@ def load(p):
     d = {}
     for line in open(p):
         parts = line.rstrip("\n").split("\t")
-        if len(parts) == 3:
-            d[(parts[1], parts[2])] = d.get((parts[1], parts[2]), 0) + int(parts[0])
+        if len(parts) == 4:
+            key = (parts[1], parts[2], parts[3])
+            d[key] = d.get(key, 0) + int(parts[0])
     return d
 a, z = load(sys.argv[1]), load(sys.argv[2])
 steps, hz = int(sys.argv[3]), float(sys.argv[4])
 tot = {}
 for key in set(a) | set(z):
-    dso, sym = key
+    comm, dso, sym = key
     ms = (z.get(key, 0) - a.get(key, 0)) / steps * 1000.0 / hz
-    for name, dre, sre in CATS:
-        if re.search(dre, dso) and re.search(sre, sym):
+    for cat in CATS:
+        name, dre, sre = cat[:3]
+        cre = cat[3] if len(cat) > 3 else r"."
+        if re.search(dre, dso) and re.search(sre, sym) and re.search(cre, comm):
             tot[name] = tot.get(name, 0.0) + ms
             break
-for name, _, _ in CATS:
-    print("cpu %-50s %7.1f" % (name, tot.get(name, 0.0)))
+for cat in CATS:
+    print("cpu %-50s %7.1f" % (cat[0], tot.get(cat[0], 0.0)))
 print("cpu %-50s %7.1f" % ("total (ms of the worker's core per step)", sum(tot.values())))
+XFER = ["memcpy (staging, pull frames, landing)", "kernel: TCP copies (send, receive)",
+        "kernel: TCP/IP stack", "kernel: scheduling and wakeups", "kernel: page faults and memory",
+        "kernel: other", "gRPC, protobuf, abseil"]
+print("xfer %.1f" % sum(tot.get(c, 0.0) for c in XFER))
 PY
