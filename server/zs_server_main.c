@@ -26,6 +26,7 @@
 #include "zs_server_metrics.h"
 #include "zs_service.h"
 #include "zs_shard.h"
+#include "zs_shm_sessions.h"
 
 static void usage(FILE *f)
 {
@@ -60,6 +61,9 @@ static void usage(FILE *f)
             "  --metrics HOST:PORT  serve Prometheus metrics on http://HOST:PORT/metrics\n"
             "                       (port 0: a free one; docs/metrics.md; default: off)\n"
             "  --metrics-ready-file F  write the metrics endpoint's bound HOST:PORT to F\n"
+            "  --shm-socket PATH|auto|off  Unix socket where workers on this host hand over\n"
+            "                       shared staging memory (bulk bytes bypass TCP); auto\n"
+            "                       (default): DIR/shm.sock, or TCP only if it cannot be made\n"
             "  --help               this text\n"
             "\n"
             "Environment: ZS_LOG_LEVEL=debug|info|warn|error (default info), ZS_TOKEN\n"
@@ -195,6 +199,7 @@ int main(int argc, char **argv)
     int threads = 0, keep = 2, max_calls = 64;
     uint64_t mem_budget = 0, spec_window = ZS_SPEC_WINDOW_DEFAULT;
     long version = ZS_PROTOCOL_VERSION;
+    const char *shm_flag = NULL; /* --shm-socket; NULL: auto */
     static const struct option opts[] = {{"listen", required_argument, 0, 'l'},
                                          {"data", required_argument, 0, 'd'},
                                          {"threads", required_argument, 0, 't'},
@@ -210,6 +215,7 @@ int main(int argc, char **argv)
                                          {"protocol-version", required_argument, 0, 'V'},
                                          {"metrics", required_argument, 0, 'P'},
                                          {"metrics-ready-file", required_argument, 0, 'R'},
+                                         {"shm-socket", required_argument, 0, 'U'},
                                          {"help", no_argument, 0, 'h'},
                                          {0, 0, 0, 0}};
     int ch;
@@ -250,6 +256,9 @@ int main(int argc, char **argv)
             break;
         case 'R':
             metrics_ready = optarg;
+            break;
+        case 'U':
+            shm_flag = optarg;
             break;
         case 'M':
             if (zs_budget_parse(optarg, &mem_budget)) {
@@ -392,12 +401,27 @@ int main(int argc, char **argv)
         grpc_shutdown();
         return 1;
     }
+    /* After the store (it locks the data dir), before serving (Hello names
+     * the socket from the first call); segments mapped up to the budget. */
+    zs_shm_sessions_t *shm = NULL;
+    if (zs_shm_sessions_open(shm_flag, data, token,
+                             mem_budget < ZS_SHM_SESSIONS_MAX_MAP ? mem_budget
+                                                                  : ZS_SHM_SESSIONS_MAX_MAP,
+                             &shm, &err)) {
+        ZS_ERROR("cannot start: %s", err.msg);
+        zs_shard_destroy(sh);
+        grpc_shutdown();
+        return 2;
+    }
+    zs_service_set_shm(shm);
     int nm;
     const zs_rpc_method_t *methods = zs_service_methods(&nm);
     zs_rpc_server_opts_t ro = {listen, token, cert_pem, key_pem, max_calls, (uint32_t)version};
     zs_rpc_server_t *srv;
     if (zs_rpc_server_create(&ro, methods, nm, sh, &srv, &err)) {
         ZS_ERROR("cannot start: %s", err.msg);
+        zs_service_set_shm(NULL);
+        zs_shm_sessions_stop(shm);
         zs_shard_destroy(sh);
         grpc_shutdown();
         return 1;
@@ -419,6 +443,8 @@ int main(int argc, char **argv)
             zs_server_metrics_destroy(sm);
             zs_shard_shutdown(sh);
             zs_rpc_server_destroy(srv);
+            zs_service_set_shm(NULL);
+            zs_shm_sessions_stop(shm);
             zs_shard_destroy(sh);
             grpc_shutdown();
             return 1;
@@ -447,6 +473,8 @@ int main(int argc, char **argv)
     zs_server_metrics_destroy(sm);
     zs_shard_shutdown(sh);
     zs_rpc_server_destroy(srv);
+    zs_service_set_shm(NULL); /* no handler runs now */
+    zs_shm_sessions_stop(shm);
     zs_shard_destroy(sh);
     grpc_shutdown();
     ZS_INFO("stopped");

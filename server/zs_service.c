@@ -4,10 +4,14 @@
  * Bulk paths copy each payload exactly once: from the received gRPC slices
  * straight into the shard's arrays (push, init) or from the shard into a
  * per-call buffer that gRPC sends without another copy (pull, get-state).
+ * A Push or Pull chunk with a ShmRef moves its payload through a co-located
+ * worker's shared segment instead (zs_service_shm.c: one copy, no send
+ * buffer).
  *
  * Versions: Hello and Initialize negotiate the protocol version (the lower
  * of the client's and the server's highest); a reply of version 1 carries
- * only version 1's fields. Does not keep sessions: every request stands
+ * only version 1's fields. Does not keep protocol sessions (a shared-memory
+ * session is a mapped segment, not a negotiated state): every request stands
  * alone, so a version-1 client is served as one by sending nothing of
  * version 2 (it never states PushChunk.expect, so nothing speculates).
  */
@@ -23,6 +27,7 @@
 #include "zs_log.h"
 #include "zs_pbconv.h"
 #include "zs_service.h"
+#include "zs_service_shm.h"
 
 /* A CheckpointRequest and a CheckpointMeta carry user_meta plus at most a
  * few hundred bytes of other fields; both must fit a unary message. */
@@ -119,8 +124,11 @@ static void mem_stats(uint64_t *rss, uint64_t *in_use, uint64_t *kept)
 
 /* The HelloReply (also Initialize's reply) of protocol `version`: below
  * ZS_PROTOCOL_V_SPECULATION without the spec_* counters, as a server of that
- * version answered. */
-static grpc_byte_buffer *hello_reply(zs_shard_t *sh, uint32_t version, zs_err_t *err)
+ * version answered. shm_session: the HelloRequest's (0: none), for
+ * shm_session_ok; the shm fields need no version (an old peer ignores
+ * them). */
+static grpc_byte_buffer *hello_reply(zs_shard_t *sh, uint32_t version, uint64_t shm_session,
+                                     zs_err_t *err)
 {
     zs_shard_info_t in;
     if (zs_shard_info(sh, &in, err))
@@ -165,6 +173,7 @@ static grpc_byte_buffer *hello_reply(zs_shard_t *sh, uint32_t version, zs_err_t 
     r.mem_reserved = in.mem_reserved;
     r.store_degraded = in.store_degraded;
     r.store_error = in.store_error;
+    zs__svc_shm_hello(shm_session, &r.shm_socket, &r.shm_session_ok);
     grpc_byte_buffer *bb = zs_msg_build(&r.base);
     free(in.checkpoints);
     return bb;
@@ -182,10 +191,11 @@ static int h_hello(void *ctx, zs_scall_t *call, zs_err_t *err)
     rc = negotiate(q->protocol_version, &version, err);
     if (!rc)
         rc = zs_shard_check_identity(sh, q->model_name, q->num_params, err);
+    uint64_t shm_session = q->shm_session;
     zeroshard__hello_request__free_unpacked(q, NULL);
     if (rc)
         return refuse(sh, rc);
-    grpc_byte_buffer *bb = hello_reply(sh, version, err);
+    grpc_byte_buffer *bb = hello_reply(sh, version, shm_session, err);
     if (!bb)
         return err->code ? err->code : ZS_ERR_NOMEM;
     return zs_scall_finish(call, bb, ZS_OK, "");
@@ -267,7 +277,7 @@ static int h_init(void *ctx, zs_scall_t *call, zs_err_t *err)
     rc = zs_shard_init_end(in, err);
     if (rc)
         return refuse(sh, rc);
-    grpc_byte_buffer *bb = hello_reply(sh, version, err);
+    grpc_byte_buffer *bb = hello_reply(sh, version, 0, err);
     return bb ? zs_scall_finish(call, bb, ZS_OK, "") : ZS_ERR_NOMEM;
 }
 
@@ -294,7 +304,9 @@ static int h_push(void *ctx, zs_scall_t *call, zs_err_t *err)
         if (rc)
             break;
         void *dst;
-        rc = check_payload(&fr, m->count, (zs_dtype_t)m->dtype, err);
+        /* With `shm` the payload lies in the worker's segment, not in data. */
+        rc = m->shm ? zs__svc_shm_push_check(m, fr.pay_len, err)
+                    : check_payload(&fr, m->count, (zs_dtype_t)m->dtype, err);
         if (!rc && m->expect) { /* stated once, before the stream's first chunk */
             if (nchunks > 0)
                 rc = zs_err_set(err, ZS_ERR_INVALID,
@@ -316,10 +328,12 @@ static int h_push(void *ctx, zs_scall_t *call, zs_err_t *err)
             }
         }
         nchunks++;
-        if (!rc)
+        if (!rc && m->shm)
+            rc = zs__svc_shm_push(ps, m, &bytes, err);
+        else if (!rc)
             rc = zs_shard_push_chunk(ps, m->step, m->offset, m->count, (zs_dtype_t)m->dtype, &dst,
                                      err);
-        if (!rc) {
+        if (!rc && !m->shm) {
             zs_frame_copy(&fr, dst);
             bytes += fr.pay_len;
             zs_shard_push_chunk_done(ps);
@@ -476,6 +490,14 @@ static int h_pull(void *ctx, zs_scall_t *call, zs_err_t *err)
     size_t esz = zs_dtype_size(dt);
     uint64_t off = q->offset, count = q->count, min_step = q->min_step;
     size_t cb = q->chunk_bytes ? q->chunk_bytes : ZS_RPC_CHUNK_BYTES;
+    zs__shm_pull_t sp = {min_step, off, count, dt, cb, 0, ZEROSHARD__SHM_REF__INIT};
+    int shm = q->shm != NULL;
+    if (shm) { /* the fields, not the message: q is freed next */
+        sp.ref.session = q->shm->session;
+        sp.ref.byte_offset = q->shm->byte_offset;
+        sp.ref.has_xxh3 = q->shm->has_xxh3;
+        sp.ref.xxh3 = q->shm->xxh3;
+    }
     zeroshard__pull_request__free_unpacked(q, NULL);
     if (esz == 0)
         return refuse(sh, zs_err_set(err, ZS_ERR_INVALID, "unknown pull dtype %d", (int)dt));
@@ -485,6 +507,10 @@ static int h_pull(void *ctx, zs_scall_t *call, zs_err_t *err)
     rc = zs_shard_check_range(sh, off, count, err);
     if (rc)
         return refuse(sh, rc);
+    if (shm) { /* written into the worker's segment: no send buffers to reserve */
+        sp.deadline_ms = call_deadline_ms(call);
+        return refuse(sh, zs__svc_shm_pull(sh, call, &sp, err));
+    }
     sendbufs_t sb;
     rc = sendbufs_init(&sb, cb, sh, "this Pull's two send buffers", err);
     if (rc)

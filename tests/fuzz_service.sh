@@ -37,6 +37,8 @@ SRCS="$SRC/tests/fuzz_service.c $SRC/server/zs_service.c $SRC/server/zs_shard.c
  $SRC/server/zs_shard_push.c $SRC/server/zs_shard_spec.c $SRC/server/zs_shard_io.c $SRC/server/zs_shard_ckpt.c
  $SRC/server/zs_budget.c $SRC/server/zs_store.c $SRC/server/zs_store_io.c
  $SRC/server/zs_store_recover.c $SRC/proto/zs_frame.c $SRC/proto/zs_pbconv.c $PB
+ $SRC/server/zs_service_shm.c $SRC/server/zs_shm_sessions.c $SRC/common/zs_shm.c
+ $SRC/common/zs_shm_sock.c
  $SRC/common/zs_status.c $SRC/common/zs_log.c $SRC/common/zs_layout.c $SRC/common/zs_pool.c
  $SRC/common/zs_file.c
  $OUT/zs_adam.o $OUT/zs_cast.o $OUT/zs_simd.o"
