@@ -7,7 +7,8 @@
  * checked by the body in zs_devtest.c, which test_dev_cuda.c runs on the
  * CUDA device; sumsq is held bitwise to the documented order here. This
  * file adds what is the CPU device's own: exact memory figures (device
- * memory is RAM: the whole block is writable), the vector ops on pools of
+ * memory is RAM: the whole block is writable), caller memory registered
+ * as pinned (zs_devtest_host_register, shared), the vector ops on pools of
  * 1 and 3 threads, accumulate in place, its refusals of overlapping
  * and oversized vector ops, and the optional device memory limit.
  */
@@ -233,6 +234,7 @@ int main(void)
     printf("device: %s\n", d->desc);
     TEST_CHECK(strcmp(d->vt->name, "cpu") == 0);
     test_accounting(d);
+    zs_devtest_host_register(d);
     zs_devtest_streams(d, 10000);
     zs_dev_destroy(d);
     test_limit();

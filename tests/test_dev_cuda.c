@@ -7,7 +7,8 @@
  * never-recorded and re-recorded events; sticky host-function errors
  * through events, waits and syncs (both when the failure is known at
  * enqueue and when it happens behind a gate); arguments copied at enqueue;
- * memcpy/memset across spaces; destroy drains; the vector ops against
+ * memcpy/memset across spaces; caller memory registered as pinned
+ * (cudaHostRegister) and counted; destroy drains; the vector ops against
  * their CPU twins (cast/accumulate/scale/adamw bitwise, sumsq within fp64
  * summation-order error, max error printed). This file adds what only the
  * CUDA device has: accounting with the caching allocator (cached/held
@@ -344,6 +345,7 @@ int main(void)
     test_not_ready_not_left(d);
     test_accumulate_in_place(d);
     test_cast_to_pinned(d);
+    zs_devtest_host_register(d); /* cudaHostRegister of caller memory, counted as pinned */
     zs_devtest_streams(d, 2000);
     zs_devtest_vector(d, 0);
     zs_dev_mem_t m;

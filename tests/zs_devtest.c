@@ -182,6 +182,62 @@ void zs_devtest_alloc_refused(zs_dev_t *d)
     TEST_CHECK(memcmp(&m, &m2, sizeof m) == 0);
 }
 
+void zs_devtest_host_register(zs_dev_t *d)
+{
+    const size_t page = 4096, bytes = 3 * page;
+    zs_dev_mem_t m0, m;
+    zs_dev_mem_get(d, &m0);
+    unsigned char *h = aligned_alloc(page, bytes + page), *back = malloc(bytes);
+    TEST_CHECK(h && back);
+    TEST_OK(zs_dev_host_register(d, h, bytes, ZS_MEM_COMM, &err), err);
+    zs_dev_mem_get(d, &m);
+    TEST_CHECKF(m.cur[ZS_SPACE_PINNED][ZS_MEM_COMM] == m0.cur[ZS_SPACE_PINNED][ZS_MEM_COMM] + bytes &&
+                    m.held[ZS_SPACE_PINNED] == m0.held[ZS_SPACE_PINNED] + bytes &&
+                    m.peak[ZS_SPACE_PINNED][ZS_MEM_COMM] >= bytes && m.nallocs == m0.nallocs,
+                "registered %zu bytes: pinned comm %llu -> %llu, held %llu -> %llu", bytes,
+                (unsigned long long)m0.cur[ZS_SPACE_PINNED][ZS_MEM_COMM],
+                (unsigned long long)m.cur[ZS_SPACE_PINNED][ZS_MEM_COMM],
+                (unsigned long long)m0.held[ZS_SPACE_PINNED],
+                (unsigned long long)m.held[ZS_SPACE_PINNED]);
+    /* refusals change nothing */
+    TEST_CHECK(zs_dev_host_register(d, h + page, page, ZS_MEM_COMM, &err) == ZS_ERR_INVALID);
+    printf("  refused: %s\n", err.msg);
+    TEST_CHECK(zs_dev_host_register(d, NULL, page, ZS_MEM_COMM, &err) == ZS_ERR_INVALID);
+    TEST_CHECK(zs_dev_host_register(d, h + bytes, 0, ZS_MEM_COMM, &err) == ZS_ERR_INVALID);
+    TEST_CHECK(zs_dev_host_register(d, h + bytes, page, ZS_MEM_NCATS, &err) == ZS_ERR_INVALID);
+    zs_dev_mem_t m2;
+    zs_dev_mem_get(d, &m2);
+    TEST_CHECK(memcmp(&m, &m2, sizeof m) == 0);
+    /* copies through it: host -> device -> registered -> device -> host */
+    zs_stream_t *s;
+    TEST_OK(zs_dev_stream_create(d, 0, "registered", &s, &err), err);
+    unsigned char *src = zs_devtest_rand_host(ZS_DTYPE_F32, bytes / 4, 91, 1.0f);
+    void *x = zs_devtest_h2d(d, s, src, bytes), *y = NULL;
+    TEST_OK(zs_dev_alloc(d, ZS_SPACE_DEVICE, ZS_MEM_SCRATCH, bytes, &y, &err), err);
+    memset(h, 0, bytes);
+    TEST_OK(zs_dev_memcpy(s, h, x, bytes, &err), err);
+    TEST_OK(zs_dev_memcpy(s, y, h, bytes, &err), err);
+    zs_devtest_d2h(s, back, y, bytes);
+    TEST_CHECK(memcmp(h, src, bytes) == 0 && memcmp(back, src, bytes) == 0);
+    zs_dev_free(d, x);
+    zs_dev_free(d, y);
+    zs_dev_stream_destroy(s);
+    zs_dev_host_unregister(d, h + page); /* not a registration: ignored */
+    zs_dev_host_unregister(d, NULL);
+    zs_dev_host_unregister(d, h);
+    zs_dev_mem_get(d, &m);
+    TEST_CHECK(m.cur[ZS_SPACE_PINNED][ZS_MEM_COMM] == m0.cur[ZS_SPACE_PINNED][ZS_MEM_COMM] &&
+               m.held[ZS_SPACE_PINNED] == m0.held[ZS_SPACE_PINNED]);
+    /* registered again after its end: the range is free */
+    TEST_OK(zs_dev_host_register(d, h, bytes, ZS_MEM_ACTIVATIONS, &err), err);
+    zs_dev_host_unregister(d, h);
+    printf("  host register: %zu bytes counted as pinned while registered, copies through it\n",
+           bytes);
+    free(src);
+    free(back);
+    free(h);
+}
+
 /* ---- streams and events ------------------------------------------------------- */
 
 static void test_order(zs_dev_t *d, int n)

@@ -52,6 +52,14 @@ void *zs_devtest_rand_host(zs_dtype_t dt, size_t n, uint64_t seed, float scale);
  * figure of zs_dev_mem_get. Leaves the device as it found it. */
 void zs_devtest_alloc_refused(zs_dev_t *d);
 
+/* zs_dev_host_register: caller memory (page-aligned, 3 pages) counts as
+ * pinned memory of its category (cur, peak, held; not nallocs) while
+ * registered; async copies device -> registered -> device round-trip its
+ * bytes; an overlapping range, NULL, 0 bytes and a bad category are
+ * refused with no figure changed; unregister gives the figures back, and
+ * an unknown pointer is ignored. Leaves the device as it found it. */
+void zs_devtest_host_register(zs_dev_t *d);
+
 /* Streams, events and host functions: in-order execution of order_n host
  * functions; event ordering across streams with a negative control (without
  * the wait the consumer sees the old value, proving streams run

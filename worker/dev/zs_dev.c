@@ -143,6 +143,28 @@ int zs_dev_adamw(zs_stream_t *s, const zs_adam_hparams_t *hp, const zs_adam_step
     return s->dev->vt->adamw(s, hp, st, p, m, v, grad, gdt, out, odt, n, err);
 }
 
+int zs_dev_host_register(zs_dev_t *d, void *p, size_t bytes, int cat, zs_err_t *err)
+{
+    NEED(d, "device");
+    NEED(p, "memory");
+    if (bytes == 0 || cat < 0 || cat >= ZS_MEM_NCATS)
+        return zs_err_set(err, ZS_ERR_INVALID,
+                          "zs_dev_host_register: %zu bytes of category %d (want > 0 bytes of one "
+                          "of 0..%d)",
+                          bytes, cat, ZS_MEM_NCATS - 1);
+    if (!d->vt->host_register)
+        return zs_err_set(err, ZS_ERR_UNIMPLEMENTED,
+                          "zs_dev_host_register: device \"%s\" cannot use caller memory as pinned",
+                          d->desc);
+    return d->vt->host_register(d, p, bytes, cat, err);
+}
+
+void zs_dev_host_unregister(zs_dev_t *d, void *p)
+{
+    if (d && p && d->vt->host_unregister)
+        d->vt->host_unregister(d, p);
+}
+
 zs_dev_t *zs_dev_of_stream(const zs_stream_t *s)
 {
     return s ? s->dev : NULL;

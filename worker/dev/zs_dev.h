@@ -124,6 +124,9 @@ typedef struct zs_dev_vtable {
                  float *m, float *v, const void *grad, zs_dtype_t gdt, void *out, zs_dtype_t odt,
                  size_t n, zs_err_t *err);
     void (*destroy)(zs_dev_t *d);
+    /* Caller-owned host memory used as pinned (zs_dev_host_register). */
+    int (*host_register)(zs_dev_t *d, void *p, size_t bytes, int cat, zs_err_t *err);
+    void (*host_unregister)(zs_dev_t *d, void *p);
 } zs_dev_vtable_t;
 
 struct zs_dev {
@@ -177,6 +180,22 @@ static inline void zs_dev_mem_get(zs_dev_t *d, zs_dev_mem_t *out)
 {
     d->vt->mem(d, out);
 }
+
+/* Use `bytes` of host memory at p, which the caller allocated and keeps
+ * (e.g. a shared-memory segment, common/zs_shm.h), as pinned memory: async
+ * copies to and from it run as from ZS_SPACE_PINNED (CUDA: cudaHostRegister,
+ * page-locking it; the CPU device has nothing to lock), and its bytes count
+ * as pinned memory of category `cat` (cur, peak, held; not nallocs) until
+ * zs_dev_host_unregister, so the memory figures stay the allocator's. p
+ * should be page-aligned. ZS_ERR_INVALID for NULL, 0 bytes, a bad
+ * category or a range overlapping one already registered; CUDA's own
+ * errors (ZS_ERR_NOMEM: the page-lock limit, `ulimit -l`). */
+int zs_dev_host_register(zs_dev_t *d, void *p, size_t bytes, int cat, zs_err_t *err);
+
+/* End a registration made by zs_dev_host_register with the same p (the
+ * caller has waited for the copies that use it); the memory stays the
+ * caller's. An unknown p is logged and ignored. NULL is a no-op. */
+void zs_dev_host_unregister(zs_dev_t *d, void *p);
 
 /* Start the peaks again from the current figures. */
 static inline void zs_dev_mem_reset_peak(zs_dev_t *d)

@@ -8,6 +8,8 @@
  *            64-byte aligned. Counters under one mutex; nothing is cached.
  *            An optional limit on held device bytes (zs_dev_cpu_opts_t)
  *            makes it run out of "device memory" like a GPU of that size.
+ *            Caller memory registered as pinned (zs_dev_host_register) is
+ *            only counted: nothing needs locking on the CPU.
  *   streams  each stream owns a thread and a FIFO of tasks; the thread runs
  *            them in enqueue order, different streams run concurrently.
  *   events   each record is a refcounted node (done flag + the error the
@@ -155,6 +157,54 @@ static void cpu_free(zs_dev_t *d, void *p)
     pthread_mutex_unlock(&dev->mem_mu);
     h->magic = MAGIC_FREE;
     free(h);
+}
+
+/* See zs_dev_host_register (arguments checked there). Nothing to lock on
+ * the CPU: the registration only counts the bytes, as pinned memory of
+ * `cat`, and remembers them for unregister. ZS_ERR_INVALID for a range
+ * overlapping a registered one. */
+static int cpu_host_register(zs_dev_t *d, void *p, size_t bytes, int cat, zs_err_t *err)
+{
+    zs_cpu_dev_t *dev = (zs_cpu_dev_t *)d;
+    zs_cpu_reg_t *r = malloc(sizeof *r);
+    if (!r)
+        return zs_err_set(err, ZS_ERR_NOMEM, "zs_dev_host_register: out of memory");
+    *r = (zs_cpu_reg_t){p, bytes, cat, NULL};
+    pthread_mutex_lock(&dev->mem_mu);
+    for (zs_cpu_reg_t *o = dev->regs; o; o = o->next)
+        if (r->p < o->p + o->bytes && o->p < r->p + bytes) {
+            pthread_mutex_unlock(&dev->mem_mu);
+            free(r);
+            return zs_err_set(err, ZS_ERR_INVALID,
+                              "zs_dev_host_register: [%p, +%zu) overlaps registered [%p, +%zu)", p,
+                              bytes, (void *)o->p, o->bytes);
+        }
+    r->next = dev->regs;
+    dev->regs = r;
+    mem_add(&dev->mem, ZS_SPACE_PINNED, cat, bytes);
+    pthread_mutex_unlock(&dev->mem_mu);
+    return ZS_OK;
+}
+
+/* See zs_dev_host_unregister: the bytes leave the counts. */
+static void cpu_host_unregister(zs_dev_t *d, void *p)
+{
+    zs_cpu_dev_t *dev = (zs_cpu_dev_t *)d;
+    pthread_mutex_lock(&dev->mem_mu);
+    zs_cpu_reg_t **pp = &dev->regs;
+    while (*pp && (*pp)->p != p)
+        pp = &(*pp)->next;
+    zs_cpu_reg_t *r = *pp;
+    if (r) {
+        *pp = r->next;
+        dev->mem.cur[ZS_SPACE_PINNED][r->cat] -= r->bytes;
+        dev->mem.held[ZS_SPACE_PINNED] -= r->bytes;
+    }
+    pthread_mutex_unlock(&dev->mem_mu);
+    if (!r)
+        ZS_ERROR("zs_dev_host_unregister: %p is not registered with device \"%s\"; ignored", p,
+                 d->desc);
+    free(r);
 }
 
 static void cpu_mem(zs_dev_t *d, zs_dev_mem_t *out)
@@ -574,8 +624,13 @@ static void cpu_destroy(zs_dev_t *d)
     for (int s = 0; s < ZS_NSPACES; s++)
         live += dev->mem.held[s];
     if (live)
-        ZS_WARN("zs_dev_destroy: device \"%s\" still has %llu bytes allocated", d->desc,
-                (unsigned long long)live);
+        ZS_WARN("zs_dev_destroy: device \"%s\" still has %llu bytes allocated or registered",
+                d->desc, (unsigned long long)live);
+    while (dev->regs) {
+        zs_cpu_reg_t *r = dev->regs;
+        dev->regs = r->next;
+        free(r);
+    }
     zs_pool_destroy(dev->pool);
     pthread_cond_destroy(&dev->ev_cv);
     pthread_mutex_destroy(&dev->ev_mu);
@@ -607,6 +662,8 @@ static const zs_dev_vtable_t cpu_vt = {
     .sumsq = zs__cpu_sumsq,
     .adamw = zs__cpu_adamw,
     .destroy = cpu_destroy,
+    .host_register = cpu_host_register,
+    .host_unregister = cpu_host_unregister,
 };
 
 #define MAX_THREADS 4096

@@ -13,6 +13,14 @@
 #include "zs_dev.h"
 #include "zs_pool.h"
 
+/* A caller's memory registered as pinned (zs_dev_host_register). */
+typedef struct zs_cpu_reg {
+    char *p;
+    size_t bytes;
+    int cat;
+    struct zs_cpu_reg *next;
+} zs_cpu_reg_t;
+
 typedef struct zs_cpu_dev {
     zs_dev_t base;
     int threads;
@@ -22,6 +30,7 @@ typedef struct zs_cpu_dev {
     pthread_mutex_t mem_mu;
     zs_dev_mem_t mem;      /* under mem_mu */
     uint64_t reserved;     /* under mem_mu: device bytes being allocated under a limit */
+    zs_cpu_reg_t *regs;    /* under mem_mu: registered caller memory */
     pthread_mutex_t ev_mu; /* every zs_cpu_rec_t and every cpu_event_t.last */
     pthread_cond_t ev_cv;  /* broadcast when a record completes */
 } zs_cpu_dev_t;

@@ -716,6 +716,8 @@ static const zs_dev_vtable_t cuda_vt = {
     .sumsq = cu_sumsq,
     .adamw = cu_adamw,
     .destroy = cu_destroy,
+    .host_register = zs__cuda_host_register,
+    .host_unregister = zs__cuda_host_unregister,
 };
 
 int zs_dev_cuda_create(int device, zs_dev_t **out, zs_err_t *err)

@@ -31,6 +31,10 @@
  * Pinned memory is not cached: zs_dev_free calls cudaFreeHost at once, so
  * (as on the CPU device, which frees at once too) the caller must have
  * waited for the copies that use it. Host memory is posix_memalign'ed.
+ * Caller memory page-locked with zs_dev_host_register (cudaHostRegister)
+ * is a live pinned block marked `registered`: counted like pinned memory,
+ * ended by zs_dev_host_unregister (cudaHostUnregister), never by
+ * zs_dev_free.
  * `held` = cur + cached, per zs_dev.h; the rounding slack of live device
  * blocks (under 512 B, or under 2 MiB for blocks over 1 MiB) is in
  * neither.
@@ -434,6 +438,14 @@ void zs__cuda_free(zs_dev_t *d, void *p)
     zs__cuda_dev_t *cd = (zs__cuda_dev_t *)d;
     pthread_mutex_lock(&cd->mu);
     zs__cuda_block_t *b = live_take(cd, p);
+    if (b && b->registered) { /* the caller's memory: zs_dev_host_unregister ends it */
+        live_add(cd, b);
+        pthread_mutex_unlock(&cd->mu);
+        ZS_WARN("zs_dev_free: %p is registered caller memory, not an allocation (ignored; "
+                "zs_dev_host_unregister ends it)",
+                p);
+        return;
+    }
     if (!b) {
         int warn = !cd->warned_bad_free;
         cd->warned_bad_free = 1;
@@ -460,6 +472,64 @@ void zs__cuda_free(zs_dev_t *d, void *p)
     } else {
         free(b->p);
     }
+    free(b);
+}
+
+/* See zs_dev_host_register (arguments checked there): cudaHostRegister
+ * (default flags: portable mapping is not needed, one device per process),
+ * then a live pinned block marked `registered`, counted as pinned memory
+ * of `cat` (not in nallocs: nothing was allocated). */
+int zs__cuda_host_register(zs_dev_t *d, void *p, size_t bytes, int cat, zs_err_t *err)
+{
+    zs__cuda_dev_t *cd = (zs__cuda_dev_t *)d;
+    zs__cuda_block_t *b = calloc(1, sizeof *b);
+    if (!b)
+        return zs_err_set(err, ZS_ERR_NOMEM, "zs_dev_host_register: no host memory for a record");
+    *b = (zs__cuda_block_t){p, bytes, bytes, ZS_SPACE_PINNED, cat, 1, NULL};
+    int rc = ZS_CUDA_CHECK(err, cd->device, "was the device reset?", cudaSetDevice, cd->device);
+    if (!rc) {
+        rc = ZS_CUDA_CHECK(err, cd->device,
+                           "page-locked memory counts against `ulimit -l`; a range can be "
+                           "registered once",
+                           cudaHostRegister, p, bytes, cudaHostRegisterDefault);
+    }
+    if (rc) {
+        free(b);
+        return rc;
+    }
+    pthread_mutex_lock(&cd->mu);
+    live_add(cd, b);
+    zs_dev_mem_t *m = &cd->mem;
+    m->cur[ZS_SPACE_PINNED][cat] += bytes;
+    if (m->cur[ZS_SPACE_PINNED][cat] > m->peak[ZS_SPACE_PINNED][cat])
+        m->peak[ZS_SPACE_PINNED][cat] = m->cur[ZS_SPACE_PINNED][cat];
+    update_held(cd, ZS_SPACE_PINNED);
+    pthread_mutex_unlock(&cd->mu);
+    return ZS_OK;
+}
+
+/* See zs_dev_host_unregister: cudaHostUnregister, and the bytes leave the
+ * counts. A pointer that is not a registration is logged and left alone. */
+void zs__cuda_host_unregister(zs_dev_t *d, void *p)
+{
+    zs__cuda_dev_t *cd = (zs__cuda_dev_t *)d;
+    pthread_mutex_lock(&cd->mu);
+    zs__cuda_block_t *b = live_take(cd, p);
+    if (b && !b->registered) {
+        live_add(cd, b);
+        b = NULL;
+    }
+    if (b)
+        count_free(cd, b);
+    pthread_mutex_unlock(&cd->mu);
+    if (!b) {
+        ZS_WARN("zs_dev_host_unregister: %p is not registered with cuda:%d (ignored)", p,
+                cd->device);
+        return;
+    }
+    cudaSetDevice(cd->device);
+    if (cudaHostUnregister(p) != cudaSuccess) /* nothing to report to a void call */
+        (void)cudaGetLastError();
     free(b);
 }
 
@@ -530,7 +600,9 @@ void zs__cuda_alloc_deinit(zs__cuda_dev_t *cd)
         for (zs__cuda_block_t *b = cd->live[i], *nx; b; b = nx) {
             nx = b->next;
             leaked++;
-            if (b->space == ZS_SPACE_DEVICE)
+            if (b->registered)
+                cudaHostUnregister(b->p);
+            else if (b->space == ZS_SPACE_DEVICE)
                 cudaFree(b->p);
             else if (b->space == ZS_SPACE_PINNED)
                 cudaFreeHost(b->p);

@@ -26,6 +26,7 @@ typedef struct zs__cuda_block {
     void *p;
     size_t bytes, size;
     int space, cat;
+    int registered; /* caller memory page-locked by zs_dev_host_register, not ours */
     struct zs__cuda_block *next;
 } zs__cuda_block_t;
 
@@ -78,6 +79,8 @@ int zs__cuda_alloc(zs_dev_t *d, int space, int cat, size_t bytes, void **out, zs
 void zs__cuda_free(zs_dev_t *d, void *p);
 void zs__cuda_mem(zs_dev_t *d, zs_dev_mem_t *out);
 void zs__cuda_mem_reset_peak(zs_dev_t *d);
+int zs__cuda_host_register(zs_dev_t *d, void *p, size_t bytes, int cat, zs_err_t *err);
+void zs__cuda_host_unregister(zs_dev_t *d, void *p);
 /* Allocator set-up and tear-down (device creation and destroy; the latter
  * waits for the fences, then frees every block, live or cached). */
 int zs__cuda_alloc_init(zs__cuda_dev_t *cd, zs_err_t *err);
