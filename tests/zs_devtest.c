@@ -191,14 +191,14 @@ void zs_devtest_host_register(zs_dev_t *d)
     TEST_CHECK(h && back);
     TEST_OK(zs_dev_host_register(d, h, bytes, ZS_MEM_COMM, &err), err);
     zs_dev_mem_get(d, &m);
-    TEST_CHECKF(m.cur[ZS_SPACE_PINNED][ZS_MEM_COMM] == m0.cur[ZS_SPACE_PINNED][ZS_MEM_COMM] + bytes &&
-                    m.held[ZS_SPACE_PINNED] == m0.held[ZS_SPACE_PINNED] + bytes &&
-                    m.peak[ZS_SPACE_PINNED][ZS_MEM_COMM] >= bytes && m.nallocs == m0.nallocs,
-                "registered %zu bytes: pinned comm %llu -> %llu, held %llu -> %llu", bytes,
-                (unsigned long long)m0.cur[ZS_SPACE_PINNED][ZS_MEM_COMM],
-                (unsigned long long)m.cur[ZS_SPACE_PINNED][ZS_MEM_COMM],
-                (unsigned long long)m0.held[ZS_SPACE_PINNED],
-                (unsigned long long)m.held[ZS_SPACE_PINNED]);
+    TEST_CHECKF(
+        m.cur[ZS_SPACE_PINNED][ZS_MEM_COMM] == m0.cur[ZS_SPACE_PINNED][ZS_MEM_COMM] + bytes &&
+            m.held[ZS_SPACE_PINNED] == m0.held[ZS_SPACE_PINNED] + bytes &&
+            m.peak[ZS_SPACE_PINNED][ZS_MEM_COMM] >= bytes && m.nallocs == m0.nallocs,
+        "registered %zu bytes: pinned comm %llu -> %llu, held %llu -> %llu", bytes,
+        (unsigned long long)m0.cur[ZS_SPACE_PINNED][ZS_MEM_COMM],
+        (unsigned long long)m.cur[ZS_SPACE_PINNED][ZS_MEM_COMM],
+        (unsigned long long)m0.held[ZS_SPACE_PINNED], (unsigned long long)m.held[ZS_SPACE_PINNED]);
     /* refusals change nothing */
     TEST_CHECK(zs_dev_host_register(d, h + page, page, ZS_MEM_COMM, &err) == ZS_ERR_INVALID);
     printf("  refused: %s\n", err.msg);
