@@ -12,14 +12,19 @@
  * (posix_memalign), so ASan's redzones catch out-of-bounds kernel accesses
  * and its quarantine catches use after free; no protection window.
  *
+ * Host memory registered with cudaHostRegister is an entry of the same
+ * table (A_REG): the user's own memory, never protected or freed here, but
+ * page-locked for copies, memsets and pointer attributes.
+ *
  * Copies and memsets are in emu_copy.c. Does not emulate: managed memory,
  * IPC, memory pools beyond cudaMallocAsync/cudaFreeAsync on the default
- * pool, cudaHostRegister.
+ * pool, cudaHostRegisterIoMemory and cudaHostRegisterReadOnly (refused).
  */
 #define _GNU_SOURCE
 #include <cuda_runtime_api.h>
 
 #include <signal.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -28,7 +33,12 @@
 
 #include "emu_core.h"
 
-enum { A_MALLOC, A_MALLOC_ASYNC, A_HOST };
+#if !ZS_EMU_PROTECT
+#include <sanitizer/asan_interface.h>
+#endif
+
+/* A_HOST: cudaHostAlloc / cudaMallocHost; A_REG: cudaHostRegister. */
+enum { A_MALLOC, A_MALLOC_ASYNC, A_HOST, A_REG };
 enum { S_EMPTY, S_LIVE, S_FREEING, S_FREED };
 
 typedef struct alloc {
@@ -38,6 +48,13 @@ typedef struct alloc {
     size_t map_len;
     int dev, kind;
     volatile int state;
+    /* A_HOST / A_REG: the flags given, and the device current when the
+     * memory was allocated or registered (cudaPointerAttributes::device). */
+    unsigned flags;
+    int owner_dev;
+    /* A_REG, ASan build: the range was free of ASan poison when registered,
+     * so poison at cudaHostUnregister means it was freed meanwhile. */
+    int asan_clean;
 } alloc;
 
 /* A fixed table that never moves, so the SIGSEGV handler can read it
@@ -51,9 +68,20 @@ static size_t g_used[ZS_EMU_MAX_DEVICES];
 static int g_active[ZS_EMU_MAX_DEVICES];
 static size_t g_page;
 
+#if ZS_EMU_PROTECT /* for the SIGSEGV diagnostic */
 static const char *kind_name(int k)
 {
-    return k == A_MALLOC ? "cudaMalloc" : k == A_MALLOC_ASYNC ? "cudaMallocAsync" : "cudaHostAlloc";
+    return k == A_MALLOC         ? "cudaMalloc"
+           : k == A_MALLOC_ASYNC ? "cudaMallocAsync"
+           : k == A_HOST         ? "cudaHostAlloc"
+                                 : "cudaHostRegister";
+}
+#endif
+
+/* Device memory (as opposed to page-locked host memory). */
+static int is_dev_kind(int k)
+{
+    return k == A_MALLOC || k == A_MALLOC_ASYNC;
 }
 
 #if ZS_EMU_PROTECT
@@ -131,7 +159,7 @@ void zs_emu_window_open(int dev)
     pthread_mutex_lock(&g_mlock);
     if (g_active[dev]++ == 0)
         for (int i = 0; i < g_ntab; i++)
-            if (g_tab[i].dev == dev && g_tab[i].kind != A_HOST &&
+            if (g_tab[i].dev == dev && is_dev_kind(g_tab[i].kind) &&
                 (g_tab[i].state == S_LIVE || g_tab[i].state == S_FREEING))
                 protect(&g_tab[i], 1);
     pthread_mutex_unlock(&g_mlock);
@@ -142,7 +170,7 @@ void zs_emu_window_close(int dev)
     pthread_mutex_lock(&g_mlock);
     if (--g_active[dev] == 0)
         for (int i = 0; i < g_ntab; i++)
-            if (g_tab[i].dev == dev && g_tab[i].kind != A_HOST &&
+            if (g_tab[i].dev == dev && is_dev_kind(g_tab[i].kind) &&
                 (g_tab[i].state == S_LIVE || g_tab[i].state == S_FREEING))
                 protect(&g_tab[i], 0);
     pthread_mutex_unlock(&g_mlock);
@@ -162,7 +190,7 @@ static void release(alloc *x)
 /* g_mlock held. Mark freed: poison, then make it inaccessible. */
 static void retire(alloc *x)
 {
-    if (x->kind != A_HOST && x->dev >= 0)
+    if (is_dev_kind(x->kind) && x->dev >= 0)
         g_used[x->dev] -= x->size;
 #if ZS_EMU_PROTECT
     /* Inaccessible for good; the pages go back to the system, the address
@@ -192,7 +220,7 @@ static alloc *slot(void)
     return NULL;
 }
 
-static cudaError_t new_alloc(void **out, size_t size, int dev, int kind)
+static cudaError_t new_alloc(void **out, size_t size, int dev, int kind, unsigned flags)
 {
     pthread_mutex_lock(&g_mlock);
     if (kind != A_HOST && g_used[dev] + size > zs_emu_mem_limit()) {
@@ -262,6 +290,8 @@ static cudaError_t new_alloc(void **out, size_t size, int dev, int kind)
     x->size = size;
     x->dev = kind == A_HOST ? -1 : dev;
     x->kind = kind;
+    x->flags = flags;
+    x->owner_dev = dev;
     x->state = S_LIVE;
     if (kind != A_HOST)
         g_used[dev] += size;
@@ -296,7 +326,7 @@ int zs_emu_dev_ptr(const void *p, size_t bytes)
      * CUB sort runs before its temporary's cudaFreeAsync on one stream). */
     int live = x && (x->state == S_LIVE ||
                      (x->state == S_FREEING && zs_emu_role() == ZS_EMU_ROLE_EXECUTOR));
-    if (live && x->kind != A_HOST &&
+    if (live && is_dev_kind(x->kind) &&
         (size_t)((const char *)p - x->base) + bytes <= x->size)
         r = x->dev;
     pthread_mutex_unlock(&g_mlock);
@@ -314,7 +344,7 @@ cudaError_t cudaMalloc(void **devPtr, size_t size)
     int dev = zs_emu_current_device();
     cudaError_t e = zs_emu_sticky(dev);
     if (e == cudaSuccess)
-        e = new_alloc(devPtr, size, dev, A_MALLOC);
+        e = new_alloc(devPtr, size, dev, A_MALLOC, 0);
     return zs_emu_ret(e);
 }
 
@@ -334,7 +364,7 @@ cudaError_t cudaFree(void *devPtr)
         return zs_emu_ret(e);
     pthread_mutex_lock(&g_mlock);
     alloc *x = find(devPtr);
-    int ok = x && x->base == devPtr && x->kind != A_HOST && x->state == S_LIVE;
+    int ok = x && x->base == devPtr && is_dev_kind(x->kind) && x->state == S_LIVE;
     int xdev = ok ? x->dev : -1;
     pthread_mutex_unlock(&g_mlock);
     if (!ok)
@@ -358,7 +388,7 @@ cudaError_t cudaMallocAsync(void **devPtr, size_t size, cudaStream_t hStream)
     int dev = zs_emu_stream_device(st);
     cudaError_t e = zs_emu_sticky(dev);
     if (e == cudaSuccess)
-        e = new_alloc(devPtr, size, dev, A_MALLOC_ASYNC);
+        e = new_alloc(devPtr, size, dev, A_MALLOC_ASYNC, 0);
     return zs_emu_ret(e);
 }
 
@@ -393,7 +423,7 @@ cudaError_t cudaFreeAsync(void *devPtr, cudaStream_t hStream)
         return zs_emu_ret(e);
     pthread_mutex_lock(&g_mlock);
     alloc *x = find(devPtr);
-    int ok = x && x->base == devPtr && x->kind != A_HOST && x->state == S_LIVE;
+    int ok = x && x->base == devPtr && is_dev_kind(x->kind) && x->state == S_LIVE;
     if (ok)
         x->state = S_FREEING;
     pthread_mutex_unlock(&g_mlock);
@@ -414,7 +444,7 @@ cudaError_t cudaHostAlloc(void **pHost, size_t size, unsigned int flags)
         return zs_emu_ret(cudaErrorInvalidValue);
     cudaError_t e = zs_emu_sticky(zs_emu_current_device());
     if (e == cudaSuccess)
-        e = new_alloc(pHost, size, zs_emu_current_device(), A_HOST);
+        e = new_alloc(pHost, size, zs_emu_current_device(), A_HOST, flags);
     return zs_emu_ret(e);
 }
 
@@ -425,7 +455,10 @@ cudaError_t cudaMallocHost(void **ptr, size_t size)
 
 /* cudaFreeHost: freed at once. Hostile reading: the Runtime API does not
  * promise that it waits for copies still using the buffer, so an async copy
- * still in flight faults (protected) or is an ASan use after free. */
+ * still in flight faults (protected) or is an ASan use after free.
+ * The pointer "must have been returned by a previous call to
+ * cudaMallocHost() or cudaHostAlloc()": memory registered with
+ * cudaHostRegister is refused (cudaErrorInvalidValue) and stays registered. */
 cudaError_t cudaFreeHost(void *ptr)
 {
     zs_emu_api_enter("cudaFreeHost");
@@ -457,9 +490,14 @@ cudaError_t cudaMemGetInfo(size_t *free_b, size_t *total)
 
 /* CUDA Runtime API, 6.14 Unified Addressing, cudaPointerGetAttributes:
  * device memory: type cudaMemoryTypeDevice, hostPointer NULL; page-locked
- * host memory: cudaMemoryTypeHost, both pointers the same (unified
- * addressing); anything else, freed memory included (undefined after
- * cudaFreeAsync: hostile reading), cudaMemoryTypeUnregistered. */
+ * host memory (cudaHostAlloc, or a range registered with cudaHostRegister:
+ * "cudaMemoryTypeHost for registered host memory"): cudaMemoryTypeHost, both
+ * pointers the same (unified addressing, and the emulated device has
+ * cudaDevAttrCanUseHostPointerForRegisteredMem), device "the device which
+ * was current when the allocation was made" (or registered: driver_types.h,
+ * cudaPointerAttributes::device); anything else, freed memory and
+ * unregistered ranges included (undefined after cudaFreeAsync: hostile
+ * reading), cudaMemoryTypeUnregistered. */
 cudaError_t cudaPointerGetAttributes(struct cudaPointerAttributes *attr, const void *ptr)
 {
     zs_emu_api_enter("cudaPointerGetAttributes");
@@ -471,9 +509,9 @@ cudaError_t cudaPointerGetAttributes(struct cudaPointerAttributes *attr, const v
     pthread_mutex_lock(&g_mlock);
     alloc *x = find(ptr);
     if (x && x->state == S_LIVE) {
-        if (x->kind == A_HOST) {
+        if (!is_dev_kind(x->kind)) {
             attr->type = cudaMemoryTypeHost;
-            attr->device = zs_emu_current_device();
+            attr->device = x->owner_dev;
             attr->hostPointer = (void *)ptr;
             attr->devicePointer = (void *)ptr;
         } else {
@@ -496,7 +534,12 @@ int zs_emu_classify(const void *p, size_t n, int *dev)
     if (x) {
         size_t off = (size_t)((const char *)p - x->base);
         int fits = off + n <= x->size;
-        if (x->kind == A_HOST)
+        if (x->kind == A_REG)
+            /* A copy that runs past the end of a registered range also
+             * touches memory that is not page-locked: pageable (the
+             * category with the more hostile synchronisation). */
+            r = fits ? ZS_EMU_P_PINNED : ZS_EMU_P_PAGEABLE;
+        else if (x->kind == A_HOST)
             r = fits && x->state == S_LIVE ? ZS_EMU_P_PINNED : ZS_EMU_P_BAD;
         else {
             r = fits && x->state == S_LIVE ? ZS_EMU_P_DEVICE : ZS_EMU_P_BAD;
@@ -505,4 +548,207 @@ int zs_emu_classify(const void *p, size_t n, int *dev)
     }
     pthread_mutex_unlock(&g_mlock);
     return r;
+}
+
+/* ---- Registered host memory (CUDA Runtime API, 6.11 Memory Management:
+ * cudaHostRegister, cudaHostUnregister, cudaHostGetFlags,
+ * cudaHostGetDevicePointer) ---- */
+
+/* How [p, p + n), widened to whole pages, is mapped in this process
+ * (/proc/self/maps). */
+enum { RANGE_RW, RANGE_RO, RANGE_HOLE, RANGE_UNKNOWN };
+static int range_mapping(const void *p, size_t n)
+{
+    uintptr_t lo = (uintptr_t)p / g_page * g_page;
+    uintptr_t hi = round_up((uintptr_t)p + n, g_page);
+    FILE *f = fopen("/proc/self/maps", "r");
+    if (!f)
+        return RANGE_UNKNOWN;
+    char *line = NULL;
+    size_t cap = 0;
+    uintptr_t cur = lo;
+    int r = RANGE_RW;
+    while (cur < hi && getline(&line, &cap, f) > 0) {
+        unsigned long a, b;
+        char perm[8];
+        if (sscanf(line, "%lx-%lx %7s", &a, &b, perm) != 3 || b <= cur)
+            continue;
+        if (a > cur)
+            break; /* a hole at cur */
+        if (perm[0] != 'r' || perm[1] != 'w')
+            r = RANGE_RO;
+        cur = b;
+    }
+    free(line);
+    fclose(f);
+    return cur < hi ? RANGE_HOLE : r;
+}
+
+/* cudaHostRegister: "Page-locks the memory range specified by ptr and size
+ * ... This memory range also is added to the same tracking mechanism as
+ * cudaHostAlloc() to automatically accelerate calls to functions such as
+ * cudaMemcpy()": from here on the range is pinned memory for copies
+ * (emu_copy.c's pinned rules), memsets and cudaPointerGetAttributes, for
+ * every device (Programming Guide, Page-Locked Host Memory, Portable Memory:
+ * the benefits extend to "all devices sharing the same unified address
+ * space", and the emulated devices have unified addressing).
+ *  - ptr NULL, size 0, a range that wraps, or a flag the header does not
+ *    define: cudaErrorInvalidValue (documented return; an empty range
+ *    page-locks nothing, hostile reading).
+ *  - cudaHostRegisterReadOnly: "Using this flag with a current context
+ *    associated with a device that does not have this attribute
+ *    [cudaDevAttrHostRegisterReadOnlySupported] set will cause
+ *    cudaHostRegister to error with cudaErrorNotSupported"; the emulated
+ *    device reports 0. cudaHostRegisterIoMemory (memory-mapped I/O of a
+ *    third-party PCIe device): not emulated, cudaErrorNotSupported (a
+ *    documented return).
+ *  - A range overlapping one already registered, or cudaHostAlloc memory
+ *    (in "the same tracking mechanism"), even by one byte:
+ *    cudaErrorHostMemoryAlreadyRegistered ("the memory range passed to
+ *    cudaHostRegister() has already been registered"; hostile reading: any
+ *    overlap, not only the same range).
+ *  - Device memory (not host memory) or pages not mapped read-write in this
+ *    process: cudaErrorInvalidValue. Read-only memory needs
+ *    cudaHostRegisterReadOnly ("this flag is required in order to register
+ *    memory mapped to the CPU as read-only"), which is not supported.
+ * The memory is not mlock()ed: the emulator only tracks the range. */
+cudaError_t cudaHostRegister(void *ptr, size_t size, unsigned int flags)
+{
+    zs_emu_api_enter("cudaHostRegister");
+    unsigned known = cudaHostRegisterPortable | cudaHostRegisterMapped |
+                     cudaHostRegisterIoMemory | cudaHostRegisterReadOnly;
+    if (!ptr || !size || (flags & ~known) || (uintptr_t)ptr + size < (uintptr_t)ptr)
+        return zs_emu_ret(cudaErrorInvalidValue);
+    if (flags & (cudaHostRegisterIoMemory | cudaHostRegisterReadOnly))
+        return zs_emu_ret(cudaErrorNotSupported);
+    int dev = zs_emu_current_device();
+    cudaError_t e = zs_emu_sticky(dev);
+    if (e != cudaSuccess)
+        return zs_emu_ret(e);
+    const char *lo = ptr, *hi = lo + size;
+    pthread_mutex_lock(&g_mlock);
+    for (int i = 0; i < g_ntab && e != cudaErrorHostMemoryAlreadyRegistered; i++) {
+        alloc *x = &g_tab[i];
+        if (x->state == S_EMPTY)
+            continue;
+        /* The whole mapping of device memory (slack and guard included). */
+        const char *b = x->map ? x->map : x->base;
+        const char *end = x->map ? x->map + x->map_len : x->base + (x->size ? x->size : 1);
+        if (lo >= end || hi <= b)
+            continue;
+        e = !is_dev_kind(x->kind) && x->state == S_LIVE ? cudaErrorHostMemoryAlreadyRegistered
+                                                        : cudaErrorInvalidValue;
+    }
+    if (e == cudaSuccess) {
+        int m = range_mapping(ptr, size);
+        if (m == RANGE_HOLE || m == RANGE_RO)
+            e = cudaErrorInvalidValue;
+    }
+    alloc *x = e == cudaSuccess ? slot() : NULL;
+    if (e == cudaSuccess && !x)
+        e = cudaErrorMemoryAllocation;
+    if (x) {
+        memset(x, 0, sizeof *x);
+        x->base = ptr;
+        x->size = size;
+        x->dev = -1;
+        x->kind = A_REG;
+        x->flags = flags;
+        x->owner_dev = dev;
+#if !ZS_EMU_PROTECT
+        x->asan_clean = __asan_region_is_poisoned(ptr, size) == NULL;
+#endif
+        x->state = S_LIVE;
+    }
+    pthread_mutex_unlock(&g_mlock);
+    return e == cudaSuccess ? e : zs_emu_ret(e);
+}
+
+/* cudaHostUnregister: "Unmaps the memory range whose base address is
+ * specified by ptr, and makes it pageable again. The base address must be
+ * the same one specified to cudaHostRegister()."
+ *  - Not the base of a live registration (an interior pointer, cudaHostAlloc
+ *    memory, pageable memory, a second unregister):
+ *    cudaErrorHostMemoryNotRegistered ("does not correspond to any currently
+ *    registered memory region"). NULL: cudaErrorInvalidValue.
+ *  - The range is pageable at once: it does not wait for copies in flight
+ *    (not promised), which then see pageable memory's rules.
+ *  - A range unmapped (or, in the ASan build, freed) while registered is a
+ *    zs_emu_fatal: "The memory page-locked by this function must be
+ *    unregistered with cudaHostUnregister()", so it must still be there.
+ *    Stricter than documented (a GPU may not notice). */
+cudaError_t cudaHostUnregister(void *ptr)
+{
+    zs_emu_api_enter("cudaHostUnregister");
+    if (!ptr)
+        return zs_emu_ret(cudaErrorInvalidValue);
+    cudaError_t e = zs_emu_sticky(zs_emu_current_device());
+    if (e != cudaSuccess)
+        return zs_emu_ret(e);
+    pthread_mutex_lock(&g_mlock);
+    alloc *x = NULL;
+    for (int i = 0; i < g_ntab && !x; i++)
+        if (g_tab[i].kind == A_REG && g_tab[i].state == S_LIVE && g_tab[i].base == ptr)
+            x = &g_tab[i];
+    if (!x) {
+        pthread_mutex_unlock(&g_mlock);
+        return zs_emu_ret(cudaErrorHostMemoryNotRegistered);
+    }
+    const char *why = NULL;
+    if (range_mapping(x->base, x->size) == RANGE_HOLE)
+        why = "unmapped";
+#if !ZS_EMU_PROTECT
+    else if (x->asan_clean && __asan_region_is_poisoned(x->base, x->size))
+        why = "freed";
+#endif
+    size_t size = x->size;
+    if (!why)
+        memset(x, 0, sizeof *x); /* S_EMPTY: pageable again */
+    pthread_mutex_unlock(&g_mlock);
+    if (why)
+        zs_emu_fatal("cudaHostUnregister",
+                     "the %zu bytes at %p registered with cudaHostRegister were %s while "
+                     "registered (unregister before freeing)",
+                     size, ptr, why);
+    return cudaSuccess;
+}
+
+/* cudaHostGetFlags: "will fail if the input pointer does not reside in an
+ * address range allocated by cudaHostAlloc()". Hostile reading: a range
+ * registered with cudaHostRegister is not allocated by cudaHostAlloc, so it
+ * is refused (cudaErrorInvalidValue) too. Passes back the flags given to
+ * cudaHostAlloc (cudaMallocHost: 0). */
+cudaError_t cudaHostGetFlags(unsigned int *pFlags, void *pHost)
+{
+    zs_emu_api_enter("cudaHostGetFlags");
+    if (!pFlags)
+        return zs_emu_ret(cudaErrorInvalidValue);
+    pthread_mutex_lock(&g_mlock);
+    alloc *x = find(pHost);
+    int ok = x && x->kind == A_HOST && x->state == S_LIVE;
+    if (ok)
+        *pFlags = x->flags;
+    pthread_mutex_unlock(&g_mlock);
+    return ok ? zs_emu_ret(zs_emu_sticky(zs_emu_current_device()))
+              : zs_emu_ret(cudaErrorInvalidValue);
+}
+
+/* cudaHostGetDevicePointer: "flags ... must be set to 0 for now", else
+ * cudaErrorInvalidValue; pHost must lie in pinned memory from cudaHostAlloc
+ * or cudaHostRegister. The emulated devices all have
+ * cudaDevAttrCanUseHostPointerForRegisteredMem, so "the device pointer
+ * returned by cudaHostGetDevicePointer() will match the original pointer". */
+cudaError_t cudaHostGetDevicePointer(void **pDevice, void *pHost, unsigned int flags)
+{
+    zs_emu_api_enter("cudaHostGetDevicePointer");
+    if (!pDevice || flags)
+        return zs_emu_ret(cudaErrorInvalidValue);
+    pthread_mutex_lock(&g_mlock);
+    alloc *x = find(pHost);
+    int ok = x && !is_dev_kind(x->kind) && x->state == S_LIVE;
+    pthread_mutex_unlock(&g_mlock);
+    if (!ok)
+        return zs_emu_ret(cudaErrorInvalidValue);
+    *pDevice = pHost;
+    return zs_emu_ret(zs_emu_sticky(zs_emu_current_device()));
 }

@@ -263,6 +263,13 @@ cudaError_t cudaGetDeviceProperties(struct cudaDeviceProp *prop, int device)
     prop->pciDomainID = 0;
     prop->asyncEngineCount = 2;
     prop->unifiedAddressing = 1;
+    /* cudaHostRegister (emu_mem.c): supported, the host pointer is the
+     * device pointer, cudaHostRegisterReadOnly is not supported, and
+     * pageable memory is not accessed through the host's page tables
+     * (pageableMemoryAccessUsesHostPageTables stays 0). */
+    prop->hostRegisterSupported = 1;
+    prop->canUseHostPointerForRegisteredMem = 1;
+    prop->hostRegisterReadOnlySupported = 0;
     prop->memoryBusWidth = 5120;
     prop->l2CacheSize = 50 << 20;
     prop->maxThreadsPerMultiProcessor = 2048;

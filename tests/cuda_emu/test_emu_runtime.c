@@ -2,16 +2,20 @@
  * test_emu_runtime.c - tests of the CUDA emulator's runtime (tests/cuda_emu/):
  * devices, stream order, events across streams, the single host-function
  * thread, "not ready" as last error, the legacy default stream, the
- * pageable/pinned copy rules, cudaFreeAsync poisoning, the memory limit,
- * sticky errors, and (in child processes) the deaths: a CUDA call from a
- * host function, a host read of device memory (protected build), a use
- * after cudaFreeAsync. Kernels are tested by test_emu_kernel.cu.
+ * pageable/pinned copy rules, cudaHostRegister/cudaHostUnregister,
+ * cudaFreeAsync poisoning, the memory limit, sticky errors, and (in child
+ * processes) the deaths: a CUDA call from a host function, a host read of
+ * device memory (protected build), a use after cudaFreeAsync, registered
+ * memory unmapped or freed before cudaHostUnregister. Kernels are tested by
+ * test_emu_kernel.cu.
  */
 #define _GNU_SOURCE
 #include <cuda_runtime_api.h>
 
 #include <pthread.h>
 #include <stdatomic.h>
+#include <stdint.h>
+#include <sys/mman.h>
 #include <time.h>
 
 #include "emu_internal.h"
@@ -130,6 +134,22 @@ static int child_two_devices(void)
     memset(h, 0, sizeof h);
     EMU_CUDA(cudaMemcpy(h, b, sizeof h, cudaMemcpyDefault));
     EMU_CHECK(h[255] == 255 * 7, "cross-device copy %d", h[255]);
+    /* cudaPointerAttributes::device of registered or cudaHostAlloc memory:
+     * "the device which was current when the memory was allocated or
+     * registered", not the current one. */
+    void *ph;
+    EMU_CUDA(cudaSetDevice(1));
+    EMU_CUDA(cudaHostRegister(h, sizeof h, 0));
+    EMU_CUDA(cudaMallocHost(&ph, 64));
+    EMU_CUDA(cudaSetDevice(0));
+    EMU_CUDA(cudaPointerGetAttributes(&at, h));
+    EMU_CHECK(at.type == cudaMemoryTypeHost && at.device == 1, "registered on 1: device %d",
+              at.device);
+    EMU_CUDA(cudaPointerGetAttributes(&at, ph));
+    EMU_CHECK(at.type == cudaMemoryTypeHost && at.device == 1, "allocated on 1: device %d",
+              at.device);
+    EMU_CUDA(cudaHostUnregister(h));
+    EMU_CUDA(cudaFreeHost(ph));
     return 0;
 }
 
@@ -376,6 +396,213 @@ static void test_copies(void)
     (void)cudaGetLastError();
 }
 
+/* Expect call == err, and err as the thread's last error (reset). */
+#define EMU_EXPECT(call, err, what)                                                                \
+    do {                                                                                           \
+        cudaError_t got_ = (call);                                                                 \
+        EMU_CHECK(got_ == (err), "%s: %s returned %s", what, #call, cudaGetErrorName(got_));       \
+        EMU_CHECK(cudaGetLastError() == (err), "%s: last error", what);                            \
+    } while (0)
+
+static void test_host_register(void)
+{
+    printf("cudaHostRegister/cudaHostUnregister: pinned while registered, the documented "
+           "errors\n");
+    enum { PG = 4096, NPG = 4 };
+    size_t page = (size_t)sysconf(_SC_PAGESIZE);
+    EMU_CHECK(page == PG, "page size %zu", page);
+    /* The device reports what cudaHostRegister's documentation asks about:
+     * cudaDevAttrHostRegisterSupported ("supported only on ... devices that
+     * have a non-zero value"), no cudaDevAttrHostRegisterReadOnlySupported,
+     * cudaDevAttrCanUseHostPointerForRegisteredMem. */
+    struct cudaDeviceProp prop;
+    EMU_CUDA(cudaGetDeviceProperties(&prop, 0));
+    EMU_CHECK(prop.hostRegisterSupported == 1 && prop.hostRegisterReadOnlySupported == 0 &&
+                  prop.canUseHostPointerForRegisteredMem == 1 &&
+                  prop.pageableMemoryAccessUsesHostPageTables == 0,
+              "register properties");
+
+    char *buf = mmap(NULL, NPG * PG, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    EMU_CHECK(buf != MAP_FAILED, "mmap");
+    /* Runtime API, Memory Management, cudaHostRegister returns
+     * cudaErrorInvalidValue: NULL, an empty range, an undefined flag. */
+    EMU_EXPECT(cudaHostRegister(NULL, PG, 0), cudaErrorInvalidValue, "NULL");
+    EMU_EXPECT(cudaHostRegister(buf, 0, 0), cudaErrorInvalidValue, "size 0");
+    EMU_EXPECT(cudaHostRegister(buf, PG, 0x100), cudaErrorInvalidValue, "undefined flag");
+    /* cudaHostRegisterReadOnly on a device without
+     * cudaDevAttrHostRegisterReadOnlySupported: "will cause cudaHostRegister
+     * to error with cudaErrorNotSupported". cudaHostRegisterIoMemory: not
+     * emulated, cudaErrorNotSupported (a documented return). */
+    EMU_EXPECT(cudaHostRegister(buf, PG, cudaHostRegisterReadOnly), cudaErrorNotSupported,
+               "read-only flag");
+    EMU_EXPECT(cudaHostRegister(buf, PG, cudaHostRegisterIoMemory), cudaErrorNotSupported,
+               "I/O memory flag");
+
+    /* Register pages 1-2 of 4. */
+    char *reg = buf + PG;
+    size_t rn = 2 * PG;
+    struct cudaPointerAttributes at;
+    EMU_CUDA(cudaPointerGetAttributes(&at, reg));
+    EMU_CHECK(at.type == cudaMemoryTypeUnregistered, "attrs before registering");
+    EMU_CUDA(cudaHostRegister(reg, rn, cudaHostRegisterDefault));
+    /* cudaPointerGetAttributes: "cudaMemoryTypeHost for registered host
+     * memory"; device: the one current when registered; both pointers the
+     * same (cudaDevAttrCanUseHostPointerForRegisteredMem). */
+    EMU_CUDA(cudaPointerGetAttributes(&at, reg + 100));
+    EMU_CHECK(at.type == cudaMemoryTypeHost && at.device == 0 && at.hostPointer == reg + 100 &&
+                  at.devicePointer == reg + 100,
+              "registered attrs: type %d device %d", (int)at.type, at.device);
+    EMU_CUDA(cudaPointerGetAttributes(&at, buf));
+    EMU_CHECK(at.type == cudaMemoryTypeUnregistered, "page before the registration");
+    EMU_CUDA(cudaPointerGetAttributes(&at, reg + rn));
+    EMU_CHECK(at.type == cudaMemoryTypeUnregistered, "page after the registration");
+    /* cudaHostGetDevicePointer: the host pointer ("will match the original
+     * pointer" when every device has the attribute); flags "must be 0". */
+    void *dp = NULL;
+    EMU_CUDA(cudaHostGetDevicePointer(&dp, reg + 8, 0));
+    EMU_CHECK(dp == reg + 8, "device pointer %p", dp);
+    EMU_EXPECT(cudaHostGetDevicePointer(&dp, reg, 1), cudaErrorInvalidValue, "flags 1");
+    EMU_EXPECT(cudaHostGetDevicePointer(&dp, buf, 0), cudaErrorInvalidValue, "pageable");
+    /* cudaHostGetFlags "will fail if the input pointer does not reside in an
+     * address range allocated by cudaHostAlloc()" (hostile: registered
+     * memory too); cudaHostAlloc memory gives back its flags. */
+    unsigned fl = 99;
+    EMU_EXPECT(cudaHostGetFlags(&fl, reg), cudaErrorInvalidValue, "flags of registered memory");
+    char *pinned;
+    EMU_CUDA(cudaHostAlloc((void **)&pinned, 1000, cudaHostAllocPortable | cudaHostAllocMapped));
+    EMU_CUDA(cudaHostGetFlags(&fl, pinned + 10));
+    EMU_CHECK(fl == (cudaHostAllocPortable | cudaHostAllocMapped), "cudaHostAlloc flags %u", fl);
+
+    /* cudaErrorHostMemoryAlreadyRegistered: "the memory range passed to
+     * cudaHostRegister() has already been registered": the same range, one
+     * overlapping by a page, one inside, and cudaHostAlloc memory (same
+     * tracking mechanism). */
+    EMU_EXPECT(cudaHostRegister(reg, rn, 0), cudaErrorHostMemoryAlreadyRegistered, "same range");
+    EMU_EXPECT(cudaHostRegister(buf, 2 * PG, 0), cudaErrorHostMemoryAlreadyRegistered,
+               "overlap from below");
+    EMU_EXPECT(cudaHostRegister(reg + rn - 1, PG, 0), cudaErrorHostMemoryAlreadyRegistered,
+               "overlap by one byte");
+    EMU_EXPECT(cudaHostRegister(reg + 64, 64, cudaHostRegisterPortable),
+               cudaErrorHostMemoryAlreadyRegistered, "inside");
+    EMU_EXPECT(cudaHostRegister(pinned, 1000, 0), cudaErrorHostMemoryAlreadyRegistered,
+               "cudaHostAlloc memory");
+    /* The neighbouring pages are still free to register. */
+    EMU_CUDA(cudaHostRegister(buf, PG, cudaHostRegisterPortable | cudaHostRegisterMapped));
+    EMU_CUDA(cudaHostUnregister(buf));
+
+    /* Not host memory, or not mapped read-write: cudaErrorInvalidValue
+     * (read-only memory needs cudaHostRegisterReadOnly, unsupported). */
+    int *d;
+    EMU_CUDA(cudaMalloc((void **)&d, 4096));
+    EMU_EXPECT(cudaHostRegister(d, 4096, 0), cudaErrorInvalidValue, "device memory");
+    char *ro = mmap(NULL, 2 * PG, PROT_READ, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    EMU_CHECK(ro != MAP_FAILED, "mmap ro");
+    EMU_EXPECT(cudaHostRegister(ro, PG, 0), cudaErrorInvalidValue, "read-only memory");
+    munmap(ro + PG, PG);
+    EMU_CHECK(mprotect(ro, PG, PROT_READ | PROT_WRITE) == 0, "mprotect");
+    EMU_EXPECT(cudaHostRegister(ro, 2 * PG, 0), cudaErrorInvalidValue, "partly unmapped");
+    EMU_CUDA(cudaHostRegister(ro, PG, 0));
+    EMU_CUDA(cudaHostUnregister(ro));
+    munmap(ro, PG);
+
+    /* Pinned for copies and memsets (API synchronization behavior): pinned
+     * H2D cudaMemcpy is synchronous, pageable H2D returns once staged. */
+    int *src = (int *)reg;
+    int n = (int)(rn / sizeof(int)), out[16];
+    atomic_int f;
+    for (int i = 0; i < n; i++)
+        src[i] = i;
+    enqueue_slow(0, 100, &f);
+    EMU_CUDA(cudaMemcpy(d, src, 4096, cudaMemcpyHostToDevice));
+    EMU_CHECK(atomic_load(&f) == 1, "registered H2D cudaMemcpy returned before the copy");
+    /* A copy running past the registration's end touches pageable memory:
+     * staged, returns early. */
+    enqueue_slow(0, 400, &f);
+    EMU_CUDA(cudaMemcpy(d, reg + rn - 2048, 4096, cudaMemcpyHostToDevice));
+    EMU_CHECK(atomic_load(&f) == 0, "straddling H2D cudaMemcpy waited (pinned?)");
+    EMU_CUDA(cudaDeviceSynchronize());
+    /* Memset: "asynchronous ... except when the target memory is pinned host
+     * memory": done on return; pageable memory is no target. */
+    EMU_CUDA(cudaMemset(reg, 7, 64));
+    EMU_CHECK(reg[0] == 7 && reg[63] == 7 && reg[64] != 7, "memset of registered memory");
+    /* cudaMemcpyAsync from a device to registered memory: fully
+     * asynchronous. */
+    cudaStream_t s;
+    EMU_CUDA(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
+    EMU_CUDA(cudaMemcpy(out, d, sizeof out, cudaMemcpyDeviceToHost));
+    enqueue_slow(s, 400, &f);
+    EMU_CUDA(cudaMemcpyAsync(reg + 1024, d, 64, cudaMemcpyDeviceToHost, s));
+    EMU_CHECK(atomic_load(&f) == 0 && src[256] == 256 && out[0] != 256,
+              "async D2H into registered memory was synchronous");
+    EMU_CUDA(cudaStreamSynchronize(s));
+    EMU_CHECK(src[256] == out[0] && src[271] == out[15], "async D2H result %d", src[256]);
+    EMU_CUDA(cudaStreamDestroy(s));
+
+    /* cudaHostUnregister: "The base address must be the same one specified
+     * to cudaHostRegister()"; otherwise cudaErrorHostMemoryNotRegistered
+     * ("does not correspond to any currently registered memory region"). */
+    EMU_EXPECT(cudaHostUnregister(reg + PG), cudaErrorHostMemoryNotRegistered, "interior pointer");
+    EMU_EXPECT(cudaHostUnregister(buf), cudaErrorHostMemoryNotRegistered, "never registered");
+    EMU_EXPECT(cudaHostUnregister(pinned), cudaErrorHostMemoryNotRegistered, "cudaHostAlloc");
+    EMU_EXPECT(cudaHostUnregister(NULL), cudaErrorInvalidValue, "NULL");
+    /* cudaFreeHost: the pointer "must have been returned by ... cudaMallocHost()
+     * or cudaHostAlloc()". */
+    EMU_EXPECT(cudaFreeHost(reg), cudaErrorInvalidValue, "cudaFreeHost of registered memory");
+    EMU_CUDA(cudaHostUnregister(reg));
+    EMU_EXPECT(cudaHostUnregister(reg), cudaErrorHostMemoryNotRegistered, "second unregister");
+
+    /* "makes it pageable again": attributes, copies and memsets follow. */
+    EMU_CUDA(cudaPointerGetAttributes(&at, reg));
+    EMU_CHECK(at.type == cudaMemoryTypeUnregistered, "attrs after unregistering");
+    enqueue_slow(0, 400, &f);
+    EMU_CUDA(cudaMemcpy(d, src, 4096, cudaMemcpyHostToDevice));
+    EMU_CHECK(atomic_load(&f) == 0, "H2D from unregistered memory waited (still pinned?)");
+    EMU_CUDA(cudaDeviceSynchronize());
+    EMU_EXPECT(cudaMemset(reg, 0, 64), cudaErrorInvalidValue, "memset of unregistered memory");
+    /* ...and it can be registered again. */
+    EMU_CUDA(cudaHostRegister(reg, rn, 0));
+    EMU_CUDA(cudaHostUnregister(reg));
+
+    EMU_CUDA(cudaFree(d));
+    EMU_CUDA(cudaFreeHost(pinned));
+    munmap(buf, NPG * PG);
+
+    /* Unmapping (or, under ASan, freeing) registered memory before
+     * cudaHostUnregister ("must be unregistered with cudaHostUnregister()")
+     * dies at the unregister. */
+    emu_child c;
+    emu_run_child(&c, "unmap_registered", NULL);
+    EMU_CHECK(emu_died(&c) && emu_has(&c, "cuda-emu: cudaHostUnregister:") &&
+                  emu_has(&c, "were unmapped while registered"),
+              "child: %s", c.out);
+    if (ASAN_BUILD) {
+        emu_run_child(&c, "free_registered", NULL);
+        EMU_CHECK(emu_died(&c) && emu_has(&c, "cuda-emu: cudaHostUnregister:") &&
+                      emu_has(&c, "were freed while registered"),
+                  "child: %s", c.out);
+    }
+}
+
+static int child_unmap_registered(void)
+{
+    char *p = mmap(NULL, 8192, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    EMU_CHECK(p != MAP_FAILED, "mmap");
+    EMU_CUDA(cudaHostRegister(p, 8192, 0));
+    munmap(p, 8192);
+    cudaHostUnregister(p);
+    return 0;
+}
+
+static int child_free_registered(void)
+{
+    char *p = malloc(1000);
+    EMU_CUDA(cudaHostRegister(p, 1000, 0));
+    volatile uintptr_t a = (uintptr_t)p; /* no -Wuse-after-free: on purpose */
+    free(p);
+    cudaHostUnregister((void *)a);
+    return 0;
+}
+
 static void test_free_async(void)
 {
     printf("cudaFreeAsync: invalid at once, poisoned when reached; use after it dies\n");
@@ -552,6 +779,10 @@ int main(int argc, char **argv)
             return child_hostfn_cuda();
         if (!strcmp(n, "host_read"))
             return child_host_read();
+        if (!strcmp(n, "unmap_registered"))
+            return child_unmap_registered();
+        if (!strcmp(n, "free_registered"))
+            return child_free_registered();
         return 2;
     }
     test_devices();
@@ -562,6 +793,7 @@ int main(int argc, char **argv)
     test_not_ready();
     test_legacy();
     test_copies();
+    test_host_register();
     test_free_async();
     test_mem_limit();
     test_sticky();
