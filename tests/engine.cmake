@@ -7,3 +7,13 @@ zs_add_test(test_engine SRCS test_engine.c LIBS zs_testproc TIMEOUT 1200 LABELS 
 target_compile_definitions(test_engine PRIVATE ZS_MPIEXEC="${MPIEXEC_EXECUTABLE}"
                            ZS_ENGINE_WORKER="$<TARGET_FILE:zs_engine_worker>")
 add_dependencies(test_engine zs_engine_worker zs-server)
+# The shared-memory transport (docs/engine.md, "Shared-memory transport"):
+# engine_worker over shm == over tcp bitwise (stages 0-3, W 1 and 2, three
+# dtypes, speculation, streamed pulls, resume), and a server without a
+# socket named by --transport shm (zs-train exits 5) and logged under auto.
+zs_add_test(test_engine_shm SRCS test_engine_shm.c LIBS zs_testproc TIMEOUT 900 LABELS integration)
+target_compile_definitions(test_engine_shm PRIVATE ZS_MPIEXEC="${MPIEXEC_EXECUTABLE}"
+                           ZS_ENGINE_WORKER="$<TARGET_FILE:zs_engine_worker>"
+                           ZS_TRAIN="$<TARGET_FILE:zs-train>"
+                           ZS_TOKENIZE="$<TARGET_FILE:zs-tokenize>")
+add_dependencies(test_engine_shm zs_engine_worker zs-server zs-train zs-tokenize)

@@ -11,7 +11,8 @@
  *
  * Output (rank 0): one "stat step=.. loss=.. scale=.. skipped=.. lr=.. norm=.."
  * line per step, "mem ..." lines, "maxerr ..." with --ref; --out writes the
- * final fp32 parameters.
+ * final fp32 parameters. --transport auto|shm|tcp: how the offloaded
+ * gradients and parameters reach the servers (zs_engine_opts_t.transport).
  */
 #include <math.h>
 #include <mpi.h>
@@ -39,6 +40,7 @@ typedef struct {
     int spec;   /* super_offload: 0/1, 2: with speculate_every_step; -1: the config's default */
     int stream; /* stream_pulls: 0/1; -1: the config's default */
     int spec_report; /* rank 0 prints the servers' speculation counters */
+    int transport;   /* zs_transport_t of --transport auto|shm|tcp (default auto) */
 } args_t;
 
 static void fail(int rank, const char *what, const zs_err_t *err)
@@ -119,7 +121,13 @@ static void parse(int argc, char **argv, args_t *a)
             a->spec = atoi(v);
         else if (OPT("--stream"))
             a->stream = atoi(v);
-        else if (!strcmp(k, "--spec-report"))
+        else if (OPT("--transport")) {
+            a->transport = zs_transport_parse(v);
+            if (a->transport < 0) {
+                fprintf(stderr, "engine_worker: --transport %s: auto, shm or tcp\n", v);
+                exit(2);
+            }
+        } else if (!strcmp(k, "--spec-report"))
             a->spec_report = 1;
         else if (!strcmp(k, "--rss-check"))
             a->rss_check = 1;
@@ -288,6 +296,7 @@ int main(int argc, char **argv)
     m->inject_nan_count = a.inject_count ? a.inject_count : 1;
     m->inject_rank = 0;
     zs_engine_opts_t eo = {&cfg, coll, a.servers, NULL, "mlp-test", a.timeout_ms, a.debug};
+    eo.transport = a.transport;
     zs_engine_t *e;
     if (zs_engine_create(&eo, &m->model, &e, &err))
         fail(rank, "engine create", &err);

@@ -9,7 +9,7 @@
  *          [--ckpt-every 50] [--resume | --resume-auto] [--csv F] [--log-every 1]
  *          [--mem-every K] [--server-timeout S] [--server-wait S]
  *          [--max-recoveries N] [--save-params F] [--metrics HOST:PORT]
- *          [--print-config] [--vocab-dir DIR]
+ *          [--print-config] [--vocab-dir DIR] [--transport auto|shm|tcp]
  *
  * Rank 0 prints one line for the resolved configuration (its XXH3-64
  * digest and the keys that differ from DeepSpeed's defaults,
@@ -61,6 +61,7 @@
 #include <string.h>
 #include <time.h>
 
+#include "zs_client.h"
 #include "zs_config.h"
 #include "zs_data.h"
 #include "zs_engine.h"
@@ -465,6 +466,7 @@ int main(int argc, char **argv)
         return die(rank, "model", &err, ZS_EXIT_OTHER);
     zs_engine_opts_t eo = {&cfg, coll, o.servers, token, o.name, o.server_timeout * 1000, 0};
     eo.manifest = manifest;
+    eo.transport = zs_transport_parse(o.transport);
     zs_engine_t *e;
     const zs_model_t *model = zs_gpt_model(gpt);
     if (init)

@@ -13,6 +13,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "zs_client.h"
+
 void zs__train_usage(FILE *f)
 {
     fprintf(f, "usage: mpirun -np N zs-train --data FILE.tok [options]\n"
@@ -50,6 +52,11 @@ void zs__train_usage(FILE *f)
                "                   known one)\n"
                "  --servers LIST   shard servers host:port,... (optimizer offloaded when the\n"
                "                   config says offload_optimizer.device = cpu; checkpoints)\n"
+               "  --transport T    how offloaded gradients and parameters reach the servers:\n"
+               "                   auto (default: shared memory with each server that proves\n"
+               "                   it runs on this host, gRPC with the others), shm (shared\n"
+               "                   memory with every server, else exit 5 naming the one that\n"
+               "                   refused), tcp (gRPC only)\n"
                "  --layers N       transformer blocks (default 4)\n"
                "  --heads N        attention heads (default 4)\n"
                "  --width N        model width C (default 128)\n"
@@ -144,6 +151,7 @@ int zs__train_parse(int argc, char **argv, zs__train_opts_t *o, int loud)
     o->device = "auto";
     o->gemm = "auto";
     o->acts = "auto";
+    o->transport = "auto";
     o->val_every = 100;
     o->val_tokens = 65536;
     o->sample_tokens = 64;
@@ -172,6 +180,7 @@ int zs__train_parse(int argc, char **argv, zs__train_opts_t *o, int loud)
         {"top-k", 1, 0, 1007},      {"temperature", 1, 0, 1008},
         {"activation-checkpointing", 0, 0, 1009}, {"activations", 1, 0, 1010},
         {"split-layers", 0, 0, 1011}, {"print-config", 0, 0, 1012},
+        {"transport", 1, 0, 1013},
         {0, 0, 0, 0}};
     /* clang-format on */
     int ch;
@@ -244,6 +253,9 @@ int zs__train_parse(int argc, char **argv, zs__train_opts_t *o, int loud)
             break;
         case 1012:
             o->print_config = 1;
+            break;
+        case 1013:
+            o->transport = optarg;
             break;
         case 'n':
             o->steps = atoi(optarg);
@@ -326,6 +338,8 @@ int zs__train_parse(int argc, char **argv, zs__train_opts_t *o, int loud)
         bad = "--gemm must be auto, fp32, bf16 or fp16";
     else if (zs__train_act_dtype(o->acts, ZS_DTYPE_F32) < 0)
         bad = "--activations must be auto, fp32, bf16 or fp16";
+    else if (zs_transport_parse(o->transport) < 0)
+        bad = "--transport must be auto, shm or tcp";
     else if ((o->ckpt_every || o->resume || o->resume_auto) && !o->servers)
         bad = "--ckpt-every and --resume need --servers";
     else if (o->init_from && (o->resume || o->resume_auto))

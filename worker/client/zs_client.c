@@ -5,7 +5,8 @@
  * 1 + retries times while the result is UNAVAILABLE, sleeping 100 ms, 200
  * ms, ... (capped at 2 s) between attempts. Bulk data is framed with
  * zs_frame_build over the caller's memory (no copy on send) and copied once
- * on receive.
+ * on receive, or, to a server sharing the worker's staging segment, named
+ * by a ShmRef instead (zs_client_shm.c: no copy at all).
  */
 #include <pthread.h>
 #include <stdio.h>
@@ -151,6 +152,11 @@ int zs_client_create(const zs_client_opts_t *o, zs_client_t **out, zs_err_t *err
     c->token = o->token ? strdup(o->token) : NULL;
     c->timeout_ms = o->timeout_ms > 0 ? o->timeout_ms : 120000;
     c->retries = o->retries > 0 ? o->retries : (o->retries == 0 ? 8 : 0);
+    int rc = zs__client_shm_init(c, o, err);
+    if (rc) {
+        zs_client_destroy(c);
+        return rc;
+    }
     *out = c;
     return ZS_OK;
 }
@@ -159,6 +165,7 @@ void zs_client_destroy(zs_client_t *c)
 {
     if (!c)
         return;
+    zs__client_shm_free(c);
     for (int i = 0; i < c->n; i++)
         grpc_channel_destroy(c->ch[i]);
     free(c->ch);
@@ -253,6 +260,7 @@ static void info_from_pb(const Zeroshard__HelloReply *r, zs_server_info_t *in)
     snprintf(in->store_error, sizeof in->store_error, "%s", r->store_error ? r->store_error : "");
     in->mem_budget = r->mem_budget;
     in->mem_reserved = r->mem_reserved;
+    snprintf(in->shm_socket, sizeof in->shm_socket, "%s", r->shm_socket ? r->shm_socket : "");
 }
 
 /* Hello to server i stating our version; the reply's info into *in and the
@@ -269,6 +277,7 @@ static int hello_call(zs_client_t *c, int i, const char *model, uint64_t P, zs_s
     q.protocol_version = ZS_PROTOCOL_VERSION;
     q.model_name = (char *)(model ? model : "");
     q.num_params = P;
+    q.shm_session = zs__client_shm_session(c); /* 0: no shared staging */
     Zeroshard__HelloReply *r;
     int rc = zs_unary(c->ch[i], M("Hello"), c->token, c->timeout_ms, c->addr[i], &q.base,
                       &zeroshard__hello_reply__descriptor, (ProtobufCMessage **)&r, err);
@@ -283,6 +292,9 @@ static int hello_call(zs_client_t *c, int i, const char *model, uint64_t P, zs_s
         return rc;
     uint32_t v = r->protocol_version;
     info_from_pb(r, in);
+    char sock[sizeof in->shm_socket];
+    snprintf(sock, sizeof sock, "%s", r->shm_socket ? r->shm_socket : "");
+    int session_ok = r->shm_session_ok;
     zeroshard__hello_reply__free_unpacked(r, NULL);
     if (refusal.code && v >= ZS_PROTOCOL_VERSION) {
         *err = refusal;
@@ -290,7 +302,7 @@ static int hello_call(zs_client_t *c, int i, const char *model, uint64_t P, zs_s
     }
     /* 0 is no version a server answers with; read it as the first one. */
     c->ver[i] = v == 0 ? 1 : v < ZS_PROTOCOL_VERSION ? v : ZS_PROTOCOL_VERSION;
-    return ZS_OK;
+    return zs__client_shm_hello(c, i, sock, session_ok, err);
 }
 
 /* See zs_client_internal.h. */
@@ -538,6 +550,9 @@ static int push_one(zs_client_t *c, int i, void *argp, zs_err_t *err)
     push_arg_t plain = *a;
     if (c->ver[i] && c->ver[i] < ZS_PROTOCOL_V_SPECULATION)
         plain.expect = NULL;
+    uint64_t at;
+    if (zs__client_shm_usable(c, i, src, (e - b) * esz, &at)) /* in the shared staging */
+        return zs__client_shm_push(c, i, a->step, b, e, a->dt, plain.expect, at, err);
     return send_stream(c, i, M("Push"), b, e, esz, src, 0, push_chunk, &plain, err);
 }
 
@@ -613,6 +628,11 @@ static int read_one(zs_client_t *c, int i, void *argp, zs_err_t *err)
     int pull = a->tensor < 0;
     zs_dtype_t dt = pull ? a->dt : ZS_DTYPE_F32;
     size_t esz = zs_dtype_size(dt);
+    uint64_t at;
+    if (pull && zs__client_shm_usable(c, i, (char *)a->dst + (b - a->begin) * esz, (e - b) * esz,
+                                      &at)) /* the server writes into the shared staging */
+        return zs__client_shm_pull(c, i, a->min_step, b, e, dt, at, &a->steps[i], &a->steps_hi[i],
+                                   err);
     zs_ccall_t call;
     int rc = zs_ccall_start(&call, c->ch[i], pull ? M("Pull") : M("GetState"), c->token,
                             c->timeout_ms, c->addr[i], err);

@@ -23,12 +23,22 @@
 
 typedef struct zs_client zs_client_t;
 
+/* How bulk data (Push, Pull) travels to a server. */
+typedef enum {
+    ZS_TRANSPORT_AUTO = 0, /* shared memory with every server that proves it shares our host */
+    ZS_TRANSPORT_SHM = 1,  /* shared memory with every server, else an error naming it */
+    ZS_TRANSPORT_TCP = 2,  /* gRPC messages only */
+} zs_transport_t;
+
 typedef struct zs_client_opts {
     const char *servers;    /* "host:port,host:port": order = server index */
     const char *token;      /* bearer token or NULL */
     const char *tls_ca_pem; /* PEM text of the CA for TLS, or NULL (plaintext) */
     int timeout_ms;         /* deadline of each call (default 120000) */
     int retries;            /* extra attempts on UNAVAILABLE (0: default 8; < 0: none) */
+    /* Shared-memory data plane (zs_client_shm_staging, docs/engine.md). */
+    int transport;     /* zs_transport_t; 0: auto */
+    int shm_checksums; /* XXH3 of every shared chunk, checked by its reader: 0 or 1 on, -1 off */
 } zs_client_opts_t;
 
 #define ZS_CLIENT_MAX_CKPTS 64
@@ -52,6 +62,7 @@ typedef struct zs_server_info {
     uint64_t rss_bytes, heap_in_use, heap_free; /* the server process's memory (bytes) */
     /* Speculative updates (Counters.spec_*): kept, rolled back, elements. */
     uint64_t spec_hits, spec_rollbacks, spec_elements;
+    char shm_socket[108]; /* its shared-memory socket ("": none offered) */
 } zs_server_info_t;
 
 /* Scalars of one commit (see CommitRequest in proto/zeroshard.proto). */
@@ -169,6 +180,39 @@ int zs_client_set_state(zs_client_t *c, int tensor, uint64_t begin, uint64_t end
  * when no step was applied while reading). */
 int zs_client_get_state_step(zs_client_t *c, int tensor, uint64_t begin, uint64_t end, float *dst,
                              uint64_t *step_lo, uint64_t *step_hi, zs_err_t *err);
+
+/* ---- shared-memory data plane (zs_client_shm.c) ---------------------- */
+
+/* "auto", "shm", "tcp" ("?" otherwise); and back: -1 for another name. */
+const char *zs_transport_name(int t);
+int zs_transport_parse(const char *name);
+
+/* The worker's staging in shared memory: create once a sealed memfd segment
+ * (common/zs_shm.h) whose gradient payload area holds `bytes`, hand it to
+ * every server whose Hello offers a shared-memory socket (zs_shm_connect
+ * with our bearer token, the server running as our euid), then confirm it
+ * with a Hello stating the session: only a server whose reply says it holds
+ * the session (shm_session_ok, the proof that the socket and the gRPC
+ * address reach one process) moves bulk data through it. *base: the
+ * staging area (page-aligned, `bytes` and more, zero-filled), valid until
+ * zs_client_destroy. Logs one line per server: "server i (addr): transport
+ * shm (socket PATH)" or "transport tcp (why)". Afterwards a Push whose
+ * source, or a Pull whose destination, lies inside [*base, *base + bytes)
+ * sends a ShmRef instead of the elements to the servers on shm (data is
+ * read and written in place: nothing copied), in chunks of up to 4 MiB;
+ * each later Hello (a restarted server: the recovery path) hands the same
+ * segment over again. A second call returns the same area if `bytes` fits.
+ * ZS_ERR_UNAVAILABLE with the reason when transport is tcp, no server offers
+ * a socket, or none accepted the segment (auto: use ordinary pinned
+ * memory); with transport shm, any server not on shm is an error naming it
+ * and why. Hello's own errors. */
+int zs_client_shm_staging(zs_client_t *c, size_t bytes, void **base, zs_err_t *err);
+
+/* The transport server i uses for bulk data now: ZS_TRANSPORT_SHM or
+ * ZS_TRANSPORT_TCP; why (may be NULL) gets the reason in words ("socket
+ * PATH", "the server offers no shared-memory socket", ...; "" when not
+ * asked). */
+int zs_client_transport(const zs_client_t *c, int i, const char **why);
 
 /* ---- operator calls (zs_client_xfer.c): zs-ctl export and reshard ---- */
 

@@ -3,7 +3,9 @@
  * the handle and the parallel fan-out with retries. zs_client.c: lifecycle,
  * Hello, Initialize, Push, Commit, Pull, state and checkpoint calls;
  * zs_client_xfer.c: the operator's calls (checkpoint metadata without a
- * Restore, streamed Initialize / SetState of one server).
+ * Restore, streamed Initialize / SetState of one server); zs_client_shm.c:
+ * the shared-memory data plane (the staging segment, its handshake at
+ * Hello, Push and Pull by ShmRef).
  * Not part of the contract (zs_client.h).
  */
 #ifndef ZS_CLIENT_INTERNAL_H
@@ -16,6 +18,9 @@
 
 #define ZS__CLIENT_MAX_ADDR 256
 
+typedef struct zs__client_shm zs__client_shm_t;
+typedef struct zs__client_shm_srv zs__client_shm_srv_t;
+
 struct zs_client {
     int n;
     char (*addr)[ZS__CLIENT_MAX_ADDR];
@@ -27,6 +32,11 @@ struct zs_client {
      * Initialize (0: not asked yet); written by that server's fan-out job */
     uint32_t *ver;
     int warned; /* the warning about an older server was logged */
+    /* shared-memory data plane (zs_client_shm.c) */
+    int transport;              /* zs_transport_t */
+    int shm_checksums;          /* 1: XXH3 of every shared chunk */
+    zs__client_shm_t *shm;      /* the staging segment; NULL until zs_client_shm_staging */
+    zs__client_shm_srv_t *shsv; /* [n] what each server offered and uses */
 };
 
 /* One attempt of an operation on server `server`. */
@@ -54,6 +64,43 @@ void zs__client_init_request(const zs_client_t *c, int i, const char *model,
  * check) unless it is known: before an Initialize, whose request states it.
  * Returns the Hello's status. */
 int zs__client_negotiate(zs_client_t *c, int i, zs_err_t *err);
+
+/* zs_client_shm.c. init: the options' transport and checksums, the
+ * per-server records (at create); free: the segment and records. */
+int zs__client_shm_init(zs_client_t *c, const zs_client_opts_t *o, zs_err_t *err);
+void zs__client_shm_free(zs_client_t *c);
+
+/* The session a Hello states: the segment's generation, 0 without one. */
+uint64_t zs__client_shm_session(const zs_client_t *c);
+
+/* After server i answered a Hello that stated zs__client_shm_session:
+ * record the socket it offers (socket; "" or NULL: none) and, with a
+ * segment, decide its transport: the server holds our session (session_ok)
+ * -> shm; it offers a socket but does not hold the session (first contact,
+ * or it restarted) -> hand the segment over and confirm it with a second
+ * Hello; else tcp. Logs a change of transport. An error only with
+ * transport shm, when the server does not end on shm (the reason). Runs
+ * in server i's fan-out job. */
+int zs__client_shm_hello(zs_client_t *c, int i, const char *socket, int session_ok, zs_err_t *err);
+
+/* 1 when server i moves bulk data through the segment and
+ * [p, p + bytes) lies in its staging area; *off = p's offset in it. */
+int zs__client_shm_usable(const zs_client_t *c, int i, const void *p, size_t bytes, uint64_t *off);
+
+/* Push [b, e) of dtype dt for `step` to server i as ShmRefs to the staging
+ * at byte offset `off` (zs__client_shm_usable said yes): chunks of up to
+ * 4 MiB, `expect` (may be NULL) on the first, an XXH3 of each chunk seeded
+ * with the step when checksums are on. One attempt. */
+int zs__client_shm_push(zs_client_t *c, int i, uint64_t step, uint64_t b, uint64_t e, zs_dtype_t dt,
+                        Zeroshard__StepExpect *expect, uint64_t off, zs_err_t *err);
+
+/* Pull [b, e) of dtype dt (min_step) from server i into the staging at
+ * byte offset `off`: the server writes in place; each PullChunk must carry
+ * no data and a ShmRef at the offset its elements belong at (and a
+ * matching XXH3 when checksums are on). *lo / *hi: the lowest / highest
+ * step the chunks reported. One attempt. */
+int zs__client_shm_pull(zs_client_t *c, int i, uint64_t min_step, uint64_t b, uint64_t e,
+                        zs_dtype_t dt, uint64_t off, uint64_t *lo, uint64_t *hi, zs_err_t *err);
 
 /* End a client stream whose sends returned rc: take the reply (discarded)
  * and the status unless rc already failed, then destroy the call. Returns

@@ -55,7 +55,7 @@ void *zs__eng_param_part(zs_engine_t *e, const zs__seg_t *s)
 /* See zs_engine_internal.h. */
 int zs__eng_pull_in_place(const zs_engine_t *e)
 {
-    return (e->stage == 3 && e->offload_param) || e->dev->host_addressable;
+    return !e->shm_staging && ((e->stage == 3 && e->offload_param) || e->dev->host_addressable);
 }
 
 /* See zs_engine_internal.h. */
@@ -361,9 +361,6 @@ static int alloc_state(zs_engine_t *e, zs_err_t *err)
                              "norm", err));
     ZS_ENG_TRY(zs__eng_alloc(e, ZS_SPACE_PINNED, ZS_MEM_SCRATCH, nbytes, (void **)&e->normhost,
                              "norm", err));
-    if (e->offload)
-        ZS_ENG_TRY(zs__eng_alloc(e, ZS_SPACE_PINNED, ZS_MEM_COMM, part * e->esz, &e->staging,
-                                 "offload staging", err));
     ZS_ENG_TRY(zs_dev_event_create(e->dev, &e->ev_compute, err));
     ZS_ENG_TRY(zs_dev_event_create(e->dev, &e->ev_copy, err));
     ZS_ENG_TRY(zs_dev_event_create(e->dev, &e->ev_reduced, err));
@@ -397,6 +394,36 @@ static int alloc_state(zs_engine_t *e, zs_err_t *err)
             e->need_max = need;
     }
     return ZS_OK;
+}
+
+/* The offload staging (Ppad / W elements of dt, pinned, category comm):
+ * the client's shared-memory segment, registered with the device, when a
+ * co-located server takes it (transport auto or shm); else the device's
+ * pinned memory. Either way the memory table counts it as pinned comm. */
+static int alloc_staging(zs_engine_t *e, int transport, zs_err_t *err)
+{
+    size_t bytes = (size_t)(e->Ppad / (uint64_t)e->W) * e->esz;
+    void *p = NULL;
+    zs_err_t why = {0, ""};
+    int rc = zs_client_shm_staging(e->client, bytes, &p, &why);
+    if (rc == ZS_OK) {
+        rc = zs_dev_host_register(e->dev, p, bytes, ZS_MEM_COMM, err);
+        if (rc)
+            return zs_err_set(err, rc, "offload staging in shared memory (%zu bytes): %s", bytes,
+                              err->msg);
+        e->staging = p;
+        e->shm_staging = 1;
+        return ZS_OK;
+    }
+    if (transport == ZS_TRANSPORT_SHM) {
+        *err = why;
+        return rc;
+    }
+    /* auto (the reason per server is logged) or tcp */
+    if (transport != ZS_TRANSPORT_TCP && e->rank == 0)
+        ZS_INFO("offload staging in pinned memory: %s", why.msg);
+    return zs__eng_alloc(e, ZS_SPACE_PINNED, ZS_MEM_COMM, bytes, &e->staging, "offload staging",
+                         err);
 }
 
 int zs_engine_create(const zs_engine_opts_t *o, const zs_model_t *model, zs_engine_t **out,
@@ -459,8 +486,13 @@ int zs_engine_create(const zs_engine_opts_t *o, const zs_model_t *model, zs_engi
     if (rc)
         goto fail;
     if (o->servers) {
-        zs_client_opts_t co = {o->servers, o->token, NULL, o->server_timeout_ms, 0};
+        zs_client_opts_t co = {.servers = o->servers,
+                               .token = o->token,
+                               .timeout_ms = o->server_timeout_ms,
+                               .transport = o->transport};
         rc = zs_client_create(&co, &e->client, err);
+        if (!rc && e->offload)
+            rc = alloc_staging(e, o->transport, err);
         if (!rc && e->offload)
             rc = zs__eng_pusher_start(e, err);
         if (!rc && e->offload && e->cfg.offload_stream)
@@ -511,6 +543,10 @@ void zs_engine_destroy(zs_engine_t *e)
     zs_dev_event_destroy(e->ev_compute);
     zs_dev_event_destroy(e->ev_copy);
     zs_dev_event_destroy(e->ev_reduced);
+    if (e->shm_staging) { /* the segment goes with the client: unregister it first */
+        zs_dev_host_unregister(e->dev, e->staging);
+        e->staging = NULL;
+    }
     zs_client_destroy(e->client);
     if (e->dev) {
         zs_dev_free(e->dev, e->params);

@@ -155,6 +155,12 @@ typedef struct zs_engine_opts {
      * tensors from a checkpoint without model code (zs-ctl export; the
      * GPT's: zs_gpt_manifest). Last, so initialisers without it still work. */
     const char *manifest;
+    /* How pushes and pulls reach the servers (zs_transport_t, zs_client.h;
+     * 0: auto). With offload_optimizer and a transport other than tcp the
+     * offload staging is a shared-memory segment every co-located server
+     * maps (docs/engine.md, "Shared-memory transport"); with shm, a server
+     * that does not take it fails zs_engine_create. */
+    int transport;
 } zs_engine_opts_t;
 
 /* Figures of one step (all workers agree on loss, lr, scale, skipped). */
@@ -196,8 +202,10 @@ typedef struct zs_engine_mem {
 } zs_engine_mem_t;
 
 /* Lay out the model, create buffers, initialise parameters (every worker
- * computes the same init), connect to the servers. Does not talk to the
- * servers yet: call zs_engine_start (fresh) or zs_engine_resume. */
+ * computes the same init), connect to the servers. Changes nothing on the
+ * servers yet: call zs_engine_start (fresh) or zs_engine_resume. (With
+ * offload_optimizer and a transport other than tcp it says Hello to learn
+ * which servers share this host, and hands them the shared staging.) */
 int zs_engine_create(const zs_engine_opts_t *opts, const zs_model_t *model, zs_engine_t **out,
                      zs_err_t *err);
 

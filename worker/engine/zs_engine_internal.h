@@ -147,6 +147,8 @@ struct zs_engine {
     float *view;       /* stages 0-2, dt != fp32: fp32 view of one layer and its deps */
     uint64_t view_max; /* its elements: max over layers of own + deps' params */
     void *staging;     /* pinned, Ppad / W elements of dt: pushed grads, pulled params */
+    int shm_staging;   /* staging is the client's shared segment (registered with the
+                        * device, not allocated): pulls always land in it */
     double *normacc;   /* device, per segment k: [2k] sum of squares, [2k+1] non-finite */
     double *normhost;  /* pinned copy (2 * ns doubles) */
     zs_event_t *ev_compute, *ev_copy, *ev_reduced;
@@ -324,8 +326,10 @@ void *zs__eng_param_part(zs_engine_t *e, const zs__seg_t *s);
 
 /* 1 when pulls land in the parameter partition itself: stage 3 with
  * offload_param (the partition is pinned memory) or a host-addressable
- * device (the CPU device, zs_dev_t.host_addressable); else they land in
- * pinned staging and are copied to the device. */
+ * device (the CPU device, zs_dev_t.host_addressable), unless the staging is
+ * shared memory (the servers write it in place: the copy to the partition
+ * is then the only one); else they land in pinned staging and are copied
+ * to the device. */
 int zs__eng_pull_in_place(const zs_engine_t *e);
 
 /* Before pulls write the parameters in place (zs__eng_pull_in_place): wait
