@@ -154,7 +154,7 @@ static void resume(void)
     snprintf(a, sizeof a, "%s --servers %s --transport shm --resume --resume-step 4 --out %s",
              common, g_servers, out[1]);
     must(worker(2, log[1], a), log[1], "resume over shm");
-    TEST_CHECKF(lines_with(log[1], "resumed at step 4", NULL, NULL) == 1, "not resumed at 4");
+    TEST_CHECKF(lines_with(log[1], "resumed at step 4", NULL, NULL) >= 1, "not resumed at 4");
     check_shm_log(log[1], 2);
     TEST_CHECKF(same_file(out[0], out[1]), "resumed over shm differs from the tcp run");
     printf("  stage 2 W=2 bf16, checkpoint 4 (tcp) resumed over shm: == uninterrupted, bitwise\n");

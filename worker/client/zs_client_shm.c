@@ -38,6 +38,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 #include <xxhash.h>
 
 #include "zs_client_internal.h"
@@ -170,7 +171,11 @@ static int session_hello(zs_client_t *c, int i, int *ok, zs_err_t *err)
 
 /* Hand the segment to server i over its socket (token = ours, the server
  * must run as our euid), then confirm with a Hello: ZS_OK with *ok = 1
- * when the server holds the session; else the failure's status. */
+ * when the server holds the session; else the failure's status. The
+ * server answers the socket's handshake before its session table has the
+ * segment (zs-server's listener adds it after zs_shm_server_accept), so a
+ * Hello that does not see it yet is asked again, 5 ms later and doubling,
+ * for about 1.3 s in all, before the two are called different processes. */
 static int attach(zs_client_t *c, int i, int *ok, zs_err_t *err)
 {
     zs__client_shm_srv_t *v = &c->shsv[i];
@@ -182,7 +187,13 @@ static int attach(zs_client_t *c, int i, int *ok, zs_err_t *err)
     int rc = zs_shm_connect(&so, c->shm->seg, NULL, err);
     pthread_mutex_unlock(&c->shm->mu);
     *ok = 0;
-    return rc ? rc : session_hello(c, i, ok, err);
+    for (int ms = 5; !rc; ms *= 2) {
+        rc = session_hello(c, i, ok, err);
+        if (rc || *ok || ms > 640)
+            break;
+        nanosleep(&(struct timespec){ms / 1000, (long)(ms % 1000) * 1000000L}, NULL);
+    }
+    return rc;
 }
 
 int zs__client_shm_hello(zs_client_t *c, int i, const char *socket, int session_ok, zs_err_t *err)
