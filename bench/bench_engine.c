@@ -8,13 +8,16 @@
  *   mpirun -np W bench_engine --servers a:p,b:p [--offload 0|1] [--stage S]
  *          [--layers 8] [--width 2500] [--batch 4] [--steps 6] [--dtype bf16]
  *          [--spec 0|1|2] [--stream 0|1] [--clip C] [--bucket ELEMENTS]
+ *          [--transport auto|shm|tcp]
  *
  * --spec sets offload_optimizer.super_offload (speculative updates on the
  * servers; 2: also speculate_every_step, so every clipped step rolls back;
  * default: the config's default), --stream
  * offload_optimizer.stream_pulls (the next step's forward lands the pulls;
  * default: the config's, on), --clip gradient_clipping (0:
- * none), --bucket reduce_bucket_size (default 20M). bench/bench_spec.sh
+ * none), --bucket reduce_bucket_size (default 20M), --transport how the
+ * offloaded bytes travel (zs_engine_opts_t.transport; default auto: shared
+ * memory with a co-located server). bench/bench_spec.sh
  * runs the speculation comparison (worker and servers on separate cores).
  *
  * Prints one line "result ..." with medians over the steps after the first
@@ -177,7 +180,8 @@ int main(int argc, char **argv)
     int provided;
     MPI_Init_thread(&argc, &argv, MPI_THREAD_SERIALIZED, &provided);
     const char *servers = NULL, *dtype = "bf16";
-    int offload = 0, stage = 2, L = 8, n = 2500, B = 4, steps = 6, spec = -1, stream = -1;
+    int offload = 0, stage = 2, L = 8, n = 2500, B = 4, steps = 6, spec = -1, stream = -1,
+        transport = ZS_TRANSPORT_AUTO;
     double clip = 0;
     long bucket = 20000000;
     for (int i = 1; i + 1 < argc; i += 2) {
@@ -205,6 +209,11 @@ int main(int argc, char **argv)
             clip = atof(argv[i + 1]);
         else if (!strcmp(argv[i], "--bucket"))
             bucket = atol(argv[i + 1]);
+        else if (!strcmp(argv[i], "--transport") &&
+                 (transport = zs_transport_parse(argv[i + 1])) < 0) {
+            fprintf(stderr, "bench_engine: --transport %s: auto, shm or tcp\n", argv[i + 1]);
+            return 2;
+        }
     }
     if (L > MAXL || steps < 2 || steps > ZS_BENCH_MAX_REPS) {
         fprintf(stderr, "bench_engine: layers <= %d, 2 <= steps <= %d\n", MAXL, ZS_BENCH_MAX_REPS);
@@ -253,6 +262,7 @@ int main(int argc, char **argv)
         return 1;
     }
     zs_engine_opts_t eo = {&cfg, coll, offload ? servers : NULL, NULL, "bench-stack", 300000, 0};
+    eo.transport = transport;
     zs_engine_t *e;
     if (zs_engine_create(&eo, &s->model, &e, &err) || zs_engine_start(e, &err)) {
         fprintf(stderr, "engine: %s\n", err.msg);
