@@ -18,6 +18,14 @@
  *                   from pinned memory, AdamW on the servers' CPUs,
  *                   parameters pulled back. Left out, saying so, when no
  *                   server binary is found or with --no-engine.
+ * Offload options, for ZeRO-Offload's way of running (large batches):
+ * --gas N (gradient_accumulation_steps of every engine row, default 1;
+ * tokens/s counts the N micro-batches of a step), --transport auto|shm|tcp
+ * (how the offload row reaches its servers; auto: shared memory with the
+ * local servers), --spec 0|1 (offload_optimizer.super_offload, default 0),
+ * --stream 0|1 (offload_optimizer.stream_pulls, default 1). With both
+ * engine rows it prints the offload row's tokens/s over the GPU AdamW row's
+ * ("offload / GPU AdamW").
  * The micro-batch is the largest of a list (124M: 16, 8, 4, 2, 1; 1.5B: 4,
  * 2, 1) whose allocations succeed; every row of a shape uses the model
  * row's. Medians of ZS_BENCH_REPS steps (default 5 for 124M, 3 for 1.5B)
@@ -59,6 +67,7 @@
 #include <unistd.h>
 
 #include "zs_bench.h"
+#include "zs_client.h"
 #include "zs_dev.h"
 #include "zs_engine.h"
 #include "zs_gpt.h"
@@ -94,6 +103,8 @@ typedef struct {
 } row_t;
 
 static int g_gemm = ZS_DTYPE_BF16; /* --gemm: GEMM operand dtype */
+static int g_gas = 1;              /* --gas: micro-batches per step (engine rows) */
+static int g_transport = ZS_TRANSPORT_AUTO, g_spec = 0, g_stream = 1; /* offload row */
 
 static void fail(const char *what, const zs_err_t *err)
 {
@@ -288,18 +299,20 @@ static int run_engine(zs_coll_t *coll, const cshape_t *s, int B, const char *ser
     if (!in || !tg)
         fail("out of host memory", NULL);
     zs_bench_tokens((int)n, c->vocab, in, tg);
-    char json[700];
+    char json[900], off[160];
+    snprintf(off, sizeof off, "\"device\": \"cpu\", \"super_offload\": %s, \"stream_pulls\": %s",
+             g_spec ? "true" : "false", g_stream ? "true" : "false");
     snprintf(json, sizeof json,
-             "{\"train_batch_size\": %d, \"train_micro_batch_size_per_gpu\": %d,%s"
+             "{\"train_batch_size\": %d, \"train_micro_batch_size_per_gpu\": %d,"
+             " \"gradient_accumulation_steps\": %d,%s"
              " \"optimizer\": {\"type\": \"AdamW\", \"params\": {\"lr\": 1e-4,"
              " \"betas\": [0.9, 0.999], \"eps\": 1e-8, \"weight_decay\": 0.0}},"
-             " \"zero_optimization\": {\"stage\": %d, \"offload_optimizer\": {\"device\": "
-             "\"%s\"}}}",
-             B, B,
+             " \"zero_optimization\": {\"stage\": %d, \"offload_optimizer\": {%s}}}",
+             B * g_gas, B, g_gas,
              g_gemm == ZS_DTYPE_BF16  ? " \"bf16\": {\"enabled\": true},"
              : g_gemm == ZS_DTYPE_F16 ? " \"fp16\": {\"enabled\": true},"
                                       : "",
-             servers ? 2 : 0, servers ? "cpu" : "none");
+             servers ? 2 : 0, servers ? off : "\"device\": \"none\"");
     zs_config_t cfg;
     if (zs_config_parse(json, &cfg, NULL, NULL, &err) || zs_config_resolve(&cfg, 1, &err))
         fail("config", &err);
@@ -308,6 +321,7 @@ static int run_engine(zs_coll_t *coll, const cshape_t *s, int B, const char *ser
         (rc = zs_gpt_set_fixed_tokens(g, in, tg, B, &err)))
         goto out;
     zs_engine_opts_t eo = {&cfg, coll, servers, NULL, "bench-gpt-cuda", 600000, 0};
+    eo.transport = g_transport;
     if ((rc = zs_engine_create(&eo, zs_gpt_model(g), &e, &err)) || (rc = zs_engine_start(e, &err)))
         goto out;
     double part[4][ZS_BENCH_MAX_REPS];
@@ -321,7 +335,7 @@ static int run_engine(zs_coll_t *coll, const cshape_t *s, int B, const char *ser
             row->loss0 = st.loss;
         row->loss1 = st.loss;
         if (r >= 0) {
-            row->rates[r] = (double)n / (t1 - t0);
+            row->rates[r] = (double)n * g_gas / (t1 - t0);
             part[0][r] = st.ms_forward;
             part[1][r] = st.ms_backward;
             part[2][r] = st.ms_comm;
@@ -466,6 +480,15 @@ int zs__bench_gpt_cuda(int argc, char **argv)
             server_bin = argv[++i];
         else if (!strcmp(argv[i], "--no-engine"))
             engine = 0;
+        else if (!strcmp(argv[i], "--gas") && i + 1 < argc && atoi(argv[i + 1]) >= 1)
+            g_gas = atoi(argv[++i]);
+        else if (!strcmp(argv[i], "--transport") && i + 1 < argc &&
+                 zs_transport_parse(argv[i + 1]) >= 0)
+            g_transport = zs_transport_parse(argv[++i]);
+        else if (!strcmp(argv[i], "--spec") && i + 1 < argc)
+            g_spec = atoi(argv[++i]) != 0;
+        else if (!strcmp(argv[i], "--stream") && i + 1 < argc)
+            g_stream = atoi(argv[++i]) != 0;
         else if (!strcmp(argv[i], "--gemm") && i + 1 < argc &&
                  (!strcmp(argv[i + 1], "bf16") || !strcmp(argv[i + 1], "fp16") ||
                   !strcmp(argv[i + 1], "fp32"))) {
@@ -479,7 +502,8 @@ int zs__bench_gpt_cuda(int argc, char **argv)
         else {
             fprintf(stderr, "usage: bench_gpt --device cuda [--shape 124m|1.5b|both] "
                             "[--gemm bf16|fp16|fp32] [--server-bin PATH] [--no-engine] "
-                            "[--peak-tflops F32,BF16]\n");
+                            "[--peak-tflops F32,BF16] [--gas N] [--transport auto|shm|tcp] "
+                            "[--spec 0|1] [--stream 0|1]\n");
             return 2;
         }
     }
@@ -552,8 +576,13 @@ int zs__bench_gpt_cuda(int argc, char **argv)
             while (b >= 1 && (rc = run_engine(coll, s, b, mode == 2 ? sv.list : NULL,
                                               &rows[k][mode])) == ZS_ERR_NOMEM)
                 b /= 2;
-            snprintf(name, sizeof name, "%s engine W=1 %s", s->name,
-                     mode == 1 ? "stage 0, AdamW on the GPU" : "stage 2, AdamW on 2 servers");
+            if (mode == 1)
+                snprintf(name, sizeof name, "%s engine W=1 stage 0, AdamW on the GPU, gas %d",
+                         s->name, g_gas);
+            else
+                snprintf(name, sizeof name,
+                         "%s engine W=1 stage 2, AdamW on 2 servers (%s), gas %d, spec %d", s->name,
+                         zs_transport_name(g_transport), g_gas, g_spec);
             if (rc == ZS_OK)
                 print_row(name, s, b, &rows[k][mode]);
             else
@@ -575,6 +604,12 @@ int zs__bench_gpt_cuda(int argc, char **argv)
                          rows[k][mode].B);
                 print_mfu(name, &shapes[k], &rows[k][mode], pk, gemm);
             }
+    for (int k = 0; k < 2; k++)
+        if (rows[k][1].ok && rows[k][2].ok)
+            printf("%s offload / GPU AdamW (gas %d, transport %s): %.3f of the tokens/s\n",
+                   shapes[k].name, g_gas, zs_transport_name(g_transport),
+                   zs_bench_median(rows[k][2].rates, shapes[k].reps) /
+                       zs_bench_median(rows[k][1].rates, shapes[k].reps));
     printf("\nNot measured here: more than one GPU; 16-bit activations (activations stay "
            "fp32).\n");
     if (have_servers || sv.pid[0])

@@ -27,7 +27,7 @@
 #   environment `run` sets, for such scripts.
 #
 #   there (a machine with a GPU, CUDA 13 and a driver, no package registry):
-#     tests/gpu.sh run [.gpu-carry] [--out FILE] [--only tests|bench|fit]
+#     tests/gpu.sh run [.gpu-carry] [--out FILE] [--only tests|bench|shm|fit]
 #   unpacks the .deb files with `dpkg -x` under .gpu-carry/root (never into
 #   /), sets LD_LIBRARY_PATH, OPAL_PREFIX and PMIX_PREFIX so the carried Open
 #   MPI is used, finds the CUDA runtime, cuBLASLt and NCCL (/usr/local/cuda,
@@ -42,6 +42,11 @@
 #     bash tests/gpu.sh run .gpu-carry --only tests --out $OUT/gpu-tests.txt
 #     bash tests/gpu.sh run .gpu-carry --only bench --out $OUT/gpu-bench.txt
 #     bash tests/gpu.sh run .gpu-carry --only fit --out $OUT/gpu-fit.txt
+#     bash tests/gpu.sh run .gpu-carry --only shm --out $OUT/gpu-shm.txt
+#   shm: the offload rows over the shared-memory transport to 2 local
+#   zs-servers with speculation and streamed pulls (124M and 1.5B), and 1.5B
+#   at gradient accumulation 8 against AdamW on the GPU at gas 8 (the
+#   "offload / GPU AdamW" line: the goal is >= 0.9).
 #
 #   a GPU machine that has our build dependencies (grpc, protobuf-c, rocksdb,
 #   openblas, Open MPI, cjson, xxhash, CUDA, NCCL):
@@ -82,7 +87,7 @@ while [ $# -gt 0 ]; do
     *) carry=$1; shift ;;
     esac
 done
-case "$only" in all | tests | bench | fit) ;; *) echo "gpu.sh: --only tests|bench|fit" >&2; exit 2 ;; esac
+case "$only" in all | tests | bench | shm | fit) ;; *) echo "gpu.sh: --only tests|bench|shm|fit" >&2; exit 2 ;; esac
 if [ -z "$cmd" ]; then
     if [ -d "$carry/bin" ]; then cmd=run; else cmd=build; fi
 fi
@@ -282,6 +287,12 @@ run() {
         run_one bench_gpt_cuda_fp32 env ZS_SERVER_BIN="$bin/zs-server" "$bin/bench_gpt" \
             --device cuda --shape 124m --gemm fp32 --no-engine
     fi
+    if [ "$only" = all ] || [ "$only" = shm ]; then
+        run_one bench_gpt_cuda_shm env ZS_SERVER_BIN="$bin/zs-server" "$bin/bench_gpt" \
+            --device cuda --transport shm --spec 1 --stream 1
+        run_one bench_gpt_cuda_shm_gas8 env ZS_SERVER_BIN="$bin/zs-server" "$bin/bench_gpt" \
+            --device cuda --shape 1.5b --gas 8 --transport shm --spec 1 --stream 1
+    fi
     if [ "$only" = all ] || [ "$only" = fit ]; then
         run_one bench_fit_cuda "$bin/bench_fit" --device cuda --server-bin "$bin/zs-server" \
             $FIT_ARGS
@@ -306,6 +317,12 @@ build() {
         run_one bench_gpt_cuda "$b/bench/bench_gpt" --device cuda
         run_one bench_gpt_cuda_fp32 "$b/bench/bench_gpt" --device cuda --shape 124m --gemm fp32 \
             --no-engine
+    fi
+    if [ "$only" = all ] || [ "$only" = shm ]; then
+        run_one bench_gpt_cuda_shm "$b/bench/bench_gpt" --device cuda --transport shm --spec 1 \
+            --stream 1
+        run_one bench_gpt_cuda_shm_gas8 "$b/bench/bench_gpt" --device cuda --shape 1.5b --gas 8 \
+            --transport shm --spec 1 --stream 1
     fi
     if [ "$only" = all ] || [ "$only" = fit ]; then
         run_one bench_fit_cuda "$b/bench/bench_fit" --device cuda --server-bin "$b/server/zs-server" \
@@ -335,7 +352,7 @@ check)
     exit $rc ;;
 run) run ;;
 build) build ;;
-*) die "usage: tests/gpu.sh [pack|check|run|build|env] [CARRY] [--out FILE] [--only tests|bench|fit]" ;;
+*) die "usage: tests/gpu.sh [pack|check|run|build|env] [CARRY] [--out FILE] [--only tests|bench|shm|fit]" ;;
 esac
 echo "gpu.sh: results in $out ($fails failed)"
 [ "$fails" -eq 0 ]
