@@ -55,12 +55,16 @@ run() { # name, bench_engine options
   echo "$name $(grep '^result' <<<"$out") $(grep '^servers' <<<"$out" || true)" | tee -a "$T/all"
 }
 xfer() { # name, bench_engine options: the worker core's transfer ms per step
-  local x=nan
+  local name=$1 x=nan a=()
+  shift
+  while (($#)); do # bench_worker_cpu.sh sets --steps itself (two lengths)
+    if [[ $1 == --steps ]]; then shift 2; else a+=("$1"); shift; fi
+  done
   if [[ -z ${NO_PERF:-} ]]; then
-    x=$(ZS_SERVER="$SRV" BENCH_ENGINE="$ENG" "$(dirname "$0")/bench_worker_cpu.sh" "$B" "$@" |
+    x=$(ZS_SERVER="$SRV" BENCH_ENGINE="$ENG" "$(dirname "$0")/bench_worker_cpu.sh" "$B" "${a[@]}" |
         awk '/^xfer/ {print $2}')
   fi
-  echo "$1 xfer=${x:-nan}" | tee -a "$T/all"
+  echo "$name xfer=${x:-nan}" | tee -a "$T/all"
 }
 # the bytes of the server's AdamW pass: every element of the range once
 P=$(ZS_LOG_LEVEL=warn mpirun --allow-run-as-root --oversubscribe -np 1 "$ENG" --servers "$S" \
