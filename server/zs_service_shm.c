@@ -65,10 +65,10 @@ static int check_ref(const zs_shm_session_t *ss, uint64_t off, uint64_t n, size_
                           (unsigned long long)off, esz);
     if (off > avail || n > avail - off)
         return zs_err_set(err, ZS_ERR_RANGE,
-                          "shared-memory bytes [%llu, %llu + %llu) lie outside the %llu-byte "
-                          "staging area of session %016llx",
-                          (unsigned long long)off, (unsigned long long)off, (unsigned long long)n,
-                          (unsigned long long)avail, (unsigned long long)zs_shm_session_id(ss));
+                          "shared-memory reference of %llu bytes at byte_offset %llu lies outside "
+                          "the %llu-byte staging area of session %016llx",
+                          (unsigned long long)n, (unsigned long long)off, (unsigned long long)avail,
+                          (unsigned long long)zs_shm_session_id(ss));
     return ZS_OK;
 }
 

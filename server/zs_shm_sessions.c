@@ -49,6 +49,16 @@ struct zs_shm_sessions {
     int n;
 };
 
+/* bytes for a log line: "12 KiB" below 1 MiB, else "3.4 MiB" (into buf). */
+static const char *size_str(uint64_t bytes, char *buf, size_t cap)
+{
+    if (bytes < (1u << 20))
+        snprintf(buf, cap, "%llu KiB", (unsigned long long)(bytes + 1023) / 1024);
+    else
+        snprintf(buf, cap, "%.1f MiB", (double)bytes / MIB);
+    return buf;
+}
+
 static double seconds_since(const struct timespec *t0)
 {
     struct timespec t;
@@ -60,11 +70,11 @@ void zs_shm_session_put(zs_shm_session_t *ss)
 {
     if (!ss || atomic_fetch_sub_explicit(&ss->refs, 1, memory_order_acq_rel) != 1)
         return;
-    ZS_INFO("shm session %016llx ended (%s): worker pid %d, %.1f MiB pushed, %.1f MiB pulled in "
-            "%.1f s",
+    char a[32], b[32];
+    ZS_INFO("shm session %016llx ended (%s): worker pid %d, %s pushed, %s pulled in %.1f s",
             (unsigned long long)ss->id, ss->why_end ? ss->why_end : "?", (int)ss->pid,
-            (double)atomic_load(&ss->in) / MIB, (double)atomic_load(&ss->out) / MIB,
-            seconds_since(&ss->t0));
+            size_str(atomic_load(&ss->in), a, sizeof a),
+            size_str(atomic_load(&ss->out), b, sizeof b), seconds_since(&ss->t0));
     zs_shm_destroy(ss->shm);
     free(ss);
 }
@@ -150,10 +160,11 @@ static void add(zs_shm_sessions_t *s, zs_shm_t *shm, const zs_shm_peer_t *peer)
     int n = s->n;
     pthread_mutex_unlock(&s->mu);
     zs_shm_session_put(old);
-    ZS_INFO("shm session %016llx started: worker pid %d uid %u, segment %.1f MiB (staging %.1f "
-            "MiB); %d session(s)",
+    char a[32], b[32];
+    ZS_INFO("shm session %016llx started: worker pid %d uid %u, segment %s (staging %s); %d "
+            "session(s)",
             (unsigned long long)ss->id, (int)ss->pid, (unsigned)ss->uid,
-            (double)zs_shm_size(shm) / MIB, (double)ss->stg_bytes / MIB, n);
+            size_str(zs_shm_size(shm), a, sizeof a), size_str(ss->stg_bytes, b, sizeof b), n);
     if (ss->why_end)
         zs_shm_session_put(ss);
 }
