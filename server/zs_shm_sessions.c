@@ -5,6 +5,14 @@
  * One mutex guards the table; mapping and unmapping happen outside it. A
  * session holds one reference for the table and one per handler using it;
  * whoever drops the last unmaps it and logs its end.
+ *
+ * zs_shm_server_accept answers the worker's hello before it returns the
+ * segment to the listener, so a worker's first Hello can arrive before the
+ * listener has entered the session. The generation being handed over is
+ * therefore marked pending from the last check before the answer (the
+ * `check` callback) until the listener has entered or dropped it, and a
+ * lookup of it waits for that (microseconds; at most the handshake's
+ * deadline).
  */
 #define _GNU_SOURCE /* realpath */
 #include "zs_shm_sessions.h"
@@ -45,8 +53,10 @@ struct zs_shm_sessions {
     pthread_t thread;
     _Atomic int stop;
     pthread_mutex_t mu;
+    pthread_cond_t cv;                          /* pending cleared */
     zs_shm_session_t *tab[ZS_SHM_SESSIONS_MAX]; /* guarded by mu */
     int n;
+    uint64_t pending; /* generation in a hand-over past its checks; 0: none (mu) */
 };
 
 /* bytes for a log line: "12 KiB" below 1 MiB, else "3.4 MiB" (into buf). */
@@ -120,6 +130,8 @@ static int check_room(void *arg, const zs_shm_t *shm, zs_err_t *err)
     int full = s->n >= ZS_SHM_SESSIONS_MAX;
     for (int i = 0; i < s->n && full; i++)
         full = s->tab[i]->id != h->generation;
+    if (!full) /* the answer goes out before accept returns: lookups wait for add */
+        s->pending = h->generation;
     pthread_mutex_unlock(&s->mu);
     if (full)
         return zs_err_set(err, ZS_ERR_BUSY,
@@ -169,6 +181,15 @@ static void add(zs_shm_sessions_t *s, zs_shm_t *shm, const zs_shm_peer_t *peer)
         zs_shm_session_put(ss);
 }
 
+/* The hand-over ended (entered or dropped): lookups of it go on. */
+static void end_pending(zs_shm_sessions_t *s)
+{
+    pthread_mutex_lock(&s->mu);
+    s->pending = 0;
+    pthread_cond_broadcast(&s->cv);
+    pthread_mutex_unlock(&s->mu);
+}
+
 /* The listener: accept in slices until stopped, reaping between them. */
 static void *listener(void *arg)
 {
@@ -179,9 +200,10 @@ static void *listener(void *arg)
         zs_err_t e;
         zs_err_clear(&e);
         int rc = zs_shm_server_accept(s->srv, ZS_SHM_SESSIONS_SLICE_MS, &shm, &peer, &e);
-        if (rc == ZS_OK) {
+        if (rc == ZS_OK)
             add(s, shm, &peer);
-        } else if (rc != ZS_ERR_TIMEOUT) {
+        end_pending(s);
+        if (rc != ZS_OK && rc != ZS_ERR_TIMEOUT) {
             ZS_WARN("shm socket: hand-over refused: %s", e.msg);
             if (rc == ZS_ERR_IO) /* accept or poll itself failed (e.g. out of fds): no spin */
                 nanosleep(&(struct timespec){0, ZS_SHM_SESSIONS_SLICE_MS * 1000000L}, NULL);
@@ -247,9 +269,11 @@ int zs_shm_sessions_open(const char *flag, const char *data_dir, const char *tok
     }
     if (!rc) {
         pthread_mutex_init(&s->mu, NULL);
+        pthread_cond_init(&s->cv, NULL);
         atomic_init(&s->stop, 0);
         if (pthread_create(&s->thread, NULL, listener, s) != 0) {
             pthread_mutex_destroy(&s->mu);
+            pthread_cond_destroy(&s->cv);
             zs_shm_server_destroy(s->srv);
             rc = zs_err_set(&e, ZS_ERR_IO, "cannot start the shm listener thread");
         }
@@ -287,6 +311,7 @@ void zs_shm_sessions_stop(zs_shm_sessions_t *s)
         zs_shm_session_put(gone[i]);
     zs_shm_server_destroy(s->srv);
     pthread_mutex_destroy(&s->mu);
+    pthread_cond_destroy(&s->cv);
     free(s);
 }
 
@@ -301,6 +326,8 @@ zs_shm_session_t *zs_shm_sessions_get(zs_shm_sessions_t *s, uint64_t generation)
         return NULL;
     zs_shm_session_t *ss = NULL, *dead = NULL;
     pthread_mutex_lock(&s->mu);
+    while (s->pending == generation) /* answered, not yet entered: see the top */
+        pthread_cond_wait(&s->cv, &s->mu);
     for (int i = 0; i < s->n; i++) {
         if (s->tab[i]->id != generation)
             continue;

@@ -10,7 +10,10 @@
  * Checks:
  *   hand-over   a foreign uid is refused (the socket's mode, then the uid
  *               check with the mode widened; skipped when not root), a wrong
- *               token is refused, the 65th session is refused while 64 live;
+ *               token is refused, the 65th session is refused while 64 live,
+ *               each of those held by a Hello sent right after its hand-over
+ *               (the server answers the handshake before it enters the
+ *               session: a lookup waits for that);
  *   hello       A names its socket (absolute), B none; shm_session_ok for
  *               the handed-over session, not for 0 or another id;
  *   steps       three steps (fp32, bf16 with `expect` and checksums both
@@ -137,6 +140,23 @@ static Zeroshard__HelloReply *hello(int s, uint64_t session)
     TEST_OK(call(s, M("Hello"), &m, 1, keep_hello, &r, &err), err);
     TEST_CHECK(r);
     return r;
+}
+
+/* Open server s's channel and wait until it answers (raw calls fail fast
+ * while a channel is still connecting). */
+static void wait_serving(int s)
+{
+    g_ch[s] = zs_channel_create(g_srv[s].addr, NULL);
+    int rc = ZS_ERR_UNAVAILABLE;
+    zs_err_t err;
+    for (int k = 0; k < 300 && rc == ZS_ERR_UNAVAILABLE; k++) {
+        Zeroshard__HelloRequest q = ZEROSHARD__HELLO_REQUEST__INIT;
+        rc =
+            call(s, M("Hello"), (grpc_byte_buffer *[]){zs_msg_build(&q.base)}, 1, NULL, NULL, &err);
+        if (rc == ZS_ERR_UNAVAILABLE)
+            sleep_ms(100);
+    }
+    TEST_OK(rc, err);
 }
 
 static int session_ok(int s, uint64_t session)
@@ -578,7 +598,8 @@ static int hand_over(zs_shm_t **seg, uint64_t n, const char *token, int foreign,
 }
 
 /* A worker process: AS_NOBODY hands a segment over as uid 65534,
- * FILL_TABLE hands tiny ones over until refused (r.accepted of them),
+ * FILL_TABLE hands tiny ones over until refused (r.accepted of them, each
+ * checked by a Hello at once),
  * LINGER hands one of P elements over, reports it and sleeps until killed. */
 static pid_t spawn(int kind, int *rd)
 {
@@ -605,8 +626,16 @@ static pid_t spawn(int kind, int *rd)
         else
             r.rc = hand_over(&seg, 64, TOKEN, 1, &e);
     } else if (kind == FILL_TABLE) {
+        /* gRPC of its own (the parent has none yet): each session must be
+         * held by the Hello right after its hand-over, although the server
+         * answers the handshake before its listener enters the session. */
+        grpc_init();
+        wait_serving(A);
         while (r.rc == ZS_OK && r.accepted <= SESSIONS_MAX) {
             r.rc = hand_over(&seg, 64, TOKEN, 0, &e); /* kept mapped until exit */
+            if (r.rc == ZS_OK && !session_ok(A, zs_shm_header(seg)->generation))
+                r.rc = zs_err_set(&e, ZS_ERR_STATE, "session %d not held by the next Hello",
+                                  r.accepted + 1);
             r.accepted += r.rc == ZS_OK;
         }
     } else {
@@ -670,7 +699,9 @@ static void handover_cases(const char *tmp)
     TEST_CHECKF(r.accepted == SESSIONS_MAX && r.rc == ZS_ERR_BUSY &&
                     strstr(r.msg, "holds 64 shared-memory sessions"),
                 "accepted %d, then %d %s", r.accepted, r.rc, r.msg);
-    printf("ok  hand-over: %d sessions, the next refused: %s\n", r.accepted, r.msg);
+    printf("ok  hand-over: %d sessions, each held by the Hello right after it; the next "
+           "refused: %s\n",
+           r.accepted, r.msg);
 }
 
 /* A worker killed with -9: a Pull waiting on its session ends (UNAVAILABLE)
@@ -794,18 +825,8 @@ int main(void)
     TEST_OK(zs_shm_connect(&(zs_shm_client_opts_t){.path = csock}, g_seg, NULL, &err), err);
 
     grpc_init();
-    for (int s = A; s <= C; s++) {
-        g_ch[s] = zs_channel_create(g_srv[s].addr, NULL);
-        int rc = ZS_ERR_UNAVAILABLE;
-        for (int k = 0; k < 300 && rc == ZS_ERR_UNAVAILABLE; k++) {
-            Zeroshard__HelloRequest q = ZEROSHARD__HELLO_REQUEST__INIT;
-            rc = call(s, M("Hello"), (grpc_byte_buffer *[]){zs_msg_build(&q.base)}, 1, NULL, NULL,
-                      &err);
-            if (rc == ZS_ERR_UNAVAILABLE)
-                sleep_ms(100);
-        }
-        TEST_OK(rc, err);
-    }
+    for (int s = A; s <= C; s++)
+        wait_serving(s);
     hello_cases();
     initialize(A);
     initialize(B);
