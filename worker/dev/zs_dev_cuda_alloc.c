@@ -487,11 +487,15 @@ int zs__cuda_host_register(zs_dev_t *d, void *p, size_t bytes, int cat, zs_err_t
         return zs_err_set(err, ZS_ERR_NOMEM, "zs_dev_host_register: no host memory for a record");
     *b = (zs__cuda_block_t){p, bytes, bytes, ZS_SPACE_PINNED, cat, 1, NULL};
     int rc = ZS_CUDA_CHECK(err, cd->device, "was the device reset?", cudaSetDevice, cd->device);
-    if (!rc) {
-        rc = ZS_CUDA_CHECK(err, cd->device,
-                           "page-locked memory counts against `ulimit -l`; a range can be "
-                           "registered once",
-                           cudaHostRegister, p, bytes, cudaHostRegisterDefault);
+    cudaError_t ce = rc ? cudaSuccess : cudaHostRegister(p, bytes, cudaHostRegisterDefault);
+    if (ce == cudaErrorHostMemoryAlreadyRegistered) { /* the caller's mistake, as on the CPU */
+        (void)cudaGetLastError();
+        rc = zs_err_set(err, ZS_ERR_INVALID,
+                        "zs_dev_host_register: [%p, +%zu) overlaps memory already registered", p,
+                        bytes);
+    } else if (ce != cudaSuccess) {
+        rc = zs__cuda_check((int)ce, "cudaHostRegister", __FILE__, __LINE__, cd->device,
+                            "page-locked memory counts against `ulimit -l`", err);
     }
     if (rc) {
         free(b);

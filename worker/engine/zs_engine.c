@@ -399,7 +399,8 @@ static int alloc_state(zs_engine_t *e, zs_err_t *err)
 /* The offload staging (Ppad / W elements of dt, pinned, category comm):
  * the client's shared-memory segment, registered with the device, when a
  * co-located server takes it (transport auto or shm); else the device's
- * pinned memory. Either way the memory table counts it as pinned comm. */
+ * pinned memory. Either way the memory table counts it as pinned comm.
+ * Errors: transport shm and a server left on tcp; a Hello that failed. */
 static int alloc_staging(zs_engine_t *e, int transport, zs_err_t *err)
 {
     size_t bytes = (size_t)(e->Ppad / (uint64_t)e->W) * e->esz;
@@ -419,8 +420,18 @@ static int alloc_staging(zs_engine_t *e, int transport, zs_err_t *err)
         *err = why;
         return rc;
     }
-    /* auto (the reason per server is logged) or tcp */
-    if (transport != ZS_TRANSPORT_TCP && e->rank == 0)
+    /* auto: pinned staging once the client has decided every server's
+     * transport (each reason logged); a Hello that failed fails here, as
+     * the start would (not a quiet tcp run, nor the same wait twice) */
+    for (int i = 0; transport == ZS_TRANSPORT_AUTO && i < zs_client_nservers(e->client); i++) {
+        const char *w;
+        zs_client_transport(e->client, i, &w);
+        if (!w[0]) {
+            *err = why;
+            return rc;
+        }
+    }
+    if (transport == ZS_TRANSPORT_AUTO && e->rank == 0)
         ZS_INFO("offload staging in pinned memory: %s", why.msg);
     return zs__eng_alloc(e, ZS_SPACE_PINNED, ZS_MEM_COMM, bytes, &e->staging, "offload staging",
                          err);

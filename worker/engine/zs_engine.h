@@ -205,7 +205,8 @@ typedef struct zs_engine_mem {
  * computes the same init), connect to the servers. Changes nothing on the
  * servers yet: call zs_engine_start (fresh) or zs_engine_resume. (With
  * offload_optimizer and a transport other than tcp it says Hello to learn
- * which servers share this host, and hands them the shared staging.) */
+ * which servers share this host, and hands them the shared staging: a
+ * server that cannot be reached fails it then.) */
 int zs_engine_create(const zs_engine_opts_t *opts, const zs_model_t *model, zs_engine_t **out,
                      zs_err_t *err);
 
