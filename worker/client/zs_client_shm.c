@@ -171,11 +171,12 @@ static int session_hello(zs_client_t *c, int i, int *ok, zs_err_t *err)
 
 /* Hand the segment to server i over its socket (token = ours, the server
  * must run as our euid), then confirm with a Hello: ZS_OK with *ok = 1
- * when the server holds the session; else the failure's status. The
- * server answers the socket's handshake before its session table has the
- * segment (zs-server's listener adds it after zs_shm_server_accept), so a
- * Hello that does not see it yet is asked again, 5 ms later and doubling,
- * for about 1.3 s in all, before the two are called different processes. */
+ * when the server holds the session; else the failure's status. A server
+ * answers the socket's handshake before its session table has the segment
+ * (zs_shm_server_accept replies, then the listener enters it; zs-server
+ * since 750fb9f makes a Hello wait for that), so a Hello that does not see
+ * it yet is asked again, 5 ms later and doubling, for about 1.3 s in all,
+ * before the two are called different processes. */
 static int attach(zs_client_t *c, int i, int *ok, zs_err_t *err)
 {
     zs__client_shm_srv_t *v = &c->shsv[i];
