@@ -66,6 +66,12 @@ zs_emu_test(emu_test_train_cuda ${ZS_EMU}/test_train_cuda forward 900)
 # kill and resume over 40 steps, not 100: an emulated step is slow
 set_tests_properties(emu_test_train_cuda PROPERTIES LABELS "emu;mpi" ENVIRONMENT
                      "ZS_EMU_SCHEDULE=forward;ZS_EMU_DEVICES=1;ZS_TEST_TRAIN_CUDA_KR_STEPS=40")
+# The shared-memory transport on an emulated GPU (test_train_cuda part 5):
+# the staging segment registered with the device (cudaHostRegister), shm
+# and tcp bitwise equal
+zs_emu_test(emu_test_train_cuda_shm ${ZS_EMU}/test_train_cuda forward 900)
+set_tests_properties(emu_test_train_cuda_shm PROPERTIES LABELS "emu;mpi" ENVIRONMENT
+                     "ZS_EMU_SCHEDULE=forward;ZS_EMU_DEVICES=1;ZS_TEST_TRAIN_CUDA_PART=shm")
 # Several GPUs: zs-train --device cuda with W ranks on W emulated GPUs
 # (NCCL emulated across the processes) against the CPU engine at the same
 # W, stages 0-3 x offload off/on and bf16 (test_train_cuda parts 1 and 3),

@@ -15,3 +15,9 @@ foreach(t test_server emu_test_dev_cuda)
     set_property(TEST ${t} APPEND PROPERTY LABELS quick)
   endif()
 endforeach()
+
+# Last of all: nothing of the shared-memory data plane outlives the tests
+# (tests/test_shm_leftovers.sh). DEPENDS orders it after every other test.
+add_test(NAME test_shm_leftovers COMMAND bash ${CMAKE_CURRENT_SOURCE_DIR}/test_shm_leftovers.sh)
+set_tests_properties(test_shm_leftovers PROPERTIES TIMEOUT 60 LABELS "integration;quick"
+                     SKIP_RETURN_CODE 77 DEPENDS "${zs_all_tests}")

@@ -37,6 +37,13 @@
  *     CPU with the same rounding (--gemm bf16) and with fp32 GEMMs
  *     (bf16_run says what is held).
  *
+ *  With ZS_TEST_TRAIN_CUDA_PART=shm, only:
+ *  5. The shared-memory transport on the GPU: stage 2 + offload, bf16, 10
+ *     steps with --transport shm (the staging segment registered with the
+ *     device, cudaHostRegister) and with --transport tcp: final parameters
+ *     bitwise equal, and the shm run's log names transport shm for both
+ *     servers.
+ *
  * Without a usable GPU it prints "SKIPPED: <reason>" and exits 77 (ctest
  * SKIP_RETURN_CODE), never a pass. ZS_TEST_TRAIN_CUDA_SIDE=cpu (by hand, not
  * in ctest) runs the "CUDA" side with --device cpu: a self-check of this
@@ -559,6 +566,43 @@ static void elastic(void)
     free(w0), free(pg), free(pc);
 }
 
+/* ---- 5. the shared-memory transport on the GPU ---- */
+
+static void transport_run(void)
+{
+    uint64_t P = zs_gpt_num_params(&k_shape);
+    char cfg[300], log[2][300], bin[2][300], cmd[4096];
+    static const char *tr[2] = {"shm", "tcp"};
+    float *p[2];
+    snprintf(cfg, sizeof cfg, "%s/transport.json", g_tmp);
+    write_config_x(cfg, 2, 1, "\"bf16\": {\"enabled\": true},");
+    printf("5. zs-train --device %s, stage 2 + offload, bf16, %d steps: --transport shm vs tcp\n",
+           g_gpu, STEPS);
+    for (int t = 0; t < 2; t++) {
+        snprintf(log[t], sizeof log[t], "%s/transport-%s.log", g_tmp, tr[t]);
+        snprintf(bin[t], sizeof bin[t], "%s/transport-%s.bin", g_tmp, tr[t]);
+        snprintf(cmd, sizeof cmd,
+                 "ZS_LOG_LEVEL=info %s " MPI_OPTS " -np %d %s --device %s --data %s " SHAPE
+                 " --config %s --servers %s --steps %d --log-every %d --save-params %s"
+                 " --transport %s --fresh",
+                 g_mpirun, g_np, g_train, g_gpu, g_data, cfg, g_servers, STEPS, STEPS, bin[t],
+                 tr[t]);
+        zs_test_run_ok(log[t], "%s", cmd);
+        p[t] = read_params(bin[t], P);
+    }
+    TEST_CHECKF(log_has(log[0], "server 0 (") && log_has(log[0], "): transport shm (socket"),
+                "the shm run should log transport shm for its servers (log %s)", log[0]);
+    TEST_CHECKF(log_has(log[1], "transport tcp"), "the tcp run should log transport tcp (log %s)",
+                log[1]);
+    uint64_t ndiff = 0;
+    for (uint64_t k = 0; k < P; k++)
+        ndiff += memcmp(&p[0][k], &p[1][k], sizeof(float)) != 0;
+    printf("   shm vs tcp on %s: %llu of %llu parameters differ\n", g_gpu,
+           (unsigned long long)ndiff, (unsigned long long)P);
+    TEST_CHECKF(ndiff == 0, "--transport shm and tcp should give bitwise equal parameters");
+    free(p[0]), free(p[1]);
+}
+
 int main(void)
 {
     setvbuf(stdout, NULL, _IONBF, 0);
@@ -583,6 +627,13 @@ int main(void)
     write_data();
     zs_test_server_t srv[2];
     servers_up("st", srv, g_servers, sizeof g_servers);
+    const char *part = getenv("ZS_TEST_TRAIN_CUDA_PART");
+    if (part && !strcmp(part, "shm")) {
+        transport_run();
+        zs_test_servers_down(srv, 2);
+        printf("test_train_cuda: ok (part 5, the shared-memory transport)\n");
+        return 0;
+    }
     stages();
     if (g_np > 1) { /* several GPUs: parts 1, 3 and 4 (kill + resume at W = 1 is part 2) */
         bf16_run();
