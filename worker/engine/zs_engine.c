@@ -431,7 +431,7 @@ static int alloc_staging(zs_engine_t *e, int transport, zs_err_t *err)
             return rc;
         }
     }
-    if (transport == ZS_TRANSPORT_AUTO && e->rank == 0)
+    if (e->rank == 0) /* auto's reasons, or --transport tcp: the log says which, always */
         ZS_INFO("offload staging in pinned memory: %s", why.msg);
     return zs__eng_alloc(e, ZS_SPACE_PINNED, ZS_MEM_COMM, bytes, &e->staging, "offload staging",
                          err);
