@@ -91,7 +91,7 @@ import math, re, statistics, sys
 runs = {}
 for line in open(sys.argv[1]):
     name = line.split()[0]
-    kv = dict(re.findall(r"(\w+)=([0-9.]+|nan)", line))
+    kv = dict(re.findall(r"(\w+)=(-?[0-9.]+|nan)", line))
     runs.setdefault(name, []).append({k: float(v) for k, v in kv.items()})
 transports = sys.argv[2].split()
 med = lambda name, key: statistics.median(r[key] for r in runs[name])

@@ -514,6 +514,10 @@ int main(int argc, char **argv)
                zs_dtype_name(gemm_dt),
                gemm_dt == ZS_DTYPE_F32 ? "" : " operands, fp32 accumulation",
                zs_dtype_name(act_dt));
+        char tline[512];
+        zs_engine_transport_line(e, tline, sizeof tline);
+        if (tline[0]) /* rank 0's view; every rank logs its own at info level */
+            printf("transport: %s\n", tline);
         fflush(stdout);
     }
     uint64_t start = 0;

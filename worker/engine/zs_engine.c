@@ -596,6 +596,30 @@ uint64_t zs_engine_num_params(const zs_engine_t *e)
     return e->P;
 }
 
+void zs_engine_transport_line(const zs_engine_t *e, char *buf, size_t n)
+{
+    if (!n)
+        return;
+    buf[0] = 0;
+    if (!e->offload || !e->client)
+        return;
+    int S = zs_client_nservers(e->client), on = 0, first = -1;
+    const char *why = "", *w;
+    for (int i = 0; i < S; i++) {
+        if (zs_client_transport(e->client, i, &w) == ZS_TRANSPORT_SHM)
+            on++;
+        else if (first < 0)
+            first = i, why = w;
+    }
+    if (on == S)
+        snprintf(buf, n, "shared memory with all %d server%s (staging in a segment they map)", S,
+                 S == 1 ? "" : "s");
+    else
+        snprintf(buf, n, "%s%d of %d servers over TCP; server %d: %s",
+                 on ? "shared memory with the others, " : "", S - on, S, first,
+                 why[0] ? why : "tcp");
+}
+
 int zs_engine_get_params(zs_engine_t *e, float *out, zs_err_t *err)
 {
     float *tmp = NULL;

@@ -249,6 +249,12 @@ uint64_t zs_engine_step_count(const zs_engine_t *e);
 /* Total parameters P (sum of layers' own). */
 uint64_t zs_engine_num_params(const zs_engine_t *e);
 
+/* How the offloaded gradients and parameters travel, in words, into buf
+ * (n bytes): "shared memory with all 2 servers", or "TCP with server 1
+ * (addr): <why>" naming the first server not on shared memory; "" without
+ * offload_optimizer. For the start-up lines of a trainer. */
+void zs_engine_transport_line(const zs_engine_t *e, char *buf, size_t n);
+
 /* The engine's state as stored with a checkpoint (its user_meta on the
  * servers), parsed: for tools that read checkpoints (zs-ctl export,
  * reshard). manifest points into the caller's meta (not NUL-terminated;
