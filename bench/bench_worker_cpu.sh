@@ -17,11 +17,15 @@
 # kernel.perf_event_paranoid <= 1). Prints the bench_engine result lines,
 # then one line per category: "cpu <category> <ms per step>", then
 # "xfer <ms>": the categories that move bytes to and from the servers
-# (memcpy outside the copy stream, the kernel's TCP copies and stack,
+# (memcpy outside the copy stream, checksums, the kernel's TCP copies and stack,
 # scheduling and wakeups, page faults, other kernel time, gRPC). The CPU
 # device's copy stream ("zs-copy" threads: staging <-> device copies) is
 # its own category: on a GPU those copies are the DMA engine's, not a core's.
 # ZS_SERVER_ARGS: more zs-server flags (e.g. --shm-socket off).
+# Samples under the model's init_params (call chains, -g) are setup and left
+# out: how long the kernel takes to zero the model's fresh pages varies from
+# run to run (huge pages or not) by more than a step's transfer, and the
+# difference of two runs would count that as per-step time.
 # Does not: assert anything, or attribute the server's core.
 set -euo pipefail
 B=${1:-build}
@@ -37,11 +41,12 @@ taskset -c 1 "$SRV" --listen 127.0.0.1:0 --data "$T/s0" --threads 1 --ready-file
 for _ in $(seq 100); do [ -s "$T/r0" ] && break; sleep 0.1; done
 S=$(cat "$T/r0")
 for n in "$A" "$Z"; do
-  ZS_LOG_LEVEL=warn taskset -c 0 perf record -q -F "$F" -o "$T/p$n.data" -- \
+  ZS_LOG_LEVEL=warn taskset -c 0 perf record -q -g -F "$F" -o "$T/p$n.data" -- \
     mpirun --allow-run-as-root --oversubscribe --bind-to none -np 1 "$ENG" --servers "$S" \
     --steps "$n" "$@" | grep '^result'
-  perf report -i "$T/p$n.data" -n --sort comm,dso,sym 2>/dev/null | grep -v '^#' |
-    awk 'NF > 4 {print $2 "\t" $3 "\t" $4 "\t" $NF}' >"$T/p$n.txt"
+  perf report -i "$T/p$n.data" -n --no-children --sort comm,dso,sym,parent --parent init_params \
+    -g none 2>/dev/null | grep -v '^#' |
+    awk 'NF > 5 && $NF != "init_params" {print $2 "\t" $3 "\t" $4 "\t" $(NF-1)}' >"$T/p$n.txt"
 done
 python3 - "$T/p$A.txt" "$T/p$Z.txt" $((Z - A)) "$F" <<'PY'
 import re, sys
@@ -54,6 +59,7 @@ CATS = [
     ("accumulate and other device vector ops", r".", r"vec_range|acc_"),
     ("in-process AdamW", r".", r"run_avx|adam_"),
     ("memcpy (staging, pull frames, landing)", r"libc", r"memmove|memcpy"),
+    ("checksums (XXH3 of pushed and pulled chunks)", r"xxhash", r"."),
     ("memset (gradient scratch)", r"libc", r"memset"),
     ("kernel: TCP copies (send, receive)", r"kernel", r"_copy_from_iter|_copy_to_iter"),
     ("kernel: TCP/IP stack", r"kernel", r"tcp|skb|^ip_|inet|sock|net|loopback|softirq|__dev_queue|datagram"),
@@ -87,7 +93,8 @@ for key in set(a) | set(z):
 for cat in CATS:
     print("cpu %-50s %7.1f" % (cat[0], tot.get(cat[0], 0.0)))
 print("cpu %-50s %7.1f" % ("total (ms of the worker's core per step)", sum(tot.values())))
-XFER = ["memcpy (staging, pull frames, landing)", "kernel: TCP copies (send, receive)",
+XFER = ["memcpy (staging, pull frames, landing)", "checksums (XXH3 of pushed and pulled chunks)",
+        "kernel: TCP copies (send, receive)",
         "kernel: TCP/IP stack", "kernel: scheduling and wakeups", "kernel: page faults and memory",
         "kernel: other", "gRPC, protobuf, abseil"]
 print("xfer %.1f" % sum(tot.get(c, 0.0) for c in XFER))
