@@ -34,3 +34,18 @@ void zs_strbuf_addf(zs_strbuf_t *b, const char *fmt, ...)
         b->cap = cap;
     }
 }
+
+void zs_strbuf_add_json_string(zs_strbuf_t *b, const char *s)
+{
+    zs_strbuf_addf(b, "\"");
+    for (; *s; s++) {
+        unsigned char ch = (unsigned char)*s;
+        if (ch == '"' || ch == '\\')
+            zs_strbuf_addf(b, "\\%c", ch);
+        else if (ch < 0x20)
+            zs_strbuf_addf(b, "\\u%04x", ch);
+        else
+            zs_strbuf_addf(b, "%c", ch);
+    }
+    zs_strbuf_addf(b, "\"");
+}

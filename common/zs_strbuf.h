@@ -1,7 +1,8 @@
 /*
  * zs_strbuf.h - a growable text buffer for building JSON and other text of
  * unknown length with printf formats (the model manifest, the safetensors
- * header). Not thread-safe; no escaping (the caller formats what it adds).
+ * header). Not thread-safe; escaping only where asked
+ * (zs_strbuf_add_json_string); otherwise the caller formats what it adds.
  */
 #ifndef ZS_STRBUF_H
 #define ZS_STRBUF_H
@@ -20,5 +21,10 @@ typedef struct zs_strbuf {
 /* Append the printf-formatted text, growing p as needed; on failure set
  * b->oom and leave the text as it was. */
 void zs_strbuf_addf(zs_strbuf_t *b, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+
+/* Append s as a JSON string literal: in quotes, with '"' and '\\' escaped
+ * by a backslash and control characters (< 0x20) as \u00XX; other bytes
+ * (UTF-8 included) as they are. */
+void zs_strbuf_add_json_string(zs_strbuf_t *b, const char *s);
 
 #endif

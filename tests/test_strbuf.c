@@ -67,6 +67,14 @@ int main(void)
     zs_strbuf_addf(&b, "more");
     TEST_CHECK(b.len == len && b.p[len] == '\0');
     free(b.p);
-    printf("test_strbuf: %d adds, one of %zu bytes: ok\n", N, big);
+
+    /* a JSON string literal: quotes, backslashes and control characters
+     * escaped, other bytes (UTF-8) as they are */
+    zs_strbuf_t j = {0};
+    zs_strbuf_add_json_string(&j, "a\"b\\c\n\x01" "d\xc3\xa9");
+    TEST_CHECKF(!j.oom && strcmp(j.p, "\"a\\\"b\\\\c\\u000a\\u0001d\xc3\xa9\"") == 0, "got %s",
+                j.p);
+    free(j.p);
+    printf("test_strbuf: %d adds, one of %zu bytes: ok; JSON string escaping: ok\n", N, big);
     return 0;
 }

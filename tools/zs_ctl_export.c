@@ -34,23 +34,6 @@
 #include "zs_ctl.h"
 #include "zs_strbuf.h"
 
-/* A JSON string literal of s (quotes, backslashes, control characters
- * escaped): safetensors metadata values are strings. */
-static void add_json_string(zs_strbuf_t *b, const char *s)
-{
-    zs_strbuf_addf(b, "\"");
-    for (; *s; s++) {
-        unsigned char ch = (unsigned char)*s;
-        if (ch == '"' || ch == '\\')
-            zs_strbuf_addf(b, "\\%c", ch);
-        else if (ch < 0x20)
-            zs_strbuf_addf(b, "\\u%04x", ch);
-        else
-            zs_strbuf_addf(b, "%c", ch);
-    }
-    zs_strbuf_addf(b, "\"");
-}
-
 typedef struct {
     const char *servers, *token_file, *ca_file, *out;
     uint64_t step;
@@ -75,7 +58,7 @@ static int build_header(const zs_ctl_src_t *s, const zs_engine_ckpt_meta_t *em,
         "{\"__metadata__\":{\"format\":\"pt\",\"zeroshard.step\":\"%llu\","
         "\"zeroshard.adam_t\":\"%llu\",\"zeroshard.servers\":\"%d\",\"zeroshard.model\":",
         (unsigned long long)em->step, (unsigned long long)s->adam_t, s->S);
-    add_json_string(h, m->model_json);
+    zs_strbuf_add_json_string(h, m->model_json);
     zs_strbuf_addf(h, "}");
     uint64_t off = 0;
     for (int x = 0; x < (o->optimizer ? 3 : 1); x++) {

@@ -39,23 +39,6 @@ static const char *const k_block_names[12] = {
     "attn.c_proj.weight", "attn.c_proj.bias", "ln_2.weight",        "ln_2.bias",
     "mlp.c_fc.weight",    "mlp.c_fc.bias",    "mlp.c_proj.weight",  "mlp.c_proj.bias"};
 
-/* s as a JSON string literal (quotes, backslashes and control characters
- * escaped): a folder's path may hold any of them. */
-static void add_json_string(zs_strbuf_t *b, const char *s)
-{
-    zs_strbuf_addf(b, "\"");
-    for (; *s; s++) {
-        unsigned char ch = (unsigned char)*s;
-        if (ch == '"' || ch == '\\')
-            zs_strbuf_addf(b, "\\%c", ch);
-        else if (ch < 0x20)
-            zs_strbuf_addf(b, "\\u%04x", ch);
-        else
-            zs_strbuf_addf(b, "%c", ch);
-    }
-    zs_strbuf_addf(b, "\"");
-}
-
 int zs_gpt_manifest(const zs_gpt_config_t *c, const char *name, char **out, zs_err_t *err)
 {
     return zs_gpt_manifest_bpe(c, name, NULL, out, err);
@@ -84,7 +67,7 @@ int zs_gpt_manifest_bpe(const zs_gpt_config_t *c, const char *name, const zs_dat
         name, c->layers, c->heads, c->width, c->ctx, c->vocab);
     if (bpe) { /* inside "model": zs-ctl export copies that object into its metadata */
         zs_strbuf_addf(&b, ",\"tokenizer\":{\"type\":\"gpt2-bpe\",\"vocab_dir\":");
-        add_json_string(&b, bpe->dir);
+        zs_strbuf_add_json_string(&b, bpe->dir);
         zs_strbuf_addf(&b, ",\"encoder_xxh3\":\"%016llx\",\"merges_xxh3\":\"%016llx\"}",
                        (unsigned long long)bpe->encoder_xxh3, (unsigned long long)bpe->merges_xxh3);
     }
