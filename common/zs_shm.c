@@ -185,6 +185,17 @@ static int64_t now_ms(void)
     return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
 }
 
+/* Map the handle's fd (bytes, shared, read-write) at shm->base. */
+static int map_shared(zs_shm_t *shm, uint64_t bytes, zs_err_t *err)
+{
+    void *p = mmap(NULL, bytes, PROT_READ | PROT_WRITE, MAP_SHARED, shm->fd, 0);
+    if (p == MAP_FAILED)
+        return zs_err_set(err, ZS_ERR_NOMEM, "shm: mmap of %" PRIu64 " bytes: %s", bytes,
+                          strerror(errno));
+    shm->base = p;
+    return ZS_OK;
+}
+
 /* Allocate the private part of a handle for a validated header. */
 static zs_shm_t *handle_new(const zs_shm_header_t *h, zs_err_t *err)
 {
@@ -241,13 +252,8 @@ int zs_shm_create(uint64_t range_begin, uint64_t range_count, uint32_t chunk_ele
         rc = zs_err_set(err, ZS_ERR_IO, "shm: sealing the memfd: %s", strerror(errno));
         goto fail;
     }
-    void *p = mmap(NULL, h.total_bytes, PROT_READ | PROT_WRITE, MAP_SHARED, shm->fd, 0);
-    if (p == MAP_FAILED) {
-        rc = zs_err_set(err, ZS_ERR_NOMEM, "shm: mmap of %" PRIu64 " bytes: %s", h.total_bytes,
-                        strerror(errno));
+    if ((rc = map_shared(shm, h.total_bytes, err)) != ZS_OK)
         goto fail;
-    }
-    shm->base = p;
     /* The memfd is zero-filled: every slot's state is 0 (not ready). */
     memcpy(shm->base, &h, sizeof h);
     *out = shm;
@@ -337,13 +343,8 @@ int zs_shm_map(int fd, uint64_t max_bytes, zs_shm_t **out, zs_err_t *err)
         rc = zs_err_set(err, ZS_ERR_IO, "shm: dup of the segment fd: %s", strerror(errno));
         goto fail;
     }
-    void *p = mmap(NULL, h.total_bytes, PROT_READ | PROT_WRITE, MAP_SHARED, shm->fd, 0);
-    if (p == MAP_FAILED) {
-        rc = zs_err_set(err, ZS_ERR_NOMEM, "shm: mmap of %" PRIu64 " bytes: %s", h.total_bytes,
-                        strerror(errno));
+    if ((rc = map_shared(shm, h.total_bytes, err)) != ZS_OK)
         goto fail;
-    }
-    shm->base = p;
     /* last_pub stays 0: a server starting on a worker's segment publishes
      * whatever step its bookkeeping says, and may not go back from there. */
     *out = shm;

@@ -38,7 +38,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 #include <xxhash.h>
 
 #include "zs_client_internal.h"
@@ -171,12 +170,10 @@ static int session_hello(zs_client_t *c, int i, int *ok, zs_err_t *err)
 
 /* Hand the segment to server i over its socket (token = ours, the server
  * must run as our euid), then confirm with a Hello: ZS_OK with *ok = 1
- * when the server holds the session; else the failure's status. A server
- * answers the socket's handshake before its session table has the segment
- * (zs_shm_server_accept replies, then the listener enters it; zs-server
- * since 750fb9f makes a Hello wait for that), so a Hello that does not see
- * it yet is asked again, 5 ms later and doubling, for about 1.3 s in all,
- * before the two are called different processes. */
+ * when the server holds the session; else the failure's status. One Hello
+ * decides: zs-server makes a Hello about a session it has just accepted
+ * wait until its listener has entered it (server/zs_shm_sessions.c), so a
+ * "no" means the socket and the gRPC address are different processes. */
 static int attach(zs_client_t *c, int i, int *ok, zs_err_t *err)
 {
     zs__client_shm_srv_t *v = &c->shsv[i];
@@ -188,13 +185,7 @@ static int attach(zs_client_t *c, int i, int *ok, zs_err_t *err)
     int rc = zs_shm_connect(&so, c->shm->seg, NULL, err);
     pthread_mutex_unlock(&c->shm->mu);
     *ok = 0;
-    for (int ms = 5; !rc; ms *= 2) {
-        rc = session_hello(c, i, ok, err);
-        if (rc || *ok || ms > 640)
-            break;
-        nanosleep(&(struct timespec){ms / 1000, (long)(ms % 1000) * 1000000L}, NULL);
-    }
-    return rc;
+    return rc ? rc : session_hello(c, i, ok, err);
 }
 
 int zs__client_shm_hello(zs_client_t *c, int i, const char *socket, int session_ok, zs_err_t *err)
