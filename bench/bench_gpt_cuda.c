@@ -27,8 +27,8 @@
  * engine rows it prints the offload row's tokens/s over the GPU AdamW row's
  * ("offload / GPU AdamW").
  * The micro-batch is the largest of a list (124M: 16, 8, 4, 2, 1; 1.5B: 4,
- * 2, 1) whose allocations succeed; every row of a shape uses the model
- * row's. Medians of ZS_BENCH_REPS steps (default 5 for 124M, 3 for 1.5B)
+ * 2, 1; --batch N: N, N/2, ..., 1) whose allocations succeed; every row of
+ * a shape uses the model row's. Medians of ZS_BENCH_REPS steps (default 5 for 124M, 3 for 1.5B)
  * after one warm-up step.
  *
  * Numbers: --gemm bf16 (the default), fp16 or fp32 (zs_gpt_set_compute):
@@ -48,6 +48,12 @@
  * of the same cuBLASLt path at the same precision on a 4096^3 product
  * (16-bit operands filled with a constant non-zero pattern): the ceiling a
  * GEMM-bound step could reach on this GPU.
+ *
+ * Each row also prints one machine-readable line, for tests/gpu.sh's side by
+ * side with llm.c:
+ *   GPU-RESULT model=124m|1.5b impl=zs tokens_per_s=X mfu=Y batch=B case=C
+ * (C: model, engine0 or offload; mfu a fraction of the 16-bit peak, as
+ * llm.c prints it; batch the micro-batch).
  *
  * Without a usable GPU, or built without CUDA/NCCL, it prints "SKIPPED:
  * <reason>" and returns 77.
@@ -105,6 +111,7 @@ typedef struct {
 static int g_gemm = ZS_DTYPE_BF16; /* --gemm: GEMM operand dtype */
 static int g_gas = 1;              /* --gas: micro-batches per step (engine rows) */
 static int g_transport = ZS_TRANSPORT_AUTO, g_spec = 0, g_stream = 1; /* offload row */
+static int g_batch = 0; /* --batch: largest micro-batch tried (0: the shape's list) */
 
 static void fail(const char *what, const zs_err_t *err)
 {
@@ -480,6 +487,8 @@ int zs__bench_gpt_cuda(int argc, char **argv)
             server_bin = argv[++i];
         else if (!strcmp(argv[i], "--no-engine"))
             engine = 0;
+        else if (!strcmp(argv[i], "--batch") && i + 1 < argc && atoi(argv[i + 1]) >= 1)
+            g_batch = atoi(argv[++i]);
         else if (!strcmp(argv[i], "--gas") && i + 1 < argc && atoi(argv[i + 1]) >= 1)
             g_gas = atoi(argv[++i]);
         else if (!strcmp(argv[i], "--transport") && i + 1 < argc &&
@@ -503,7 +512,7 @@ int zs__bench_gpt_cuda(int argc, char **argv)
             fprintf(stderr, "usage: bench_gpt --device cuda [--shape 124m|1.5b|both] "
                             "[--gemm bf16|fp16|fp32] [--server-bin PATH] [--no-engine] "
                             "[--peak-tflops F32,BF16] [--gas N] [--transport auto|shm|tcp] "
-                            "[--spec 0|1] [--stream 0|1]\n");
+                            "[--spec 0|1] [--stream 0|1] [--batch N]\n");
             return 2;
         }
     }
@@ -526,6 +535,13 @@ int zs__bench_gpt_cuda(int argc, char **argv)
         {"124M", {12, 12, 768, 1024, 50257}, {16, 8, 4, 2, 1, 0}, zs_bench_reps(5)},
         {"1.5B", {48, 25, 1600, 1024, 50257}, {4, 2, 1, 0}, zs_bench_reps(3)},
     };
+    if (g_batch) /* N, N/2, ..., 1 (at most 5 entries before the 0) */
+        for (int k = 0; k < 2; k++) {
+            int n = 0;
+            for (int b = g_batch; b >= 1 && n < 5; b /= 2)
+                shapes[k].batches[n++] = b;
+            shapes[k].batches[n] = 0;
+        }
     servers_t sv;
     memset(&sv, 0, sizeof sv);
     int have_servers = engine && servers_start(server_bin, &sv) == 0;
@@ -603,6 +619,17 @@ int zs__bench_gpt_cuda(int argc, char **argv)
                 snprintf(name, sizeof name, "%s %s (B=%d)", shapes[k].name, mode_name[mode],
                          rows[k][mode].B);
                 print_mfu(name, &shapes[k], &rows[k][mode], pk, gemm);
+            }
+    static const char *case_name[3] = {"model", "engine0", "offload"};
+    for (int k = 0; k < 2; k++)
+        for (int mode = 0; mode < 3; mode++)
+            if (rows[k][mode].ok) {
+                double tps = zs_bench_median(rows[k][mode].rates, shapes[k].reps);
+                double peak = g_gemm == ZS_DTYPE_F32 ? pk.f32 : pk.bf16;
+                printf("GPU-RESULT model=%s impl=zs tokens_per_s=%.0f mfu=%.4f batch=%d case=%s\n",
+                       k ? "1.5b" : "124m", tps,
+                       peak > 0 ? tps * flops_per_token(&shapes[k].c) / 1e12 / peak : 0.0,
+                       rows[k][mode].B, case_name[mode]);
             }
     for (int k = 0; k < 2; k++)
         if (rows[k][1].ok && rows[k][2].ok)

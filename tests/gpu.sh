@@ -26,8 +26,14 @@
 #   zs-server. Nothing runs on a GPU; `tests/gpu.sh env` prints the
 #   environment `run` sets, for such scripts.
 #
+#   With LLMC=DIR (a checkout of karpathy/llm.c, fetched by hand, never
+#   committed), pack also builds llm.c's train_gpt2cu here with nvcc (its
+#   Makefile, bf16, sm_90, no cuDNN, MPI, NCCL, OpenMP or NVML, and its
+#   managed-memory fallback replaced by an error: see llmc_build) into
+#   .gpu-carry/llmc/, with llm.c data shards of random GPT-2 token ids.
+#
 #   there (a machine with a GPU, CUDA 13 and a driver, no package registry):
-#     tests/gpu.sh run [.gpu-carry] [--out FILE] [--only tests|bench|shm|fit]
+#     tests/gpu.sh run [.gpu-carry] [--out FILE] [--only tests|bench|shm|fit|llmc|issue]
 #   unpacks the .deb files with `dpkg -x` under .gpu-carry/root (never into
 #   /), sets LD_LIBRARY_PATH, OPAL_PREFIX and PMIX_PREFIX so the carried Open
 #   MPI is used, finds the CUDA runtime, cuBLASLt and NCCL (/usr/local/cuda,
@@ -47,6 +53,14 @@
 #   zs-servers with speculation and streamed pulls (124M and 1.5B), and 1.5B
 #   at gradient accumulation 8 against AdamW on the GPU at gas 8 (the
 #   "offload / GPU AdamW" line: the goal is >= 0.9).
+#   llmc: llm.c's train_gpt2cu (from the carry) at 124M and 1.5B, at the
+#   micro-batches our bench_gpt rows used (the GPU-RESULT lines already in
+#   FILE, else 16 and 4) and at its scripts' (64 and 16), one
+#   `GPU-RESULT model=... impl=llmc tokens_per_s=X mfu=Y batch=B` line each
+#   (median step time after 3 warm-up steps; mfu by llm.c's formula against
+#   the same 989.4 TFLOP/s bf16 peak as ours).
+#   issue: shm, then llmc, then the shm part of test_train_cuda and
+#   test_dev_cuda: one call's worth (about 6 minutes on an H100/H200).
 #
 #   a GPU machine that has our build dependencies (grpc, protobuf-c, rocksdb,
 #   openblas, Open MPI, cjson, xxhash, CUDA, NCCL):
@@ -87,7 +101,8 @@ while [ $# -gt 0 ]; do
     *) carry=$1; shift ;;
     esac
 done
-case "$only" in all | tests | bench | shm | fit) ;; *) echo "gpu.sh: --only tests|bench|shm|fit" >&2; exit 2 ;; esac
+case "$only" in all | tests | bench | shm | fit | llmc | issue) ;;
+*) echo "gpu.sh: --only tests|bench|shm|fit|llmc|issue" >&2; exit 2 ;; esac
 if [ -z "$cmd" ]; then
     if [ -d "$carry/bin" ]; then cmd=run; else cmd=build; fi
 fi
@@ -153,10 +168,97 @@ pack() {
         echo "commit $(git -C "$here" rev-parse --short HEAD 2>/dev/null || echo unknown)"
         ls -l "$carry/bin" "$carry/debs"
     } > "$carry/MANIFEST"
+    [ -z "${LLMC:-}" ] || llmc_build "$LLMC" "$carry/llmc" || die "llm.c build failed"
     local kib
     kib=$(du -sk "$carry" | cut -f1)
     [ "$kib" -le 65536 ] || die "$carry is $((kib / 1024)) MiB, over the 64 MiB a GPU run can carry"
     echo "gpu.sh: packed $carry ($((kib / 1024)) MiB): $(ls "$carry/bin" | tr '\n' ' ')"
+}
+
+# llmc_build SRC DEST: llm.c's train_gpt2cu built from a copy of SRC, and
+# data shards (llm.c's format: 256 int32 header, magic 20240520, version 1,
+# token count, then uint16 ids) of random GPT-2 ids, into DEST. Two changes
+# to the copy, none to its kernels: CUDA 13's cudaMemAdvise takes a
+# cudaMemLocation (its managed-memory fallback no longer compiles), and the
+# fallback is replaced by an error anyway: a lent GPU must never get more
+# managed memory than it has, and a run that does not fit must say so.
+llmc_build() {
+    local src=$1 dest=$2 tmp
+    [ -f "$src/train_gpt2.cu" ] || { echo "gpu.sh: LLMC=$src holds no train_gpt2.cu" >&2; return 1; }
+    tmp=$(mktemp -d)
+    cp -r "$src/." "$tmp/" && rm -rf "$tmp/.git"
+    python3 - "$tmp/llmc/cuda_utils.cuh" <<'PY' || return 1
+import re, sys
+p = sys.argv[1]
+s = open(p).read()
+new = ('fprintf(stderr, "cudaMalloc of %zu bytes failed (%s:%d): no managed-memory '
+       'fallback on a lent GPU\\n", bytes, file, line);\n        exit(EXIT_FAILURE);')
+s2 = re.sub(r"cudaCheck_\(cudaMallocManaged\(out, bytes\), file, line\);.*?return 1;",
+            lambda m: new, s, count=1, flags=re.S)
+if s2 == s:
+    sys.exit("gpu.sh: llm.c's managed-memory fallback not found in " + p)
+open(p, "w").write(s2)
+PY
+    (cd "$tmp" && PATH=/usr/local/cuda/bin:$PATH make train_gpt2cu NO_MULTI_GPU=1 NO_USE_MPI=1 \
+        NO_OMP=1 USE_CUDNN=0 GPU_COMPUTE_CAPABILITY=90 PRECISION=BF16 \
+        NVCC_LDFLAGS="-lcublas -lcublasLt") > "$tmp.log" 2>&1 \
+        || { tail -20 "$tmp.log" >&2; return 1; }
+    mkdir -p "$dest"
+    cp "$tmp/train_gpt2cu" "$dest/"
+    echo "llm.c $(git -C "$src" rev-parse --short HEAD 2>/dev/null || echo unknown)" > "$dest/VERSION"
+    python3 - "$dest" <<'PY' || return 1
+import random, struct, sys
+rng = random.Random(20240520)
+for name, n in (("train.bin", 1 << 21), ("val.bin", 1 << 18)):
+    with open(sys.argv[1] + "/" + name, "wb") as f:
+        f.write(struct.pack("<256i", 20240520, 1, n, *([0] * 253)))
+        f.write(struct.pack("<%dH" % n, *(rng.randrange(50257) for _ in range(n))))
+PY
+    rm -rf "$tmp" "$tmp.log"
+}
+
+# llmc_row SHAPE B: one GPU-RESULT line for llm.c's train_gpt2cu at B x 1024.
+llmc_row() {
+    local shape=$1 B=$2 d steps P=0 L C log
+    case $shape in
+    124m) d=d12 steps=20 L=12 C=768 ;;
+    1.5b) d=d48 steps=10 L=48 C=1600 ;;
+    esac
+    log=$(mktemp)
+    (cd "$carry/llmc" && ./train_gpt2cu -i train.bin -j val.bin -e "$d" -b "$B" -t 1024 \
+        -x "$steps" -v 100000 -m 1 -s 0 -h 0 -y 0 -n 0) > "$log" 2>&1
+    local rc=$?
+    grep -E '^step|num_parameters|rror|fail' "$log" | tail -n 25
+    # P: llm.c's own count (its padded vocabulary), as its MFU uses
+    P=$(awk -F'|' '/num_parameters/ {gsub(/ /, "", $3); print $3; exit}' "$log")
+    # median step time after 3 warm-up steps: "step k/N | ... | X ms | ..."
+    awk '/^step/ { for (i = 1; i < NF; i++) if ($(i + 1) == "ms" && ++n > 3) print $i }' "$log" |
+        sort -g | awk -v B="$B" -v P="$P" -v L="$L" -v C="$C" -v s="$shape" -v rc="$rc" '
+        { t[++m] = $1 }
+        END {
+            if (rc != 0 || m == 0 || P == 0) { printf "GPU-RESULT model=%s impl=llmc failed batch=%d\n", s, B; exit 1 }
+            med = m % 2 ? t[(m + 1) / 2] : (t[m / 2] + t[m / 2 + 1]) / 2
+            tps = B * 1024 / (med / 1000)
+            printf "GPU-RESULT model=%s impl=llmc tokens_per_s=%.0f mfu=%.4f batch=%d\n",
+                   s, tps, tps * (6 * P + 6 * L * C * 1024) / 989.4e12, B
+        }'
+    rc=$?
+    rm -f "$log"
+    return $rc
+}
+
+# llmc_rows: llm.c at our rows' micro-batches (from $out) and its scripts'.
+llmc_rows() {
+    [ -x "$carry/llmc/train_gpt2cu" ] || { echo "SKIP: no llm.c in the carry (pack with LLMC=DIR)"; return 77; }
+    cat "$carry/llmc/VERSION"
+    local shape b bs fails=0
+    for shape in 124m 1.5b; do
+        bs=$(sed -n "s/^GPU-RESULT model=$shape impl=zs .* batch=\([0-9]*\) case=model.*/\1/p" "$out" | head -1)
+        [ -n "$bs" ] || { [ $shape = 124m ] && bs=16 || bs=4; }
+        [ $shape = 124m ] && bs="$bs 64" || bs="$bs 16"
+        for b in $bs; do llmc_row $shape "$b" || fails=$((fails + 1)); done
+    done
+    [ "$fails" -eq 0 ]
 }
 
 # The folder of shared library $1 on a GPU machine, or nothing: the usual
@@ -200,7 +302,11 @@ run_one() {
     local t0 t1 rc log
     log=$(mktemp)
     t0=$(date +%s.%N)
-    timeout "${ZS_GPU_STEP_TIMEOUT:-900}" "$@" > "$log" 2>&1
+    if [ "$(type -t "$1")" = function ]; then
+        "$@" > "$log" 2>&1 # (llmc_rows: each of its runs is short)
+    else
+        timeout "${ZS_GPU_STEP_TIMEOUT:-900}" "$@" > "$log" 2>&1
+    fi
     rc=$?
     t1=$(date +%s.%N)
     local st=PASS
@@ -260,6 +366,20 @@ run() {
         echo "ldd of the binaries (not found):"
         for f in "$bin"/*; do ldd "$f" | grep 'not found' | sed "s|^|  $(basename "$f"): |"; done
     } >> "$out"
+    if [ "$only" = issue ]; then
+        run_one bench_gpt_cuda_shm env ZS_SERVER_BIN="$bin/zs-server" "$bin/bench_gpt" \
+            --device cuda --transport shm --spec 1 --stream 1
+        run_one bench_gpt_cuda_shm_gas8 env ZS_SERVER_BIN="$bin/zs-server" "$bin/bench_gpt" \
+            --device cuda --shape 1.5b --gas 8 --transport shm --spec 1 --stream 1
+        run_one llmc llmc_rows
+        run_one test_dev_cuda "$bin/test_dev_cuda"
+        run_one test_train_cuda_shm env ZS_TRAIN_BIN="$bin/zs-train" ZS_MPIEXEC_BIN="$mpirun" \
+            ZS_SERVER_BIN="$bin/zs-server" ZS_TEST_TRAIN_CUDA_PART=shm "$bin/test_train_cuda"
+        grep -h '^GPU-RESULT\|offload / GPU AdamW' "$out"
+    fi
+    if [ "$only" = llmc ]; then
+        run_one llmc llmc_rows
+    fi
     if [ "$only" = all ] || [ "$only" = tests ]; then
         local ngpu
         ngpu=$(nvidia-smi -L 2>/dev/null | grep -c '^GPU')
