@@ -19,7 +19,7 @@ set(ZS_EMU_TARGETS test_dev_cuda test_cuda_ops test_gpt_cuda test_train_cuda zs-
 set(ZS_EMU_ASAN_TARGETS test_dev_cuda test_cuda_ops test_emu_runtime test_emu_kernel)
 file(GLOB ZS_EMU_NCCL_SRC ${PROJECT_SOURCE_DIR}/tests/cuda_emu/emu_nccl*.c)
 if(ZS_EMU_NCCL_SRC)
-  list(APPEND ZS_EMU_TARGETS test_nccl_boot test_nccl)
+  list(APPEND ZS_EMU_TARGETS test_nccl_boot test_nccl test_coll_zeropp)
 endif()
 foreach(v emu emu-asan)
   if(v STREQUAL "emu")

@@ -1,13 +1,96 @@
 /*
  * zs_coll.c - the parts of zs_coll.h every implementation shares: stream
  * ordering around a collective (`after`, `done`), groups (their done events
- * and when the implementation launches them), barrier and sync, and the
- * blocking host-value helpers. It only talks to the device interface
- * (zs_dev.h) and the communicator's vtable; it does not call MPI or NCCL.
+ * and when the implementation launches them), barrier and sync, the
+ * blocking host-value helpers, the byte counters and qwZ's quantized
+ * all-gather (pack, all-gather of the records, unpack). It only talks to
+ * the device interface (zs_dev.h) and the communicator's vtable; it does
+ * not call MPI or NCCL.
  */
 #include <stdint.h>
+#include <string.h>
 
 #include "zs_coll.h"
+#include "zs_quant.h"
+
+/* ---- byte counters --------------------------------------------------------- */
+
+const char *zs_coll_kind_name(int kind)
+{
+    static const char *const names[ZS_COLL_NKINDS] = {"reduce_scatter", "all_gather", "all_reduce",
+                                                      "broadcast", "all_gather_q8"};
+    return kind >= 0 && kind < ZS_COLL_NKINDS ? names[kind] : "?";
+}
+
+/* Peers of this rank on its node and elsewhere, in c: a world communicator
+ * splits by the topology, a node's communicator is all within, one across
+ * nodes all across. */
+static void peers(const zs_coll_t *c, uint64_t *in, uint64_t *out)
+{
+    uint64_t others = c->size > 1 ? (uint64_t)c->size - 1 : 0;
+    if (c->scope == 1) {
+        *in = others, *out = 0;
+    } else if (c->scope == 2) {
+        *in = 0, *out = others;
+    } else {
+        uint64_t local = c->topo.local_size > 0 ? (uint64_t)c->topo.local_size - 1 : 0;
+        *in = local < others ? local : others;
+        *out = others - *in;
+    }
+}
+
+/* The model of zs_coll.h: per peer, a block (all-gather, reduce-scatter,
+ * records); an all-reduce's B bytes as a reduce-scatter plus an all-gather
+ * of B/W; a broadcast's B from the root only. */
+void zs__coll_count(zs_coll_t *c, int kind, uint64_t block, int root)
+{
+    uint64_t in, out, w = c->size > 0 ? (uint64_t)c->size : 1;
+    peers(c, &in, &out);
+    if (kind == ZS_COLL_K_ALL_REDUCE) {
+        c->bytes.intra[kind] += 2 * block * in / w;
+        c->bytes.inter[kind] += 2 * block * out / w;
+    } else if (kind != ZS_COLL_K_BROADCAST || c->rank == root) {
+        c->bytes.intra[kind] += block * in;
+        c->bytes.inter[kind] += block * out;
+    }
+}
+
+zs_coll_bytes_t zs_coll_bytes(const zs_coll_t *c)
+{
+    zs_coll_bytes_t b = c->bytes;
+    const zs_coll_t *sub[2] = {c->intra, c->inter};
+    for (int j = 0; j < 2; j++)
+        for (int k = 0; sub[j] && k < ZS_COLL_NKINDS; k++) {
+            b.intra[k] += sub[j]->bytes.intra[k];
+            b.inter[k] += sub[j]->bytes.inter[k];
+        }
+    return b;
+}
+
+void zs_coll_bytes_reset(zs_coll_t *c)
+{
+    memset(&c->bytes, 0, sizeof c->bytes);
+    if (c->intra)
+        memset(&c->intra->bytes, 0, sizeof c->bytes);
+    if (c->inter)
+        memset(&c->inter->bytes, 0, sizeof c->bytes);
+}
+
+uint64_t zs_coll_bytes_intra(const zs_coll_bytes_t *b)
+{
+    uint64_t s = 0;
+    for (int k = 0; k < ZS_COLL_NKINDS; k++)
+        s += b->intra[k];
+    return s;
+}
+
+uint64_t zs_coll_bytes_inter(const zs_coll_bytes_t *b)
+{
+    uint64_t s = 0;
+    for (int k = 0; k < ZS_COLL_NKINDS; k++)
+        s += b->inter[k];
+    return s;
+}
 
 /* Make c's stream wait for the work enqueued on `after` so far: record
  * c->after_ev there and wait for it on c's stream. The one event is reused:
@@ -148,6 +231,9 @@ static int host_coll(zs_coll_t *c, host_kind_t kind, void *host, size_t count, z
         enq = kind == HOST_ALL_REDUCE ? c->vt->all_reduce(c, dbuf, count, dt, op, err)
                                       : c->vt->broadcast(c, dbuf, count, dt, root, err);
     if (enq == ZS_OK)
+        zs__coll_count(c, kind == HOST_ALL_REDUCE ? ZS_COLL_K_ALL_REDUCE : ZS_COLL_K_BROADCAST,
+                       bytes, root);
+    if (enq == ZS_OK)
         enq = zs_dev_memcpy(c->stream, host, dbuf, bytes, err);
     /* Sync even when an enqueue was refused: earlier pieces may be queued. */
     zs_err_t serr;
@@ -178,4 +264,42 @@ int zs_coll_broadcast_host(zs_coll_t *c, void *host, size_t count, zs_dtype_t dt
                            zs_err_t *err)
 {
     return host_coll(c, HOST_BROADCAST, host, count, dt, ZS_OP_SUM, root, err);
+}
+
+/* ---- qwZ: the quantized all-gather ----------------------------------------- */
+
+/* Pack this rank's block, all-gather the records as 2-byte units (a record
+ * is a multiple of 4 bytes; an all-gather of fp16 moves bytes and computes
+ * nothing, on MPI and NCCL alike), unpack every record into buf. */
+int zs_coll_all_gather_q8(zs_coll_t *c, void *buf, size_t count, zs_dtype_t dt, void *qbuf,
+                          zs_stream_t *after, zs_event_t *done, zs_err_t *err)
+{
+    int rc = no_group(c, "zs_coll_all_gather_q8", err);
+    if (rc)
+        return rc;
+    size_t es = zs_dtype_size(dt);
+    if (es == 0)
+        return zs_err_set(err, ZS_ERR_INVALID, "all_gather_q8: dtype %d is not fp32, bf16 or fp16",
+                          (int)dt);
+    if (!c->vt->q8_pack || !c->vt->q8_unpack)
+        return zs_err_set(err, ZS_ERR_INVALID, "all_gather_q8: the %s collectives cannot quantize",
+                          c->vt->name);
+    if (count == 0)
+        return zs__coll_done(c, done, err);
+    if (!buf || !qbuf || ((uintptr_t)qbuf & 3))
+        return zs_err_set(err, ZS_ERR_INVALID,
+                          "all_gather_q8: buf or qbuf NULL, or qbuf not 4-byte aligned");
+    size_t rb = zs_quant_record_bytes(count);
+    char *own = (char *)buf + (size_t)c->rank * count * es;
+    rc = zs__coll_after(c, after, err);
+    if (rc == ZS_OK)
+        rc = c->vt->q8_pack(c, (char *)qbuf + (size_t)c->rank * rb, own, dt, count, err);
+    if (rc == ZS_OK)
+        rc = c->vt->all_gather(c, qbuf, rb / 2, ZS_DTYPE_F16, err);
+    if (rc == ZS_OK)
+        rc = c->vt->q8_unpack(c, buf, dt, qbuf, count, (size_t)c->size, err);
+    if (rc != ZS_OK)
+        return zs_err_prefix(err, "all_gather_q8: ");
+    zs__coll_count(c, ZS_COLL_K_ALL_GATHER_Q8, rb, 0);
+    return zs__coll_done(c, done, err);
 }

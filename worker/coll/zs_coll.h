@@ -39,6 +39,7 @@
 #define ZS_COLL_H
 
 #include <stddef.h>
+#include <stdint.h>
 
 #include "zs_dev.h"
 #include "zs_dtype.h"
@@ -53,6 +54,43 @@
 typedef enum { ZS_OP_SUM = 0, ZS_OP_MAX = 1 } zs_coll_op_t;
 
 typedef struct zs_coll zs_coll_t;
+
+/* Topology (zs_coll_topo.c): which node each rank is on. Nodes are
+ * MPI_Comm_split_type(MPI_COMM_TYPE_SHARED)'s, numbered by their lowest
+ * world rank, or, with ZS_RANKS_PER_NODE=N in the environment (the same on
+ * every rank), blocks of N consecutive ranks, so one machine can act as
+ * several nodes (tests, benchmarks, clusters whose shared-memory view is
+ * not their network's). */
+typedef struct zs_coll_topo {
+    int node, nnodes;           /* this rank's node, 0 .. nnodes-1 */
+    int local_rank, local_size; /* this rank's place on its node */
+    int forced;                 /* ZS_RANKS_PER_NODE set it */
+} zs_coll_topo_t;
+
+/* Byte counters: the bytes this rank's collectives send, split into
+ * within its node and across nodes, per kind. Counted as if each
+ * collective sent every peer its share directly (the backend's own routing,
+ * rings or trees, is not seen): all-gather and reduce-scatter of a block of
+ * b bytes send b to each other rank of the communicator; all-reduce of B
+ * bytes counts as a reduce-scatter and an all-gather of B/W; broadcast
+ * sends B from the root to each other rank; the quantized all-gather counts
+ * its records. Counted when a collective is enqueued. */
+typedef enum {
+    ZS_COLL_K_REDUCE_SCATTER = 0,
+    ZS_COLL_K_ALL_GATHER,
+    ZS_COLL_K_ALL_REDUCE,
+    ZS_COLL_K_BROADCAST,
+    ZS_COLL_K_ALL_GATHER_Q8, /* qwZ: int8 records (zs_coll_all_gather_q8) */
+    ZS_COLL_NKINDS
+} zs_coll_kind_t;
+
+typedef struct zs_coll_bytes {
+    uint64_t intra[ZS_COLL_NKINDS]; /* to ranks on this node */
+    uint64_t inter[ZS_COLL_NKINDS]; /* to ranks on other nodes */
+} zs_coll_bytes_t;
+
+/* "reduce_scatter", "all_gather", "all_reduce", "broadcast", "all_gather_q8" */
+const char *zs_coll_kind_name(int kind);
 
 typedef struct zs_coll_vtable {
     const char *name; /* "mpi", "nccl" */
@@ -69,6 +107,14 @@ typedef struct zs_coll_vtable {
      * them here inside ncclGroupStart .. ncclGroupEnd. NULL: every
      * collective ran as it was enqueued (MPI), nothing to launch. */
     int (*group_flush)(zs_coll_t *c, zs_err_t *err);
+    /* qwZ (zs_coll_all_gather_q8): enqueue on c->stream the packing of n
+     * elements of dt at src into a record at rec (zs_quant.h), and the
+     * unpacking of nrec records of n elements into dst; the CPU kernels
+     * (MPI) or the CUDA ones (NCCL). */
+    int (*q8_pack)(zs_coll_t *c, void *rec, const void *src, zs_dtype_t dt, size_t n,
+                   zs_err_t *err);
+    int (*q8_unpack)(zs_coll_t *c, void *dst, zs_dtype_t dt, const void *rec, size_t n, size_t nrec,
+                     zs_err_t *err);
     /* After zs_coll_sync's stream wait: errors the stream does not carry.
      * NCCL reports a failed collective (a dead peer) through
      * ncclCommGetAsyncError while its stream work completes; this asks.
@@ -87,6 +133,13 @@ struct zs_coll {
     int ngroup;                          /* collectives enqueued since the last flush */
     int npend;                           /* `done` events waiting for the flush */
     zs_event_t *pend[ZS_COLL_GROUP_MAX]; /* not owned */
+    zs_coll_topo_t topo;                 /* set at create */
+    zs_coll_bytes_t bytes;               /* counters, feeding thread only */
+    int scope;                           /* 0 world, 1 within a node, 2 across nodes */
+    /* The node's ranks and one rank per node (same local rank): built at
+     * create, once per job; NULL on a sub-communicator itself. They run on
+     * this communicator's stream, in order with its collectives. */
+    zs_coll_t *intra, *inter;
 };
 
 /* Communicator over MPI_COMM_WORLD on device `dev` (the CPU device; buffers
@@ -106,6 +159,36 @@ static inline zs_stream_t *zs_coll_stream(zs_coll_t *c)
     return c->stream;
 }
 
+/* Count a collective of `kind` just enqueued on c: `block` bytes per rank
+ * (see the counters above; all-reduce and broadcast: the whole buffer). */
+void zs__coll_count(zs_coll_t *c, int kind, uint64_t block, int root);
+
+/* The topology and the counters so far (zs_coll_bytes_reset zeroes them). */
+static inline const zs_coll_topo_t *zs_coll_topo(const zs_coll_t *c)
+{
+    return &c->topo;
+}
+/* This communicator's counters plus its sub-communicators'. */
+zs_coll_bytes_t zs_coll_bytes(const zs_coll_t *c);
+void zs_coll_bytes_reset(zs_coll_t *c);
+/* Sums over kinds. */
+uint64_t zs_coll_bytes_intra(const zs_coll_bytes_t *b);
+uint64_t zs_coll_bytes_inter(const zs_coll_bytes_t *b);
+
+/* The node's ranks as a communicator (rank = local rank), and the ranks
+ * with this local rank on every node (rank = node, where every node has
+ * this local rank): built once per job at create, on the world
+ * communicator's stream. Both exist for every world communicator (with one
+ * node the inter one has size 1); NULL on a sub-communicator. */
+static inline zs_coll_t *zs_coll_intra(zs_coll_t *c)
+{
+    return c->intra;
+}
+static inline zs_coll_t *zs_coll_inter(zs_coll_t *c)
+{
+    return c->inter;
+}
+
 /* Make c's stream wait for `after`'s work so far (no-op for NULL). */
 int zs__coll_after(zs_coll_t *c, zs_stream_t *after, zs_err_t *err);
 
@@ -122,6 +205,8 @@ static inline int zs_coll_reduce_scatter(zs_coll_t *c, void *buf, size_t count, 
     int rc = zs__coll_after(c, after, err);
     if (rc == ZS_OK)
         rc = c->vt->reduce_scatter(c, buf, count, dt, err);
+    if (rc == ZS_OK)
+        zs__coll_count(c, ZS_COLL_K_REDUCE_SCATTER, (uint64_t)count * zs_dtype_size(dt), 0);
     return rc == ZS_OK ? zs__coll_done(c, done, err) : rc;
 }
 
@@ -132,6 +217,8 @@ static inline int zs_coll_all_gather(zs_coll_t *c, void *buf, size_t count, zs_d
     int rc = zs__coll_after(c, after, err);
     if (rc == ZS_OK)
         rc = c->vt->all_gather(c, buf, count, dt, err);
+    if (rc == ZS_OK)
+        zs__coll_count(c, ZS_COLL_K_ALL_GATHER, (uint64_t)count * zs_dtype_size(dt), 0);
     return rc == ZS_OK ? zs__coll_done(c, done, err) : rc;
 }
 
@@ -143,6 +230,8 @@ static inline int zs_coll_all_reduce(zs_coll_t *c, void *buf, size_t count, zs_d
     int rc = zs__coll_after(c, after, err);
     if (rc == ZS_OK)
         rc = c->vt->all_reduce(c, buf, count, dt, op, err);
+    if (rc == ZS_OK)
+        zs__coll_count(c, ZS_COLL_K_ALL_REDUCE, (uint64_t)count * zs_dtype_size(dt), 0);
     return rc == ZS_OK ? zs__coll_done(c, done, err) : rc;
 }
 
@@ -152,8 +241,23 @@ static inline int zs_coll_broadcast(zs_coll_t *c, void *buf, size_t count, zs_dt
     int rc = zs__coll_after(c, after, err);
     if (rc == ZS_OK)
         rc = c->vt->broadcast(c, buf, count, dt, root, err);
+    if (rc == ZS_OK)
+        zs__coll_count(c, ZS_COLL_K_BROADCAST, (uint64_t)count * zs_dtype_size(dt), root);
     return rc == ZS_OK ? zs__coll_done(c, done, err) : rc;
 }
+
+/* qwZ's all-gather, in place like zs_coll_all_gather: buf + rank*count
+ * holds this rank's block (dt); it is packed into int8 codes with one fp32
+ * scale per ZS_QUANT_BLOCK elements (kernels/zs_quant.h) at qbuf +
+ * rank*R (R = zs_quant_record_bytes(count)), the records are all-gathered
+ * (as bytes), and every rank's record, this rank's included, is unpacked
+ * into buf (size*count elements of dt), so every rank holds the same
+ * values: each within half a quantization step of the original (inf and
+ * NaN come back NaN). qbuf: size*R bytes of device memory, 4-aligned, the
+ * caller's (reusable after `done`). Counted as ZS_COLL_K_ALL_GATHER_Q8
+ * with R bytes per rank. Not inside a group. */
+int zs_coll_all_gather_q8(zs_coll_t *c, void *buf, size_t count, zs_dtype_t dt, void *qbuf,
+                          zs_stream_t *after, zs_event_t *done, zs_err_t *err);
 
 /* Groups: the collectives enqueued between zs_coll_group_start and
  * zs_coll_group_end may be launched together (NCCL: one fused launch per

@@ -58,8 +58,17 @@
  * Nothing is refused for size alone except byte sizes that overflow size_t
  * (ZS_ERR_RANGE).
  *
+ * Topology (zs_coll_topo.c): at create the world is split into the node's
+ * ranks and one local rank across nodes; each split is a communicator of
+ * its own (zs_coll_intra, zs_coll_inter) that borrows the world
+ * communicator's stream, so its collectives run on the same thread in call
+ * order with the world's (MPI stays SERIALIZED).
+ *
+ * qwZ: q8_pack and q8_unpack run the CPU kernels (kernels/zs_quant.h) as
+ * host functions on the stream.
+ *
  * Not done here: non-blocking MPI requests (the stream is the asynchrony),
- * device (GPU) buffers, communicators other than MPI_COMM_WORLD.
+ * device (GPU) buffers.
  *
  * Lifetime: zs_coll_destroy waits for the queued work (collective: call it on
  * every rank) and frees the stream, the event and the MPI objects; call it
@@ -76,6 +85,8 @@
 
 #include "zs_cast.h"
 #include "zs_coll.h"
+#include "zs_coll_topo.h"
+#include "zs_quant.h"
 
 #define DEFAULT_MAX_CHUNK ((size_t)1 << 30)
 #define OP_BLOCK          256 /* elements converted per step inside the user ops */
@@ -90,6 +101,7 @@ typedef struct {
      * (acquire) by both threads; broken_msg is written once. */
     int broken;
     char broken_msg[ZS_ERR_MSG_MAX];
+    int borrowed; /* a sub-communicator: base.stream is the world's */
 } coll_mpi_t;
 
 /* What a host function runs: one collective, all arguments checked. */
@@ -546,11 +558,49 @@ static void free_mpi(coll_mpi_t *m)
 static void mpi_destroy(zs_coll_t *c)
 {
     coll_mpi_t *m = (coll_mpi_t *)c;
-    if (c->stream)
-        zs_dev_stream_destroy(c->stream);
+    if (c->stream && !m->borrowed)
+        zs_dev_stream_destroy(c->stream); /* waits for the subs' work too */
     if (c->after_ev)
         zs_dev_event_destroy(c->after_ev);
+    if (c->intra)
+        mpi_destroy(c->intra);
+    if (c->inter)
+        mpi_destroy(c->inter);
     free_mpi(m);
+}
+
+/* ---- qwZ's kernels as host functions ---------------------------------------- */
+
+typedef struct {
+    void *a;       /* pack: the record; unpack: dst */
+    const void *b; /* pack: src; unpack: the records */
+    zs_dtype_t dt;
+    size_t n, nrec; /* nrec 0: pack */
+} q8_job_t;
+
+static int run_q8(void *args, zs_err_t *err)
+{
+    const q8_job_t *j = args;
+    if (j->nrec == 0)
+        zs_quant_pack(j->a, j->b, j->dt, j->n);
+    else
+        zs_quant_unpack(j->a, j->dt, j->b, j->n, j->nrec);
+    (void)err;
+    return ZS_OK;
+}
+
+static int mpi_q8_pack(zs_coll_t *c, void *rec, const void *src, zs_dtype_t dt, size_t n,
+                       zs_err_t *err)
+{
+    q8_job_t j = {rec, src, dt, n, 0};
+    return zs_dev_host_fn(c->stream, run_q8, &j, sizeof j, err);
+}
+
+static int mpi_q8_unpack(zs_coll_t *c, void *dst, zs_dtype_t dt, const void *rec, size_t n,
+                         size_t nrec, zs_err_t *err)
+{
+    q8_job_t j = {dst, rec, dt, n, nrec};
+    return nrec ? zs_dev_host_fn(c->stream, run_q8, &j, sizeof j, err) : ZS_OK;
 }
 
 static const zs_coll_vtable_t mpi_vt = {
@@ -561,6 +611,8 @@ static const zs_coll_vtable_t mpi_vt = {
     .broadcast = mpi_broadcast,
     .barrier = mpi_barrier,
     .destroy = mpi_destroy,
+    .q8_pack = mpi_q8_pack,
+    .q8_unpack = mpi_q8_unpack,
 };
 
 /* ---- construction ------------------------------------------------------------ */
@@ -587,14 +639,14 @@ static int check_mpi_state(zs_err_t *err)
     return ZS_OK;
 }
 
-/* Dup MPI_COMM_WORLD with MPI_ERRORS_RETURN, create the 16-bit datatype and
- * the reduction ops. Collective over MPI_COMM_WORLD. */
-static int setup_mpi(coll_mpi_t *m, zs_err_t *err)
+/* Dup `from` with MPI_ERRORS_RETURN, create the 16-bit datatype and the
+ * reduction ops. Collective over `from`. */
+static int setup_mpi(coll_mpi_t *m, MPI_Comm from, zs_err_t *err)
 {
     int wrank = 0;
     MPI_Comm_rank(MPI_COMM_WORLD, &wrank);
     static const char hint_init[] = "is MPI initialised and not finalised on every rank?";
-    int rc = ZS_MPI_CHECK(err, wrank, hint_init, MPI_Comm_dup, MPI_COMM_WORLD, &m->comm);
+    int rc = ZS_MPI_CHECK(err, wrank, hint_init, MPI_Comm_dup, from, &m->comm);
     if (!rc)
         rc = ZS_MPI_CHECK(err, wrank, hint_init, MPI_Comm_set_errhandler, m->comm,
                           MPI_ERRORS_RETURN);
@@ -619,6 +671,53 @@ static int setup_mpi(coll_mpi_t *m, zs_err_t *err)
     for (size_t i = 0; !rc && i < sizeof ops / sizeof ops[0]; i++)
         rc = ZS_MPI_CHECK(err, wrank, hint_init, MPI_Op_create, ops[i].fn, 1, ops[i].op);
     return rc;
+}
+
+/* A sub-communicator over `from` (freed here) on m's stream. */
+static int make_sub(coll_mpi_t *m, MPI_Comm from, int scope, zs_coll_t **out, zs_err_t *err)
+{
+    coll_mpi_t *s = calloc(1, sizeof *s);
+    if (!s) {
+        MPI_Comm_free(&from);
+        return zs_err_set(err, ZS_ERR_NOMEM, "no memory");
+    }
+    s->base.vt = &mpi_vt;
+    s->base.dev = m->base.dev;
+    s->base.stream = m->base.stream;
+    s->base.scope = scope;
+    s->borrowed = 1;
+    s->comm = MPI_COMM_NULL;
+    s->t16 = MPI_DATATYPE_NULL;
+    s->sum_bf16 = s->max_bf16 = s->sum_f16 = s->max_f16 = s->max_f32 = MPI_OP_NULL;
+    s->max_chunk = DEFAULT_MAX_CHUNK;
+    int rc = setup_mpi(s, from, err);
+    MPI_Comm_free(&from);
+    if (!rc)
+        rc = zs_dev_event_create(s->base.dev, &s->base.after_ev, err);
+    if (rc) {
+        mpi_destroy(&s->base);
+        return rc;
+    }
+    s->base.topo = m->base.topo;
+    MPI_Comm_set_name(s->comm, scope == 1 ? "zeroshard-intra" : "zeroshard-inter");
+    *out = &s->base;
+    return ZS_OK;
+}
+
+/* The topology and the intra-node and inter-node communicators, once per
+ * job. Collective over m->comm. */
+static int make_subs(coll_mpi_t *m, zs_err_t *err)
+{
+    MPI_Comm intra, inter;
+    int rc = zs__coll_topo_build(m->comm, &m->base.topo, &intra, &inter, err);
+    if (rc)
+        return rc;
+    rc = make_sub(m, intra, 1, &m->base.intra, err);
+    if (rc) {
+        MPI_Comm_free(&inter);
+        return rc;
+    }
+    return make_sub(m, inter, 2, &m->base.inter, err);
 }
 
 /* Communicator over MPI_COMM_WORLD on the CPU device `dev`: checks MPI's
@@ -651,11 +750,13 @@ int zs_coll_mpi_create(zs_dev_t *dev, zs_coll_t **out, zs_err_t *err)
     m->sum_bf16 = m->max_bf16 = m->sum_f16 = m->max_f16 = m->max_f32 = MPI_OP_NULL;
     m->max_chunk = DEFAULT_MAX_CHUNK;
 
-    rc = setup_mpi(m, err);
+    rc = setup_mpi(m, MPI_COMM_WORLD, err);
     if (!rc)
         rc = zs_dev_stream_create(dev, 1, "comm", &m->base.stream, err);
     if (!rc)
         rc = zs_dev_event_create(dev, &m->base.after_ev, err);
+    if (!rc)
+        rc = make_subs(m, err);
     if (rc) {
         zs_err_prefix(err, "zs_coll_mpi_create: ");
         mpi_destroy(&m->base);

@@ -33,6 +33,17 @@
  * world size, topology and NCCL version and settings, not equal to the MPI
  * order), and MAX with a NaN follows NCCL's max (a NaN operand may lose).
  * The engine's MAX is over 0/1 flags, which is exact either way.
+ *
+ * Topology (zs_coll_topo.c, over the bootstrap's MPI world): the node's
+ * ranks and one local rank across nodes get NCCL communicators of their
+ * own, made once at create (an id from each group's first rank, broadcast
+ * over the group's MPI split; ncclCommSplit is not used), each with its
+ * own watchdog, on the world communicator's stream. ZS_RANKS_PER_NODE
+ * changes only these groups: the GPU of a rank is still chosen by its
+ * shared-memory local rank.
+ *
+ * qwZ: q8_pack and q8_unpack launch the CUDA kernels of
+ * kernels/cuda/zs_cuda_quant.h on the communicator's stream.
  */
 #include <stdio.h>
 #include <stdlib.h>
@@ -41,6 +52,8 @@
 #include <mpi.h>
 
 #include "zs_coll_nccl_internal.h"
+#include "zs_coll_topo.h"
+#include "zs_cuda_quant.h"
 #include "zs_dev_cuda.h"
 
 _Static_assert(ZS_NCCL_ID_BYTES == NCCL_UNIQUE_ID_BYTES, "ncclUniqueId size");
@@ -407,6 +420,12 @@ static void nccl_destroy(zs_coll_t *zc)
 {
     zs__coll_nccl_t *c = (zs__coll_nccl_t *)zc;
     zs_err_t e;
+    /* the sub-communicators first: they borrow this one's stream */
+    if (zc->intra)
+        nccl_destroy(zc->intra);
+    if (zc->inter)
+        nccl_destroy(zc->inter);
+    zc->intra = zc->inter = NULL;
     if (c->comm && zs__nccl_refuse(c, "destroy", &e) == ZS_OK)
         zs__nccl_wait_all(c, &e); /* on timeout it aborts the communicator */
     zs__nccl_watchdog_stop(c);
@@ -426,11 +445,33 @@ static void nccl_destroy(zs_coll_t *zc)
     zs__nccl_ring_deinit(c);
     zs_dev_free(c->base.dev, c->scratch);
     zs_dev_event_destroy(c->base.after_ev);
-    zs_dev_stream_destroy(c->base.stream);
+    if (!c->borrowed)
+        zs_dev_stream_destroy(c->base.stream);
     pthread_cond_destroy(&c->cv);
     pthread_mutex_destroy(&c->mu);
     pthread_mutex_destroy(&c->nccl_mu);
     free(c);
+}
+
+/* qwZ's kernels on the communicator's stream (zs_coll.h's vtable). */
+static int nccl_q8_pack(zs_coll_t *zc, void *rec, const void *src, zs_dtype_t dt, size_t n,
+                        zs_err_t *err)
+{
+    zs__coll_nccl_t *c = (zs__coll_nccl_t *)zc;
+    int rc = zs__nccl_refuse(c, "all_gather_q8", err);
+    if (rc == ZS_OK)
+        rc = ZS_CUDA_CHECK(err, c->device, "was the device reset?", cudaSetDevice, c->device);
+    return rc ? rc : zs_cuda_quant_pack(c->cs, rec, src, dt, n, err);
+}
+
+static int nccl_q8_unpack(zs_coll_t *zc, void *dst, zs_dtype_t dt, const void *rec, size_t n,
+                          size_t nrec, zs_err_t *err)
+{
+    zs__coll_nccl_t *c = (zs__coll_nccl_t *)zc;
+    int rc = zs__nccl_refuse(c, "all_gather_q8", err);
+    if (rc == ZS_OK)
+        rc = ZS_CUDA_CHECK(err, c->device, "was the device reset?", cudaSetDevice, c->device);
+    return rc ? rc : zs_cuda_quant_unpack(c->cs, dst, dt, rec, n, nrec, err);
 }
 
 static const zs_coll_vtable_t nccl_vt = {
@@ -443,6 +484,8 @@ static const zs_coll_vtable_t nccl_vt = {
     .destroy = nccl_destroy,
     .group_flush = nccl_group_flush,
     .sync_check = zs__nccl_sync_check,
+    .q8_pack = nccl_q8_pack,
+    .q8_unpack = nccl_q8_unpack,
 };
 
 /* ---- creation ---------------------------------------------------------------------- */
@@ -451,12 +494,13 @@ static const zs_coll_vtable_t nccl_vt = {
 static int bring_up(zs__coll_nccl_t *c, const zs_nccl_boot_t *b, zs_err_t *err)
 {
     zs_dev_t *dev = c->base.dev;
-    int rc = zs_dev_stream_create(dev, 1, "comm", &c->base.stream, err);
-    if (rc == ZS_OK) {
+    int rc = c->borrowed ? ZS_OK : zs_dev_stream_create(dev, 1, "comm", &c->base.stream, err);
+    if (rc == ZS_OK && !c->borrowed) {
         zs__dev_cuda_stream_watch(c->base.stream);
         c->cs = (cudaStream_t)zs__dev_cuda_stream_handle(c->base.stream);
-        rc = zs_dev_event_create(dev, &c->base.after_ev, err);
     }
+    if (rc == ZS_OK)
+        rc = zs_dev_event_create(dev, &c->base.after_ev, err);
     if (rc == ZS_OK)
         rc = zs_dev_alloc(dev, ZS_SPACE_DEVICE, ZS_MEM_COMM, sizeof(float), (void **)&c->scratch,
                           err);
@@ -492,6 +536,65 @@ static int bring_up(zs__coll_nccl_t *c, const zs_nccl_boot_t *b, zs_err_t *err)
     return rc;
 }
 
+/* A communicator of the ranks of `group` (an MPI split of the world) on
+ * w's stream: the group's first rank makes the unique id and broadcasts it
+ * with its status over the group, then every member inits its NCCL
+ * communicator (collective over the group; every group is made by every
+ * rank in the same order, so none waits for another's). */
+static int make_sub(zs__coll_nccl_t *w, MPI_Comm group, int scope, zs_coll_t **out, zs_err_t *err)
+{
+    zs_nccl_boot_t b;
+    memset(&b, 0, sizeof b);
+    MPI_Comm_rank(group, &b.rank);
+    MPI_Comm_size(group, &b.size);
+    struct {
+        int status;
+        char msg[ZS_ERR_MSG_MAX];
+        ncclUniqueId id;
+    } pkt;
+    memset(&pkt, 0, sizeof pkt);
+    if (b.rank == 0) {
+        zs_err_t e;
+        pkt.status = ZS_NCCL_CHECK(&e, w->base.rank, w->device, "is NCCL's network reachable?",
+                                   ncclGetUniqueId, &pkt.id);
+        if (pkt.status)
+            memcpy(pkt.msg, e.msg, sizeof pkt.msg);
+    }
+    int mrc = MPI_Bcast(&pkt, (int)sizeof pkt, MPI_BYTE, 0, group);
+    if (mrc != MPI_SUCCESS)
+        return mpi_fail(mrc, "MPI_Bcast (node communicators)", w->base.rank, err);
+    if (pkt.status)
+        return zs_err_set(err, pkt.status, "%s communicator: %.260s",
+                          scope == 1 ? "intra-node" : "inter-node", pkt.msg);
+    memcpy(b.id, &pkt.id, sizeof b.id);
+    zs__coll_nccl_t *c = calloc(1, sizeof *c);
+    if (!c)
+        return zs_err_set(err, ZS_ERR_NOMEM, "no memory");
+    c->base.vt = &nccl_vt;
+    c->base.rank = b.rank;
+    c->base.size = b.size;
+    c->base.dev = w->base.dev;
+    c->base.stream = w->base.stream;
+    c->base.topo = w->base.topo;
+    c->base.scope = scope;
+    c->borrowed = 1;
+    c->cs = w->cs;
+    c->device = w->device;
+    c->local_rank = w->local_rank;
+    c->timeout_ms = w->timeout_ms;
+    pthread_mutex_init(&c->nccl_mu, NULL);
+    pthread_mutex_init(&c->mu, NULL);
+    pthread_cond_init(&c->cv, NULL);
+    int rc = bring_up(c, &b, err);
+    if (rc) {
+        zs_err_prefix(err, "%s communicator: ", scope == 1 ? "intra-node" : "inter-node");
+        nccl_destroy(&c->base);
+        return rc;
+    }
+    *out = &c->base;
+    return ZS_OK;
+}
+
 int zs_coll_nccl_create(zs_dev_t *dev, int timeout_ms, zs_coll_t **out, zs_err_t *err)
 {
     if (!out)
@@ -508,6 +611,10 @@ int zs_coll_nccl_create(zs_dev_t *dev, int timeout_ms, zs_coll_t **out, zs_err_t
     int own_rc = check_device(&b, dev, busid, sizeof busid, &own);
     rc = agree(&b, world, local, own_rc, &own, busid, err);
     MPI_Comm_free(&local);
+    zs_coll_topo_t topo;
+    MPI_Comm mintra = MPI_COMM_NULL, minter = MPI_COMM_NULL;
+    if (rc == ZS_OK)
+        rc = zs__coll_topo_build(world, &topo, &mintra, &minter, err);
     MPI_Comm_free(&world);
     if (rc)
         return rc;
@@ -525,7 +632,14 @@ int zs_coll_nccl_create(zs_dev_t *dev, int timeout_ms, zs_coll_t **out, zs_err_t
     pthread_mutex_init(&c->nccl_mu, NULL);
     pthread_mutex_init(&c->mu, NULL);
     pthread_cond_init(&c->cv, NULL);
+    c->base.topo = topo;
     rc = bring_up(c, &b, err);
+    if (rc == ZS_OK)
+        rc = make_sub(c, mintra, 1, &c->base.intra, err);
+    if (rc == ZS_OK)
+        rc = make_sub(c, minter, 2, &c->base.inter, err);
+    MPI_Comm_free(&mintra);
+    MPI_Comm_free(&minter);
     if (rc) {
         zs_err_prefix(err, "zs_coll_nccl_create: ");
         nccl_destroy(&c->base);

@@ -48,6 +48,7 @@ typedef struct zs__coll_nccl {
     zs_coll_t base; /* first: zs_coll_t * points here */
     int device, local_rank;
     int timeout_ms;
+    int borrowed;    /* a sub-communicator (intra/inter node): base.stream is the world's */
     cudaStream_t cs; /* base.stream's handle */
     float *scratch;  /* one fp32 of device memory (barrier) */
 

@@ -1,0 +1,38 @@
+# ZeRO++ (qwZ; topology and byte counters of the collectives): the CPU
+# block quantizer (test_zeropp_quant), ...
+zs_add_test(test_zeropp_quant SRCS test_zeropp_quant.c LIBS zs_kernels LABELS unit TIMEOUT 120)
+# The collectives' topology (ZS_RANKS_PER_NODE and MPI's own view), the
+# intra/inter-node communicators, the byte counters and the quantized
+# all-gather, over MPI on the CPU: 4 ranks as 2 nodes, 4 ranks as one
+# node (MPI's view), 2 ranks as 2 nodes of 1.
+add_executable(test_coll_zeropp test_coll_zeropp.c)
+target_include_directories(test_coll_zeropp PRIVATE ${CMAKE_CURRENT_SOURCE_DIR})
+target_link_libraries(test_coll_zeropp PRIVATE zs_coll)
+set(ZS_ZPP_MPI_ENV "OMPI_ALLOW_RUN_AS_ROOT=1;OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1;OMPI_MCA_rmaps_base_oversubscribe=1;OMPI_MCA_mpi_yield_when_idle=1")
+foreach(c "4;2" "4;0" "2;1")
+  list(GET c 0 np)
+  list(GET c 1 rpn)
+  add_test(NAME test_coll_zeropp_np${np}_rpn${rpn}
+           COMMAND ${MPIEXEC_EXECUTABLE} ${MPIEXEC_NUMPROC_FLAG} ${np} --oversubscribe
+                   ${MPIEXEC_PREFLAGS} $<TARGET_FILE:test_coll_zeropp> mpi ${MPIEXEC_POSTFLAGS})
+  if(rpn STREQUAL "0")
+    set(envx "")
+  else()
+    set(envx ";ZS_RANKS_PER_NODE=${rpn}")
+  endif()
+  set_tests_properties(test_coll_zeropp_np${np}_rpn${rpn} PROPERTIES TIMEOUT 120 LABELS "unit;mpi"
+                       ENVIRONMENT "${ZS_ZPP_MPI_ENV}${envx}")
+endforeach()
+# The same on the emulated NCCL (tests/emu.cmake builds test_coll_zeropp in
+# build/emu): the NCCL intra/inter-node communicators, and the CUDA qwZ
+# kernels (kernels/cuda/zs_cuda_quant.cu) bitwise against the CPU twin.
+if(ZS_WITH_CUDA AND NOT ZS_CUDA_EMU AND ZS_EMU_TESTS AND ZS_EMU_NCCL_SRC)
+  foreach(np 2 4)
+    add_test(NAME emu_test_coll_zeropp_nccl_np${np}
+             COMMAND ${MPIEXEC_EXECUTABLE} ${MPIEXEC_NUMPROC_FLAG} ${np} --oversubscribe
+                     ${MPIEXEC_PREFLAGS} ${ZS_EMU}/test_coll_zeropp nccl ${MPIEXEC_POSTFLAGS})
+    set_tests_properties(emu_test_coll_zeropp_nccl_np${np} PROPERTIES LABELS "emu;mpi" TIMEOUT 300
+                         SKIP_RETURN_CODE 77
+                         ENVIRONMENT "${ZS_EMU_MPI_ENV};ZS_EMU_SCHEDULE=random:5;ZS_EMU_DEVICES=${np};ZS_RANKS_PER_NODE=2")
+  endforeach()
+endif()
