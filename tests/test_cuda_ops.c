@@ -248,6 +248,47 @@ static void finite_only(void *x, zs_dtype_t dt, size_t n)
             zs_math_store(x, dt, i, 1.0f);
 }
 
+/* zs_cuda_cast_rows: the GPU gathers and converts the rows of ids in
+ * [lo, hi) (duplicates and ids outside included) in one launch; rows of
+ * other ids keep the poison; bitwise the host loop over zs_cast. */
+static void test_cast_rows(void)
+{
+    const size_t w = 771, n = 2049; /* w not a multiple of a block */
+    const int32_t V = 5000, lo = 1200, hi = 3700;
+    for (int a = 0; a < 3; a++) {
+        zs_dtype_t sdt = dts[a];
+        size_t ss = zs_dtype_size(sdt);
+        void *src = vec_data(sdt, (size_t)(hi - lo) * w);
+        int32_t *idx = xmalloc(n * sizeof *idx);
+        for (size_t i = 0; i < n; i++)
+            idx[i] = i % 7 == 0 ? idx[i / 2] : (int32_t)(rnd32() % (uint32_t)V);
+        idx[0] = lo, idx[1] = hi - 1, idx[2] = hi, idx[3] = lo - 1; /* both edges */
+        float *want = xmalloc(n * w * 4);
+        memset(want, 0xA5, n * w * 4); /* poison: rows outside [lo, hi) keep it */
+        size_t inside = 0;
+        for (size_t i = 0; i < n; i++)
+            if (idx[i] >= lo && idx[i] < hi) {
+                zs_cast(want + i * w, ZS_DTYPE_F32, (const char *)src + (idx[i] - lo) * w * ss, sdt,
+                        w);
+                inside++;
+            }
+        void *dsrc = up(src, (size_t)(hi - lo) * w * ss), *didx = up(idx, n * sizeof *idx);
+        float *ddst = dev(n * w * 4);
+        CK(cudaMemsetAsync(ddst, 0xA5, n * w * 4, cs));
+        TEST_OK(zs_cuda_cast_rows(cs, ddst, dsrc, sdt, didx, n, lo, hi, w, &err), err);
+        sync_ok();
+        float *got = down(ddst, n * w * 4);
+        char what[64];
+        snprintf(what, sizeof what, "cast_rows %s -> f32", zs_dtype_name(sdt));
+        cmp_bits(what, got, want, n * w * 4);
+        printf("  %s: %zu of %zu rows in [%d, %d), bitwise\n", what, inside, n, lo, hi);
+        free(got), free(want), free(idx), free(src);
+        CK(cudaFree(ddst));
+        CK(cudaFree(dsrc));
+        CK(cudaFree(didx));
+    }
+}
+
 static void test_vec(void)
 {
     const size_t n = 1000003;
@@ -956,6 +997,7 @@ int main(void)
     TEST_OK(zs_cuda_blas_init(&blas, workspace, ws, &err), err);
 
     test_vec();
+    test_cast_rows();
     test_gemm();
     static const shape_t shapes[] = {
         {"test model (tests/test_gpt.c)", 2, 8, 16, 2, 32},

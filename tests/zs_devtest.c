@@ -807,11 +807,58 @@ static void test_adamw(zs_dev_t *d, zs_stream_t *s)
     printf("adamw: %d cases bitwise equal to zs_adam_update_ref (max error 0)\n", cases);
 }
 
+/* zs_dev_cast_rows: rows of ids in [lo, hi) converted (duplicates too),
+ * rows of ids outside keep their old contents; then the refusals. */
+static void test_cast_rows(zs_dev_t *d, zs_stream_t *s)
+{
+    const size_t w = 37, n = 300;
+    const int32_t lo = 40, hi = 90;
+    int32_t ids[300];
+    for (size_t i = 0; i < n; i++) /* 0..119: below, inside and above [lo, hi), repeats */
+        ids[i] = (int32_t)((i * 53) % 120);
+    for (int a = 0; a < 3; a++) {
+        zs_dtype_t sdt = DTS[a];
+        size_t ss = zs_dtype_size(sdt), bytes = n * w * 4;
+        void *hsrc = zs_devtest_rand_host(sdt, (size_t)(hi - lo) * w, 300 + a, 5.0f);
+        float *hdst = zs_devtest_rand_host(ZS_DTYPE_F32, n * w, 400 + a, 1.0f);
+        float *got = malloc(bytes), *ref = malloc(bytes);
+        void *src = zs_devtest_h2d(d, s, hsrc, (size_t)(hi - lo) * w * ss);
+        void *dst = zs_devtest_h2d(d, s, hdst, bytes);
+        void *idx = zs_devtest_h2d(d, s, ids, sizeof ids);
+        TEST_OK(zs_dev_cast_rows(s, dst, src, sdt, idx, n, lo, hi, w, &err), err);
+        zs_devtest_d2h(s, got, dst, bytes);
+        memcpy(ref, hdst, bytes);
+        for (size_t i = 0; i < n; i++)
+            if (ids[i] >= lo && ids[i] < hi)
+                for (size_t c = 0; c < w; c++)
+                    ref[i * w + c] = ld(sdt, hsrc, (size_t)(ids[i] - lo) * w + c);
+        long bad = first_diff(got, ref, n * w, 4);
+        TEST_CHECKF(bad < 0, "cast_rows %s differs at %ld", zs_dtype_name(sdt), bad);
+        free(hsrc), free(hdst), free(got), free(ref);
+        zs_dev_free(d, src), zs_dev_free(d, dst), zs_dev_free(d, idx);
+    }
+    float f[4];
+    int32_t i4[1] = {0};
+    TEST_CHECK(zs_dev_cast_rows(s, f, f + 2, ZS_DTYPE_NONE, i4, 1, 0, 1, 1, &err) ==
+               ZS_ERR_INVALID);
+    printf("  refused: %s\n", err.msg);
+    TEST_CHECK(zs_dev_cast_rows(s, f, f + 2, ZS_DTYPE_F32, i4, 1, 5, 4, 1, &err) == ZS_ERR_INVALID);
+    printf("  refused: %s\n", err.msg);
+    TEST_CHECK(zs_dev_cast_rows(s, f, f + 2, ZS_DTYPE_F32, NULL, 1, 0, 1, 1, &err) ==
+               ZS_ERR_INVALID);
+    TEST_CHECK(zs_dev_cast_rows(s, f, f + 2, ZS_DTYPE_F32, i4, 2, 0, 1, SIZE_MAX / 2, &err) ==
+               ZS_ERR_RANGE);
+    printf("  refused: %s\n", err.msg);
+    printf("cast_rows: 3 source dtypes bitwise equal to the scalar reference, other rows "
+           "untouched\n");
+}
+
 void zs_devtest_vector(zs_dev_t *d, int sumsq_bitwise)
 {
     zs_stream_t *s;
     TEST_OK(zs_dev_stream_create(d, 0, "compute", &s, &err), err);
     test_cast_acc_scale(d, s);
+    test_cast_rows(d, s);
     test_sumsq(d, s, sumsq_bitwise);
     test_adamw(d, s);
     zs_dev_stream_destroy(s);

@@ -56,6 +56,22 @@ __global__ void __launch_bounds__(ZS_CUDA_EW_THREADS) k_scale(void *x, float alp
     }
 }
 
+/* n rows of w: element i of the flat n x w output is row i / w; rows whose
+ * id falls outside [lo, hi) are not written (another chunk's call). */
+template <int SDT>
+__global__ void __launch_bounds__(ZS_CUDA_EW_THREADS)
+    k_cast_rows(float *__restrict__ dst, const void *__restrict__ src,
+                const int32_t *__restrict__ idx, size_t n, int32_t lo, int32_t hi, size_t w)
+{
+    ZS_CUDA_FOR(i, n * w)
+    {
+        size_t r = i / w;
+        int32_t v = idx[r];
+        if (v >= lo && v < hi)
+            dst[i] = zs_math_load(src, SDT, (size_t)(v - lo) * w + (i - r * w));
+    }
+}
+
 template <int GDT, int ODT>
 __global__ void __launch_bounds__(ZS_CUDA_EW_THREADS)
     k_adamw(zs_math_adam_t c, float *__restrict__ p, float *__restrict__ m, float *__restrict__ v,
@@ -221,6 +237,28 @@ extern "C" int zs_cuda_cast(void *stream, void *dst, zs_dtype_t ddt, const void 
     ZS_DISPATCH_PAIR(k_cast, ddt, sdt, k)
     ZS_CUDA_LAUNCH(k, EW_GRID(n), ZS_CUDA_EW_THREADS, 0, cs, dst, src, n);
     ZS_CUDA_LAUNCHED("k_cast");
+    return ZS_OK;
+}
+
+/* See zs_cuda_vec.h. */
+extern "C" int zs_cuda_cast_rows(void *stream, float *dst, const void *src, zs_dtype_t sdt,
+                                 const int32_t *idx, size_t n, int32_t lo, int32_t hi, size_t w,
+                                 zs_err_t *err)
+{
+    cudaStream_t cs = (cudaStream_t)stream;
+    if (!zs__cuda_dtype_ok(sdt))
+        return zs_err_set(err, ZS_ERR_INVALID, "zs_cuda_cast_rows: dtype %s not supported",
+                          zs_dtype_name(sdt));
+    if (n == 0 || w == 0 || hi <= lo)
+        return ZS_OK;
+    if (w > SIZE_MAX / 4 / n)
+        return zs_err_set(err, ZS_ERR_RANGE, "zs_cuda_cast_rows: %zu rows of %zu overflow", n, w);
+    if (!dst || !src || !idx)
+        return bad_arg(err, "zs_cuda_cast_rows", "NULL buffer");
+    decltype(&k_cast_rows<ZS_DTYPE_F32>) k = NULL;
+    ZS_DISPATCH_ONE(k_cast_rows, sdt, k)
+    ZS_CUDA_LAUNCH(k, EW_GRID(n * w), ZS_CUDA_EW_THREADS, 0, cs, dst, src, idx, n, lo, hi, w);
+    ZS_CUDA_LAUNCHED("k_cast_rows");
     return ZS_OK;
 }
 

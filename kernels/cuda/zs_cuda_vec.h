@@ -44,6 +44,12 @@ extern "C" { /* our C headers declare C functions (zs_err_set, ...) */
 int zs_cuda_cast(void *stream, void *dst, zs_dtype_t ddt, const void *src, zs_dtype_t sdt, size_t n,
                  zs_err_t *err);
 
+/* zs_dev_cast_rows (zs_dev.h) on device memory: row i of dst (w fp32) =
+ * row idx[i] - lo of src (sdt, exact), for the ids in [lo, hi). One
+ * launch for all n rows. */
+int zs_cuda_cast_rows(void *stream, float *dst, const void *src, zs_dtype_t sdt, const int32_t *idx,
+                      size_t n, int32_t lo, int32_t hi, size_t w, zs_err_t *err);
+
 /* dst (ddt) += src (sdt): the fp32 sum of the widened values, rounded once
  * to ddt. dst == src is allowed (x += x, as on the CPU device); any other
  * overlap is the caller's problem. */

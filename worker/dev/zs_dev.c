@@ -116,6 +116,27 @@ int zs_dev_cast(zs_stream_t *s, void *dst, zs_dtype_t ddt, const void *src, zs_d
     return s->dev->vt->cast(s, dst, ddt, src, sdt, n, err);
 }
 
+int zs_dev_cast_rows(zs_stream_t *s, float *dst, const void *src, zs_dtype_t sdt,
+                     const int32_t *idx, size_t n, int32_t lo, int32_t hi, size_t width,
+                     zs_err_t *err)
+{
+    NEED(s, "stream");
+    if (sdt != ZS_DTYPE_F32 && sdt != ZS_DTYPE_BF16 && sdt != ZS_DTYPE_F16)
+        return zs_err_set(err, ZS_ERR_INVALID, "%s: source dtype %d is not fp32, bf16 or fp16",
+                          __func__, sdt);
+    if (lo < 0 || hi < lo)
+        return zs_err_set(err, ZS_ERR_INVALID, "%s: bad row range [%d, %d)", __func__, lo, hi);
+    if (n == 0 || width == 0 || hi == lo)
+        return ZS_OK;
+    if (width > SIZE_MAX / 4 / n || width > SIZE_MAX / 4 / (size_t)(hi - lo))
+        return zs_err_set(err, ZS_ERR_RANGE, "%s: %zu rows of %zu elements overflow", __func__, n,
+                          width);
+    NEED(dst, "dst");
+    NEED(src, "src");
+    NEED(idx, "idx");
+    return s->dev->vt->cast_rows(s, dst, src, sdt, idx, n, lo, hi, width, err);
+}
+
 int zs_dev_accumulate(zs_stream_t *s, void *dst, zs_dtype_t ddt, const void *src, zs_dtype_t sdt,
                       size_t n, zs_err_t *err)
 {

@@ -123,6 +123,10 @@ typedef struct zs_dev_vtable {
     int (*adamw)(zs_stream_t *s, const zs_adam_hparams_t *hp, const zs_adam_step_t *st, float *p,
                  float *m, float *v, const void *grad, zs_dtype_t gdt, void *out, zs_dtype_t odt,
                  size_t n, zs_err_t *err);
+    /* zs_dev_cast_rows, arguments already checked by zs_dev.c */
+    int (*cast_rows)(zs_stream_t *s, float *dst, const void *src, zs_dtype_t sdt,
+                     const int32_t *idx, size_t n, int32_t lo, int32_t hi, size_t width,
+                     zs_err_t *err);
     void (*destroy)(zs_dev_t *d);
     /* Caller-owned host memory used as pinned (zs_dev_host_register). */
     int (*host_register)(zs_dev_t *d, void *p, size_t bytes, int cat, zs_err_t *err);
@@ -260,6 +264,18 @@ int zs_dev_cast(zs_stream_t *s, void *dst, zs_dtype_t ddt, const void *src, zs_d
                 size_t n, zs_err_t *err);
 int zs_dev_accumulate(zs_stream_t *s, void *dst, zs_dtype_t ddt, const void *src, zs_dtype_t sdt,
                       size_t n, zs_err_t *err);
+
+/* Gather and convert rows, in one launch: for each i < n with lo <= idx[i]
+ * < hi, row i of dst (width fp32 elements) = row idx[i] - lo of src (width
+ * elements of sdt, converted exactly to fp32); the other rows of dst are
+ * left as they are. idx is n int32 in device memory (read in stream
+ * order). src is rows [lo, hi) of a row-major matrix, so one call serves
+ * one chunk of a table split by rows. dst must not overlap src or idx.
+ * Used by the GPT to convert the embedding rows of a batch's distinct
+ * tokens (zs_gpt_split.c): one launch where a cast per row was one each. */
+int zs_dev_cast_rows(zs_stream_t *s, float *dst, const void *src, zs_dtype_t sdt,
+                     const int32_t *idx, size_t n, int32_t lo, int32_t hi, size_t width,
+                     zs_err_t *err);
 int zs_dev_scale(zs_stream_t *s, void *x, zs_dtype_t dt, float alpha, size_t n, zs_err_t *err);
 int zs_dev_sumsq(zs_stream_t *s, const void *x, zs_dtype_t dt, size_t n, double *acc,
                  zs_err_t *err);

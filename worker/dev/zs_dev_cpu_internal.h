@@ -47,6 +47,7 @@ enum {
     ZS_CPU_T_SCALE,
     ZS_CPU_T_SUMSQ,
     ZS_CPU_T_ADAMW,
+    ZS_CPU_T_ROWS,
 };
 
 typedef struct zs_cpu_task {
@@ -85,6 +86,14 @@ typedef struct zs_cpu_task {
             void *out;
             size_t n;
         } adam;
+        struct {
+            float *dst;
+            const void *src;
+            zs_dtype_t sdt;
+            const int32_t *idx;
+            size_t n, width;
+            int32_t lo, hi;
+        } rows; /* ZS_CPU_T_ROWS: zs_dev_cast_rows */
     } u;
     _Alignas(16) unsigned char args[]; /* ZS_CPU_T_HOST: the copied arguments */
 } zs_cpu_task_t;
@@ -97,7 +106,7 @@ zs_cpu_task_t *zs__cpu_task_new(int kind, size_t extra, zs_err_t *err);
  * ZS_ERR_STATE when the stream is being destroyed. */
 int zs__cpu_enqueue(zs_stream_t *s, zs_cpu_task_t *t, zs_err_t *err);
 
-/* Run a vector task (CAST, ACC, SCALE, SUMSQ, ADAMW) to completion on the
+/* Run a vector task (CAST, ACC, SCALE, SUMSQ, ADAMW, ROWS) to completion on the
  * calling thread, elementwise ones split over dev->pool. */
 void zs__cpu_vec_exec(zs_cpu_dev_t *dev, const zs_cpu_task_t *t);
 
@@ -109,6 +118,9 @@ int zs__cpu_accumulate(zs_stream_t *s, void *dst, zs_dtype_t ddt, const void *sr
 int zs__cpu_scale(zs_stream_t *s, void *x, zs_dtype_t dt, float alpha, size_t n, zs_err_t *err);
 int zs__cpu_sumsq(zs_stream_t *s, const void *x, zs_dtype_t dt, size_t n, double *acc,
                   zs_err_t *err);
+int zs__cpu_cast_rows(zs_stream_t *s, float *dst, const void *src, zs_dtype_t sdt,
+                      const int32_t *idx, size_t n, int32_t lo, int32_t hi, size_t width,
+                      zs_err_t *err);
 int zs__cpu_adamw(zs_stream_t *s, const zs_adam_hparams_t *hp, const zs_adam_step_t *st, float *p,
                   float *m, float *v, const void *grad, zs_dtype_t gdt, void *out, zs_dtype_t odt,
                   size_t n, zs_err_t *err);

@@ -214,9 +214,25 @@ static void sumsq_run(zs_cpu_dev_t *dev, const zs_cpu_task_t *t)
 }
 
 /* See zs_dev_cpu_internal.h. */
+/* ZS_CPU_T_ROWS on the stream's thread: rows are short (one model width),
+ * and the exact conversion gives the same bits in any order. */
+static void rows_run(const zs_cpu_task_t *t)
+{
+    size_t w = t->u.rows.width, ss = zs_dtype_size(t->u.rows.sdt);
+    for (size_t i = 0; i < t->u.rows.n; i++) {
+        int32_t v = t->u.rows.idx[i];
+        if (v >= t->u.rows.lo && v < t->u.rows.hi)
+            zs_cast(t->u.rows.dst + i * w, ZS_DTYPE_F32,
+                    (const char *)t->u.rows.src + (size_t)(v - t->u.rows.lo) * w * ss,
+                    t->u.rows.sdt, w);
+    }
+}
+
 void zs__cpu_vec_exec(zs_cpu_dev_t *dev, const zs_cpu_task_t *t)
 {
-    if (t->kind == ZS_CPU_T_SUMSQ)
+    if (t->kind == ZS_CPU_T_ROWS)
+        rows_run(t);
+    else if (t->kind == ZS_CPU_T_SUMSQ)
         sumsq_run(dev, t);
     else if (t->kind == ZS_CPU_T_ADAMW)
         vec_run(dev, t, t->u.adam.n);
@@ -295,6 +311,24 @@ int zs__cpu_accumulate(zs_stream_t *sb, void *dst, zs_dtype_t ddt, const void *s
                        size_t n, zs_err_t *err)
 {
     return pair_op(sb, ZS_CPU_T_ACC, "zs_dev_accumulate", dst, ddt, src, sdt, n, err);
+}
+
+int zs__cpu_cast_rows(zs_stream_t *sb, float *dst, const void *src, zs_dtype_t sdt,
+                      const int32_t *idx, size_t n, int32_t lo, int32_t hi, size_t width,
+                      zs_err_t *err)
+{
+    zs_cpu_task_t *t = zs__cpu_task_new(ZS_CPU_T_ROWS, 0, err);
+    if (!t)
+        return ZS_ERR_NOMEM;
+    t->u.rows.dst = dst;
+    t->u.rows.src = src;
+    t->u.rows.sdt = sdt;
+    t->u.rows.idx = idx;
+    t->u.rows.n = n;
+    t->u.rows.width = width;
+    t->u.rows.lo = lo;
+    t->u.rows.hi = hi;
+    return zs__cpu_enqueue(sb, t, err);
 }
 
 int zs__cpu_scale(zs_stream_t *sb, void *x, zs_dtype_t dt, float alpha, size_t n, zs_err_t *err)

@@ -76,11 +76,12 @@ struct zs_gpt {
     /* 16-bit parameters and the row-by-row embedding (zs_gpt_param16.c,
      * zs_gpt_split.c; allocated when pdt != ZS_DTYPE_F32 or wte is split) */
     float *pconv;         /* device, ZS_MEM_SCRATCH: small area, then big area */
-    int32_t *remap;       /* device [maxN]: embedding ids into the converted rows */
-    int32_t *remap_pin;   /* pinned [maxN]: their staging */
+    int32_t *remap;       /* device [2 maxN]: embedding ids into the converted rows, then
+                             the distinct ids (uniq's copy, read by zs_dev_cast_rows) */
+    int32_t *remap_pin;   /* pinned [2 maxN]: their staging */
     zs_event_t *remap_ev; /* recorded after each upload of remap_pin */
     int32_t *seen;        /* host [V]: row of a token in this batch's rows, or -1 */
-    int32_t *uniq;        /* host [maxN]: the batch's distinct tokens, first seen first */
+    int32_t *uniq;        /* remap_pin + maxN: the batch's distinct tokens, first seen first */
     size_t nuniq;
 
     /* activation checkpointing (zs_gpt_ckpt.c; zs_gpt_set_checkpointing) */

@@ -152,18 +152,19 @@ int zs__gpt_embed_begin(zs_gpt_t *g, zs_err_t *err)
     for (size_t i = 0; i < m; i++) /* forget them for the next batch */
         g->seen[g->uniq[i]] = -1;
     g->nuniq = m;
+    /* the distinct ids for zs_dev_cast_rows (remap_ev, recorded after the
+     * remap upload in embed_finish, also covers this upload) */
+    if (m)
+        TRY(zs_dev_memcpy(g->stream, g->remap + g->maxN, g->uniq, m * sizeof(int32_t), err));
     return ZS_OK;
 }
 
 int zs__gpt_embed_rows(zs_gpt_t *g, const void *wte, int v0, int rows, zs_err_t *err)
 {
-    size_t C = (size_t)g->c.width;
-    for (size_t i = 0; i < g->nuniq; i++) {
-        int32_t v = g->uniq[i];
-        if (v >= v0 && v < v0 + rows)
-            TRY(rows_in(g, zs__gpt_rows(g) + i * C, wte, (size_t)(v - v0) * C, C, err));
-    }
-    return ZS_OK;
+    /* one launch for the chunk's distinct rows (a copy or cast each was one
+     * launch per row) */
+    return zs_dev_cast_rows(g->stream, zs__gpt_rows(g), wte, g->pdt, g->remap + g->maxN, g->nuniq,
+                            v0, v0 + rows, (size_t)g->c.width, err);
 }
 
 int zs__gpt_embed_finish(zs_gpt_t *g, const void *wpe, float *out, zs_err_t *err)
