@@ -15,6 +15,7 @@ BUILD_PKGS=(
   protobuf-c-compiler libprotobuf-c-dev
   librocksdb-dev                   # checkpoints (C API rocksdb/c.h)
   libxxhash-dev                    # per-chunk checkpoint checksums (XXH3)
+  liburing-dev                     # zs-server --nvme-path: io_uring tile I/O
   libcjson-dev                     # DeepSpeed-style JSON configs
   libopenblas-dev                  # GEMMs of the CPU GPT model (cblas.h)
   libopenmpi-dev openmpi-bin       # CPU collectives and launch
@@ -35,6 +36,7 @@ TEST_PKGS=(
   # :9090 (the test runs its own on a free port): `systemctl disable --now
   # prometheus` if that is not wanted.
   prometheus
+  fio                              # bench/bench_nvme.sh: the drive's own figures
 )
 case "${ZS_DEPS:-all}" in
   build) PKGS=("${BUILD_PKGS[@]}") ;;

@@ -54,6 +54,14 @@ static void usage(FILE *f)
             "  --spec-window SIZE   pre-images kept for speculative updates (12 B/element,\n"
             "                       reserved against --mem-budget): beyond it chunks wait\n"
             "                       for Commit; 0 or off: no speculation (default 1G)\n"
+            "  --nvme-path DIR      keep fp32 master weights and Adam moments in tile files\n"
+            "                       under DIR (an NVMe drive; O_DIRECT, io_uring) instead\n"
+            "                       of RAM: RAM holds staging and the 16-bit copy (10\n"
+            "                       B/element) and the I/O buffers; one server per DIR;\n"
+            "                       no speculative updates (docs/nvme.md)\n"
+            "  --nvme-buffered      allow DIR without O_DIRECT (tmpfs, some network file\n"
+            "                       systems): through the page cache, outside the budget\n"
+            "  --nvme-buffers N     tiles (772 KiB each) in flight in an update (default 16)\n"
             "  --protocol-version V speak protocol versions up to V only (1 or 2; default\n"
             "                       2): 1 behaves as a server before speculative updates\n"
             "                       (compatibility and tests of newer clients)\n"
@@ -200,6 +208,8 @@ int main(int argc, char **argv)
     uint64_t mem_budget = 0, spec_window = ZS_SPEC_WINDOW_DEFAULT;
     long version = ZS_PROTOCOL_VERSION;
     const char *shm_flag = NULL; /* --shm-socket; NULL: auto */
+    const char *nvme_path = NULL;
+    int nvme_buffered = 0, nvme_depth = 0;
     static const struct option opts[] = {{"listen", required_argument, 0, 'l'},
                                          {"data", required_argument, 0, 'd'},
                                          {"threads", required_argument, 0, 't'},
@@ -216,6 +226,9 @@ int main(int argc, char **argv)
                                          {"metrics", required_argument, 0, 'P'},
                                          {"metrics-ready-file", required_argument, 0, 'R'},
                                          {"shm-socket", required_argument, 0, 'U'},
+                                         {"nvme-path", required_argument, 0, 'N'},
+                                         {"nvme-buffered", no_argument, 0, 'B'},
+                                         {"nvme-buffers", required_argument, 0, 'D'},
                                          {"help", no_argument, 0, 'h'},
                                          {0, 0, 0, 0}};
     int ch;
@@ -260,6 +273,23 @@ int main(int argc, char **argv)
         case 'U':
             shm_flag = optarg;
             break;
+        case 'N':
+            nvme_path = optarg;
+            break;
+        case 'B':
+            nvme_buffered = 1;
+            break;
+        case 'D': {
+            char *end;
+            long d = strtol(optarg, &end, 10);
+            if (end == optarg || *end || d < 3 || d > 4096) {
+                fprintf(stderr, "zs-server: --nvme-buffers %s: a number of tiles, 3..4096\n",
+                        optarg);
+                return 2;
+            }
+            nvme_depth = (int)d;
+            break;
+        }
         case 'M':
             if (zs_budget_parse(optarg, &mem_budget)) {
                 fprintf(stderr, "zs-server: --mem-budget %s: not a size (e.g. 800M, 64G)\n",
@@ -395,7 +425,13 @@ int main(int argc, char **argv)
                 "updates",
                 version);
     }
-    zs_shard_opts_t so = {data, threads, keep, listen, mem_budget, spec_window};
+    if ((nvme_buffered || nvme_depth) && !nvme_path) {
+        fprintf(stderr, "zs-server: --nvme-buffered and --nvme-buffers need --nvme-path\n");
+        grpc_shutdown();
+        return 2;
+    }
+    zs_shard_opts_t so = {data,        threads,   keep,          listen,    mem_budget,
+                          spec_window, nvme_path, nvme_buffered, nvme_depth};
     if (zs_shard_create(&so, &sh, &err)) {
         ZS_ERROR("cannot start: %s", err.msg);
         grpc_shutdown();

@@ -67,6 +67,7 @@ void zs__state_free(zs__state_t *s)
     free(s->staging[0]);
     free(s->staging[1]);
     free(s->lowp);
+    zs_nvme_state_free(s->nv); /* removes its tile file */
     memset(s, 0, sizeof *s);
 }
 
@@ -246,7 +247,12 @@ static void *opt_main(void *arg)
 
         struct timespec a, b;
         clock_gettime(CLOCK_MONOTONIC, &a);
-        zs_pool_run(sh->pool, sh->nchunks, opt_chunk, &op);
+        if (sh->nvme) { /* a failure marks the shard failed (zs_shard_nvme.c) */
+            zs_err_t e;
+            zs__nvme_pass_run(sh, op.step, op.gdt, op.pdt, op.grad, &e);
+        } else {
+            zs_pool_run(sh->pool, sh->nchunks, opt_chunk, &op);
+        }
         clock_gettime(CLOCK_MONOTONIC, &b);
         double sec = (double)(b.tv_sec - a.tv_sec) + 1e-9 * (double)(b.tv_nsec - a.tv_nsec);
 
@@ -296,6 +302,25 @@ int zs_shard_create(const zs_shard_opts_t *opts, zs_shard_t **out, zs_err_t *err
         rc = zs_err_set(err, ZS_ERR_NOMEM, "cannot start %d optimizer threads", opts->threads);
         goto fail;
     }
+    if (opts->nvme_path) {
+        zs_nvme_opts_t no = {opts->nvme_path, opts->nvme_buffered, opts->nvme_depth};
+        rc = zs_nvme_open(&no, &sh->nvme, err);
+        if (rc) {
+            zs_err_prefix(err, "--nvme-path: ");
+            goto fail;
+        }
+        /* Its buffers: the pass's depth, and those of checkpoints, restores
+         * and Initialize (a store chunk per tensor, a tile) taken once here. */
+        sh->nvme_budget = zs_nvme_ram_bytes(sh->nvme) + 4ull * ZS_STORE_CHUNK_BYTES + ZS_NVME_SLOT;
+        rc = zs_budget_take(&sh->budget, sh->nvme_budget, "the NVMe tier's I/O buffers", err);
+        if (rc) {
+            sh->nvme_budget = 0;
+            goto fail;
+        }
+        if (sh->spec.window)
+            ZS_INFO("nvme: speculative updates are off in the NVMe tier: updates wait for Commit");
+        sh->spec.window = 0;
+    }
     rc = zs__shard_load_newest(sh, err);
     if (rc)
         goto fail;
@@ -322,6 +347,7 @@ fail:
     zs_store_close(sh->store);
     zs__state_free(&sh->st);
     free_chunk_tables(sh);
+    zs_nvme_close(sh->nvme);
     zs_budget_deinit(&sh->budget);
     free(sh->data_dir);
     free(sh->server_id);
@@ -353,6 +379,7 @@ void zs_shard_destroy(zs_shard_t *sh)
     pthread_mutex_unlock(&sh->store_mu);
     zs__state_free(&sh->st);
     free_chunk_tables(sh);
+    zs_nvme_close(sh->nvme); /* after its state's file is gone; releases the lock */
     for (int p = 0; p < 2; p++)
         zs__stage_reset(sh, p);
     free(sh->user_meta);
@@ -388,6 +415,7 @@ int zs_shard_info(zs_shard_t *sh, zs_shard_info_t *info, zs_err_t *err)
     info->mem_state = sh->budget_live;
     info->server_id = sh->server_id;
     zs_budget_get(&sh->budget, &info->mem_reserved, &info->mem_budget);
+    info->nvme = sh->nvme != NULL;
     info->store_degraded = sh->store_degraded;
     memcpy(info->store_error, sh->store_error, sizeof info->store_error);
     pthread_mutex_unlock(&sh->mu);
@@ -437,7 +465,26 @@ struct zs_shard_init {
     uint64_t start_step, rb, re, next;
     zs__state_t st;
     uint64_t budget; /* bytes reserved for st */
+    /* NVMe tier: the last reserved chunk waits in pend until the next call
+     * (its caller fills it after zs_shard_init_reserve returns), then goes
+     * into the tiles in order through fill. */
+    float *pend;
+    uint64_t pend_n, pend_cap, pend_budget; /* elements in pend, its room, its bytes of budget */
+    zs__nvme_fill_t fill;
+    int filling;
 };
+
+/* The NVMe tier: write the pending chunk's master weights into the tiles
+ * (m and v zero). */
+static int init_flush(zs_shard_init_t *in, zs_err_t *err)
+{
+    if (!in->pend_n)
+        return ZS_OK;
+    const float *const src[3] = {in->pend, NULL, NULL};
+    int rc = zs__nvme_fill_add(&in->fill, src, in->pend_n, err);
+    in->pend_n = 0;
+    return rc;
+}
 
 int zs_shard_init_begin(zs_shard_t *sh, const zs_shard_identity_t *id, const zs_adam_hparams_t *hp,
                         uint64_t start_step, int overwrite, zs_shard_init_t **out, zs_err_t *err)
@@ -472,7 +519,7 @@ int zs_shard_init_begin(zs_shard_t *sh, const zs_shard_identity_t *id, const zs_
     if (rc)
         return rc;
     /* Both states exist until the swap: the new one must fit beside the old. */
-    uint64_t bytes = zs_shard_state_bytes(re - rb);
+    uint64_t bytes = zs__state_bytes(sh, re - rb);
     char what[96];
     snprintf(what, sizeof what, "a new state of %llu elements for Initialize",
              (unsigned long long)(re - rb));
@@ -480,12 +527,21 @@ int zs_shard_init_begin(zs_shard_t *sh, const zs_shard_identity_t *id, const zs_
     if (rc)
         return rc;
     zs_shard_init_t *in = calloc(1, sizeof *in);
-    if (!in || zs__state_alloc(&in->st, re - rb)) {
+    if (!in || zs__state_alloc_tier(sh, &in->st, re - rb, err)) {
+        if (!in)
+            zs_err_set(err, ZS_ERR_NOMEM, "out of memory");
         free(in);
         zs_budget_give(&sh->budget, bytes);
-        return zs_err_set(err, ZS_ERR_NOMEM, "cannot allocate state for %llu elements (%.2f GB)",
-                          (unsigned long long)(re - rb), 22.0 * (double)(re - rb) / 1e9);
+        zs_err_prefix(err, "Initialize of %llu elements: ", (unsigned long long)(re - rb));
+        return err ? err->code : ZS_ERR_NOMEM;
     }
+    if (in->st.nv && zs__nvme_fill_begin(&in->fill, in->st.nv, err)) {
+        zs__state_free(&in->st);
+        free(in);
+        zs_budget_give(&sh->budget, bytes);
+        return ZS_ERR_NOMEM;
+    }
+    in->filling = in->st.nv != NULL;
     in->budget = bytes;
     in->sh = sh;
     in->id = *id;
@@ -510,6 +566,29 @@ int zs_shard_init_reserve(zs_shard_init_t *in, uint64_t offset, uint64_t count, 
                           "init chunk [%llu, +%llu) outside this server's range [%llu, %llu)",
                           (unsigned long long)offset, (unsigned long long)count,
                           (unsigned long long)in->rb, (unsigned long long)in->re);
+    if (in->filling) { /* NVMe: the previous chunk to the tiles, this one to pend */
+        int rc = init_flush(in, err);
+        if (!rc && count > in->pend_cap) {
+            rc = zs_budget_take(&in->sh->budget, count * 4 - in->pend_budget,
+                                "an Initialize chunk for the NVMe tier", err);
+            float *np = rc ? NULL : realloc(in->pend, count * 4);
+            if (!rc && !np) {
+                zs_budget_give(&in->sh->budget, count * 4 - in->pend_budget);
+                rc = zs_err_set(err, ZS_ERR_NOMEM, "out of memory for an init chunk");
+            }
+            if (!rc) {
+                in->pend = np;
+                in->pend_cap = count;
+                in->pend_budget = count * 4;
+            }
+        }
+        if (rc)
+            return rc;
+        *dst = in->pend;
+        in->pend_n = count;
+        in->next = offset + count;
+        return ZS_OK;
+    }
     *dst = in->st.t[0] + (offset - in->rb);
     in->next = offset + count;
     return ZS_OK;
@@ -519,6 +598,10 @@ void zs_shard_init_abort(zs_shard_init_t *in)
 {
     if (!in)
         return;
+    if (in->filling)
+        zs__nvme_fill_end(&in->fill);
+    free(in->pend);
+    zs_budget_give(&in->sh->budget, in->pend_budget);
     zs__state_free(&in->st);
     zs_budget_give(&in->sh->budget, in->budget);
     free(in);
@@ -538,8 +621,17 @@ int zs_shard_init_end(zs_shard_init_t *in, zs_err_t *err)
         return rc;
     }
     /* Zeroed only now: a stream that never completes never touches them. */
-    memset(in->st.t[1], 0, (in->re - in->rb) * 4);
-    memset(in->st.t[2], 0, (in->re - in->rb) * 4);
+    if (in->filling) {
+        rc = init_flush(in, err); /* the last chunk: every tile is written */
+        if (rc) {
+            zs_err_prefix(err, "Initialize: ");
+            zs_shard_init_abort(in);
+            return rc;
+        }
+    } else {
+        memset(in->st.t[1], 0, (in->re - in->rb) * 4);
+        memset(in->st.t[2], 0, (in->re - in->rb) * 4);
+    }
     pthread_mutex_lock(&sh->mu);
     zs__shard_wait_idle(sh);
     rc = zs__shard_install(sh, &in->id, &in->hp, &in->st, in->start_step, 0, err);
@@ -570,6 +662,8 @@ int zs__shard_require_init(zs_shard_t *sh, zs_err_t *err)
 {
     if (sh->stopping)
         return zs_err_set(err, ZS_ERR_CANCELLED, "server shutting down");
+    if (sh->tier_failed)
+        return zs_err_set(err, ZS_ERR_IO, "%s", sh->tier_error);
     if (!sh->initialized)
         return zs_err_set(err, ZS_ERR_STATE,
                           "server holds no model yet: call Initialize or Restore first");

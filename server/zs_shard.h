@@ -87,6 +87,12 @@ typedef struct zs_shard_opts {
     uint64_t mem_budget;   /* bytes (zs_budget.h); 0: zs_budget_default() */
     uint64_t spec_window;  /* bytes of speculation pre-images (12 B/element); 0: no
                             * speculation. zs-server's default: ZS_SPEC_WINDOW_DEFAULT */
+    /* The NVMe tier (zs_shard_nvme.c): p, m, v in tile files under this
+     * directory instead of RAM; NULL: in RAM. The tier does not speculate
+     * yet (spec_window is ignored: every update waits for Commit). */
+    const char *nvme_path;
+    int nvme_buffered; /* no O_DIRECT (and tmpfs allowed) */
+    int nvme_depth;    /* tiles in flight in a pass; <= 0: ZS_NVME_DEPTH_DEFAULT */
 } zs_shard_opts_t;
 
 /* zs-server's default pre-image window: 1 GiB, about 89 M elements. */
@@ -132,6 +138,7 @@ typedef struct zs_shard_info {
     const char *server_id;
     uint64_t mem_budget, mem_reserved; /* bytes: the budget and what is reserved now */
     uint64_t mem_state;                /* bytes of mem_reserved the installed state holds */
+    int nvme;                          /* p, m, v live in the NVMe tier (--nvme-path) */
     int store_degraded;                /* the store's last write failed (zs_store.h) */
     char store_error[ZS_ERR_MSG_MAX];  /* why, when degraded; else "" */
 } zs_shard_info_t;

@@ -126,6 +126,8 @@ int zs_shard_checkpoint_meta(zs_shard_t *sh, uint64_t step, int keep, const void
     }
     if (sh->stopping)
         rc = zs_err_set(err, ZS_ERR_CANCELLED, "server shutting down");
+    else if (sh->tier_failed) /* the state is no longer one step */
+        rc = zs_err_set(err, ZS_ERR_IO, "checkpoint refused: %s", sh->tier_error);
     else if (!sh->initialized)
         rc = zs_err_set(err, ZS_ERR_STATE, "nothing to checkpoint: server holds no model");
     else if (step != sh->applied_step)
@@ -176,6 +178,10 @@ int zs_shard_checkpoint_meta(zs_shard_t *sh, uint64_t step, int keep, const void
     }
     size_t mlen = zeroshard__checkpoint_meta__pack(&m, meta);
     zs_store_ckpt_t ck = {step, sh->n, {sh->st.t[0], sh->st.t[1], sh->st.t[2]}, meta, mlen};
+    if (sh->st.nv) { /* the NVMe tier: the store reads the tiles chunk by chunk */
+        ck.fill = zs__nvme_ckpt_fill;
+        ck.fill_ud = sh->st.nv;
+    }
     pthread_mutex_unlock(&sh->mu);
 
     struct timespec t0, t1;
@@ -317,7 +323,7 @@ static int restore_step(zs_shard_t *sh, uint64_t step, int check_id, zs_err_t *e
         }
     }
     /* Both states exist until the swap: the new one must fit beside the old. */
-    uint64_t bytes = zs_shard_state_bytes(n);
+    uint64_t bytes = zs__state_bytes(sh, n);
     char what[96];
     snprintf(what, sizeof what, "a new state of %llu elements for Restore", (unsigned long long)n);
     rc = zs_budget_take(&sh->budget, bytes, what, err);
@@ -326,16 +332,19 @@ static int restore_step(zs_shard_t *sh, uint64_t step, int check_id, zs_err_t *e
         return rc;
     }
     zs__state_t st;
-    if (zs__state_alloc(&st, n)) {
+    if (zs__state_alloc_tier(sh, &st, n, err)) {
         free(um);
         zs_budget_give(&sh->budget, bytes);
-        return zs_err_set(err, ZS_ERR_NOMEM, "cannot allocate state for %llu elements",
-                          (unsigned long long)n);
+        return err ? err->code : ZS_ERR_NOMEM;
     }
-    float *const dst[3] = {st.t[0], st.t[1], st.t[2]};
-    pthread_mutex_lock(&sh->store_mu);
-    rc = zs_store_read(sh->store, step, dst, n, err);
-    pthread_mutex_unlock(&sh->store_mu);
+    if (st.nv) { /* the NVMe tier: chunk by chunk into its tiles */
+        rc = zs__nvme_restore(sh, step, n, &st, err);
+    } else {
+        float *const dst[3] = {st.t[0], st.t[1], st.t[2]};
+        pthread_mutex_lock(&sh->store_mu);
+        rc = zs_store_read(sh->store, step, dst, n, err);
+        pthread_mutex_unlock(&sh->store_mu);
+    }
     if (rc) {
         zs__state_free(&st);
         zs_budget_give(&sh->budget, bytes);

@@ -9,6 +9,7 @@
 #include <pthread.h>
 #include <stdatomic.h>
 
+#include "zs_nvme.h"
 #include "zs_pool.h"
 #include "zs_shard.h"
 #include "zs_store.h"
@@ -22,9 +23,10 @@ typedef struct zs__ranges {
 
 /* The arrays of one state: swapped as a whole by init and restore. */
 typedef struct zs__state {
-    float *t[3];      /* master, exp_avg, exp_avg_sq: n each */
-    void *staging[2]; /* 4 B * n each, indexed by step parity */
-    uint16_t *lowp;   /* n */
+    float *t[3];         /* master, exp_avg, exp_avg_sq: n each; NULL in the NVMe tier */
+    zs_nvme_state_t *nv; /* the NVMe tier's tile file holding them instead, or NULL */
+    void *staging[2];    /* 4 B * n each, indexed by step parity */
+    uint16_t *lowp;      /* n */
 } zs__state_t;
 
 /* Speculation (zs_shard_spec.c): per-chunk states. */
@@ -122,6 +124,15 @@ struct zs_shard {
     zs__spec_t spec; /* speculative updates (zs_shard_spec.c) */
     int job_spec;    /* the pending/running pass: ZS__JOB_PLAIN, _KEEP or _ROLLBACK */
 
+    /* The NVMe tier (zs_shard_nvme.c), or NULL: p, m, v in RAM. */
+    zs_nvme_t *nvme;
+    uint64_t nvme_budget; /* bytes of budget its buffers hold */
+    /* A pass of the NVMe tier failed (I/O, checksum): the state is no
+     * longer one step; every call is refused with tier_error until restart,
+     * which resumes from the newest checkpoint. Under mu. */
+    int tier_failed;
+    char tier_error[ZS_ERR_MSG_MAX];
+
     zs_budget_t budget;   /* own lock; see zs_shard.h, "Memory" */
     uint64_t budget_live; /* bytes of it the installed state holds */
     /* Pull and GetState send buffers (zs_shard_reserve_call), bytes of the
@@ -141,6 +152,47 @@ void zs__shard_wait_idle(zs_shard_t *sh);
 /* Allocate arrays for n elements / free them. */
 int zs__state_alloc(zs__state_t *s, uint64_t n);
 void zs__state_free(zs__state_t *s);
+
+/* A state of n elements in the shard's tier: its arrays (or tile file),
+ * and the bytes of budget it holds while installed or built. */
+int zs__state_alloc_tier(zs_shard_t *sh, zs__state_t *s, uint64_t n, zs_err_t *err);
+uint64_t zs__state_bytes(const zs_shard_t *sh, uint64_t n);
+
+/* ---- the NVMe tier (zs_shard_nvme.c) ---- */
+
+/* The commit pass over the tile file (from opt_main, mu not held): the
+ * update of every tile with the same kernel and spans as the RAM pass.
+ * A failure marks the shard failed (tier_failed) and is logged. */
+int zs__nvme_pass_run(zs_shard_t *sh, uint64_t step, zs_dtype_t gdt, zs_dtype_t pdt,
+                      const void *grad, zs_err_t *err);
+
+/* Master weights [s, e) (shard-relative, inside chunk c) cast to dt into
+ * out, read from the tile file (chunk_mu[c] held). */
+int zs__nvme_pull_master(zs_shard_t *sh, size_t c, uint64_t s, uint64_t e, zs_dtype_t dt, void *out,
+                         zs_nvme_buf_t *b, zs_err_t *err);
+
+/* GetState / SetState of tensor t, [a, a + count) shard-relative (shard
+ * idle, mu held). */
+int zs__nvme_get(zs_shard_t *sh, int t, uint64_t a, uint64_t count, float *dst, zs_err_t *err);
+int zs__nvme_set(zs_shard_t *sh, int t, uint64_t a, uint64_t count, const float *src,
+                 zs_err_t *err);
+
+/* Writing a state's tiles in order: p, m, v from arrays (NULL: zeros). */
+typedef struct zs__nvme_fill {
+    zs_nvme_state_t *s;
+    zs_nvme_buf_t b;
+    uint64_t next; /* elements placed so far */
+} zs__nvme_fill_t;
+int zs__nvme_fill_begin(zs__nvme_fill_t *f, zs_nvme_state_t *s, zs_err_t *err);
+int zs__nvme_fill_add(zs__nvme_fill_t *f, const float *const src[3], uint64_t count, zs_err_t *err);
+void zs__nvme_fill_end(zs__nvme_fill_t *f);
+
+/* The store's fill callback for a checkpoint of an NVMe state (ud: the
+ * zs_nvme_state_t). */
+int zs__nvme_ckpt_fill(void *ud, int t, uint64_t off, void *dst, size_t len, zs_err_t *err);
+
+/* Read checkpoint `step` (n elements) from the store into the tiles of st. */
+int zs__nvme_restore(zs_shard_t *sh, uint64_t step, uint64_t n, zs__state_t *st, zs_err_t *err);
 
 /* Install a new state (mu held, shard idle): frees the old arrays, sizes the
  * chunk tables, marks every chunk as holding `step`. */

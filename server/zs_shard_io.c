@@ -96,8 +96,13 @@ int zs_shard_pull(zs_shard_t *sh, uint64_t min_step, uint64_t offset, uint64_t c
     }
     sh->readers++;
     uint64_t a = offset - sh->rb, b = a + count;
+    int nvme = sh->st.nv != NULL;
     pthread_mutex_unlock(&sh->mu);
 
+    /* The NVMe tier: a tile buffer for chunks whose 16-bit copy does not
+     * serve (fp32 pulls, or before the first step), within the budget. */
+    zs_nvme_buf_t tb = {0};
+    int tb_held = 0;
     uint64_t lo = UINT64_MAX;
     char *out = dst;
     for (uint64_t c = a / ZS_OPT_CHUNK; c * ZS_OPT_CHUNK < b; c++) {
@@ -111,17 +116,35 @@ int zs_shard_pull(zs_shard_t *sh, uint64_t min_step, uint64_t offset, uint64_t c
             zs_cast(out, dt, pre + (s - c * ZS_OPT_CHUNK), ZS_DTYPE_F32, (size_t)(e - s));
         else if (dt != ZS_DTYPE_F32 && sh->lowp_ok[c] == 1 + dt)
             memcpy(out, sh->st.lowp + s, (e - s) * 2);
-        else
+        else if (!nvme)
             zs_cast(out, dt, sh->st.t[0] + s, ZS_DTYPE_F32, (size_t)(e - s));
+        else {
+            if (!tb_held) {
+                rc = zs_budget_take(&sh->budget, ZS_NVME_SLOT, "a tile buffer for a Pull", err);
+                if (!rc && (rc = zs_nvme_buf_alloc(&tb, err)))
+                    zs_budget_give(&sh->budget, ZS_NVME_SLOT);
+                tb_held = rc == ZS_OK;
+            }
+            if (!rc)
+                rc = zs__nvme_pull_master(sh, (size_t)c, s, e, dt, out, &tb, err);
+            if (rc) {
+                pthread_mutex_unlock(&sh->chunk_mu[c]);
+                break;
+            }
+        }
         uint64_t d = atomic_load(&sh->done[c]);
         pthread_mutex_unlock(&sh->chunk_mu[c]);
         if (d < lo)
             lo = d;
         out += (e - s) * esz;
     }
+    if (tb_held) {
+        zs_nvme_buf_free(&tb);
+        zs_budget_give(&sh->budget, ZS_NVME_SLOT);
+    }
     *step = lo;
     end_read(sh);
-    return ZS_OK;
+    return rc;
 }
 
 int zs_shard_get_state(zs_shard_t *sh, zs_tensor_t t, uint64_t offset, uint64_t count, float *dst,
@@ -146,10 +169,13 @@ int zs_shard_get_state(zs_shard_t *sh, zs_tensor_t t, uint64_t offset, uint64_t 
     }
     sh->readers++;
     *step = sh->applied_step;
-    memcpy(dst, sh->st.t[t] + (offset - sh->rb), count * 4);
+    if (sh->st.nv) /* buffers within the tier's reservation (zs_shard_create) */
+        rc = zs__nvme_get(sh, (int)t, offset - sh->rb, count, dst, err);
+    else
+        memcpy(dst, sh->st.t[t] + (offset - sh->rb), count * 4);
     pthread_mutex_unlock(&sh->mu);
     end_read(sh);
-    return ZS_OK;
+    return rc;
 }
 
 int zs_shard_set_state(zs_shard_t *sh, zs_tensor_t t, uint64_t offset, uint64_t count,
@@ -165,7 +191,10 @@ int zs_shard_set_state(zs_shard_t *sh, zs_tensor_t t, uint64_t offset, uint64_t 
     }
     if (!rc) {
         uint64_t a = offset - sh->rb;
-        memcpy(sh->st.t[t] + a, src, count * 4);
+        if (sh->st.nv)
+            rc = zs__nvme_set(sh, (int)t, a, count, src, err);
+        else
+            memcpy(sh->st.t[t] + a, src, count * 4);
         if (t == ZS_TENSOR_MASTER)
             for (uint64_t c = a / ZS_OPT_CHUNK; c * ZS_OPT_CHUNK < a + count; c++)
                 sh->lowp_ok[c] = 0;

@@ -44,6 +44,11 @@ typedef struct zs_store_ckpt {
     const float *tensors[3]; /* master, exp_avg, exp_avg_sq: n floats each */
     const void *meta;        /* opaque blob, <= 1 MiB */
     size_t meta_len;
+    /* Instead of tensors (all three NULL): called once per chunk, in order,
+     * to put `len` bytes of tensor t from byte `off` into dst (a state that
+     * is not in RAM: the NVMe tier). Nonzero fails the write. */
+    int (*fill)(void *ud, int t, uint64_t off, void *dst, size_t len, zs_err_t *err);
+    void *fill_ud;
 } zs_store_ckpt_t;
 
 /* Open (creating if needed) the store in directory `dir`. Removes the keys of
@@ -74,6 +79,14 @@ int zs_store_read_meta(zs_store_t *st, uint64_t step, void **meta, size_t *meta_
  * checksum and size is verified: a mismatch gives ZS_ERR_CORRUPT naming the
  * tensor and chunk, and the caller's arrays may be partly overwritten. */
 int zs_store_read(zs_store_t *st, uint64_t step, float *const dst[3], uint64_t n, zs_err_t *err);
+
+/* Read chunk c (ZS_STORE_CHUNK_BYTES of tensor t from byte c *
+ * ZS_STORE_CHUNK_BYTES; the last one shorter) of complete checkpoint
+ * `step` of n elements per tensor into dst, verified as zs_store_read
+ * does; *len gets its bytes. For states read piece by piece (the NVMe
+ * tier's restore). */
+int zs_store_read_chunk(zs_store_t *st, uint64_t step, uint64_t n, int t, uint64_t c, void *dst,
+                        size_t *len, zs_err_t *err);
 
 /* Delete checkpoint `step` (marker first, in one synced batch with the data
  * range delete). ZS_ERR_NOTFOUND if it is not there. */

@@ -134,7 +134,7 @@ static int check_ckpt(const zs_store_t *st, const zs_store_ckpt_t *ck, zs_err_t 
         return zs_err_set(err, ZS_ERR_RANGE, "zs_store_write: n=%llu outside 1..%llu",
                           (unsigned long long)ck->n, (unsigned long long)N_MAX);
     for (int t = 0; t < 3; t++)
-        if (!ck->tensors[t])
+        if (!ck->tensors[t] && !ck->fill)
             return zs_err_set(err, ZS_ERR_INVALID, "zs_store_write: tensor %s is NULL",
                               zs__tensor_name[t]);
     if (ck->meta_len > META_MAX)
@@ -148,6 +148,9 @@ static int check_ckpt(const zs_store_t *st, const zs_store_ckpt_t *ck, zs_err_t 
 
 static int write_chunks(zs_store_t *st, const zs_store_ckpt_t *ck, zs_err_t *err)
 {
+    char *fbuf = ck->fill ? malloc(ZS_STORE_CHUNK_BYTES) : NULL;
+    if (ck->fill && !fbuf)
+        return zs_err_set(err, ZS_ERR_NOMEM, "zs_store_write: out of memory for a chunk");
     rocksdb_writebatch_t *b = rocksdb_writebatch_create();
     uint64_t nc = n_chunks(ck->n);
     int rc = ZS_OK;
@@ -156,7 +159,11 @@ static int write_chunks(zs_store_t *st, const zs_store_ckpt_t *ck, zs_err_t *err
             char key[ZS__KEY_MAX], *e = NULL;
             unsigned char sum[SUM_BYTES];
             size_t klen = zs__chunk_key(key, ck->step, t, c), len = chunk_len(ck->n, c);
-            const char *p = (const char *)ck->tensors[t] + c * ZS_STORE_CHUNK_BYTES;
+            const char *p = fbuf;
+            if (!fbuf)
+                p = (const char *)ck->tensors[t] + c * ZS_STORE_CHUNK_BYTES;
+            else if ((rc = ck->fill(ck->fill_ud, t, c * ZS_STORE_CHUNK_BYTES, fbuf, len, err)))
+                break;
             zs__put_le64(sum, chunk_sum(ck->step, t, c, p, len));
             const char *k[1] = {key}, *v[2] = {p, (const char *)sum};
             size_t kl[1] = {klen}, vl[2] = {len, SUM_BYTES};
@@ -169,6 +176,7 @@ static int write_chunks(zs_store_t *st, const zs_store_ckpt_t *ck, zs_err_t *err
         }
     }
     rocksdb_writebatch_destroy(b);
+    free(fbuf);
     return rc;
 }
 
@@ -318,6 +326,24 @@ static int read_chunk(zs_store_t *st, uint64_t step, int t, uint64_t c, char *ds
                        (unsigned long long)step, zs__tensor_name[t], (unsigned long long)c);
     rocksdb_pinnableslice_destroy(p);
     return rc;
+}
+
+/* See zs_store.h. */
+int zs_store_read_chunk(zs_store_t *st, uint64_t step, uint64_t n, int t, uint64_t c, void *dst,
+                        size_t *len, zs_err_t *err)
+{
+    zs__marker_t m;
+    int rc = zs__load_marker(st, step, &m, NULL, NULL, err);
+    if (rc)
+        return rc;
+    if (m.n != n || t < 0 || t > 2 || c >= n_chunks(n))
+        return zs_err_set(err, ZS_ERR_INVALID,
+                          "store %s: step %llu holds n=%llu elements per tensor; caller asked "
+                          "for chunk %llu of tensor %d of n=%llu",
+                          st->dir, (unsigned long long)step, (unsigned long long)m.n,
+                          (unsigned long long)c, t, (unsigned long long)n);
+    *len = chunk_len(n, c);
+    return read_chunk(st, step, t, c, dst, *len, err);
 }
 
 typedef struct {

@@ -1,0 +1,508 @@
+/*
+ * zs_nvme.c - the NVMe tier's directory, tile files and synchronous tile
+ * I/O (see zs_nvme.h for the layout and the rules). The asynchronous pass
+ * is zs_nvme_pass.c.
+ *
+ * Why io_uring (liburing) and not libaio: libaio is asynchronous only for
+ * O_DIRECT files (a buffered file, --nvme-buffered, silently blocks in
+ * io_submit), needs a syscall per submit and per reap, and is in
+ * maintenance; io_uring is asynchronous for both, batches submissions and
+ * completions through shared rings, and liburing is packaged everywhere we
+ * build (Debian: liburing-dev). DeepNVMe's libaio choice predates it.
+ *
+ * Not here: the pass's pipeline, what the tensors mean, checkpoints.
+ */
+#define _GNU_SOURCE
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <liburing.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/file.h>
+#include <sys/stat.h>
+#include <sys/statfs.h>
+#include <sys/types.h>
+#include <unistd.h>
+#include <xxhash.h>
+
+#include "zs_log.h"
+#include "zs_nvme.h"
+
+#define MAGIC        0x31454C4954535A7Aull /* "zZSTILE1" little-endian */
+#define TMPFS_MAGIC_ 0x01021994L
+#define RAMFS_MAGIC_ 0x858458f6L
+#define LOCK_NAME    "zs-nvme.lock"
+
+/* The header at the start of every slot: 8 little-endian u64. */
+typedef struct {
+    uint64_t magic, tile, seq, k, sum[3], hsum;
+} hdr_t;
+
+struct zs_nvme {
+    char *dir;
+    int buffered, depth, lock_fd;
+    struct io_uring ring;
+    int ring_ok;
+    zs_nvme_buf_t *bufs; /* depth of them, for the pass */
+    _Atomic unsigned serial;
+};
+
+struct zs_nvme_state {
+    zs_nvme_t *nv;
+    char *path;
+    int fd;
+    uint64_t n;
+    size_t ntiles;
+    unsigned char *cur; /* current slot of each tile */
+    uint64_t *seq;      /* sequence of each tile's current contents; 0: never written */
+};
+
+/* ---- buffers and headers -------------------------------------------------- */
+
+int zs_nvme_buf_alloc(zs_nvme_buf_t *b, zs_err_t *err)
+{
+    b->mem = aligned_alloc(ZS_NVME_ALIGN, ZS_NVME_SLOT);
+    if (!b->mem)
+        return zs_err_set(err, ZS_ERR_NOMEM, "out of memory for a %u KiB tile buffer",
+                          (unsigned)(ZS_NVME_SLOT >> 10));
+    memset(b->mem, 0, ZS_NVME_HDR);
+    for (int t = 0; t < 3; t++)
+        b->t[t] = (float *)(b->mem + ZS_NVME_HDR + (size_t)t * ZS_NVME_SPAN);
+    return ZS_OK;
+}
+
+void zs_nvme_buf_free(zs_nvme_buf_t *b)
+{
+    free(b->mem);
+    memset(b, 0, sizeof *b);
+}
+
+uint64_t zs__nvme_slot_off(size_t c, int slot)
+{
+    return ((uint64_t)c * 2 + (uint64_t)slot) * ZS_NVME_SLOT;
+}
+
+/* Seed of a tensor's checksum: where it belongs, so a tile written for
+ * another place or time does not pass. */
+static uint64_t seed(size_t c, uint64_t seq, int t)
+{
+    return ((uint64_t)c * 3 + (uint64_t)t) ^ (seq * 0x9E3779B97F4A7C15ull);
+}
+
+void zs__nvme_seal(zs_nvme_buf_t *b, size_t c, uint64_t seq, uint32_t k)
+{
+    hdr_t h = {MAGIC, c, seq, k, {0, 0, 0}, 0};
+    for (int t = 0; t < 3; t++)
+        h.sum[t] = XXH3_64bits_withSeed(b->t[t], (size_t)k * 4, seed(c, seq, t));
+    h.hsum = XXH3_64bits(&h, offsetof(hdr_t, hsum));
+    memcpy(b->mem, &h, sizeof h);
+}
+
+static const char *const tname[3] = {"master", "exp_avg", "exp_avg_sq"};
+
+int zs__nvme_check(const zs_nvme_state_t *s, const zs_nvme_buf_t *b, size_t c, unsigned mask,
+                   zs_err_t *err)
+{
+    hdr_t h;
+    memcpy(&h, b->mem, sizeof h);
+    uint64_t k = zs_nvme_tile_len(s, c), a = (uint64_t)c * ZS_NVME_TILE;
+    if (h.magic != MAGIC || h.hsum != XXH3_64bits(&h, offsetof(hdr_t, hsum)) || h.tile != c ||
+        h.seq != s->seq[c] || h.k != k)
+        return zs_err_set(err, ZS_ERR_CORRUPT,
+                          "nvme %s: tile %zu (elements [%llu, %llu) of the range) has a bad or "
+                          "stale header (slot %d, want sequence %llu): torn or corrupted; not used",
+                          s->path, c, (unsigned long long)a, (unsigned long long)(a + k), s->cur[c],
+                          (unsigned long long)s->seq[c]);
+    for (int t = 0; t < 3; t++)
+        if ((mask >> t & 1) &&
+            XXH3_64bits_withSeed(b->t[t], (size_t)k * 4, seed(c, h.seq, t)) != h.sum[t])
+            return zs_err_set(err, ZS_ERR_CORRUPT,
+                              "nvme %s: tile %zu (elements [%llu, %llu) of the range): %s fails "
+                              "its XXH3 checksum: torn or corrupted; not used",
+                              s->path, c, (unsigned long long)a, (unsigned long long)(a + k),
+                              tname[t]);
+    return ZS_OK;
+}
+
+/* ---- the tier ------------------------------------------------------------- */
+
+static int mkdir_p(const char *dir)
+{
+    char p[4096];
+    snprintf(p, sizeof p, "%s", dir);
+    for (char *q = p + 1; *q; q++)
+        if (*q == '/') {
+            *q = 0;
+            if (mkdir(p, 0755) && errno != EEXIST)
+                return -1;
+            *q = '/';
+        }
+    return mkdir(p, 0755) && errno != EEXIST ? -1 : 0;
+}
+
+/* Lock DIR for this process: another server's lock is ZS_ERR_EXISTS. */
+static int lock_dir(zs_nvme_t *nv, zs_err_t *err)
+{
+    char path[4200];
+    snprintf(path, sizeof path, "%s/" LOCK_NAME, nv->dir);
+    nv->lock_fd = open(path, O_RDWR | O_CREAT | O_CLOEXEC, 0644);
+    if (nv->lock_fd < 0)
+        return zs_err_set(err, ZS_ERR_IO, "nvme %s: cannot open %s: %s", nv->dir, path,
+                          strerror(errno));
+    if (flock(nv->lock_fd, LOCK_EX | LOCK_NB) != 0) {
+        char pid[32] = "";
+        ssize_t r = pread(nv->lock_fd, pid, sizeof pid - 1, 0);
+        pid[r > 0 ? r : 0] = 0;
+        pid[strcspn(pid, "\n")] = 0;
+        close(nv->lock_fd);
+        nv->lock_fd = -1;
+        return zs_err_set(err, ZS_ERR_EXISTS,
+                          "nvme %s is in use by another zs-server (pid %s): a tier's files are "
+                          "never shared; give each server its own --nvme-path",
+                          nv->dir, pid[0] ? pid : "unknown");
+    }
+    char pid[32];
+    int len = snprintf(pid, sizeof pid, "%ld\n", (long)getpid());
+    if (ftruncate(nv->lock_fd, 0) != 0 || pwrite(nv->lock_fd, pid, (size_t)len, 0) != len)
+        ZS_WARN("nvme %s: cannot write the pid into %s", nv->dir, path);
+    return ZS_OK;
+}
+
+/* Refuse a DIR whose "direct" I/O is RAM (tmpfs, ramfs) or that refuses
+ * O_DIRECT, unless buffered. */
+static int check_direct(zs_nvme_t *nv, zs_err_t *err)
+{
+    struct statfs fs;
+    if (statfs(nv->dir, &fs) != 0)
+        return zs_err_set(err, ZS_ERR_IO, "nvme %s: statfs: %s", nv->dir, strerror(errno));
+    int ram = fs.f_type == TMPFS_MAGIC_ || fs.f_type == RAMFS_MAGIC_;
+    if (ram && !nv->buffered)
+        return zs_err_set(err, ZS_ERR_INVALID,
+                          "nvme %s is on %s: its files live in RAM, outside --mem-budget, and "
+                          "it has no real direct I/O; use a directory on an NVMe drive, or "
+                          "--nvme-buffered to use it anyway",
+                          nv->dir, fs.f_type == TMPFS_MAGIC_ ? "tmpfs" : "ramfs");
+    if (nv->buffered)
+        return ZS_OK;
+    char path[4200];
+    snprintf(path, sizeof path, "%s/zs-nvme.probe", nv->dir);
+    int fd = open(path, O_RDWR | O_CREAT | O_TRUNC | O_DIRECT | O_CLOEXEC, 0644);
+    int e = errno, ok = fd >= 0;
+    if (ok) {
+        void *b = aligned_alloc(ZS_NVME_ALIGN, ZS_NVME_ALIGN);
+        if (b) {
+            memset(b, 0, ZS_NVME_ALIGN);
+            ok = pwrite(fd, b, ZS_NVME_ALIGN, 0) == (ssize_t)ZS_NVME_ALIGN;
+            e = errno;
+        }
+        free(b);
+        close(fd);
+    }
+    unlink(path);
+    if (!ok)
+        return zs_err_set(err, ZS_ERR_INVALID,
+                          "nvme %s does not support O_DIRECT (%s); use a directory on an NVMe "
+                          "drive, or --nvme-buffered to go through the page cache",
+                          nv->dir, strerror(e));
+    return ZS_OK;
+}
+
+/* Tile files of a server that died: its state is in its checkpoints. */
+static void remove_stale(zs_nvme_t *nv)
+{
+    DIR *d = opendir(nv->dir);
+    if (!d)
+        return;
+    struct dirent *de;
+    while ((de = readdir(d))) {
+        size_t l = strlen(de->d_name);
+        if (strncmp(de->d_name, "state-", 6) || l < 12 || strcmp(de->d_name + l - 6, ".tiles"))
+            continue;
+        char path[4400];
+        snprintf(path, sizeof path, "%s/%s", nv->dir, de->d_name);
+        if (unlink(path) == 0)
+            ZS_INFO("nvme %s: removed %s, left by a server that stopped (its state is in its "
+                    "checkpoints)",
+                    nv->dir, de->d_name);
+    }
+    closedir(d);
+}
+
+int zs_nvme_open(const zs_nvme_opts_t *o, zs_nvme_t **out, zs_err_t *err)
+{
+    *out = NULL;
+    if (!o->dir || !o->dir[0])
+        return zs_err_set(err, ZS_ERR_INVALID, "nvme: empty path");
+    zs_nvme_t *nv = calloc(1, sizeof *nv);
+    if (!nv)
+        return zs_err_set(err, ZS_ERR_NOMEM, "out of memory");
+    nv->dir = strdup(o->dir);
+    nv->buffered = o->buffered;
+    nv->depth = o->depth > 0 ? o->depth : ZS_NVME_DEPTH_DEFAULT;
+    if (nv->depth < 3)
+        nv->depth = 3; /* one read ahead, one updated, one written behind */
+    nv->lock_fd = -1;
+    int rc = ZS_OK;
+    if (!nv->dir)
+        rc = zs_err_set(err, ZS_ERR_NOMEM, "out of memory");
+    else if (mkdir_p(nv->dir) != 0)
+        rc = zs_err_set(err, ZS_ERR_IO, "nvme: cannot create %s: %s", nv->dir, strerror(errno));
+    if (!rc)
+        rc = lock_dir(nv, err);
+    if (!rc)
+        rc = check_direct(nv, err);
+    if (!rc) {
+        int r = io_uring_queue_init((unsigned)(2 * nv->depth), &nv->ring, 0);
+        if (r < 0)
+            rc = zs_err_set(err, ZS_ERR_IO, "nvme %s: io_uring_queue_init: %s", nv->dir,
+                            strerror(-r));
+        nv->ring_ok = r == 0;
+    }
+    if (!rc && !(nv->bufs = calloc((size_t)nv->depth, sizeof *nv->bufs)))
+        rc = zs_err_set(err, ZS_ERR_NOMEM, "out of memory");
+    for (int i = 0; !rc && i < nv->depth; i++)
+        rc = zs_nvme_buf_alloc(&nv->bufs[i], err);
+    if (rc) {
+        zs_nvme_close(nv);
+        return rc;
+    }
+    remove_stale(nv);
+    ZS_INFO("nvme: state on %s (%s, io_uring, %d tiles of %u KiB in flight)", nv->dir,
+            zs_nvme_mode(nv), nv->depth, (unsigned)(ZS_NVME_SLOT >> 10));
+    *out = nv;
+    return ZS_OK;
+}
+
+void zs_nvme_close(zs_nvme_t *nv)
+{
+    if (!nv)
+        return;
+    if (nv->ring_ok)
+        io_uring_queue_exit(&nv->ring);
+    for (int i = 0; nv->bufs && i < nv->depth; i++)
+        zs_nvme_buf_free(&nv->bufs[i]);
+    free(nv->bufs);
+    if (nv->lock_fd >= 0)
+        close(nv->lock_fd); /* releases the flock */
+    free(nv->dir);
+    free(nv);
+}
+
+uint64_t zs_nvme_ram_bytes(const zs_nvme_t *nv)
+{
+    /* buffers, and the ring's SQ/CQ entries (64 + 16 B each, rounded up) */
+    return (uint64_t)nv->depth * ZS_NVME_SLOT + (uint64_t)nv->depth * 2 * 128 + 4096;
+}
+
+int zs_nvme_depth(const zs_nvme_t *nv)
+{
+    return nv->depth;
+}
+
+const char *zs_nvme_dir(const zs_nvme_t *nv)
+{
+    return nv->dir;
+}
+
+const char *zs_nvme_mode(const zs_nvme_t *nv)
+{
+    return nv->buffered ? "buffered" : "O_DIRECT";
+}
+
+void *zs__nvme_ring(zs_nvme_t *nv)
+{
+    return &nv->ring;
+}
+
+zs_nvme_buf_t *zs__nvme_bufs(zs_nvme_t *nv)
+{
+    return nv->bufs;
+}
+
+/* ---- states ---------------------------------------------------------------- */
+
+uint64_t zs_nvme_state_ram_bytes(uint64_t n)
+{
+    uint64_t nt = (n + ZS_NVME_TILE - 1) / ZS_NVME_TILE;
+    return nt * 9 + 256;
+}
+
+int zs_nvme_state_create(zs_nvme_t *nv, uint64_t n, zs_nvme_state_t **out, zs_err_t *err)
+{
+    *out = NULL;
+    if (n == 0 || n > ZS_MAX_PARAMS)
+        return zs_err_set(err, ZS_ERR_INVALID, "nvme: a state of %llu elements",
+                          (unsigned long long)n);
+    zs_nvme_state_t *s = calloc(1, sizeof *s);
+    if (!s)
+        return zs_err_set(err, ZS_ERR_NOMEM, "out of memory");
+    s->nv = nv;
+    s->n = n;
+    s->fd = -1;
+    s->ntiles = (size_t)((n + ZS_NVME_TILE - 1) / ZS_NVME_TILE);
+    s->cur = calloc(s->ntiles, 1);
+    s->seq = calloc(s->ntiles, sizeof *s->seq);
+    char path[4400];
+    snprintf(path, sizeof path, "%s/state-%ld-%u.tiles", nv->dir, (long)getpid(),
+             atomic_fetch_add(&nv->serial, 1));
+    s->path = strdup(path);
+    if (!s->cur || !s->seq || !s->path) {
+        zs_nvme_state_free(s);
+        return zs_err_set(err, ZS_ERR_NOMEM, "out of memory for %zu tile records", s->ntiles);
+    }
+    s->fd = open(path, O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC | (nv->buffered ? 0 : O_DIRECT), 0600);
+    if (s->fd < 0) {
+        int e = errno;
+        zs_nvme_state_free(s);
+        return zs_err_set(err, ZS_ERR_IO, "nvme: cannot create %s: %s", path, strerror(e));
+    }
+    off_t bytes = (off_t)zs__nvme_slot_off(s->ntiles, 0);
+    if (fallocate(s->fd, 0, 0, bytes) != 0) {
+        int e = errno;
+        if (e == ENOSPC || e == EDQUOT) {
+            zs_nvme_state_free(s);
+            return zs_err_set(err, ZS_ERR_NOMEM,
+                              "nvme %s: no room for a state of %llu elements (%.2f GB: two "
+                              "slots of 12 B per element): %s",
+                              nv->dir, (unsigned long long)n, (double)bytes / 1e9, strerror(e));
+        }
+        /* A file system without fallocate: sized, but a full disk then
+         * fails the step that writes (the committed tiles stay). */
+        if (ftruncate(s->fd, bytes) != 0) {
+            e = errno;
+            zs_nvme_state_free(s);
+            return zs_err_set(err, ZS_ERR_IO, "nvme: cannot size %s: %s", path, strerror(e));
+        }
+        ZS_WARN("nvme %s: fallocate unsupported (%s): the state file is sparse", nv->dir,
+                strerror(e));
+    }
+    *out = s;
+    return ZS_OK;
+}
+
+void zs_nvme_state_free(zs_nvme_state_t *s)
+{
+    if (!s)
+        return;
+    if (s->fd >= 0) {
+        close(s->fd);
+        unlink(s->path);
+    }
+    free(s->path);
+    free(s->cur);
+    free(s->seq);
+    free(s);
+}
+
+size_t zs_nvme_ntiles(const zs_nvme_state_t *s)
+{
+    return s->ntiles;
+}
+
+uint32_t zs_nvme_tile_len(const zs_nvme_state_t *s, size_t c)
+{
+    uint64_t a = (uint64_t)c * ZS_NVME_TILE;
+    return (uint32_t)(s->n - a < ZS_NVME_TILE ? s->n - a : ZS_NVME_TILE);
+}
+
+const char *zs_nvme_state_path(const zs_nvme_state_t *s)
+{
+    return s->path;
+}
+
+int zs__nvme_fd(const zs_nvme_state_t *s)
+{
+    return s->fd;
+}
+
+int zs__nvme_cur(const zs_nvme_state_t *s, size_t c)
+{
+    return s->cur[c];
+}
+
+uint64_t zs__nvme_seq(const zs_nvme_state_t *s, size_t c)
+{
+    return s->seq[c];
+}
+
+void zs__nvme_flip(zs_nvme_state_t *s, size_t c)
+{
+    s->cur[c] ^= 1;
+    s->seq[c]++;
+}
+
+/* ---- synchronous tile I/O ---------------------------------------------------- */
+
+/* pread/pwrite all of len bytes at off (retrying short transfers). */
+static int full_io(int fd, int wr, void *buf, size_t len, uint64_t off, const char *path,
+                   zs_err_t *err)
+{
+    size_t done = 0;
+    while (done < len) {
+        ssize_t r = wr ? pwrite(fd, (char *)buf + done, len - done, (off_t)(off + done))
+                       : pread(fd, (char *)buf + done, len - done, (off_t)(off + done));
+        if (r < 0 && errno == EINTR)
+            continue;
+        if (r <= 0) {
+            int e = r < 0 ? errno : EIO;
+            return zs_err_set(err, e == ENOSPC ? ZS_ERR_NOMEM : ZS_ERR_IO,
+                              "nvme %s: %s at %llu: %s", path, wr ? "write" : "read",
+                              (unsigned long long)(off + done),
+                              r < 0 ? strerror(e) : "end of file");
+        }
+        done += (size_t)r;
+    }
+    return ZS_OK;
+}
+
+int zs_nvme_read(zs_nvme_state_t *s, size_t c, unsigned mask, zs_nvme_buf_t *b, zs_err_t *err)
+{
+    if (c >= s->ntiles)
+        return zs_err_set(err, ZS_ERR_RANGE, "nvme: tile %zu of %zu", c, s->ntiles);
+    uint64_t off = zs__nvme_slot_off(c, s->cur[c]);
+    int rc;
+    if (mask == 1 || mask == 2 || mask == 4) { /* one tensor: its span and the header */
+        int t = mask == 1 ? 0 : mask == 2 ? 1 : 2;
+        rc = full_io(s->fd, 0, b->mem, ZS_NVME_HDR, off, s->path, err);
+        if (!rc)
+            rc = full_io(s->fd, 0, b->t[t], ZS_NVME_SPAN, off + ZS_NVME_HDR + t * ZS_NVME_SPAN,
+                         s->path, err);
+    } else {
+        rc = full_io(s->fd, 0, b->mem, ZS_NVME_SLOT, off, s->path, err);
+    }
+    return rc ? rc : zs__nvme_check(s, b, c, mask, err);
+}
+
+int zs_nvme_write(zs_nvme_state_t *s, size_t c, zs_nvme_buf_t *b, zs_err_t *err)
+{
+    if (c >= s->ntiles)
+        return zs_err_set(err, ZS_ERR_RANGE, "nvme: tile %zu of %zu", c, s->ntiles);
+    zs__nvme_seal(b, c, s->seq[c] + 1, zs_nvme_tile_len(s, c));
+    int rc =
+        full_io(s->fd, 1, b->mem, ZS_NVME_SLOT, zs__nvme_slot_off(c, s->cur[c] ^ 1), s->path, err);
+    if (rc)
+        return rc;
+    zs__nvme_flip(s, c);
+    return ZS_OK;
+}
+
+int zs__nvme_corrupt(zs_nvme_state_t *s, size_t c, int t, zs_err_t *err)
+{
+    if (c >= s->ntiles || t < 0 || t > 2)
+        return zs_err_set(err, ZS_ERR_RANGE, "nvme: no tile %zu tensor %d", c, t);
+    zs_nvme_buf_t b;
+    int rc = zs_nvme_buf_alloc(&b, err);
+    for (int slot = 0; !rc && slot < 2; slot++) {
+        uint64_t off = zs__nvme_slot_off(c, slot) + ZS_NVME_HDR + (uint64_t)t * ZS_NVME_SPAN;
+        rc = full_io(s->fd, 0, b.t[0], ZS_NVME_ALIGN, off, s->path, err);
+        if (!rc) {
+            ((unsigned char *)b.t[0])[5] ^= 0x20;
+            rc = full_io(s->fd, 1, b.t[0], ZS_NVME_ALIGN, off, s->path, err);
+        }
+    }
+    zs_nvme_buf_free(&b);
+    return rc;
+}

@@ -1,0 +1,174 @@
+/*
+ * zs_nvme.h - the NVMe tier of a shard server (zs-server --nvme-path DIR):
+ * the fp32 master weights and Adam moments (p, m, v) of the shard's range
+ * live in a file of tiles under DIR instead of RAM.
+ *
+ * Layout. A state of n elements is one file DIR/state-<pid>-<k>.tiles of
+ * ceil(n / ZS_NVME_TILE) tiles; tile c holds elements [c T, c T + k) of the
+ * range (T = ZS_NVME_TILE = ZS_OPT_CHUNK, so tile c is exactly optimizer
+ * chunk c and the update calls the same kernel on the same spans as the RAM
+ * path: bitwise the same results). Each tile has two slots of ZS_NVME_SLOT
+ * bytes at offset (2 c + s) ZS_NVME_SLOT:
+ *   [0, 4096)             header: magic, tile, seq, k, XXH3 of p, m, v,
+ *                         XXH3 of the header itself
+ *   [4096, +T*4)          p (fp32[k], rest of the span unused)
+ *   then m, then v        likewise
+ * Writes go out of place, to the slot that is not current; the tile's
+ * current slot and sequence number flip only once the write has landed.
+ * The old slot is therefore the committed pre-image until then, and a
+ * failed or torn write never replaces a good tile. Every read checks the
+ * header (tile, seq) and the XXH3 of each tensor it uses: a stale, torn or
+ * corrupted tile is refused (ZS_ERR_CORRUPT), never handed to AdamW.
+ * Slot choice and sequence numbers are kept in RAM (9 B per tile): the
+ * tile file is the live state, not a checkpoint. Durability is the
+ * RocksDB checkpoint's job (zs_shard_ckpt.c copies tiles into it), so a
+ * server starting on DIR deletes the tile files a dead server left there
+ * and rebuilds its state from the newest checkpoint.
+ *
+ * I/O. O_DIRECT (the page cache would hold the state in RAM, outside the
+ * budget) with 4 KiB-aligned buffers and offsets. DIR on a file system
+ * without real direct I/O (tmpfs, ramfs: their "direct" I/O is RAM) or
+ * refusing O_DIRECT is refused unless `buffered` (--nvme-buffered). The
+ * file is preallocated at creation (fallocate), so a full disk fails
+ * Initialize or Restore, not a step. One server per DIR: an flock on
+ * DIR/zs-nvme.lock, held while the tier is open.
+ *
+ * Threads. The synchronous tile calls (zs_nvme_read, zs_nvme_write) may be
+ * called from any thread; each uses its own caller-supplied buffer (a
+ * zs_nvme_buf_t) and pread/pwrite. The caller keeps a tile from being read
+ * while its slot flips (the shard's per-chunk lock). The asynchronous pass
+ * (zs_nvme_pass.c) uses one io_uring of the tier: one pass at a time.
+ *
+ * Not here: what the tensors mean (the shard), checkpoints (the store),
+ * the pipeline of a pass (zs_nvme_pass.c).
+ */
+#ifndef ZS_NVME_H
+#define ZS_NVME_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "zs_shard.h"
+#include "zs_status.h"
+
+#define ZS_NVME_TILE  ZS_OPT_CHUNK /* elements per tile: one optimizer chunk */
+#define ZS_NVME_ALIGN 4096u        /* O_DIRECT alignment of buffers, offsets, lengths */
+#define ZS_NVME_HDR   4096u        /* bytes of a slot's header block */
+#define ZS_NVME_SPAN  ((size_t)ZS_NVME_TILE * 4)       /* bytes of one tensor in a slot */
+#define ZS_NVME_SLOT  (ZS_NVME_HDR + 3 * ZS_NVME_SPAN) /* 772 KiB */
+/* Tiles in flight in a pass by default (DeepSpeed's buffer_count is 4..8 of
+ * 1 MiB blocks; a pass needs read-ahead, the tiles being updated and the
+ * writes behind them). */
+#define ZS_NVME_DEPTH_DEFAULT 16
+
+typedef struct zs_nvme zs_nvme_t;
+typedef struct zs_nvme_state zs_nvme_state_t;
+
+typedef struct zs_nvme_opts {
+    const char *dir; /* created if missing */
+    int buffered;    /* 1: no O_DIRECT (and tmpfs allowed): --nvme-buffered */
+    int depth;       /* tiles in flight in a pass; <= 0: ZS_NVME_DEPTH_DEFAULT */
+} zs_nvme_opts_t;
+
+/* One aligned slot-sized I/O buffer: hdr then p, m, v spans. */
+typedef struct zs_nvme_buf {
+    unsigned char *mem; /* ZS_NVME_SLOT bytes, ZS_NVME_ALIGN-aligned */
+    float *t[3];        /* p, m, v inside mem */
+} zs_nvme_buf_t;
+
+/* Open the tier on o->dir: lock it (ZS_ERR_EXISTS when another server holds
+ * it), check direct I/O (ZS_ERR_INVALID for tmpfs / no O_DIRECT unless
+ * buffered), remove tile files left by a dead server, set up the ring. */
+int zs_nvme_open(const zs_nvme_opts_t *o, zs_nvme_t **out, zs_err_t *err);
+
+/* Close the ring, release the lock, free. NULL is a no-op. States must be
+ * freed first. */
+void zs_nvme_close(zs_nvme_t *nv);
+
+/* Bytes of RAM the tier holds while open: the pass's depth buffers and the
+ * ring (the shard reserves them against its budget). */
+uint64_t zs_nvme_ram_bytes(const zs_nvme_t *nv);
+
+/* Tiles in flight in a pass. */
+int zs_nvme_depth(const zs_nvme_t *nv);
+
+/* The directory, and "O_DIRECT" or "buffered", for logs. */
+const char *zs_nvme_dir(const zs_nvme_t *nv);
+const char *zs_nvme_mode(const zs_nvme_t *nv);
+
+/* A new, preallocated tile file for n elements (n >= 1). Its tiles hold
+ * nothing until written: reading one before is ZS_ERR_CORRUPT. ZS_ERR_NOMEM
+ * when the disk has no room (the file is removed). */
+int zs_nvme_state_create(zs_nvme_t *nv, uint64_t n, zs_nvme_state_t **out, zs_err_t *err);
+
+/* Close and remove the file, free. NULL is a no-op. */
+void zs_nvme_state_free(zs_nvme_state_t *s);
+
+/* Tiles of s, and elements of tile c (the last may be short). */
+size_t zs_nvme_ntiles(const zs_nvme_state_t *s);
+uint32_t zs_nvme_tile_len(const zs_nvme_state_t *s, size_t c);
+
+/* Bytes of RAM a state of n elements holds (slot table). */
+uint64_t zs_nvme_state_ram_bytes(uint64_t n);
+
+/* The path of s's file (for tests and logs). */
+const char *zs_nvme_state_path(const zs_nvme_state_t *s);
+
+/* Allocate / free one aligned slot buffer (ZS_NVME_SLOT bytes). */
+int zs_nvme_buf_alloc(zs_nvme_buf_t *b, zs_err_t *err);
+void zs_nvme_buf_free(zs_nvme_buf_t *b);
+
+/* Read the current slot of tile c into b and verify the tensors of `mask`
+ * (bit t for tensor t; the header always): ZS_ERR_CORRUPT naming the tile
+ * and tensor when a checksum, the tile number or the sequence disagree,
+ * ZS_ERR_IO on a failed read. */
+int zs_nvme_read(zs_nvme_state_t *s, size_t c, unsigned mask, zs_nvme_buf_t *b, zs_err_t *err);
+
+/* Write b's p, m, v (tile_len(c) elements each) as tile c: to the other
+ * slot, then flip (the caller keeps readers of c out meanwhile). On error
+ * the tile keeps its old slot and contents. */
+int zs_nvme_write(zs_nvme_state_t *s, size_t c, zs_nvme_buf_t *b, zs_err_t *err);
+
+/* ---- the pass (zs_nvme_pass.c) ---------------------------------------- */
+
+/* Update tiles [c0, c0 + count) in place in their buffers (p, m, v of
+ * tile_len elements each); called on the pass's pool, once per tile, with
+ * the tiles of a batch in parallel. Returns nonzero to fail the pass. */
+typedef int (*zs_nvme_update_fn)(void *ud, size_t c, float *p, float *m, float *v, uint32_t k);
+
+/* Called after tile c's new contents landed and its slot flipped (from the
+ * pass's thread); `flip` performs the flip and must be called by it, under
+ * whatever lock keeps readers of c out. */
+typedef void (*zs_nvme_landed_fn)(void *ud, size_t c, void (*flip)(zs_nvme_state_t *, size_t),
+                                  zs_nvme_state_t *s);
+
+/* Walk every tile of s: read ahead, update in batches on `pool` (one
+ * update call per tile), write behind, all within the tier's depth. Reads
+ * of later tiles and writes of earlier ones overlap the updates. On the
+ * first error (I/O, checksum, update) no further tile is updated; tiles
+ * already landed keep their new contents, the others their old. */
+struct zs_pool;
+int zs_nvme_pass(zs_nvme_t *nv, zs_nvme_state_t *s, struct zs_pool *pool, zs_nvme_update_fn fn,
+                 zs_nvme_landed_fn landed, void *ud, double *io_seconds, zs_err_t *err);
+
+/* Test hook: flip one byte of tensor t of both slots of tile c in the file,
+ * behind the tier's back (a torn or corrupted tile). */
+int zs__nvme_corrupt(zs_nvme_state_t *s, size_t c, int t, zs_err_t *err);
+
+/* Shared by zs_nvme.c and zs_nvme_pass.c: byte offset of slot s of tile c;
+ * fill b's header for a write of tile c as sequence seq; verify a read
+ * header and tensors. */
+uint64_t zs__nvme_slot_off(size_t c, int slot);
+void zs__nvme_seal(zs_nvme_buf_t *b, size_t c, uint64_t seq, uint32_t k);
+int zs__nvme_check(const zs_nvme_state_t *s, const zs_nvme_buf_t *b, size_t c, unsigned mask,
+                   zs_err_t *err);
+/* The fd, the current slot and sequence of tile c, for the pass. */
+int zs__nvme_fd(const zs_nvme_state_t *s);
+int zs__nvme_cur(const zs_nvme_state_t *s, size_t c);
+uint64_t zs__nvme_seq(const zs_nvme_state_t *s, size_t c);
+void zs__nvme_flip(zs_nvme_state_t *s, size_t c);
+/* The ring, depth and buffers of the tier, for the pass. */
+void *zs__nvme_ring(zs_nvme_t *nv);
+zs_nvme_buf_t *zs__nvme_bufs(zs_nvme_t *nv);
+
+#endif

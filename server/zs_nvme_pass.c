@@ -1,0 +1,191 @@
+/*
+ * zs_nvme_pass.c - one optimizer pass over a tile file (zs_nvme.h): reads
+ * run ahead and writes behind the update, through the tier's io_uring.
+ *
+ * Pipeline. Tile c uses buffer c mod D (D = the tier's depth). The loop
+ *   1. queues reads of the next tiles whose buffer is free (its previous
+ *      tile's write landed), and submits them with the writes of step 3;
+ *   2. takes the run of consecutive read tiles at the front (up to the
+ *      pool's thread count), verifies and updates them on the pool, one
+ *      update call per tile, while the ring's reads and writes proceed;
+ *   3. seals them (header, checksums) and queues their writes to the slot
+ *      that is not current;
+ *   4. reaps completions: a read marks its tile ready, a write hands the
+ *      tile to `landed` (which flips it under the caller's lock) and frees
+ *      the buffer.
+ * So the reads of tiles c+1.. and the writes of tiles ..c-1 overlap the
+ * update of c. After an error nothing new is queued or updated; operations
+ * in flight are reaped before returning (the buffers belong to the tier).
+ *
+ * Not here: the tile format (zs_nvme.c), AdamW (the caller's update).
+ */
+#include <errno.h>
+#include <liburing.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "zs_log.h"
+#include "zs_nvme.h"
+#include "zs_pool.h"
+
+enum { B_FREE = 0, B_READING, B_READY, B_WRITING };
+
+typedef struct {
+    zs_nvme_t *nv;
+    zs_nvme_state_t *s;
+    zs_nvme_buf_t *bufs;
+    int D;
+    unsigned char *bst; /* per buffer: B_* */
+    zs_nvme_update_fn fn;
+    void *ud;
+    size_t c0; /* first tile of the batch being updated */
+    int *brc;  /* per batch slot: update/verify result */
+    zs_err_t *berr;
+} pass_t;
+
+static double now_s(void)
+{
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    return (double)t.tv_sec + 1e-9 * (double)t.tv_nsec;
+}
+
+/* Verify then update tile p->c0 + i (on the pool). */
+static void update_one(void *arg, size_t i, int thread)
+{
+    (void)thread;
+    pass_t *p = arg;
+    size_t c = p->c0 + i;
+    zs_nvme_buf_t *b = &p->bufs[c % (size_t)p->D];
+    p->brc[i] = zs__nvme_check(p->s, b, c, 7, &p->berr[i]);
+    if (p->brc[i] == ZS_OK && p->fn(p->ud, c, b->t[0], b->t[1], b->t[2], zs_nvme_tile_len(p->s, c)))
+        p->brc[i] = zs_err_set(&p->berr[i], ZS_ERR_INTERNAL, "nvme: update of tile %zu failed", c);
+}
+
+int zs_nvme_pass(zs_nvme_t *nv, zs_nvme_state_t *s, struct zs_pool *pool, zs_nvme_update_fn fn,
+                 zs_nvme_landed_fn landed, void *ud, double *io_seconds, zs_err_t *err)
+{
+    struct io_uring *ring = zs__nvme_ring(nv);
+    int D = zs_nvme_depth(nv), T = zs_pool_threads(pool);
+    size_t N = zs_nvme_ntiles(s);
+    int B = T < D - 2 ? T : D - 2; /* batch: leave buffers for read-ahead and write-behind */
+    if (B < 1)
+        B = 1;
+    pass_t p = {nv,
+                s,
+                zs__nvme_bufs(nv),
+                D,
+                calloc((size_t)D, 1),
+                fn,
+                ud,
+                0,
+                calloc((size_t)B, sizeof(int)),
+                calloc((size_t)B, sizeof(zs_err_t))};
+    if (!p.bst || !p.brc || !p.berr) {
+        free(p.bst);
+        free(p.brc);
+        free(p.berr);
+        return zs_err_set(err, ZS_ERR_NOMEM, "out of memory for a pass");
+    }
+    size_t next_read = 0, next_upd = 0, nlanded = 0;
+    int inflight = 0, rc = ZS_OK, fd = zs__nvme_fd(s);
+    double io_wait = 0;
+    while (nlanded < N && !(rc && inflight == 0)) {
+        /* 1. reads of the next tiles whose buffer is free */
+        while (!rc && next_read < N && p.bst[next_read % (size_t)D] == B_FREE) {
+            struct io_uring_sqe *sqe = io_uring_get_sqe(ring);
+            if (!sqe)
+                break;
+            zs_nvme_buf_t *b = &p.bufs[next_read % (size_t)D];
+            io_uring_prep_read(sqe, fd, b->mem, ZS_NVME_SLOT,
+                               zs__nvme_slot_off(next_read, zs__nvme_cur(s, next_read)));
+            io_uring_sqe_set_data64(sqe, (uint64_t)next_read << 1);
+            p.bst[next_read % (size_t)D] = B_READING;
+            next_read++;
+            inflight++;
+        }
+        io_uring_submit(ring);
+        /* 2-3. update the ready run at the front, then write it behind */
+        size_t k = 0;
+        while (!rc && next_upd + k < N && (int)k < B && next_upd + k < next_read &&
+               p.bst[(next_upd + k) % (size_t)D] == B_READY)
+            k++;
+        if (k > 0) {
+            p.c0 = next_upd;
+            zs_pool_run(pool, k, update_one, &p);
+            for (size_t i = 0; i < k && !rc; i++)
+                if (p.brc[i]) {
+                    rc = p.brc[i];
+                    if (err)
+                        *err = p.berr[i];
+                }
+            for (size_t i = 0; i < k && !rc; i++) {
+                size_t c = next_upd + i;
+                zs_nvme_buf_t *b = &p.bufs[c % (size_t)D];
+                zs__nvme_seal(b, c, zs__nvme_seq(s, c) + 1, zs_nvme_tile_len(s, c));
+                struct io_uring_sqe *sqe = io_uring_get_sqe(ring);
+                if (!sqe) { /* cannot happen: the ring has 2 D entries */
+                    io_uring_submit(ring);
+                    sqe = io_uring_get_sqe(ring);
+                }
+                io_uring_prep_write(sqe, fd, b->mem, ZS_NVME_SLOT,
+                                    zs__nvme_slot_off(c, zs__nvme_cur(s, c) ^ 1));
+                io_uring_sqe_set_data64(sqe, (uint64_t)c << 1 | 1);
+                p.bst[c % (size_t)D] = B_WRITING;
+                inflight++;
+            }
+            if (!rc)
+                next_upd += k;
+            io_uring_submit(ring);
+            continue; /* queue more reads before waiting */
+        }
+        if (inflight == 0)
+            break; /* nothing ready, nothing pending: only after an error */
+        /* 4. reap: wait for one, then take all that are there */
+        struct io_uring_cqe *cqe;
+        double w0 = now_s();
+        int r = io_uring_wait_cqe(ring, &cqe);
+        io_wait += now_s() - w0;
+        if (r < 0) {
+            if (r == -EINTR)
+                continue;
+            if (!rc)
+                rc = zs_err_set(err, ZS_ERR_IO, "nvme %s: io_uring_wait_cqe: %s",
+                                zs_nvme_state_path(s), strerror(-r));
+            break; /* the ring is broken: nothing more will complete */
+        }
+        unsigned head, seen = 0;
+        io_uring_for_each_cqe(ring, head, cqe)
+        {
+            seen++;
+            inflight--;
+            uint64_t d = io_uring_cqe_get_data64(cqe);
+            size_t c = (size_t)(d >> 1);
+            int wr = (int)(d & 1);
+            if (cqe->res != (int)ZS_NVME_SLOT) {
+                if (!rc)
+                    rc = zs_err_set(err, cqe->res == -ENOSPC ? ZS_ERR_NOMEM : ZS_ERR_IO,
+                                    "nvme %s: %s of tile %zu: %s", zs_nvme_state_path(s),
+                                    wr ? "write" : "read", c,
+                                    cqe->res < 0 ? strerror(-cqe->res) : "short transfer");
+                p.bst[c % (size_t)D] = B_FREE;
+                continue;
+            }
+            if (wr) {
+                landed(ud, c, zs__nvme_flip, s);
+                nlanded++;
+                p.bst[c % (size_t)D] = B_FREE;
+            } else {
+                p.bst[c % (size_t)D] = B_READY;
+            }
+        }
+        io_uring_cq_advance(ring, seen);
+    }
+    free(p.bst);
+    free(p.brc);
+    free(p.berr);
+    if (io_seconds)
+        *io_seconds = io_wait;
+    return rc;
+}

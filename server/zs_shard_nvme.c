@@ -1,0 +1,258 @@
+/*
+ * zs_shard_nvme.c - the shard over the NVMe tier (zs-server --nvme-path):
+ * p, m, v in a tile file (zs_nvme.h) instead of RAM arrays. Staging (the
+ * pushed gradients) and the 16-bit copy for pulls stay in RAM, within the
+ * budget (10 B/element), with the tier's I/O buffers.
+ *
+ * Same results as RAM, bitwise: tile c is optimizer chunk c, and the pass
+ * calls the same kernel (zs_adam_update_from) on the same spans with the
+ * same inputs; only where p, m, v sit differs.
+ *
+ * Readers. A tile's slot flips, and its chunk's done step moves, together
+ * under the chunk's lock once its write has landed, so a pull sees either
+ * the old tile and the old step or the new ones. Until then the pass marks
+ * the chunk's 16-bit copy stale (it already holds the new step), so a pull
+ * of the old step casts the old tile's master weights instead.
+ *
+ * Not here: speculation (the tier does not speculate: every update waits
+ * for Commit), the manifest-of-tiles checkpoint (a checkpoint copies the
+ * tiles into RocksDB, 12 B/element, as the RAM path does).
+ */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "zs_cast.h"
+#include "zs_log.h"
+#include "zs_shard_internal.h"
+
+/* ---- states ---------------------------------------------------------------- */
+
+uint64_t zs__state_bytes(const zs_shard_t *sh, uint64_t n)
+{
+    if (!sh->nvme)
+        return zs_shard_state_bytes(n);
+    /* staging 8 + lowp 2 B/element, 3 arrays' rounding, chunk tables, slot table */
+    return zs_shard_state_bytes(n) - 12 * n - 3 * 64 + zs_nvme_state_ram_bytes(n);
+}
+
+static void *alloc64(uint64_t bytes)
+{
+    return aligned_alloc(64, (size_t)((bytes ? bytes : 64) + 63) & ~(size_t)63);
+}
+
+int zs__state_alloc_tier(zs_shard_t *sh, zs__state_t *s, uint64_t n, zs_err_t *err)
+{
+    if (!sh->nvme) {
+        if (zs__state_alloc(s, n))
+            return zs_err_set(err, ZS_ERR_NOMEM, "cannot allocate state for %llu elements",
+                              (unsigned long long)n);
+        return ZS_OK;
+    }
+    memset(s, 0, sizeof *s);
+    s->staging[0] = alloc64(n * 4);
+    s->staging[1] = alloc64(n * 4);
+    s->lowp = alloc64(n * 2);
+    if (!s->staging[0] || !s->staging[1] || !s->lowp) {
+        zs__state_free(s);
+        return zs_err_set(err, ZS_ERR_NOMEM, "cannot allocate staging for %llu elements",
+                          (unsigned long long)n);
+    }
+    int rc = zs_nvme_state_create(sh->nvme, n, &s->nv, err);
+    if (rc)
+        zs__state_free(s);
+    return rc;
+}
+
+/* ---- the pass -------------------------------------------------------------- */
+
+typedef struct {
+    zs_shard_t *sh;
+    uint64_t step;
+    zs_dtype_t gdt, pdt;
+    const void *grad;
+} npass_t;
+
+/* One tile = one chunk: the RAM pass's call, on the tile's buffers. */
+static int tile_update(void *ud, size_t c, float *p, float *m, float *v, uint32_t k)
+{
+    npass_t *op = ud;
+    zs_shard_t *sh = op->sh;
+    uint64_t a = (uint64_t)c * ZS_OPT_CHUNK;
+    pthread_mutex_lock(&sh->chunk_mu[c]);
+    zs_adam_update_from(&sh->hp, &sh->job_step, p, m, v, p, m, v,
+                        (const char *)op->grad + a * zs_dtype_size(op->gdt), op->gdt,
+                        op->pdt == ZS_DTYPE_NONE ? NULL : sh->st.lowp + a, op->pdt, (size_t)k);
+    sh->lowp_ok[c] = 0; /* ahead of the tile until it lands */
+    pthread_mutex_unlock(&sh->chunk_mu[c]);
+    return 0;
+}
+
+static void tile_landed(void *ud, size_t c, void (*flip)(zs_nvme_state_t *, size_t),
+                        zs_nvme_state_t *s)
+{
+    npass_t *op = ud;
+    zs_shard_t *sh = op->sh;
+    pthread_mutex_lock(&sh->chunk_mu[c]);
+    flip(s, c);
+    sh->lowp_ok[c] = op->pdt == ZS_DTYPE_NONE ? 0 : (unsigned char)(1 + op->pdt);
+    atomic_store(&sh->done[c], op->step);
+    pthread_mutex_unlock(&sh->chunk_mu[c]);
+    pthread_mutex_lock(&sh->mu); /* wake pulls waiting for this chunk */
+    pthread_cond_broadcast(&sh->cv);
+    pthread_mutex_unlock(&sh->mu);
+}
+
+int zs__nvme_pass_run(zs_shard_t *sh, uint64_t step, zs_dtype_t gdt, zs_dtype_t pdt,
+                      const void *grad, zs_err_t *err)
+{
+    npass_t op = {sh, step, gdt, pdt, grad};
+    double io = 0;
+    int rc = zs_nvme_pass(sh->nvme, sh->st.nv, sh->pool, tile_update, tile_landed, &op, &io, err);
+    if (rc) {
+        ZS_ERROR("commit: step %llu failed in the NVMe tier: %s; refusing every call until a "
+                 "restart resumes from the newest checkpoint",
+                 (unsigned long long)step, err->msg);
+        pthread_mutex_lock(&sh->mu);
+        sh->tier_failed = 1;
+        snprintf(sh->tier_error, sizeof sh->tier_error,
+                 "step %llu failed, restart to resume from the newest checkpoint: %.250s",
+                 (unsigned long long)step, err->msg);
+        pthread_cond_broadcast(&sh->cv);
+        pthread_mutex_unlock(&sh->mu);
+    } else {
+        ZS_DEBUG("nvme: pass of step %llu waited %.1f ms for I/O", (unsigned long long)step,
+                 io * 1e3);
+    }
+    return rc;
+}
+
+/* ---- readers and writers outside the pass ------------------------------------- */
+
+int zs__nvme_pull_master(zs_shard_t *sh, size_t c, uint64_t s, uint64_t e, zs_dtype_t dt, void *out,
+                         zs_nvme_buf_t *b, zs_err_t *err)
+{
+    int rc = zs_nvme_read(sh->st.nv, c, 1, b, err);
+    if (!rc)
+        zs_cast(out, dt, b->t[0] + (s - (uint64_t)c * ZS_OPT_CHUNK), ZS_DTYPE_F32, (size_t)(e - s));
+    return rc;
+}
+
+int zs__nvme_get(zs_shard_t *sh, int t, uint64_t a, uint64_t count, float *dst, zs_err_t *err)
+{
+    zs_nvme_buf_t b;
+    int rc = zs_nvme_buf_alloc(&b, err);
+    for (uint64_t c = a / ZS_OPT_CHUNK; !rc && c * ZS_OPT_CHUNK < a + count; c++) {
+        uint64_t s = c * ZS_OPT_CHUNK > a ? c * ZS_OPT_CHUNK : a;
+        uint64_t e = (c + 1) * ZS_OPT_CHUNK < a + count ? (c + 1) * ZS_OPT_CHUNK : a + count;
+        rc = zs_nvme_read(sh->st.nv, (size_t)c, 1u << t, &b, err);
+        if (!rc)
+            memcpy(dst + (s - a), b.t[t] + (s - c * ZS_OPT_CHUNK), (e - s) * 4);
+    }
+    zs_nvme_buf_free(&b);
+    return rc;
+}
+
+int zs__nvme_set(zs_shard_t *sh, int t, uint64_t a, uint64_t count, const float *src, zs_err_t *err)
+{
+    zs_nvme_buf_t b;
+    int rc = zs_nvme_buf_alloc(&b, err);
+    for (uint64_t c = a / ZS_OPT_CHUNK; !rc && c * ZS_OPT_CHUNK < a + count; c++) {
+        uint64_t s = c * ZS_OPT_CHUNK > a ? c * ZS_OPT_CHUNK : a;
+        uint64_t e = (c + 1) * ZS_OPT_CHUNK < a + count ? (c + 1) * ZS_OPT_CHUNK : a + count;
+        rc = zs_nvme_read(sh->st.nv, (size_t)c, 7, &b, err);
+        if (!rc) {
+            memcpy(b.t[t] + (s - c * ZS_OPT_CHUNK), src + (s - a), (e - s) * 4);
+            pthread_mutex_lock(&sh->chunk_mu[c]);
+            rc = zs_nvme_write(sh->st.nv, (size_t)c, &b, err);
+            pthread_mutex_unlock(&sh->chunk_mu[c]);
+        }
+    }
+    zs_nvme_buf_free(&b);
+    return rc;
+}
+
+/* ---- sequential fill (Initialize, Restore) ---------------------------------- */
+
+int zs__nvme_fill_begin(zs__nvme_fill_t *f, zs_nvme_state_t *s, zs_err_t *err)
+{
+    f->s = s;
+    f->next = 0;
+    return zs_nvme_buf_alloc(&f->b, err);
+}
+
+int zs__nvme_fill_add(zs__nvme_fill_t *f, const float *const src[3], uint64_t count, zs_err_t *err)
+{
+    uint64_t done = 0;
+    while (done < count) {
+        size_t c = (size_t)(f->next / ZS_NVME_TILE);
+        if (c >= zs_nvme_ntiles(f->s))
+            return zs_err_set(err, ZS_ERR_RANGE, "nvme: fill beyond the state's %zu tiles",
+                              zs_nvme_ntiles(f->s));
+        uint64_t o = f->next % ZS_NVME_TILE, k = zs_nvme_tile_len(f->s, c);
+        uint64_t take = count - done < k - o ? count - done : k - o;
+        for (int t = 0; t < 3; t++) {
+            if (src[t])
+                memcpy(f->b.t[t] + o, src[t] + done, take * 4);
+            else
+                memset(f->b.t[t] + o, 0, take * 4);
+        }
+        f->next += take;
+        done += take;
+        if (o + take == k) {
+            int rc = zs_nvme_write(f->s, c, &f->b, err);
+            if (rc)
+                return rc;
+        }
+    }
+    return ZS_OK;
+}
+
+void zs__nvme_fill_end(zs__nvme_fill_t *f)
+{
+    zs_nvme_buf_free(&f->b);
+}
+
+/* ---- checkpoints -------------------------------------------------------------- */
+
+int zs__nvme_ckpt_fill(void *ud, int t, uint64_t off, void *dst, size_t len, zs_err_t *err)
+{
+    zs_nvme_state_t *s = ud;
+    zs_nvme_buf_t b;
+    int rc = zs_nvme_buf_alloc(&b, err);
+    uint64_t a = off / 4, cnt = len / 4;
+    for (uint64_t c = a / ZS_NVME_TILE; !rc && c * ZS_NVME_TILE < a + cnt; c++) {
+        uint64_t s0 = c * ZS_NVME_TILE > a ? c * ZS_NVME_TILE : a;
+        uint64_t e = (c + 1) * ZS_NVME_TILE < a + cnt ? (c + 1) * ZS_NVME_TILE : a + cnt;
+        rc = zs_nvme_read(s, (size_t)c, 1u << t, &b, err);
+        if (!rc)
+            memcpy((float *)dst + (s0 - a), b.t[t] + (s0 - c * ZS_NVME_TILE), (e - s0) * 4);
+    }
+    zs_nvme_buf_free(&b);
+    return rc;
+}
+
+int zs__nvme_restore(zs_shard_t *sh, uint64_t step, uint64_t n, zs__state_t *st, zs_err_t *err)
+{
+    const uint64_t per = ZS_STORE_CHUNK_BYTES / 4; /* elements per store chunk */
+    float *buf[3] = {malloc(ZS_STORE_CHUNK_BYTES), malloc(ZS_STORE_CHUNK_BYTES),
+                     malloc(ZS_STORE_CHUNK_BYTES)};
+    zs__nvme_fill_t f;
+    int rc = !buf[0] || !buf[1] || !buf[2] ? zs_err_set(err, ZS_ERR_NOMEM, "out of memory")
+                                           : zs__nvme_fill_begin(&f, st->nv, err);
+    int filling = rc == ZS_OK;
+    for (uint64_t c = 0; !rc && c * per < n; c++) {
+        size_t len = 0;
+        pthread_mutex_lock(&sh->store_mu);
+        for (int t = 0; !rc && t < 3; t++)
+            rc = zs_store_read_chunk(sh->store, step, n, t, c, buf[t], &len, err);
+        pthread_mutex_unlock(&sh->store_mu);
+        if (!rc)
+            rc = zs__nvme_fill_add(&f, (const float *const *)buf, len / 4, err);
+    }
+    if (filling)
+        zs__nvme_fill_end(&f);
+    for (int t = 0; t < 3; t++)
+        free(buf[t]);
+    return rc;
+}

@@ -1,0 +1,339 @@
+/*
+ * test_nvme_shard.c - the NVMe tier of the shard (zs-server --nvme-path;
+ * server/zs_nvme.h, zs_shard_nvme.c), driven directly (no gRPC) beside a
+ * RAM shard fed the same calls.
+ *
+ * The shards are server 1 of 2 for P = 700001 (350000 elements: 5 tiles and
+ * a short one, the range not starting at 0), 2 optimizer threads, and an
+ * NVMe depth of 4 so the pass wraps its buffers many times.
+ *
+ *  1. Equality: 9 steps cycling gradient dtypes fp32/bf16/fp16 and pull
+ *     dtypes fp32/bf16/fp16, with a clipped and a skipped step: every pull
+ *     (whole range, and one across a tile boundary) and p, m, v after every
+ *     step are bitwise those of the RAM shard. SetState across a tile
+ *     boundary, then a step: still equal.
+ *  2. Checkpoints: a checkpoint of the NVMe shard, two more steps, Restore:
+ *     == the RAM shard's state at the checkpoint, bitwise; reopening the
+ *     directories (a new shard: the old tile file is removed, the state
+ *     rebuilt from RocksDB) gives it again, and a step after it equals the
+ *     RAM shard's.
+ *  3. Memory: with a budget below the RAM state (22 B/element) but above
+ *     the NVMe one (10 B/element + buffers), Initialize is refused in RAM
+ *     and accepted with the tier; mem_reserved stays within the budget.
+ *  4. Refusals: a directory on tmpfs (/dev/shm) is refused naming tmpfs,
+ *     and accepted with nvme_buffered; a second shard on the same directory
+ *     is refused (ALREADY_EXISTS, "in use by another zs-server").
+ *  5. A corrupted tile (a byte of exp_avg of tile 2 flipped in both slots):
+ *     the next step fails, its pull fails naming the tile and the checksum
+ *     (never updated with it), GetState and Checkpoint are refused; a restart
+ *     resumes from the newest checkpoint, bitwise.
+ */
+#define _GNU_SOURCE
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "zs_cast.h"
+#include "zs_layout.h"
+#include "zs_log.h"
+#include "zs_proc.h"
+#include "zs_shard_internal.h" /* sh->st.nv: to corrupt a tile */
+#include "zs_synth.h"
+#include "zs_test.h"
+
+#define P     700001ull
+#define S     2u
+#define INDEX 1u
+#define MODEL "nvme-model"
+
+static uint64_t g_rb, g_re, g_n;
+static zs_adam_hparams_t g_hp;
+static char g_tmp[256];
+
+static zs_shard_t *open_shard(const char *tag, int nvme, uint64_t budget, int buffered,
+                              const char *nvme_dir, int *rc_out, zs_err_t *err)
+{
+    char data[400], nv[400];
+    snprintf(data, sizeof data, "%s/%s-data", g_tmp, tag);
+    snprintf(nv, sizeof nv, "%s", nvme_dir ? nvme_dir : "");
+    if (!nvme_dir)
+        snprintf(nv, sizeof nv, "%s/%s-nvme", g_tmp, tag);
+    zs_shard_opts_t o = {data, 2, 3, tag, budget, 0, nvme ? nv : NULL, buffered, 4};
+    zs_shard_t *sh = NULL;
+    zs_err_clear(err);
+    int rc = zs_shard_create(&o, &sh, err);
+    if (rc_out)
+        *rc_out = rc;
+    else
+        TEST_OK(rc, *err);
+    return sh;
+}
+
+/* Initialize as server `index` of `ns` for `np` parameters. */
+static int init_as(zs_shard_t *sh, uint64_t np, uint32_t ns, uint32_t index, zs_err_t *err)
+{
+    zs_shard_identity_t id = {MODEL, np, ns, index};
+    zs_shard_init_t *in;
+    int rc = zs_shard_init_begin(sh, &id, &g_hp, 0, 0, &in, err);
+    if (rc)
+        return rc;
+    uint64_t rb = zs_layout_begin(np, ns, index), re = zs_layout_begin(np, ns, index + 1);
+    /* chunks of 100000 elements: tiles are filled across calls */
+    for (uint64_t o = rb; o < re; o += 100000) {
+        uint64_t k = re - o < 100000 ? re - o : 100000;
+        float *dst;
+        rc = zs_shard_init_reserve(in, o, k, &dst, err);
+        if (rc) {
+            zs_shard_init_abort(in);
+            return rc;
+        }
+        for (uint64_t i = 0; i < k; i++)
+            dst[i] = zs_synth_weight(o + i);
+    }
+    return zs_shard_init_end(in, err);
+}
+
+static int init(zs_shard_t *sh, zs_err_t *err)
+{
+    return init_as(sh, P, S, INDEX, err);
+}
+
+static void push(zs_shard_t *sh, uint64_t step)
+{
+    zs_err_t err;
+    float *tmp = malloc(g_n * 4);
+    void *dst;
+    TEST_CHECK(tmp);
+    TEST_OK(zs_shard_push_reserve(sh, step, g_rb, g_n, zs_synth_dtype(step), &dst, &err), err);
+    zs_synth_grad(step, g_rb, g_re, dst, tmp);
+    zs_shard_push_done(sh, step, g_rb, g_n, 1);
+    free(tmp);
+}
+
+static const zs_dtype_t pdts[3] = {ZS_DTYPE_F32, ZS_DTYPE_BF16, ZS_DTYPE_F16};
+
+static zs_commit_t commit_of(uint64_t step)
+{
+    zs_commit_t c = {step, 0.5f, step == 4 ? 0.25f : 1.0f, 1e-3f, step == 6, pdts[step % 3]};
+    return c;
+}
+
+static int step_shard(zs_shard_t *sh, uint64_t step, zs_err_t *err)
+{
+    push(sh, step);
+    zs_commit_t c = commit_of(step);
+    uint64_t a, o;
+    return zs_shard_commit(sh, &c, &a, &o, err);
+}
+
+/* Pull [off, off+cnt) at min_step in dt into a malloc'd buffer. */
+static void *pull(zs_shard_t *sh, uint64_t step, uint64_t off, uint64_t cnt, zs_dtype_t dt, int *rc,
+                  zs_err_t *err)
+{
+    void *b = malloc(cnt * 4);
+    uint64_t got;
+    TEST_CHECK(b);
+    *rc = zs_shard_pull(sh, step, off, cnt, dt, b, zs_now_ms() + 20000, NULL, NULL, &got, err);
+    return b;
+}
+
+static void same_pull(zs_shard_t *a, zs_shard_t *b, uint64_t step, uint64_t off, uint64_t cnt,
+                      zs_dtype_t dt, const char *what)
+{
+    zs_err_t e1, e2;
+    int r1, r2;
+    void *x = pull(a, step, off, cnt, dt, &r1, &e1), *y = pull(b, step, off, cnt, dt, &r2, &e2);
+    TEST_OK(r1, e1);
+    TEST_OK(r2, e2);
+    TEST_CHECKF(memcmp(x, y, cnt * zs_dtype_size(dt)) == 0, "%s: %s pull of step %llu differs",
+                what, zs_dtype_name(dt), (unsigned long long)step);
+    free(x);
+    free(y);
+}
+
+static void same_state(zs_shard_t *a, zs_shard_t *b, const char *what)
+{
+    zs_err_t err;
+    float *x = malloc(g_n * 4), *y = malloc(g_n * 4);
+    TEST_CHECK(x && y);
+    for (int t = 0; t < 3; t++) {
+        uint64_t s1, s2;
+        TEST_OK(zs_shard_get_state(a, (zs_tensor_t)t, g_rb, g_n, x, &s1, &err), err);
+        TEST_OK(zs_shard_get_state(b, (zs_tensor_t)t, g_rb, g_n, y, &s2, &err), err);
+        size_t i = 0;
+        while (i < g_n && memcmp(&x[i], &y[i], 4) == 0)
+            i++;
+        TEST_CHECKF(i == g_n && s1 == s2,
+                    "%s: tensor %d differs at %zu (%.9g vs %.9g), steps %llu %llu", what, t, i,
+                    i < g_n ? x[i] : 0.0, i < g_n ? y[i] : 0.0, (unsigned long long)s1,
+                    (unsigned long long)s2);
+    }
+    free(x);
+    free(y);
+}
+
+static void equality(zs_shard_t *ram, zs_shard_t *nv)
+{
+    zs_err_t err;
+    printf("1. NVMe tier == RAM, bitwise\n");
+    same_state(ram, nv, "after Initialize");
+    same_pull(ram, nv, 0, g_rb, g_n, ZS_DTYPE_BF16, "after Initialize");
+    for (uint64_t s = 1; s <= 9; s++) {
+        TEST_OK(step_shard(ram, s, &err), err);
+        TEST_OK(step_shard(nv, s, &err), err);
+        for (int d = 0; d < 3; d++) {
+            same_pull(ram, nv, s, g_rb, g_n, pdts[d], "whole range");
+            same_pull(ram, nv, s, g_rb + ZS_OPT_CHUNK - 100, 300, pdts[d], "across a tile");
+        }
+        same_state(ram, nv, "after a step");
+    }
+    printf("  9 steps (grads fp32/bf16/fp16, pulls fp32/bf16/fp16, a clipped and a skipped "
+           "step): pulls and p, m, v bitwise equal\n");
+    float *src = malloc(1000 * 4);
+    TEST_CHECK(src);
+    for (int i = 0; i < 1000; i++)
+        src[i] = 0.001f * (float)i;
+    uint64_t off = g_rb + 2 * ZS_OPT_CHUNK - 500;
+    for (int t = 0; t < 3; t += 2) {
+        TEST_OK(zs_shard_set_state(ram, (zs_tensor_t)t, off, 1000, src, &err), err);
+        TEST_OK(zs_shard_set_state(nv, (zs_tensor_t)t, off, 1000, src, &err), err);
+    }
+    free(src);
+    same_state(ram, nv, "after SetState across a tile");
+    TEST_OK(step_shard(ram, 10, &err), err);
+    TEST_OK(step_shard(nv, 10, &err), err);
+    same_state(ram, nv, "a step after SetState");
+    printf("  SetState across a tile boundary, then a step: bitwise equal\n");
+}
+
+static void checkpoints(zs_shard_t *ram, zs_shard_t **nvp)
+{
+    zs_err_t err;
+    double sec;
+    zs_shard_t *nv = *nvp;
+    printf("2. checkpoints of the NVMe tier\n");
+    TEST_OK(zs_shard_checkpoint(ram, 10, 0, &sec, &err), err);
+    TEST_OK(zs_shard_checkpoint(nv, 10, 0, &sec, &err), err);
+    printf("  checkpoint of %llu elements from the tiles: %.3f s\n", (unsigned long long)g_n, sec);
+    TEST_OK(step_shard(nv, 11, &err), err);
+    TEST_OK(step_shard(nv, 12, &err), err);
+    TEST_OK(zs_shard_restore(nv, 10, &err), err);
+    same_state(ram, nv, "Restore of checkpoint 10");
+    printf("  two more steps, Restore 10: == RAM at 10, bitwise\n");
+    zs_shard_destroy(nv);
+    nv = *nvp = open_shard("n", 1, 0, 0, NULL, NULL, &err);
+    same_state(ram, nv, "reopened");
+    TEST_OK(step_shard(ram, 11, &err), err);
+    TEST_OK(step_shard(nv, 11, &err), err);
+    same_state(ram, nv, "a step after reopening");
+    same_pull(ram, nv, 11, g_rb, g_n, pdts[11 % 3], "after reopening");
+    printf("  reopened (state rebuilt from RocksDB into a new tile file): == RAM, and a step "
+           "after it\n");
+}
+
+static void memory(void)
+{
+    printf("3. memory budget\n");
+    const uint64_t n = 3000000;                    /* one server: 3 M elements */
+    uint64_t budget = zs_shard_state_bytes(n) - n; /* below RAM's 22 B/element */
+    zs_err_t err;
+    zs_shard_t *r = open_shard("mr", 0, budget, 0, NULL, NULL, &err);
+    int rc = init_as(r, n, 1, 0, &err);
+    TEST_CHECKF(rc == ZS_ERR_NOMEM, "RAM init within %llu bytes: %d %s", (unsigned long long)budget,
+                rc, err.msg);
+    zs_shard_destroy(r);
+    zs_shard_t *nv = open_shard("mn", 1, budget, 0, NULL, NULL, &err);
+    TEST_OK(init_as(nv, n, 1, 0, &err), err);
+    zs_shard_info_t in;
+    TEST_OK(zs_shard_info(nv, &in, &err), err);
+    free(in.checkpoints);
+    TEST_CHECKF(in.nvme && in.mem_reserved <= budget && in.mem_state < 11 * n,
+                "nvme %d, reserved %llu of %llu, state %llu", in.nvme,
+                (unsigned long long)in.mem_reserved, (unsigned long long)budget,
+                (unsigned long long)in.mem_state);
+    printf("  budget %.1f MB (RAM state needs %.1f MB): RAM refused; NVMe holds %.1f MB of "
+           "state (%.1f B/element), %.1f MB reserved in all\n",
+           budget / 1e6, zs_shard_state_bytes(n) / 1e6, in.mem_state / 1e6,
+           (double)in.mem_state / (double)n, in.mem_reserved / 1e6);
+    zs_shard_destroy(nv);
+}
+
+static void refusals(void)
+{
+    zs_err_t err;
+    int rc;
+    printf("4. refusals\n");
+    char shm[300];
+    snprintf(shm, sizeof shm, "/dev/shm/zs-nvme-test-%ld", (long)getpid());
+    zs_shard_t *t = open_shard("t1", 1, 0, 0, shm, &rc, &err);
+    TEST_CHECKF(rc == ZS_ERR_INVALID && !t && strstr(err.msg, "tmpfs") &&
+                    strstr(err.msg, "--nvme-buffered"),
+                "tmpfs: %d %s", rc, err.msg);
+    printf("  tmpfs refused: %s\n", err.msg);
+    t = open_shard("t2", 1, 0, 1, shm, NULL, &err);
+    TEST_OK(init(t, &err), err);
+    TEST_OK(step_shard(t, 1, &err), err);
+    printf("  tmpfs with nvme_buffered: accepted, trains\n");
+    zs_shard_t *u = open_shard("t3", 1, 0, 1, shm, &rc, &err);
+    TEST_CHECKF(rc == ZS_ERR_EXISTS && !u && strstr(err.msg, "in use by another zs-server"),
+                "second shard on one dir: %d %s", rc, err.msg);
+    printf("  second server on the same directory refused: %s\n", err.msg);
+    zs_shard_destroy(t);
+    zs_test_sh("rm -rf %s", shm);
+}
+
+static void corrupt(zs_shard_t *ram, zs_shard_t **nvp)
+{
+    zs_err_t err;
+    int rc;
+    zs_shard_t *nv = *nvp;
+    printf("5. a corrupted tile\n");
+    double sec;
+    TEST_OK(zs_shard_checkpoint(ram, 11, 0, &sec, &err), err);
+    TEST_OK(zs_shard_checkpoint(nv, 11, 0, &sec, &err), err);
+    TEST_OK(zs__nvme_corrupt(nv->st.nv, 2, 1, &err), err);
+    TEST_OK(step_shard(nv, 12, &err), err); /* accepted; the pass fails */
+    free(pull(nv, 12, g_rb, g_n, ZS_DTYPE_BF16, &rc, &err));
+    TEST_CHECKF(rc == ZS_ERR_IO && strstr(err.msg, "tile 2") && strstr(err.msg, "exp_avg fails") &&
+                    strstr(err.msg, "XXH3"),
+                "pull after a corrupted tile: %d %s", rc, err.msg);
+    printf("  step 12's pull refused: %s\n", err.msg);
+    float one;
+    uint64_t s;
+    rc = zs_shard_get_state(nv, ZS_TENSOR_MASTER, g_rb, 1, &one, &s, &err);
+    TEST_CHECKF(rc == ZS_ERR_IO, "GetState after a failed pass: %d %s", rc, err.msg);
+    rc = zs_shard_checkpoint(nv, 12, 0, &sec, &err);
+    TEST_CHECKF(rc == ZS_ERR_IO && strstr(err.msg, "checkpoint refused"),
+                "checkpoint after a failed pass: %d %s", rc, err.msg);
+    printf("  GetState and Checkpoint refused\n");
+    zs_shard_destroy(nv);
+    nv = *nvp = open_shard("n", 1, 0, 0, NULL, NULL, &err);
+    same_state(ram, nv, "restarted after a corrupted tile");
+    printf("  restart: resumes from checkpoint 11, bitwise\n");
+}
+
+int main(void)
+{
+    setvbuf(stdout, NULL, _IONBF, 0);
+    zs_log_set_level(ZS_LOG_WARN);
+    snprintf(g_tmp, sizeof g_tmp, "%s", zs_test_tmpdir("nvme_shard"));
+    g_rb = zs_layout_begin(P, S, INDEX);
+    g_re = zs_layout_begin(P, S, INDEX + 1);
+    g_n = g_re - g_rb;
+    g_hp = zs_synth_hparams();
+    zs_err_t err;
+    zs_shard_t *ram = open_shard("r", 0, 0, 0, NULL, NULL, &err);
+    zs_shard_t *nv = open_shard("n", 1, 0, 0, NULL, NULL, &err);
+    TEST_OK(init(ram, &err), err);
+    TEST_OK(init(nv, &err), err);
+    equality(ram, nv);
+    checkpoints(ram, &nv);
+    memory();
+    refusals();
+    corrupt(ram, &nv);
+    zs_shard_destroy(nv);
+    zs_shard_destroy(ram);
+    printf("PASS test_nvme_shard\n");
+    return 0;
+}
