@@ -59,8 +59,9 @@
 #   `GPU-RESULT model=... impl=llmc tokens_per_s=X mfu=Y batch=B` line each
 #   (median step time after 3 warm-up steps; mfu by llm.c's formula against
 #   the same 989.4 TFLOP/s bf16 peak as ours).
-#   issue: shm, then llmc, then the shm part of test_train_cuda and
-#   test_dev_cuda: one call's worth (about 6 minutes on an H100/H200).
+#   issue: shm, 1.5B at gas 8 with and without speculation, llmc (not with
+#   ZS_GPU_LLMC=0), test_dev_cuda, test_cuda_ops and the shm part of
+#   test_train_cuda: one call's worth (about 5 minutes on an H200).
 #
 #   a GPU machine that has our build dependencies (grpc, protobuf-c, rocksdb,
 #   openblas, Open MPI, cjson, xxhash, CUDA, NCCL):
@@ -371,11 +372,14 @@ run() {
             --device cuda --transport shm --spec 1 --stream 1
         run_one bench_gpt_cuda_shm_gas8 env ZS_SERVER_BIN="$bin/zs-server" "$bin/bench_gpt" \
             --device cuda --shape 1.5b --gas 8 --transport shm --spec 1 --stream 1
-        run_one llmc llmc_rows
+        run_one bench_gpt_cuda_shm_gas8_nospec env ZS_SERVER_BIN="$bin/zs-server" "$bin/bench_gpt" \
+            --device cuda --shape 1.5b --gas 8 --transport shm --spec 0 --stream 1
+        [ "${ZS_GPU_LLMC:-1}" = 0 ] || run_one llmc llmc_rows
         run_one test_dev_cuda "$bin/test_dev_cuda"
+        run_one test_cuda_ops "$bin/test_cuda_ops"
         run_one test_train_cuda_shm env ZS_TRAIN_BIN="$bin/zs-train" ZS_MPIEXEC_BIN="$mpirun" \
             ZS_SERVER_BIN="$bin/zs-server" ZS_TEST_TRAIN_CUDA_PART=shm "$bin/test_train_cuda"
-        grep -h '^GPU-RESULT\|offload / GPU AdamW' "$out"
+        grep -h '^GPU-RESULT\|offload / GPU AdamW\|totals:' "$out"
     fi
     if [ "$only" = llmc ]; then
         run_one llmc llmc_rows
