@@ -619,7 +619,7 @@ static void test_warnings(void)
         "\"fast_init\": false, \"pin_memory\": true},\n"
         "   \"offload_param\": {\"device\": \"cpu\", \"buffer_size\": 1e8, \"max_in_cpu\": "
         "1e9},\n"
-        "   \"elastic_checkpoint\": false, \"zero_quantized_weights\": false}}\n",
+        "   \"elastic_checkpoint\": false, \"zero_quantized_gradients\": false}}\n",
         &c, &w);
     const char *notimpl[] = {"steps_per_print",
                              "wall_clock_breakdown",
@@ -643,7 +643,7 @@ static void test_warnings(void)
                              "zero_optimization.offload_param.buffer_size",
                              "zero_optimization.offload_param.max_in_cpu",
                              "zero_optimization.elastic_checkpoint",
-                             "zero_optimization.zero_quantized_weights"};
+                             "zero_optimization.zero_quantized_gradients"};
     const char *unknown[] = {"traing_batch_size", "optimizer.params.foo",
                              "zero_optimization.stagee"};
     int nn = (int)(sizeof notimpl / sizeof notimpl[0]), nu = 3;

@@ -36,3 +36,13 @@ if(ZS_WITH_CUDA AND NOT ZS_CUDA_EMU AND ZS_EMU_TESTS AND ZS_EMU_NCCL_SRC)
                          ENVIRONMENT "${ZS_EMU_MPI_ENV};ZS_EMU_SCHEDULE=random:5;ZS_EMU_DEVICES=${np};ZS_RANKS_PER_NODE=2")
   endforeach()
 endif()
+# zs-train with qwZ against plain ZeRO-3 at W = 4 as 2 nodes x 2 ranks (one
+# zs-server, MPI workers on 127.0.0.1): loss within 2%, fewer bytes across
+# nodes (CSV and Prometheus), one node counting nothing across, qwZ at
+# stage 2 refused.
+zs_add_test(test_train_zeropp SRCS test_train_zeropp.c LIBS zs_testproc TIMEOUT 900
+            LABELS integration)
+target_compile_definitions(test_train_zeropp PRIVATE ZS_MPIEXEC="${MPIEXEC_EXECUTABLE}"
+                           ZS_TRAIN="$<TARGET_FILE:zs-train>"
+                           ZS_TOKENIZE="$<TARGET_FILE:zs-tokenize>")
+add_dependencies(test_train_zeropp zs-train zs-tokenize zs-server)

@@ -106,7 +106,7 @@ static FILE *csv_open(const char *path, int resumed, uint64_t at)
 {
     static const char *header = "step,loss,lr,loss_scale,tokens_per_s,ms_step,ms_forward,"
                                 "ms_backward,ms_comm,ms_optimizer,skipped,workers,val_loss,spec,"
-                                "ms_opt_push,ms_opt_commit,ms_opt_pull\n";
+                                "ms_opt_push,ms_opt_commit,ms_opt_pull,bytes_intra,bytes_inter\n";
     char *old = resumed ? zs_file_read_text(path, (size_t)1 << 30, 0) : NULL;
     FILE *f = fopen(path, "w");
     if (!f) {
@@ -631,8 +631,12 @@ int main(int argc, char **argv)
                     st.ms_optimizer, st.skipped, W);
             if (!isnan(val))
                 fprintf(csv, "%.6f", val);
-            fprintf(csv, ",%d,%.2f,%.2f,%.2f\n", st.spec, st.ms_opt_push, st.ms_opt_commit,
-                    st.ms_opt_pull);
+            /* bytes_*: rank 0's collectives in the step, within and across
+             * nodes (zs_coll.h's model) */
+            fprintf(csv, ",%d,%.2f,%.2f,%.2f,%llu,%llu\n", st.spec, st.ms_opt_push,
+                    st.ms_opt_commit, st.ms_opt_pull,
+                    (unsigned long long)zs_coll_bytes_intra(&st.bytes),
+                    (unsigned long long)zs_coll_bytes_inter(&st.bytes));
             fflush(csv);
         }
         if (nsteps == 1 || (o.mem_every && st.step % (uint64_t)o.mem_every == 0)) {

@@ -20,6 +20,8 @@ struct zs_train_metrics {
     zs_metric_t *mem_cur, *mem_peak;
     zs_series_t *held[ZS_NSPACES];
     zs_series_t *cur[ZS_NSPACES][ZS_MEM_NCATS], *peak[ZS_NSPACES][ZS_MEM_NCATS];
+    /* collective bytes [0 intra, 1 inter]: per kind since start, and the last step's */
+    zs_series_t *cbytes[2][ZS_COLL_NKINDS], *cstep[2];
 };
 
 /* Register a family and return its series for `value` of its one label
@@ -122,6 +124,29 @@ int zs_train_metrics_create(const char *hostport, int workers, zs_train_metrics_
         if (!(tm->held[s] = zs_metric_series(fh, vals)))
             rc = zs_err_set(err, ZS_ERR_NOMEM, "out of memory");
     }
+    zs_metric_t *fb = NULL, *fsb = NULL;
+    const char *sk[2] = {"scope", "kind"}, *scope = "scope", *scopes[2] = {"intra", "inter"};
+    if (!rc)
+        rc = zs_metrics_add(tm->reg, "zs_train_coll_bytes_total", C,
+                            "Bytes this worker's collectives sent since this process started, "
+                            "within its node (intra) or to other nodes (inter), by collective "
+                            "kind (each peer's share counted as sent directly).",
+                            2, sk, &fb, err);
+    if (!rc)
+        rc = zs_metrics_add(tm->reg, "zs_train_coll_step_bytes", G,
+                            "Bytes this worker's collectives sent in the last step, intra or "
+                            "inter node.",
+                            1, &scope, &fsb, err);
+    for (int j = 0; !rc && j < 2; j++) {
+        const char *v1[1] = {scopes[j]};
+        if (!(tm->cstep[j] = zs_metric_series(fsb, v1)))
+            rc = zs_err_set(err, ZS_ERR_NOMEM, "out of memory");
+        for (int k = 0; !rc && k < ZS_COLL_NKINDS; k++) {
+            const char *v2[2] = {scopes[j], zs_coll_kind_name(k)};
+            if (!(tm->cbytes[j][k] = zs_metric_series(fb, v2)))
+                rc = zs_err_set(err, ZS_ERR_NOMEM, "out of memory");
+        }
+    }
     tm->ckpts =
         reg1(tm, "zs_train_checkpoints_total", C,
              "Checkpoints completed on all servers since this process started.", 0, 0, &rc, err);
@@ -202,6 +227,12 @@ void zs_train_metrics_step(zs_train_metrics_t *tm, const zs_step_stats_t *st, do
         zs_series_set(tm->dur[p], ph[p]);
         zs_series_add(tm->sec[p], ph[p]);
     }
+    for (int k = 0; k < ZS_COLL_NKINDS; k++) {
+        zs_series_add(tm->cbytes[0][k], (double)st->bytes.intra[k]);
+        zs_series_add(tm->cbytes[1][k], (double)st->bytes.inter[k]);
+    }
+    zs_series_set(tm->cstep[0], (double)zs_coll_bytes_intra(&st->bytes));
+    zs_series_set(tm->cstep[1], (double)zs_coll_bytes_inter(&st->bytes));
     zs_engine_mem_t m;
     zs_engine_mem(e, &m);
     for (int s = 0; s < ZS_NSPACES; s++) {

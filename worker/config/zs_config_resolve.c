@@ -100,6 +100,12 @@ int zs_config_resolve(zs_config_t *cfg, int world_size, zs_err_t *err)
         cfg->stage3_max_live_parameters < 0 || cfg->stage3_max_reuse_distance < 0 ||
         cfg->sub_group_size < 0)
         return zs_err_set(err, ZS_ERR_RANGE, "zero_optimization: stage3 sizes must be >= 0");
+    if (cfg->zero_quantized_weights && cfg->stage != 3)
+        return zs_err_set(err, ZS_ERR_INVALID,
+                          "zero_optimization.zero_quantized_weights: quantizes stage 3's "
+                          "parameter all-gathers (ZeRO++ qwZ), but stage is %d (hint: stage 3, "
+                          "or drop the key)",
+                          cfg->stage);
     if (!(cfg->gradient_clipping >= 0.0) || !isfinite(cfg->gradient_clipping))
         return zs_err_set(err, ZS_ERR_RANGE, "gradient_clipping: %g must be >= 0",
                           cfg->gradient_clipping);

@@ -186,6 +186,10 @@ typedef struct zs_step_stats {
      * the step: ms_opt_pull is then the time this step's forward waited for
      * the previous step's parameters (inside ms_forward). */
     double ms_opt_push, ms_opt_commit, ms_opt_pull;
+    /* The bytes this worker's collectives sent during the step, within its
+     * node and across nodes, per kind (zs_coll.h's counters and their
+     * per-peer model; the topology: ZS_RANKS_PER_NODE or MPI's view). */
+    zs_coll_bytes_t bytes;
 } zs_step_stats_t;
 
 /* Memory of this worker, measured by the device allocator, beside what the

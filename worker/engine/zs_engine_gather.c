@@ -5,7 +5,11 @@
  * A gather copies this worker's partition of the segment (device memory,
  * or pinned host memory with offload_param: then it is a host-to-device
  * copy) into its block of a gather buffer, all-gathers the buffer in place
- * on the communication stream, casts it to the fp32 view the layers read
+ * on the communication stream (with zero_quantized_weights, qwZ: as int8
+ * blocks with fp32 scales through the engine's one record buffer, every
+ * block, this worker's too, dequantized, so every worker computes with the
+ * same values; the partition itself, the optimizer's and the servers'
+ * state are never quantized), casts it to the fp32 view the layers read
  * (16-bit dtypes), and records the segment's event; the compute stream
  * waits on that event before the layer runs.
  *
@@ -132,7 +136,11 @@ int zs__eng_gather_seg(zs_engine_t *e, int k, zs_err_t *err)
     ZS_ENG_TRY(zs_dev_stream_wait(e->comm, e->ev_copy, err));
     ZS_ENG_TRY(zs_dev_memcpy(e->comm, zs__at(e, s->gbuf, (uint64_t)e->rank * s->part),
                              zs__at(e, e->params, s->qbase), s->part * e->esz, err));
-    ZS_ENG_TRY(zs_coll_all_gather(e->coll, s->gbuf, s->part, e->dt, NULL, NULL, err));
+    if (e->qbuf) /* qwZ: int8 records on the wire, dequantized into the gather buffer */
+        ZS_ENG_TRY(
+            zs_coll_all_gather_q8(e->coll, s->gbuf, s->part, e->dt, e->qbuf, NULL, NULL, err));
+    else
+        ZS_ENG_TRY(zs_coll_all_gather(e->coll, s->gbuf, s->part, e->dt, NULL, NULL, err));
     if (zs__eng_view_esz(e))
         ZS_ENG_TRY(zs_dev_cast(e->comm, s->g32, ZS_DTYPE_F32, s->gbuf, e->dt, s->n, err));
     return zs_dev_event_record(s->gev, e->comm, err);

@@ -125,6 +125,11 @@ struct zs_engine {
      * partition here anyway, to prove the memory check sees it) */
     void *grads;
     float *master, *exp_avg, *exp_avg_sq; /* no offload: stage 0 full, else partition */
+    /* qwZ (zero_quantized_weights, stage 3): the int8 records of one
+     * gather, W * zs_quant_record_bytes(largest part) bytes of device
+     * memory (comm), reused by every gather in comm-stream order; NULL off */
+    void *qbuf;
+    uint64_t qbuf_bytes;
 
     /* working buffers, allocated once */
     /* [ngslot] fp32 gradient scratch: [0, ngen) for the other buckets,

@@ -93,9 +93,10 @@ static void working(const zs_engine_t *e, uint64_t *w)
                         e->max_seg_pad * 4 + xfer_bytes(e) + e->model_scratch;
     /* 16-bit reduce buffers, offload staging of one partition (pinned),
      * optimizer state transfers (one fp32 segment partition, pinned), the
-     * memory table's all-gather and small host values of the collectives */
+     * memory table's all-gather, small host values of the collectives and
+     * qwZ's records (W records of the largest part) */
     w[ZS_MEM_COMM] = reduce_buffers(e) + (e->offload ? e->Ppad / W * k : 0) +
-                     (!e->offload ? e->max_seg_pad / W * 4 : 0) + comm_small(e);
+                     (!e->offload ? e->max_seg_pad / W * 4 : 0) + comm_small(e) + e->qbuf_bytes;
 }
 
 /* Of formula + working, what may be device memory (see zs_engine_mem_t). */
@@ -109,7 +110,7 @@ static void device_bound(const zs_engine_t *e, const uint64_t *f, const uint64_t
     d[ZS_MEM_OPTIMIZER] = f[ZS_MEM_OPTIMIZER];
     d[ZS_MEM_GATHERED] = w[ZS_MEM_GATHERED];
     /* reduce buffers and the table; staging and state transfers are pinned */
-    d[ZS_MEM_COMM] = reduce_buffers(e) + comm_small(e);
+    d[ZS_MEM_COMM] = reduce_buffers(e) + comm_small(e) + e->qbuf_bytes; /* + qwZ records */
     /* gradient slots, the norm, the fp32 chunk of init or export, the
      * model's device scratch */
     d[ZS_MEM_SCRATCH] = gslot_bytes(e) + 2 * (uint64_t)e->ns * sizeof(double) + xfer_bytes(e) +

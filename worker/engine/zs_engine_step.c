@@ -394,7 +394,14 @@ static int step(zs_engine_t *e, zs_step_stats_t *st, zs_err_t *err)
 
 int zs_engine_step(zs_engine_t *e, zs_step_stats_t *st, zs_err_t *err)
 {
+    /* the collectives count at enqueue: the step's bytes are the difference */
+    zs_coll_bytes_t b0 = zs_coll_bytes(e->coll);
     int rc = step(e, st, err);
+    zs_coll_bytes_t b1 = zs_coll_bytes(e->coll);
+    for (int k = 0; k < ZS_COLL_NKINDS; k++) {
+        st->bytes.intra[k] = b1.intra[k] - b0.intra[k];
+        st->bytes.inter[k] = b1.inter[k] - b0.inter[k];
+    }
     if (rc)
         e->last_rc = rc;
     return rc;

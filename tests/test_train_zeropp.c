@@ -1,0 +1,181 @@
+/*
+ * test_train_zeropp.c - ZeRO++'s qwZ and the collectives' byte counters in
+ * zs-train, end to end: one real zs-server, 4 MPI workers on 127.0.0.1 run
+ * as 2 nodes x 2 ranks (ZS_RANKS_PER_NODE=2), a small GPT on the demo
+ * corpus at stage 3, bf16, optimizer on the server:
+ *
+ *  1. plain ZeRO-3 and ZeRO-3 with zero_quantized_weights, 60 steps each:
+ *     the qwZ run's loss falls like the plain one, its mean loss over the
+ *     last 20 steps within 2% (relative) of the plain run's; the CSV's
+ *     bytes_inter column: qwZ sends fewer bytes across nodes per step (its
+ *     parameter gathers are int8 records instead of bf16: at most 0.8 of
+ *     plain's total, which includes the unchanged gradient reduce-scatter),
+ *     and the Prometheus endpoint's zs_train_coll_bytes_total counts the
+ *     all_gather_q8 kind;
+ *  2. the same plain run without ZS_RANKS_PER_NODE (one machine, MPI's
+ *     view: one node): every byte is intra-node, bytes_inter is 0, and the
+ *     losses are bitwise those of the 2-node run (the topology changes the
+ *     counting only);
+ *  3. zero_quantized_weights at stage 2 is refused (exit 3, naming the key
+ *     and the stage), and the config table prints the key.
+ */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "zs_proc.h"
+#include "zs_test.h"
+
+static char g_tmp[200], g_servers[256], g_data[300];
+
+#define STEPS 60
+
+#define TRAIN_FMT                                                                                  \
+    "ZS_LOG_LEVEL=warn %s %s " ZS_TEST_MPI_OPTS " -np 4 %s --data %s --servers %s --layers 2 "     \
+    "--heads 4 --width 64 --ctx 32 --steps %d --log-every 20 --fresh --config %s --csv %s"
+
+/* The config: stage (3 or 2), qwZ on or off. */
+static void write_cfg(const char *path, int stage, int qwz)
+{
+    FILE *f = fopen(path, "w");
+    TEST_CHECK(f);
+    fprintf(f,
+            "{\"train_batch_size\": 16, \"train_micro_batch_size_per_gpu\": 4,\n"
+            " \"gradient_clipping\": 1.0,\n"
+            " \"optimizer\": {\"type\": \"AdamW\", \"params\": {\"lr\": 0.002}},\n"
+            " \"bf16\": {\"enabled\": true},\n"
+            " \"zero_optimization\": {\"stage\": %d, \"offload_optimizer\": {\"device\": "
+            "\"cpu\"},\n"
+            "   \"reduce_bucket_size\": 20000, \"stage3_param_persistence_threshold\": 1000,\n"
+            "   \"zero_quantized_weights\": %s}}\n",
+            stage, qwz ? "true" : "false");
+    TEST_CHECK(fclose(f) == 0);
+}
+
+/* Column `col` (0-based) of `step`'s row of a zs-train CSV, as a double. */
+static double csv_col(const char *csv, int step, int col)
+{
+    FILE *f = fopen(csv, "r");
+    TEST_CHECKF(f, "open %s", csv);
+    char line[1024];
+    double v = NAN;
+    while (fgets(line, sizeof line, f)) {
+        if (atoi(line) != step)
+            continue;
+        char *p = line;
+        for (int c = 0; c < col && p; c++) {
+            p = strchr(p, ',');
+            p = p ? p + 1 : NULL;
+        }
+        if (p && *p != ',' && *p != '\n')
+            v = strtod(p, NULL);
+        break;
+    }
+    fclose(f);
+    return v;
+}
+
+static double mean_loss(const char *csv, int from, int to)
+{
+    double s = 0;
+    for (int i = from; i <= to; i++) {
+        double l = zs_test_csv_loss(csv, i);
+        TEST_CHECKF(!isnan(l), "step %d missing from %s", i, csv);
+        s += l;
+    }
+    return s / (to - from + 1);
+}
+
+#define COL_INTRA 17
+#define COL_INTER 18
+
+int main(void)
+{
+    setvbuf(stdout, NULL, _IONBF, 0);
+    snprintf(g_tmp, sizeof g_tmp, "%s", zs_test_tmpdir("zeropp"));
+    snprintf(g_data, sizeof g_data, "%s/corpus.tok", g_tmp);
+    zs_test_tokenize(ZS_TOKENIZE, g_data, "$(" ZS_TEST_LICENCES ")");
+    zs_test_server_t srv[1];
+    zs_test_servers_up(srv, 1, g_tmp, "s", "", g_servers, sizeof g_servers);
+    char cfg3[300], cfgq[300], cfg2[300], log[300];
+    snprintf(cfg3, sizeof cfg3, "%s/z3.json", g_tmp);
+    snprintf(cfgq, sizeof cfgq, "%s/qwz.json", g_tmp);
+    snprintf(cfg2, sizeof cfg2, "%s/qwz-stage2.json", g_tmp);
+    snprintf(log, sizeof log, "%s/train.log", g_tmp);
+    write_cfg(cfg3, 3, 0);
+    write_cfg(cfgq, 3, 1);
+    write_cfg(cfg2, 2, 1);
+
+    /* 1. plain ZeRO-3 vs qwZ, 2 nodes x 2 ranks */
+    char plain[300], qwz[300], one[300];
+    snprintf(plain, sizeof plain, "%s/z3.csv", g_tmp);
+    snprintf(qwz, sizeof qwz, "%s/qwz.csv", g_tmp);
+    snprintf(one, sizeof one, "%s/z3-one-node.csv", g_tmp);
+    zs_test_run_ok(log, TRAIN_FMT, "ZS_RANKS_PER_NODE=2", ZS_MPIEXEC, ZS_TRAIN, g_data, g_servers,
+                   STEPS, cfg3, plain);
+    char qlog[300];
+    snprintf(qlog, sizeof qlog, "%s/qwz.log", g_tmp);
+    /* the qwZ run in the background, its metrics endpoint scraped once it
+     * has done 30 steps; the shell waits for it and returns its status */
+    int qrc = zs_test_sh(
+        TRAIN_FMT " --metrics 127.0.0.1:0 --metrics-ready-file %s/m.addr > %s 2>&1 & P=$!; "
+                  "for i in $(seq 3000); do if [ -s %s/m.addr ] && curl -sf "
+                  "http://$(cat %s/m.addr)/metrics > %s/p.tmp && grep -q '^zs_train_step "
+                  "[3-9][0-9]' %s/p.tmp; then mv %s/p.tmp %s/qwz.prom; break; fi; sleep 0.1; "
+                  "done; wait $P",
+        "ZS_RANKS_PER_NODE=2", ZS_MPIEXEC, ZS_TRAIN, g_data, g_servers, STEPS, cfgq, qwz, g_tmp,
+        qlog, g_tmp, g_tmp, g_tmp, g_tmp, g_tmp, g_tmp);
+    if (qrc != 0)
+        zs_test_sh("tail -30 %s", qlog);
+    TEST_CHECKF(qrc == 0, "the qwZ run exited %d", qrc);
+    double p1 = zs_test_csv_loss(plain, 1), q1 = zs_test_csv_loss(qwz, 1);
+    double pm = mean_loss(plain, STEPS - 19, STEPS), qm = mean_loss(qwz, STEPS - 19, STEPS);
+    double delta = (qm - pm) / pm;
+    printf("1. loss: plain ZeRO-3 %.4f -> %.4f, qwZ %.4f -> %.4f (mean of the last 20 steps; "
+           "relative difference %+.4f)\n",
+           p1, pm, q1, qm, delta);
+    TEST_CHECKF(qm < q1 - 1.0, "qwZ: the loss must fall (%.3f -> %.3f)", q1, qm);
+    TEST_CHECKF(fabs(delta) <= 0.02, "qwZ's loss must stay within 2%% of plain ZeRO-3 (%.4f)",
+                delta);
+    TEST_CHECKF(zs_test_csv_loss(plain, STEPS) != zs_test_csv_loss(qwz, STEPS),
+                "qwZ gave bitwise the plain losses: did it quantize?");
+    double pin = csv_col(plain, STEPS, COL_INTER), qin = csv_col(qwz, STEPS, COL_INTER);
+    double pia = csv_col(plain, STEPS, COL_INTRA);
+    printf("1. bytes per step (rank 0): plain intra %.0f inter %.0f, qwZ inter %.0f (ratio "
+           "%.3f)\n",
+           pia, pin, qin, qin / pin);
+    TEST_CHECKF(pin > 0 && pia > 0 && qin > 0 && qin <= 0.8 * pin,
+                "qwZ must send fewer bytes across nodes (plain %.0f, qwZ %.0f)", pin, qin);
+    TEST_CHECKF(
+        zs_test_sh("grep -q 'zs_train_coll_bytes_total{scope=\"inter\",kind=\"all_gather_q8\"} "
+                   "[1-9]' %s/qwz.prom",
+                   g_tmp) == 0,
+        "the Prometheus dump must count all_gather_q8 bytes across nodes");
+
+    /* 2. one node (MPI's view): nothing across nodes, the same losses */
+    zs_test_run_ok(log, TRAIN_FMT, "", ZS_MPIEXEC, ZS_TRAIN, g_data, g_servers, STEPS, cfg3, one);
+    double oin = csv_col(one, STEPS, COL_INTER), oia = csv_col(one, STEPS, COL_INTRA);
+    printf("2. one node: intra %.0f inter %.0f\n", oia, oin);
+    TEST_CHECKF(oin == 0 && oia == pia + pin,
+                "one node: inter %.0f (want 0), intra %.0f (want %.0f)", oin, oia, pia + pin);
+    for (int s = 1; s <= STEPS; s++)
+        TEST_CHECKF(zs_test_csv_loss(one, s) == zs_test_csv_loss(plain, s),
+                    "step %d: the topology changed the loss", s);
+
+    /* 3. refused at stage 2; printed in the table */
+    char csv2[300];
+    snprintf(csv2, sizeof csv2, "%s/s2.csv", g_tmp);
+    int rc = zs_test_sh(TRAIN_FMT " > %s 2>&1", "", ZS_MPIEXEC, ZS_TRAIN, g_data, g_servers, 2,
+                        cfg2, csv2, log);
+    TEST_CHECKF(rc == 3 && zs_test_sh("grep -q 'zero_quantized_weights.*stage is 2' %s", log) == 0,
+                "qwZ at stage 2 must be refused with exit 3 (got %d)", rc);
+    TEST_CHECKF(
+        zs_test_sh("grep -q 'zero_optimization.zero_quantized_weights = true' %s.config.txt",
+                   qwz) == 0,
+        "the config table must print zero_quantized_weights");
+    printf("3. qwZ at stage 2 refused (exit 3); the table prints the key\n");
+    zs_test_servers_down(srv, 1);
+    printf("test_train_zeropp: ok\n");
+    return 0;
+}
