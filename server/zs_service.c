@@ -173,6 +173,7 @@ static grpc_byte_buffer *hello_reply(zs_shard_t *sh, uint32_t version, uint64_t 
     r.mem_reserved = in.mem_reserved;
     r.store_degraded = in.store_degraded;
     r.store_error = in.store_error;
+    r.nvme = in.nvme;
     zs__svc_shm_hello(shm_session, &r.shm_socket, &r.shm_session_ok);
     grpc_byte_buffer *bb = zs_msg_build(&r.base);
     free(in.checkpoints);
@@ -230,6 +231,11 @@ static int h_init(void *ctx, zs_scall_t *call, zs_err_t *err)
                 rc = negotiate(q->protocol_version, &version, err);
             if (!rc && !q->adam)
                 rc = zs_err_set(err, ZS_ERR_INVALID, "Initialize lacks adam hyperparameters");
+            if (!rc && q->require_nvme && !zs_shard_has_nvme(sh))
+                rc = zs_err_set(err, ZS_ERR_STATE,
+                                "the job asks for the NVMe tier (offload_optimizer.device "
+                                "\"nvme\"), but this server keeps optimizer state in RAM: "
+                                "start it with --nvme-path DIR");
             else if (!rc && strlen(q->model_name) >= ZS_MODEL_NAME_MAX)
                 rc = zs_err_set(err, ZS_ERR_INVALID, "model name longer than %d characters",
                                 ZS_MODEL_NAME_MAX - 1);

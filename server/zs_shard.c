@@ -445,6 +445,11 @@ int zs_shard_check_identity(zs_shard_t *sh, const char *model_name, uint64_t num
     return rc;
 }
 
+int zs_shard_has_nvme(const zs_shard_t *sh)
+{
+    return sh->nvme != NULL; /* fixed at create */
+}
+
 void zs_shard_count_refusal(zs_shard_t *sh)
 {
     atomic_fetch_add_explicit(&sh->refused, 1, memory_order_relaxed);

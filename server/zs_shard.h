@@ -330,6 +330,9 @@ void zs_shard_release_call(zs_shard_t *sh, uint64_t bytes);
  * arrays (22 B/element) and its chunk tables. */
 uint64_t zs_shard_state_bytes(uint64_t n);
 
+/* 1 if p, m, v live in the NVMe tier (zs_shard_opts_t.nvme_path). */
+int zs_shard_has_nvme(const zs_shard_t *sh);
+
 /* Count a refused request (the service layer calls this). */
 void zs_shard_count_refusal(zs_shard_t *sh);
 

@@ -166,11 +166,12 @@ static void test_seed_000(void)
     TEST_CHECK(c.stage == 2 && c.offload_optimizer == 1 && c.offload_param == 0);
     TEST_CHECK(c.fp16.enabled && c.dtype == ZS_DTYPE_F16 && c.fp16.loss_scale == 0.0);
     TEST_CHECK(c.overlap_comm == 0); /* stage 2: DeepSpeed's default is false */
-    /* the only thing not implemented: nvme_path next to device "cpu" */
+    /* the only warning: nvme_path next to device "cpu" (the servers decide) */
     if (w.n != 1)
         dump_warns(&w);
     TEST_CHECK(w.n == 1);
-    expect_warn(&w, "zero_optimization.offload_optimizer.nvme_path", "not implemented");
+    expect_warn(&w, "zero_optimization.offload_optimizer.nvme_path",
+                "no effect: the state lives under each server's --nvme-path");
     /* 32 = 8 * 4 * W holds for W = 1 only, as in DeepSpeed */
     zs_config_t r = c;
     resolve_ok(&r, 1);
@@ -222,13 +223,23 @@ static void test_seed_004(void)
     c.micro_batch_per_gpu = 1;
     resolve_ok(&c, 2);
 
-    /* example 4: NVMe is not implemented: an error naming key and value */
+    /* example 4: offload_optimizer "nvme" is the servers' NVMe tier;
+     * offload_param "nvme" is not implemented: an error naming key and value */
     memset(&w, 0, sizeof w);
     TEST_CHECK(zs_config_load(FIXTURE("ds_004_4_nvme.json"), &c, on_warn, &w, &err) ==
                ZS_ERR_INVALID);
-    TEST_CHECKF(strstr(err.msg, "zero_optimization.offload_optimizer.device") &&
+    TEST_CHECKF(strstr(err.msg, "zero_optimization.offload_param.device") &&
                     strstr(err.msg, "\"nvme\"") && strstr(err.msg, "ds_004_4_nvme.json"),
                 "%s", err.msg);
+    parse_ok("{\"zero_optimization\": {\"stage\": 3, \"offload_optimizer\": {\"device\": "
+             "\"nvme\", \"nvme_path\": \"/nvme_data\"}}}",
+             &c, &w);
+    TEST_CHECK(c.offload_optimizer == 1 && c.offload_nvme == 1 && w.n == 1);
+    expect_warn(&w, "zero_optimization.offload_optimizer.nvme_path", "no effect: ");
+    parse_ok("{\"zero_optimization\": {\"stage\": 2, \"offload_optimizer\": {\"device\": "
+             "\"cpu\"}}}",
+             &c, &w);
+    TEST_CHECK(c.offload_optimizer == 1 && c.offload_nvme == 0);
 
     /* example 5 (MiCS), with the doc's Python `False` written `false` */
     load_ok(FIXTURE("ds_004_5_mics.json"), &c, &w);
@@ -278,7 +289,6 @@ static void test_full(void)
     const char *notimpl[] = {"steps_per_print",
                              "wall_clock_breakdown",
                              "fp16.auto_cast",
-                             "zero_optimization.offload_optimizer.pin_memory",
                              "zero_optimization.offload_optimizer.ratio",
                              "zero_optimization.offload_param.pin_memory",
                              "zero_optimization.mics_shard_size",
@@ -293,6 +303,7 @@ static void test_full(void)
                               "zero_optimization.round_robin_gradients",
                               "zero_optimization.sub_group_size",
                               "zero_optimization.stage3_gather_16bit_weights_on_model_save",
+                              "zero_optimization.offload_optimizer.pin_memory",
                               "activation_checkpointing.partition_activations"};
     int nn = (int)(sizeof notimpl / sizeof notimpl[0]);
     int ne = (int)(sizeof noeffect / sizeof noeffect[0]);
@@ -634,21 +645,23 @@ static void test_warnings(void)
                              "scheduler.params.last_batch_iteration",
                              "fp16.fp16_master_weights_and_grads",
                              "bf16.immediate_grad_update",
-                             "zero_optimization.offload_optimizer.nvme_path",
-                             "zero_optimization.offload_optimizer.buffer_count",
-                             "zero_optimization.offload_optimizer.pipeline_read",
-                             "zero_optimization.offload_optimizer.pipeline_write",
-                             "zero_optimization.offload_optimizer.fast_init",
-                             "zero_optimization.offload_optimizer.pin_memory",
                              "zero_optimization.offload_param.buffer_size",
                              "zero_optimization.offload_param.max_in_cpu",
                              "zero_optimization.elastic_checkpoint",
                              "zero_optimization.zero_quantized_gradients"};
     const char *unknown[] = {"traing_batch_size", "optimizer.params.foo",
                              "zero_optimization.stagee"};
-    int nn = (int)(sizeof notimpl / sizeof notimpl[0]), nu = 3;
+    /* DeepSpeed's NVMe keys: the servers' tier decides (zs-server --nvme-*) */
+    const char *nvme[] = {"nvme_path",      "buffer_count", "pipeline_read",
+                          "pipeline_write", "fast_init",    "pin_memory"};
+    int nn = (int)(sizeof notimpl / sizeof notimpl[0]), nu = 3, nv = 6;
     for (int i = 0; i < nn; i++)
         expect_warn(&w, notimpl[i], "not implemented");
+    for (int i = 0; i < nv; i++) {
+        char k[96];
+        snprintf(k, sizeof k, "zero_optimization.offload_optimizer.%s", nvme[i]);
+        expect_warn(&w, k, "no effect: ");
+    }
     for (int i = 0; i < nu; i++)
         expect_warn(&w, unknown[i], "unknown key");
     /* with the closest known key of the level, when one is close */
@@ -660,9 +673,9 @@ static void test_warnings(void)
     expect_warn(&w, "scheduler.params.warmup_type", "unknown value \"cosine\"");
     TEST_CHECK(c.sched.warmup_type == ZS_WARMUP_LOG);
     expect_warn(&w, "activation_checkpointing.partition_activations", "no effect: ");
-    if (w.n != nn + nu + 2)
+    if (w.n != nn + nu + nv + 2)
         dump_warns(&w);
-    TEST_CHECK(w.n == nn + nu + 2);
+    TEST_CHECK(w.n == nn + nu + nv + 2);
     /* torch_adam with AdamW and no weight_decay: torch's default 0.01 */
     TEST_CHECK(c.adam.adam_w_mode == 1 && c.adam.weight_decay == 0.01f);
     /* WarmupLR without warmup_max_lr: the optimizer's lr (current DeepSpeed) */

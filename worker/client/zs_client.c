@@ -152,6 +152,7 @@ int zs_client_create(const zs_client_opts_t *o, zs_client_t **out, zs_err_t *err
     c->token = o->token ? strdup(o->token) : NULL;
     c->timeout_ms = o->timeout_ms > 0 ? o->timeout_ms : 120000;
     c->retries = o->retries > 0 ? o->retries : (o->retries == 0 ? 8 : 0);
+    c->require_nvme = o->require_nvme;
     int rc = zs__client_shm_init(c, o, err);
     if (rc) {
         zs_client_destroy(c);
@@ -261,6 +262,7 @@ static void info_from_pb(const Zeroshard__HelloReply *r, zs_server_info_t *in)
     in->mem_budget = r->mem_budget;
     in->mem_reserved = r->mem_reserved;
     snprintf(in->shm_socket, sizeof in->shm_socket, "%s", r->shm_socket ? r->shm_socket : "");
+    in->nvme = r->nvme;
 }
 
 /* Hello to server i stating our version; the reply's info into *in and the
@@ -294,12 +296,18 @@ static int hello_call(zs_client_t *c, int i, const char *model, uint64_t P, zs_s
     info_from_pb(r, in);
     char sock[sizeof in->shm_socket];
     snprintf(sock, sizeof sock, "%s", r->shm_socket ? r->shm_socket : "");
-    int session_ok = r->shm_session_ok;
+    int session_ok = r->shm_session_ok, nvme = r->nvme;
     zeroshard__hello_reply__free_unpacked(r, NULL);
     if (refusal.code && v >= ZS_PROTOCOL_VERSION) {
         *err = refusal;
         return refusal.code;
     }
+    if (c->require_nvme && !nvme) /* an old server leaves nvme unset: refused too */
+        return zs_err_set(err, ZS_ERR_STATE,
+                          "server %d (%s): offload_optimizer.device \"nvme\" asks for its NVMe "
+                          "tier, but it keeps optimizer state in RAM (start it with --nvme-path "
+                          "DIR)",
+                          i, c->addr[i]);
     /* 0 is no version a server answers with; read it as the first one. */
     c->ver[i] = v == 0 ? 1 : v < ZS_PROTOCOL_VERSION ? v : ZS_PROTOCOL_VERSION;
     return zs__client_shm_hello(c, i, sock, session_ok, err);
@@ -463,6 +471,7 @@ void zs__client_init_request(const zs_client_t *c, int i, const char *model,
     q->adam = adam;
     q->start_step = start_step;
     q->overwrite = overwrite;
+    q->require_nvme = c->require_nvme;
 }
 
 typedef struct {

@@ -39,6 +39,10 @@ typedef struct zs_client_opts {
     /* Shared-memory data plane (zs_client_shm_staging, docs/engine.md). */
     int transport;     /* zs_transport_t; 0: auto */
     int shm_checksums; /* XXH3 of every shared chunk, checked by its reader: 0 or 1 on, -1 off */
+    /* offload_optimizer.device "nvme": every server must keep its state in
+     * its NVMe tier (zs-server --nvme-path); Hello and Initialize refuse a
+     * server that does not, naming it. */
+    int require_nvme;
 } zs_client_opts_t;
 
 #define ZS_CLIENT_MAX_CKPTS 64
@@ -63,6 +67,7 @@ typedef struct zs_server_info {
     /* Speculative updates (Counters.spec_*): kept, rolled back, elements. */
     uint64_t spec_hits, spec_rollbacks, spec_elements;
     char shm_socket[108]; /* its shared-memory socket ("": none offered) */
+    int nvme;             /* its state lives in its NVMe tier (--nvme-path) */
 } zs_server_info_t;
 
 /* Scalars of one commit (see CommitRequest in proto/zeroshard.proto). */

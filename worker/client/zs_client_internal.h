@@ -31,7 +31,8 @@ struct zs_client {
     /* [n] protocol version negotiated with each server at Hello or before
      * Initialize (0: not asked yet); written by that server's fan-out job */
     uint32_t *ver;
-    int warned; /* the warning about an older server was logged */
+    int warned;       /* the warning about an older server was logged */
+    int require_nvme; /* zs_client_opts_t.require_nvme */
     /* shared-memory data plane (zs_client_shm.c) */
     int transport;              /* zs_transport_t */
     int shm_checksums;          /* 1: XXH3 of every shared chunk */

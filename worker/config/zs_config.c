@@ -179,6 +179,7 @@ static const char *const ZERO_NOT_IMPLEMENTED[] = {"load_from_fp32_weights",
                                                    "ignore_unused_parameters",
                                                    "legacy_stage1",
                                                    "zero_hpz_partition_size",
+                                                   "zero_quantized_weights",
                                                    "zero_quantized_nontrainable_weights",
                                                    "zero_quantized_gradients",
                                                    "zeropp_loco_param",
@@ -196,6 +197,17 @@ static const char *const ZERO_NOT_IMPLEMENTED[] = {"load_from_fp32_weights",
 static const char *const OFFLOAD_OPT_NOT_IMPLEMENTED[] = {
     "nvme_path", "buffer_count", "pin_memory",          "pipeline_read",      "pipeline_write",
     "fast_init", "ratio",        "convert_grad_on_cpu", "cpuadam_cores_perc", NULL};
+
+/* DeepSpeed's NVMe keys of offload_optimizer, read and warned about once:
+ * the servers' NVMe tier (zs-server --nvme-path, docs/nvme.md) decides. */
+static const char *const OFFLOAD_OPT_NVME_NO_EFFECT[][2] = {
+    {"nvme_path", "no effect: the state lives under each server's --nvme-path"},
+    {"buffer_count", "no effect: zs-server --nvme-buffers sets the tiles in flight"},
+    {"pin_memory", "no effect: the servers' tile buffers are aligned for O_DIRECT"},
+    {"pipeline_read", "no effect: the servers always read tiles ahead of the update"},
+    {"pipeline_write", "no effect: the servers always write tiles behind the update"},
+    {"fast_init", "no effect: Initialize streams the master weights into the tiles once"},
+    {NULL, NULL}};
 
 static const char *const OFFLOAD_PARAM_NOT_IMPLEMENTED[] = {
     "nvme_path", "buffer_count", "buffer_size", "max_in_cpu", "pin_memory", NULL};
@@ -473,8 +485,18 @@ static int parse_bf16(pctx_t *c, const cJSON *o, const char *name, zs_config_t *
     return ZS_OK;
 }
 
-/* offload_optimizer / offload_param: device none|cpu; nvme is refused
- * (using CPU memory instead would misread the file). opt: the config whose
+/* Why an NVMe key of offload_optimizer changes nothing, or NULL. */
+static const char *nvme_no_effect(const char *key)
+{
+    for (int i = 0; OFFLOAD_OPT_NVME_NO_EFFECT[i][0]; i++)
+        if (strcmp(key, OFFLOAD_OPT_NVME_NO_EFFECT[i][0]) == 0)
+            return OFFLOAD_OPT_NVME_NO_EFFECT[i][1];
+    return NULL;
+}
+
+/* offload_optimizer / offload_param: device none|cpu|nvme. offload_optimizer
+ * nvme is cpu plus the servers' NVMe tier (offload_nvme); offload_param nvme
+ * is refused (using CPU memory instead would misread the file). opt: the config whose
  * offload_optimizer keys go there, NULL for offload_param (where they are
  * unknown keys): super_offload (DeepSpeed's SuperOffload switch: the CPU
  * optimizer speculates before the gradient norm and overflow are known),
@@ -501,10 +523,12 @@ static int parse_offload(pctx_t *c, const cJSON *o, const char *path, const char
                 *out = 1;
             else if (strcmp(d, "none") == 0)
                 *out = 0;
+            else if (strcmp(d, "nvme") == 0 && opt) /* the servers' NVMe tier */
+                *out = opt->offload_nvme = 1;
             else if (strcmp(d, "nvme") == 0)
                 return zs_err_set(c->err, ZS_ERR_INVALID,
-                                  "%s: \"nvme\" is not implemented (zeroshard keeps offloaded "
-                                  "state in the shard servers' CPU memory): use \"cpu\"",
+                                  "%s: \"nvme\" is not implemented for parameters (zeroshard "
+                                  "keeps them in the workers' CPU memory): use \"cpu\"",
                                   p);
             else
                 return zs_err_set(c->err, ZS_ERR_INVALID,
@@ -520,6 +544,8 @@ static int parse_offload(pctx_t *c, const cJSON *o, const char *path, const char
         } else if (opt && strcmp(it->string, "stream_pulls") == 0) {
             if ((rc = zs__cfg_get_bool(c, it, p, &opt->offload_stream)) != ZS_OK)
                 return rc;
+        } else if (opt && nvme_no_effect(it->string)) {
+            zs__cfg_warn_once(c, p, nvme_no_effect(it->string));
         } else if (zs__cfg_in_list(it->string, not_impl)) {
             zs__cfg_warn_once(c, p, "not implemented");
         } else {
@@ -580,10 +606,6 @@ static const zfield_t ZFIELDS[] = {
      offsetof(zs_config_t, round_robin_gradients),
      NE_ROUND_ROBIN},
     {{"sub_group_size", NULL, NULL}, ZF_SIZE, offsetof(zs_config_t, sub_group_size), NE_SUB_GROUP},
-    {{"zero_quantized_weights", NULL, NULL},
-     ZF_BOOL,
-     offsetof(zs_config_t, zero_quantized_weights),
-     NULL},
     {{"stage3_prefetch_bucket_size", "prefetch_bucket_size", NULL},
      ZF_SIZE,
      offsetof(zs_config_t, stage3_prefetch_bucket_size),
@@ -854,7 +876,6 @@ void zs_config_defaults(zs_config_t *cfg)
     cfg->round_robin_gradients = 0;
     cfg->sub_group_size = 1000000000;
     cfg->bf16_enabled = 0;
-    cfg->zero_quantized_weights = 0;
     cfg->act_ckpt = 0;
     cfg->act_ckpt_cpu = 0;
 }

@@ -91,7 +91,9 @@ typedef struct zs_config {
 
     /* zero_optimization */
     int stage;                     /* 0..3 (default 0) */
-    int offload_optimizer;         /* offload_optimizer.device == "cpu" */
+    int offload_optimizer;         /* offload_optimizer.device == "cpu" or "nvme" */
+    int offload_nvme;              /* offload_optimizer.device == "nvme": every server must keep
+                                    * the state in its NVMe tier (zs-server --nvme-path) */
     int offload_speculate;         /* offload_optimizer.super_offload: servers update speculatively
                                     * before the step's norm and overflow are known (default
                                     * ZS_CFG_SPECULATE_DEFAULT; docs/engine.md) */
@@ -118,8 +120,6 @@ typedef struct zs_config {
     int round_robin_gradients;                     /* default 0 */
     int64_t sub_group_size;                        /* default 1000000000 */
     int bf16_enabled;                              /* bf16.enabled (kept to refuse fp16 + bf16) */
-    int zero_quantized_weights; /* qwZ (default 0): stage 3's parameter all-gathers send int8
-                                 * blocks with fp32 scales (zs_coll_all_gather_q8); stage 3 only */
 
     /* activation_checkpointing (zs_config_actckpt.c): the section given
      * means the GPT checkpoints every block (zs_gpt_set_checkpointing) */
