@@ -12,6 +12,7 @@
 
 #include "zs_engine_internal.h"
 #include "zs_log.h"
+#include "zs_quant.h"
 
 double zs__eng_now_ms(void)
 {
@@ -344,6 +345,11 @@ static int alloc_state(zs_engine_t *e, zs_err_t *err)
     if (e->stage < 3 && e->dt != ZS_DTYPE_F32 && e->view_max)
         ZS_ENG_TRY(zs__eng_alloc(e, ZS_SPACE_DEVICE, ZS_MEM_GATHERED, e->view_max * 4,
                                  (void **)&e->view, "fp32 layer view", err));
+    if (e->stage == 3 && e->cfg.zero_quantized_weights) {
+        e->qbuf_bytes = (uint64_t)e->W * zs_quant_record_bytes(e->max_seg_pad / (uint64_t)e->W);
+        ZS_ENG_TRY(zs__eng_alloc(e, ZS_SPACE_DEVICE, ZS_MEM_COMM, e->qbuf_bytes, &e->qbuf,
+                                 "qwZ records", err));
+    }
     if (!e->offload) {
         uint64_t n = (e->stage == 0 ? full : part) * 4;
         float **t[3] = {&e->master, &e->exp_avg, &e->exp_avg_sq};
@@ -537,6 +543,7 @@ void zs_engine_destroy(zs_engine_t *e)
     if (e->coll)
         zs_coll_sync(e->coll, NULL);
     zs__eng_gather_free_all(e);
+    zs_dev_free(e->dev, e->qbuf);
     for (int k = 0; e->s && k < e->ns; k++)
         zs_dev_event_destroy(e->s[k].gev);
     for (int i = 0; e->gslot && i < e->ngslot; i++) {
