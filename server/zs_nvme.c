@@ -48,6 +48,7 @@ struct zs_nvme {
     int ring_ok;
     zs_nvme_buf_t *bufs; /* depth of them, for the pass */
     _Atomic unsigned serial;
+    long test_delay_ms; /* ZS_NVME_TEST_TILE_DELAY_MS: test hook, see zs_nvme.h */
 };
 
 struct zs_nvme_state {
@@ -270,6 +271,11 @@ int zs_nvme_open(const zs_nvme_opts_t *o, zs_nvme_t **out, zs_err_t *err)
         return rc;
     }
     remove_stale(nv);
+    const char *d = getenv("ZS_NVME_TEST_TILE_DELAY_MS");
+    nv->test_delay_ms = d ? strtol(d, NULL, 10) : 0;
+    if (nv->test_delay_ms > 0)
+        ZS_WARN("nvme %s: test hook: each tile's update waits %ld ms (ZS_NVME_TEST_TILE_DELAY_MS)",
+                nv->dir, nv->test_delay_ms);
     ZS_INFO("nvme: state on %s (%s, io_uring, %d tiles of %u KiB in flight)", nv->dir,
             zs_nvme_mode(nv), nv->depth, (unsigned)(ZS_NVME_SLOT >> 10));
     *out = nv;
@@ -320,6 +326,11 @@ void *zs__nvme_ring(zs_nvme_t *nv)
 zs_nvme_buf_t *zs__nvme_bufs(zs_nvme_t *nv)
 {
     return nv->bufs;
+}
+
+long zs__nvme_test_delay_ms(const zs_nvme_t *nv)
+{
+    return nv->test_delay_ms;
 }
 
 /* ---- states ---------------------------------------------------------------- */

@@ -170,5 +170,9 @@ void zs__nvme_flip(zs_nvme_state_t *s, size_t c);
 /* The ring, depth and buffers of the tier, for the pass. */
 void *zs__nvme_ring(zs_nvme_t *nv);
 zs_nvme_buf_t *zs__nvme_bufs(zs_nvme_t *nv);
+/* Test hook: milliseconds each tile's update waits after it ran (the
+ * environment's ZS_NVME_TEST_TILE_DELAY_MS when the tier opened; 0: none),
+ * so a test can kill a server in the middle of a pass. */
+long zs__nvme_test_delay_ms(const zs_nvme_t *nv);
 
 #endif

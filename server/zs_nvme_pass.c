@@ -61,6 +61,12 @@ static void update_one(void *arg, size_t i, int thread)
     p->brc[i] = zs__nvme_check(p->s, b, c, 7, &p->berr[i]);
     if (p->brc[i] == ZS_OK && p->fn(p->ud, c, b->t[0], b->t[1], b->t[2], zs_nvme_tile_len(p->s, c)))
         p->brc[i] = zs_err_set(&p->berr[i], ZS_ERR_INTERNAL, "nvme: update of tile %zu failed", c);
+    long ms = zs__nvme_test_delay_ms(p->nv);
+    if (ms > 0) {
+        struct timespec ts = {ms / 1000, (ms % 1000) * 1000000L};
+        while (nanosleep(&ts, &ts) != 0 && errno == EINTR)
+            ;
+    }
 }
 
 int zs_nvme_pass(zs_nvme_t *nv, zs_nvme_state_t *s, struct zs_pool *pool, zs_nvme_update_fn fn,
