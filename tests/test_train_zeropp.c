@@ -17,7 +17,15 @@
  *     losses are bitwise those of the 2-node run (the topology changes the
  *     counting only);
  *  3. zero_quantized_weights at stage 2 is refused (exit 3, naming the key
- *     and the stage), and the config table prints the key.
+ *     and the stage), and the config table prints the key;
+ *  4. hpZ (zero_hpz_partition_size 2 = the ranks per node), without and
+ *     with qwZ: the losses are bitwise those of the same run without hpZ,
+ *     the backward's parameter gathers send 0 bytes across nodes (CSV
+ *     bwd_gather_bytes_inter; > 0 without hpZ), fewer bytes cross nodes per
+ *     step, the memory table shows the hpz category; hpZ of 4 with 2 ranks
+ *     per node is refused, as is hpZ at stage 2.
+ * Every stage-3 config here frees each layer after use, so backward
+ * gathers again.
  */
 #include <math.h>
 #include <stdio.h>
@@ -35,8 +43,11 @@ static char g_tmp[200], g_servers[256], g_data[300];
     "ZS_LOG_LEVEL=warn %s %s " ZS_TEST_MPI_OPTS " -np 4 %s --data %s --servers %s --layers 2 "     \
     "--heads 4 --width 64 --ctx 32 --steps %d --log-every 20 --fresh --config %s --csv %s"
 
-/* The config: stage (3 or 2), qwZ on or off. */
-static void write_cfg(const char *path, int stage, int qwz)
+/* The config: stage (3 or 2), qwZ on or off, hpZ's partition size (1:
+ * off). Nothing stays gathered between a layer's forward and its
+ * backward (live 0, reuse distance 0, no prefetch), so the backward
+ * gathers every layer again: what hpZ keeps within the node. */
+static void write_cfg(const char *path, int stage, int qwz, int hpz)
 {
     FILE *f = fopen(path, "w");
     TEST_CHECK(f);
@@ -48,8 +59,10 @@ static void write_cfg(const char *path, int stage, int qwz)
             " \"zero_optimization\": {\"stage\": %d, \"offload_optimizer\": {\"device\": "
             "\"cpu\"},\n"
             "   \"reduce_bucket_size\": 20000, \"stage3_param_persistence_threshold\": 1000,\n"
-            "   \"zero_quantized_weights\": %s}}\n",
-            stage, qwz ? "true" : "false");
+            "   \"stage3_max_live_parameters\": 0, \"stage3_max_reuse_distance\": 0,\n"
+            "   \"stage3_prefetch_bucket_size\": 0,\n"
+            "   \"zero_hpz_partition_size\": %d, \"zero_quantized_weights\": %s}}\n",
+            stage, hpz, qwz ? "true" : "false");
     TEST_CHECK(fclose(f) == 0);
 }
 
@@ -76,6 +89,15 @@ static double csv_col(const char *csv, int step, int col)
     return v;
 }
 
+static char g_unused[320];
+
+/* A CSV path for runs that are refused before their first step. */
+static const char *csv_unused(void)
+{
+    snprintf(g_unused, sizeof g_unused, "%s/unused.csv", g_tmp);
+    return g_unused;
+}
+
 static double mean_loss(const char *csv, int from, int to)
 {
     double s = 0;
@@ -87,8 +109,9 @@ static double mean_loss(const char *csv, int from, int to)
     return s / (to - from + 1);
 }
 
-#define COL_INTRA 17
-#define COL_INTER 18
+#define COL_INTRA   17
+#define COL_INTER   18
+#define COL_BWD_GAT 19
 
 int main(void)
 {
@@ -103,9 +126,9 @@ int main(void)
     snprintf(cfgq, sizeof cfgq, "%s/qwz.json", g_tmp);
     snprintf(cfg2, sizeof cfg2, "%s/qwz-stage2.json", g_tmp);
     snprintf(log, sizeof log, "%s/train.log", g_tmp);
-    write_cfg(cfg3, 3, 0);
-    write_cfg(cfgq, 3, 1);
-    write_cfg(cfg2, 2, 1);
+    write_cfg(cfg3, 3, 0, 1);
+    write_cfg(cfgq, 3, 1, 1);
+    write_cfg(cfg2, 2, 1, 1);
 
     /* 1. plain ZeRO-3 vs qwZ, 2 nodes x 2 ranks */
     char plain[300], qwz[300], one[300];
@@ -163,6 +186,51 @@ int main(void)
         TEST_CHECKF(zs_test_csv_loss(one, s) == zs_test_csv_loss(plain, s),
                     "step %d: the topology changed the loss", s);
 
+    /* 4. hpZ: the backward's gathers within the node, bitwise the same
+     * losses as without it (the secondary partition holds the values of
+     * the step's first gather), plain and with qwZ; its memory in the
+     * table's hpz column */
+    static const char *names[2] = {"hpZ", "qwZ+hpZ"};
+    const char *base[2] = {plain, qwz};
+    for (int v = 0; v < 2; v++) {
+        char cfgh[300], hcsv[300], hlog[300];
+        snprintf(cfgh, sizeof cfgh, "%s/hpz%d.json", g_tmp, v);
+        snprintf(hcsv, sizeof hcsv, "%s/hpz%d.csv", g_tmp, v);
+        snprintf(hlog, sizeof hlog, "%s/hpz%d.log", g_tmp, v);
+        write_cfg(cfgh, 3, v, 2);
+        zs_test_run_ok(hlog, TRAIN_FMT, "ZS_RANKS_PER_NODE=2", ZS_MPIEXEC, ZS_TRAIN, g_data,
+                       g_servers, STEPS, cfgh, hcsv);
+        double bw = csv_col(hcsv, STEPS, COL_BWD_GAT), bw0 = csv_col(base[v], STEPS, COL_BWD_GAT);
+        double hin = csv_col(hcsv, STEPS, COL_INTER), bin = csv_col(base[v], STEPS, COL_INTER);
+        printf("4. %s: backward gathers across nodes %.0f bytes (without hpZ %.0f); all bytes "
+               "across %.0f (without %.0f, ratio %.3f)\n",
+               names[v], bw, bw0, hin, bin, hin / bin);
+        TEST_CHECKF(bw0 > 0 && bw == 0, "%s: the backward's gathers must stay in the node",
+                    names[v]);
+        TEST_CHECKF(hin < bin, "%s: fewer bytes across nodes", names[v]);
+        for (int s = 1; s <= STEPS; s++)
+            TEST_CHECKF(zs_test_csv_loss(hcsv, s) == zs_test_csv_loss(base[v], s),
+                        "%s step %d: loss %.9g, without hpZ %.9g", names[v], s,
+                        zs_test_csv_loss(hcsv, s), zs_test_csv_loss(base[v], s));
+        /* rank 0's row of the memory table: the hpz triple (measured peak /
+         * formula / working set) is third from the end, its peak > 0 */
+        TEST_CHECKF(
+            zs_test_sh("awk '/scratch +hpz +held/{h=1;next} h&&$1==\"0\"{split($(NF-2),a,\"/\");"
+                       "exit !(a[1]>0)} END{exit !h}' %s",
+                       hlog) == 0,
+            "%s: the memory table must show the hpz category", names[v]);
+    }
+    /* hpZ over 3 ranks of a 2-rank node: refused by the engine */
+    char cfg5[300];
+    snprintf(cfg5, sizeof cfg5, "%s/hpz3.json", g_tmp);
+    write_cfg(cfg5, 3, 0, 4);
+    int rc5 = zs_test_sh(TRAIN_FMT " > %s 2>&1", "ZS_RANKS_PER_NODE=2", ZS_MPIEXEC, ZS_TRAIN,
+                         g_data, g_servers, 2, cfg5, csv_unused(), log);
+    TEST_CHECKF(rc5 != 0 && zs_test_sh("grep -q 'must be 1 or the ranks per node (2' %s", log) == 0,
+                "hpZ of 4 with 2 ranks per node must be refused (exit %d)", rc5);
+    printf("4. hpZ bitwise = without it; 0 gather bytes across nodes in backward; hpZ 4 on nodes "
+           "of 2 refused\n");
+
     /* 3. refused at stage 2; printed in the table */
     char csv2[300];
     snprintf(csv2, sizeof csv2, "%s/s2.csv", g_tmp);
@@ -174,7 +242,13 @@ int main(void)
         zs_test_sh("grep -q 'zero_optimization.zero_quantized_weights = true' %s.config.txt",
                    qwz) == 0,
         "the config table must print zero_quantized_weights");
-    printf("3. qwZ at stage 2 refused (exit 3); the table prints the key\n");
+    write_cfg(cfg2, 2, 0, 2);
+    rc = zs_test_sh(TRAIN_FMT " > %s 2>&1", "ZS_RANKS_PER_NODE=2", ZS_MPIEXEC, ZS_TRAIN, g_data,
+                    g_servers, 2, cfg2, csv2, log);
+    TEST_CHECKF(rc == 3 && zs_test_sh("grep -q 'zero_hpz_partition_size: 2 keeps.*stage is 2' %s",
+                                      log) == 0,
+                "hpZ at stage 2 must be refused with exit 3 (got %d)", rc);
+    printf("3. qwZ and hpZ at stage 2 refused (exit 3); the table prints the key\n");
     zs_test_servers_down(srv, 1);
     printf("test_train_zeropp: ok\n");
     return 0;

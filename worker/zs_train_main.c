@@ -106,7 +106,8 @@ static FILE *csv_open(const char *path, int resumed, uint64_t at)
 {
     static const char *header = "step,loss,lr,loss_scale,tokens_per_s,ms_step,ms_forward,"
                                 "ms_backward,ms_comm,ms_optimizer,skipped,workers,val_loss,spec,"
-                                "ms_opt_push,ms_opt_commit,ms_opt_pull,bytes_intra,bytes_inter\n";
+                                "ms_opt_push,ms_opt_commit,ms_opt_pull,bytes_intra,bytes_inter,"
+                                "bwd_gather_bytes_inter\n";
     char *old = resumed ? zs_file_read_text(path, (size_t)1 << 30, 0) : NULL;
     FILE *f = fopen(path, "w");
     if (!f) {
@@ -632,11 +633,14 @@ int main(int argc, char **argv)
             if (!isnan(val))
                 fprintf(csv, "%.6f", val);
             /* bytes_*: rank 0's collectives in the step, within and across
-             * nodes (zs_coll.h's model) */
-            fprintf(csv, ",%d,%.2f,%.2f,%.2f,%llu,%llu\n", st.spec, st.ms_opt_push,
+             * nodes (zs_coll.h's model); bwd_gather_bytes_inter: what the
+             * backward's parameter gathers sent across nodes (0 with hpZ) */
+            fprintf(csv, ",%d,%.2f,%.2f,%.2f,%llu,%llu,%llu\n", st.spec, st.ms_opt_push,
                     st.ms_opt_commit, st.ms_opt_pull,
                     (unsigned long long)zs_coll_bytes_intra(&st.bytes),
-                    (unsigned long long)zs_coll_bytes_inter(&st.bytes));
+                    (unsigned long long)zs_coll_bytes_inter(&st.bytes),
+                    (unsigned long long)(st.bytes_bwd.inter[ZS_COLL_K_ALL_GATHER] +
+                                         st.bytes_bwd.inter[ZS_COLL_K_ALL_GATHER_Q8]));
             fflush(csv);
         }
         if (nsteps == 1 || (o.mem_every && st.step % (uint64_t)o.mem_every == 0)) {

@@ -120,8 +120,11 @@ typedef struct zs_config {
     int round_robin_gradients;                     /* default 0 */
     int64_t sub_group_size;                        /* default 1000000000 */
     int bf16_enabled;                              /* bf16.enabled (kept to refuse fp16 + bf16) */
-    int zero_quantized_weights; /* qwZ (default 0): stage 3's parameter all-gathers send int8
-                                 * blocks with fp32 scales (zs_coll_all_gather_q8); stage 3 only */
+    int zero_quantized_weights;      /* qwZ (default 0): stage 3's parameter all-gathers send int8
+                                      * blocks with fp32 scales (zs_coll_all_gather_q8); stage 3 only */
+    int64_t zero_hpz_partition_size; /* hpZ (default 1: off): > 1 keeps a secondary partition
+                                      * over this many ranks, which must be the ranks per node
+                                      * (checked by the engine); stage 3 only */
 
     /* activation_checkpointing (zs_config_actckpt.c): the section given
      * means the GPT checkpoints every block (zs_gpt_set_checkpointing) */

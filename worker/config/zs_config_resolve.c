@@ -100,6 +100,16 @@ int zs_config_resolve(zs_config_t *cfg, int world_size, zs_err_t *err)
         cfg->stage3_max_live_parameters < 0 || cfg->stage3_max_reuse_distance < 0 ||
         cfg->sub_group_size < 0)
         return zs_err_set(err, ZS_ERR_RANGE, "zero_optimization: stage3 sizes must be >= 0");
+    if (cfg->zero_hpz_partition_size < 1)
+        return zs_err_set(err, ZS_ERR_RANGE,
+                          "zero_optimization.zero_hpz_partition_size: %lld must be >= 1",
+                          (long long)cfg->zero_hpz_partition_size);
+    if (cfg->zero_hpz_partition_size > 1 && cfg->stage != 3)
+        return zs_err_set(err, ZS_ERR_INVALID,
+                          "zero_optimization.zero_hpz_partition_size: %lld keeps a secondary "
+                          "partition of stage 3's parameters (ZeRO++ hpZ), but stage is %d "
+                          "(hint: stage 3, or 1)",
+                          (long long)cfg->zero_hpz_partition_size, cfg->stage);
     if (cfg->zero_quantized_weights && cfg->stage != 3)
         return zs_err_set(err, ZS_ERR_INVALID,
                           "zero_optimization.zero_quantized_weights: quantizes stage 3's "

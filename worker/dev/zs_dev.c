@@ -11,7 +11,7 @@
 #include "zs_dev.h"
 
 static const char *const memcat_names[ZS_MEM_NCATS] = {
-    "params", "grads", "optimizer", "gathered", "comm", "activations", "scratch",
+    "params", "grads", "optimizer", "gathered", "comm", "activations", "scratch", "hpz",
 };
 
 static const char *const space_names[ZS_NSPACES] = {"device", "pinned", "host"};

@@ -58,6 +58,7 @@ typedef enum {
     ZS_MEM_COMM,        /* communication buffers and offload staging */
     ZS_MEM_ACTIVATIONS, /* the model's saved activations */
     ZS_MEM_SCRATCH,     /* gradient accumulation scratch, the model's scratch */
+    ZS_MEM_HPZ,         /* ZeRO++ hpZ: the secondary parameter partition within the node */
     ZS_MEM_NCATS
 } zs_memcat_t;
 

@@ -153,6 +153,7 @@ static int make_layout(zs_engine_t *e, uint64_t cap, zs_err_t *err)
         s->part = s->n_pad / W;
         s->pbase = pbase;
         s->qbase = pbase / W;
+        s->sbase = e->hpz ? pbase / (uint64_t)e->hpz : 0;
         pbase += s->n_pad;
         uint64_t a = (uint64_t)e->rank * s->part, z = a + s->part;
         s->vb = a < s->n ? a : s->n;
@@ -320,6 +321,29 @@ int zs__eng_init_state(zs_engine_t *e, zs_err_t *err)
     return rc;
 }
 
+/* hpZ: zero_hpz_partition_size H > 1 must be the ranks per node L of the
+ * collectives' topology (the secondary partition lives within a node and
+ * its gathers run on the node's communicator); H = 1 is off. */
+static int hpz_setup(zs_engine_t *e, zs_err_t *err)
+{
+    int64_t h = e->cfg.zero_hpz_partition_size;
+    if (h <= 1)
+        return ZS_OK;
+    const zs_coll_topo_t *t = zs_coll_topo(e->coll);
+    if (e->stage != 3)
+        return zs_err_set(err, ZS_ERR_INVALID,
+                          "zero_hpz_partition_size %lld: hpZ needs stage 3 (stage is %d)",
+                          (long long)h, e->stage);
+    if (h != t->local_size || !zs_coll_intra(e->coll))
+        return zs_err_set(err, ZS_ERR_INVALID,
+                          "zero_hpz_partition_size %lld: the secondary partition is kept within "
+                          "a node here, so it must be 1 or the ranks per node (%d; "
+                          "ZS_RANKS_PER_NODE or MPI's shared-memory view)",
+                          (long long)h, t->local_size);
+    e->hpz = (int)h;
+    return ZS_OK;
+}
+
 static int alloc_state(zs_engine_t *e, zs_err_t *err)
 {
     uint64_t full = e->Ppad, part = e->Ppad / (uint64_t)e->W;
@@ -345,6 +369,11 @@ static int alloc_state(zs_engine_t *e, zs_err_t *err)
     if (e->stage < 3 && e->dt != ZS_DTYPE_F32 && e->view_max)
         ZS_ENG_TRY(zs__eng_alloc(e, ZS_SPACE_DEVICE, ZS_MEM_GATHERED, e->view_max * 4,
                                  (void **)&e->view, "fp32 layer view", err));
+    if (e->hpz) {
+        e->sec_bytes = e->Ppad / (uint64_t)e->hpz * e->esz;
+        ZS_ENG_TRY(zs__eng_alloc(e, ZS_SPACE_DEVICE, ZS_MEM_HPZ, e->sec_bytes, &e->sec,
+                                 "hpZ secondary partition", err));
+    }
     if (e->stage == 3 && e->cfg.zero_quantized_weights) {
         e->qbuf_bytes = (uint64_t)e->W * zs_quant_record_bytes(e->max_seg_pad / (uint64_t)e->W);
         ZS_ENG_TRY(zs__eng_alloc(e, ZS_SPACE_DEVICE, ZS_MEM_COMM, e->qbuf_bytes, &e->qbuf,
@@ -477,6 +506,8 @@ int zs_engine_create(const zs_engine_opts_t *o, const zs_model_t *model, zs_engi
         rc = e->m.set_param_dtype(e->m.self, e->dt, err);
         e->params16 = rc == ZS_OK;
     }
+    if (!rc)
+        rc = hpz_setup(e, err);
     uint64_t cap = (uint64_t)e->cfg.reduce_bucket_size;
     if (!rc)
         rc = make_layout(e, cap ? cap : 1, err);
@@ -544,6 +575,7 @@ void zs_engine_destroy(zs_engine_t *e)
         zs_coll_sync(e->coll, NULL);
     zs__eng_gather_free_all(e);
     zs_dev_free(e->dev, e->qbuf);
+    zs_dev_free(e->dev, e->sec);
     for (int k = 0; e->s && k < e->ns; k++)
         zs_dev_event_destroy(e->s[k].gev);
     for (int i = 0; e->gslot && i < e->ngslot; i++) {

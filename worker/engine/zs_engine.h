@@ -190,6 +190,10 @@ typedef struct zs_step_stats {
      * node and across nodes, per kind (zs_coll.h's counters and their
      * per-peer model; the topology: ZS_RANKS_PER_NODE or MPI's view). */
     zs_coll_bytes_t bytes;
+    /* Of those, what the backward passes enqueued (stage 3's gathers for
+     * backward, the gradient reduce-scatters that overlap it): with hpZ
+     * its gathers stay within the node. */
+    zs_coll_bytes_t bytes_bwd;
 } zs_step_stats_t;
 
 /* Memory of this worker, measured by the device allocator, beside what the

@@ -112,6 +112,29 @@ static int buf_put(zs_engine_t *e, void *p, size_t bytes, zs_err_t *err)
     return ZS_OK;
 }
 
+/* After a segment's all-gather: its fp32 view (16-bit runs), its event. */
+static int gather_done(zs_engine_t *e, zs__seg_t *s, zs_err_t *err)
+{
+    if (zs__eng_view_esz(e))
+        ZS_ENG_TRY(zs_dev_cast(e->comm, s->g32, ZS_DTYPE_F32, s->gbuf, e->dt, s->n, err));
+    return zs_dev_event_record(s->gev, e->comm, err);
+}
+
+/* hpZ: the segment from the node's secondary partition: this worker's
+ * slice (local rank l of L: elements [l*m, (l+1)*m), m = n_pad / L, the
+ * values the step's first gather brought, dequantized with qwZ) into its
+ * block, all-gathered over the node's communicator. Nothing crosses nodes,
+ * and the values are bitwise the first gather's. */
+static int gather_in_node(zs_engine_t *e, zs__seg_t *s, zs_err_t *err)
+{
+    zs_coll_t *in = zs_coll_intra(e->coll);
+    uint64_t m = s->n_pad / (uint64_t)e->hpz, l = (uint64_t)in->rank;
+    ZS_ENG_TRY(zs_dev_memcpy(e->comm, zs__at(e, s->gbuf, l * m), zs__at(e, e->sec, s->sbase),
+                             m * e->esz, err));
+    ZS_ENG_TRY(zs_coll_all_gather(in, s->gbuf, m, e->dt, NULL, NULL, err));
+    return gather_done(e, s, err);
+}
+
 int zs__eng_gather_seg(zs_engine_t *e, int k, zs_err_t *err)
 {
     zs__seg_t *s = &e->s[k];
@@ -134,6 +157,8 @@ int zs__eng_gather_seg(zs_engine_t *e, int k, zs_err_t *err)
     ZS_ENG_TRY(zs_dev_event_record(e->ev_copy, e->copy, err));
     ZS_ENG_TRY(zs_dev_stream_wait(e->comm, e->ev_compute, err));
     ZS_ENG_TRY(zs_dev_stream_wait(e->comm, e->ev_copy, err));
+    if (e->hpz && !s->persistent && s->sec_gen == e->param_gen)
+        return gather_in_node(e, s, err);
     ZS_ENG_TRY(zs_dev_memcpy(e->comm, zs__at(e, s->gbuf, (uint64_t)e->rank * s->part),
                              zs__at(e, e->params, s->qbase), s->part * e->esz, err));
     if (e->qbuf) /* qwZ: int8 records on the wire, dequantized into the gather buffer */
@@ -141,9 +166,13 @@ int zs__eng_gather_seg(zs_engine_t *e, int k, zs_err_t *err)
             zs_coll_all_gather_q8(e->coll, s->gbuf, s->part, e->dt, e->qbuf, NULL, NULL, err));
     else
         ZS_ENG_TRY(zs_coll_all_gather(e->coll, s->gbuf, s->part, e->dt, NULL, NULL, err));
-    if (zs__eng_view_esz(e))
-        ZS_ENG_TRY(zs_dev_cast(e->comm, s->g32, ZS_DTYPE_F32, s->gbuf, e->dt, s->n, err));
-    return zs_dev_event_record(s->gev, e->comm, err);
+    if (e->hpz && !s->persistent) { /* keep this node's slice for the step's later gathers */
+        uint64_t m = s->n_pad / (uint64_t)e->hpz, l = (uint64_t)zs_coll_topo(e->coll)->local_rank;
+        ZS_ENG_TRY(zs_dev_memcpy(e->comm, zs__at(e, e->sec, s->sbase), zs__at(e, s->gbuf, l * m),
+                                 m * e->esz, err));
+        s->sec_gen = e->param_gen;
+    }
+    return gather_done(e, s, err);
 }
 
 void zs__eng_drop_seg(zs_engine_t *e, int k)

@@ -62,6 +62,11 @@ typedef struct zs__seg {
     float *g32;      /* fp32 view for the layers (== gbuf for fp32; NULL with params16) */
     zs_event_t *gev; /* recorded on the comm stream when gbuf is complete */
     int prefetched;  /* gathered ahead of use and not used yet */
+    /* hpZ: this segment's slice of the secondary partition is at
+     * e->sec + sbase elements (n_pad / L of them), valid while sec_gen ==
+     * e->param_gen (filled by this step's first gather) */
+    uint64_t sbase;
+    uint64_t sec_gen;
 } zs__seg_t;
 
 typedef struct zs__bucket {
@@ -130,6 +135,16 @@ struct zs_engine {
      * memory (comm), reused by every gather in comm-stream order; NULL off */
     void *qbuf;
     uint64_t qbuf_bytes;
+    /* hpZ (zero_hpz_partition_size = the ranks per node, stage 3): hpz = L
+     * (0 off); sec: this worker's secondary partition, Ppad / L elements of
+     * dt (device memory, category hpz): its local rank's L-th of every
+     * segment, copied out of the step's first (world) gather, so later
+     * gathers of the step (backward's) all-gather it within the node;
+     * param_gen: bumped when a step starts (the parameters may have
+     * changed since the last gathers) */
+    int hpz;
+    void *sec;
+    uint64_t sec_bytes, param_gen;
 
     /* working buffers, allocated once */
     /* [ngslot] fp32 gradient scratch: [0, ngen) for the other buckets,

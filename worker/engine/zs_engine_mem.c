@@ -95,6 +95,7 @@ static void working(const zs_engine_t *e, uint64_t *w)
      * optimizer state transfers (one fp32 segment partition, pinned), the
      * memory table's all-gather, small host values of the collectives and
      * qwZ's records (W records of the largest part) */
+    w[ZS_MEM_HPZ] = e->sec_bytes; /* hpZ: Ppad / L elements */
     w[ZS_MEM_COMM] = reduce_buffers(e) + (e->offload ? e->Ppad / W * k : 0) +
                      (!e->offload ? e->max_seg_pad / W * 4 : 0) + comm_small(e) + e->qbuf_bytes;
 }
@@ -111,6 +112,7 @@ static void device_bound(const zs_engine_t *e, const uint64_t *f, const uint64_t
     d[ZS_MEM_GATHERED] = w[ZS_MEM_GATHERED];
     /* reduce buffers and the table; staging and state transfers are pinned */
     d[ZS_MEM_COMM] = reduce_buffers(e) + comm_small(e) + e->qbuf_bytes; /* + qwZ records */
+    d[ZS_MEM_HPZ] = e->sec_bytes;
     /* gradient slots, the norm, the fp32 chunk of init or export, the
      * model's device scratch */
     d[ZS_MEM_SCRATCH] = gslot_bytes(e) + 2 * (uint64_t)e->ns * sizeof(double) + xfer_bytes(e) +
@@ -140,8 +142,8 @@ int zs_engine_mem_check(zs_engine_t *e, zs_err_t *err)
     zs_engine_mem_t m;
     zs_engine_mem(e, &m);
     /* activations belong to the model; everything else is the engine's */
-    static const int cats[] = {ZS_MEM_PARAMS,   ZS_MEM_GRADS, ZS_MEM_OPTIMIZER,
-                               ZS_MEM_GATHERED, ZS_MEM_COMM,  ZS_MEM_SCRATCH};
+    static const int cats[] = {ZS_MEM_PARAMS, ZS_MEM_GRADS,   ZS_MEM_OPTIMIZER, ZS_MEM_GATHERED,
+                               ZS_MEM_COMM,   ZS_MEM_SCRATCH, ZS_MEM_HPZ};
     for (size_t i = 0; i < sizeof cats / sizeof *cats; i++) {
         int c = cats[i];
         uint64_t peak = peak_of(&m.measured, c), lim = m.formula[c] + m.working[c];

@@ -307,6 +307,7 @@ static int step(zs_engine_t *e, zs_step_stats_t *st, zs_err_t *err)
 {
     memset(st, 0, sizeof *st);
     st->step = e->step + 1;
+    e->param_gen++; /* hpZ: the secondary partition is refilled by the step's first gathers */
     e->ms_land = 0;
     st->loss_scale = e->ls.scale;
     int rc = ZS_OK;
@@ -353,8 +354,14 @@ static int step(zs_engine_t *e, zs_step_stats_t *st, zs_err_t *err)
             rc = e->m.loss(e->m.self, &l, err); /* waits for the forward */
         loss += l;
         double t1 = zs__eng_now_ms();
+        zs_coll_bytes_t b0 = zs_coll_bytes(e->coll);
         if (!rc)
             rc = backward(e, (float)e->ls.scale, ptrs, gptrs, err);
+        zs_coll_bytes_t b1 = zs_coll_bytes(e->coll);
+        for (int k = 0; k < ZS_COLL_NKINDS; k++) {
+            st->bytes_bwd.intra[k] += b1.intra[k] - b0.intra[k];
+            st->bytes_bwd.inter[k] += b1.inter[k] - b0.inter[k];
+        }
         if (!rc)
             rc = zs_dev_stream_sync(e->compute, err);
         st->ms_forward += t1 - t0;
