@@ -400,7 +400,9 @@ static int servers_start(const char *bin, servers_t *sv)
         pid_t p = fork();
         if (p == 0) {
             prctl(PR_SET_PDEATHSIG, SIGKILL); /* never outlive the benchmark */
-            setenv("ZS_LOG_LEVEL", "warn", 1);
+            /* quiet unless asked (ZS_BENCH_SERVER_LOG=info: their totals at exit) */
+            const char *lvl = getenv("ZS_BENCH_SERVER_LOG");
+            setenv("ZS_LOG_LEVEL", lvl && *lvl ? lvl : "warn", 1);
             execl(bin, bin, "--listen", "127.0.0.1:0", "--data", data, "--ready-file", ready,
                   "--threads", "8", (char *)NULL);
             _exit(127);
