@@ -1,0 +1,73 @@
+#!/usr/bin/env bash
+# bench_zeropp.sh - ZeRO++ on the CPU: W = 4 workers run as 2 nodes x 2
+# ranks (ZS_RANKS_PER_NODE=2, MPI collectives, one machine), one zs-server,
+# a GPT of ~24M parameters (6 layers, width 576, ctx 64, byte vocabulary)
+# at stage 3 in bf16 on the quickstart's demo corpus (the texts of
+# /usr/share/common-licenses), for each configuration that exists:
+#   zero3      plain ZeRO-3
+#   qwz        zero_quantized_weights (int8 parameter gathers)
+#   hpz        zero_hpz_partition_size 2 (backward's gathers within the node)
+#   qwz_hpz    both
+# Every configuration frees each layer after its use (stage3_max_live_
+# parameters 0, stage3_max_reuse_distance 0, no prefetch), as a model too
+# large to keep gathered does, so the backward gathers again. Prints per
+# configuration:
+#   ZEROPP-RESULT config=NAME cross_node_bytes_per_step=X ratio_to_zero3=Y loss_delta=Z
+# X: the bytes rank 0's collectives sent to the other node in the last step
+# (zs-train's CSV bytes_inter: each peer's share counted as sent directly);
+# Y: X over zero3's X; Z: the relative difference of the mean loss over the
+# last LAST steps against zero3's. Usage:
+#   bench/bench_zeropp.sh [BUILD_DIR] [STEPS] [LAST]   (defaults build 300 50)
+set -euo pipefail
+B=${1:-build}
+STEPS=${2:-300}
+LAST=${3:-50}
+((LAST <= STEPS)) || LAST=$STEPS
+T=$(mktemp -d /tmp/zs-bench-zeropp-XXXXXX)
+trap 'kill $(jobs -p) 2>/dev/null; wait 2>/dev/null; rm -rf "$T"' EXIT
+SRV=${ZS_SERVER:-$B/server/zs-server} TRAIN=${ZS_TRAIN:-$B/worker/zs-train}
+TOK=${ZS_TOKENIZE:-$B/tools/zs-tokenize}
+"$TOK" -o "$T/corpus.tok" $(find /usr/share/common-licenses -maxdepth 1 -type f | sort) > /dev/null
+"$SRV" --listen 127.0.0.1:0 --data "$T/s0" --ready-file "$T/r0" 2> "$T/s0.log" &
+for _ in $(seq 100); do [ -s "$T/r0" ] && break; sleep 0.1; done
+S=$(cat "$T/r0")
+cfg() { # name, hpz partition size, qwz (true/false)
+  cat > "$T/$1.json" <<JSON
+{"train_batch_size": 16, "train_micro_batch_size_per_gpu": 4, "gradient_clipping": 1.0,
+ "optimizer": {"type": "AdamW", "params": {"lr": 0.001, "betas": [0.9, 0.95], "weight_decay": 0.1}},
+ "bf16": {"enabled": true},
+ "zero_optimization": {"stage": 3, "offload_optimizer": {"device": "cpu"},
+   "reduce_bucket_size": 2000000, "stage3_param_persistence_threshold": 10000,
+   "stage3_max_live_parameters": 0, "stage3_max_reuse_distance": 0,
+   "stage3_prefetch_bucket_size": 0,
+   "zero_hpz_partition_size": $2, "zero_quantized_weights": $3}}
+JSON
+}
+run() { # name
+  ZS_LOG_LEVEL=warn ZS_RANKS_PER_NODE=2 mpirun --allow-run-as-root --oversubscribe --bind-to none \
+    -x ZS_RANKS_PER_NODE -np 4 "$TRAIN" --servers "$S" --data "$T/corpus.tok" --layers 6 \
+    --heads 8 --width 576 --ctx 64 --steps "$STEPS" --log-every 50 --fresh \
+    --config "$T/$1.json" --csv "$T/$1.csv" > "$T/$1.log" 2>&1 || {
+    tail -20 "$T/$1.log"
+    exit 1
+  }
+  grep '^model:' "$T/$1.log" | head -1
+}
+# the CSV's last row: bytes_inter (column 19), and the mean loss of the last LAST rows
+inter() { tail -1 "$T/$1.csv" | cut -d, -f19; }
+meanloss() { tail -n "$LAST" "$T/$1.csv" | awk -F, '{s += $2} END {printf "%.6f", s / NR}'; }
+cfg zero3 1 false
+cfg qwz 1 true
+cfg hpz 2 false
+cfg qwz_hpz 2 true
+for c in zero3 qwz hpz qwz_hpz; do
+  run $c
+  echo "$c: $(tail -1 "$T/$c.log")"
+done
+X0=$(inter zero3) L0=$(meanloss zero3)
+for c in zero3 qwz hpz qwz_hpz; do
+  X=$(inter $c) L=$(meanloss $c)
+  echo "ZEROPP-RESULT config=$c cross_node_bytes_per_step=$X" \
+    "ratio_to_zero3=$(awk -v a="$X" -v b="$X0" 'BEGIN {printf "%.3f", a / b}')" \
+    "loss_delta=$(awk -v a="$L" -v b="$L0" 'BEGIN {printf "%+.4f", (a - b) / b}')"
+done
