@@ -33,7 +33,7 @@ SLOT=790528 # bytes of one tile slot (server/zs_nvme.h: ZS_NVME_SLOT)
 command -v fio >/dev/null || { echo "bench_nvme: fio not found (apt-get install fio)" >&2; exit 2; }
 mkdir -p "$D"
 T=$(mktemp -d "$D/run-XXXXXX")
-trap 'kill $(jobs -p) 2>/dev/null; wait 2>/dev/null; rm -rf "$T"' EXIT
+trap 'kill $(jobs -p) 2>/dev/null || true; wait 2>/dev/null || true; rm -rf "$T"' EXIT
 BUDGET=${BUDGET:-$((P * 21 / 2 + 64 * 1048576))}
 FILE_BYTES=$(((P + 65535) / 65536 * 2 * SLOT))
 echo "dir $D ($(df -h --output=source,fstype "$D" | tail -1)); P=$P, $STEPS steps, budget $BUDGET B, depth $DEPTH; $(nproc) cores"
