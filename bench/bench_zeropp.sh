@@ -8,6 +8,7 @@
 #   qwz        zero_quantized_weights (int8 parameter gathers)
 #   hpz        zero_hpz_partition_size 2 (backward's gathers within the node)
 #   qwz_hpz    both
+#   qwz_hpz_qgz  and zero_quantized_gradients (int8 gradient records, two hops)
 # Every configuration frees each layer after its use (stage3_max_live_
 # parameters 0, stage3_max_reuse_distance 0, no prefetch), as a model too
 # large to keep gathered does, so the backward gathers again. Prints per
@@ -31,7 +32,7 @@ TOK=${ZS_TOKENIZE:-$B/tools/zs-tokenize}
 "$SRV" --listen 127.0.0.1:0 --data "$T/s0" --ready-file "$T/r0" 2> "$T/s0.log" &
 for _ in $(seq 100); do [ -s "$T/r0" ] && break; sleep 0.1; done
 S=$(cat "$T/r0")
-cfg() { # name, hpz partition size, qwz (true/false)
+cfg() { # name, hpz partition size, qwz (true/false), qgz (true/false)
   cat > "$T/$1.json" <<JSON
 {"train_batch_size": 16, "train_micro_batch_size_per_gpu": 4, "gradient_clipping": 1.0,
  "optimizer": {"type": "AdamW", "params": {"lr": 0.001, "betas": [0.9, 0.95], "weight_decay": 0.1}},
@@ -40,7 +41,8 @@ cfg() { # name, hpz partition size, qwz (true/false)
    "reduce_bucket_size": 2000000, "stage3_param_persistence_threshold": 10000,
    "stage3_max_live_parameters": 0, "stage3_max_reuse_distance": 0,
    "stage3_prefetch_bucket_size": 0,
-   "zero_hpz_partition_size": $2, "zero_quantized_weights": $3}}
+   "zero_hpz_partition_size": $2, "zero_quantized_weights": $3,
+   "zero_quantized_gradients": ${4:-false}}}
 JSON
 }
 run() { # name
@@ -60,12 +62,14 @@ cfg zero3 1 false
 cfg qwz 1 true
 cfg hpz 2 false
 cfg qwz_hpz 2 true
-for c in zero3 qwz hpz qwz_hpz; do
+cfg qwz_hpz_qgz 2 true true
+CONFIGS=${CONFIGS:-zero3 qwz hpz qwz_hpz qwz_hpz_qgz}
+for c in $CONFIGS; do
   run $c
   echo "$c: $(tail -1 "$T/$c.log")"
 done
 X0=$(inter zero3) L0=$(meanloss zero3)
-for c in zero3 qwz hpz qwz_hpz; do
+for c in $CONFIGS; do
   X=$(inter $c) L=$(meanloss $c)
   echo "ZEROPP-RESULT config=$c cross_node_bytes_per_step=$X" \
     "ratio_to_zero3=$(awk -v a="$X" -v b="$X0" 'BEGIN {printf "%.3f", a / b}')" \

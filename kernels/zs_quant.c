@@ -31,6 +31,17 @@ void zs_quant_pack(void *rec, const void *src, zs_dtype_t dt, size_t n)
     memset(code + n, 0, bytes - nblk * 4 - n);
 }
 
+void zs_quant_unpack_add(float *acc, const void *rec, size_t n)
+{
+    size_t nblk = zs_quant_blocks(n);
+    const int8_t *code = (const int8_t *)((const char *)rec + nblk * 4);
+    for (size_t i = 0; i < n; i++) {
+        float s;
+        memcpy(&s, (const char *)rec + (i / ZS_QUANT_BLOCK) * 4, sizeof s);
+        acc[i] += zs_quant_deq(code[i], s);
+    }
+}
+
 void zs_quant_unpack(void *dst, zs_dtype_t dt, const void *rec, size_t n, size_t nrec)
 {
     size_t nblk = zs_quant_blocks(n), bytes = zs_quant_record_bytes(n);

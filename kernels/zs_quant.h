@@ -45,4 +45,8 @@ void zs_quant_pack(void *rec, const void *src, zs_dtype_t dt, size_t n);
  * dst + r * n), each value rounded to dt (nearest even). */
 void zs_quant_unpack(void *dst, zs_dtype_t dt, const void *rec, size_t n, size_t nrec);
 
+/* acc[i] += the unpacked value of element i of one record of n elements,
+ * in fp32 (qgZ's sums; no CUDA twin: qgZ runs on MPI workers only). */
+void zs_quant_unpack_add(float *acc, const void *rec, size_t n);
+
 #endif

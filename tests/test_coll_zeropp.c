@@ -12,10 +12,15 @@
  *   - qwZ: zs_coll_all_gather_q8 equals a plain all-gather followed by the
  *     CPU twin's pack and unpack of every block, bitwise (on NCCL this holds
  *     the CUDA kernels to the CPU twin), in fp32, bf16 and fp16, with a
- *     non-finite element and a partial last block.
+ *     non-finite element and a partial last block;
+ *   - qgZ: zs_coll_reduce_scatter_q8 equals its two hops replayed here
+ *     from every rank's data, bitwise, and the exact sum within the bound
+ *     of the records it went through (MPI; NCCL refuses it), a
+ *     sub-communicator's refused.
  *
  * What it does not test: the engine's use of it (test_engine_zeropp.c).
  */
+#include <math.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -118,16 +123,26 @@ static void check_counters(zs_coll_t *c)
     OK(zs_coll_all_reduce(c, d, count, ZS_DTYPE_F32, ZS_OP_SUM, NULL, NULL, &err), err);
     OK(zs_coll_broadcast(c, d, count, ZS_DTYPE_F16, 0, NULL, NULL, &err), err);
     OK(zs_coll_all_gather_q8(c, d, count, ZS_DTYPE_BF16, q, NULL, NULL, &err), err);
+    int has_qgz = c->vt->reduce_scatter_q8 != NULL;
+    void *wk = NULL;
+    if (has_qgz) {
+        OK(zs_dev_alloc(c->dev, ZS_SPACE_DEVICE, ZS_MEM_COMM, zs_coll_rsq8_work_bytes(c, count),
+                        &wk, &err),
+           err);
+        OK(zs_coll_reduce_scatter_q8(c, d, count, ZS_DTYPE_F32, wk, NULL, NULL, &err), err);
+    }
     OK(zs_coll_all_gather(zs_coll_intra(c), d, count, ZS_DTYPE_F32, NULL, NULL, &err), err);
     OK(zs_coll_all_gather(zs_coll_inter(c), d, count, ZS_DTYPE_F32, NULL, NULL, &err), err);
     OK(zs_coll_sync(c, &err), err);
     zs_coll_bytes_t b = zs_coll_bytes(c);
     uint64_t ag4 = count * 4, rs2 = count * 2, ar = 2 * count * 4 / (uint64_t)g_size;
     uint64_t bc = g_rank == 0 ? count * 2 : 0;
-    uint64_t want_in[ZS_COLL_NKINDS] = {rs2 * pin, ag4 * pin + ag4 * pin, ar * pin, bc * pin,
-                                        rb * pin};
-    uint64_t want_out[ZS_COLL_NKINDS] = {rs2 * pout, ag4 * pout + ag4 * ((uint64_t)t->nnodes - 1),
-                                         ar * pout, bc * pout, rb * pout};
+    uint64_t nn = (uint64_t)t->nnodes;
+    uint64_t want_in[ZS_COLL_NKINDS] = {rs2 * pin, ag4 * pin + ag4 * pin,      ar * pin, bc * pin,
+                                        rb * pin,  has_qgz ? pin * nn * rb : 0};
+    uint64_t want_out[ZS_COLL_NKINDS] = {rs2 * pout, ag4 * pout + ag4 * (nn - 1),
+                                         ar * pout,  bc * pout,
+                                         rb * pout,  has_qgz ? (nn - 1) * rb : 0};
     for (int k = 0; k < ZS_COLL_NKINDS; k++)
         CHECK(b.intra[k] == want_in[k] && b.inter[k] == want_out[k],
               "%s: intra %llu (want %llu) inter %llu (want %llu)", zs_coll_kind_name(k),
@@ -138,7 +153,114 @@ static void check_counters(zs_coll_t *c)
     CHECK(zs_coll_bytes_intra(&b) == 0 && zs_coll_bytes_inter(&b) == 0, "reset");
     zs_dev_free(c->dev, d);
     zs_dev_free(c->dev, q);
+    zs_dev_free(c->dev, wk);
     free(h);
+}
+
+/* Rank r's whole reduce-scatter buffer (size blocks of count), as floats. */
+static void fill_rs(float *f, size_t count, int r)
+{
+    for (size_t i = 0; i < (size_t)g_size * count; i++) {
+        uint32_t x = (uint32_t)(i * 2246822519u + (uint32_t)r * 3266489917u);
+        f[i] = ((float)(x % 40001) / 20000.0f - 1.0f) * (float)(1 + (i / ZS_QUANT_BLOCK) % 3);
+    }
+}
+
+/* acc (count fp32) += the dequantized record of src (count of dt), or src
+ * exactly when `exact` (a hop with one rank quantizes nothing). */
+static void add_q(float *acc, const void *src, zs_dtype_t dt, size_t count, int exact)
+{
+    size_t rb = zs_quant_record_bytes(count);
+    unsigned char *rec = malloc(rb);
+    float *x = malloc(count * 4);
+    CHECK(rec && x, "no memory");
+    if (exact) {
+        zs_cast(x, ZS_DTYPE_F32, src, dt, count);
+        for (size_t i = 0; i < count; i++)
+            acc[i] += x[i];
+    } else {
+        zs_quant_pack(rec, src, dt, count);
+        zs_quant_unpack_add(acc, rec, count);
+    }
+    free(rec);
+    free(x);
+}
+
+/* qgZ: zs_coll_reduce_scatter_q8 against the same two hops replayed here
+ * from every rank's (regenerated) data, bitwise; and against the exact sum
+ * within the bound of the records it went through. NCCL: refused. */
+static void check_rsq8(zs_coll_t *c, zs_dtype_t dt)
+{
+    zs_err_t err;
+    const zs_coll_topo_t *t = zs_coll_topo(c);
+    size_t count = ZS_QUANT_BLOCK + 77, es = zs_dtype_size(dt), all = (size_t)g_size * count;
+    float *f = malloc(all * 4);
+    unsigned char *h = malloc(all * es), *got = malloc(count * es), *want = malloc(count * es);
+    CHECK(f && h && got && want, "no memory");
+    fill_rs(f, count, g_rank);
+    zs_cast(h, dt, f, ZS_DTYPE_F32, all);
+    void *d = to_dev(c, h, all * es), *wk = NULL;
+    OK(zs_dev_alloc(c->dev, ZS_SPACE_DEVICE, ZS_MEM_COMM, zs_coll_rsq8_work_bytes(c, count), &wk,
+                    &err),
+       err);
+    int rc = zs_coll_reduce_scatter_q8(c, d, count, dt, wk, NULL, NULL, &err);
+    if (!c->vt->reduce_scatter_q8) {
+        CHECK(rc == ZS_ERR_INVALID && strstr(err.msg, "qgZ"), "%s: rc %d: %s", c->vt->name, rc,
+              err.msg);
+        zs_dev_free(c->dev, d);
+        zs_dev_free(c->dev, wk);
+        free(f), free(h), free(got), free(want);
+        return;
+    }
+    OK(rc, err);
+    rc = zs_coll_reduce_scatter_q8(zs_coll_intra(c), d, count, dt, wk, NULL, NULL, &err);
+    CHECK(rc == ZS_ERR_INVALID, "a sub-communicator's qgZ must be refused");
+    to_host(c, got, (char *)d + (size_t)g_rank * count * es, count * es);
+    /* replay: acc_k = node k's hop-1 sum of block (node, l) ... */
+    int L = t->local_size, N = t->nnodes, l = t->local_rank, node = t->node;
+    float *acc = calloc(count, 4), *sum = calloc(count, 4), *fr = malloc(all * 4);
+    unsigned char *hr = malloc(all * es), *a16 = malloc(count * 4);
+    CHECK(acc && sum && fr && hr && a16, "no memory");
+    double exact_max = 0, worst = 0;
+    for (int k = 0; k < N; k++) {
+        if (N == 1 && k != node)
+            continue;
+        memset(acc, 0, count * 4);
+        for (int i = 0; i < L; i++) { /* rank k*L + i's block node*L + l */
+            fill_rs(fr, count, k * L + i);
+            zs_cast(hr, dt, fr, ZS_DTYPE_F32, all);
+            add_q(acc, hr + ((size_t)node * L + l) * count * es, dt, count, L == 1);
+        }
+        add_q(sum, acc, ZS_DTYPE_F32, count, N == 1);
+    }
+    zs_cast(want, dt, sum, ZS_DTYPE_F32, count);
+    CHECK(memcmp(want, got, count * es) == 0, "%s: qgZ differs from its replay", zs_dtype_name(dt));
+    /* the exact sum of the 16-bit (or fp32) inputs */
+    for (size_t e = 0; e < count; e++) {
+        double x = 0;
+        for (int r = 0; r < g_size; r++) {
+            fill_rs(fr, count, r);
+            zs_cast(hr, dt, fr + (size_t)g_rank * count + e, ZS_DTYPE_F32, 1);
+            float v;
+            zs_cast(&v, ZS_DTYPE_F32, hr, dt, 1);
+            x += v;
+        }
+        float y;
+        zs_cast(&y, ZS_DTYPE_F32, got + e * es, dt, 1);
+        exact_max = fmax(exact_max, fabs(x));
+        worst = fmax(worst, fabs(y - x));
+    }
+    /* each hop's records are within half a step (amax/254) of their input;
+     * inputs are at most 3 in size: |err| <= L*3/254 + N*(L*3)/254 + dt's
+     * rounding of the sum */
+    double bound = (L * 3.0 + N * L * 3.0) / 254.0 + exact_max / 128.0;
+    CHECK(worst <= bound, "%s: qgZ error %g > bound %g", zs_dtype_name(dt), worst, bound);
+    if (g_rank == 0)
+        printf("qgZ %s: bitwise its replay, max error %.4g (bound %.4g, sums up to %.3g)\n",
+               zs_dtype_name(dt), worst, bound, exact_max);
+    zs_dev_free(c->dev, d);
+    zs_dev_free(c->dev, wk);
+    free(f), free(h), free(got), free(want), free(acc), free(sum), free(fr), free(hr), free(a16);
 }
 
 /* Rank r's block: values of magnitudes varying by block, one inf on rank 1. */
@@ -256,6 +378,8 @@ int main(int argc, char **argv)
     check_q8(c, ZS_DTYPE_F32);
     check_q8(c, ZS_DTYPE_BF16);
     check_q8(c, ZS_DTYPE_F16);
+    check_rsq8(c, ZS_DTYPE_F32);
+    check_rsq8(c, ZS_DTYPE_BF16);
     zs_coll_destroy(c);
     zs_dev_destroy(dev);
     if (g_rank == 0)

@@ -630,7 +630,7 @@ static void test_warnings(void)
         "\"fast_init\": false, \"pin_memory\": true},\n"
         "   \"offload_param\": {\"device\": \"cpu\", \"buffer_size\": 1e8, \"max_in_cpu\": "
         "1e9},\n"
-        "   \"elastic_checkpoint\": false, \"zero_quantized_gradients\": false}}\n",
+        "   \"elastic_checkpoint\": false, \"zeropp_loco_param\": {}}}\n",
         &c, &w);
     const char *notimpl[] = {"steps_per_print",
                              "wall_clock_breakdown",
@@ -648,7 +648,7 @@ static void test_warnings(void)
                              "zero_optimization.offload_param.buffer_size",
                              "zero_optimization.offload_param.max_in_cpu",
                              "zero_optimization.elastic_checkpoint",
-                             "zero_optimization.zero_quantized_gradients"};
+                             "zero_optimization.zeropp_loco_param"};
     const char *unknown[] = {"traing_batch_size", "optimizer.params.foo",
                              "zero_optimization.stagee"};
     /* DeepSpeed's NVMe keys: the servers' tier decides (zs-server --nvme-*) */

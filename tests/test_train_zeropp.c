@@ -24,6 +24,8 @@
  *     bwd_gather_bytes_inter; > 0 without hpZ), fewer bytes cross nodes per
  *     step, the memory table shows the hpz category; hpZ of 4 with 2 ranks
  *     per node is refused, as is hpZ at stage 2.
+ *  5. qgZ with qwZ and hpZ: loss within 2% of plain ZeRO-3, at most 0.35
+ *     of its bytes across nodes; qgZ at stage 2 refused.
  * Every stage-3 config here frees each layer after use, so backward
  * gathers again.
  */
@@ -47,7 +49,15 @@ static char g_tmp[200], g_servers[256], g_data[300];
  * off). Nothing stays gathered between a layer's forward and its
  * backward (live 0, reuse distance 0, no prefetch), so the backward
  * gathers every layer again: what hpZ keeps within the node. */
+static void write_cfg_q(const char *path, int stage, int qwz, int hpz, int qgz);
+
 static void write_cfg(const char *path, int stage, int qwz, int hpz)
+{
+    write_cfg_q(path, stage, qwz, hpz, 0);
+}
+
+/* ... and qgZ on or off. */
+static void write_cfg_q(const char *path, int stage, int qwz, int hpz, int qgz)
 {
     FILE *f = fopen(path, "w");
     TEST_CHECK(f);
@@ -61,8 +71,9 @@ static void write_cfg(const char *path, int stage, int qwz, int hpz)
             "   \"reduce_bucket_size\": 20000, \"stage3_param_persistence_threshold\": 1000,\n"
             "   \"stage3_max_live_parameters\": 0, \"stage3_max_reuse_distance\": 0,\n"
             "   \"stage3_prefetch_bucket_size\": 0,\n"
-            "   \"zero_hpz_partition_size\": %d, \"zero_quantized_weights\": %s}}\n",
-            stage, hpz, qwz ? "true" : "false");
+            "   \"zero_hpz_partition_size\": %d, \"zero_quantized_weights\": %s,\n"
+            "   \"zero_quantized_gradients\": %s}}\n",
+            stage, hpz, qwz ? "true" : "false", qgz ? "true" : "false");
     TEST_CHECK(fclose(f) == 0);
 }
 
@@ -231,6 +242,24 @@ int main(void)
     printf("4. hpZ bitwise = without it; 0 gather bytes across nodes in backward; hpZ 4 on nodes "
            "of 2 refused\n");
 
+    /* 5. qgZ with qwZ and hpZ (ZeRO++'s three): the loss within 2% of plain
+     * ZeRO-3, the bytes across nodes at most 0.35 of its (the gradients'
+     * reduce-scatter as int8 records, one across per rank) */
+    char cfgz[300], zcsv[300], zlog[300];
+    snprintf(cfgz, sizeof cfgz, "%s/zpp.json", g_tmp);
+    snprintf(zcsv, sizeof zcsv, "%s/zpp.csv", g_tmp);
+    snprintf(zlog, sizeof zlog, "%s/zpp.log", g_tmp);
+    write_cfg_q(cfgz, 3, 1, 2, 1);
+    zs_test_run_ok(zlog, TRAIN_FMT, "ZS_RANKS_PER_NODE=2", ZS_MPIEXEC, ZS_TRAIN, g_data, g_servers,
+                   STEPS, cfgz, zcsv);
+    double zm = mean_loss(zcsv, STEPS - 19, STEPS), zin = csv_col(zcsv, STEPS, COL_INTER);
+    printf("5. qwZ+hpZ+qgZ: loss %.4f (plain %.4f, %+.4f); bytes across nodes %.0f (ratio %.3f)\n",
+           zm, pm, (zm - pm) / pm, zin, zin / pin);
+    TEST_CHECKF(fabs((zm - pm) / pm) <= 0.02, "qgZ: loss within 2%% of plain ZeRO-3");
+    TEST_CHECKF(zin <= 0.35 * pin, "qgZ: at most 0.35 of plain's bytes across nodes");
+    TEST_CHECKF(zs_test_sh("grep -q 'zero_quantized_gradients = true' %s.config.txt", zcsv) == 0,
+                "the table must print zero_quantized_gradients");
+
     /* 3. refused at stage 2; printed in the table */
     char csv2[300];
     snprintf(csv2, sizeof csv2, "%s/s2.csv", g_tmp);
@@ -248,7 +277,13 @@ int main(void)
     TEST_CHECKF(rc == 3 && zs_test_sh("grep -q 'zero_hpz_partition_size: 2 keeps.*stage is 2' %s",
                                       log) == 0,
                 "hpZ at stage 2 must be refused with exit 3 (got %d)", rc);
-    printf("3. qwZ and hpZ at stage 2 refused (exit 3); the table prints the key\n");
+    write_cfg_q(cfg2, 2, 0, 1, 1);
+    rc = zs_test_sh(TRAIN_FMT " > %s 2>&1", "ZS_RANKS_PER_NODE=2", ZS_MPIEXEC, ZS_TRAIN, g_data,
+                    g_servers, 2, cfg2, csv2, log);
+    TEST_CHECKF(rc == 3 &&
+                    zs_test_sh("grep -q 'zero_quantized_gradients.*stage is 2' %s", log) == 0,
+                "qgZ at stage 2 must be refused with exit 3 (got %d)", rc);
+    printf("3. qwZ, hpZ and qgZ at stage 2 refused (exit 3); the table prints the key\n");
     zs_test_servers_down(srv, 1);
     printf("test_train_zeropp: ok\n");
     return 0;

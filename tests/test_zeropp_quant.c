@@ -5,8 +5,8 @@
  * the block's finite elements), an all-zero block sent exactly, a block
  * holding one huge value (its own block coarse, the others untouched),
  * inf and NaN coming back NaN without harming their block's finite
- * elements, and unpacking several records at once (a gather's layout), in
- * fp32, bf16 and fp16.
+ * elements, unpacking several records at once (a gather's layout), and
+ * unpack_add (qgZ's fp32 sums), in fp32, bf16 and fp16.
  *
  * What it does not test: the CUDA twin (test_zeropp_quant_cuda.c), the
  * quantized all-gather (test_coll_zeropp.c).
@@ -212,6 +212,26 @@ int main(void)
         free(rec);
         free(out);
         free(f);
+        /* unpack_add adds exactly the unpacked fp32 values */
+        {
+            size_t m2 = ZS_QUANT_BLOCK + 9;
+            float *src2 = malloc(m2 * 4), *acc = malloc(m2 * 4), *one2 = malloc(m2 * 4);
+            unsigned char *rec2 = malloc(zs_quant_record_bytes(m2));
+            TEST_CHECK(src2 && acc && one2 && rec2);
+            for (size_t i = 0; i < m2; i++) {
+                src2[i] = (float)(urand() - 0.5);
+                acc[i] = (float)urand();
+            }
+            void *x2 = make(src2, dt, m2);
+            zs_quant_pack(rec2, x2, dt, m2);
+            zs_quant_unpack(one2, ZS_DTYPE_F32, rec2, m2, 1);
+            for (size_t i = 0; i < m2; i++)
+                one2[i] += acc[i];
+            zs_quant_unpack_add(acc, rec2, m2);
+            TEST_CHECKF(memcmp(acc, one2, m2 * 4) == 0, "%s: unpack_add != acc + unpack",
+                        zs_dtype_name(dt));
+            free(x2), free(src2), free(acc), free(one2), free(rec2);
+        }
         printf("%s: quantize/dequantize within half a step per block (worst %.4f), zero, huge, "
                "inf/NaN blocks ok\n",
                zs_dtype_name(dt), worst);

@@ -17,8 +17,9 @@
 
 const char *zs_coll_kind_name(int kind)
 {
-    static const char *const names[ZS_COLL_NKINDS] = {"reduce_scatter", "all_gather", "all_reduce",
-                                                      "broadcast", "all_gather_q8"};
+    static const char *const names[ZS_COLL_NKINDS] = {"reduce_scatter", "all_gather",
+                                                      "all_reduce",     "broadcast",
+                                                      "all_gather_q8",  "reduce_scatter_q8"};
     return kind >= 0 && kind < ZS_COLL_NKINDS ? names[kind] : "?";
 }
 
@@ -301,5 +302,49 @@ int zs_coll_all_gather_q8(zs_coll_t *c, void *buf, size_t count, zs_dtype_t dt, 
     if (rc != ZS_OK)
         return zs_err_prefix(err, "all_gather_q8: ");
     zs__coll_count(c, ZS_COLL_K_ALL_GATHER_Q8, rb, 0);
+    return zs__coll_done(c, done, err);
+}
+
+/* ---- qgZ: the quantized two-hop reduce-scatter -------------------------------- */
+
+size_t zs_coll_rsq8_work_bytes(const zs_coll_t *c, size_t count)
+{
+    size_t rb = zs_quant_record_bytes(count), n = (size_t)(c->topo.nnodes > 0 ? c->topo.nnodes : 1);
+    return 2 * (size_t)c->size * rb + n * count * 4 + 2 * n * rb;
+}
+
+int zs_coll_reduce_scatter_q8(zs_coll_t *c, void *buf, size_t count, zs_dtype_t dt, void *work,
+                              zs_stream_t *after, zs_event_t *done, zs_err_t *err)
+{
+    int rc = no_group(c, "zs_coll_reduce_scatter_q8", err);
+    if (rc)
+        return rc;
+    if (!c->vt->reduce_scatter_q8)
+        return zs_err_set(err, ZS_ERR_INVALID,
+                          "reduce_scatter_q8: the %s collectives have no quantized "
+                          "reduce-scatter (qgZ)",
+                          c->vt->name);
+    if (!c->topo.regular || c->scope != 0)
+        return zs_err_set(err, ZS_ERR_INVALID,
+                          "reduce_scatter_q8: needs the world communicator over nodes of equal "
+                          "size with consecutive ranks (ZS_RANKS_PER_NODE, or mpirun placing "
+                          "ranks by node)");
+    if (zs_dtype_size(dt) == 0)
+        return zs_err_set(err, ZS_ERR_INVALID,
+                          "reduce_scatter_q8: dtype %d is not fp32, bf16 or fp16", (int)dt);
+    if (count == 0)
+        return zs__coll_done(c, done, err);
+    if (!buf || !work || ((uintptr_t)work & 3))
+        return zs_err_set(err, ZS_ERR_INVALID,
+                          "reduce_scatter_q8: buf or work NULL, or work not 4-byte aligned");
+    rc = zs__coll_after(c, after, err);
+    if (rc == ZS_OK)
+        rc = c->vt->reduce_scatter_q8(c, buf, count, dt, work, err);
+    if (rc != ZS_OK)
+        return zs_err_prefix(err, "reduce_scatter_q8: ");
+    uint64_t rb = zs_quant_record_bytes(count), l = (uint64_t)c->topo.local_size,
+             n = (uint64_t)c->topo.nnodes;
+    c->bytes.intra[ZS_COLL_K_REDUCE_SCATTER_Q8] += l > 1 ? (l - 1) * n * rb : 0;
+    c->bytes.inter[ZS_COLL_K_REDUCE_SCATTER_Q8] += n > 1 ? (n - 1) * rb : 0;
     return zs__coll_done(c, done, err);
 }

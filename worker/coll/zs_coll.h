@@ -65,6 +65,9 @@ typedef struct zs_coll_topo {
     int node, nnodes;           /* this rank's node, 0 .. nnodes-1 */
     int local_rank, local_size; /* this rank's place on its node */
     int forced;                 /* ZS_RANKS_PER_NODE set it */
+    int regular;                /* every node has local_size ranks and rank = node * local_size +
+                                 * local_rank (ZS_RANKS_PER_NODE always; MPI's view when ranks
+                                 * are placed by node): what qgZ's two hops need */
 } zs_coll_topo_t;
 
 /* Byte counters: the bytes this rank's collectives send, split into
@@ -80,7 +83,8 @@ typedef enum {
     ZS_COLL_K_ALL_GATHER,
     ZS_COLL_K_ALL_REDUCE,
     ZS_COLL_K_BROADCAST,
-    ZS_COLL_K_ALL_GATHER_Q8, /* qwZ: int8 records (zs_coll_all_gather_q8) */
+    ZS_COLL_K_ALL_GATHER_Q8,     /* qwZ: int8 records (zs_coll_all_gather_q8) */
+    ZS_COLL_K_REDUCE_SCATTER_Q8, /* qgZ: int8 records, two hops (zs_coll_reduce_scatter_q8) */
     ZS_COLL_NKINDS
 } zs_coll_kind_t;
 
@@ -89,7 +93,8 @@ typedef struct zs_coll_bytes {
     uint64_t inter[ZS_COLL_NKINDS]; /* to ranks on other nodes */
 } zs_coll_bytes_t;
 
-/* "reduce_scatter", "all_gather", "all_reduce", "broadcast", "all_gather_q8" */
+/* "reduce_scatter", "all_gather", "all_reduce", "broadcast", "all_gather_q8",
+ * "reduce_scatter_q8" */
 const char *zs_coll_kind_name(int kind);
 
 typedef struct zs_coll_vtable {
@@ -115,6 +120,12 @@ typedef struct zs_coll_vtable {
                    zs_err_t *err);
     int (*q8_unpack)(zs_coll_t *c, void *dst, zs_dtype_t dt, const void *rec, size_t n, size_t nrec,
                      zs_err_t *err);
+    /* qgZ (zs_coll_reduce_scatter_q8): the whole two-hop reduce-scatter on
+     * c->stream, work as zs_coll_rsq8_work_bytes says. NULL: not available
+     * on this backend (NCCL: the emulator has no ncclSend/ncclRecv to test
+     * an all-to-all with). */
+    int (*reduce_scatter_q8)(zs_coll_t *c, void *buf, size_t count, zs_dtype_t dt, void *work,
+                             zs_err_t *err);
     /* After zs_coll_sync's stream wait: errors the stream does not carry.
      * NCCL reports a failed collective (a dead peer) through
      * ncclCommGetAsyncError while its stream work completes; this asks.
@@ -258,6 +269,28 @@ static inline int zs_coll_broadcast(zs_coll_t *c, void *buf, size_t count, zs_dt
  * with R bytes per rank. Not inside a group. */
 int zs_coll_all_gather_q8(zs_coll_t *c, void *buf, size_t count, zs_dtype_t dt, void *qbuf,
                           zs_stream_t *after, zs_event_t *done, zs_err_t *err);
+
+/* qgZ's reduce-scatter, in place like zs_coll_reduce_scatter (buf: size *
+ * count elements of dt; after it, buf + rank*count holds this rank's block
+ * of the sum), in two hops over the topology (regular: see
+ * zs_coll_topo_t): within the node, an all-to-all sends each local rank j
+ * the int8 records (zs_quant.h) of the blocks of the ranks with local rank
+ * j on every node, and j sums what it gets in fp32 (sources in local-rank
+ * order); across nodes, an all-to-all of those partial sums, quantized
+ * again, to their owners, summed in fp32 (nodes in order) and rounded
+ * once to dt. A hop with one rank (one rank per node, or one node) sends
+ * nothing and quantizes nothing. Each element is within the sum of the
+ * half-steps of the records it went through of the exact sum. Counted as
+ * ZS_COLL_K_REDUCE_SCATTER_Q8: (L-1)*N records within the node and N-1
+ * across, per rank. work: zs_coll_rsq8_work_bytes(c, count) bytes of
+ * device memory, 4-aligned. ZS_ERR_INVALID where the backend has no qgZ or
+ * the topology is not regular. Not inside a group. */
+int zs_coll_reduce_scatter_q8(zs_coll_t *c, void *buf, size_t count, zs_dtype_t dt, void *work,
+                              zs_stream_t *after, zs_event_t *done, zs_err_t *err);
+
+/* Bytes of qgZ's work buffer for blocks of count elements: 2 W records
+ * (hop 1 out and in), N fp32 partial sums, 2 N records (hop 2). */
+size_t zs_coll_rsq8_work_bytes(const zs_coll_t *c, size_t count);
 
 /* Groups: the collectives enqueued between zs_coll_group_start and
  * zs_coll_group_end may be launched together (NCCL: one fused launch per

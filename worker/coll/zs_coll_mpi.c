@@ -65,7 +65,9 @@
  * order with the world's (MPI stays SERIALIZED).
  *
  * qwZ: q8_pack and q8_unpack run the CPU kernels (kernels/zs_quant.h) as
- * host functions on the stream.
+ * host functions on the stream. qgZ: reduce_scatter_q8 is one host
+ * function: pack, MPI_Alltoall on the node's communicator, fp32 sums,
+ * pack, MPI_Alltoall across nodes, fp32 sums, one rounding (zs_coll.h).
  *
  * Not done here: non-blocking MPI requests (the stream is the asynchrony),
  * device (GPU) buffers.
@@ -603,6 +605,83 @@ static int mpi_q8_unpack(zs_coll_t *c, void *dst, zs_dtype_t dt, const void *rec
     return nrec ? zs_dev_host_fn(c->stream, run_q8, &j, sizeof j, err) : ZS_OK;
 }
 
+/* ---- qgZ: the two-hop quantized reduce-scatter (zs_coll.h) -------------------- */
+
+typedef struct {
+    coll_mpi_t *m;
+    char *buf, *work;
+    size_t count;
+    zs_dtype_t dt;
+} rsq8_job_t;
+
+/* The stream thread's part: L ranks per node, N nodes, this rank l on node
+ * `node`; work = send1 [L][N] records | recv1 [L][N] | acc [N][count] fp32
+ * | send2 [N] | recv2 [N]. Block b of buf belongs to rank b = m*L + j. */
+static int run_rsq8(void *args, zs_err_t *err)
+{
+    const rsq8_job_t *j = args;
+    coll_mpi_t *m = j->m;
+    zs_err_t own;
+    if (!err)
+        err = &own;
+    if (is_broken(m))
+        return refuse_broken(m, "reduce_scatter_q8", err);
+    const zs_coll_topo_t *t = &m->base.topo;
+    size_t L = (size_t)t->local_size, N = (size_t)t->nnodes, l = (size_t)t->local_rank;
+    size_t n = j->count, es = zs_dtype_size(j->dt), rb = zs_quant_record_bytes(n);
+    size_t W = (size_t)m->base.size;
+    char *send1 = j->work, *recv1 = send1 + W * rb;
+    float *acc = (float *)(recv1 + W * rb);
+    char *send2 = (char *)(acc + N * n), *recv2 = send2 + N * rb;
+    int rank = m->base.rank, rc = ZS_OK;
+    if (N * rb > INT_MAX)
+        return zs_err_set(err, ZS_ERR_RANGE, "reduce_scatter_q8: %zu records of %zu bytes", N, rb);
+    if (L > 1) { /* hop 1: to local rank i, the blocks of rank mm*L + i, mm = 0..N-1 */
+        for (size_t i = 0; i < L; i++)
+            for (size_t mm = 0; mm < N; mm++)
+                zs_quant_pack(send1 + (i * N + mm) * rb, j->buf + (mm * L + i) * n * es, j->dt, n);
+        rc = ZS_MPI_CHECK(err, rank, HINT_COLL, MPI_Alltoall, send1, (int)(N * rb), MPI_BYTE, recv1,
+                          (int)(N * rb), MPI_BYTE, ((coll_mpi_t *)m->base.intra)->comm);
+        memset(acc, 0, N * n * sizeof *acc);
+        for (size_t i = 0; !rc && i < L; i++) /* sources in local-rank order */
+            for (size_t mm = 0; mm < N; mm++)
+                zs_quant_unpack_add(acc + mm * n, recv1 + (i * N + mm) * rb, n);
+    } else { /* one rank per node: its own blocks, exact */
+        for (size_t mm = 0; mm < N; mm++)
+            zs_cast(acc + mm * n, ZS_DTYPE_F32, j->buf + mm * n * es, j->dt, n);
+    }
+    float *sum = acc;   /* N == 1: acc[0] is block (0, l), this rank's */
+    if (!rc && N > 1) { /* hop 2: partial sum of node mm's block to node mm */
+        for (size_t mm = 0; mm < N; mm++)
+            zs_quant_pack(send2 + mm * rb, acc + mm * n, ZS_DTYPE_F32, n);
+        rc = ZS_MPI_CHECK(err, rank, HINT_COLL, MPI_Alltoall, send2, (int)rb, MPI_BYTE, recv2,
+                          (int)rb, MPI_BYTE, ((coll_mpi_t *)m->base.inter)->comm);
+        memset(sum, 0, n * sizeof *sum);
+        for (size_t k = 0; !rc && k < N; k++) /* nodes in order */
+            zs_quant_unpack_add(sum, recv2 + k * rb, n);
+    }
+    (void)l;
+    if (!rc)
+        zs_cast(j->buf + (size_t)rank * n * es, j->dt, sum, ZS_DTYPE_F32, n);
+    if (rc) {
+        zs_err_prefix(err, "reduce_scatter_q8: ");
+        mark_broken(m, err);
+    }
+    return rc;
+}
+
+static int mpi_reduce_scatter_q8(zs_coll_t *c, void *buf, size_t count, zs_dtype_t dt, void *work,
+                                 zs_err_t *err)
+{
+    coll_mpi_t *m = (coll_mpi_t *)c;
+    if (is_broken(m))
+        return refuse_broken(m, "reduce_scatter_q8", err);
+    if (!c->intra || !c->inter)
+        return zs_err_set(err, ZS_ERR_INVALID, "reduce_scatter_q8: not a world communicator");
+    rsq8_job_t j = {m, buf, work, count, dt};
+    return zs_dev_host_fn(c->stream, run_rsq8, &j, sizeof j, err);
+}
+
 static const zs_coll_vtable_t mpi_vt = {
     .name = "mpi",
     .reduce_scatter = mpi_reduce_scatter,
@@ -613,6 +692,7 @@ static const zs_coll_vtable_t mpi_vt = {
     .destroy = mpi_destroy,
     .q8_pack = mpi_q8_pack,
     .q8_unpack = mpi_q8_unpack,
+    .reduce_scatter_q8 = mpi_reduce_scatter_q8,
 };
 
 /* ---- construction ------------------------------------------------------------ */

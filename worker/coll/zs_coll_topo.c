@@ -103,6 +103,10 @@ int zs__coll_topo_build(MPI_Comm world, zs_coll_topo_t *t, MPI_Comm *intra, MPI_
                 t->nnodes++;
         }
     }
+    /* regular: equal nodes of consecutive ranks (qgZ's two hops need it) */
+    int reg = t->local_size > 0 && t->node == rank / t->local_size &&
+              t->local_rank == rank % t->local_size && size % t->local_size == 0;
+    ZS_TOPO_MPI(MPI_Allreduce, &reg, &t->regular, 1, MPI_INT, MPI_MIN, world);
     ZS_TOPO_MPI(MPI_Comm_split, world, t->node, rank, intra);
     ZS_TOPO_MPI(MPI_Comm_set_errhandler, *intra, MPI_ERRORS_RETURN);
     ZS_TOPO_MPI(MPI_Comm_split, world, t->local_rank, t->node, inter);

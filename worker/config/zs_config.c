@@ -179,7 +179,6 @@ static const char *const ZERO_NOT_IMPLEMENTED[] = {"load_from_fp32_weights",
                                                    "ignore_unused_parameters",
                                                    "legacy_stage1",
                                                    "zero_quantized_nontrainable_weights",
-                                                   "zero_quantized_gradients",
                                                    "zeropp_loco_param",
                                                    "mics_shard_size",
                                                    "mics_hierarchical_params_gather",
@@ -604,6 +603,10 @@ static const zfield_t ZFIELDS[] = {
      offsetof(zs_config_t, round_robin_gradients),
      NE_ROUND_ROBIN},
     {{"sub_group_size", NULL, NULL}, ZF_SIZE, offsetof(zs_config_t, sub_group_size), NE_SUB_GROUP},
+    {{"zero_quantized_gradients", NULL, NULL},
+     ZF_BOOL,
+     offsetof(zs_config_t, zero_quantized_gradients),
+     NULL},
     {{"zero_hpz_partition_size", NULL, NULL},
      ZF_SIZE,
      offsetof(zs_config_t, zero_hpz_partition_size),
@@ -884,6 +887,7 @@ void zs_config_defaults(zs_config_t *cfg)
     cfg->bf16_enabled = 0;
     cfg->zero_quantized_weights = 0;
     cfg->zero_hpz_partition_size = 1;
+    cfg->zero_quantized_gradients = 0;
     cfg->act_ckpt = 0;
     cfg->act_ckpt_cpu = 0;
 }

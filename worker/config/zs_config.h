@@ -122,6 +122,8 @@ typedef struct zs_config {
     int bf16_enabled;                              /* bf16.enabled (kept to refuse fp16 + bf16) */
     int zero_quantized_weights;      /* qwZ (default 0): stage 3's parameter all-gathers send int8
                                       * blocks with fp32 scales (zs_coll_all_gather_q8); stage 3 only */
+    int zero_quantized_gradients;    /* qgZ (default 0): stage 3's gradient reduce-scatters send
+                                      * int8 records in two hops (zs_coll_reduce_scatter_q8) */
     int64_t zero_hpz_partition_size; /* hpZ (default 1: off): > 1 keeps a secondary partition
                                       * over this many ranks, which must be the ranks per node
                                       * (checked by the engine); stage 3 only */

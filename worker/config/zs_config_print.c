@@ -170,6 +170,8 @@ static void collect(const zs_config_t *cfg, int all, lines_t *ls)
         tf(cfg->stage3_gather_16bit_weights_on_model_save), NULL, NULL);
     put(ls, "zero_optimization.zero_hpz_partition_size", fmt_i(cfg->zero_hpz_partition_size, b),
         cfg->zero_hpz_partition_size > 1 ? "secondary partition within the node" : NULL, NULL);
+    put(ls, "zero_optimization.zero_quantized_gradients", tf(cfg->zero_quantized_gradients),
+        cfg->zero_quantized_gradients ? "int8 records, within the node then across" : NULL, NULL);
     put(ls, "zero_optimization.zero_quantized_weights", tf(cfg->zero_quantized_weights),
         cfg->zero_quantized_weights ? "int8 blocks of 4096, fp32 scales" : NULL, NULL);
     put(ls, "activation_checkpointing", cfg->act_ckpt ? "every GPT block" : "off",

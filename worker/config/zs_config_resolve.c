@@ -110,6 +110,12 @@ int zs_config_resolve(zs_config_t *cfg, int world_size, zs_err_t *err)
                           "partition of stage 3's parameters (ZeRO++ hpZ), but stage is %d "
                           "(hint: stage 3, or 1)",
                           (long long)cfg->zero_hpz_partition_size, cfg->stage);
+    if (cfg->zero_quantized_gradients && cfg->stage != 3)
+        return zs_err_set(err, ZS_ERR_INVALID,
+                          "zero_optimization.zero_quantized_gradients: quantizes stage 3's "
+                          "gradient reduce-scatters (ZeRO++ qgZ), but stage is %d (hint: stage "
+                          "3, or drop the key)",
+                          cfg->stage);
     if (cfg->zero_quantized_weights && cfg->stage != 3)
         return zs_err_set(err, ZS_ERR_INVALID,
                           "zero_optimization.zero_quantized_weights: quantizes stage 3's "

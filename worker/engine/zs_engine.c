@@ -344,6 +344,27 @@ static int hpz_setup(zs_engine_t *e, zs_err_t *err)
     return ZS_OK;
 }
 
+/* qgZ: the collectives must have the quantized reduce-scatter (MPI) over a
+ * regular topology. */
+static int qgz_check(zs_engine_t *e, zs_err_t *err)
+{
+    if (!e->cfg.zero_quantized_gradients)
+        return ZS_OK;
+    if (e->stage != 3)
+        return zs_err_set(err, ZS_ERR_INVALID, "zero_quantized_gradients: qgZ needs stage 3");
+    if (!e->coll->vt->reduce_scatter_q8)
+        return zs_err_set(err, ZS_ERR_INVALID,
+                          "zero_quantized_gradients: qgZ runs on the MPI collectives (CPU "
+                          "workers) only; the %s collectives have no quantized reduce-scatter yet",
+                          e->coll->vt->name);
+    if (!zs_coll_topo(e->coll)->regular)
+        return zs_err_set(err, ZS_ERR_INVALID,
+                          "zero_quantized_gradients: qgZ's two hops need nodes of equal size "
+                          "with consecutive ranks (ZS_RANKS_PER_NODE, or mpirun --map-by node "
+                          "placing ranks by node)");
+    return ZS_OK;
+}
+
 static int alloc_state(zs_engine_t *e, zs_err_t *err)
 {
     uint64_t full = e->Ppad, part = e->Ppad / (uint64_t)e->W;
@@ -369,6 +390,11 @@ static int alloc_state(zs_engine_t *e, zs_err_t *err)
     if (e->stage < 3 && e->dt != ZS_DTYPE_F32 && e->view_max)
         ZS_ENG_TRY(zs__eng_alloc(e, ZS_SPACE_DEVICE, ZS_MEM_GATHERED, e->view_max * 4,
                                  (void **)&e->view, "fp32 layer view", err));
+    if (e->stage == 3 && e->cfg.zero_quantized_gradients) {
+        e->rsq_bytes = zs_coll_rsq8_work_bytes(e->coll, e->max_seg_pad / (uint64_t)e->W);
+        ZS_ENG_TRY(
+            zs__eng_alloc(e, ZS_SPACE_DEVICE, ZS_MEM_COMM, e->rsq_bytes, &e->rsq, "qgZ work", err));
+    }
     if (e->hpz) {
         e->sec_bytes = e->Ppad / (uint64_t)e->hpz * e->esz;
         ZS_ENG_TRY(zs__eng_alloc(e, ZS_SPACE_DEVICE, ZS_MEM_HPZ, e->sec_bytes, &e->sec,
@@ -508,6 +534,8 @@ int zs_engine_create(const zs_engine_opts_t *o, const zs_model_t *model, zs_engi
     }
     if (!rc)
         rc = hpz_setup(e, err);
+    if (!rc)
+        rc = qgz_check(e, err);
     uint64_t cap = (uint64_t)e->cfg.reduce_bucket_size;
     if (!rc)
         rc = make_layout(e, cap ? cap : 1, err);
@@ -576,6 +604,7 @@ void zs_engine_destroy(zs_engine_t *e)
     zs__eng_gather_free_all(e);
     zs_dev_free(e->dev, e->qbuf);
     zs_dev_free(e->dev, e->sec);
+    zs_dev_free(e->dev, e->rsq);
     for (int k = 0; e->s && k < e->ns; k++)
         zs_dev_event_destroy(e->s[k].gev);
     for (int i = 0; e->gslot && i < e->ngslot; i++) {

@@ -142,6 +142,11 @@ struct zs_engine {
      * gathers of the step (backward's) all-gather it within the node;
      * param_gen: bumped when a step starts (the parameters may have
      * changed since the last gathers) */
+    /* qgZ (zero_quantized_gradients, stage 3): the work buffer of one
+     * quantized reduce-scatter (zs_coll_rsq8_work_bytes of the largest
+     * part; comm), reused in comm-stream order; NULL off */
+    void *rsq;
+    uint64_t rsq_bytes;
     int hpz;
     void *sec;
     uint64_t sec_bytes, param_gen;

@@ -97,7 +97,8 @@ static void working(const zs_engine_t *e, uint64_t *w)
      * qwZ's records (W records of the largest part) */
     w[ZS_MEM_HPZ] = e->sec_bytes; /* hpZ: Ppad / L elements */
     w[ZS_MEM_COMM] = reduce_buffers(e) + (e->offload ? e->Ppad / W * k : 0) +
-                     (!e->offload ? e->max_seg_pad / W * 4 : 0) + comm_small(e) + e->qbuf_bytes;
+                     (!e->offload ? e->max_seg_pad / W * 4 : 0) + comm_small(e) + e->qbuf_bytes +
+                     e->rsq_bytes;
 }
 
 /* Of formula + working, what may be device memory (see zs_engine_mem_t). */
@@ -111,7 +112,8 @@ static void device_bound(const zs_engine_t *e, const uint64_t *f, const uint64_t
     d[ZS_MEM_OPTIMIZER] = f[ZS_MEM_OPTIMIZER];
     d[ZS_MEM_GATHERED] = w[ZS_MEM_GATHERED];
     /* reduce buffers and the table; staging and state transfers are pinned */
-    d[ZS_MEM_COMM] = reduce_buffers(e) + comm_small(e) + e->qbuf_bytes; /* + qwZ records */
+    d[ZS_MEM_COMM] =
+        reduce_buffers(e) + comm_small(e) + e->qbuf_bytes + e->rsq_bytes; /* qwZ, qgZ */
     d[ZS_MEM_HPZ] = e->sec_bytes;
     /* gradient slots, the norm, the fp32 chunk of init or export, the
      * model's device scratch */

@@ -248,7 +248,11 @@ static int reduce_bucket(zs_engine_t *e, int k, zs_err_t *err)
         if (s->n == 0)
             continue;
         void *sbuf = zs__at(e, buf, s->pbase - b->gbase);
-        ZS_ENG_TRY(zs_coll_reduce_scatter(e->coll, sbuf, s->part, e->dt, after, NULL, err));
+        if (e->rsq) /* qgZ: int8 records in two hops, fp32 sums */
+            ZS_ENG_TRY(
+                zs_coll_reduce_scatter_q8(e->coll, sbuf, s->part, e->dt, e->rsq, after, NULL, err));
+        else
+            ZS_ENG_TRY(zs_coll_reduce_scatter(e->coll, sbuf, s->part, e->dt, after, NULL, err));
         after = NULL;
         if (!offl)
             ZS_ENG_TRY(zs_dev_accumulate(e->comm, zs__at(e, e->grads, s->qbase), e->dt,
