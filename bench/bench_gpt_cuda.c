@@ -26,9 +26,11 @@
  * --stream 0|1 (offload_optimizer.stream_pulls, default 1). With both
  * engine rows it prints the offload row's tokens/s over the GPU AdamW row's
  * ("offload / GPU AdamW").
- * The micro-batch is the largest of a list (124M: 16, 8, 4, 2, 1; 1.5B: 4,
- * 2, 1; --batch N: N, N/2, ..., 1) whose allocations succeed; every row of
- * a shape uses the model row's. Medians of ZS_BENCH_REPS steps (default 5 for 124M, 3 for 1.5B)
+ * The micro-batch is the largest of a list (124M: 64, 32, ..., 1; 1.5B: 16,
+ * 8, ..., 1; --batch N: N, N/2, ..., 1) whose allocations succeed (the
+ * largest B that fits this GPU, reported in each row); every row of a shape
+ * uses the model row's (the engine rows halve it while they run out of
+ * memory). Medians of ZS_BENCH_REPS steps (default 5 for 124M, 3 for 1.5B)
  * after one warm-up step.
  *
  * Numbers: --gemm bf16 (the default), fp16 or fp32 (zs_gpt_set_compute):
@@ -90,7 +92,7 @@
 typedef struct {
     const char *name;
     zs_gpt_config_t c;
-    int batches[6]; /* tried in order, 0-terminated */
+    int batches[8]; /* tried in order, 0-terminated */
     int reps;
 } cshape_t;
 
@@ -534,13 +536,13 @@ int zs__bench_gpt_cuda(int argc, char **argv)
         fail("NCCL", &err);
     peak_t pk = over.f32 > 0 ? over : peak_for(dev->desc);
     cshape_t shapes[2] = {
-        {"124M", {12, 12, 768, 1024, 50257}, {16, 8, 4, 2, 1, 0}, zs_bench_reps(5)},
-        {"1.5B", {48, 25, 1600, 1024, 50257}, {4, 2, 1, 0}, zs_bench_reps(3)},
+        {"124M", {12, 12, 768, 1024, 50257}, {64, 32, 16, 8, 4, 2, 1, 0}, zs_bench_reps(5)},
+        {"1.5B", {48, 25, 1600, 1024, 50257}, {16, 8, 4, 2, 1, 0}, zs_bench_reps(3)},
     };
-    if (g_batch) /* N, N/2, ..., 1 (at most 5 entries before the 0) */
+    if (g_batch) /* N, N/2, ..., 1 (at most 7 entries before the 0) */
         for (int k = 0; k < 2; k++) {
             int n = 0;
-            for (int b = g_batch; b >= 1 && n < 5; b /= 2)
+            for (int b = g_batch; b >= 1 && n < 7; b /= 2)
                 shapes[k].batches[n++] = b;
             shapes[k].batches[n] = 0;
         }
