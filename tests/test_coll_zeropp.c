@@ -18,13 +18,23 @@
  *     of the records it went through (MPI; NCCL refuses it), a
  *     sub-communicator's refused.
  *
- * What it does not test: the engine's use of it (test_engine_zeropp.c).
+ *   - (NCCL, "kill 4") a rank SIGKILLed in the middle of its node's
+ *     all-gather, with collectives queued on the inter-node and world
+ *     communicators: every survivor's zs_coll_sync fails within the
+ *     watchdog's deadline (+5 s), and a later collective on a
+ *     communicator it shared with the dead rank fails.
+ *
+ * What it does not test: the engine's use of it (test_train_zeropp.c).
  */
 #include <math.h>
+#include <signal.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
 
 #include <mpi.h>
 
@@ -338,8 +348,208 @@ static void check_refusals(zs_dev_t *dev)
     free(save);
 }
 
+/* ---- a rank killed mid-collective, two levels (NCCL) ---------------------------- */
+
+#define KILL_TIMEOUT_MS 4000
+#define KILL_COUNT      ((size_t)8 << 20) /* fp32 elements per rank of the node's all-gather */
+
+static double now_s(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+static void on_alarm(int sig)
+{
+    (void)sig;
+    static const char msg[] = "FAIL: a survivor did not stop within 60 s (hang)\n";
+    (void)!write(2, msg, sizeof msg - 1);
+    _exit(0);
+}
+
+/* The survivors leave together (mpirun ends the job at the first exit
+ * without MPI_Finalize): done.<rank> files in $ZS_TEST_ZEROPP_DIR. */
+static void exit_barrier(void)
+{
+    const char *dir = getenv("ZS_TEST_ZEROPP_DIR");
+    if (!dir)
+        return;
+    char path[512];
+    snprintf(path, sizeof path, "%s/done.%d", dir, g_rank);
+    FILE *f = fopen(path, "w");
+    if (f)
+        fclose(f);
+    for (double t0 = now_s(); now_s() - t0 < 30.0;) {
+        int n = 0;
+        for (int r = 0; r < g_size - 1; r++) {
+            snprintf(path, sizeof path, "%s/done.%d", dir, r);
+            n += access(path, F_OK) == 0;
+        }
+        if (n == g_size - 1)
+            return;
+        struct timespec ts = {0, 10 * 1000000};
+        nanosleep(&ts, NULL);
+    }
+}
+
+/* One rank of the kill run (NCCL, ZS_RANKS_PER_NODE=2): every rank
+ * enqueues an all-gather over its node's communicator (large), an
+ * all-reduce over its inter-node communicator and one over the world, and
+ * the last rank SIGKILLs itself 5 ms later, in the middle of its node's
+ * all-gather. Every survivor (its node peer in the all-gather, the ranks
+ * of its local rank across nodes, the rest in the world all-reduce) must
+ * get an error from zs_coll_sync within the watchdog's deadline (+5 s),
+ * and ZS_ERR_STATE from a collective after it. */
+static int run_kill_rank(void)
+{
+    char why[256];
+    int ngpu = zs_dev_cuda_available(why, sizeof why);
+    if (ngpu < g_size || g_size < 4) {
+        if (g_rank == 0)
+            printf("SKIPPED: %d rank(s), %d GPU(s): 4 ranks with a GPU each needed\n", g_size,
+                   ngpu);
+        return 77;
+    }
+    signal(SIGALRM, on_alarm);
+    alarm(60);
+    zs_err_t err;
+    zs_nccl_boot_t b;
+    OK(zs_coll_nccl_bootstrap(&b, &err), err);
+    zs_dev_t *d;
+    zs_coll_t *c;
+    void *big, *small;
+    OK(zs_dev_cuda_create(b.local_rank, &d, &err), err);
+    OK(zs_coll_nccl_create(d, KILL_TIMEOUT_MS, &c, &err), err);
+    zs_coll_t *in = zs_coll_intra(c), *out = zs_coll_inter(c);
+    CHECK(in->size == 2 && out->size == g_size / 2, "topology: run with ZS_RANKS_PER_NODE=2");
+    OK(zs_dev_alloc(d, ZS_SPACE_DEVICE, ZS_MEM_COMM, KILL_COUNT * 4 * 2, &big, &err), err);
+    OK(zs_dev_alloc(d, ZS_SPACE_DEVICE, ZS_MEM_COMM, 4096 * 4, &small, &err), err);
+    OK(zs_dev_memset(zs_coll_stream(c), big, 0, KILL_COUNT * 8, &err), err);
+    OK(zs_dev_memset(zs_coll_stream(c), small, 0, 4096 * 4, &err), err);
+    /* a first round that everyone finishes */
+    OK(zs_coll_all_gather(in, big, 1024, ZS_DTYPE_F32, NULL, NULL, &err), err);
+    OK(zs_coll_all_reduce(out, small, 1024, ZS_DTYPE_F32, ZS_OP_SUM, NULL, NULL, &err), err);
+    OK(zs_coll_all_reduce(c, small, 1024, ZS_DTYPE_F32, ZS_OP_SUM, NULL, NULL, &err), err);
+    OK(zs_coll_sync(c, &err), err);
+    double t0 = now_s();
+    OK(zs_coll_all_gather(in, big, KILL_COUNT, ZS_DTYPE_F32, NULL, NULL, &err), err);
+    OK(zs_coll_all_reduce(out, small, 1024, ZS_DTYPE_F32, ZS_OP_SUM, NULL, NULL, &err), err);
+    OK(zs_coll_all_reduce(c, small, 1024, ZS_DTYPE_F32, ZS_OP_SUM, NULL, NULL, &err), err);
+    if (g_rank == g_size - 1) {
+        struct timespec ts = {0, 5 * 1000000};
+        nanosleep(&ts, NULL);
+        printf("rank %d: SIGKILL to myself 5 ms into its node's all-gather\n", g_rank);
+        fflush(stdout);
+        raise(SIGKILL);
+    }
+    zs_err_clear(&err);
+    int rc = zs_coll_sync(c, &err);
+    double dt = now_s() - t0;
+    printf("rank %d (node %d, local %d): zs_coll_sync returned %s after %.2f s: %s\n", g_rank,
+           zs_coll_topo(c)->node, zs_coll_topo(c)->local_rank, zs_status_name(rc), dt, err.msg);
+    int fail = 0;
+    if (rc == ZS_OK) {
+        fprintf(stderr, "FAIL rank %d: no error with a dead peer\n", g_rank);
+        fail = 1;
+    }
+    if (dt > KILL_TIMEOUT_MS / 1000.0 + 5.0) {
+        fprintf(stderr, "FAIL rank %d: stopped after %.2f s, deadline %d ms\n", g_rank, dt,
+                KILL_TIMEOUT_MS);
+        fail = 1;
+    }
+    /* every communicator this rank shares with the dead one is unusable */
+    zs_coll_t *dead_with = g_rank == g_size - 2 ? in : g_rank % 2 == 1 ? out : c;
+    rc = zs_coll_all_reduce(dead_with, small, 1, ZS_DTYPE_F32, ZS_OP_SUM, NULL, NULL, &err);
+    if (rc == ZS_OK)
+        rc = zs_coll_sync(c, &err);
+    if (rc == ZS_OK) {
+        fprintf(stderr, "FAIL rank %d: a collective after the failure succeeded\n", g_rank);
+        fail = 1;
+    }
+    double t1 = now_s();
+    zs_coll_destroy(c);
+    zs_dev_free(d, big);
+    zs_dev_free(d, small);
+    zs_dev_destroy(d);
+    if (!fail)
+        printf("rank %d: KILL-PASS: stopped in %.2f s (deadline %d ms), destroy %.2f s\n", g_rank,
+               dt, KILL_TIMEOUT_MS, now_s() - t1);
+    fflush(stdout);
+    fflush(stderr);
+    exit_barrier();
+    _exit(0); /* no MPI_Finalize with a dead peer; the driver reads the lines */
+}
+
+/* The driver (no MPI here): mpirun -np w this kill-rank with a 120 s hard
+ * deadline and Open MPI told not to end the job at the first death; passes
+ * when w-1 survivors print KILL-PASS and none FAIL. */
+static int run_kill_driver(const char *self, int w)
+{
+    char dir[] = "/tmp/zs_test_zeropp_XXXXXX";
+    if (!mkdtemp(dir))
+        return 1;
+    const char *mpiexec = getenv("ZS_MPIEXEC_BIN") ? getenv("ZS_MPIEXEC_BIN") : ZS_MPIEXEC;
+    char log[128], cmd[2048];
+    snprintf(log, sizeof log, "%s/kill.log", dir);
+    snprintf(cmd, sizeof cmd,
+             "OMPI_MCA_orte_abort_on_non_zero_status=0 ZS_RANKS_PER_NODE=2 "
+             "ZS_TEST_ZEROPP_DIR=%s exec %s -np %d --oversubscribe -x ZS_RANKS_PER_NODE %s "
+             "kill-rank > %s 2>&1",
+             dir, mpiexec, w, self, log);
+    double t0 = now_s();
+    pid_t pid = fork();
+    if (pid < 0)
+        return 1;
+    if (pid == 0) {
+        setpgid(0, 0);
+        execl("/bin/sh", "sh", "-c", cmd, (char *)NULL);
+        _exit(127);
+    }
+    int status = 0, done = 0;
+    while (now_s() - t0 < 120.0) {
+        if (waitpid(pid, &status, WNOHANG) == pid) {
+            done = 1;
+            break;
+        }
+        struct timespec ts = {0, 50 * 1000000};
+        nanosleep(&ts, NULL);
+    }
+    if (!done) {
+        kill(-pid, SIGKILL);
+        waitpid(pid, &status, 0);
+    }
+    char line[1024];
+    int pass = 0, fail = 0, skip = 0;
+    FILE *f = fopen(log, "r");
+    while (f && fgets(line, sizeof line, f)) {
+        fputs(line, stdout);
+        pass += strstr(line, "KILL-PASS") != NULL;
+        fail += strstr(line, "FAIL") != NULL;
+        skip += strncmp(line, "SKIPPED", 7) == 0;
+    }
+    if (f)
+        fclose(f);
+    snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
+    if (system(cmd) != 0)
+        fprintf(stderr, "could not remove %s\n", dir);
+    if (skip)
+        return 77;
+    printf("test_coll_zeropp kill %d: %d of %d survivors stopped in %.1f s%s\n", w, pass, w - 1,
+           now_s() - t0, done ? "" : " (HUNG: mpirun killed at 120 s)");
+    return done && !fail && pass == w - 1 ? 0 : 1;
+}
+
 int main(int argc, char **argv)
 {
+    if (argc > 2 && strcmp(argv[1], "kill") == 0) { /* the driver: no MPI in this process */
+#ifdef ZS_WITH_NCCL
+        return run_kill_driver(argv[0], atoi(argv[2]));
+#else
+        printf("SKIPPED: built without NCCL\n");
+        return 77;
+#endif
+    }
     int provided = 0;
     MPI_Init_thread(&argc, &argv, MPI_THREAD_SERIALIZED, &provided);
     MPI_Comm_rank(MPI_COMM_WORLD, &g_rank);
@@ -348,6 +558,13 @@ int main(int argc, char **argv)
     zs_err_t err;
     zs_dev_t *dev = NULL;
     zs_coll_t *c = NULL;
+    if (strcmp(mode, "kill-rank") == 0) {
+#ifdef ZS_WITH_NCCL
+        return run_kill_rank();
+#else
+        return 77;
+#endif
+    }
     if (strcmp(mode, "nccl") == 0) {
 #ifdef ZS_WITH_NCCL
         char why[256];

@@ -8,6 +8,7 @@ zs_add_test(test_zeropp_quant SRCS test_zeropp_quant.c LIBS zs_kernels LABELS un
 add_executable(test_coll_zeropp test_coll_zeropp.c)
 target_include_directories(test_coll_zeropp PRIVATE ${CMAKE_CURRENT_SOURCE_DIR})
 target_link_libraries(test_coll_zeropp PRIVATE zs_coll)
+target_compile_definitions(test_coll_zeropp PRIVATE ZS_MPIEXEC="${MPIEXEC_EXECUTABLE}")
 set(ZS_ZPP_MPI_ENV "OMPI_ALLOW_RUN_AS_ROOT=1;OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1;OMPI_MCA_rmaps_base_oversubscribe=1;OMPI_MCA_mpi_yield_when_idle=1")
 foreach(c "4;2" "4;0" "2;1")
   list(GET c 0 np)
@@ -35,6 +36,12 @@ if(ZS_WITH_CUDA AND NOT ZS_CUDA_EMU AND ZS_EMU_TESTS AND ZS_EMU_NCCL_SRC)
                          SKIP_RETURN_CODE 77
                          ENVIRONMENT "${ZS_EMU_MPI_ENV};ZS_EMU_SCHEDULE=random:5;ZS_EMU_DEVICES=${np};ZS_RANKS_PER_NODE=2")
   endforeach()
+  # a rank killed in its node's all-gather (2 nodes x 2 ranks): every
+  # survivor stops within the watchdog's deadline
+  add_test(NAME emu_test_coll_zeropp_kill_np4 COMMAND ${ZS_EMU}/test_coll_zeropp kill 4)
+  set_tests_properties(emu_test_coll_zeropp_kill_np4 PROPERTIES LABELS "emu;mpi" TIMEOUT 180
+                       SKIP_RETURN_CODE 77
+                       ENVIRONMENT "${ZS_EMU_MPI_ENV};ZS_EMU_DEVICES=4;ZS_EMU_NCCL_CHUNK=16384")
 endif()
 # zs-train with qwZ against plain ZeRO-3 at W = 4 as 2 nodes x 2 ranks (one
 # zs-server, MPI workers on 127.0.0.1): loss within 2%, fewer bytes across
