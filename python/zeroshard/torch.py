@@ -1,0 +1,326 @@
+"""zeroshard.torch: ShardOptimizer, a torch.optim.Optimizer whose AdamW runs
+on zeroshard's shard servers.
+
+The parameters are laid out in one flat fp32 space of P elements, which the
+servers split into ranges (server i of S owns the i-th range). The order is
+the order the parameters were given in: param groups in order, parameters in
+order within a group. Built from ``model.named_parameters()`` each parameter
+is known by its name; from ``model.parameters()`` by its position
+("param.<i>"). A manifest (name, shape, dtype, offset of every parameter) is
+stored with every checkpoint, so a resume refuses a model that differs,
+naming the first parameter that does.
+
+``step()`` gathers the gradients into one flat fp32 buffer, pushes it to the
+servers, commits the step (AdamW runs there, with this step's lr read from the
+param groups, so torch LR schedulers work) and pulls the new parameters back
+into the model's tensors. The fp32 master weights and Adam moments live only
+on the servers.
+
+Does not (yet): 16-bit parameters (fp32 only; others are refused), param
+groups with different lr or weight_decay (refused: the servers hold one set
+of hyperparameters per model), gradient clipping, loss scaling, data parallel
+(torch.distributed), the shared-memory staging (bulk data goes over gRPC), or
+CUDA tensors (parameters must be on the CPU).
+"""
+import json
+import zlib
+
+import torch
+
+from . import _zeroshard
+
+Error = _zeroshard.Error
+
+# Stored with every checkpoint as its user_meta: MAGIC + zlib(JSON manifest).
+_MAGIC = b"ZSPY1\n"
+_FORMAT = "zeroshard.torch/1"
+
+
+def _is_named(params):
+    return len(params) > 0 and isinstance(params[0], tuple)
+
+
+def _as_f32(v):
+    """v rounded to float32, as the servers hold it (for comparisons)."""
+    return float(torch.tensor(float(v), dtype=torch.float32))
+
+
+class ShardOptimizer(torch.optim.Optimizer):
+    """AdamW on zeroshard's shard servers, as a torch.optim.Optimizer.
+
+    params: ``model.parameters()``, ``model.named_parameters()`` or param
+    groups (dicts whose "params" are tensors or (name, tensor) pairs).
+    servers: ["host:port", ...] (the order is the server index) or
+    "host:port,host:port". model_name: the servers' name for the model.
+    lr, betas, eps, weight_decay: torch.optim.AdamW's. token: the servers'
+    bearer token. resume: continue from the newest checkpoint complete on
+    every server if they hold one of model_name (refusing a different
+    model), else start from the parameters' current values; False: always
+    start from the current values, deleting the servers' checkpoints.
+    timeout_ms: deadline of each call to the servers.
+
+    Raises ValueError for what it does not support (see the module's doc),
+    zeroshard.Error when a server call fails (the C library's message).
+    """
+
+    def __init__(self, params, servers, model_name, lr=1e-3, betas=(0.9, 0.999), eps=1e-8,
+                 weight_decay=1e-2, token=None, resume=True, timeout_ms=120000):
+        if not model_name:
+            raise ValueError("ShardOptimizer: model_name is required")
+        groups = list(params)
+        if len(groups) == 0:
+            raise ValueError("ShardOptimizer: got no parameters")
+        if not isinstance(groups[0], dict):
+            groups = [{"params": groups}]
+        # Names, then plain tensors for torch's Optimizer.
+        names = []
+        for g in groups:
+            ps = list(g["params"]) if not isinstance(g["params"], torch.Tensor) else [g["params"]]
+            if _is_named(ps):
+                names += [n for n, _ in ps]
+                g["params"] = [p for _, p in ps]
+            else:
+                names += ["param.%d" % (len(names) + i) for i in range(len(ps))]
+                g["params"] = ps
+        defaults = dict(lr=lr, betas=tuple(betas), eps=eps, weight_decay=weight_decay)
+        super().__init__(groups, defaults)
+        self._names = names
+        self._params = [p for g in self.param_groups for p in g["params"]]
+        if len(set(names)) != len(names):
+            raise ValueError("ShardOptimizer: parameter names repeat")
+        for n, p in zip(names, self._params):
+            if p.dtype != torch.float32:
+                raise ValueError("ShardOptimizer: parameter '%s' is %s; only float32 parameters "
+                                 "are supported yet" % (n, p.dtype))
+            if p.device.type != "cpu":
+                raise ValueError("ShardOptimizer: parameter '%s' is on %s; only CPU parameters "
+                                 "are supported yet" % (n, p.device))
+        self._hp = self._group_hparams()
+        self._manifest = self._make_manifest()
+        self._P = self._manifest["num_params"]
+        self._model_name = model_name
+        self._servers = list(servers) if not isinstance(servers, str) else servers.split(",")
+        self._client = _zeroshard.Client(self._servers, token=token, timeout_ms=timeout_ms)
+        self._flat = torch.empty(self._P, dtype=torch.float32)  # pull target and init source
+        self._grad = torch.zeros(self._P, dtype=torch.float32)  # push source
+        self._step = 0
+        self._start(resume)
+
+    # ---- layout and manifest ------------------------------------------------
+
+    def _group_hparams(self):
+        """The one (lr, betas, eps, weight_decay) of all groups, or ValueError:
+        the servers hold one set of hyperparameters per model (lr may change
+        per step, the same in every group)."""
+        keys = set()
+        for g in self.param_groups:
+            keys.add((float(g["lr"]), float(g["weight_decay"])))
+            if tuple(g["betas"]) != tuple(self.param_groups[0]["betas"]) or \
+                    g["eps"] != self.param_groups[0]["eps"]:
+                raise ValueError("ShardOptimizer: param groups with different betas or eps are "
+                                 "not supported")
+        if len(keys) > 1:
+            raise ValueError(
+                "ShardOptimizer: param groups with different lr or weight_decay (%s) are not "
+                "supported yet: the servers apply one lr and one weight_decay to the whole "
+                "model" % ", ".join("lr=%g weight_decay=%g" % k for k in sorted(keys)))
+        g = self.param_groups[0]
+        return dict(lr=float(g["lr"]), beta1=float(g["betas"][0]), beta2=float(g["betas"][1]),
+                    eps=float(g["eps"]), weight_decay=float(g["weight_decay"]))
+
+    def _make_manifest(self):
+        entries, off = [], 0
+        for n, p in zip(self._names, self._params):
+            entries.append({"name": n, "shape": list(p.shape), "dtype": str(p.dtype).replace(
+                "torch.", ""), "offset": off})
+            off += p.numel()
+        return {"format": _FORMAT, "num_params": off, "params": entries}
+
+    def _meta_bytes(self, step):
+        m = dict(self._manifest)
+        m["step"] = step
+        return _MAGIC + zlib.compress(json.dumps(m, separators=(",", ":")).encode())
+
+    @staticmethod
+    def _parse_meta(meta):
+        if not meta.startswith(_MAGIC):
+            raise ValueError("this checkpoint was not written by zeroshard.torch.ShardOptimizer "
+                             "(no manifest stored with it)")
+        m = json.loads(zlib.decompress(meta[len(_MAGIC):]).decode())
+        if m.get("format") != _FORMAT:
+            raise ValueError("checkpoint manifest format %r, expected %r"
+                             % (m.get("format"), _FORMAT))
+        return m
+
+    def _check_manifest(self, theirs, where):
+        """ValueError naming the first parameter whose name, shape, dtype or
+        place differs between the model and `theirs` (a stored manifest)."""
+        mine = self._manifest["params"]
+        other = theirs["params"]
+        for i in range(max(len(mine), len(other))):
+            a = mine[i] if i < len(mine) else None
+            b = other[i] if i < len(other) else None
+            if a == b:
+                continue
+            if a is None:
+                raise ValueError("%s holds parameter %d '%s' %s %s that the model lacks"
+                                 % (where, i, b["name"], b["dtype"], b["shape"]))
+            if b is None:
+                raise ValueError("%s lacks the model's parameter %d '%s' %s %s"
+                                 % (where, i, a["name"], a["dtype"], a["shape"]))
+            raise ValueError("%s differs from the model at parameter %d: stored '%s' %s %s, "
+                             "model '%s' %s %s" % (where, i, b["name"], b["dtype"], b["shape"],
+                                                   a["name"], a["dtype"], a["shape"]))
+
+    # ---- flat buffers -------------------------------------------------------
+
+    def _gather_params(self):
+        with torch.no_grad():
+            for e, p in zip(self._manifest["params"], self._params):
+                self._flat[e["offset"]:e["offset"] + p.numel()].copy_(p.reshape(-1))
+
+    def _scatter_params(self):
+        with torch.no_grad():
+            for e, p in zip(self._manifest["params"], self._params):
+                p.copy_(self._flat[e["offset"]:e["offset"] + p.numel()].view_as(p))
+
+    def _gather_grads(self):
+        with torch.no_grad():
+            for e, p in zip(self._manifest["params"], self._params):
+                dst = self._grad[e["offset"]:e["offset"] + p.numel()]
+                if p.grad is None:
+                    dst.zero_()  # no gradient: AdamW still decays and moves on m, v
+                elif p.grad.is_sparse:
+                    raise ValueError("ShardOptimizer: parameter '%s' has a sparse gradient"
+                                     % e["name"])
+                else:
+                    dst.copy_(p.grad.reshape(-1))
+
+    # ---- start and resume ---------------------------------------------------
+
+    def _fresh(self):
+        hp = self._hp
+        self._gather_params()
+        self._client.init(self._model_name, self._flat.numpy(), hp["lr"], hp["beta1"],
+                          hp["beta2"], hp["eps"], hp["weight_decay"], 1, 1, 0, True)
+        # A new run: no checkpoint of an earlier one may be restored into it.
+        self._client.delete_all()
+        self._step = 0
+
+    def _start(self, resume):
+        infos = self._client.hello()
+        held = [i for i in infos if i["initialized"]]
+        if not resume or not held:
+            return self._fresh()
+        others = sorted({i["model_name"] for i in held if i["model_name"] != self._model_name})
+        if others:
+            raise ValueError(
+                "ShardOptimizer: the servers hold model %s, not '%s'; pass resume=False to "
+                "replace it" % (", ".join("'%s'" % o for o in others), self._model_name))
+        steps = self._client.checkpoints() if len(held) == len(infos) else []
+        if not steps:
+            return self._fresh()
+        self._resume_from(steps[-1])
+
+    def _resume_from(self, step):
+        """Check checkpoint `step`'s manifest and hyperparameters against the
+        model (before touching the servers' state), restore it everywhere and
+        pull its parameters into the model."""
+        info, meta = self._client.checkpoint_info(step)
+        where = "checkpoint %d of model '%s' on the servers" % (step, self._model_name)
+        self._check_manifest(self._parse_meta(meta), where)
+        a, hp = info["adam"], self._hp
+        for k in ("beta1", "beta2", "eps", "weight_decay"):
+            if _as_f32(hp[k]) != a[k]:
+                raise ValueError("ShardOptimizer: %s has %s=%g, the optimizer asks %g (the "
+                                 "servers keep one value per model)" % (where, k, a[k], hp[k]))
+        self._client.restore(step)
+        self._client.pull(step, 0, self._flat.numpy())
+        self._scatter_params()
+        self._step = step
+
+    # ---- the optimizer ------------------------------------------------------
+
+    @property
+    def step_count(self):
+        """The last step applied on the servers (0 before the first)."""
+        return self._step
+
+    @torch.no_grad()
+    def step(self, closure=None):
+        """Push the gradients, run AdamW on the servers with the groups'
+        current lr, pull the new parameters into the model. Returns the
+        closure's loss (closure re-evaluated with grad enabled)."""
+        loss = None
+        if closure is not None:
+            with torch.enable_grad():
+                loss = closure()
+        hp = self._group_hparams()
+        if hp["weight_decay"] != self._hp["weight_decay"] or hp["eps"] != self._hp["eps"] or \
+                hp["beta1"] != self._hp["beta1"] or hp["beta2"] != self._hp["beta2"]:
+            raise ValueError("ShardOptimizer: betas, eps and weight_decay are fixed when the "
+                             "optimizer starts; only lr may change between steps")
+        s = self._step + 1
+        self._gather_grads()
+        self._client.push(s, 0, self._grad.numpy())
+        self._client.commit(s, hp["lr"])
+        self._client.pull(s, 0, self._flat.numpy())
+        self._scatter_params()
+        self._step = s
+        return loss
+
+    def checkpoint(self, keep=0):
+        """Write the servers' state of the last step durably on every server,
+        with the manifest; returns the step. Complete (resumable) only once
+        every server has it: a failure leaves the previous one the newest.
+        keep: newest checkpoints kept (0: each server's --keep)."""
+        self._client.checkpoint(self._step, keep, self._meta_bytes(self._step))
+        return self._step
+
+    def checkpoints(self):
+        """Steps with a checkpoint complete on every server, ascending."""
+        return self._client.checkpoints()
+
+    def state_dict(self):
+        """A small manifest, not the state (that stays on the servers): the
+        model name, servers, step, parameter manifest and param groups' hyper-
+        parameters. load_state_dict() of it restores checkpoint `step`."""
+        groups = []
+        i = 0
+        for g in self.param_groups:
+            d = {k: v for k, v in g.items() if k != "params"}
+            d["params"] = list(range(i, i + len(g["params"])))
+            i += len(g["params"])
+            groups.append(d)
+        return {"state": {}, "param_groups": groups,
+                "zeroshard": {"format": _FORMAT, "model_name": self._model_name,
+                              "servers": list(self._servers), "step": self._step,
+                              "manifest": self._manifest}}
+
+    def load_state_dict(self, state_dict):
+        """Take the groups' hyperparameters (lr...) from state_dict and restore
+        the servers to its step (a checkpoint complete on every server; the
+        step the optimizer is at already needs none). Refuses a manifest of
+        another model, naming the first differing parameter."""
+        z = state_dict.get("zeroshard")
+        if not z or z.get("format") != _FORMAT:
+            raise ValueError("ShardOptimizer.load_state_dict: not a ShardOptimizer state_dict")
+        if z["model_name"] != self._model_name:
+            raise ValueError("ShardOptimizer.load_state_dict: state of model '%s', this "
+                             "optimizer's is '%s'" % (z["model_name"], self._model_name))
+        self._check_manifest(z["manifest"], "the state_dict")
+        groups = state_dict["param_groups"]
+        if len(groups) != len(self.param_groups):
+            raise ValueError("ShardOptimizer.load_state_dict: %d param groups, the optimizer "
+                             "has %d" % (len(groups), len(self.param_groups)))
+        for mine, theirs in zip(self.param_groups, groups):
+            for k, v in theirs.items():
+                if k != "params":
+                    mine[k] = v
+        self._hp = self._group_hparams()
+        if z["step"] != self._step:
+            self._resume_from(z["step"])
+
+    def close(self):
+        """Close the connections to the servers (their state stays)."""
+        self._client.close()

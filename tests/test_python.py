@@ -1,0 +1,354 @@
+#!/usr/bin/env python3
+"""test_python.py - the zeroshard Python package against real zs-servers.
+
+Usage: test_python.py --build BUILD_DIR   (ctest runs it as test_python)
+
+Starts zs-server processes on 127.0.0.1 (ports picked free by the servers,
+--ready-file), in a temp dir removed at exit; every server it starts is
+killed at exit and dies with it (PR_SET_PDEATHSIG). Checks:
+
+ (1) import: zeroshard.__version__ is the C library's; an extension run
+     with a library of another version is refused at import (ImportError
+     naming both), and so are Python sources of another version than the
+     extension (a stale build or install);
+ (2) a server that is down raises zeroshard.Error with the C library's
+     message and status ZS_ERR_UNAVAILABLE, within its deadline;
+ (3) an MLP trained STEPS steps with ShardOptimizer on 2 servers (lr from a
+     StepLR schedule) matches torch.optim.AdamW with the same float32
+     hyperparameters within |a - b| <= ATOL + RTOL * |b| (not bitwise:
+     torch computes the bias corrections in double and may fuse multiply-
+     adds; tests/test_adam.c holds the kernel itself to the same bound);
+     the max errors are printed;
+ (4) kill -9 of both servers after a checkpoint, restart on the same data
+     dirs, a fresh model with other initial values and resume=True: the
+     checkpoint's parameters bitwise, and training on gives bitwise the
+     parameters of the uninterrupted run; state_dict() is small and
+     load_state_dict() of an earlier one restores its step bitwise;
+ (5) a changed model (a layer's shape, a renamed parameter, one parameter
+     less) is refused at resume with a ValueError naming the parameter, and
+     the servers' state is untouched (the right model still resumes); the
+     servers holding another model_name are refused; param groups with
+     different weight_decay are refused saying so.
+
+Exits 77 (skip) when torch or the built extension is missing, saying why.
+"""
+import argparse
+import atexit
+import copy
+import ctypes
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+
+ATOL, RTOL, STEPS = 1e-6, 1e-5, 30
+
+ap = argparse.ArgumentParser()
+ap.add_argument("--build", required=True)
+args = ap.parse_args()
+BUILD = os.path.abspath(args.build)
+PYDIR = os.path.join(BUILD, "python")
+SERVER = os.environ.get("ZS_SERVER_BIN", os.path.join(BUILD, "server", "zs-server"))
+
+try:
+    import torch
+except ImportError as e:
+    print("SKIP: cannot import torch (%s): apt-get install python3-torch" % e)
+    sys.exit(77)
+if not os.path.isdir(os.path.join(PYDIR, "zeroshard")) or not any(
+        f.startswith("_zeroshard") for f in os.listdir(os.path.join(PYDIR, "zeroshard"))):
+    print("SKIP: the extension was not built in %s (python3-dev missing, or ZS_WITH_PYTHON=OFF)"
+          % PYDIR)
+    sys.exit(77)
+sys.path.insert(0, PYDIR)
+import zeroshard  # noqa: E402
+from zeroshard.torch import ShardOptimizer  # noqa: E402
+
+FAILS = 0
+
+
+def check(cond, what):
+    global FAILS
+    if not cond:
+        FAILS += 1
+        print("FAIL: " + what, flush=True)
+    return cond
+
+
+TMP = tempfile.mkdtemp(prefix="zs-python-")
+PROCS = []
+
+
+def cleanup():
+    for p in PROCS:
+        if p.poll() is None:
+            p.kill()
+            p.wait()
+    if not os.environ.get("ZS_TEST_KEEP"):
+        shutil.rmtree(TMP, ignore_errors=True)
+
+
+atexit.register(cleanup)
+signal.signal(signal.SIGTERM, lambda *a: sys.exit(1))
+_libc = ctypes.CDLL(None, use_errno=True)
+
+
+def _die_with_parent():
+    _libc.prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
+
+
+class Server:
+    """One zs-server on 127.0.0.1 with its data dir under TMP."""
+
+    def __init__(self, tag):
+        self.data = os.path.join(TMP, tag)
+        self.addr = "127.0.0.1:0"
+        self.proc = None
+
+    def start(self):
+        ready = self.data + ".ready"
+        if os.path.exists(ready):
+            os.unlink(ready)
+        log = open(self.data + ".log", "a")
+        self.proc = subprocess.Popen(
+            [SERVER, "--listen", self.addr, "--data", self.data, "--threads", "1",
+             "--ready-file", ready, "--shm-socket", "off"],
+            stdout=log, stderr=log, preexec_fn=_die_with_parent)
+        PROCS.append(self.proc)
+        for _ in range(400):
+            if os.path.exists(ready) and open(ready).read().strip():
+                self.addr = open(ready).read().strip()
+                return self
+            if self.proc.poll() is not None:
+                break
+            time.sleep(0.05)
+        print("FAIL: zs-server did not start; its log:\n" + open(self.data + ".log").read())
+        sys.exit(1)
+
+    def kill9(self):
+        self.proc.send_signal(signal.SIGKILL)
+        self.proc.wait()
+
+
+def servers_up(tag, n=2):
+    return [Server("%s%d" % (tag, i)).start() for i in range(n)]
+
+
+def run_py(code, env_extra=None, path=PYDIR):
+    env = dict(os.environ, PYTHONPATH=path)
+    env.update(env_extra or {})
+    return subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True)
+
+
+# ---- (1) import and versions ----------------------------------------------
+def test_versions():
+    check(zeroshard.__version__ == zeroshard.version() and zeroshard.__version__.count(".") == 2,
+          "version %r" % zeroshard.__version__)
+    r = run_py("import zeroshard", {"ZS_PY_FAKE_LIB_VERSION": "9.9.9"})
+    check(r.returncode != 0 and "ImportError" in r.stderr and
+          "compiled against libzeroshard %s but runs with libzeroshard 9.9.9"
+          % zeroshard.__version__ in r.stderr,
+          "a library of another version is refused at import: %r" % r.stderr[-400:])
+    # Python sources of another version than the extension
+    stale = os.path.join(TMP, "stale")
+    shutil.copytree(os.path.join(PYDIR, "zeroshard"), os.path.join(stale, "zeroshard"))
+    with open(os.path.join(stale, "zeroshard", "_version.py"), "w") as f:
+        f.write('VERSION = "0.0.1"\n')
+    r = run_py("import zeroshard", path=stale)
+    check(r.returncode != 0 and "these Python sources are 0.0.1" in r.stderr,
+          "Python sources of another version are refused at import: %r" % r.stderr[-400:])
+    print("ok: versions (%s), mismatches refused at import" % zeroshard.__version__, flush=True)
+
+
+# ---- (2) a server down ------------------------------------------------------
+def test_down():
+    s = Server("down").start()
+    addr = s.addr
+    s.kill9()
+    c = zeroshard.Client([addr], timeout_ms=2000, retries=-1)
+    t0 = time.time()
+    try:
+        c.hello()
+        check(False, "hello to a dead server succeeded")
+    except zeroshard.Error as e:
+        check(e.status == "ZS_ERR_UNAVAILABLE" and e.code < 0 and addr in str(e),
+              "dead server: status %s code %s message %r" % (e.status, e.code, str(e)))
+    check(time.time() - t0 < 10, "dead server: took %.1f s" % (time.time() - t0))
+    print("ok: a server down raises zeroshard.Error (ZS_ERR_UNAVAILABLE)", flush=True)
+
+
+# ---- the model and its data ----------------------------------------------------
+def make_mlp(seed, hidden=32):
+    torch.manual_seed(seed)
+    return torch.nn.Sequential(torch.nn.Linear(12, hidden), torch.nn.GELU(),
+                               torch.nn.Linear(hidden, hidden), torch.nn.Tanh(),
+                               torch.nn.Linear(hidden, 3))
+
+
+def batch(step):
+    g = torch.Generator().manual_seed(1000 + step)
+    x = torch.randn(16, 12, generator=g)
+    y = torch.randn(16, 3, generator=g)
+    return x, y
+
+
+def train_step(model, opt, step, sched=None):
+    x, y = batch(step)
+    opt.zero_grad()
+    loss = torch.nn.functional.mse_loss(model(x), y)
+    loss.backward()
+    opt.step()
+    if sched is not None:
+        sched.step()
+    return loss.item()
+
+
+def f32(v):
+    return float(torch.tensor(v, dtype=torch.float32))
+
+
+HP = dict(lr=f32(1e-2), betas=(f32(0.9), f32(0.95)), eps=f32(1e-8), weight_decay=f32(0.1))
+
+
+def params_of(model):
+    return [p.detach().clone() for p in model.parameters()]
+
+
+def same(a, b):
+    return all(torch.equal(x, y) for x, y in zip(a, b))
+
+
+# ---- (3) vs torch.optim.AdamW ------------------------------------------------------
+def test_vs_torch():
+    srv = servers_up("vs")
+    ref = make_mlp(1)
+    ours = copy.deepcopy(ref)
+    topt = torch.optim.AdamW(ref.parameters(), foreach=False, **HP)
+    zopt = ShardOptimizer(ours.named_parameters(), servers=[s.addr for s in srv],
+                          model_name="mlp-vs-torch", resume=False, **HP)
+    tsch = torch.optim.lr_scheduler.StepLR(topt, step_size=10, gamma=0.5)
+    zsch = torch.optim.lr_scheduler.StepLR(zopt, step_size=10, gamma=0.5)
+    for s in range(1, STEPS + 1):
+        lt = train_step(ref, topt, s, tsch)
+        lz = train_step(ours, zopt, s, zsch)
+    check(zopt.step_count == STEPS, "step_count %d" % zopt.step_count)
+    check(zopt.param_groups[0]["lr"] == topt.param_groups[0]["lr"] != HP["lr"],
+          "StepLR drives both: lr %r vs %r" % (zopt.param_groups[0]["lr"],
+                                                topt.param_groups[0]["lr"]))
+    maxabs = maxrel = 0.0
+    nbit = ntot = 0
+    moved = 0
+    init = make_mlp(1)
+    for (n, a), b, c in zip(ours.named_parameters(), ref.parameters(), init.parameters()):
+        a, b = a.detach().double(), b.detach().double()
+        d = (a - b).abs()
+        maxabs = max(maxabs, d.max().item())
+        maxrel = max(maxrel, (d / b.abs().clamp_min(1e-30)).max().item())
+        nbit += (a == b).sum().item()
+        ntot += a.numel()
+        moved += (a != c.detach().double()).sum().item()
+        ok = bool((d <= ATOL + RTOL * b.abs()).all())
+        check(ok, "%s: ShardOptimizer vs torch.optim.AdamW beyond |a-b| <= %g + %g|b|: max "
+                  "abs %.3g" % (n, ATOL, RTOL, d.max().item()))
+    check(moved > ntot // 2, "the parameters moved (%d of %d)" % (moved, ntot))
+    print("ok: %d steps vs torch.optim.AdamW (StepLR): max abs %.3g, max rel %.3g, %d/%d "
+          "bitwise; loss %.6f vs %.6f" % (STEPS, maxabs, maxrel, nbit, ntot, lz, lt), flush=True)
+    zopt.close()
+
+
+# ---- (4) kill -9 and resume; (5) refusals -------------------------------------------
+def test_resume_and_refusals():
+    srv = servers_up("ck")
+    addrs = lambda: [s.addr for s in srv]  # noqa: E731
+    m = make_mlp(2)
+    opt = ShardOptimizer(m.named_parameters(), servers=addrs(), model_name="mlp-resume",
+                         resume=True, **HP)
+    check(opt.step_count == 0, "fresh servers: starts at step 0")
+    for s in range(1, 7):
+        train_step(m, opt, s)
+    check(opt.checkpoint() == 6, "checkpoint returns the step")
+    at6 = params_of(m)
+    for s in range(7, 11):
+        train_step(m, opt, s)
+    at10 = params_of(m)
+    opt.close()
+
+    for s in srv:
+        s.kill9()
+    for s in srv:
+        s.start()  # same port, same data dir: loads its newest checkpoint
+    m2 = make_mlp(3)  # other initial values: all must come from the servers
+    opt2 = ShardOptimizer(m2.named_parameters(), servers=addrs(), model_name="mlp-resume",
+                          resume=True, **HP)
+    check(opt2.step_count == 6, "resumed at step %d, expected 6" % opt2.step_count)
+    check(same(params_of(m2), at6), "resumed parameters == the checkpoint's, bitwise")
+    for s in range(7, 11):
+        train_step(m2, opt2, s)
+    check(same(params_of(m2), at10), "after kill -9 and resume: == the uninterrupted run, bitwise")
+    print("ok: kill -9 of both servers, resume at step 6, steps 7-10 bitwise = uninterrupted",
+          flush=True)
+
+    # state_dict: a small manifest; load_state_dict restores its step
+    opt2.checkpoint()
+    sd = opt2.state_dict()
+    check(len(repr(sd)) < 4096 and sd["zeroshard"]["step"] == 10, "state_dict small, step 10")
+    for s in range(11, 13):
+        train_step(m2, opt2, s)
+    check(not same(params_of(m2), at10), "training went on")
+    opt2.load_state_dict(sd)
+    check(opt2.step_count == 10 and same(params_of(m2), at10),
+          "load_state_dict: back at step 10, bitwise")
+    opt2.close()
+    print("ok: state_dict (%d chars) and load_state_dict" % len(repr(sd)), flush=True)
+
+    # (5) a changed model is refused, naming the parameter; nothing changes
+    def refused(model, expect, name="mlp-resume"):
+        try:
+            o = ShardOptimizer(model.named_parameters(), servers=addrs(), model_name=name,
+                               resume=True, **HP)
+            o.close()
+            return check(False, "accepted a changed model (expected %r)" % expect)
+        except ValueError as e:
+            return check(expect in str(e), "refusal %r lacks %r" % (str(e), expect))
+
+    wide = make_mlp(4, hidden=33)
+    refused(wide, "parameter 0: stored '0.weight' float32 [32, 12], model '0.weight' float32 "
+                  "[33, 12]")
+    renamed = torch.nn.ModuleDict({"inp": torch.nn.Linear(12, 32)})
+    refused(renamed, "model 'inp.weight'")
+    short = make_mlp(5)[:3]
+    refused(short, "holds parameter 4 '4.weight'")
+    refused(make_mlp(6), "not 'other-model'", name="other-model")
+    # the servers' state was not touched by the refusals
+    m3 = make_mlp(7)
+    opt3 = ShardOptimizer(m3.named_parameters(), servers=addrs(), model_name="mlp-resume",
+                          resume=True, **HP)
+    check(opt3.step_count == 10 and same(params_of(m3), at10),
+          "after the refusals the right model resumes at step 10 bitwise")
+    opt3.close()
+    m4 = make_mlp(8)
+    groups = [{"params": [p for n, p in m4.named_parameters() if n.endswith("weight")]},
+              {"params": [p for n, p in m4.named_parameters() if n.endswith("bias")],
+               "weight_decay": 0.0}]
+    try:
+        ShardOptimizer(groups, servers=addrs(), model_name="mlp-groups", resume=False, **HP)
+        check(False, "param groups with different weight_decay accepted")
+    except ValueError as e:
+        check("different lr or weight_decay" in str(e), "groups refusal: %r" % str(e))
+    print("ok: changed models, another model name and per-group weight_decay refused", flush=True)
+
+
+if not os.access(SERVER, os.X_OK):
+    print("FAIL: no zs-server at %s (build it: cmake --build BUILD --target zs-server)" % SERVER)
+    sys.exit(1)
+test_versions()
+test_down()
+test_vs_torch()
+test_resume_and_refusals()
+if FAILS:
+    print("FAIL: %d check(s) failed" % FAILS)
+    sys.exit(1)
+print("PASS: test_python")
