@@ -19,6 +19,11 @@ killed at exit and dies with it (PR_SET_PDEATHSIG). Checks:
      torch computes the bias corrections in double and may fuse multiply-
      adds; tests/test_adam.c holds the kernel itself to the same bound);
      the max errors are printed;
+ (3b) bfloat16 and float16 models: ShardOptimizer (fp32 masters on the
+     servers) given the same 16-bit gradients as torch.optim.AdamW on an
+     fp32 master copy whose values are then rounded to the model's dtype:
+     every parameter within one unit in the last place of the 16-bit format
+     (relative) + ATOL, and still 16-bit;
  (4) kill -9 of both servers after a checkpoint, restart on the same data
      dirs, a fresh model with other initial values and resume=True: the
      checkpoint's parameters bitwise, and training on gives bitwise the
@@ -28,7 +33,8 @@ killed at exit and dies with it (PR_SET_PDEATHSIG). Checks:
      less) is refused at resume with a ValueError naming the parameter, and
      the servers' state is untouched (the right model still resumes); the
      servers holding another model_name are refused; param groups with
-     different weight_decay are refused saying so.
+     different weight_decay, and parameters of mixed dtypes, are refused
+     saying so.
 
 Exits 77 (skip) when torch or the built extension is missing, saying why.
 """
@@ -259,6 +265,68 @@ def test_vs_torch():
     zopt.close()
 
 
+# ---- (3b) 16-bit parameters ----------------------------------------------------------
+def fwd32(model, x):
+    """The MLP computed in fp32 from its 16-bit parameters (torch 1.13 has no
+    fp16 matmul on the CPU); gradients reach the parameters in their dtype."""
+    for layer in model:
+        if isinstance(layer, torch.nn.Linear):
+            x = torch.nn.functional.linear(x, layer.weight.float(), layer.bias.float())
+        else:
+            x = layer(x)
+    return x
+
+
+def test_16bit(dtype, name, ulps):
+    """A bfloat16 / float16 model: the reference is torch.optim.AdamW on an
+    fp32 master copy, stepped with the 16-bit model's gradients, the model
+    then set to the masters rounded to its dtype (what the servers do). The
+    ShardOptimizer's model gets the reference model's gradients each step
+    (teacher forcing): Adam's update is about lr whatever the gradient's
+    size, so a one-ulp difference in a 16-bit parameter would otherwise grow
+    into lr-sized drifts and hide what is compared, the optimizer. Both
+    models' parameters within `ulps` units in the last place of the 16-bit
+    format (relative) + ATOL: an fp32 master a few fp32 ulps away from
+    torch's rounds to the neighbouring 16-bit value at a rounding boundary."""
+    srv = servers_up("h" + name)
+    ref16 = make_mlp(11).to(dtype)
+    ours = copy.deepcopy(ref16)
+    master = [p.detach().float().clone().requires_grad_(True) for p in ref16.parameters()]
+    topt = torch.optim.AdamW(master, foreach=False, **HP)
+    zopt = ShardOptimizer(ours.named_parameters(), servers=[s.addr for s in srv],
+                          model_name="mlp-" + name, resume=False, **HP)
+    for s in range(1, STEPS + 1):
+        x, y = batch(s)
+        ref16.zero_grad()
+        torch.nn.functional.mse_loss(fwd32(ref16, x), y).backward()
+        for m, p in zip(master, ref16.parameters()):
+            m.grad = p.grad.float()
+        topt.step()
+        with torch.no_grad():
+            for m, p in zip(master, ref16.parameters()):
+                p.copy_(m.to(dtype))
+        for a, b in zip(ours.parameters(), ref16.parameters()):
+            a.grad = b.grad.clone()
+        zopt.step()
+    ulp = 2.0 ** (-7 if dtype == torch.bfloat16 else -10)
+    maxu, nbit, ntot = 0.0, 0, 0
+    for (n, a), b in zip(ours.named_parameters(), ref16.parameters()):
+        check(a.dtype == dtype, "%s stays %s" % (n, dtype))
+        a, b = a.detach().double(), b.detach().double()
+        d = (a - b).abs()
+        maxu = max(maxu, (d / (b.abs() * ulp).clamp_min(1e-30)).max().item())
+        nbit += (a == b).sum().item()
+        ntot += a.numel()
+        check(bool((d <= ATOL + ulps * ulp * b.abs()).all()),
+              "%s %s: beyond %d ulp of torch.optim.AdamW on fp32 masters: max abs %.3g"
+              % (name, n, ulps, d.max().item()))
+    print("ok: %s parameters, %d steps vs torch.optim.AdamW on fp32 masters: max %.2f ulp, "
+          "%d/%d bitwise" % (name, STEPS, maxu, nbit, ntot), flush=True)
+    zopt.close()
+    for s in srv:
+        s.kill9()
+
+
 # ---- (4) kill -9 and resume; (5) refusals -------------------------------------------
 def test_resume_and_refusals():
     srv = servers_up("ck")
@@ -338,7 +406,17 @@ def test_resume_and_refusals():
         check(False, "param groups with different weight_decay accepted")
     except ValueError as e:
         check("different lr or weight_decay" in str(e), "groups refusal: %r" % str(e))
-    print("ok: changed models, another model name and per-group weight_decay refused", flush=True)
+    mixed = make_mlp(9)
+    mixed[0].to(torch.bfloat16)
+    try:
+        ShardOptimizer(mixed.named_parameters(), servers=addrs(), model_name="mlp-mixed",
+                       resume=False, **HP)
+        check(False, "parameters of mixed dtypes accepted")
+    except ValueError as e:
+        check("must have one dtype" in str(e) and "'0.weight'" in str(e),
+              "mixed dtypes refusal: %r" % str(e))
+    print("ok: changed models, another model name, per-group weight_decay and mixed dtypes "
+          "refused", flush=True)
 
 
 if not os.access(SERVER, os.X_OK):
@@ -347,6 +425,8 @@ if not os.access(SERVER, os.X_OK):
 test_versions()
 test_down()
 test_vs_torch()
+test_16bit(torch.bfloat16, "bf16", 1)
+test_16bit(torch.float16, "fp16", 1)
 test_resume_and_refusals()
 if FAILS:
     print("FAIL: %d check(s) failed" % FAILS)

@@ -16,8 +16,14 @@ param groups, so torch LR schedulers work) and pulls the new parameters back
 into the model's tensors. The fp32 master weights and Adam moments live only
 on the servers.
 
-Does not (yet): 16-bit parameters (fp32 only; others are refused), param
-groups with different lr or weight_decay (refused: the servers hold one set
+Parameters may be float32, bfloat16 or float16, all of one dtype: the
+servers keep fp32 master weights (initialized from the parameters' values),
+take the gradients in the parameters' dtype and send the parameters back
+rounded to it (round to nearest even), as torch.optim.AdamW on an fp32 master
+copy would.
+
+Does not (yet): parameters of mixed dtypes (refused), a loss scaler for
+fp16, param groups with different lr or weight_decay (refused: the servers hold one set
 of hyperparameters per model), gradient clipping, loss scaling, data parallel
 (torch.distributed), the shared-memory staging (bulk data goes over gRPC), or
 CUDA tensors (parameters must be on the CPU).
@@ -34,6 +40,16 @@ Error = _zeroshard.Error
 # Stored with every checkpoint as its user_meta: MAGIC + zlib(JSON manifest).
 _MAGIC = b"ZSPY1\n"
 _FORMAT = "zeroshard.torch/1"
+
+
+# torch dtype -> the C library's name for it
+_DTYPES = {torch.float32: "fp32", torch.bfloat16: "bf16", torch.float16: "fp16"}
+
+
+def _buf(t):
+    """A writable buffer over tensor t's memory (NumPy has no bfloat16: 16-bit
+    tensors are viewed as int16, the bytes are the same)."""
+    return (t if t.dtype == torch.float32 else t.view(torch.int16)).numpy()
 
 
 def _is_named(params):
@@ -88,10 +104,15 @@ class ShardOptimizer(torch.optim.Optimizer):
         self._params = [p for g in self.param_groups for p in g["params"]]
         if len(set(names)) != len(names):
             raise ValueError("ShardOptimizer: parameter names repeat")
+        self._dtype = self._params[0].dtype if self._params else torch.float32
         for n, p in zip(names, self._params):
-            if p.dtype != torch.float32:
-                raise ValueError("ShardOptimizer: parameter '%s' is %s; only float32 parameters "
-                                 "are supported yet" % (n, p.dtype))
+            if p.dtype not in _DTYPES:
+                raise ValueError("ShardOptimizer: parameter '%s' is %s; float32, bfloat16 or "
+                                 "float16 parameters only" % (n, p.dtype))
+            if p.dtype != self._dtype:
+                raise ValueError("ShardOptimizer: parameter '%s' is %s but '%s' is %s; all "
+                                 "parameters must have one dtype (yet)"
+                                 % (n, p.dtype, names[0], self._dtype))
             if p.device.type != "cpu":
                 raise ValueError("ShardOptimizer: parameter '%s' is on %s; only CPU parameters "
                                  "are supported yet" % (n, p.device))
@@ -101,8 +122,9 @@ class ShardOptimizer(torch.optim.Optimizer):
         self._model_name = model_name
         self._servers = list(servers) if not isinstance(servers, str) else servers.split(",")
         self._client = _zeroshard.Client(self._servers, token=token, timeout_ms=timeout_ms)
-        self._flat = torch.empty(self._P, dtype=torch.float32)  # pull target and init source
-        self._grad = torch.zeros(self._P, dtype=torch.float32)  # push source
+        self._zdt = _DTYPES[self._dtype]  # the wire dtype of gradients and parameters
+        self._flat = torch.empty(self._P, dtype=self._dtype)  # pull target
+        self._grad = torch.zeros(self._P, dtype=self._dtype)  # push source
         self._step = 0
         self._start(resume)
 
@@ -174,10 +196,13 @@ class ShardOptimizer(torch.optim.Optimizer):
 
     # ---- flat buffers -------------------------------------------------------
 
-    def _gather_params(self):
+    def _master(self):
+        """The parameters as one fp32 flat tensor (the servers' initial masters)."""
+        m = torch.empty(self._P, dtype=torch.float32)
         with torch.no_grad():
             for e, p in zip(self._manifest["params"], self._params):
-                self._flat[e["offset"]:e["offset"] + p.numel()].copy_(p.reshape(-1))
+                m[e["offset"]:e["offset"] + p.numel()].copy_(p.reshape(-1))
+        return m
 
     def _scatter_params(self):
         with torch.no_grad():
@@ -200,8 +225,7 @@ class ShardOptimizer(torch.optim.Optimizer):
 
     def _fresh(self):
         hp = self._hp
-        self._gather_params()
-        self._client.init(self._model_name, self._flat.numpy(), hp["lr"], hp["beta1"],
+        self._client.init(self._model_name, self._master().numpy(), hp["lr"], hp["beta1"],
                           hp["beta2"], hp["eps"], hp["weight_decay"], 1, 1, 0, True)
         # A new run: no checkpoint of an earlier one may be restored into it.
         self._client.delete_all()
@@ -235,7 +259,7 @@ class ShardOptimizer(torch.optim.Optimizer):
                 raise ValueError("ShardOptimizer: %s has %s=%g, the optimizer asks %g (the "
                                  "servers keep one value per model)" % (where, k, a[k], hp[k]))
         self._client.restore(step)
-        self._client.pull(step, 0, self._flat.numpy())
+        self._client.pull(step, 0, _buf(self._flat), self._zdt)
         self._scatter_params()
         self._step = step
 
@@ -262,9 +286,10 @@ class ShardOptimizer(torch.optim.Optimizer):
                              "optimizer starts; only lr may change between steps")
         s = self._step + 1
         self._gather_grads()
-        self._client.push(s, 0, self._grad.numpy())
-        self._client.commit(s, hp["lr"])
-        self._client.pull(s, 0, self._flat.numpy())
+        self._client.push(s, 0, _buf(self._grad), self._zdt)
+        self._client.commit(s, hp["lr"],
+                            param_dtype="none" if self._zdt == "fp32" else self._zdt)
+        self._client.pull(s, 0, _buf(self._flat), self._zdt)
         self._scatter_params()
         self._step = s
         return loss
