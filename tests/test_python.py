@@ -11,8 +11,10 @@ killed at exit and dies with it (PR_SET_PDEATHSIG). Checks:
      with a library of another version is refused at import (ImportError
      naming both), and so are Python sources of another version than the
      extension (a stale build or install);
- (2) a server that is down raises zeroshard.Error with the C library's
-     message and status ZS_ERR_UNAVAILABLE, within its deadline;
+ (2) errors: a server that is down raises zeroshard.Error with the C
+     library's message and status ZS_ERR_UNAVAILABLE; a wrong token
+     ZS_ERR_UNAUTH (the right one works); a server that answers nothing
+     (SIGSTOP) ZS_ERR_TIMEOUT within seconds of its deadline;
  (3) an MLP trained STEPS steps with ShardOptimizer on 2 servers (lr from a
      StepLR schedule) matches torch.optim.AdamW with the same float32
      hyperparameters within |a - b| <= ATOL + RTOL * |b| (not bitwise:
@@ -114,14 +116,14 @@ class Server:
         self.addr = "127.0.0.1:0"
         self.proc = None
 
-    def start(self):
+    def start(self, extra=()):
         ready = self.data + ".ready"
         if os.path.exists(ready):
             os.unlink(ready)
         log = open(self.data + ".log", "a")
         self.proc = subprocess.Popen(
             [SERVER, "--listen", self.addr, "--data", self.data, "--threads", "1",
-             "--ready-file", ready, "--shm-socket", "off"],
+             "--ready-file", ready, "--shm-socket", "off"] + list(extra),
             stdout=log, stderr=log, preexec_fn=_die_with_parent)
         PROCS.append(self.proc)
         for _ in range(400):
@@ -170,7 +172,7 @@ def test_versions():
 
 
 # ---- (2) a server down ------------------------------------------------------
-def test_down():
+def test_errors():
     s = Server("down").start()
     addr = s.addr
     s.kill9()
@@ -184,6 +186,38 @@ def test_down():
               "dead server: status %s code %s message %r" % (e.status, e.code, str(e)))
     check(time.time() - t0 < 10, "dead server: took %.1f s" % (time.time() - t0))
     print("ok: a server down raises zeroshard.Error (ZS_ERR_UNAVAILABLE)", flush=True)
+
+    # a wrong token: refused, the optimizer raises with the server's message
+    tf = os.path.join(TMP, "token")
+    with open(tf, "w") as f:
+        f.write("right-token\n")
+    s = Server("tok").start(["--token-file", tf])
+    m = make_mlp(1)
+    try:
+        ShardOptimizer(m.parameters(), servers=[s.addr], model_name="tok", token="wrong-token")
+        check(False, "a wrong token was accepted")
+    except zeroshard.Error as e:
+        check(e.status == "ZS_ERR_UNAUTH", "wrong token: status %s %r" % (e.status, str(e)))
+    o = ShardOptimizer(m.parameters(), servers=[s.addr], model_name="tok", token="right-token")
+    check(o.step_count == 0, "the right token works")
+    o.close()
+    print("ok: a wrong token raises zeroshard.Error (ZS_ERR_UNAUTH)", flush=True)
+
+    # a server that answers nothing (stopped): the call ends at its deadline
+    s.proc.send_signal(signal.SIGSTOP)
+    c = zeroshard.Client([s.addr], token="right-token", timeout_ms=1000, retries=-1)
+    t0 = time.time()
+    try:
+        c.hello()
+        check(False, "hello to a stopped server succeeded")
+    except zeroshard.Error as e:
+        check(e.status == "ZS_ERR_TIMEOUT", "stopped server: status %s %r" % (e.status, str(e)))
+    dt = time.time() - t0
+    check(dt < 5, "stopped server: %.1f s past a 1 s deadline" % dt)
+    s.proc.send_signal(signal.SIGCONT)
+    s.kill9()
+    print("ok: a server that does not answer raises zeroshard.Error (ZS_ERR_TIMEOUT) after "
+          "%.1f s (deadline 1 s)" % dt, flush=True)
 
 
 # ---- the model and its data ----------------------------------------------------
@@ -423,7 +457,7 @@ if not os.access(SERVER, os.X_OK):
     print("FAIL: no zs-server at %s (build it: cmake --build BUILD --target zs-server)" % SERVER)
     sys.exit(1)
 test_versions()
-test_down()
+test_errors()
 test_vs_torch()
 test_16bit(torch.bfloat16, "bf16", 1)
 test_16bit(torch.float16, "fp16", 1)
