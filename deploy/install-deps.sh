@@ -21,6 +21,7 @@ BUILD_PKGS=(
   libopenmpi-dev openmpi-bin       # CPU collectives and launch
   libmicrohttpd-dev                # --metrics: the Prometheus /metrics endpoint
   libpcre2-dev                     # GPT-2 BPE pre-tokenisation regex (zs-tokenize --gpt2)
+  python3-dev                      # the zeroshard Python package (python/; optional: without it the rest builds)
 )
 TEST_PKGS=(
   python3 python3-torch python3-numpy  # reference tests (torch.optim.AdamW...)
