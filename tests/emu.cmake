@@ -15,7 +15,8 @@ if(NOT ZS_WITH_CUDA OR ZS_CUDA_EMU OR NOT ZS_EMU_TESTS)
 endif()
 include(ExternalProject)
 
-set(ZS_EMU_TARGETS test_dev_cuda test_cuda_ops test_gpt_cuda test_train_cuda zs-train zs-server zs-launch)
+set(ZS_EMU_TARGETS test_dev_cuda test_cuda_ops test_gpt_cuda test_train_cuda zs-train zs-server zs-launch
+    test_train_zeropp)
 set(ZS_EMU_ASAN_TARGETS test_dev_cuda test_cuda_ops test_emu_runtime test_emu_kernel)
 file(GLOB ZS_EMU_NCCL_SRC ${PROJECT_SOURCE_DIR}/tests/cuda_emu/emu_nccl*.c)
 if(ZS_EMU_NCCL_SRC)

@@ -36,6 +36,14 @@ if(ZS_WITH_CUDA AND NOT ZS_CUDA_EMU AND ZS_EMU_TESTS AND ZS_EMU_NCCL_SRC)
                          SKIP_RETURN_CODE 77
                          ENVIRONMENT "${ZS_EMU_MPI_ENV};ZS_EMU_SCHEDULE=random:5;ZS_EMU_DEVICES=${np};ZS_RANKS_PER_NODE=2")
   endforeach()
+  # zs-train --device cuda on 4 emulated GPUs as 2 nodes x 2 (NCCL's
+  # intra/inter communicators, the CUDA qwZ kernels in the engine): hpZ
+  # bitwise, bytes, refusals; qgZ refused on GPUs (8 steps: emulated steps
+  # are slow)
+  add_test(NAME emu_test_train_zeropp COMMAND ${ZS_EMU}/test_train_zeropp)
+  set_tests_properties(emu_test_train_zeropp PROPERTIES LABELS "emu;mpi" TIMEOUT 1800
+                       SKIP_RETURN_CODE 77
+                       ENVIRONMENT "${ZS_EMU_MPI_ENV};ZS_EMU_SCHEDULE=forward;ZS_EMU_DEVICES=4;ZS_TEST_ZEROPP_DEVICE=cuda;ZS_TEST_ZEROPP_STEPS=8")
   # a rank killed in its node's all-gather (2 nodes x 2 ranks): every
   # survivor stops within the watchdog's deadline
   add_test(NAME emu_test_coll_zeropp_kill_np4 COMMAND ${ZS_EMU}/test_coll_zeropp kill 4)
