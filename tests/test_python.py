@@ -31,6 +31,9 @@ killed at exit and dies with it (PR_SET_PDEATHSIG). Checks:
      checkpoint's parameters bitwise, and training on gives bitwise the
      parameters of the uninterrupted run; state_dict() is small and
      load_state_dict() of an earlier one restores its step bitwise;
+ (6) pip install --no-index ./python into a venv builds the extension
+     (this build tree's CMake target) and installs the package, which
+     imports from there with the library's version;
  (5) a changed model (a layer's shape, a renamed parameter, one parameter
      less) is refused at resume with a ValueError naming the parameter, and
      the servers' state is untouched (the right model still resumes); the
@@ -169,6 +172,35 @@ def test_versions():
     check(r.returncode != 0 and "these Python sources are 0.0.1" in r.stderr,
           "Python sources of another version are refused at import: %r" % r.stderr[-400:])
     print("ok: versions (%s), mismatches refused at import" % zeroshard.__version__, flush=True)
+
+
+# ---- (6) pip install ./python ------------------------------------------------------
+def test_pip():
+    """pip install --no-index ./python into a venv (with the system's site
+    packages for torch), building the extension's CMake target in this
+    build tree (ZEROSHARD_BUILD_DIR), then import it from elsewhere."""
+    src = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "python")
+    venv = os.path.join(TMP, "venv")
+    r = subprocess.run([sys.executable, "-m", "venv", "--system-site-packages", venv],
+                       capture_output=True, text=True)
+    if r.returncode != 0:
+        print("skip: pip install (no venv: %s)" % r.stderr.strip()[-200:], flush=True)
+        return
+    env = dict(os.environ, ZEROSHARD_BUILD_DIR=BUILD)
+    env.pop("PYTHONPATH", None)
+    r = subprocess.run([os.path.join(venv, "bin", "pip"), "install", "--no-index", src],
+                       capture_output=True, text=True, env=env, cwd=TMP)
+    if not check(r.returncode == 0, "pip install ./python: %s" % (r.stdout + r.stderr)[-800:]):
+        return
+    r = subprocess.run([os.path.join(venv, "bin", "python"), "-c",
+                        "import zeroshard, zeroshard.torch; print(zeroshard.__file__); "
+                        "print(zeroshard.__version__)"],
+                       capture_output=True, text=True, env=env, cwd=TMP)
+    out = r.stdout.split()
+    check(r.returncode == 0 and len(out) == 2 and out[0].startswith(venv) and
+          out[1] == zeroshard.__version__, "import after pip install: %r %r"
+          % (r.stdout, r.stderr[-400:]))
+    print("ok: pip install --no-index ./python, imported from the venv", flush=True)
 
 
 # ---- (2) a server down ------------------------------------------------------
@@ -457,6 +489,7 @@ if not os.access(SERVER, os.X_OK):
     print("FAIL: no zs-server at %s (build it: cmake --build BUILD --target zs-server)" % SERVER)
     sys.exit(1)
 test_versions()
+test_pip()
 test_errors()
 test_vs_torch()
 test_16bit(torch.bfloat16, "bf16", 1)
