@@ -21,6 +21,10 @@ killed at exit and dies with it (PR_SET_PDEATHSIG). Checks:
      torch computes the bias corrections in double and may fuse multiply-
      adds; tests/test_adam.c holds the kernel itself to the same bound);
      the max errors are printed;
+ (3c) max_grad_norm: ShardOptimizer vs torch.nn.utils.clip_grad_norm_ +
+     AdamW within the same bound, clipping active; a non-finite gradient
+     skips its step (parameters kept, step number advanced) and the next
+     step applies;
  (3b) bfloat16 and float16 models: ShardOptimizer (fp32 masters on the
      servers) given the same 16-bit gradients as torch.optim.AdamW on an
      fp32 master copy whose values are then rounded to the model's dtype:
@@ -331,6 +335,52 @@ def test_vs_torch():
     zopt.close()
 
 
+# ---- (3c) gradient clipping, a non-finite gradient ---------------------------------------
+def test_clip():
+    srv = servers_up("clip")
+    ref = make_mlp(21)
+    ours = copy.deepcopy(ref)
+    topt = torch.optim.AdamW(ref.parameters(), foreach=False, **HP)
+    zopt = ShardOptimizer(ours.named_parameters(), servers=[s.addr for s in srv],
+                          model_name="mlp-clip", resume=False, max_grad_norm=0.05, **HP)
+    clipped = 0
+    for s in range(1, 21):
+        x, y = batch(s)
+        topt.zero_grad()
+        torch.nn.functional.mse_loss(ref(x), y).backward()
+        torch.nn.utils.clip_grad_norm_(ref.parameters(), 0.05)
+        topt.step()
+        train_step(ours, zopt, s)
+        clipped += zopt.last_grad_norm > 0.05
+    maxabs = 0.0
+    for (n, a), b in zip(ours.named_parameters(), ref.parameters()):
+        d = (a.detach().double() - b.detach().double()).abs()
+        maxabs = max(maxabs, d.max().item())
+        check(bool((d <= ATOL + RTOL * b.detach().double().abs()).all()),
+              "clipping %s: vs torch clip_grad_norm_ + AdamW: max abs %.3g"
+              % (n, d.max().item()))
+    check(clipped >= 15, "clipping was active (%d of 20 steps)" % clipped)
+    print("ok: max_grad_norm 0.05 (%d of 20 steps clipped) vs clip_grad_norm_ + AdamW: max abs "
+          "%.3g" % (clipped, maxabs), flush=True)
+    # a non-finite gradient: the step is skipped, the next one applies
+    before = params_of(ours)
+    zopt.zero_grad()
+    torch.nn.functional.mse_loss(ours(batch(21)[0]), batch(21)[1]).backward()
+    next(ours.parameters()).grad[0, 0] = float("inf")
+    zopt.step()
+    check(zopt.last_skipped and zopt.step_count == 21 and same(params_of(ours), before),
+          "a non-finite gradient skips the step (skipped %s, step %d, parameters kept %s)"
+          % (zopt.last_skipped, zopt.step_count, same(params_of(ours), before)))
+    train_step(ours, zopt, 22)
+    check(not zopt.last_skipped and zopt.step_count == 22 and not same(params_of(ours), before)
+          and all(bool(p.isfinite().all()) for p in ours.parameters()),
+          "the step after a skipped one applies, finite")
+    print("ok: a non-finite gradient skips its step; the next applies", flush=True)
+    zopt.close()
+    for s in srv:
+        s.kill9()
+
+
 # ---- (3b) 16-bit parameters ----------------------------------------------------------
 def fwd32(model, x):
     """The MLP computed in fp32 from its 16-bit parameters (torch 1.13 has no
@@ -492,6 +542,7 @@ test_versions()
 test_pip()
 test_errors()
 test_vs_torch()
+test_clip()
 test_16bit(torch.bfloat16, "bf16", 1)
 test_16bit(torch.float16, "fp16", 1)
 test_resume_and_refusals()

@@ -22,13 +22,20 @@ take the gradients in the parameters' dtype and send the parameters back
 rounded to it (round to nearest even), as torch.optim.AdamW on an fp32 master
 copy would.
 
+Gradient clipping (max_grad_norm) has torch.nn.utils.clip_grad_norm_'s and
+the C engine's meaning: the coefficient min(1, max_norm / (norm + 1e-6)) of
+the global L2 norm, applied by the servers as they read the gradients. A
+step whose gradients are not all finite is skipped, as the C engine does:
+the parameters and Adam's step count stay, the step number advances.
+
 Does not (yet): parameters of mixed dtypes (refused), a loss scaler for
 fp16, param groups with different lr or weight_decay (refused: the servers hold one set
-of hyperparameters per model), gradient clipping, loss scaling, data parallel
+of hyperparameters per model), loss scaling, data parallel
 (torch.distributed), the shared-memory staging (bulk data goes over gRPC), or
 CUDA tensors (parameters must be on the CPU).
 """
 import json
+import math
 import zlib
 
 import torch
@@ -73,14 +80,16 @@ class ShardOptimizer(torch.optim.Optimizer):
     every server if they hold one of model_name (refusing a different
     model), else start from the parameters' current values; False: always
     start from the current values, deleting the servers' checkpoints.
-    timeout_ms: deadline of each call to the servers.
+    timeout_ms: deadline of each call to the servers. max_grad_norm: clip the
+    gradients' global L2 norm to it (None: no clipping).
 
     Raises ValueError for what it does not support (see the module's doc),
     zeroshard.Error when a server call fails (the C library's message).
     """
 
     def __init__(self, params, servers, model_name, lr=1e-3, betas=(0.9, 0.999), eps=1e-8,
-                 weight_decay=1e-2, token=None, resume=True, timeout_ms=120000):
+                 weight_decay=1e-2, token=None, resume=True, timeout_ms=120000,
+                 max_grad_norm=None):
         if not model_name:
             raise ValueError("ShardOptimizer: model_name is required")
         groups = list(params)
@@ -126,6 +135,9 @@ class ShardOptimizer(torch.optim.Optimizer):
         self._flat = torch.empty(self._P, dtype=self._dtype)  # pull target
         self._grad = torch.zeros(self._P, dtype=self._dtype)  # push source
         self._step = 0
+        self._max_norm = None if max_grad_norm is None else float(max_grad_norm)
+        self.last_grad_norm = None  # the last step's global gradient norm (inf: skipped)
+        self.last_skipped = False
         self._start(resume)
 
     # ---- layout and manifest ------------------------------------------------
@@ -286,11 +298,21 @@ class ShardOptimizer(torch.optim.Optimizer):
                              "optimizer starts; only lr may change between steps")
         s = self._step + 1
         self._gather_grads()
-        self._client.push(s, 0, _buf(self._grad), self._zdt)
-        self._client.commit(s, hp["lr"],
+        # The global norm in double (one pass); not finite: skip the step.
+        norm = float(torch.linalg.vector_norm(self._grad, dtype=torch.float64))
+        skip = not math.isfinite(norm)
+        clip = 1.0
+        if not skip and self._max_norm is not None and self._max_norm / (norm + 1e-6) < 1.0:
+            clip = self._max_norm / (norm + 1e-6)
+        self.last_grad_norm = math.inf if skip else norm
+        self.last_skipped = skip
+        if not skip:
+            self._client.push(s, 0, _buf(self._grad), self._zdt)
+        self._client.commit(s, hp["lr"], clip_coef=clip, skip=skip,
                             param_dtype="none" if self._zdt == "fp32" else self._zdt)
-        self._client.pull(s, 0, _buf(self._flat), self._zdt)
-        self._scatter_params()
+        if not skip:
+            self._client.pull(s, 0, _buf(self._flat), self._zdt)
+            self._scatter_params()
         self._step = s
         return loss
 
