@@ -13,9 +13,15 @@
  * client's parallel streams to all servers run while Python threads go on.
  * A Client is used by one thread at a time (a lock refuses a second caller).
  *
+ * Client.shm_staging(nbytes) hands out the client's shared-memory staging
+ * (zs_client_shm_staging) as a Staging object with the buffer protocol:
+ * pushes from it and pulls into it travel by shared memory to the servers
+ * on this host. A Staging keeps its Client alive, and the Client refuses
+ * close() while a Staging exists (the segment is unmapped with the client).
+ *
  * Does not: flatten tensors, keep manifests or decide steps (the Python
  * side, zeroshard/torch.py, does); talk to the servers by any other path
- * than the C client; offer the shared-memory staging (not yet).
+ * than the C client.
  */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
@@ -77,7 +83,40 @@ typedef struct {
     PyObject_HEAD zs_client_t *c;
     pthread_mutex_t mu; /* one call at a time: the C client is not reentrant */
     int nservers;
+    int stagings; /* live Staging objects over this client's segment */
 } client_obj;
+
+/* A view of the client's shared staging: [base, base + len), writable. */
+typedef struct {
+    PyObject_HEAD client_obj *client; /* strong reference: the segment lives with it */
+    void *base;
+    Py_ssize_t len;
+} staging_obj;
+
+static int staging_getbuffer(staging_obj *self, Py_buffer *view, int flags)
+{
+    return PyBuffer_FillInfo(view, (PyObject *)self, self->base, self->len, 0, flags);
+}
+
+static void staging_dealloc(staging_obj *self)
+{
+    if (self->client) {
+        self->client->stagings--;
+        Py_DECREF(self->client);
+    }
+    Py_TYPE(self)->tp_free((PyObject *)self);
+}
+
+static PyBufferProcs staging_as_buffer = {(getbufferproc)staging_getbuffer, NULL};
+
+static PyTypeObject staging_type = {
+    PyVarObject_HEAD_INIT(NULL, 0).tp_name = "zeroshard._zeroshard.Staging",
+    .tp_basicsize = sizeof(staging_obj),
+    .tp_flags = Py_TPFLAGS_DEFAULT,
+    .tp_doc = "The client's shared-memory staging (a writable buffer); from Client.shm_staging",
+    .tp_dealloc = (destructor)staging_dealloc,
+    .tp_as_buffer = &staging_as_buffer,
+};
 
 /* The client, locked for one call, or NULL with an exception set (closed,
  * or another thread is inside a call). Unlocked by unlock(). */
@@ -175,9 +214,15 @@ static void client_dealloc(client_obj *self)
     Py_TYPE(self)->tp_free((PyObject *)self);
 }
 
-/* close(): the channels are closed; later calls raise ValueError. */
+/* close(): the channels are closed; later calls raise ValueError. Refused
+ * (RuntimeError) while a Staging over the client's segment exists. */
 static PyObject *client_close(client_obj *self, PyObject *unused)
 {
+    if (self->stagings > 0) {
+        PyErr_SetString(PyExc_RuntimeError, "zeroshard.Client.close: its shared staging is "
+                                            "still in use (drop the Staging and tensors over it)");
+        return NULL;
+    }
     if (self->c && lock(self)) {
         zs_client_t *c = self->c;
         self->c = NULL;
@@ -577,6 +622,41 @@ static PyObject *client_transport(client_obj *self, PyObject *args)
     return Py_BuildValue("(ss)", zs_transport_name(t), why ? why : "");
 }
 
+/* shm_staging(nbytes) -> Staging: the client's shared-memory staging of at
+ * least nbytes, handed to every server on this host that accepts it (see
+ * zs_client_shm_staging). zeroshard.Error ZS_ERR_UNAVAILABLE when no server
+ * takes it (transport "tcp", none offers a socket, none accepted): use
+ * ordinary memory then. */
+static PyObject *client_shm_staging(client_obj *self, PyObject *args)
+{
+    Py_ssize_t n;
+    if (!PyArg_ParseTuple(args, "n", &n))
+        return NULL;
+    if (n <= 0) {
+        PyErr_SetString(PyExc_ValueError, "shm_staging: nbytes must be positive");
+        return NULL;
+    }
+    zs_client_t *c = lock(self);
+    if (!c)
+        return NULL;
+    zs_err_t err = {0};
+    void *base = NULL;
+    int rc;
+    Py_BEGIN_ALLOW_THREADS rc = zs_client_shm_staging(c, (size_t)n, &base, &err);
+    Py_END_ALLOW_THREADS unlock(self);
+    if (rc)
+        return raise_err(&err, rc);
+    staging_obj *st = PyObject_New(staging_obj, &staging_type);
+    if (!st)
+        return NULL;
+    Py_INCREF(self);
+    st->client = self;
+    st->base = base;
+    st->len = n;
+    self->stagings++;
+    return (PyObject *)st;
+}
+
 static PyObject *client_get_nservers(client_obj *self, void *unused)
 {
     return PyLong_FromLong(self->nservers);
@@ -611,6 +691,8 @@ static PyMethodDef client_methods[] = {
      "delete_checkpoints(step=0, keep=0)"},
     {"delete_all", (PyCFunction)client_delete_all, METH_NOARGS,
      "delete_all(): every checkpoint on every server"},
+    {"shm_staging", (PyCFunction)client_shm_staging, METH_VARARGS,
+     "shm_staging(nbytes) -> Staging: shared-memory staging (ZS_ERR_UNAVAILABLE: none)"},
     {"transport", (PyCFunction)client_transport, METH_VARARGS, "transport(i) -> (name, why)"},
     {NULL, NULL, 0, NULL},
 };
@@ -675,7 +757,7 @@ PyMODINIT_FUNC PyInit__zeroshard(void)
                      ZS_VERSION, lib);
         return NULL;
     }
-    if (PyType_Ready(&client_type) < 0)
+    if (PyType_Ready(&client_type) < 0 || PyType_Ready(&staging_type) < 0)
         return NULL;
     PyObject *m = PyModule_Create(&mod_def);
     if (!m)

@@ -25,6 +25,9 @@ killed at exit and dies with it (PR_SET_PDEATHSIG). Checks:
      AdamW within the same bound, clipping active; a non-finite gradient
      skips its step (parameters kept, step number advanced) and the next
      step applies;
+ (3d) servers with shared-memory sockets: transport "shm" (every server
+     on shm) gives bitwise the parameters of transport "tcp" over 10 steps
+     and resumes over shm; "shm" with a server without a socket raises;
  (3b) bfloat16 and float16 models: ShardOptimizer (fp32 masters on the
      servers) given the same 16-bit gradients as torch.optim.AdamW on an
      fp32 master copy whose values are then rounded to the model's dtype:
@@ -123,14 +126,14 @@ class Server:
         self.addr = "127.0.0.1:0"
         self.proc = None
 
-    def start(self, extra=()):
+    def start(self, extra=("--shm-socket", "off")):
         ready = self.data + ".ready"
         if os.path.exists(ready):
             os.unlink(ready)
         log = open(self.data + ".log", "a")
         self.proc = subprocess.Popen(
             [SERVER, "--listen", self.addr, "--data", self.data, "--threads", "1",
-             "--ready-file", ready, "--shm-socket", "off"] + list(extra),
+             "--ready-file", ready] + list(extra),
             stdout=log, stderr=log, preexec_fn=_die_with_parent)
         PROCS.append(self.proc)
         for _ in range(400):
@@ -148,8 +151,8 @@ class Server:
         self.proc.wait()
 
 
-def servers_up(tag, n=2):
-    return [Server("%s%d" % (tag, i)).start() for i in range(n)]
+def servers_up(tag, n=2, extra=("--shm-socket", "off")):
+    return [Server("%s%d" % (tag, i)).start(extra) for i in range(n)]
 
 
 def run_py(code, env_extra=None, path=PYDIR):
@@ -227,7 +230,7 @@ def test_errors():
     tf = os.path.join(TMP, "token")
     with open(tf, "w") as f:
         f.write("right-token\n")
-    s = Server("tok").start(["--token-file", tf])
+    s = Server("tok").start(["--token-file", tf, "--shm-socket", "off"])
     m = make_mlp(1)
     try:
         ShardOptimizer(m.parameters(), servers=[s.addr], model_name="tok", token="wrong-token")
@@ -377,6 +380,44 @@ def test_clip():
           "the step after a skipped one applies, finite")
     print("ok: a non-finite gradient skips its step; the next applies", flush=True)
     zopt.close()
+    for s in srv:
+        s.kill9()
+
+
+# ---- (3d) shared memory -------------------------------------------------------------------
+def test_shm():
+    """Servers with their shared-memory socket: transport "shm" moves the
+    bulk bytes there (every server says so) and gives bitwise the
+    parameters of transport "tcp"; a resume over shared memory too."""
+    srv = servers_up("shm", extra=())
+    runs = {}
+    for tr in ("tcp", "shm"):
+        m = make_mlp(31)
+        opt = ShardOptimizer(m.named_parameters(), servers=[s.addr for s in srv],
+                             model_name="mlp-shm", resume=False, transport=tr, **HP)
+        names = [t for t, _ in opt.transports()]
+        check(names == [tr, tr], "transport %s: servers on %s" % (tr, opt.transports()))
+        for s in range(1, 11):
+            train_step(m, opt, s)
+        opt.checkpoint()
+        runs[tr] = params_of(m)
+        opt.close()
+    check(same(runs["tcp"], runs["shm"]), "shared memory == gRPC, bitwise")
+    m = make_mlp(32)
+    opt = ShardOptimizer(m.named_parameters(), servers=[s.addr for s in srv],
+                         model_name="mlp-shm", resume=True, transport="shm", **HP)
+    check(opt.step_count == 10 and same(params_of(m), runs["shm"]),
+          "resume over shared memory: step %d" % opt.step_count)
+    opt.close()
+    try:
+        ShardOptimizer(make_mlp(33).named_parameters(), servers=[s.addr for s in servers_up(
+            "noshm", 1)], model_name="mlp-noshm", resume=False, transport="shm", **HP)
+        check(False, "transport shm accepted a server without a shared-memory socket")
+    except zeroshard.Error as e:
+        check("stays on tcp" in str(e) and "server 0" in str(e),
+              "transport shm, no socket: %s %r" % (e.status, str(e)))
+    print("ok: shared memory: bitwise = gRPC over 10 steps, resume; 'shm' refused without a "
+          "socket", flush=True)
     for s in srv:
         s.kill9()
 
@@ -543,6 +584,7 @@ test_pip()
 test_errors()
 test_vs_torch()
 test_clip()
+test_shm()
 test_16bit(torch.bfloat16, "bf16", 1)
 test_16bit(torch.float16, "fp16", 1)
 test_resume_and_refusals()

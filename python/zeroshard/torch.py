@@ -31,8 +31,11 @@ the parameters and Adam's step count stay, the step number advances.
 Does not (yet): parameters of mixed dtypes (refused), a loss scaler for
 fp16, param groups with different lr or weight_decay (refused: the servers hold one set
 of hyperparameters per model), loss scaling, data parallel
-(torch.distributed), the shared-memory staging (bulk data goes over gRPC), or
-CUDA tensors (parameters must be on the CPU).
+(torch.distributed), or CUDA tensors (parameters must be on the CPU).
+
+Transport: with servers on this host (transport "auto", the default) the
+gradient and parameter buffers live in the C client's shared-memory staging,
+so pushes and pulls move no bytes through gRPC; elsewhere they go over gRPC.
 """
 import json
 import math
@@ -81,7 +84,10 @@ class ShardOptimizer(torch.optim.Optimizer):
     model), else start from the parameters' current values; False: always
     start from the current values, deleting the servers' checkpoints.
     timeout_ms: deadline of each call to the servers. max_grad_norm: clip the
-    gradients' global L2 norm to it (None: no clipping).
+    gradients' global L2 norm to it (None: no clipping). transport: "auto"
+    (shared memory with the servers on this host that prove it, gRPC with
+    the others), "shm" (shared memory with every server, else
+    zeroshard.Error naming the one that cannot), "tcp" (gRPC only).
 
     Raises ValueError for what it does not support (see the module's doc),
     zeroshard.Error when a server call fails (the C library's message).
@@ -89,7 +95,7 @@ class ShardOptimizer(torch.optim.Optimizer):
 
     def __init__(self, params, servers, model_name, lr=1e-3, betas=(0.9, 0.999), eps=1e-8,
                  weight_decay=1e-2, token=None, resume=True, timeout_ms=120000,
-                 max_grad_norm=None):
+                 max_grad_norm=None, transport="auto"):
         if not model_name:
             raise ValueError("ShardOptimizer: model_name is required")
         groups = list(params)
@@ -130,10 +136,24 @@ class ShardOptimizer(torch.optim.Optimizer):
         self._P = self._manifest["num_params"]
         self._model_name = model_name
         self._servers = list(servers) if not isinstance(servers, str) else servers.split(",")
-        self._client = _zeroshard.Client(self._servers, token=token, timeout_ms=timeout_ms)
+        self._client = _zeroshard.Client(self._servers, token=token, timeout_ms=timeout_ms,
+                                         transport=transport)
         self._zdt = _DTYPES[self._dtype]  # the wire dtype of gradients and parameters
-        self._flat = torch.empty(self._P, dtype=self._dtype)  # pull target
-        self._grad = torch.zeros(self._P, dtype=self._dtype)  # push source
+        self._staging = None
+        if transport != "tcp" and self._P > 0:
+            esz = torch.tensor([], dtype=self._dtype).element_size()
+            try:
+                self._staging = self._client.shm_staging(2 * self._P * esz)
+            except Error as e:
+                if transport == "shm" or e.status != "ZS_ERR_UNAVAILABLE":
+                    raise
+        if self._staging is not None:  # gradients, then parameters, in shared memory
+            self._grad = torch.frombuffer(self._staging, dtype=self._dtype, count=self._P)
+            self._flat = torch.frombuffer(self._staging, dtype=self._dtype, count=self._P,
+                                          offset=self._P * esz)
+        else:
+            self._flat = torch.empty(self._P, dtype=self._dtype)  # pull target
+            self._grad = torch.zeros(self._P, dtype=self._dtype)  # push source
         self._step = 0
         self._max_norm = None if max_grad_norm is None else float(max_grad_norm)
         self.last_grad_norm = None  # the last step's global gradient norm (inf: skipped)
@@ -368,6 +388,14 @@ class ShardOptimizer(torch.optim.Optimizer):
         if z["step"] != self._step:
             self._resume_from(z["step"])
 
+    def transports(self):
+        """[(name, why)] per server: how its bulk data travels ("shm" or
+        "tcp", and why)."""
+        return [self._client.transport(i) for i in range(self._client.nservers)]
+
     def close(self):
-        """Close the connections to the servers (their state stays)."""
+        """Close the connections to the servers (their state stays). The
+        optimizer cannot step afterwards."""
+        self._grad = self._flat = None  # views of the staging: dropped first
+        self._staging = None
         self._client.close()
