@@ -188,9 +188,9 @@ int main(void)
     double pm = mean_loss(plain, STEPS - LASTN + 1, STEPS),
            qm = mean_loss(qwz, STEPS - LASTN + 1, STEPS);
     double delta = (qm - pm) / pm;
-    printf("1. loss: plain ZeRO-3 %.4f -> %.4f, qwZ %.4f -> %.4f (mean of the last 20 steps; "
+    printf("1. loss: plain ZeRO-3 %.4f -> %.4f, qwZ %.4f -> %.4f (mean of the last %d steps; "
            "relative difference %+.4f)\n",
-           p1, pm, q1, qm, delta);
+           p1, pm, q1, qm, LASTN, delta);
     TEST_CHECKF(!full || qm < q1 - 1.0, "qwZ: the loss must fall (%.3f -> %.3f)", q1, qm);
     TEST_CHECKF(fabs(delta) <= 0.02, "qwZ's loss must stay within 2%% of plain ZeRO-3 (%.4f)",
                 delta);
