@@ -41,6 +41,8 @@ killed at exit and dies with it (PR_SET_PDEATHSIG). Checks:
  (6) pip install --no-index ./python into a venv builds the extension
      (this build tree's CMake target) and installs the package, which
      imports from there with the library's version;
+ (7) examples/torch_mlp.py runs against 2 servers, and stopped at step 20
+     and run again to 40 it ends with the loss of an uninterrupted run;
  (5) a changed model (a layer's shape, a renamed parameter, one parameter
      less) is refused at resume with a ValueError naming the parameter, and
      the servers' state is untouched (the right model still resumes); the
@@ -422,6 +424,41 @@ def test_shm():
         s.kill9()
 
 
+# ---- (7) examples/torch_mlp.py ------------------------------------------------------------
+def test_example():
+    """The example runs, and its resume (stopped after step 20, then run to
+    40) ends with the loss of an uninterrupted run to 40, to the printed
+    digit."""
+    srv = servers_up("ex", extra=())
+    ex = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "examples",
+                      "torch_mlp.py")
+    servers = ",".join(s.addr for s in srv)
+
+    def run(*extra):
+        r = subprocess.run([sys.executable, ex, "--servers", servers, "--log-every", "10",
+                            "--ckpt-every", "20"] + list(extra), capture_output=True, text=True,
+                           env=dict(os.environ, PYTHONPATH=PYDIR))
+        check(r.returncode == 0 and "final loss" in r.stdout,
+              "examples/torch_mlp.py %s: exit %d\n%s%s" % (" ".join(extra), r.returncode,
+                                                           r.stdout, r.stderr[-1500:]))
+        return r.stdout
+
+    run("--steps", "40", "--stop-after", "20", "--fresh")
+    resumed = run("--steps", "40")
+    straight = run("--steps", "40", "--fresh", "--model-name", "example-mlp-2")
+    last = lambda out: [l for l in out.splitlines() if l.startswith("final loss")][-1]  # noqa
+    first = [l for l in straight.splitlines() if l.startswith("step")][0]
+    check("from step 20" in resumed, "the example resumed from step 20: %r" % resumed)
+    check(last(resumed) == last(straight), "resumed %r vs uninterrupted %r"
+          % (last(resumed), last(straight)))
+    check(float(last(straight).split()[-1]) < float(first.split()[3]),
+          "the example's loss falls: %r then %r" % (first, last(straight)))
+    print("ok: examples/torch_mlp.py runs; resumed at 20 it ends as the uninterrupted run (%s)"
+          % last(straight), flush=True)
+    for s in srv:
+        s.kill9()
+
+
 # ---- (3b) 16-bit parameters ----------------------------------------------------------
 def fwd32(model, x):
     """The MLP computed in fp32 from its 16-bit parameters (torch 1.13 has no
@@ -588,6 +625,7 @@ test_shm()
 test_16bit(torch.bfloat16, "bf16", 1)
 test_16bit(torch.float16, "fp16", 1)
 test_resume_and_refusals()
+test_example()
 if FAILS:
     print("FAIL: %d check(s) failed" % FAILS)
     sys.exit(1)
