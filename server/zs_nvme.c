@@ -487,13 +487,18 @@ int zs_nvme_read(zs_nvme_state_t *s, size_t c, unsigned mask, zs_nvme_buf_t *b, 
     return rc ? rc : zs__nvme_check(s, b, c, mask, err);
 }
 
-int zs_nvme_write(zs_nvme_state_t *s, size_t c, zs_nvme_buf_t *b, zs_err_t *err)
+int zs_nvme_write_aside(zs_nvme_state_t *s, size_t c, zs_nvme_buf_t *b, zs_err_t *err)
 {
     if (c >= s->ntiles)
         return zs_err_set(err, ZS_ERR_RANGE, "nvme: tile %zu of %zu", c, s->ntiles);
     zs__nvme_seal(b, c, s->seq[c] + 1, zs_nvme_tile_len(s, c));
-    int rc =
-        full_io(s->fd, 1, b->mem, ZS_NVME_SLOT, zs__nvme_slot_off(c, s->cur[c] ^ 1), s->path, err);
+    return full_io(s->fd, 1, b->mem, ZS_NVME_SLOT, zs__nvme_slot_off(c, s->cur[c] ^ 1), s->path,
+                   err);
+}
+
+int zs_nvme_write(zs_nvme_state_t *s, size_t c, zs_nvme_buf_t *b, zs_err_t *err)
+{
+    int rc = zs_nvme_write_aside(s, c, b, err);
     if (rc)
         return rc;
     zs__nvme_flip(s, c);

@@ -129,6 +129,12 @@ int zs_nvme_read(zs_nvme_state_t *s, size_t c, unsigned mask, zs_nvme_buf_t *b, 
  * the tile keeps its old slot and contents. */
 int zs_nvme_write(zs_nvme_state_t *s, size_t c, zs_nvme_buf_t *b, zs_err_t *err);
 
+/* The first half of zs_nvme_write: b as tile c's next contents in the slot
+ * that is not current, without flipping. The current slot stays the tile
+ * (a speculative update's pre-image); zs__nvme_flip makes the written one
+ * current, and any later write to the tile replaces it. */
+int zs_nvme_write_aside(zs_nvme_state_t *s, size_t c, zs_nvme_buf_t *b, zs_err_t *err);
+
 /* ---- the pass (zs_nvme_pass.c) ---------------------------------------- */
 
 /* Update tiles [c0, c0 + count) in place in their buffers (p, m, v of
@@ -142,14 +148,22 @@ typedef int (*zs_nvme_update_fn)(void *ud, size_t c, float *p, float *m, float *
 typedef void (*zs_nvme_landed_fn)(void *ud, size_t c, void (*flip)(zs_nvme_state_t *, size_t),
                                   zs_nvme_state_t *s);
 
+/* Called once per tile, in order, before the pass reads it: 1 if the tile
+ * needs no update (its new contents were written aside already: a kept
+ * speculative update), and it is then only handed to `landed`. */
+typedef int (*zs_nvme_skip_fn)(void *ud, size_t c);
+
 /* Walk every tile of s: read ahead, update in batches on `pool` (one
  * update call per tile), write behind, all within the tier's depth. Reads
- * of later tiles and writes of earlier ones overlap the updates. On the
- * first error (I/O, checksum, update) no further tile is updated; tiles
- * already landed keep their new contents, the others their old. */
+ * of later tiles and writes of earlier ones overlap the updates. Tiles
+ * `skip` (may be NULL) names are not read, updated or written, only
+ * landed. On the first error (I/O, checksum, update) no further tile is
+ * updated; tiles already landed keep their new contents, the others their
+ * old. */
 struct zs_pool;
 int zs_nvme_pass(zs_nvme_t *nv, zs_nvme_state_t *s, struct zs_pool *pool, zs_nvme_update_fn fn,
-                 zs_nvme_landed_fn landed, void *ud, double *io_seconds, zs_err_t *err);
+                 zs_nvme_skip_fn skip, zs_nvme_landed_fn landed, void *ud, double *io_seconds,
+                 zs_err_t *err);
 
 /* Test hook: flip one byte of tensor t of both slots of tile c in the file,
  * behind the tier's back (a torn or corrupted tile). */

@@ -70,7 +70,8 @@ static void update_one(void *arg, size_t i, int thread)
 }
 
 int zs_nvme_pass(zs_nvme_t *nv, zs_nvme_state_t *s, struct zs_pool *pool, zs_nvme_update_fn fn,
-                 zs_nvme_landed_fn landed, void *ud, double *io_seconds, zs_err_t *err)
+                 zs_nvme_skip_fn skip, zs_nvme_landed_fn landed, void *ud, double *io_seconds,
+                 zs_err_t *err)
 {
     struct io_uring *ring = zs__nvme_ring(nv);
     int D = zs_nvme_depth(nv), T = zs_pool_threads(pool);
@@ -88,18 +89,34 @@ int zs_nvme_pass(zs_nvme_t *nv, zs_nvme_state_t *s, struct zs_pool *pool, zs_nvm
                 0,
                 calloc((size_t)B, sizeof(int)),
                 calloc((size_t)B, sizeof(zs_err_t))};
-    if (!p.bst || !p.brc || !p.berr) {
+    unsigned char *skipped = calloc(N ? N : 1, 1);
+    if (!p.bst || !p.brc || !p.berr || !skipped) {
         free(p.bst);
         free(p.brc);
         free(p.berr);
+        free(skipped);
         return zs_err_set(err, ZS_ERR_NOMEM, "out of memory for a pass");
     }
     size_t next_read = 0, next_upd = 0, nlanded = 0;
+    /* Tiles whose update was written aside already land first; the others
+     * never use their buffer (c mod D), so the pipeline steps over them. */
+    for (size_t c = 0; skip && c < N; c++)
+        if (skip(ud, c)) {
+            skipped[c] = 1;
+            landed(ud, c, zs__nvme_flip, s);
+            nlanded++;
+        }
     int inflight = 0, rc = ZS_OK, fd = zs__nvme_fd(s);
     double io_wait = 0;
     while (nlanded < N && !(rc && inflight == 0)) {
         /* 1. reads of the next tiles whose buffer is free */
+        while (next_read < N && skipped[next_read])
+            next_read++;
         while (!rc && next_read < N && p.bst[next_read % (size_t)D] == B_FREE) {
+            if (skipped[next_read]) {
+                next_read++;
+                continue;
+            }
             struct io_uring_sqe *sqe = io_uring_get_sqe(ring);
             if (!sqe)
                 break;
@@ -113,9 +130,11 @@ int zs_nvme_pass(zs_nvme_t *nv, zs_nvme_state_t *s, struct zs_pool *pool, zs_nvm
         }
         io_uring_submit(ring);
         /* 2-3. update the ready run at the front, then write it behind */
+        while (next_upd < next_read && skipped[next_upd])
+            next_upd++;
         size_t k = 0;
         while (!rc && next_upd + k < N && (int)k < B && next_upd + k < next_read &&
-               p.bst[(next_upd + k) % (size_t)D] == B_READY)
+               !skipped[next_upd + k] && p.bst[(next_upd + k) % (size_t)D] == B_READY)
             k++;
         if (k > 0) {
             p.c0 = next_upd;
@@ -191,6 +210,7 @@ int zs_nvme_pass(zs_nvme_t *nv, zs_nvme_state_t *s, struct zs_pool *pool, zs_nvm
     free(p.bst);
     free(p.brc);
     free(p.berr);
+    free(skipped);
     if (io_seconds)
         *io_seconds = io_wait;
     return rc;

@@ -58,7 +58,7 @@ static void usage(FILE *f)
             "                       under DIR (an NVMe drive; O_DIRECT, io_uring) instead\n"
             "                       of RAM: RAM holds staging and the 16-bit copy (10\n"
             "                       B/element) and the I/O buffers; one server per DIR;\n"
-            "                       no speculative updates (docs/nvme.md)\n"
+            "                       speculation's pre-images on the drive (docs/nvme.md)\n"
             "  --nvme-buffered      allow DIR without O_DIRECT (tmpfs, some network file\n"
             "                       systems): through the page cache, outside the budget\n"
             "  --nvme-buffers N     tiles (772 KiB each) in flight in an update (default 16)\n"

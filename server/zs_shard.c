@@ -249,7 +249,7 @@ static void *opt_main(void *arg)
         clock_gettime(CLOCK_MONOTONIC, &a);
         if (sh->nvme) { /* a failure marks the shard failed (zs_shard_nvme.c) */
             zs_err_t e;
-            zs__nvme_pass_run(sh, op.step, op.gdt, op.pdt, op.grad, &e);
+            zs__nvme_pass_run(sh, op.step, op.gdt, op.pdt, op.grad, op.spec, &e);
         } else {
             zs_pool_run(sh->pool, sh->nchunks, opt_chunk, &op);
         }
@@ -317,9 +317,15 @@ int zs_shard_create(const zs_shard_opts_t *opts, zs_shard_t **out, zs_err_t *err
             sh->nvme_budget = 0;
             goto fail;
         }
-        if (sh->spec.window)
-            ZS_INFO("nvme: speculative updates are off in the NVMe tier: updates wait for Commit");
-        sh->spec.window = 0;
+        /* Speculation's pre-images are the tiles' current slots: no RAM
+         * slots, but a tile buffer for each of its threads at most. */
+        if (sh->spec.window) {
+            uint64_t b = (uint64_t)zs_pool_threads(sh->spec_pool) * ZS_NVME_SLOT;
+            rc = zs_budget_take(&sh->budget, b, "the NVMe tier's speculation buffers", err);
+            if (rc)
+                goto fail;
+            sh->nvme_budget += b;
+        }
     }
     rc = zs__shard_load_newest(sh, err);
     if (rc)

@@ -88,8 +88,8 @@ typedef struct zs_shard_opts {
     uint64_t spec_window;  /* bytes of speculation pre-images (12 B/element); 0: no
                             * speculation. zs-server's default: ZS_SPEC_WINDOW_DEFAULT */
     /* The NVMe tier (zs_shard_nvme.c): p, m, v in tile files under this
-     * directory instead of RAM; NULL: in RAM. The tier does not speculate
-     * yet (spec_window is ignored: every update waits for Commit). */
+     * directory instead of RAM; NULL: in RAM. Speculation keeps its
+     * pre-images on the drive there: spec_window only switches it on. */
     const char *nvme_path;
     int nvme_buffered; /* no O_DIRECT (and tmpfs allowed) */
     int nvme_depth;    /* tiles in flight in a pass; <= 0: ZS_NVME_DEPTH_DEFAULT */

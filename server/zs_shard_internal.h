@@ -164,7 +164,14 @@ uint64_t zs__state_bytes(const zs_shard_t *sh, uint64_t n);
  * update of every tile with the same kernel and spans as the RAM pass.
  * A failure marks the shard failed (tier_failed) and is logged. */
 int zs__nvme_pass_run(zs_shard_t *sh, uint64_t step, zs_dtype_t gdt, zs_dtype_t pdt,
-                      const void *grad, zs_err_t *err);
+                      const void *grad, int spec, zs_err_t *err);
+
+/* A speculative update of chunk c (spec_chunk's work in the tier): read
+ * the tile, update it with `adam`, write it aside (not current: the
+ * current slot is the pre-image); the chunk's 16-bit copy is marked stale.
+ * Takes chunk_mu[c]. On error nothing is current that was not. */
+int zs__nvme_spec_chunk(zs_shard_t *sh, size_t c, const zs_adam_step_t *adam, zs_dtype_t gdt,
+                        zs_dtype_t pdt, const void *grad, zs_err_t *err);
 
 /* Master weights [s, e) (shard-relative, inside chunk c) cast to dt into
  * out, read from the tile file (chunk_mu[c] held). */

@@ -14,8 +14,16 @@
  * the chunk's 16-bit copy stale (it already holds the new step), so a pull
  * of the old step casts the old tile's master weights instead.
  *
- * Not here: speculation (the tier does not speculate: every update waits
- * for Commit), the manifest-of-tiles checkpoint (a checkpoint copies the
+ * Speculation (zs_shard_spec.c's model). A speculative update of chunk c
+ * reads its tile, updates it and writes it aside, to the slot that is not
+ * current (zs_nvme_write_aside): the current slot is the pre-image, on the
+ * drive, so no RAM pre-image is kept. Until Commit, readers see the
+ * committed tile (its 16-bit copy is marked stale). A Commit that keeps the
+ * update only flips the tile (the pass skips it); a rollback runs the real
+ * update from the current slot, which overwrites the aside one; a cancel
+ * does nothing on the drive.
+ *
+ * Not here: the manifest-of-tiles checkpoint (a checkpoint copies the
  * tiles into RocksDB, 12 B/element, as the RAM path does).
  */
 #include <stdio.h>
@@ -71,7 +79,22 @@ typedef struct {
     uint64_t step;
     zs_dtype_t gdt, pdt;
     const void *grad;
+    int spec; /* ZS__JOB_*: what to do with speculated chunks */
 } npass_t;
+
+/* A speculated chunk: kept (written aside: only to be flipped), or not. */
+static int tile_skip(void *ud, size_t c)
+{
+    npass_t *op = ud;
+    zs_shard_t *sh = op->sh;
+    if (op->spec == ZS__JOB_PLAIN)
+        return 0;
+    const float *pre;
+    pthread_mutex_lock(&sh->chunk_mu[c]);
+    int keep = zs__spec_pass_chunk(sh, c, op->spec, &pre); /* rolled back: plain update */
+    pthread_mutex_unlock(&sh->chunk_mu[c]);
+    return keep;
+}
 
 /* One tile = one chunk: the RAM pass's call, on the tile's buffers. */
 static int tile_update(void *ud, size_t c, float *p, float *m, float *v, uint32_t k)
@@ -104,11 +127,12 @@ static void tile_landed(void *ud, size_t c, void (*flip)(zs_nvme_state_t *, size
 }
 
 int zs__nvme_pass_run(zs_shard_t *sh, uint64_t step, zs_dtype_t gdt, zs_dtype_t pdt,
-                      const void *grad, zs_err_t *err)
+                      const void *grad, int spec, zs_err_t *err)
 {
-    npass_t op = {sh, step, gdt, pdt, grad};
+    npass_t op = {sh, step, gdt, pdt, grad, spec};
     double io = 0;
-    int rc = zs_nvme_pass(sh->nvme, sh->st.nv, sh->pool, tile_update, tile_landed, &op, &io, err);
+    int rc = zs_nvme_pass(sh->nvme, sh->st.nv, sh->pool, tile_update, tile_skip, tile_landed, &op,
+                          &io, err);
     if (rc) {
         ZS_ERROR("commit: step %llu failed in the NVMe tier: %s; refusing every call until a "
                  "restart resumes from the newest checkpoint",
@@ -124,6 +148,31 @@ int zs__nvme_pass_run(zs_shard_t *sh, uint64_t step, zs_dtype_t gdt, zs_dtype_t 
         ZS_DEBUG("nvme: pass of step %llu waited %.1f ms for I/O", (unsigned long long)step,
                  io * 1e3);
     }
+    return rc;
+}
+
+/* ---- speculation ----------------------------------------------------------------- */
+
+int zs__nvme_spec_chunk(zs_shard_t *sh, size_t c, const zs_adam_step_t *adam, zs_dtype_t gdt,
+                        zs_dtype_t pdt, const void *grad, zs_err_t *err)
+{
+    zs_nvme_buf_t b;
+    int rc = zs_nvme_buf_alloc(&b, err);
+    if (rc)
+        return rc;
+    uint64_t a = (uint64_t)c * ZS_OPT_CHUNK;
+    pthread_mutex_lock(&sh->chunk_mu[c]);
+    rc = zs_nvme_read(sh->st.nv, c, 7, &b, err);
+    if (!rc) {
+        uint32_t k = zs_nvme_tile_len(sh->st.nv, c);
+        zs_adam_update_from(&sh->hp, adam, b.t[0], b.t[1], b.t[2], b.t[0], b.t[1], b.t[2],
+                            (const char *)grad + a * zs_dtype_size(gdt), gdt,
+                            pdt == ZS_DTYPE_NONE ? NULL : sh->st.lowp + a, pdt, (size_t)k);
+        sh->lowp_ok[c] = 0; /* holds the uncommitted update: pulls read the tile */
+        rc = zs_nvme_write_aside(sh->st.nv, c, &b, err);
+    }
+    pthread_mutex_unlock(&sh->chunk_mu[c]);
+    zs_nvme_buf_free(&b);
     return rc;
 }
 

@@ -50,6 +50,12 @@
  * under a queued or speculated chunk (a re-push, a refused stream) stop
  * speculation for the step; the commit then rolls back.
  *
+ * The NVMe tier (zs_shard_nvme.c) keeps its pre-images on the drive: a
+ * speculated tile is written aside and the current slot stays the
+ * committed one, so its "slots" are bookkeeping only (no RAM, no budget,
+ * no window: every chunk may speculate), restoring is marking the 16-bit
+ * copy stale, and keeping is the pass flipping the tile.
+ *
  * Does not: decide whether a worker states scalars (the client does), or
  * touch staging bookkeeping (zs_shard_push.c).
  */
@@ -91,7 +97,7 @@ int zs__spec_resize(zs_shard_t *sh, size_t nchunks)
 {
     zs__spec_free(sh);
     zs__spec_t *s = &sh->spec;
-    uint64_t max = s->window / SLOT_BYTES;
+    uint64_t max = sh->nvme ? nchunks : s->window / SLOT_BYTES; /* NVMe: pre-images on the drive */
     s->maxslots = (size_t)(max < nchunks ? max : nchunks);
     size_t a = nchunks ? nchunks : 1, m = s->maxslots ? s->maxslots : 1;
     s->st = calloc(a, sizeof *s->st);
@@ -267,6 +273,10 @@ static int32_t take_slot(zs_shard_t *sh)
         return s->free_slots[--s->nfree];
     if (s->nslots >= s->maxslots || s->full)
         return -1;
+    if (sh->nvme) { /* the pre-image is the tile's current slot */
+        s->slots[s->nslots] = NULL;
+        return (int32_t)s->nslots++;
+    }
     zs_err_t err;
     /* Rule 1 (top of file): room for the call buffers at their peak. */
     uint64_t spare = sh->call_peak - sh->call_bytes;
@@ -307,7 +317,15 @@ static void spec_chunk(void *arg, size_t i, int thread)
     zs__spec_t *s = &sh->spec;
     size_t c = s->batch[i];
     if (atomic_load(&s->abort))
-        return; /* stays RUN: back to the plain path */
+        return;      /* stays RUN: back to the plain path */
+    if (sh->st.nv) { /* the tier: one tile read, updated and written aside */
+        zs_err_t err;
+        if (zs__nvme_spec_chunk(sh, c, &bt->adam, bt->gdt, bt->pdt, bt->grad, &err) == ZS_OK)
+            s->st[c] = ZS__SPEC_APPLIED; /* else it stays RUN: the plain path */
+        else
+            ZS_WARN("speculation: chunk %zu: %s; it waits for Commit", c, err.msg);
+        return;
+    }
     uint64_t a = (uint64_t)c * ZS_OPT_CHUNK, k = chunk_len(sh, c);
     float *pre = s->slots[s->slot[c]];
     size_t gsz = zs_dtype_size(bt->gdt);
@@ -387,6 +405,10 @@ void zs__spec_run_batch(zs_shard_t *sh)
 /* Put chunk c back to its pre-image (chunk_mu held). */
 static void restore_chunk(zs_shard_t *sh, size_t c, const float *pre)
 {
+    if (sh->st.nv) { /* the tier: the current slot is the pre-image already */
+        sh->lowp_ok[c] = 0;
+        return;
+    }
     uint64_t a = (uint64_t)c * ZS_OPT_CHUNK, k = chunk_len(sh, c);
     memcpy(sh->st.t[0] + a, pre, k * 4);
     memcpy(sh->st.t[1] + a, pre + ZS_OPT_CHUNK, k * 4);

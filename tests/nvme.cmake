@@ -6,10 +6,12 @@ zs_add_test(test_nvme_crash SRCS test_nvme_crash.c LIBS zeroshard zs_testproc TI
 add_dependencies(test_nvme_crash zs-server)
 # The engine and zs-train on NVMe-tier servers: == RAM servers bitwise
 # (stages 0-3, W 1 and 2, three dtypes, speculation asked or not, resume);
-# offload_optimizer.device "nvme" trains there and names a RAM server.
+# offload_optimizer.device "nvme" trains there and names a RAM server;
+# zs-ctl export and reshard from them.
 zs_add_test(test_nvme_engine SRCS test_nvme_engine.c LIBS zs_testproc TIMEOUT 900 LABELS integration)
 target_compile_definitions(test_nvme_engine PRIVATE ZS_MPIEXEC="${MPIEXEC_EXECUTABLE}"
                            ZS_ENGINE_WORKER="$<TARGET_FILE:zs_engine_worker>"
                            ZS_TRAIN="$<TARGET_FILE:zs-train>"
-                           ZS_TOKENIZE="$<TARGET_FILE:zs-tokenize>")
-add_dependencies(test_nvme_engine zs_engine_worker zs-server zs-train zs-tokenize)
+                           ZS_TOKENIZE="$<TARGET_FILE:zs-tokenize>"
+                           ZS_CTL="$<TARGET_FILE:zs-ctl>")
+add_dependencies(test_nvme_engine zs_engine_worker zs-server zs-train zs-tokenize zs-ctl)

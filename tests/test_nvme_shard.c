@@ -27,7 +27,14 @@
  *     the next step fails, its pull fails naming the tile and the checksum
  *     (never updated with it), GetState and Checkpoint are refused; a restart
  *     resumes from the newest checkpoint, bitwise.
- *  6. Disk full, on a 32 MiB ext4 mounted from a loop device (needs root
+ *  6. Speculation (spec_window 1 GiB on the NVMe shard, none on the RAM
+ *     one): pushes stating the expected scalars; once every chunk is
+ *     speculated (written aside on the drive), Commit keeps it (steps 1, 2,
+ *     4, 6), rolls it back (step 3 clips), restores it (step 5 is skipped),
+ *     or a GetState cancels it first (step 6: it reads the committed state):
+ *     pulls and p, m, v bitwise the RAM shard's after every step, and the
+ *     counters show the kept and rolled-back steps.
+ *  7. Disk full, on a 32 MiB ext4 mounted from a loop device (needs root
  *     and losetup; skipped, saying why, without): a state that does not
  *     fit is refused at Initialize (RESOURCE_EXHAUSTED, "no room"), the
  *     installed state and step stay bitwise as they were, and training
@@ -57,6 +64,8 @@ static uint64_t g_rb, g_re, g_n;
 static zs_adam_hparams_t g_hp;
 static char g_tmp[256];
 
+static uint64_t g_spec_window; /* for the next open_shard */
+
 static zs_shard_t *open_shard(const char *tag, int nvme, uint64_t budget, int buffered,
                               const char *nvme_dir, int *rc_out, zs_err_t *err)
 {
@@ -65,7 +74,7 @@ static zs_shard_t *open_shard(const char *tag, int nvme, uint64_t budget, int bu
     snprintf(nv, sizeof nv, "%s", nvme_dir ? nvme_dir : "");
     if (!nvme_dir)
         snprintf(nv, sizeof nv, "%s/%s-nvme", g_tmp, tag);
-    zs_shard_opts_t o = {data, 2, 3, tag, budget, 0, nvme ? nv : NULL, buffered, 4};
+    zs_shard_opts_t o = {data, 2, 3, tag, budget, g_spec_window, nvme ? nv : NULL, buffered, 4};
     zs_shard_t *sh = NULL;
     zs_err_clear(err);
     int rc = zs_shard_create(&o, &sh, err);
@@ -319,6 +328,80 @@ static void corrupt(zs_shard_t *ram, zs_shard_t **nvp)
     printf("  restart: resumes from checkpoint 11, bitwise\n");
 }
 
+/* Push step s through a stream stating the expected scalars e. */
+static void push_expect(zs_shard_t *sh, uint64_t step, const zs_commit_t *e)
+{
+    zs_err_t err;
+    zs_shard_push_t *ps;
+    float *tmp = malloc(g_n * 4);
+    void *dst;
+    uint64_t staged;
+    TEST_CHECK(tmp);
+    TEST_OK(zs_shard_push_begin(sh, &ps, &err), err);
+    TEST_OK(zs_shard_push_expect(ps, e, &err), err);
+    TEST_OK(zs_shard_push_chunk(ps, step, g_rb, g_n, zs_synth_dtype(step), &dst, &err), err);
+    zs_synth_grad(step, g_rb, g_re, dst, tmp);
+    zs_shard_push_chunk_done(ps);
+    TEST_OK(zs_shard_push_end(ps, 1, &staged, &err), err);
+    free(tmp);
+}
+
+static zs_shard_counters_t counters(zs_shard_t *sh)
+{
+    zs_err_t err;
+    zs_shard_info_t in;
+    TEST_OK(zs_shard_info(sh, &in, &err), err);
+    free(in.checkpoints);
+    return in.counters;
+}
+
+static void speculation(void)
+{
+    printf("6. speculation in the NVMe tier\n");
+    zs_err_t err;
+    g_spec_window = 1ull << 30;
+    zs_shard_t *sn = open_shard("sn", 1, 0, 0, NULL, NULL, &err);
+    g_spec_window = 0;
+    zs_shard_t *sr = open_shard("sr", 0, 0, 0, NULL, NULL, &err);
+    TEST_OK(init(sn, &err), err);
+    TEST_OK(init(sr, &err), err);
+    for (uint64_t s = 1; s <= 6; s++) {
+        zs_commit_t e = {s, 0.5f, 1.0f, 1e-3f, 0, ZS_DTYPE_BF16};
+        zs_commit_t c = e;
+        if (s == 3)
+            c.clip_coef = 0.25f; /* rolled back */
+        if (s == 5)
+            c.skip = 1; /* restored */
+        uint64_t before = counters(sn).spec_elements, a, o;
+        push_expect(sn, s, &e);
+        push(sr, s);
+        for (int i = 0; i < 500 && counters(sn).spec_elements < before + g_n; i++) {
+            struct timespec ts = {0, 10 * 1000000L};
+            nanosleep(&ts, NULL);
+        }
+        TEST_CHECKF(counters(sn).spec_elements == before + g_n,
+                    "step %llu: %llu of %llu elements speculated", (unsigned long long)s,
+                    (unsigned long long)(counters(sn).spec_elements - before),
+                    (unsigned long long)g_n);
+        if (s == 6) /* a wholesale reader cancels: it sees the committed state */
+            same_state(sr, sn, "GetState while step 6 is speculated");
+        TEST_OK(zs_shard_commit(sn, &c, &a, &o, &err), err);
+        TEST_OK(zs_shard_commit(sr, &c, &a, &o, &err), err);
+        same_pull(sr, sn, s, g_rb, g_n, ZS_DTYPE_BF16, "speculation");
+        same_pull(sr, sn, s, g_rb, g_n, ZS_DTYPE_F32, "speculation");
+        same_state(sr, sn, "speculation");
+    }
+    zs_shard_counters_t k = counters(sn);
+    TEST_CHECKF(k.spec_hits == 3 && k.spec_rollbacks == 3,
+                "spec_hits %llu (want 3: steps 1, 2, 4), spec_rollbacks %llu (want 3: steps 3, "
+                "5, 6)",
+                (unsigned long long)k.spec_hits, (unsigned long long)k.spec_rollbacks);
+    printf("  6 steps, every chunk speculated before Commit: kept 3, rolled back 1 (clip), "
+           "restored 1 (skip), cancelled 1 (GetState): bitwise = RAM without speculation\n");
+    zs_shard_destroy(sn);
+    zs_shard_destroy(sr);
+}
+
 static char g_mnt[300];
 
 static void unmount_loop(void)
@@ -330,7 +413,7 @@ static void unmount_loop(void)
 
 static void disk_full(void)
 {
-    printf("6. disk full (a loop-mounted ext4 of 32 MiB)\n");
+    printf("7. disk full (a loop-mounted ext4 of 32 MiB)\n");
     char img[300];
     snprintf(img, sizeof img, "%s/disk.img", g_tmp);
     snprintf(g_mnt, sizeof g_mnt, "%s/disk", g_tmp);
@@ -388,6 +471,7 @@ int main(void)
     memory();
     refusals();
     corrupt(ram, &nv);
+    speculation();
     disk_full();
     zs_shard_destroy(nv);
     zs_shard_destroy(ram);
