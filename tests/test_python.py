@@ -43,6 +43,10 @@ killed at exit and dies with it (PR_SET_PDEATHSIG). Checks:
      imports from there with the library's version;
  (7) examples/torch_mlp.py runs against 2 servers, and stopped at step 20
      and run again to 40 it ends with the loss of an uninterrupted run;
+ (8) data parallel: 2 ranks (torch.distributed, gloo on 127.0.0.1), each
+     with half of every batch and rank 1 starting from other values, end
+     with bitwise the parameters of world size 1 accumulating the same two
+     halves; the run's checkpoint resumes at world size 1, bitwise;
  (5) a changed model (a layer's shape, a renamed parameter, one parameter
      less) is refused at resume with a ValueError naming the parameter, and
      the servers' state is untouched (the right model still resumes); the
@@ -68,6 +72,7 @@ ATOL, RTOL, STEPS = 1e-6, 1e-5, 30
 
 ap = argparse.ArgumentParser()
 ap.add_argument("--build", required=True)
+ap.add_argument("--dp-worker", help="internal: one rank of test_dp (RANK,WORLD,PORT,SERVERS,OUT)")
 args = ap.parse_args()
 BUILD = os.path.abspath(args.build)
 PYDIR = os.path.join(BUILD, "python")
@@ -459,6 +464,89 @@ def test_example():
         s.kill9()
 
 
+# ---- (8) data parallel ------------------------------------------------------------------
+DP_STEPS, DP_CKPT = 10, 5
+
+
+def dp_worker(spec):
+    """One rank of test_dp: gloo over 127.0.0.1; its half of each batch."""
+    rank, world, port, servers, out = spec.split(";")
+    rank, world = int(rank), int(world)
+    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=port)
+    torch.distributed.init_process_group("gloo", rank=rank, world_size=world)
+    m = make_mlp(41 if rank == 0 else 99)  # rank 0's values are broadcast to every rank
+    opt = ShardOptimizer(m.named_parameters(), servers=servers.split(","), model_name="mlp-dp",
+                         resume=False, **HP)
+    n = 16 // world
+    for s in range(1, DP_STEPS + 1):
+        x, y = batch(s)
+        opt.zero_grad()
+        torch.nn.functional.mse_loss(m(x[rank * n:(rank + 1) * n]),
+                                     y[rank * n:(rank + 1) * n]).backward()
+        opt.step()
+        if s == DP_CKPT:
+            opt.checkpoint()
+    torch.save(params_of(m), os.path.join(out, "rank%d.pt" % rank))
+    opt.close()
+    torch.distributed.destroy_process_group()
+
+
+def halves_step(model, opt, s):
+    """World size 1 as 2 ranks would: each half's mean loss / 2, gradients
+    accumulated (g0/2 + g1/2 is exactly (g0 + g1) / 2)."""
+    x, y = batch(s)
+    opt.zero_grad()
+    for h in (0, 1):
+        (torch.nn.functional.mse_loss(model(x[h * 8:(h + 1) * 8]), y[h * 8:(h + 1) * 8]) *
+         0.5).backward()
+    opt.step()
+
+
+def test_dp():
+    srv = servers_up("dp", extra=())
+    servers = ",".join(s.addr for s in srv)
+    sock = __import__("socket").socket()
+    sock.bind(("127.0.0.1", 0))
+    port = sock.getsockname()[1]
+    sock.close()
+    out = os.path.join(TMP, "dp")
+    os.makedirs(out)
+    procs = [subprocess.Popen([sys.executable, os.path.abspath(__file__), "--build", BUILD,
+                               "--dp-worker", "%d;2;%d;%s;%s" % (r, port, servers, out)],
+                              stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                              preexec_fn=_die_with_parent) for r in range(2)]
+    PROCS.extend(procs)
+    logs = [p.communicate(timeout=240)[0] for p in procs]
+    if not check(all(p.returncode == 0 for p in procs), "data-parallel ranks failed:\n%s"
+                 % "\n".join(l[-2000:] for l in logs)):
+        return
+    r0 = torch.load(os.path.join(out, "rank0.pt"))
+    r1 = torch.load(os.path.join(out, "rank1.pt"))
+    check(same(r0, r1), "both ranks hold the same parameters")
+    ref = make_mlp(41)  # on servers of its own: the run's checkpoint stays
+    refsrv = servers_up("dpref", extra=())
+    opt = ShardOptimizer(ref.named_parameters(), servers=[s.addr for s in refsrv],
+                         model_name="mlp-dp-ref", resume=False, **HP)
+    for s in range(1, DP_STEPS + 1):
+        halves_step(ref, opt, s)
+    opt.close()
+    want = params_of(ref)
+    check(same(r0, want), "world size 2 (gloo) == world size 1 on the same half-batches, bitwise")
+    # resume the world-size-2 run at world size 1 from its checkpoint
+    m = make_mlp(55)
+    opt = ShardOptimizer(m.named_parameters(), servers=servers, model_name="mlp-dp",
+                         resume=True, **HP)
+    check(opt.step_count == DP_CKPT, "resumed at step %d" % opt.step_count)
+    for s in range(DP_CKPT + 1, DP_STEPS + 1):
+        halves_step(m, opt, s)
+    check(same(params_of(m), want), "resumed at world size 1 from world size 2: bitwise")
+    opt.close()
+    print("ok: data parallel: world size 2 (gloo) == 1 bitwise over %d steps; its checkpoint "
+          "resumed at world size 1, bitwise" % DP_STEPS, flush=True)
+    for s in srv + refsrv:
+        s.kill9()
+
+
 # ---- (3b) 16-bit parameters ----------------------------------------------------------
 def fwd32(model, x):
     """The MLP computed in fp32 from its 16-bit parameters (torch 1.13 has no
@@ -613,6 +701,9 @@ def test_resume_and_refusals():
           "refused", flush=True)
 
 
+if args.dp_worker:
+    dp_worker(args.dp_worker)
+    sys.exit(0)
 if not os.access(SERVER, os.X_OK):
     print("FAIL: no zs-server at %s (build it: cmake --build BUILD --target zs-server)" % SERVER)
     sys.exit(1)
@@ -626,6 +717,7 @@ test_16bit(torch.bfloat16, "bf16", 1)
 test_16bit(torch.float16, "fp16", 1)
 test_resume_and_refusals()
 test_example()
+test_dp()
 if FAILS:
     print("FAIL: %d check(s) failed" % FAILS)
     sys.exit(1)

@@ -30,8 +30,16 @@ the parameters and Adam's step count stay, the step number advances.
 
 Does not (yet): parameters of mixed dtypes (refused), a loss scaler for
 fp16, param groups with different lr or weight_decay (refused: the servers hold one set
-of hyperparameters per model), loss scaling, data parallel
-(torch.distributed), or CUDA tensors (parameters must be on the CPU).
+of hyperparameters per model), or CUDA tensors (parameters must be on the CPU).
+
+Data parallel: with torch.distributed initialized (any backend that has
+all_reduce, broadcast and barrier for CPU tensors: gloo), every rank builds a
+ShardOptimizer over the same model; rank 0 starts or resumes the servers and
+broadcasts the parameters; at each step the ranks' gradients are summed
+(fp32 all-reduce) and averaged by the servers (DDP's mean), rank r pushes its
+1/W of the flat range, rank 0 commits, and every rank pulls the parameters.
+The servers' state does not depend on W: a run resumes with another world
+size.
 
 Transport: with servers on this host (transport "auto", the default) the
 gradient and parameter buffers live in the C client's shared-memory staging,
@@ -158,7 +166,16 @@ class ShardOptimizer(torch.optim.Optimizer):
         self._max_norm = None if max_grad_norm is None else float(max_grad_norm)
         self.last_grad_norm = None  # the last step's global gradient norm (inf: skipped)
         self.last_skipped = False
-        self._start(resume)
+        dist = torch.distributed
+        self._pg = None
+        self._rank, self._world = 0, 1
+        if dist.is_available() and dist.is_initialized():
+            self._pg = dist.group.WORLD
+            self._rank, self._world = dist.get_rank(), dist.get_world_size()
+        if self._world == 1:
+            self._start(resume)
+        else:
+            self._start_dist(resume)
 
     # ---- layout and manifest ------------------------------------------------
 
@@ -295,6 +312,39 @@ class ShardOptimizer(torch.optim.Optimizer):
         self._scatter_params()
         self._step = step
 
+    def _start_dist(self, resume):
+        """Data parallel: rank 0 starts or resumes the servers; every rank
+        then takes rank 0's step and parameters (a broadcast), so all start
+        from the same values whatever their own."""
+        dist = torch.distributed
+        err = None
+        if self._rank == 0:
+            try:
+                self._start(resume)
+            except Exception as e:  # every rank must hear of it
+                err = e
+        st = torch.tensor([0 if err else 1, self._step], dtype=torch.int64)
+        dist.broadcast(st, 0)
+        if err is not None:
+            raise err
+        if int(st[0]) != 1:
+            raise RuntimeError("ShardOptimizer: rank 0 could not start the servers (its "
+                               "exception says why)")
+        self._step = int(st[1])
+        flat = self._master()  # rank 0's values to every rank, fp32 (exact for 16 bits)
+        dist.broadcast(flat, 0)
+        with torch.no_grad():
+            for e, p in zip(self._manifest["params"], self._params):
+                p.copy_(flat[e["offset"]:e["offset"] + p.numel()].view_as(p))
+        if self._rank != 0:  # learn P (the client maps our part with it)
+            self._client.hello(self._model_name, self._P)
+
+    def _agree(self, ok):
+        """Data parallel: rank 0's ok (1) or failure (0) to every rank."""
+        t = torch.tensor([1 if ok else 0], dtype=torch.int64)
+        torch.distributed.broadcast(t, 0)
+        return int(t[0]) == 1
+
     # ---- the optimizer ------------------------------------------------------
 
     @property
@@ -318,6 +368,8 @@ class ShardOptimizer(torch.optim.Optimizer):
                              "optimizer starts; only lr may change between steps")
         s = self._step + 1
         self._gather_grads()
+        if self._world > 1:
+            return self._step_dist(s, hp, loss)
         # The global norm in double (one pass); not finite: skip the step.
         norm = float(torch.linalg.vector_norm(self._grad, dtype=torch.float64))
         skip = not math.isfinite(norm)
@@ -336,12 +388,64 @@ class ShardOptimizer(torch.optim.Optimizer):
         self._step = s
         return loss
 
+    def _step_dist(self, s, hp, loss):
+        """Data parallel: the gradients are summed over the ranks (fp32
+        all-reduce) and averaged by the servers (grad_scale 1/W, as DDP
+        averages); rank r pushes its 1/W of the flat range, rank 0 commits
+        once every part is staged, every rank pulls the whole range."""
+        dist = torch.distributed
+        W, r = self._world, self._rank
+        g = self._grad if self._grad.dtype == torch.float32 else self._grad.float()
+        dist.all_reduce(g)
+        norm = float(torch.linalg.vector_norm(g, dtype=torch.float64)) / W
+        skip = not math.isfinite(norm)  # the same on every rank: the same sum
+        clip = 1.0
+        if not skip and self._max_norm is not None and self._max_norm / (norm + 1e-6) < 1.0:
+            clip = self._max_norm / (norm + 1e-6)
+        self.last_grad_norm = math.inf if skip else norm
+        self.last_skipped = skip
+        lo, hi = self._P * r // W, self._P * (r + 1) // W
+        if not skip and hi > lo:
+            self._client.push(s, lo, g[lo:hi].numpy(), "fp32")
+        dist.barrier()  # every part staged before the commit
+        err = None
+        if r == 0:
+            try:
+                self._client.commit(s, hp["lr"], grad_scale=1.0 / W, clip_coef=clip, skip=skip,
+                                    param_dtype="none" if self._zdt == "fp32" else self._zdt)
+            except Exception as e:
+                err = e
+        if not self._agree(err is None):
+            if err is not None:
+                raise err
+            raise RuntimeError("ShardOptimizer: rank 0's commit of step %d failed (its "
+                               "exception says why)" % s)
+        if not skip:
+            self._client.pull(s, 0, _buf(self._flat), self._zdt)
+            self._scatter_params()
+        self._step = s
+        return loss
+
     def checkpoint(self, keep=0):
         """Write the servers' state of the last step durably on every server,
         with the manifest; returns the step. Complete (resumable) only once
         every server has it: a failure leaves the previous one the newest.
-        keep: newest checkpoints kept (0: each server's --keep)."""
-        self._client.checkpoint(self._step, keep, self._meta_bytes(self._step))
+        keep: newest checkpoints kept (0: each server's --keep). Data
+        parallel: every rank calls it; rank 0 writes it."""
+        if self._world == 1:
+            self._client.checkpoint(self._step, keep, self._meta_bytes(self._step))
+            return self._step
+        err = None
+        if self._rank == 0:
+            try:
+                self._client.checkpoint(self._step, keep, self._meta_bytes(self._step))
+            except Exception as e:
+                err = e
+        if not self._agree(err is None):
+            if err is not None:
+                raise err
+            raise RuntimeError("ShardOptimizer: rank 0's checkpoint of step %d failed (its "
+                               "exception says why)" % self._step)
         return self._step
 
     def checkpoints(self):
