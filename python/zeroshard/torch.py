@@ -44,6 +44,9 @@ size.
 Transport: with servers on this host (transport "auto", the default) the
 gradient and parameter buffers live in the C client's shared-memory staging,
 so pushes and pulls move no bytes through gRPC; elsewhere they go over gRPC.
+The parameters become views of the flat parameter buffer (their .data; the
+Parameter objects stay), so a pull updates them in place; close() gives them
+memory of their own again.
 """
 import json
 import math
@@ -172,10 +175,12 @@ class ShardOptimizer(torch.optim.Optimizer):
         if dist.is_available() and dist.is_initialized():
             self._pg = dist.group.WORLD
             self._rank, self._world = dist.get_rank(), dist.get_world_size()
+        self._bound = False
         if self._world == 1:
             self._start(resume)
         else:
             self._start_dist(resume)
+        self._bind()
 
     # ---- layout and manifest ------------------------------------------------
 
@@ -253,7 +258,27 @@ class ShardOptimizer(torch.optim.Optimizer):
                 m[e["offset"]:e["offset"] + p.numel()].copy_(p.reshape(-1))
         return m
 
+    def _bind(self):
+        """Make every parameter a view of its slice of the flat parameter
+        buffer (p.data, the Parameter objects stay), so a pull writes the
+        model's parameters in place: no copy per step."""
+        with torch.no_grad():
+            for e, p in zip(self._manifest["params"], self._params):
+                v = self._flat[e["offset"]:e["offset"] + p.numel()]
+                v.copy_(p.reshape(-1))
+                p.data = v.view(p.shape)
+        self._bound = True
+
+    def _unbind(self):
+        """The parameters back in memory of their own (before close)."""
+        with torch.no_grad():
+            for p in self._params:
+                p.data = p.data.clone()
+        self._bound = False
+
     def _scatter_params(self):
+        if self._bound:  # the parameters are the flat buffer's views
+            return
         with torch.no_grad():
             for e, p in zip(self._manifest["params"], self._params):
                 p.copy_(self._flat[e["offset"]:e["offset"] + p.numel()].view_as(p))
@@ -500,6 +525,8 @@ class ShardOptimizer(torch.optim.Optimizer):
     def close(self):
         """Close the connections to the servers (their state stays). The
         optimizer cannot step afterwards."""
+        if self._bound:
+            self._unbind()
         self._grad = self._flat = None  # views of the staging: dropped first
         self._staging = None
         self._client.close()
