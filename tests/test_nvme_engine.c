@@ -19,7 +19,8 @@
  *     servers and on the NVMe ones: `zs-ctl export --optimizer` of each is
  *     the same file, byte for byte; `zs-ctl reshard` from the two NVMe
  *     servers to one new NVMe server, exported again: the same tensors
- *     (the header names 1 server instead of 2).
+ *     (the header names 1 server instead of 2); `zs-ctl status` says which
+ *     servers are in the tier.
  *
  * `test_nvme_engine quick` runs one case of 1, then 2 and 3.
  */
@@ -220,6 +221,20 @@ static void tools(void)
     TEST_CHECKF(same_tensors(ra, one_f), "export after reshard to one NVMe server differs");
     printf("  reshard 2 NVMe servers -> 1 NVMe server, exported: the same tensors, byte for "
            "byte (the header says 1 server)\n");
+    const char *groups[3] = {g_nv_list, g_ram_list, one.addr};
+    int tier = 0;
+    for (int i = 0; i < 3; i++) {
+        snprintf(log, sizeof log, "%s/status-%d.log", g_tmp, i);
+        zs_test_run_ok(log, "%s status --servers %s", ZS_CTL, groups[i]);
+        int k = lines_with(log, "optimizer state in its NVMe tier", NULL);
+        TEST_CHECKF(k == (i == 1   ? 0
+                          : i == 0 ? 2
+                                   : 1),
+                    "zs-ctl status of %s: %d servers said to be in the NVMe tier", groups[i], k);
+        tier += k;
+    }
+    TEST_CHECK(tier == 3);
+    printf("  zs-ctl status names the 3 NVMe-tier servers of 5\n");
     zs_test_server_stop(&one, SIGTERM);
 }
 

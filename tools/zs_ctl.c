@@ -98,6 +98,8 @@ static int status(zs_client_t *c)
         if (in[i].spec_hits || in[i].spec_rollbacks)
             printf("; speculation: %llu steps kept, %llu rolled back",
                    (unsigned long long)in[i].spec_hits, (unsigned long long)in[i].spec_rollbacks);
+        if (in[i].nvme)
+            printf("; optimizer state in its NVMe tier (--nvme-path)");
         if (in[i].store_degraded)
             printf("; STORE DEGRADED: %s", in[i].store_error[0] ? in[i].store_error : "?");
         printf("\n");
