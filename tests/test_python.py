@@ -47,6 +47,10 @@ killed at exit and dies with it (PR_SET_PDEATHSIG). Checks:
      with half of every batch and rank 1 starting from other values, end
      with bitwise the parameters of world size 1 accumulating the same two
      halves; the run's checkpoint resumes at world size 1, bitwise;
+ (4b) zs-ctl export (when the build has it) of that run's step-10
+     checkpoint: a safetensors file (read here, no package needed) with
+     every parameter under its torch name, which load_state_dict takes,
+     bitwise the step's parameters;
  (5) a changed model (a layer's shape, a renamed parameter, one parameter
      less) is refused at resume with a ValueError naming the parameter, and
      the servers' state is untouched (the right model still resumes); the
@@ -609,6 +613,52 @@ def test_16bit(dtype, name, ulps):
         s.kill9()
 
 
+# ---- (4b) zs-ctl export ---------------------------------------------------------------------
+def read_safetensors(path):
+    """{name: fp32 tensor} of a safetensors file (8-byte header length, JSON
+    header, data), read here so that no safetensors package is needed."""
+    import json
+    import struct
+    with open(path, "rb") as f:
+        data = f.read()
+    n = struct.unpack_from("<Q", data)[0]
+    hdr = json.loads(data[8:8 + n])
+    out = {}
+    for name, t in hdr.items():
+        if name == "__metadata__":
+            continue
+        b, e = t["data_offsets"]
+        check(t["dtype"] == "F32", "%s: dtype %s" % (name, t["dtype"]))
+        out[name] = torch.frombuffer(bytearray(data[8 + n + b:8 + n + e]),
+                                     dtype=torch.float32).view(t["shape"])
+    return out, hdr.get("__metadata__", {})
+
+
+def test_export(servers, model, want):
+    """zs-ctl export of a ShardOptimizer checkpoint (step 10): every
+    parameter under its torch name, its shape, bitwise, loading into the
+    model with load_state_dict."""
+    ctl = os.environ.get("ZS_CTL", os.path.join(BUILD, "tools", "zs-ctl"))
+    if not os.access(ctl, os.X_OK):
+        print("skip: zs-ctl export (no %s; build zs-ctl)" % ctl, flush=True)
+        return
+    out = os.path.join(TMP, "export.safetensors")
+    r = subprocess.run([ctl, "export", "--servers", ",".join(servers), "--step", "10", "--out",
+                        out], capture_output=True, text=True)
+    if not check(r.returncode == 0, "zs-ctl export: %s" % (r.stdout + r.stderr)[-800:]):
+        return
+    tensors, meta = read_safetensors(out)
+    names = [n for n, _ in model.named_parameters()]
+    check(sorted(tensors) == sorted(names), "exported names %s" % sorted(tensors))
+    fresh = make_mlp(12)
+    fresh.load_state_dict(tensors)  # strict: every name and shape must fit
+    check(same(params_of(fresh), want), "the export loads into the model bitwise = step 10")
+    check(meta.get("zeroshard.step") == "10" and meta.get("zeroshard.adam_t") == "10",
+          "export metadata: %r" % meta)
+    print("ok: zs-ctl export of a ShardOptimizer checkpoint loads into the model "
+          "(load_state_dict), bitwise", flush=True)
+
+
 # ---- (4) kill -9 and resume; (5) refusals -------------------------------------------
 def test_resume_and_refusals():
     srv = servers_up("ck")
@@ -665,8 +715,8 @@ def test_resume_and_refusals():
             return check(expect in str(e), "refusal %r lacks %r" % (str(e), expect))
 
     wide = make_mlp(4, hidden=33)
-    refused(wide, "parameter 0: stored '0.weight' float32 [32, 12], model '0.weight' float32 "
-                  "[33, 12]")
+    refused(wide, "parameter 0: stored '0.weight' float32 [32, 12] at offset 0, model "
+                  "'0.weight' float32 [33, 12] at offset 0")
     renamed = torch.nn.ModuleDict({"inp": torch.nn.Linear(12, 32)})
     refused(renamed, "model 'inp.weight'")
     short = make_mlp(5)[:3]
@@ -679,6 +729,7 @@ def test_resume_and_refusals():
     check(opt3.step_count == 10 and same(params_of(m3), at10),
           "after the refusals the right model resumes at step 10 bitwise")
     opt3.close()
+    test_export(addrs(), m3, at10)
     m4 = make_mlp(8)
     groups = [{"params": [p for n, p in m4.named_parameters() if n.endswith("weight")]},
               {"params": [p for n, p in m4.named_parameters() if n.endswith("bias")],

@@ -50,6 +50,8 @@ memory of their own again.
 """
 import json
 import math
+import struct
+import warnings
 import zlib
 
 import torch
@@ -58,7 +60,16 @@ from . import _zeroshard
 
 Error = _zeroshard.Error
 
-# Stored with every checkpoint as its user_meta: MAGIC + zlib(JSON manifest).
+# Stored with every checkpoint as its user_meta, in the C engine's layout so
+# that zs-ctl export reads it (worker/engine/zs_engine_ckpt.c): "ZSE1", step,
+# Adam t (u64), the loss scaler's 40 bytes (a static scale of 1 here), then
+# the length (u32) and JSON of a "zeroshard-manifest/1" (tools/zs_ctl_manifest.c)
+# whose "model" says ShardOptimizer wrote it. A manifest too large for the
+# 60 KiB user_meta is stored as _MAGIC + zlib(JSON) instead (resumable, not
+# exportable).
+_ENGINE_MAGIC = 0x3145535A
+_ENGINE_FIXED = 4 + 8 + 8 + 40
+_USER_META_MAX = 60 << 10
 _MAGIC = b"ZSPY1\n"
 _FORMAT = "zeroshard.torch/1"
 
@@ -166,6 +177,7 @@ class ShardOptimizer(torch.optim.Optimizer):
             self._flat = torch.empty(self._P, dtype=self._dtype)  # pull target
             self._grad = torch.zeros(self._P, dtype=self._dtype)  # push source
         self._step = 0
+        self._t = 0  # Adam's step count: steps applied, not skipped
         self._max_norm = None if max_grad_norm is None else float(max_grad_norm)
         self.last_grad_norm = None  # the last step's global gradient norm (inf: skipped)
         self.last_skipped = False
@@ -213,20 +225,51 @@ class ShardOptimizer(torch.optim.Optimizer):
         return {"format": _FORMAT, "num_params": off, "params": entries}
 
     def _meta_bytes(self, step):
+        ps = self._manifest["params"]
+        man = {"format": "zeroshard-manifest/1",
+               "model": {"format": _FORMAT, "dtype": self._manifest["params"][0]["dtype"],
+                         "scalars": [e["name"] for e in ps if not e["shape"]]},
+               "storage_dtype": "F32", "num_params": self._P,
+               # zs-ctl export wants 1..8 dimensions: a scalar is exported as [1]
+               "tensors": [[e["name"], e["shape"] or [1], e["offset"]] for e in ps]}
+        js = json.dumps(man, separators=(",", ":")).encode()
+        if _ENGINE_FIXED + 4 + len(js) <= _USER_META_MAX:
+            return (struct.pack("<IQQddqqI4x", _ENGINE_MAGIC, step, self._t, 1.0, 1.0, 0, 0, 0)
+                    + struct.pack("<I", len(js)) + js)
+        if not getattr(self, "_warned_meta", False):
+            warnings.warn("ShardOptimizer: the manifest (%d bytes) does not fit a checkpoint's "
+                          "60 KiB in zs-ctl export's form; stored compressed: the checkpoints "
+                          "resume but zs-ctl export cannot read them" % len(js))
+            self._warned_meta = True
         m = dict(self._manifest)
         m["step"] = step
         return _MAGIC + zlib.compress(json.dumps(m, separators=(",", ":")).encode())
 
     @staticmethod
     def _parse_meta(meta):
-        if not meta.startswith(_MAGIC):
+        """Our manifest ({"params": [{name, shape, dtype, offset}]}) from a
+        checkpoint's user_meta, either form; ValueError if another program
+        wrote it."""
+        if meta.startswith(_MAGIC):
+            m = json.loads(zlib.decompress(meta[len(_MAGIC):]).decode())
+            if m.get("format") != _FORMAT:
+                raise ValueError("checkpoint manifest format %r, expected %r"
+                                 % (m.get("format"), _FORMAT))
+            return m
+        man = None
+        if len(meta) >= _ENGINE_FIXED + 4 and struct.unpack_from("<I", meta)[0] == _ENGINE_MAGIC:
+            n = struct.unpack_from("<I", meta, _ENGINE_FIXED)[0]
+            if n == len(meta) - _ENGINE_FIXED - 4:
+                man = json.loads(meta[_ENGINE_FIXED + 4:].decode())
+        model = man.get("model") if isinstance(man, dict) else None
+        if not isinstance(model, dict) or model.get("format") != _FORMAT:
             raise ValueError("this checkpoint was not written by zeroshard.torch.ShardOptimizer "
-                             "(no manifest stored with it)")
-        m = json.loads(zlib.decompress(meta[len(_MAGIC):]).decode())
-        if m.get("format") != _FORMAT:
-            raise ValueError("checkpoint manifest format %r, expected %r"
-                             % (m.get("format"), _FORMAT))
-        return m
+                             "(its manifest's model is %r)" % (model,))
+        scalars = set(model.get("scalars", []))
+        return {"format": _FORMAT, "num_params": man["num_params"],
+                "params": [{"name": n, "shape": [] if n in scalars else list(shape),
+                            "dtype": model["dtype"], "offset": off}
+                           for n, shape, off in man["tensors"]]}
 
     def _check_manifest(self, theirs, where):
         """ValueError naming the first parameter whose name, shape, dtype or
@@ -244,9 +287,10 @@ class ShardOptimizer(torch.optim.Optimizer):
             if b is None:
                 raise ValueError("%s lacks the model's parameter %d '%s' %s %s"
                                  % (where, i, a["name"], a["dtype"], a["shape"]))
-            raise ValueError("%s differs from the model at parameter %d: stored '%s' %s %s, "
-                             "model '%s' %s %s" % (where, i, b["name"], b["dtype"], b["shape"],
-                                                   a["name"], a["dtype"], a["shape"]))
+            raise ValueError("%s differs from the model at parameter %d: stored '%s' %s %s at "
+                             "offset %d, model '%s' %s %s at offset %d"
+                             % (where, i, b["name"], b["dtype"], b["shape"], b["offset"],
+                                a["name"], a["dtype"], a["shape"], a["offset"]))
 
     # ---- flat buffers -------------------------------------------------------
 
@@ -304,6 +348,7 @@ class ShardOptimizer(torch.optim.Optimizer):
         # A new run: no checkpoint of an earlier one may be restored into it.
         self._client.delete_all()
         self._step = 0
+        self._t = 0
 
     def _start(self, resume):
         infos = self._client.hello()
@@ -333,6 +378,7 @@ class ShardOptimizer(torch.optim.Optimizer):
                 raise ValueError("ShardOptimizer: %s has %s=%g, the optimizer asks %g (the "
                                  "servers keep one value per model)" % (where, k, a[k], hp[k]))
         self._client.restore(step)
+        self._t = info["optimizer_step"]
         self._client.pull(step, 0, _buf(self._flat), self._zdt)
         self._scatter_params()
         self._step = step
@@ -348,14 +394,14 @@ class ShardOptimizer(torch.optim.Optimizer):
                 self._start(resume)
             except Exception as e:  # every rank must hear of it
                 err = e
-        st = torch.tensor([0 if err else 1, self._step], dtype=torch.int64)
+        st = torch.tensor([0 if err else 1, self._step, self._t], dtype=torch.int64)
         dist.broadcast(st, 0)
         if err is not None:
             raise err
         if int(st[0]) != 1:
             raise RuntimeError("ShardOptimizer: rank 0 could not start the servers (its "
                                "exception says why)")
-        self._step = int(st[1])
+        self._step, self._t = int(st[1]), int(st[2])
         flat = self._master()  # rank 0's values to every rank, fp32 (exact for 16 bits)
         dist.broadcast(flat, 0)
         with torch.no_grad():
@@ -412,6 +458,7 @@ class ShardOptimizer(torch.optim.Optimizer):
             self._client.pull(s, 0, _buf(self._flat), self._zdt)
             self._scatter_params()
         self._step = s
+        self._t += 0 if skip else 1
         return loss
 
     def _step_dist(self, s, hp, loss):
@@ -450,6 +497,7 @@ class ShardOptimizer(torch.optim.Optimizer):
             self._client.pull(s, 0, _buf(self._flat), self._zdt)
             self._scatter_params()
         self._step = s
+        self._t += 0 if skip else 1
         return loss
 
     def checkpoint(self, keep=0):
