@@ -309,9 +309,12 @@ int zs_shard_create(const zs_shard_opts_t *opts, zs_shard_t **out, zs_err_t *err
             zs_err_prefix(err, "--nvme-path: ");
             goto fail;
         }
-        /* Its buffers: the pass's depth, and those of checkpoints, restores
-         * and Initialize (a store chunk per tensor, a tile) taken once here. */
-        sh->nvme_budget = zs_nvme_ram_bytes(sh->nvme) + 4ull * ZS_STORE_CHUNK_BYTES + ZS_NVME_SLOT;
+        /* Its buffers, taken once here: the pass's depth; a Restore (a
+         * store chunk per tensor and a tile) or an Initialize (a tile), a
+         * checkpoint (a store chunk and a tile) and a GetState or SetState
+         * (a tile) at once. Pull's tile buffer is reserved per call. */
+        sh->nvme_budget =
+            zs_nvme_ram_bytes(sh->nvme) + 4ull * ZS_STORE_CHUNK_BYTES + 3ull * ZS_NVME_SLOT;
         rc = zs_budget_take(&sh->budget, sh->nvme_budget, "the NVMe tier's I/O buffers", err);
         if (rc) {
             sh->nvme_budget = 0;
