@@ -43,6 +43,7 @@ killed at exit and dies with it (PR_SET_PDEATHSIG). Checks:
      imports from there with the library's version;
  (7) examples/torch_mlp.py runs against 2 servers, and stopped at step 20
      and run again to 40 it ends with the loss of an uninterrupted run;
+     examples/torch_gpt.py trains 30 steps to a loss below 4.5 nats/byte;
  (8) data parallel: 2 ranks (torch.distributed, gloo on 127.0.0.1), each
      with half of every batch and rank 1 starting from other values, end
      with bitwise the parameters of world size 1 accumulating the same two
@@ -464,6 +465,16 @@ def test_example():
           "the example's loss falls: %r then %r" % (first, last(straight)))
     print("ok: examples/torch_mlp.py runs; resumed at 20 it ends as the uninterrupted run (%s)"
           % last(straight), flush=True)
+    gpt = os.path.join(os.path.dirname(ex), "torch_gpt.py")
+    r = subprocess.run([sys.executable, gpt, "--servers", servers, "--steps", "30",
+                        "--log-every", "10", "--fresh"], capture_output=True, text=True,
+                       env=dict(os.environ, PYTHONPATH=PYDIR))
+    fin = [l for l in r.stdout.splitlines() if l.startswith("final loss")]
+    check(r.returncode == 0 and fin and float(fin[0].split()[-1]) < 4.5,
+          "examples/torch_gpt.py: exit %d, %r (ln 256 = 5.55 at the start)\n%s"
+          % (r.returncode, fin, r.stderr[-1500:]))
+    print("ok: examples/torch_gpt.py: 30 steps, %s (ln 256 = 5.55 at the start)"
+          % (fin[0] if fin else "?"), flush=True)
     for s in srv:
         s.kill9()
 
