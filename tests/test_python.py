@@ -33,6 +33,11 @@ killed at exit and dies with it (PR_SET_PDEATHSIG). Checks:
      fp32 master copy whose values are then rounded to the model's dtype:
      every parameter within one unit in the last place of the 16-bit format
      (relative) + ATOL, and still 16-bit;
+ (3e) fp16 with loss_scale="dynamic": the scale follows the C engine's
+     (DeepSpeed's) rule through two overflows (hysteresis 2, window 5),
+     the overflow steps are skipped, the parameters stay within 1 ulp of
+     torch.optim.AdamW on fp32 masters given the unscaled gradients, and a
+     resume restores the scaler's state from the checkpoint;
  (4) kill -9 of both servers after a checkpoint, restart on the same data
      dirs, a fresh model with other initial values and resume=True: the
      checkpoint's parameters bitwise, and training on gives bitwise the
@@ -624,6 +629,72 @@ def test_16bit(dtype, name, ulps):
         s.kill9()
 
 
+# ---- (3e) the loss scaler -------------------------------------------------------------------
+def test_loss_scale():
+    """fp16 with loss_scale='dynamic' (2^4, window 5, hysteresis 2): the
+    scale follows the C engine's (DeepSpeed's) rule through two overflows,
+    overflow steps are skipped, the parameters match torch.optim.AdamW on
+    fp32 masters given the unscaled gradients (skipping the same steps)
+    within 1 ulp, and a resume restores the scaler from the checkpoint."""
+    srv = servers_up("ls")
+    ref16 = make_mlp(51).half()
+    ours = copy.deepcopy(ref16)
+    master = [p.detach().float().clone().requires_grad_(True) for p in ref16.parameters()]
+    topt = torch.optim.AdamW(master, foreach=False, **HP)
+    lsa = dict(initial_scale_power=4, loss_scale_window=5, hysteresis=2)
+    zopt = ShardOptimizer(ours.named_parameters(), servers=[s.addr for s in srv],
+                          model_name="mlp-ls", resume=False, loss_scale="dynamic",
+                          loss_scale_args=lsa, **HP)
+    x0, y0 = batch(0)
+    check(float(zopt.scale_loss(torch.tensor(1.5))) == 24.0, "scale_loss multiplies by 16")
+    scales, skipped = [], []
+    for s in range(1, 16):
+        x, y = batch(s)
+        ref16.zero_grad()
+        torch.nn.functional.mse_loss(fwd32(ref16, x), y).backward()
+        sc = zopt.scaler.scale
+        for a, b in zip(ours.parameters(), ref16.parameters()):  # scaled as backward would be
+            a.grad = (b.grad.float() * sc).half()
+        if s in (7, 8):
+            next(ours.parameters()).grad[0, 0] = float("inf")
+        else:
+            for m, p in zip(master, ref16.parameters()):
+                m.grad = p.grad.float()
+            topt.step()
+            with torch.no_grad():
+                for m, p in zip(master, ref16.parameters()):
+                    p.copy_(m.half())
+        zopt.step()
+        scales.append(zopt.scaler.scale)
+        skipped.append(zopt.last_skipped)
+        if s == 10:
+            zopt.checkpoint()
+    want = [16, 16, 16, 16, 16, 32, 32, 16, 16, 16, 16, 16, 16, 32, 32]
+    check(scales == want, "loss scales %s, expected %s" % (scales, want))
+    check([i + 1 for i, k in enumerate(skipped) if k] == [7, 8], "skipped %s" % skipped)
+    ulp = 2.0 ** -10
+    for (n, a), b in zip(ours.named_parameters(), ref16.parameters()):
+        d = (a.detach().double() - b.detach().double()).abs()
+        check(bool((d <= ATOL + ulp * b.detach().double().abs()).all()),
+              "loss-scaled fp16 %s: beyond 1 ulp of torch.optim.AdamW: max abs %.3g"
+              % (n, d.max().item()))
+    zopt.close()
+    m = make_mlp(52).half()
+    z2 = ShardOptimizer(m.named_parameters(), servers=[s.addr for s in srv], model_name="mlp-ls",
+                        resume=True, loss_scale="dynamic",
+                        loss_scale_args=dict(lsa, initial_scale_power=10), **HP)
+    sc = z2.scaler
+    check(z2.step_count == 10 and (sc.scale, sc.iter, sc.last_overflow_iter,
+                                   sc.cur_hysteresis) == (16, 10, 7, 1),
+          "resumed loss scaler: step %d scale %g iter %d last overflow %d hysteresis %d"
+          % (z2.step_count, sc.scale, sc.iter, sc.last_overflow_iter, sc.cur_hysteresis))
+    z2.close()
+    print("ok: loss_scale='dynamic' (fp16): scales %s, steps 7-8 skipped, within 1 ulp of "
+          "torch.optim.AdamW; the scaler resumes from the checkpoint" % want, flush=True)
+    for s in srv:
+        s.kill9()
+
+
 # ---- (4b) zs-ctl export ---------------------------------------------------------------------
 def read_safetensors(path):
     """{name: fp32 tensor} of a safetensors file (8-byte header length, JSON
@@ -777,6 +848,7 @@ test_clip()
 test_shm()
 test_16bit(torch.bfloat16, "bf16", 1)
 test_16bit(torch.float16, "fp16", 1)
+test_loss_scale()
 test_resume_and_refusals()
 test_example()
 test_dp()

@@ -84,6 +84,70 @@ def _buf(t):
     return (t if t.dtype == torch.float32 else t.view(torch.int16)).numpy()
 
 
+class LossScaler:
+    """fp16 loss scaling as the C engine's (worker/engine/zs_loss_scale.h),
+    which is DeepSpeed's DynamicLossScaler: start at 2^initial_scale_power;
+    an overflow skips the step and, once `hysteresis` overflows have used up
+    the tolerance, halves the scale (not below min_loss_scale; an overflow
+    at the minimum with no tolerance left raises, as DeepSpeed stops);
+    after loss_scale_window clean steps since the last overflow the scale
+    doubles. static (a number): that scale always; overflows still skip.
+    save()/load(): the engine's 40-byte form, stored with every checkpoint."""
+
+    def __init__(self, static=None, initial_scale_power=16, loss_scale_window=1000,
+                 hysteresis=2, min_loss_scale=1.0, consecutive_hysteresis=False):
+        self.dynamic = static is None
+        self.scale = float(static) if static is not None else 2.0 ** initial_scale_power
+        self.min_scale = float(min_loss_scale) if self.dynamic else self.scale
+        self.window = int(loss_scale_window)
+        self.hysteresis = self.cur_hysteresis = int(hysteresis)
+        self.consecutive_hysteresis = bool(consecutive_hysteresis)
+        self.last_overflow_iter = -1
+        self.iter = 0
+
+    def update(self, overflow):
+        """1: skip this step, 0: apply it; ValueError at the minimum scale."""
+        if not self.dynamic:
+            self.iter += 1
+            return 1 if overflow else 0
+        if overflow:
+            if self.hysteresis == 1 or self.cur_hysteresis == 1:
+                if self.scale <= self.min_scale:
+                    raise ValueError("ShardOptimizer: gradient overflow at the minimum loss scale "
+                                     "%g; lower the learning rate or min_loss_scale" % self.scale)
+                self.scale = max(self.scale / 2.0, self.min_scale)
+            else:
+                self.cur_hysteresis -= 1
+            self.last_overflow_iter = self.iter
+        else:
+            if self.consecutive_hysteresis:
+                self.cur_hysteresis = self.hysteresis
+            stable = (self.iter - self.last_overflow_iter) - 1
+            if stable > 0 and stable % self.window == 0:
+                if not self.consecutive_hysteresis:
+                    self.cur_hysteresis = self.hysteresis
+                self.scale *= 2.0
+        self.iter += 1
+        return 1 if overflow else 0
+
+    def save(self):
+        w = (self.window & ((1 << 29) - 1)) | (1 << 29 if self.consecutive_hysteresis else 0) | \
+            (1 << 30 if self.dynamic else 0) | (1 << 31)
+        return struct.pack("<ddqqIHH", self.scale, self.min_scale, self.last_overflow_iter,
+                           self.iter, w, self.hysteresis, self.cur_hysteresis)
+
+    def load(self, b):
+        (self.scale, self.min_scale, self.last_overflow_iter, self.iter, w, self.hysteresis,
+         self.cur_hysteresis) = struct.unpack("<ddqqIHH", b)
+        self.window = w & ((1 << 29) - 1)
+        self.consecutive_hysteresis = bool(w & (1 << 29))
+        self.dynamic = bool(w & (1 << 30))
+
+
+# The 40 bytes of "no loss scaling" (scale 1, static) in a checkpoint.
+_NO_SCALER = struct.pack("<ddqqIHH", 1.0, 1.0, -1, 0, 0, 0, 0)
+
+
 def _is_named(params):
     return len(params) > 0 and isinstance(params[0], tuple)
 
@@ -117,7 +181,7 @@ class ShardOptimizer(torch.optim.Optimizer):
 
     def __init__(self, params, servers, model_name, lr=1e-3, betas=(0.9, 0.999), eps=1e-8,
                  weight_decay=1e-2, token=None, resume=True, timeout_ms=120000,
-                 max_grad_norm=None, transport="auto"):
+                 max_grad_norm=None, transport="auto", loss_scale=None, loss_scale_args=None):
         if not model_name:
             raise ValueError("ShardOptimizer: model_name is required")
         groups = list(params)
@@ -179,6 +243,14 @@ class ShardOptimizer(torch.optim.Optimizer):
         self._step = 0
         self._t = 0  # Adam's step count: steps applied, not skipped
         self._max_norm = None if max_grad_norm is None else float(max_grad_norm)
+        self.scaler = None
+        if loss_scale is not None:
+            if loss_scale != "dynamic" and not (isinstance(loss_scale, (int, float))
+                                                and loss_scale > 0):
+                raise ValueError("ShardOptimizer: loss_scale must be None, 'dynamic' or a "
+                                 "positive number")
+            self.scaler = LossScaler(None if loss_scale == "dynamic" else loss_scale,
+                                     **(loss_scale_args or {}))
         self.last_grad_norm = None  # the last step's global gradient norm (inf: skipped)
         self.last_skipped = False
         dist = torch.distributed
@@ -234,7 +306,7 @@ class ShardOptimizer(torch.optim.Optimizer):
                "tensors": [[e["name"], e["shape"] or [1], e["offset"]] for e in ps]}
         js = json.dumps(man, separators=(",", ":")).encode()
         if _ENGINE_FIXED + 4 + len(js) <= _USER_META_MAX:
-            return (struct.pack("<IQQddqqI4x", _ENGINE_MAGIC, step, self._t, 1.0, 1.0, 0, 0, 0)
+            return (struct.pack("<IQQ", _ENGINE_MAGIC, step, self._t) + self._scaler_bytes()
                     + struct.pack("<I", len(js)) + js)
         if not getattr(self, "_warned_meta", False):
             warnings.warn("ShardOptimizer: the manifest (%d bytes) does not fit a checkpoint's "
@@ -243,7 +315,11 @@ class ShardOptimizer(torch.optim.Optimizer):
             self._warned_meta = True
         m = dict(self._manifest)
         m["step"] = step
+        m["loss_scale"] = self._scaler_bytes().hex()
         return _MAGIC + zlib.compress(json.dumps(m, separators=(",", ":")).encode())
+
+    def _scaler_bytes(self):
+        return self.scaler.save() if self.scaler is not None else _NO_SCALER
 
     @staticmethod
     def _parse_meta(meta):
@@ -255,6 +331,7 @@ class ShardOptimizer(torch.optim.Optimizer):
             if m.get("format") != _FORMAT:
                 raise ValueError("checkpoint manifest format %r, expected %r"
                                  % (m.get("format"), _FORMAT))
+            m["loss_scale_bytes"] = bytes.fromhex(m.get("loss_scale", _NO_SCALER.hex()))
             return m
         man = None
         if len(meta) >= _ENGINE_FIXED + 4 and struct.unpack_from("<I", meta)[0] == _ENGINE_MAGIC:
@@ -267,6 +344,7 @@ class ShardOptimizer(torch.optim.Optimizer):
                              "(its manifest's model is %r)" % (model,))
         scalars = set(model.get("scalars", []))
         return {"format": _FORMAT, "num_params": man["num_params"],
+                "loss_scale_bytes": meta[20:_ENGINE_FIXED],
                 "params": [{"name": n, "shape": [] if n in scalars else list(shape),
                             "dtype": model["dtype"], "offset": off}
                            for n, shape, off in man["tensors"]]}
@@ -371,7 +449,8 @@ class ShardOptimizer(torch.optim.Optimizer):
         pull its parameters into the model."""
         info, meta = self._client.checkpoint_info(step)
         where = "checkpoint %d of model '%s' on the servers" % (step, self._model_name)
-        self._check_manifest(self._parse_meta(meta), where)
+        stored = self._parse_meta(meta)
+        self._check_manifest(stored, where)
         a, hp = info["adam"], self._hp
         for k in ("beta1", "beta2", "eps", "weight_decay"):
             if _as_f32(hp[k]) != a[k]:
@@ -379,6 +458,8 @@ class ShardOptimizer(torch.optim.Optimizer):
                                  "servers keep one value per model)" % (where, k, a[k], hp[k]))
         self._client.restore(step)
         self._t = info["optimizer_step"]
+        if self.scaler is not None and stored["loss_scale_bytes"] != _NO_SCALER:
+            self.scaler.load(stored["loss_scale_bytes"])  # as the C engine resumes it
         self._client.pull(step, 0, _buf(self._flat), self._zdt)
         self._scatter_params()
         self._step = step
@@ -442,17 +523,12 @@ class ShardOptimizer(torch.optim.Optimizer):
         if self._world > 1:
             return self._step_dist(s, hp, loss)
         # The global norm in fp32 as clip_grad_norm_ (torch sums in fp32 blocks;
-        # a double pass costs 30x more); not finite: skip the step.
-        norm = float(torch.linalg.vector_norm(self._grad, dtype=torch.float32))
-        skip = not math.isfinite(norm)
-        clip = 1.0
-        if not skip and self._max_norm is not None and self._max_norm / (norm + 1e-6) < 1.0:
-            clip = self._max_norm / (norm + 1e-6)
-        self.last_grad_norm = math.inf if skip else norm
-        self.last_skipped = skip
+        # a double pass costs 30x more).
+        skip, clip, gscale = self._decide(
+            float(torch.linalg.vector_norm(self._grad, dtype=torch.float32)), 1)
         if not skip:
             self._client.push(s, 0, _buf(self._grad), self._zdt)
-        self._client.commit(s, hp["lr"], clip_coef=clip, skip=skip,
+        self._client.commit(s, hp["lr"], grad_scale=gscale, clip_coef=clip, skip=skip,
                             param_dtype="none" if self._zdt == "fp32" else self._zdt)
         if not skip:
             self._client.pull(s, 0, _buf(self._flat), self._zdt)
@@ -460,6 +536,31 @@ class ShardOptimizer(torch.optim.Optimizer):
         self._step = s
         self._t += 0 if skip else 1
         return loss
+
+    def _decide(self, raw_norm, W):
+        """(skip, clip_coef, grad_scale) of a step from the global L2 norm of
+        the summed, loss-scaled gradients, as the C engine decides them
+        (zs__eng_optimize): grad_scale = 1 / (loss scale * W); the step is
+        skipped when the norm is not finite (the loss scaler updates);
+        clipping uses the unscaled norm."""
+        scale = self.scaler.scale if self.scaler is not None else 1.0
+        gscale = _as_f32(1.0 / (scale * W))  # the commit carries it as fp32
+        norm = raw_norm * gscale
+        overflow = not math.isfinite(norm)
+        skip = overflow
+        if self.scaler is not None:
+            skip = self.scaler.update(overflow) == 1
+        clip = 1.0
+        if not skip and self._max_norm is not None and self._max_norm / (norm + 1e-6) < 1.0:
+            clip = self._max_norm / (norm + 1e-6)
+        self.last_grad_norm = math.inf if overflow else norm
+        self.last_skipped = skip
+        return skip, clip, gscale
+
+    def scale_loss(self, loss):
+        """loss times the loss scale (1 without loss_scale): backward() of
+        it gives gradients the servers scale back (grad_scale)."""
+        return loss * self.scaler.scale if self.scaler is not None else loss
 
     def _step_dist(self, s, hp, loss):
         """Data parallel: the gradients are summed over the ranks (fp32
@@ -470,13 +571,9 @@ class ShardOptimizer(torch.optim.Optimizer):
         W, r = self._world, self._rank
         g = self._grad if self._grad.dtype == torch.float32 else self._grad.float()
         dist.all_reduce(g)
-        norm = float(torch.linalg.vector_norm(g, dtype=torch.float32)) / W
-        skip = not math.isfinite(norm)  # the same on every rank: the same sum
-        clip = 1.0
-        if not skip and self._max_norm is not None and self._max_norm / (norm + 1e-6) < 1.0:
-            clip = self._max_norm / (norm + 1e-6)
-        self.last_grad_norm = math.inf if skip else norm
-        self.last_skipped = skip
+        # the same on every rank: the same sum
+        skip, clip, gscale = self._decide(
+            float(torch.linalg.vector_norm(g, dtype=torch.float32)), W)
         lo, hi = self._P * r // W, self._P * (r + 1) // W
         if not skip and hi > lo:
             self._client.push(s, lo, g[lo:hi].numpy(), "fp32")
@@ -484,7 +581,7 @@ class ShardOptimizer(torch.optim.Optimizer):
         err = None
         if r == 0:
             try:
-                self._client.commit(s, hp["lr"], grad_scale=1.0 / W, clip_coef=clip, skip=skip,
+                self._client.commit(s, hp["lr"], grad_scale=gscale, clip_coef=clip, skip=skip,
                                     param_dtype="none" if self._zdt == "fp32" else self._zdt)
             except Exception as e:
                 err = e
