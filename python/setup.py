@@ -15,6 +15,9 @@ the build dependencies of deploy/install-deps.sh and python3-dev. Without a
 pyproject.toml pip uses the installed setuptools and wheel, so an offline
 install works: `pip install --no-index ./python` (in a venv, or with
 --break-system-packages where the system's Python is externally managed).
+setuptools' own scratch (build/, zeroshard.egg-info) goes under python/
+unless ZEROSHARD_SETUP_BUILD names another directory (the tests do, so that
+two builds testing at once do not share it).
 """
 import os
 import shutil
@@ -61,8 +64,14 @@ class CMakeBuild(build_ext):
         shutil.copyfile(os.path.join(built, so[0]), dst)
 
 
+SCRATCH = os.environ.get("ZEROSHARD_SETUP_BUILD")
+if SCRATCH:
+    os.makedirs(SCRATCH, exist_ok=True)
+
 setup(
     name="zeroshard",
+    options={"build": {"build_base": os.path.join(SCRATCH, "build")},
+             "egg_info": {"egg_base": SCRATCH}} if SCRATCH else {},
     version=version(),
     description="ZeRO training with the optimizer on shard servers: the C client and "
                 "a PyTorch optimizer (ShardOptimizer)",

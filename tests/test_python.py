@@ -210,7 +210,8 @@ def test_pip():
     if r.returncode != 0:
         print("skip: pip install (no venv: %s)" % r.stderr.strip()[-200:], flush=True)
         return
-    env = dict(os.environ, ZEROSHARD_BUILD_DIR=BUILD)
+    env = dict(os.environ, ZEROSHARD_BUILD_DIR=BUILD,
+               ZEROSHARD_SETUP_BUILD=os.path.join(TMP, "setup"))
     env.pop("PYTHONPATH", None)
     r = subprocess.run([os.path.join(venv, "bin", "pip"), "install", "--no-index", src],
                        capture_output=True, text=True, env=env, cwd=TMP)
