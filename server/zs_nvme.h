@@ -26,7 +26,8 @@
  * and rebuilds its state from the newest checkpoint.
  *
  * I/O. O_DIRECT (the page cache would hold the state in RAM, outside the
- * budget) with 4 KiB-aligned buffers and offsets. DIR on a file system
+ * budget) with 4 KiB-aligned buffers and offsets, through an io_uring; where
+ * io_uring is refused (a container's seccomp profile), synchronously. DIR on a file system
  * without real direct I/O (tmpfs, ramfs: their "direct" I/O is RAM) or
  * refusing O_DIRECT is refused unless `buffered` (--nvme-buffered). The
  * file is preallocated at creation (fallocate), so a full disk fails
@@ -181,8 +182,11 @@ int zs__nvme_fd(const zs_nvme_state_t *s);
 int zs__nvme_cur(const zs_nvme_state_t *s, size_t c);
 uint64_t zs__nvme_seq(const zs_nvme_state_t *s, size_t c);
 void zs__nvme_flip(zs_nvme_state_t *s, size_t c);
-/* The ring, depth and buffers of the tier, for the pass. */
+/* The ring (NULL when io_uring is refused: the pass is then synchronous),
+ * depth and buffers of the tier, for the pass; a synchronous read or write
+ * of len bytes of s's file at off. */
 void *zs__nvme_ring(zs_nvme_t *nv);
+int zs__nvme_io(zs_nvme_state_t *s, int wr, void *buf, size_t len, uint64_t off, zs_err_t *err);
 zs_nvme_buf_t *zs__nvme_bufs(zs_nvme_t *nv);
 /* Test hook: milliseconds each tile's update waits after it ran (the
  * environment's ZS_NVME_TEST_TILE_DELAY_MS when the tier opened; 0: none),

@@ -14,8 +14,9 @@
  *      tile to `landed` (which flips it under the caller's lock) and frees
  *      the buffer.
  * So the reads of tiles c+1.. and the writes of tiles ..c-1 overlap the
- * update of c. After an error nothing new is queued or updated; operations
- * in flight are reaped before returning (the buffers belong to the tier).
+ * update of c. Without a ring (io_uring refused, zs_nvme.c) sync_pass does
+ * the same steps one batch at a time with pread/pwrite. After an error nothing new is queued or
+ * updated; operations in flight are reaped before returning (the buffers belong to the tier).
  *
  * Not here: the tile format (zs_nvme.c), AdamW (the caller's update).
  */
@@ -69,6 +70,56 @@ static void update_one(void *arg, size_t i, int thread)
     }
 }
 
+/* The pass without io_uring: tiles whose update was written aside land
+ * first; then runs of up to B consecutive other tiles are read with pread,
+ * verified and updated on the pool, written aside with pwrite and landed.
+ * No overlap of I/O and update. */
+static int sync_pass(pass_t *p, struct zs_pool *pool, int B, size_t N, unsigned char *skipped,
+                     zs_nvme_skip_fn skip, zs_nvme_landed_fn landed, void *ud, zs_err_t *err)
+{
+    zs_nvme_state_t *s = p->s;
+    for (size_t c = 0; skip && c < N; c++)
+        if (skip(ud, c)) {
+            skipped[c] = 1;
+            landed(ud, c, zs__nvme_flip, s);
+        }
+    for (size_t c = 0; c < N;) {
+        if (skipped[c]) {
+            c++;
+            continue;
+        }
+        size_t k = 0;
+        int rc = ZS_OK;
+        while (!rc && c + k < N && (int)k < B && !skipped[c + k]) {
+            zs_nvme_buf_t *b = &p->bufs[(c + k) % (size_t)p->D];
+            rc = zs__nvme_io(s, 0, b->mem, ZS_NVME_SLOT,
+                             zs__nvme_slot_off(c + k, zs__nvme_cur(s, c + k)), err);
+            k++;
+        }
+        if (rc)
+            return rc;
+        p->c0 = c;
+        zs_pool_run(pool, k, update_one, p);
+        for (size_t i = 0; i < k; i++)
+            if (p->brc[i]) {
+                if (err)
+                    *err = p->berr[i];
+                return p->brc[i];
+            }
+        for (size_t i = 0; i < k; i++) {
+            zs_nvme_buf_t *b = &p->bufs[(c + i) % (size_t)p->D];
+            zs__nvme_seal(b, c + i, zs__nvme_seq(s, c + i) + 1, zs_nvme_tile_len(s, c + i));
+            rc = zs__nvme_io(s, 1, b->mem, ZS_NVME_SLOT,
+                             zs__nvme_slot_off(c + i, zs__nvme_cur(s, c + i) ^ 1), err);
+            if (rc)
+                return rc;
+            landed(ud, c + i, zs__nvme_flip, s);
+        }
+        c += k;
+    }
+    return ZS_OK;
+}
+
 int zs_nvme_pass(zs_nvme_t *nv, zs_nvme_state_t *s, struct zs_pool *pool, zs_nvme_update_fn fn,
                  zs_nvme_skip_fn skip, zs_nvme_landed_fn landed, void *ud, double *io_seconds,
                  zs_err_t *err)
@@ -96,6 +147,16 @@ int zs_nvme_pass(zs_nvme_t *nv, zs_nvme_state_t *s, struct zs_pool *pool, zs_nvm
         free(p.berr);
         free(skipped);
         return zs_err_set(err, ZS_ERR_NOMEM, "out of memory for a pass");
+    }
+    if (!ring) { /* no io_uring: one batch at a time, read, update, write */
+        int rc = sync_pass(&p, pool, B, N, skipped, skip, landed, ud, err);
+        free(p.bst);
+        free(p.brc);
+        free(p.berr);
+        free(skipped);
+        if (io_seconds)
+            *io_seconds = 0;
+        return rc;
     }
     size_t next_read = 0, next_upd = 0, nlanded = 0;
     /* Tiles whose update was written aside already land first; the others

@@ -34,6 +34,9 @@
  *     or a GetState cancels it first (step 6: it reads the committed state):
  *     pulls and p, m, v bitwise the RAM shard's after every step, and the
  *     counters show the kept and rolled-back steps.
+ *  8. Without io_uring (ZS_NVME_TEST_NO_URING=1: the synchronous pass of a
+ *     container that refuses io_uring), with speculation: 4 steps, one
+ *     clipped, bitwise the RAM shard's.
  *  7. Disk full, on a 32 MiB ext4 mounted from a loop device (needs root
  *     and losetup; skipped, saying why, without): a state that does not
  *     fit is refused at Initialize (RESOURCE_EXHAUSTED, "no room"), the
@@ -402,6 +405,44 @@ static void speculation(void)
     zs_shard_destroy(sr);
 }
 
+static void no_uring(void)
+{
+    printf("8. without io_uring (synchronous pass)\n");
+    zs_err_t err;
+    setenv("ZS_NVME_TEST_NO_URING", "1", 1);
+    g_spec_window = 1ull << 30;
+    zs_shard_t *sn = open_shard("un", 1, 0, 0, NULL, NULL, &err);
+    g_spec_window = 0;
+    unsetenv("ZS_NVME_TEST_NO_URING");
+    zs_shard_t *sr = open_shard("ur", 0, 0, 0, NULL, NULL, &err);
+    TEST_OK(init(sn, &err), err);
+    TEST_OK(init(sr, &err), err);
+    for (uint64_t s = 1; s <= 4; s++) {
+        zs_commit_t e = {s, 0.5f, 1.0f, 1e-3f, 0, ZS_DTYPE_F16}, c = e;
+        if (s == 2)
+            c.clip_coef = 0.5f;
+        uint64_t a, o;
+        uint64_t before = counters(sn).spec_elements;
+        if (s % 2)
+            push_expect(sn, s, &e);
+        else
+            push(sn, s);
+        for (int i = 0; s % 2 && i < 500 && counters(sn).spec_elements < before + g_n; i++) {
+            struct timespec ts = {0, 10 * 1000000L};
+            nanosleep(&ts, NULL);
+        }
+        TEST_CHECK(s % 2 == 0 || counters(sn).spec_elements == before + g_n);
+        push(sr, s);
+        TEST_OK(zs_shard_commit(sn, &c, &a, &o, &err), err);
+        TEST_OK(zs_shard_commit(sr, &c, &a, &o, &err), err);
+        same_pull(sr, sn, s, g_rb, g_n, ZS_DTYPE_F16, "without io_uring");
+        same_state(sr, sn, "without io_uring");
+    }
+    printf("  4 steps (speculation on odd steps, step 2 clipped): bitwise = RAM\n");
+    zs_shard_destroy(sn);
+    zs_shard_destroy(sr);
+}
+
 static char g_mnt[300];
 
 static void unmount_loop(void)
@@ -473,6 +514,7 @@ int main(void)
     corrupt(ram, &nv);
     speculation();
     disk_full();
+    no_uring();
     zs_shard_destroy(nv);
     zs_shard_destroy(ram);
     printf("PASS test_nvme_shard\n");
