@@ -52,7 +52,8 @@ killed at exit and dies with it (PR_SET_PDEATHSIG). Checks:
  (8) data parallel: 2 ranks (torch.distributed, gloo on 127.0.0.1), each
      with half of every batch and rank 1 starting from other values, end
      with bitwise the parameters of world size 1 accumulating the same two
-     halves; the run's checkpoint resumes at world size 1, bitwise;
+     halves; load_state_dict of the step-5 state_dict brings both ranks
+     back to step 5; the run's checkpoint resumes at world size 1, bitwise;
  (4b) zs-ctl export (when the build has it) of that run's step-10
      checkpoint: a safetensors file (read here, no package needed) with
      every parameter under its torch name, which load_state_dict takes,
@@ -507,7 +508,11 @@ def dp_worker(spec):
         opt.step()
         if s == DP_CKPT:
             opt.checkpoint()
+            sd, at_ckpt = opt.state_dict(), params_of(m)
     torch.save(params_of(m), os.path.join(out, "rank%d.pt" % rank))
+    opt.load_state_dict(sd)  # every rank back at the checkpoint
+    torch.save([same(params_of(m), at_ckpt), opt.step_count],
+               os.path.join(out, "rank%d_back.pt" % rank))
     opt.close()
     torch.distributed.destroy_process_group()
 
@@ -544,6 +549,10 @@ def test_dp():
     r0 = torch.load(os.path.join(out, "rank0.pt"))
     r1 = torch.load(os.path.join(out, "rank1.pt"))
     check(same(r0, r1), "both ranks hold the same parameters")
+    for r in range(2):
+        ok, step = torch.load(os.path.join(out, "rank%d_back.pt" % r))
+        check(ok and step == DP_CKPT, "rank %d: load_state_dict back to step %d: %s, step %d"
+              % (r, DP_CKPT, ok, step))
     ref = make_mlp(41)  # on servers of its own: the run's checkpoint stays
     refsrv = servers_up("dpref", extra=())
     opt = ShardOptimizer(ref.named_parameters(), servers=[s.addr for s in refsrv],

@@ -490,6 +490,14 @@ class ShardOptimizer(torch.optim.Optimizer):
                 p.copy_(flat[e["offset"]:e["offset"] + p.numel()].view_as(p))
         if self._rank != 0:  # learn P (the client maps our part with it)
             self._client.hello(self._model_name, self._P)
+        self._bcast_scaler()
+
+    def _bcast_scaler(self):
+        """Data parallel: rank 0's loss-scaler state (a resumed one) to all."""
+        if self.scaler is not None:
+            b = torch.tensor(list(self.scaler.save()), dtype=torch.uint8)
+            torch.distributed.broadcast(b, 0)
+            self.scaler.load(bytes(b.tolist()))
 
     def _agree(self, ok):
         """Data parallel: rank 0's ok (1) or failure (0) to every rank."""
@@ -660,8 +668,30 @@ class ShardOptimizer(torch.optim.Optimizer):
                 if k != "params":
                     mine[k] = v
         self._hp = self._group_hparams()
-        if z["step"] != self._step:
-            self._resume_from(z["step"])
+        if z["step"] == self._step:
+            return
+        if self._world == 1:
+            return self._resume_from(z["step"])
+        # Data parallel: rank 0 restores the servers, then every rank pulls.
+        err = None
+        if self._rank == 0:
+            try:
+                self._resume_from(z["step"])
+            except Exception as e:
+                err = e
+        if not self._agree(err is None):
+            if err is not None:
+                raise err
+            raise RuntimeError("ShardOptimizer.load_state_dict: rank 0 could not restore step "
+                               "%d (its exception says why)" % z["step"])
+        if self._rank != 0:
+            self._client.pull(z["step"], 0, _buf(self._flat), self._zdt)
+            self._scatter_params()
+            self._step = z["step"]
+        t = torch.tensor([self._t], dtype=torch.int64)
+        torch.distributed.broadcast(t, 0)
+        self._t = int(t[0])
+        self._bcast_scaler()
 
     def transports(self):
         """[(name, why)] per server: how its bulk data travels ("shm" or
