@@ -10,7 +10,7 @@ is known by its name; from ``model.parameters()`` by its position
 stored with every checkpoint, so a resume refuses a model that differs,
 naming the first parameter that does.
 
-``step()`` gathers the gradients into one flat fp32 buffer, pushes it to the
+``step()`` gathers the gradients into one flat buffer, pushes it to the
 servers, commits the step (AdamW runs there, with this step's lr read from the
 param groups, so torch LR schedulers work) and pulls the new parameters back
 into the model's tensors. The fp32 master weights and Adam moments live only
@@ -28,9 +28,20 @@ the global L2 norm, applied by the servers as they read the gradients. A
 step whose gradients are not all finite is skipped, as the C engine does:
 the parameters and Adam's step count stay, the step number advances.
 
-Does not (yet): parameters of mixed dtypes (refused), a loss scaler for
-fp16, param groups with different lr or weight_decay (refused: the servers hold one set
-of hyperparameters per model), or CUDA tensors (parameters must be on the CPU).
+Loss scaling (loss_scale="dynamic" or a number): the C engine's, which is
+DeepSpeed's DynamicLossScaler (LossScaler below); scale_loss(loss) before
+backward, the servers scale the gradients back; its state is stored with
+every checkpoint.
+
+Checkpoints carry the manifest in the C engine's checkpoint metadata, so
+zs-ctl export writes a safetensors file with the model's parameter names.
+
+Does not (yet): parameters of mixed dtypes (refused), param groups with
+different lr or weight_decay (refused: the servers hold one set of
+hyperparameters per model), or CUDA tensors (parameters must be on the CPU).
+The servers hold the master weights: change the parameters through the
+optimizer (load_state_dict, a resume), not by writing them, or the next
+step overwrites the change.
 
 Data parallel: with torch.distributed initialized (any backend that has
 all_reduce, broadcast and barrier for CPU tensors: gloo), every rank builds a
