@@ -74,25 +74,35 @@ void zs__fit_result_print(const zs__fit_result_t *r, FILE *f)
 int zs__fit_result_parse(const char *line, zs__fit_result_t *r)
 {
     memset(r, 0, sizeof *r);
-    unsigned long long pk[ZS_MEM_NCATS], params, held, pin, cap, used, hwm, shwm;
+    unsigned long long params, held, pin, cap, used, hwm, shwm;
     int n = 0;
-    if (sscanf(line,
-               "status=%15s params=%llu layers=%d width=%d held_peak=%llu "
-               "peak=%llu,%llu,%llu,%llu,%llu,%llu,%llu pinned_peak=%llu dev_cap=%llu "
-               "gpu_used=%llu rss_hwm=%llu srv_hwm=%llu init_s=%lf start_s=%lf step1_s=%lf "
-               "step2_s=%lf "
-               "tok_s=%lf loss1=%lf loss2=%lf msg=%n",
-               r->status, &params, &r->layers, &r->width, &held, &pk[0], &pk[1], &pk[2], &pk[3],
-               &pk[4], &pk[5], &pk[6], &pin, &cap, &used, &hwm, &shwm, &r->init_s, &r->start_s,
-               &r->step_s[0], &r->step_s[1], &r->tok_s, &r->loss[0], &r->loss[1], &n) != 24 ||
+    /* head, then ZS_MEM_NCATS comma-separated peaks (as many as the
+     * allocator has categories), then the tail */
+    if (sscanf(line, "status=%15s params=%llu layers=%d width=%d held_peak=%llu peak=%n", r->status,
+               &params, &r->layers, &r->width, &held, &n) != 5 ||
         n == 0)
         return -1;
-    _Static_assert(ZS_MEM_NCATS == 7, "the FIT-RESULT line has 7 categories");
+    const char *p = line + n;
+    for (int k = 0; k < ZS_MEM_NCATS; k++) {
+        char *end;
+        if (k && *p++ != ',')
+            return -1;
+        r->peak[k] = strtoull(p, &end, 10);
+        if (end == p)
+            return -1;
+        p = end;
+    }
+    n = 0;
+    if (sscanf(p,
+               " pinned_peak=%llu dev_cap=%llu gpu_used=%llu rss_hwm=%llu srv_hwm=%llu init_s=%lf "
+               "start_s=%lf step1_s=%lf step2_s=%lf tok_s=%lf loss1=%lf loss2=%lf msg=%n",
+               &pin, &cap, &used, &hwm, &shwm, &r->init_s, &r->start_s, &r->step_s[0],
+               &r->step_s[1], &r->tok_s, &r->loss[0], &r->loss[1], &n) != 12 ||
+        n == 0)
+        return -1;
     r->params = params, r->held_peak = held, r->pinned_peak = pin, r->dev_cap = cap;
     r->gpu_used = used, r->rss_hwm = hwm, r->srv_hwm = shwm;
-    for (int k = 0; k < ZS_MEM_NCATS; k++)
-        r->peak[k] = pk[k];
-    snprintf(r->msg, sizeof r->msg, "%s", line + n);
+    snprintf(r->msg, sizeof r->msg, "%s", p + n);
     r->msg[strcspn(r->msg, "\n")] = '\0';
     return 0;
 }
