@@ -39,13 +39,14 @@ SRCS="$SRC/tests/fuzz_service.c $SRC/server/zs_service.c $SRC/server/zs_shard.c
  $SRC/server/zs_store_recover.c $SRC/proto/zs_frame.c $SRC/proto/zs_pbconv.c $PB
  $SRC/server/zs_service_shm.c $SRC/server/zs_shm_sessions.c $SRC/common/zs_shm.c
  $SRC/common/zs_shm_sock.c
+ $SRC/server/zs_nvme.c $SRC/server/zs_nvme_pass.c $SRC/server/zs_shard_nvme.c
  $SRC/common/zs_status.c $SRC/common/zs_log.c $SRC/common/zs_layout.c $SRC/common/zs_pool.c
  $SRC/common/zs_file.c
  $OUT/zs_adam.o $OUT/zs_cast.o $OUT/zs_simd.o"
 INC="-I$SRC/tests -I$SRC/server -I$SRC/proto -I$BUILD/proto -I$SRC/common -I$SRC/kernels"
 CFLAGS="-std=gnu11 -O1 -g -fno-omit-frame-pointer -ffp-contract=off -w $INC
- $(pkg-config --cflags grpc libprotobuf-c libxxhash)"
-LIBS="$(pkg-config --libs grpc libprotobuf-c libxxhash) -lrocksdb -lpthread -lm"
+ $(pkg-config --cflags grpc libprotobuf-c libxxhash liburing)"
+LIBS="$(pkg-config --libs grpc libprotobuf-c libxxhash liburing) -lrocksdb -lpthread -lm"
 
 echo "fuzz_service: building with $CC"
 # The numeric kernels are not what is fuzzed: plain cc, no instrumentation
