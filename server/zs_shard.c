@@ -192,17 +192,9 @@ int zs__shard_install(zs_shard_t *sh, const zs_shard_identity_t *id, const zs_ad
 
 /* ---- optimizer driver -------------------------------------------------- */
 
-typedef struct {
-    zs_shard_t *sh;
-    uint64_t step;
-    zs_dtype_t gdt, pdt;
-    const void *grad;
-    int spec; /* ZS__JOB_*: what to do with speculated chunks */
-} opt_pass_t;
-
 static void opt_chunk(void *arg, size_t c, int thread)
 {
-    opt_pass_t *op = arg;
+    zs__opt_pass_t *op = arg;
     zs_shard_t *sh = op->sh;
     uint64_t a = (uint64_t)c * ZS_OPT_CHUNK;
     uint64_t k = sh->n - a < ZS_OPT_CHUNK ? sh->n - a : ZS_OPT_CHUNK;
@@ -239,7 +231,7 @@ static void *opt_main(void *arg)
         sh->job_pending = 0;
         sh->opt_running = 1;
         int p = (int)(sh->job.step & 1);
-        opt_pass_t op = {
+        zs__opt_pass_t op = {
             sh,          sh->job.step, sh->stage[p].dtype, sh->job.param_dtype, sh->st.staging[p],
             sh->job_spec};
         sh->lowp_dtype = sh->job.param_dtype;

@@ -225,6 +225,17 @@ int zs__shard_load_newest(zs_shard_t *sh, zs_err_t *err);
 
 enum { ZS__JOB_PLAIN = 0, ZS__JOB_KEEP, ZS__JOB_ROLLBACK };
 
+/* One optimizer pass over the range (RAM: zs_shard.c; NVMe tier:
+ * zs_shard_nvme.c): the step, the staged gradient and its dtype, the
+ * 16-bit output dtype, and what to do with speculated chunks (ZS__JOB_*). */
+typedef struct {
+    zs_shard_t *sh;
+    uint64_t step;
+    zs_dtype_t gdt, pdt;
+    const void *grad;
+    int spec;
+} zs__opt_pass_t;
+
 /* Size the per-chunk tables for nchunks (mu held, shard idle, nothing
  * speculated); frees the pre-image slots and returns their budget. */
 int zs__spec_resize(zs_shard_t *sh, size_t nchunks);

@@ -74,18 +74,10 @@ int zs__state_alloc_tier(zs_shard_t *sh, zs__state_t *s, uint64_t n, zs_err_t *e
 
 /* ---- the pass -------------------------------------------------------------- */
 
-typedef struct {
-    zs_shard_t *sh;
-    uint64_t step;
-    zs_dtype_t gdt, pdt;
-    const void *grad;
-    int spec; /* ZS__JOB_*: what to do with speculated chunks */
-} npass_t;
-
 /* A speculated chunk: kept (written aside: only to be flipped), or not. */
 static int tile_skip(void *ud, size_t c)
 {
-    npass_t *op = ud;
+    zs__opt_pass_t *op = ud;
     zs_shard_t *sh = op->sh;
     if (op->spec == ZS__JOB_PLAIN)
         return 0;
@@ -99,7 +91,7 @@ static int tile_skip(void *ud, size_t c)
 /* One tile = one chunk: the RAM pass's call, on the tile's buffers. */
 static int tile_update(void *ud, size_t c, float *p, float *m, float *v, uint32_t k)
 {
-    npass_t *op = ud;
+    zs__opt_pass_t *op = ud;
     zs_shard_t *sh = op->sh;
     uint64_t a = (uint64_t)c * ZS_OPT_CHUNK;
     pthread_mutex_lock(&sh->chunk_mu[c]);
@@ -114,7 +106,7 @@ static int tile_update(void *ud, size_t c, float *p, float *m, float *v, uint32_
 static void tile_landed(void *ud, size_t c, void (*flip)(zs_nvme_state_t *, size_t),
                         zs_nvme_state_t *s)
 {
-    npass_t *op = ud;
+    zs__opt_pass_t *op = ud;
     zs_shard_t *sh = op->sh;
     pthread_mutex_lock(&sh->chunk_mu[c]);
     flip(s, c);
@@ -129,7 +121,7 @@ static void tile_landed(void *ud, size_t c, void (*flip)(zs_nvme_state_t *, size
 int zs__nvme_pass_run(zs_shard_t *sh, uint64_t step, zs_dtype_t gdt, zs_dtype_t pdt,
                       const void *grad, int spec, zs_err_t *err)
 {
-    npass_t op = {sh, step, gdt, pdt, grad, spec};
+    zs__opt_pass_t op = {sh, step, gdt, pdt, grad, spec};
     double io = 0;
     int rc = zs_nvme_pass(sh->nvme, sh->st.nv, sh->pool, tile_update, tile_skip, tile_landed, &op,
                           &io, err);
