@@ -105,7 +105,8 @@ typedef struct {
 typedef struct {
     int ok, B;
     double rates[ZS_BENCH_MAX_REPS];
-    double ms[4]; /* medians: forward, backward, comm (engine) or 0, optimizer */
+    double ms[7]; /* medians: forward, backward, comm (engine) or 0, optimizer; with
+                   * offload: push wait, commit, pull wait (streamed: landing) */
     double held_peak;
     double loss0, loss1;
 } row_t;
@@ -114,6 +115,10 @@ static int g_gemm = ZS_DTYPE_BF16; /* --gemm: GEMM operand dtype */
 static int g_gas = 1;              /* --gas: micro-batches per step (engine rows) */
 static int g_transport = ZS_TRANSPORT_AUTO, g_spec = 0, g_stream = 1; /* offload row */
 static int g_batch = 0; /* --batch: largest micro-batch tried (0: the shape's list) */
+/* --shm-streams N[,N...]: one offload row per value of ZS_SHM_STREAMS (the
+ * client's concurrent streams per server); none: the default, one row */
+#define MAX_VARIANTS 4
+static int g_streams[MAX_VARIANTS], g_nstreams;
 
 static void fail(const char *what, const zs_err_t *err)
 {
@@ -333,7 +338,7 @@ static int run_engine(zs_coll_t *coll, const cshape_t *s, int B, const char *ser
     eo.transport = g_transport;
     if ((rc = zs_engine_create(&eo, zs_gpt_model(g), &e, &err)) || (rc = zs_engine_start(e, &err)))
         goto out;
-    double part[4][ZS_BENCH_MAX_REPS];
+    double part[7][ZS_BENCH_MAX_REPS];
     for (int r = -1; r < s->reps; r++) {
         zs_step_stats_t st;
         double t0 = zs_bench_now();
@@ -349,9 +354,12 @@ static int run_engine(zs_coll_t *coll, const cshape_t *s, int B, const char *ser
             part[1][r] = st.ms_backward;
             part[2][r] = st.ms_comm;
             part[3][r] = st.ms_optimizer;
+            part[4][r] = st.ms_opt_push;
+            part[5][r] = st.ms_opt_commit;
+            part[6][r] = st.ms_opt_pull;
         }
     }
-    for (int k = 0; k < 4; k++)
+    for (int k = 0; k < 7; k++)
         row->ms[k] = zs_bench_median(part[k], s->reps);
     zs_dev_mem_t mem;
     zs_dev_mem_get(coll->dev, &mem);
@@ -405,8 +413,18 @@ static int servers_start(const char *bin, servers_t *sv)
             /* quiet unless asked (ZS_BENCH_SERVER_LOG=info: their totals at exit) */
             const char *lvl = getenv("ZS_BENCH_SERVER_LOG");
             setenv("ZS_LOG_LEVEL", lvl && *lvl ? lvl : "warn", 1);
-            execl(bin, bin, "--listen", "127.0.0.1:0", "--data", data, "--ready-file", ready,
-                  "--threads", "8", (char *)NULL);
+            /* ZS_BENCH_SERVER_ARGS: more options, split at spaces (e.g.
+             * "--spec-window 12G"); at most 8 */
+            char *argv_[24] = {(char *)bin,    "--listen", "127.0.0.1:0", "--data", data,
+                               "--ready-file", ready,      "--threads",   "8"};
+            int na = 9;
+            const char *more = getenv("ZS_BENCH_SERVER_ARGS");
+            char *dup = more ? strdup(more) : NULL, *save = NULL;
+            for (char *t = dup ? strtok_r(dup, " ", &save) : NULL; t && na < 17;
+                 t = strtok_r(NULL, " ", &save))
+                argv_[na++] = t;
+            argv_[na] = NULL;
+            execv(bin, argv_);
             _exit(127);
         }
         sv->pid[i] = p;
@@ -473,6 +491,10 @@ static void print_mfu(const char *name, const cshape_t *s, const row_t *row, pea
            "%.1f; device memory held (allocator peak) %.2f GiB; loss %.4f -> %.4f\n",
            row->ms[0], row->ms[1], row->ms[2], row->ms[3], row->held_peak / 1073741824.0,
            row->loss0, row->loss1);
+    if (row->ms[4] + row->ms[5] + row->ms[6] > 0)
+        printf("  offload split, ms: waiting for the pushes %.1f, commit %.1f, waiting for the "
+               "pulls %.1f (streamed: inside forward)\n",
+               row->ms[4], row->ms[5], row->ms[6]);
 }
 
 int zs__bench_gpt_cuda(int argc, char **argv)
@@ -502,9 +524,16 @@ int zs__bench_gpt_cuda(int argc, char **argv)
             g_spec = atoi(argv[++i]) != 0;
         else if (!strcmp(argv[i], "--stream") && i + 1 < argc)
             g_stream = atoi(argv[++i]) != 0;
-        else if (!strcmp(argv[i], "--gemm") && i + 1 < argc &&
-                 (!strcmp(argv[i + 1], "bf16") || !strcmp(argv[i + 1], "fp16") ||
-                  !strcmp(argv[i + 1], "fp32"))) {
+        else if (!strcmp(argv[i], "--shm-streams") && i + 1 < argc) {
+            char *p = argv[++i];
+            for (g_nstreams = 0; *p && g_nstreams < MAX_VARIANTS; g_nstreams++) {
+                g_streams[g_nstreams] = (int)strtol(p, &p, 10);
+                if (*p == ',')
+                    p++;
+            }
+        } else if (!strcmp(argv[i], "--gemm") && i + 1 < argc &&
+                   (!strcmp(argv[i + 1], "bf16") || !strcmp(argv[i + 1], "fp16") ||
+                    !strcmp(argv[i + 1], "fp32"))) {
             i++;
             g_gemm = !strcmp(argv[i], "bf16")   ? ZS_DTYPE_BF16
                      : !strcmp(argv[i], "fp16") ? ZS_DTYPE_F16
@@ -516,7 +545,8 @@ int zs__bench_gpt_cuda(int argc, char **argv)
             fprintf(stderr, "usage: bench_gpt --device cuda [--shape 124m|1.5b|both] "
                             "[--gemm bf16|fp16|fp32] [--server-bin PATH] [--no-engine] "
                             "[--peak-tflops F32,BF16] [--gas N] [--transport auto|shm|tcp] "
-                            "[--spec 0|1] [--stream 0|1] [--batch N]\n");
+                            "[--spec 0|1] [--stream 0|1] [--batch N] "
+                            "[--shm-streams N,N,...]\n");
             return 2;
         }
     }
@@ -556,7 +586,8 @@ int zs__bench_gpt_cuda(int argc, char **argv)
              "tokens/s; baseline: %s GEMM %.1f TFLOP/s measured in this run",
              dev->desc, zs_dtype_name(g_gemm), zs_dtype_name(g_gemm), gemm);
     zs_bench_header(title, "tokens/s");
-    row_t rows[2][3];
+    int nvar = g_nstreams ? g_nstreams : 1; /* offload rows: modes 2 .. 1 + nvar */
+    row_t rows[2][2 + MAX_VARIANTS];
     memset(rows, 0, sizeof rows);
     for (int k = 0; k < 2; k++) {
         const cshape_t *s = &shapes[k];
@@ -589,11 +620,18 @@ int zs__bench_gpt_cuda(int argc, char **argv)
         char name[96];
         snprintf(name, sizeof name, "%s model + AdamW on the GPU (no engine)", s->name);
         print_row(name, s, B, &rows[k][0]);
-        for (int mode = 1; mode <= 2 && engine; mode++) {
-            if (mode == 2 && !have_servers)
+        for (int mode = 1; mode <= 1 + nvar && engine; mode++) {
+            if (mode >= 2 && !have_servers)
                 break;
+            char sstr[48] = "";
+            if (mode >= 2 && g_nstreams) {
+                char v[16];
+                snprintf(v, sizeof v, "%d", g_streams[mode - 2]);
+                setenv("ZS_SHM_STREAMS", v, 1);
+                snprintf(sstr, sizeof sstr, ", %d shm streams", g_streams[mode - 2]);
+            }
             int b = B, rc = ZS_ERR_NOMEM;
-            while (b >= 1 && (rc = run_engine(coll, s, b, mode == 2 ? sv.list : NULL,
+            while (b >= 1 && (rc = run_engine(coll, s, b, mode >= 2 ? sv.list : NULL,
                                               &rows[k][mode])) == ZS_ERR_NOMEM)
                 b /= 2;
             if (mode == 1)
@@ -601,8 +639,8 @@ int zs__bench_gpt_cuda(int argc, char **argv)
                          s->name, g_gas);
             else
                 snprintf(name, sizeof name,
-                         "%s engine W=1 stage 2, AdamW on 2 servers (%s), gas %d, spec %d", s->name,
-                         zs_transport_name(g_transport), g_gas, g_spec);
+                         "%s engine W=1 stage 2, AdamW on 2 servers (%s%s), gas %d, spec %d",
+                         s->name, zs_transport_name(g_transport), sstr, g_gas, g_spec);
             if (rc == ZS_OK)
                 print_row(name, s, b, &rows[k][mode]);
             else
@@ -616,31 +654,37 @@ int zs__bench_gpt_cuda(int argc, char **argv)
     static const char *mode_name[3] = {"model + AdamW", "engine stage 0 (AdamW on the GPU)",
                                        "engine stage 2 (AdamW on 2 servers: optimizer = "
                                        "commit, the servers' AdamW and the pull)"};
+    char var[MAX_VARIANTS][32];
+    for (int v = 0; v < nvar; v++)
+        snprintf(var[v], sizeof var[v], g_nstreams ? "-s%d" : "", g_streams[v]);
     for (int k = 0; k < 2; k++)
-        for (int mode = 0; mode < 3; mode++)
+        for (int mode = 0; mode < 2 + nvar; mode++)
             if (rows[k][mode].ok) {
-                char name[128];
-                snprintf(name, sizeof name, "%s %s (B=%d)", shapes[k].name, mode_name[mode],
-                         rows[k][mode].B);
+                char name[192];
+                snprintf(name, sizeof name, "%s %s%s%s (B=%d)", shapes[k].name,
+                         mode_name[mode < 2 ? mode : 2], mode < 2 || !g_nstreams ? "" : ", streams",
+                         mode < 2 ? "" : var[mode - 2], rows[k][mode].B);
                 print_mfu(name, &shapes[k], &rows[k][mode], pk, gemm);
             }
     static const char *case_name[3] = {"model", "engine0", "offload"};
     for (int k = 0; k < 2; k++)
-        for (int mode = 0; mode < 3; mode++)
+        for (int mode = 0; mode < 2 + nvar; mode++)
             if (rows[k][mode].ok) {
                 double tps = zs_bench_median(rows[k][mode].rates, shapes[k].reps);
                 double peak = g_gemm == ZS_DTYPE_F32 ? pk.f32 : pk.bf16;
-                printf("GPU-RESULT model=%s impl=zs tokens_per_s=%.0f mfu=%.4f batch=%d case=%s\n",
-                       k ? "1.5b" : "124m", tps,
-                       peak > 0 ? tps * flops_per_token(&shapes[k].c) / 1e12 / peak : 0.0,
-                       rows[k][mode].B, case_name[mode]);
+                printf(
+                    "GPU-RESULT model=%s impl=zs tokens_per_s=%.0f mfu=%.4f batch=%d case=%s%s\n",
+                    k ? "1.5b" : "124m", tps,
+                    peak > 0 ? tps * flops_per_token(&shapes[k].c) / 1e12 / peak : 0.0,
+                    rows[k][mode].B, case_name[mode < 2 ? mode : 2], mode < 2 ? "" : var[mode - 2]);
             }
     for (int k = 0; k < 2; k++)
-        if (rows[k][1].ok && rows[k][2].ok)
-            printf("%s offload / GPU AdamW (gas %d, transport %s): %.3f of the tokens/s\n",
-                   shapes[k].name, g_gas, zs_transport_name(g_transport),
-                   zs_bench_median(rows[k][2].rates, shapes[k].reps) /
-                       zs_bench_median(rows[k][1].rates, shapes[k].reps));
+        for (int v = 0; v < nvar; v++)
+            if (rows[k][1].ok && rows[k][2 + v].ok)
+                printf("%s offload%s / GPU AdamW (gas %d, transport %s): %.3f of the tokens/s\n",
+                       shapes[k].name, var[v], g_gas, zs_transport_name(g_transport),
+                       zs_bench_median(rows[k][2 + v].rates, shapes[k].reps) /
+                           zs_bench_median(rows[k][1].rates, shapes[k].reps));
     printf("\nNot measured here: more than one GPU; 16-bit activations (activations stay "
            "fp32).\n");
     if (have_servers || sv.pid[0])

@@ -30,6 +30,9 @@ typedef enum {
     ZS_TRANSPORT_TCP = 2,  /* gRPC messages only */
 } zs_transport_t;
 
+#define ZS_CLIENT_SHM_STREAMS_DEFAULT 4
+#define ZS_CLIENT_SHM_STREAMS_MAX     16
+
 typedef struct zs_client_opts {
     const char *servers;    /* "host:port,host:port": order = server index */
     const char *token;      /* bearer token or NULL */
@@ -39,6 +42,11 @@ typedef struct zs_client_opts {
     /* Shared-memory data plane (zs_client_shm_staging, docs/engine.md). */
     int transport;     /* zs_transport_t; 0: auto */
     int shm_checksums; /* XXH3 of every shared chunk, checked by its reader: 0 or 1 on, -1 off */
+    /* Concurrent streams per server for one Push or Pull over shared memory
+     * (1 to ZS_CLIENT_SHM_STREAMS_MAX; 0: $ZS_SHM_STREAMS, else
+     * ZS_CLIENT_SHM_STREAMS_DEFAULT): the checksums and the servers' copies
+     * of a large range then run on that many cores. */
+    int shm_streams;
     /* offload_optimizer.device "nvme": every server must keep its state in
      * its NVMe tier (zs-server --nvme-path); Hello and Initialize refuse a
      * server that does not, naming it. */

@@ -36,6 +36,7 @@ struct zs_client {
     /* shared-memory data plane (zs_client_shm.c) */
     int transport;              /* zs_transport_t */
     int shm_checksums;          /* 1: XXH3 of every shared chunk */
+    int shm_streams;            /* concurrent streams per server for one Push / Pull */
     zs__client_shm_t *shm;      /* the staging segment; NULL until zs_client_shm_staging */
     zs__client_shm_srv_t *shsv; /* [n] what each server offered and uses */
 };
@@ -90,13 +91,15 @@ int zs__client_shm_usable(const zs_client_t *c, int i, const void *p, size_t byt
 
 /* Push [b, e) of dtype dt for `step` to server i as ShmRefs to the staging
  * at byte offset `off` (zs__client_shm_usable said yes): chunks of up to
- * 4 MiB, `expect` (may be NULL) on the first, an XXH3 of each chunk seeded
- * with the step when checksums are on. One attempt. */
+ * 4 MiB, an XXH3 of each chunk seeded with the step when checksums are on,
+ * in up to c->shm_streams concurrent streams over disjoint pieces of whole
+ * chunks, `expect` (may be NULL) on each stream's first. One attempt. */
 int zs__client_shm_push(zs_client_t *c, int i, uint64_t step, uint64_t b, uint64_t e, zs_dtype_t dt,
                         Zeroshard__StepExpect *expect, uint64_t off, zs_err_t *err);
 
 /* Pull [b, e) of dtype dt (min_step) from server i into the staging at
- * byte offset `off`: the server writes in place; each PullChunk must carry
+ * byte offset `off`, in up to c->shm_streams concurrent streams over
+ * disjoint pieces: the server writes in place; each PullChunk must carry
  * no data and a ShmRef at the offset its elements belong at (and a
  * matching XXH3 when checksums are on). *lo / *hi: the lowest / highest
  * step the chunks reported. One attempt. */

@@ -1,0 +1,156 @@
+/*
+ * test_shm_streams.c - integration: one Push or Pull over shared memory cut
+ * into several concurrent streams per server (zs_client_opts_t.shm_streams,
+ * docs/protocol.md "Shared-memory data plane") moves exactly what one
+ * stream and what tcp move.
+ *
+ * Setup: two real zs-servers (shm sockets on), P = 9,437,207 parameters
+ * (an odd count: each server's range is about 2.25 messages of bf16 and
+ * 1.1 of fp32, so pieces end off message boundaries and mid-range), the
+ * same initial weights for every run (overwrite).
+ * Runs: tcp; shm with 1, 3 and 16 streams per server (16 is more than a
+ * range has messages: one piece per message). Each run does 3 steps with
+ * the synthetic gradients of zs_synth.h (bf16, fp32, fp16 on the wire),
+ * pushed from and pulled into the client's shared staging, every Pull in
+ * bf16 then the last one also in fp32, and stating `expect` on the pushes
+ * so the servers speculate on the pieces as they land.
+ * Checks: every shm run has both servers on shm; each pull reports the
+ * step it asked for; the pulled bf16 and fp32 parameters and GetState of
+ * master, exp_avg and exp_avg_sq equal the tcp run's bitwise.
+ * Does not: time anything (bench/bench_spec.sh does).
+ */
+#define _GNU_SOURCE
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "zs_client.h"
+#include "zs_proc.h"
+#include "zs_synth.h"
+#include "zs_test.h"
+
+#define MODEL  "shm-streams"
+#define NPARAM 9437207ull
+#define STEPS  3
+
+static zs_test_server_t g_srv[2];
+static char g_list[256];
+
+typedef struct {
+    unsigned char *bf16, *f32; /* the last step's pulls */
+    float *state[3];           /* master, exp_avg, exp_avg_sq */
+} result_t;
+
+static void run(int transport, int streams, result_t *r)
+{
+    zs_err_t err;
+    zs_err_clear(&err);
+    zs_client_opts_t o = {g_list, NULL, NULL, 120000, 0};
+    o.transport = transport;
+    o.shm_streams = streams;
+    zs_client_t *c;
+    TEST_OK(zs_client_create(&o, &c, &err), err);
+    float *w = malloc(NPARAM * 4);
+    TEST_CHECK(w);
+    for (uint64_t i = 0; i < NPARAM; i++)
+        w[i] = zs_synth_weight(i);
+    zs_adam_hparams_t hp = zs_synth_hparams();
+    TEST_OK(zs_client_init(c, MODEL, NPARAM, &hp, w, 0, 1, &err), err);
+    void *stg = w; /* tcp: ordinary memory */
+    if (transport == ZS_TRANSPORT_SHM) {
+        TEST_OK(zs_client_shm_staging(c, NPARAM * 4, &stg, &err), err);
+        for (int i = 0; i < 2; i++)
+            TEST_CHECKF(zs_client_transport(c, i, NULL) == ZS_TRANSPORT_SHM,
+                        "server %d is not on shm", i);
+    }
+    float *tmp = malloc(NPARAM * 4);
+    TEST_CHECK(tmp);
+    for (uint64_t step = 1; step <= STEPS; step++) {
+        zs_dtype_t gd = zs_synth_dtype(step);
+        zs_synth_grad(step, 0, NPARAM, stg, tmp);
+        zs_step_scalars_t s = {step, 0.5f, 1.0f, 1e-3f, 0, ZS_DTYPE_BF16};
+        TEST_OK(zs_client_push_expect(c, step, 0, NPARAM, stg, gd, &s, &err), err);
+        TEST_OK(zs_client_commit(c, &s, &err), err);
+        uint64_t got = 0;
+        TEST_OK(zs_client_pull(c, step, 0, NPARAM, stg, ZS_DTYPE_BF16, &got, &err), err);
+        TEST_CHECKF(got == step, "bf16 pull of step %llu reports step %llu",
+                    (unsigned long long)step, (unsigned long long)got);
+    }
+    r->bf16 = malloc(NPARAM * 2);
+    r->f32 = malloc(NPARAM * 4);
+    TEST_CHECK(r->bf16 && r->f32);
+    memcpy(r->bf16, stg, NPARAM * 2);
+    uint64_t got = 0;
+    TEST_OK(zs_client_pull(c, STEPS, 0, NPARAM, stg, ZS_DTYPE_F32, &got, &err), err);
+    TEST_CHECK(got == STEPS);
+    memcpy(r->f32, stg, NPARAM * 4);
+    for (int t = 0; t < 3; t++) {
+        r->state[t] = malloc(NPARAM * 4);
+        TEST_CHECK(r->state[t]);
+        TEST_OK(zs_client_get_state(c, t, 0, NPARAM, r->state[t], &err), err);
+    }
+    zs_client_destroy(c);
+    free(tmp);
+    free(w);
+}
+
+static void same(const result_t *a, const result_t *b, const char *what)
+{
+    TEST_CHECKF(memcmp(a->bf16, b->bf16, NPARAM * 2) == 0, "%s: bf16 pull differs from tcp", what);
+    TEST_CHECKF(memcmp(a->f32, b->f32, NPARAM * 4) == 0, "%s: fp32 pull differs from tcp", what);
+    static const char *const names[3] = {"master", "exp_avg", "exp_avg_sq"};
+    for (int t = 0; t < 3; t++)
+        TEST_CHECKF(memcmp(a->state[t], b->state[t], NPARAM * 4) == 0, "%s: %s differs from tcp",
+                    what, names[t]);
+}
+
+static void drop(result_t *r)
+{
+    free(r->bf16);
+    free(r->f32);
+    for (int t = 0; t < 3; t++)
+        free(r->state[t]);
+}
+
+int main(void)
+{
+    setvbuf(stdout, NULL, _IONBF, 0);
+    setenv("ZS_LOG_LEVEL", "warn", 0);
+    unsetenv("ZS_SHM_STREAMS"); /* the option decides here */
+    const char *tmp = zs_test_tmpdir("shm_streams");
+    for (int i = 0; i < 2; i++) {
+        snprintf(g_srv[i].data_dir, sizeof g_srv[i].data_dir, "%s/s%d", tmp, i);
+        zs_test_server_start(&g_srv[i]);
+    }
+    zs_test_server_list(g_srv, 2, g_list, sizeof g_list);
+    result_t ref;
+    run(ZS_TRANSPORT_TCP, 0, &ref);
+    printf("tcp: %d steps of %llu parameters (bf16, fp32, fp16 gradients)\n", STEPS,
+           (unsigned long long)NPARAM);
+    static const int streams[] = {1, 3, 16};
+    for (int k = 0; k < 3; k++) {
+        result_t r;
+        char what[64];
+        snprintf(what, sizeof what, "shm, %d stream(s) per server", streams[k]);
+        run(ZS_TRANSPORT_SHM, streams[k], &r);
+        same(&r, &ref, what);
+        drop(&r);
+        printf("%s: pulls (bf16, fp32) and master / exp_avg / exp_avg_sq == tcp, bitwise\n", what);
+    }
+    /* the option's bounds */
+    zs_client_opts_t o = {g_list, NULL, NULL, 1000, 0};
+    o.shm_streams = ZS_CLIENT_SHM_STREAMS_MAX + 1;
+    zs_client_t *c = NULL;
+    zs_err_t err;
+    zs_err_clear(&err);
+    int rc = zs_client_create(&o, &c, &err);
+    TEST_CHECKF(rc == ZS_ERR_INVALID && strstr(err.msg, "shm_streams"),
+                "shm_streams %d: rc %d '%s'", o.shm_streams, rc, err.msg);
+    printf("shm_streams %d refused: %s\n", o.shm_streams, err.msg);
+    drop(&ref);
+    for (int i = 0; i < 2; i++)
+        zs_test_server_stop(&g_srv[i], SIGTERM);
+    printf("PASS test_shm_streams\n");
+    return 0;
+}
