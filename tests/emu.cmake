@@ -17,7 +17,8 @@ include(ExternalProject)
 
 set(ZS_EMU_TARGETS test_dev_cuda test_cuda_ops test_gpt_cuda test_train_cuda zs-train zs-server zs-launch
     test_train_zeropp)
-set(ZS_EMU_ASAN_TARGETS test_dev_cuda test_cuda_ops test_emu_runtime test_emu_kernel)
+set(ZS_EMU_ASAN_TARGETS test_dev_cuda test_cuda_ops test_emu_runtime test_emu_kernel
+    test_emu_wmma)
 file(GLOB ZS_EMU_NCCL_SRC ${PROJECT_SOURCE_DIR}/tests/cuda_emu/emu_nccl*.c)
 if(ZS_EMU_NCCL_SRC)
   list(APPEND ZS_EMU_TARGETS test_nccl_boot test_nccl test_coll_zeropp)
@@ -83,7 +84,7 @@ foreach(w 2 4)
                        "ZS_EMU_SCHEDULE=forward;ZS_EMU_DEVICES=${w};ZS_TEST_TRAIN_CUDA_NP=${w}")
 endforeach()
 # ASan + UBSan: the kernels' device memory is heap memory there
-foreach(t tests/test_cuda_ops tests/test_dev_cuda test_emu_runtime test_emu_kernel)
+foreach(t tests/test_cuda_ops tests/test_dev_cuda test_emu_runtime test_emu_kernel test_emu_wmma)
   get_filename_component(n ${t} NAME)
   add_test(NAME emu_asan_${n} COMMAND ${PROJECT_BINARY_DIR}/emu-asan/${t})
   set_tests_properties(emu_asan_${n} PROPERTIES LABELS "emu;asan" TIMEOUT 900 SKIP_RETURN_CODE 77

@@ -7,9 +7,10 @@
  * share one OS thread, so thread_local storage is block-shared), dynamic
  * shared memory (through emu_rewrite.cmake's rewrite of
  * `extern __shared__ T name[];`), the built-in variables, barriers, warp
- * shuffles/votes, atomics, a few device math intrinsics, min/max, and
- * ZS_CUDA_LAUNCH. NVIDIA's own headers come first, so every CUDA type,
- * enum and host declaration is theirs.
+ * shuffles/votes, atomics, a few device math intrinsics, min/max,
+ * ZS_CUDA_LAUNCH, and the warp matrix functions (nvcuda::wmma, through
+ * emu_wmma.h, which also keeps NVIDIA's <mma.h> out). NVIDIA's own headers
+ * come first, so every CUDA type, enum and host declaration is theirs.
  *
  * Does not provide: textures, surfaces, cooperative groups, grid sync,
  * __constant__ semantics beyond a global, inline PTX, clocks, printf
@@ -561,5 +562,9 @@ static inline cudaError_t cudaFuncSetAttribute(void (*k)(P...), enum cudaFuncAtt
 }
 #define ZS_CUDA_LAUNCH(kernel, grid, block, shmem, stream, ...)                                    \
     zs_emu_launcher_(kernel, #kernel, __FILE__, __LINE__, grid, block, shmem, stream)(__VA_ARGS__)
+
+/* ---- Warp matrix functions (CUDA C++ Programming Guide, Warp Matrix
+ * Functions): nvcuda::wmma, emulated in emu_wmma.cpp. */
+#include "emu_wmma.h"
 
 #endif
