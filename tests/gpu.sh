@@ -33,7 +33,7 @@
 #   .gpu-carry/llmc/, with llm.c data shards of random GPT-2 token ids.
 #
 #   there (a machine with a GPU, CUDA 13 and a driver, no package registry):
-#     tests/gpu.sh run [.gpu-carry] [--out FILE] [--only tests|bench|shm|fit|llmc|issue]
+#     tests/gpu.sh run [.gpu-carry] [--out FILE] [--only tests|bench|shm|fit|llmc|issue|xfer|prof]
 #   unpacks the .deb files with `dpkg -x` under .gpu-carry/root (never into
 #   /), sets LD_LIBRARY_PATH, OPAL_PREFIX and PMIX_PREFIX so the carried Open
 #   MPI is used, finds the CUDA runtime, cuBLASLt and NCCL (/usr/local/cuda,
@@ -102,8 +102,8 @@ while [ $# -gt 0 ]; do
     *) carry=$1; shift ;;
     esac
 done
-case "$only" in all | tests | bench | shm | fit | llmc | issue) ;;
-*) echo "gpu.sh: --only tests|bench|shm|fit|llmc|issue" >&2; exit 2 ;; esac
+case "$only" in all | tests | bench | shm | fit | llmc | issue | xfer | prof) ;;
+*) echo "gpu.sh: --only tests|bench|shm|fit|llmc|issue|xfer|prof" >&2; exit 2 ;; esac
 if [ -z "$cmd" ]; then
     if [ -d "$carry/bin" ]; then cmd=run; else cmd=build; fi
 fi
@@ -262,6 +262,27 @@ llmc_rows() {
     [ "$fails" -eq 0 ]
 }
 
+# --only prof: every kernel of a few 124M training steps (bench_gpt's model
+# row, B=16, bf16 GEMMs) timed by Nsight Compute, one metric
+# (gpu__time_duration), as CSV beside the results file ($out minus .txt,
+# -ncu.csv); ZS_PROF_SKIP / ZS_PROF_COUNT pick the launches (the defaults
+# skip the GEMM-rate probe and the warm-up step). bench/ncu_summary.py here
+# sums it per kernel for one step. ncu needs a Firecracker machine.
+prof_rows() {
+    local ncu csv=${out%.txt}-ncu.csv
+    ncu=$(command -v ncu || ls /opt/nvidia/nsight-compute/*/ncu /usr/local/cuda/bin/ncu 2>/dev/null | head -1)
+    [ -n "$ncu" ] || { echo "SKIP: no ncu on this machine"; return 77; }
+    echo "ncu: $ncu -> $csv"
+    timeout "${ZS_GPU_STEP_TIMEOUT:-900}" "$ncu" --clock-control none --csv \
+        --metrics gpu__time_duration.sum --launch-skip "${ZS_PROF_SKIP:-1500}" \
+        --launch-count "${ZS_PROF_COUNT:-1500}" "$carry/bin/bench_gpt" --device cuda \
+        --shape 124m --batch 16 --no-engine > "$csv" 2> "$csv.err"
+    local rc=$?
+    tail -n 5 "$csv.err"
+    echo "ncu exit $rc, $(grep -c gpu__time_duration "$csv") kernel rows"
+    return $rc
+}
+
 # The folder of shared library $1 on a GPU machine, or nothing: the usual
 # CUDA folders, then the nvidia-* Python wheels, then a search of /.
 find_lib() {
@@ -383,6 +404,25 @@ run() {
     fi
     if [ "$only" = llmc ]; then
         run_one llmc llmc_rows
+    fi
+    if [ "$only" = prof ]; then
+        run_one ncu_124m prof_rows
+    fi
+    if [ "$only" = xfer ]; then
+        # the offload transfer path: concurrent shm streams per server (1 =
+        # one stream, as before), then the servers' speculation window
+        # covering a whole 1.5B range (12 B/element of pre-images)
+        run_one bench_gpt_xfer_1.5b env ZS_BENCH_SERVER_LOG=info ZS_SERVER_BIN="$bin/zs-server" \
+            "$bin/bench_gpt" --device cuda --shape 1.5b --batch 4 --gas 8 --transport shm \
+            --spec 1 --stream 1 --shm-streams 1,4,8
+        run_one bench_gpt_xfer_1.5b_window env ZS_BENCH_SERVER_LOG=info \
+            ZS_BENCH_SERVER_ARGS="--spec-window 10G" ZS_SERVER_BIN="$bin/zs-server" \
+            "$bin/bench_gpt" --device cuda --shape 1.5b --batch 4 --gas 8 --transport shm \
+            --spec 1 --stream 1 --shm-streams 4
+        run_one bench_gpt_xfer_124m env ZS_SERVER_BIN="$bin/zs-server" "$bin/bench_gpt" \
+            --device cuda --shape 124m --batch 16 --transport shm --spec 1 --stream 1 \
+            --shm-streams 1,4
+        grep -h '^GPU-RESULT\|offload.*/ GPU AdamW\|offload split\|totals:' "$out"
     fi
     if [ "$only" = all ] || [ "$only" = tests ]; then
         local ngpu

@@ -30,7 +30,7 @@ typedef enum {
     ZS_TRANSPORT_TCP = 2,  /* gRPC messages only */
 } zs_transport_t;
 
-#define ZS_CLIENT_SHM_STREAMS_DEFAULT 4
+#define ZS_CLIENT_SHM_STREAMS_DEFAULT 8
 #define ZS_CLIENT_SHM_STREAMS_MAX     16
 
 typedef struct zs_client_opts {
