@@ -37,3 +37,7 @@ else()
     ${PROJECT_SOURCE_DIR}/worker/model ${PROJECT_SOURCE_DIR}/worker/engine
     ${PROJECT_SOURCE_DIR}/worker/coll ${PROJECT_SOURCE_DIR}/worker/config)
 endif()
+# the op profiler (ZS_GPT_PROFILE=1): results unchanged, every op counted
+if(ZS_GPT_TEST_ENGINE)
+  zs_add_test(test_gpt_prof SRCS test_gpt_prof.c LIBS zeroshard LABELS unit TIMEOUT 60)
+endif()

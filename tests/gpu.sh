@@ -262,24 +262,27 @@ llmc_rows() {
     [ "$fails" -eq 0 ]
 }
 
-# --only prof: every kernel of a few 124M training steps (bench_gpt's model
-# row, B=16, bf16 GEMMs) timed by Nsight Compute, one metric
-# (gpu__time_duration), as CSV beside the results file ($out minus .txt,
-# -ncu.csv); ZS_PROF_SKIP / ZS_PROF_COUNT pick the launches (the defaults
-# skip the GEMM-rate probe and the warm-up step). bench/ncu_summary.py here
-# sums it per kernel for one step. ncu needs a Firecracker machine.
+# --only prof: where a step's GPU time goes, per op and shape: bench_gpt's
+# model row (bf16 GEMMs, 124M at B=16 and 1.5B at B=4) with ZS_GPT_PROFILE=1
+# (worker/model/zs_gpt_ops_prof.c: each op of the model timed with its
+# stream waited for; the rows are printed when the model is destroyed,
+# summed over the warm-up and the timed steps). Nsight Compute is not used:
+# on the H200 of 2026-11-28 it profiled no kernel of bench_gpt in 200 s.
 prof_rows() {
-    local ncu csv=${out%.txt}-ncu.csv
-    ncu=$(command -v ncu || ls /opt/nvidia/nsight-compute/*/ncu /usr/local/cuda/bin/ncu 2>/dev/null | head -1)
-    [ -n "$ncu" ] || { echo "SKIP: no ncu on this machine"; return 77; }
-    echo "ncu: $ncu -> $csv"
-    timeout "${ZS_GPU_STEP_TIMEOUT:-900}" "$ncu" --clock-control none --csv \
-        --metrics gpu__time_duration.sum --launch-skip "${ZS_PROF_SKIP:-1500}" \
-        --launch-count "${ZS_PROF_COUNT:-1500}" "$carry/bin/bench_gpt" --device cuda \
-        --shape 124m --batch 16 --no-engine > "$csv" 2> "$csv.err"
-    local rc=$?
-    tail -n 5 "$csv.err"
-    echo "ncu exit $rc, $(grep -c gpu__time_duration "$csv") kernel rows"
+    local shape b rc=0
+    for shape in 124m:16 1.5b:4; do
+        b=${shape#*:}
+        shape=${shape%:*}
+        echo "-- $shape B=$b (ZS_GPT_PROFILE=1)"
+        local tmp r
+        tmp=$(mktemp)
+        timeout "${ZS_GPU_STEP_TIMEOUT:-300}" env ZS_GPT_PROFILE=1 "$carry/bin/bench_gpt" \
+            --device cuda --shape "$shape" --batch "$b" --no-engine > "$tmp" 2>&1
+        r=$?
+        grep -v 'PMIx\|pcompress\|MCA\|^-----\|compression\|memory footprints\|continue, but\|comparable' "$tmp"
+        rm -f "$tmp"
+        [ $r -eq 0 ] || rc=1
+    done
     return $rc
 }
 
@@ -406,7 +409,7 @@ run() {
         run_one llmc llmc_rows
     fi
     if [ "$only" = prof ]; then
-        run_one ncu_124m prof_rows
+        run_one gpt_op_profile prof_rows
     fi
     if [ "$only" = xfer ]; then
         # the offload transfer path: concurrent shm streams per server (1 =

@@ -62,6 +62,7 @@
 
 #include "zs_gpt_impl.h"
 #include "zs_gpt_ops.h"
+#include "zs_gpt_ops_prof.h"
 
 uint64_t zs_gpt_num_params(const zs_gpt_config_t *c)
 {
@@ -499,13 +500,21 @@ static int backward(void *self, int layer, void *const *params, float *const *gr
  * (built with ZS_WITH_CUDA) launches kernels on the stream's GPU. */
 static int ops_for_device(zs_gpt_t *g, zs_dev_t *dev, zs_gpt_ops_t **out, zs_err_t *err)
 {
+    int rc = ZS_ERR_INVALID;
     if (!strcmp(dev->vt->name, "cpu"))
-        return zs_gpt_ops_cpu_create(g->pool, out, err);
+        rc = zs_gpt_ops_cpu_create(g->pool, out, err);
 #ifdef ZS_WITH_CUDA
-    if (!strcmp(dev->vt->name, "cuda"))
-        return zs_gpt_ops_cuda_create(dev, out, err);
+    else if (!strcmp(dev->vt->name, "cuda"))
+        rc = zs_gpt_ops_cuda_create(dev, out, err);
 #endif
-    return zs_err_set(err, ZS_ERR_INVALID, "GPT ops for device %s are not built", dev->vt->name);
+    else
+        return zs_err_set(err, ZS_ERR_INVALID, "GPT ops for device %s are not built",
+                          dev->vt->name);
+    /* ZS_GPT_PROFILE=1: time every op (zs_gpt_ops_prof.c; a measuring aid) */
+    const char *prof = getenv("ZS_GPT_PROFILE");
+    if (rc == ZS_OK && prof && !strcmp(prof, "1"))
+        rc = zs_gpt_ops_prof_wrap(*out, out, err);
+    return rc;
 }
 
 /* One tensor of an arena: where its pointer goes and its size in floats
@@ -758,7 +767,7 @@ int zs_gpt_set_threads(zs_gpt_t *g, int n, zs_err_t *err)
     zs_pool_t *p = zs_pool_create(n), *old = g->pool;
     if (!p)
         return zs_err_set(err, ZS_ERR_NOMEM, "gpt: cannot start %d threads", n);
-    if (g->dev && !strcmp(g->ops->name, "cpu")) {
+    if (g->dev && (!strcmp(g->ops->name, "cpu") || !strcmp(g->ops->name, "prof:cpu"))) {
         /* queued work runs on the old pool through the old table: let it
          * finish, then make a table on the new pool (other tables do not
          * use the pool: it only runs init_params there) */
@@ -832,6 +841,12 @@ int zs_gpt_create(const zs_gpt_config_t *c, int max_batch, uint64_t seed, zs_gpt
     zs_op_init();
     *out = g;
     return ZS_OK;
+}
+
+void zs_gpt_profile_report(const zs_gpt_t *g, FILE *f)
+{
+    if (g && g->ops)
+        zs_gpt_ops_prof_report(g->ops, f);
 }
 
 void zs_gpt_destroy(zs_gpt_t *g)

@@ -34,6 +34,7 @@
 #define ZS_GPT_H
 
 #include <stdint.h>
+#include <stdio.h>
 
 #include "zs_data.h"
 #include "zs_engine.h"
@@ -60,6 +61,13 @@ uint64_t zs_gpt_num_params(const zs_gpt_config_t *c);
 int zs_gpt_create(const zs_gpt_config_t *c, int max_batch, uint64_t seed, zs_gpt_t **out,
                   zs_err_t *err);
 void zs_gpt_destroy(zs_gpt_t *g);
+
+/* With ZS_GPT_PROFILE=1 in the environment at bind, every op of the model
+ * is timed with its stream waited for (worker/model/zs_gpt_ops_prof.c; a
+ * measuring aid that serialises the ops), and destroy prints the rows to
+ * stderr. This prints the rows so far to f; nothing when profiling is off
+ * or the model is not bound. */
+void zs_gpt_profile_report(const zs_gpt_t *g, FILE *f);
 
 /* The engine-facing model (owned by g). */
 const zs_model_t *zs_gpt_model(zs_gpt_t *g);
