@@ -43,7 +43,8 @@ typedef struct zs_client_opts {
     int transport;     /* zs_transport_t; 0: auto */
     int shm_checksums; /* XXH3 of every shared chunk, checked by its reader: 0 or 1 on, -1 off */
     /* Concurrent streams per server for one Push or Pull over shared memory
-     * (1 to ZS_CLIENT_SHM_STREAMS_MAX; 0: $ZS_SHM_STREAMS, else
+     * (1 to ZS_CLIENT_SHM_STREAMS_MAX; 0: $ZS_SHM_STREAMS, else half the
+     * CPUs the creating thread may run on, at least 1 and at most
      * ZS_CLIENT_SHM_STREAMS_DEFAULT): the checksums and the servers' copies
      * of a large range then run on that many cores. */
     int shm_streams;

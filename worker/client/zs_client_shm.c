@@ -33,6 +33,7 @@
 #include <fcntl.h>
 #include <linux/falloc.h>
 #include <pthread.h>
+#include <sched.h>
 #include <stdarg.h>
 #include <stdatomic.h>
 #include <stdio.h>
@@ -89,8 +90,13 @@ int zs__client_shm_init(zs_client_t *c, const zs_client_opts_t *o, zs_err_t *err
     const char *env = getenv("ZS_SHM_STREAMS");
     if (k == 0 && env && *env)
         k = atoi(env);
-    if (k == 0)
-        k = ZS_CLIENT_SHM_STREAMS_DEFAULT;
+    if (k == 0) { /* half the cores this thread may run on, 1 to the default */
+        cpu_set_t cs;
+        int ncpu = sched_getaffinity(0, sizeof cs, &cs) == 0 ? CPU_COUNT(&cs) : 2;
+        k = ncpu / 2 < 1                               ? 1
+            : ncpu / 2 > ZS_CLIENT_SHM_STREAMS_DEFAULT ? ZS_CLIENT_SHM_STREAMS_DEFAULT
+                                                       : ncpu / 2;
+    }
     if (k < 1 || k > ZS_CLIENT_SHM_STREAMS_MAX)
         return zs_err_set(err, ZS_ERR_INVALID,
                           "shm_streams %d (ZS_SHM_STREAMS %s): want 1 to %d concurrent streams per "
