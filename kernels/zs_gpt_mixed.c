@@ -157,3 +157,35 @@ int zs_op_attention_bwd_mixed(zs_pool_t *pool, const zs_mixed_t *mx, float *dqkv
     zs__op_attention_bwd(pool, mx->dt, att_r, dqkv, scratch, rd, rq, att, B, T, C, NH);
     return ZS_OK;
 }
+
+int zs_op_attention_flash_fwd_mixed(zs_pool_t *pool, const zs_mixed_t *mx, float *out, float *lse,
+                                    const float *qkv, int B, int T, int C, int NH)
+{
+    if (!zs_mixed_on(mx)) {
+        zs_op_attention_flash_fwd(pool, out, lse, qkv, B, T, C, NH);
+        return ZS_OK;
+    }
+    if (zs_mixed_flash_fwd_elems(B, T, C) > mx->cap)
+        return ZS_ERR_RANGE;
+    carver_t c = {mx->scratch};
+    const float *rq = rounded(pool, mx, &c, qkv, (size_t)B * T * 3 * C);
+    zs__op_attention_flash_fwd(pool, mx->dt, out, lse, rq, B, T, C, NH);
+    return ZS_OK;
+}
+
+int zs_op_attention_flash_bwd_mixed(zs_pool_t *pool, const zs_mixed_t *mx, float *dqkv,
+                                    const float *dout, const float *qkv, const float *out,
+                                    const float *lse, int B, int T, int C, int NH)
+{
+    if (!zs_mixed_on(mx)) {
+        zs_op_attention_flash_bwd(pool, dqkv, dout, qkv, out, lse, B, T, C, NH);
+        return ZS_OK;
+    }
+    if (zs_mixed_flash_bwd_elems(B, T, C) > mx->cap)
+        return ZS_ERR_RANGE;
+    carver_t c = {mx->scratch};
+    const float *rd = rounded(pool, mx, &c, dout, (size_t)B * T * C);
+    const float *rq = rounded(pool, mx, &c, qkv, (size_t)B * T * 3 * C);
+    zs__op_attention_flash_bwd(pool, mx->dt, dqkv, dout, rd, rq, out, lse, B, T, C, NH);
+    return ZS_OK;
+}

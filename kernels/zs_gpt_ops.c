@@ -523,6 +523,163 @@ void zs_op_attention_bwd(zs_pool_t *pool, float *dqkv, float *scratch, const flo
     zs__op_attention_bwd(pool, ZS_DTYPE_F32, NULL, dqkv, scratch, dout, qkv, att, B, T, C, NH);
 }
 
+/* ---- flash attention twin (see zs_gpt_ops.h) ---- */
+
+typedef struct {
+    float *out, *lse, *dqkv;
+    const float *qkv, *dout, *dout_r, *cout, *clse;
+    int B, T, C, NH;
+    int dt; /* ZS_DTYPE_F32: no rounding; BF16 / F16: round P (and dS) */
+} flash_job_t;
+
+/* x rounded to dt (BF16 / F16, nearest even) and widened; x otherwise. */
+static float flash_round(int dt, float x)
+{
+    if (dt == ZS_DTYPE_BF16)
+        return zs_math_bf16_to_f32(zs_math_f32_to_bf16(x));
+    if (dt == ZS_DTYPE_F16)
+        return zs_math_f16_to_f32(zs_math_f32_to_f16(x));
+    return x;
+}
+
+static float flash_dot(const float *a, const float *b, int n)
+{
+    float d = 0.0f;
+    for (int c = 0; c < n; c++)
+        d += a[c] * b[c];
+    return d;
+}
+
+/* One (b, h) pair per item; per query row t the online softmax over key
+ * tiles [j0, j0 + ZS_FLASH_BK) up to t: m the running max, l the running sum
+ * of the fp32 p, the output accumulator rescaled by exp(m_old - m_new) and
+ * added round(p) v. The output row is the accumulator itself. */
+static void flash_fwd_heads(const void *arg, size_t lo, size_t hi)
+{
+    const flash_job_t *j = arg;
+    int T = j->T, C = j->C, NH = j->NH, hs = C / NH, ld = 3 * C;
+    float scale = 1.0f / sqrtf((float)hs);
+    float p[ZS_FLASH_BK];
+    for (size_t i = lo; i < hi; i++) {
+        int b = (int)(i / (size_t)NH), h = (int)(i % (size_t)NH);
+        const float *qb = j->qkv + (size_t)b * T * ld + (size_t)h * hs;
+        for (int t = 0; t < T; t++) {
+            const float *q = qb + (size_t)t * ld;
+            float *o = j->out + ((size_t)b * T + t) * C + (size_t)h * hs;
+            float m = -INFINITY, l = 0.0f;
+            for (int c = 0; c < hs; c++)
+                o[c] = 0.0f;
+            for (int j0 = 0; j0 <= t; j0 += ZS_FLASH_BK) {
+                int n = t + 1 - j0 < ZS_FLASH_BK ? t + 1 - j0 : ZS_FLASH_BK;
+                float mt = -INFINITY;
+                for (int u = 0; u < n; u++) {
+                    p[u] = flash_dot(q, qb + (size_t)(j0 + u) * ld + C, hs) * scale;
+                    mt = p[u] > mt ? p[u] : mt;
+                }
+                float mn = m > mt ? m : mt, alpha = expf(m - mn), ps = 0.0f;
+                for (int u = 0; u < n; u++) {
+                    float e = expf(p[u] - mn);
+                    ps += e;
+                    p[u] = flash_round(j->dt, e);
+                }
+                l = l * alpha + ps;
+                for (int c = 0; c < hs; c++)
+                    o[c] *= alpha;
+                for (int u = 0; u < n; u++) {
+                    const float *v = qb + (size_t)(j0 + u) * ld + 2 * C;
+                    for (int c = 0; c < hs; c++)
+                        o[c] += p[u] * v[c];
+                }
+                m = mn;
+            }
+            for (int c = 0; c < hs; c++)
+                o[c] /= l;
+            j->lse[((size_t)b * NH + h) * T + t] = m + logf(l);
+        }
+    }
+}
+
+/* See zs_gpt_ops_internal.h. */
+void zs__op_attention_flash_fwd(zs_pool_t *pool, int dt, float *out, float *lse, const float *qkv,
+                                int B, int T, int C, int NH)
+{
+    flash_job_t j = {
+        .out = out, .lse = lse, .qkv = qkv, .B = B, .T = T, .C = C, .NH = NH, .dt = dt};
+    parallel_for(pool, (size_t)B * NH, 1, flash_fwd_heads, &j);
+}
+
+void zs_op_attention_flash_fwd(zs_pool_t *pool, float *out, float *lse, const float *qkv, int B,
+                               int T, int C, int NH)
+{
+    zs__op_attention_flash_fwd(pool, ZS_DTYPE_F32, out, lse, qkv, B, T, C, NH);
+}
+
+/* One (b, h) pair per item: dq, dk, dv of the head zeroed, then for each
+ * query t (ascending) and key u <= t (ascending): p = exp(scale q.k - lse),
+ * dp = dout_r.v, dv_u += round(p) dout_r_t, ds = round(p (dp - D_t) scale),
+ * dq_t += ds k_u, dk_u += ds q_t; D_t = dout_t . out_t on the fp32 dout. */
+static void flash_bwd_heads(const void *arg, size_t lo, size_t hi)
+{
+    const flash_job_t *j = arg;
+    int T = j->T, C = j->C, NH = j->NH, hs = C / NH, ld = 3 * C;
+    float scale = 1.0f / sqrtf((float)hs);
+    for (size_t i = lo; i < hi; i++) {
+        int b = (int)(i / (size_t)NH), h = (int)(i % (size_t)NH);
+        size_t off = (size_t)b * T * ld + (size_t)h * hs;
+        const float *qb = j->qkv + off;
+        float *gb = j->dqkv + off;
+        for (int t = 0; t < T; t++)
+            for (int c = 0; c < hs; c++)
+                gb[(size_t)t * ld + c] = gb[(size_t)t * ld + C + c] =
+                    gb[(size_t)t * ld + 2 * C + c] = 0.0f;
+        for (int t = 0; t < T; t++) {
+            size_t to = ((size_t)b * T + t) * C + (size_t)h * hs;
+            const float *q = qb + (size_t)t * ld, *dor = j->dout_r + to;
+            float *dq = gb + (size_t)t * ld;
+            float D = flash_dot(j->dout + to, j->cout + to, hs);
+            float L = j->clse[((size_t)b * NH + h) * T + t];
+            for (int u = 0; u <= t; u++) {
+                const float *k = qb + (size_t)u * ld + C, *v = k + C;
+                float *dk = gb + (size_t)u * ld + C, *dv = dk + C;
+                float p = expf(flash_dot(q, k, hs) * scale - L);
+                float dp = flash_dot(dor, v, hs);
+                float pr = flash_round(j->dt, p);
+                float ds = flash_round(j->dt, p * (dp - D) * scale);
+                for (int c = 0; c < hs; c++) {
+                    dv[c] += pr * dor[c];
+                    dq[c] += ds * k[c];
+                    dk[c] += ds * q[c];
+                }
+            }
+        }
+    }
+}
+
+/* See zs_gpt_ops_internal.h. */
+void zs__op_attention_flash_bwd(zs_pool_t *pool, int dt, float *dqkv, const float *dout,
+                                const float *dout_r, const float *qkv, const float *out,
+                                const float *lse, int B, int T, int C, int NH)
+{
+    flash_job_t j = {.dqkv = dqkv,
+                     .qkv = qkv,
+                     .dout = dout,
+                     .dout_r = dout_r,
+                     .cout = out,
+                     .clse = lse,
+                     .B = B,
+                     .T = T,
+                     .C = C,
+                     .NH = NH,
+                     .dt = dt};
+    parallel_for(pool, (size_t)B * NH, 1, flash_bwd_heads, &j);
+}
+
+void zs_op_attention_flash_bwd(zs_pool_t *pool, float *dqkv, const float *dout, const float *qkv,
+                               const float *out, const float *lse, int B, int T, int C, int NH)
+{
+    zs__op_attention_flash_bwd(pool, ZS_DTYPE_F32, dqkv, dout, dout, qkv, out, lse, B, T, C, NH);
+}
+
 /* ---- GELU, residual ---- */
 
 typedef struct {

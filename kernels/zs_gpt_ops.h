@@ -90,6 +90,26 @@ void zs_op_attention_fwd(zs_pool_t *pool, float *out, float *att, const float *q
 void zs_op_attention_bwd(zs_pool_t *pool, float *dqkv, float *scratch, const float *dout,
                          const float *qkv, const float *att, int B, int T, int C, int NH);
 
+/* Causal self-attention without the [B, NH, T, T] probabilities (the twin of
+ * the fused FlashAttention-2-style CUDA kernels, zs_cuda_attention_flash_*):
+ * out [B, T, C] as zs_op_attention_fwd's (up to fp32 rounding), and lse
+ * [B, NH, T] the natural log-sum-exp of each query row's scaled, causally
+ * masked scores (row t of head h of sequence b at (b * NH + h) * T + t).
+ * Per query row, an online softmax over key tiles of ZS_FLASH_BK keys
+ * (zs_mixed.h): running max m, running sum l, the output accumulator
+ * rescaled by exp(m_old - m_new) per tile and divided by l at the end. Both
+ * outputs are written (=). Deterministic: one (b, h) pair per task. */
+void zs_op_attention_flash_fwd(zs_pool_t *pool, float *out, float *lse, const float *qkv, int B,
+                               int T, int C, int NH);
+
+/* dqkv [B, T, 3C] written (=): the gradient of the input, the probabilities
+ * recomputed from qkv and lse (p = exp(scale q.k - lse)), D_t = dout_t .
+ * out_t, dS = p (dout.v - D) scale; dq = dS k, dk = dS^T q, dv = p^T dout.
+ * out and lse are the forward's. No scratch; deterministic (one (b, h) pair
+ * per task, sums in key / query order). */
+void zs_op_attention_flash_bwd(zs_pool_t *pool, float *dqkv, const float *dout, const float *qkv,
+                               const float *out, const float *lse, int B, int T, int C, int NH);
+
 /* out = gelu(inp), n elements (tanh approximation). out may equal inp. */
 void zs_op_gelu_fwd(zs_pool_t *pool, float *out, const float *inp, size_t n);
 
@@ -139,5 +159,16 @@ int zs_op_attention_fwd_mixed(zs_pool_t *pool, const zs_mixed_t *mx, float *out,
 int zs_op_attention_bwd_mixed(zs_pool_t *pool, const zs_mixed_t *mx, float *dqkv, float *scratch,
                               const float *dout, const float *qkv, const float *att, int B, int T,
                               int C, int NH);
+
+/* Flash attention with zs_mixed.h's rounding: qkv (and dout for the
+ * products of the backward) rounded into mx->scratch (zs_mixed_flash_*_elems
+ * FLOAT elements), the probabilities of each key tile rounded before p v,
+ * the backward's p before p^T dout and dS before dS k / dS^T q. Softmax
+ * statistics, D and the sums fp32. mx NULL / F32: the plain twins. */
+int zs_op_attention_flash_fwd_mixed(zs_pool_t *pool, const zs_mixed_t *mx, float *out, float *lse,
+                                    const float *qkv, int B, int T, int C, int NH);
+int zs_op_attention_flash_bwd_mixed(zs_pool_t *pool, const zs_mixed_t *mx, float *dqkv,
+                                    const float *dout, const float *qkv, const float *out,
+                                    const float *lse, int B, int T, int C, int NH);
 
 #endif

@@ -31,4 +31,17 @@ void zs__op_attention_bwd(zs_pool_t *pool, int dt, float *att_r, float *dqkv, fl
                           const float *dout, const float *qkv, const float *att, int B, int T,
                           int C, int NH);
 
+/* zs_op_attention_flash_fwd with the probabilities of each key tile rounded
+ * to dt (BF16 / F16; F32: none) before p v; qkv read as given (the caller
+ * rounds it). */
+void zs__op_attention_flash_fwd(zs_pool_t *pool, int dt, float *out, float *lse, const float *qkv,
+                                int B, int T, int C, int NH);
+
+/* zs_op_attention_flash_bwd with p and dS rounded to dt before their
+ * products; the products read qkv and dout_r as given (the caller rounds
+ * them), D reads the fp32 dout and out. */
+void zs__op_attention_flash_bwd(zs_pool_t *pool, int dt, float *dqkv, const float *dout,
+                                const float *dout_r, const float *qkv, const float *out,
+                                const float *lse, int B, int T, int C, int NH);
+
 #endif

@@ -19,6 +19,11 @@
  *   attention bwd dout, qkv, att (D = dout v^T, dv = att^T dout); the
  *                 softmax backward on the fp32 att and D, then D rounded
  *                 (dq = D k, dk = D^T q)
+ *   flash fwd     qkv; per key tile of ZS_FLASH_BK keys the unnormalised
+ *                 probabilities exp(s - m) (m the running row max) for p v
+ *   flash bwd     qkv, dout (D = rowsum(dout * out) reads the fp32 ones),
+ *                 p = exp(s - lse) for dv = p^T dout, dS = p (dp - D) scale
+ *                 for dq = dS k and dk = dS^T q
  * A product of two bf16 (8-bit significand) or fp16 (11-bit) numbers is exact
  * in fp32, so a GPU tensor-core GEMM and the CPU's sgemm of the rounded
  * operands differ only by the order of the fp32 additions.
@@ -115,6 +120,24 @@ static inline size_t zs_mixed_attention_bwd_elems(int B, int T, int C, int NH)
 {
     return zs_mixed_piece((size_t)B * T * C) + zs_mixed_piece((size_t)B * T * 3 * C) +
            zs_mixed_piece((size_t)B * NH * T * T);
+}
+
+/* Keys per tile of flash attention's online softmax: the CPU twin
+ * (zs_op_attention_flash_*) and the CUDA kernels (zs_cuda_flash.cu) rescale
+ * and round at the same tile boundaries, so their rounded probabilities
+ * agree. */
+#define ZS_FLASH_BK 64
+
+/* CPU scratch of the flash twins (the CUDA kernels round while loading their
+ * tiles and need none). */
+static inline size_t zs_mixed_flash_fwd_elems(int B, int T, int C)
+{
+    return zs_mixed_piece((size_t)B * T * 3 * C);
+}
+
+static inline size_t zs_mixed_flash_bwd_elems(int B, int T, int C)
+{
+    return zs_mixed_piece((size_t)B * T * C) + zs_mixed_piece((size_t)B * T * 3 * C);
 }
 
 #endif

@@ -22,6 +22,7 @@
 #include <string.h>
 
 #include "zs_gpt_ops.h"
+#include "zs_status.h"
 #include "zs_pool.h"
 #include "zs_test.h"
 
@@ -331,6 +332,111 @@ static void test_attention(int B, int T, int C, int NH)
     free(a.qkv), free(a.att), free(out), free(w), free(scratch), free(dq), free(dq1), free(g);
 }
 
+/* ---- flash attention twin ---- */
+
+typedef struct {
+    int B, T, C, NH;
+    float *qkv, *lse;
+} fl_t;
+
+static void fl_fwd(void *c, float *out)
+{
+    fl_t *a = c;
+    zs_op_attention_flash_fwd(pool, out, a->lse, a->qkv, a->B, a->T, a->C, a->NH);
+}
+
+/* zs_op_attention_flash_fwd / _bwd against the unfused ops (fp32: both are
+ * exact attention, so they differ by fp32 rounding of other summation
+ * orders: abs 2e-6 on values of order 1), lse against double, the pool
+ * split bitwise, the backward by finite differences of the flash forward,
+ * and the bf16 / fp16 twins (zs_op_attention_flash_*_mixed) within a few
+ * 16-bit roundoffs of fp32. T > ZS_FLASH_BK exercises several key tiles. */
+static void test_flash(int B, int T, int C, int NH)
+{
+    fl_t a = {B, T, C, NH, NULL, NULL};
+    size_t nq = (size_t)B * T * 3 * C, no = (size_t)B * T * C, na = (size_t)B * NH * T * T,
+           nl = (size_t)B * NH * T;
+    int hs = C / NH;
+    a.qkv = rnd(nq, 1.5f);
+    a.lse = malloc(nl * sizeof(float));
+    float *out = malloc(no * 4), *uout = malloc(no * 4), *att = malloc(na * 4),
+          *scr = malloc(na * 4), *w = rnd(no, 1), *dq = rnd(nq, 1), *udq = malloc(nq * 4),
+          *dq1 = rnd(nq, 1), *out1 = malloc(no * 4), *lse1 = malloc(nl * 4);
+    fl_fwd(&a, out);
+    zs_op_attention_fwd(pool, uout, att, a.qkv, B, T, C, NH);
+    double mo = 0, ml = 0;
+    for (size_t i = 0; i < no; i++)
+        mo = fmax(mo, fabs((double)out[i] - uout[i]));
+    for (int b = 0; b < B; b++)
+        for (int h = 0; h < NH; h++)
+            for (int t = 0; t < T; t++) {
+                double s[256], mx = -1e300, sum = 0;
+                TEST_CHECK(T <= 256);
+                for (int u = 0; u <= t; u++) {
+                    double d = 0;
+                    for (int k = 0; k < hs; k++)
+                        d += (double)a.qkv[((size_t)b * T + t) * 3 * C + h * hs + k] *
+                             a.qkv[((size_t)b * T + u) * 3 * C + C + h * hs + k];
+                    s[u] = d / sqrt((double)hs);
+                    mx = fmax(mx, s[u]);
+                }
+                for (int u = 0; u <= t; u++)
+                    sum += exp(s[u] - mx);
+                ml = fmax(ml, fabs(mx + log(sum) - a.lse[((size_t)b * NH + h) * T + t]));
+            }
+    printf("  flash      B%d T%d C%d NH%d forward: out vs unfused %.3g, lse vs double %.3g\n", B, T,
+           C, NH, mo, ml);
+    TEST_CHECK(mo < 2e-6);
+    TEST_CHECK(ml < 1e-5);
+    zs_op_attention_flash_fwd(NULL, out1, lse1, a.qkv, B, T, C, NH);
+    expect_same("flash out", out, out1, no, 0);
+    expect_same("flash lse", a.lse, lse1, nl, 0);
+    zs_op_attention_flash_bwd(pool, dq, w, a.qkv, out, a.lse, B, T, C, NH);
+    zs_op_attention_flash_bwd(NULL, dq1, w, a.qkv, out, a.lse, B, T, C, NH);
+    expect_same("flash dqkv", dq, dq1, nq, 0);
+    zs_op_attention_bwd(pool, udq, scr, w, a.qkv, att, B, T, C, NH);
+    double mg = 0, mgs = 0;
+    for (size_t i = 0; i < nq; i++) {
+        mg = fmax(mg, fabs((double)dq[i] - udq[i]));
+        mgs = fmax(mgs, fabs(udq[i]));
+    }
+    printf("  flash      backward: dqkv vs unfused %.3g (max|dqkv| %.3g)\n", mg, mgs);
+    TEST_CHECK(mg < 1e-5 * (mgs > 1 ? mgs : 1));
+    double *g = accum_part(dq, NULL, nq);
+    fd_check("flash", "qkv", fl_fwd, &a, a.qkv, nq, g, no, w, 1e-2f, 1e-4, 1e-3, 1000);
+    /* bf16 / fp16: rounded q, k, v and p move out by a few 16-bit roundoffs
+     * of max|out| (|out| <= max|v|, sum of the rounded p within (1 + u) of
+     * l); the same for dqkv relative to its max */
+    for (int dt = ZS_DTYPE_BF16; dt; dt = dt == ZS_DTYPE_BF16 ? ZS_DTYPE_F16 : 0) {
+        double u16 = dt == ZS_DTYPE_BF16 ? 0x1p-8 : 0x1p-11;
+        size_t cap = zs_mixed_flash_bwd_elems(B, T, C);
+        float *scratch = malloc(cap * 4), *mout = malloc(no * 4), *mlse = malloc(nl * 4),
+              *mdq = malloc(nq * 4);
+        zs_mixed_t mx = {dt, scratch, cap},
+                   small = {dt, scratch, zs_mixed_flash_fwd_elems(B, T, C) - 1};
+        TEST_CHECK(zs_op_attention_flash_fwd_mixed(pool, &small, mout, mlse, a.qkv, B, T, C, NH) ==
+                   ZS_ERR_RANGE);
+        TEST_CHECK(zs_op_attention_flash_fwd_mixed(pool, &mx, mout, mlse, a.qkv, B, T, C, NH) ==
+                   ZS_OK);
+        TEST_CHECK(zs_op_attention_flash_bwd_mixed(pool, &mx, mdq, w, a.qkv, mout, mlse, B, T, C,
+                                                   NH) == ZS_OK);
+        double eo = 0, mxo = 0, eg = 0;
+        for (size_t i = 0; i < no; i++) {
+            eo = fmax(eo, fabs((double)mout[i] - out[i]));
+            mxo = fmax(mxo, fabs(out[i]));
+        }
+        for (size_t i = 0; i < nq; i++)
+            eg = fmax(eg, fabs((double)mdq[i] - dq[i]));
+        printf("  flash      %s twin vs fp32: out %.3g (max %.3g), dqkv %.3g (max %.3g)\n",
+               dt == ZS_DTYPE_BF16 ? "bf16" : "fp16", eo, mxo, eg, mgs);
+        TEST_CHECK(eo < 16 * u16 * mxo);
+        TEST_CHECK(eg < 16 * u16 * mgs);
+        free(scratch), free(mout), free(mlse), free(mdq);
+    }
+    free(a.qkv), free(a.lse), free(out), free(uout), free(att), free(scr), free(w), free(dq);
+    free(udq), free(dq1), free(out1), free(lse1), free(g);
+}
+
 /* ---- GELU, residual ---- */
 
 typedef struct {
@@ -440,6 +546,8 @@ int main(void)
     test_matmul(130, 64, 40); /* split along rows */
     test_attention(2, 7, 12, 3);
     test_attention(1, 33, 32, 2);
+    test_flash(2, 7, 12, 3);
+    test_flash(1, 150, 32, 2); /* three key tiles */
     test_gelu_residual();
     test_xent();
     zs_pool_destroy(pool);
