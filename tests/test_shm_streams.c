@@ -9,7 +9,8 @@
  * 1.1 of fp32, so pieces end off message boundaries and mid-range), the
  * same initial weights for every run (overwrite).
  * Runs: tcp; shm with 1, 3 and 16 streams per server (16 is more than a
- * range has messages: one piece per message). Each run does 3 steps with
+ * range has messages: one piece per message), with the default checksums
+ * (pushes); 3 streams checking pulls too; 2 streams without checksums. Each run does 3 steps with
  * the synthetic gradients of zs_synth.h (bf16, fp32, fp16 on the wire),
  * pushed from and pulled into the client's shared staging, every Pull in
  * bf16 then the last one also in fp32, and stating `expect` on the pushes
@@ -42,13 +43,14 @@ typedef struct {
     float *state[3];           /* master, exp_avg, exp_avg_sq */
 } result_t;
 
-static void run(int transport, int streams, result_t *r)
+static void run(int transport, int streams, int sums, result_t *r)
 {
     zs_err_t err;
     zs_err_clear(&err);
     zs_client_opts_t o = {g_list, NULL, NULL, 120000, 0};
     o.transport = transport;
     o.shm_streams = streams;
+    o.shm_checksums = sums;
     zs_client_t *c;
     TEST_OK(zs_client_create(&o, &c, &err), err);
     float *w = malloc(NPARAM * 4);
@@ -117,7 +119,8 @@ int main(void)
 {
     setvbuf(stdout, NULL, _IONBF, 0);
     setenv("ZS_LOG_LEVEL", "warn", 0);
-    unsetenv("ZS_SHM_STREAMS"); /* the option decides here */
+    unsetenv("ZS_SHM_STREAMS"); /* the options decide here */
+    unsetenv("ZS_SHM_CHECKSUMS");
     const char *tmp = zs_test_tmpdir("shm_streams");
     for (int i = 0; i < 2; i++) {
         snprintf(g_srv[i].data_dir, sizeof g_srv[i].data_dir, "%s/s%d", tmp, i);
@@ -125,15 +128,22 @@ int main(void)
     }
     zs_test_server_list(g_srv, 2, g_list, sizeof g_list);
     result_t ref;
-    run(ZS_TRANSPORT_TCP, 0, &ref);
+    run(ZS_TRANSPORT_TCP, 0, 0, &ref);
     printf("tcp: %d steps of %llu parameters (bf16, fp32, fp16 gradients)\n", STEPS,
            (unsigned long long)NPARAM);
-    static const int streams[] = {1, 3, 16};
-    for (int k = 0; k < 3; k++) {
+    /* streams per server; checksums: 0 pushes (the default), 1 both ways,
+     * -1 none */
+    static const int streams[] = {1, 3, 16, 3, 2}, sums[] = {0, 0, 0, 1, -1};
+    static const char *const sname[] = {"pushes checked", "pushes and pulls checked",
+                                        "no checksums"};
+    for (int k = 0; k < 5; k++) {
         result_t r;
-        char what[64];
-        snprintf(what, sizeof what, "shm, %d stream(s) per server", streams[k]);
-        run(ZS_TRANSPORT_SHM, streams[k], &r);
+        char what[96];
+        snprintf(what, sizeof what, "shm, %d stream(s) per server, %s", streams[k],
+                 sname[sums[k] == 0  ? 0
+                       : sums[k] > 0 ? 1
+                                     : 2]);
+        run(ZS_TRANSPORT_SHM, streams[k], sums[k], &r);
         same(&r, &ref, what);
         drop(&r);
         printf("%s: pulls (bf16, fp32) and master / exp_avg / exp_avg_sq == tcp, bitwise\n", what);

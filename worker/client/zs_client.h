@@ -41,7 +41,13 @@ typedef struct zs_client_opts {
     int retries;            /* extra attempts on UNAVAILABLE (0: default 8; < 0: none) */
     /* Shared-memory data plane (zs_client_shm_staging, docs/engine.md). */
     int transport;     /* zs_transport_t; 0: auto */
-    int shm_checksums; /* XXH3 of every shared chunk, checked by its reader: 0 or 1 on, -1 off */
+    /* XXH3 of shared chunks, seeded with the step, checked by their reader:
+     * 0 (the default), pushed chunks (the server checks what it copies: a
+     * stale or foreign segment never reads as a new step); 1, pulled
+     * chunks too (the server hashes what it wrote, the worker checks it,
+     * catching a worker that breaks the segment's ownership rule); -1,
+     * none. 0 takes $ZS_SHM_CHECKSUMS (push, both, off) when it is set. */
+    int shm_checksums;
     /* Concurrent streams per server for one Push or Pull over shared memory
      * (1 to ZS_CLIENT_SHM_STREAMS_MAX; 0: $ZS_SHM_STREAMS, else half the
      * CPUs the creating thread may run on, at least 1 and at most

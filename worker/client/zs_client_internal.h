@@ -35,7 +35,8 @@ struct zs_client {
     int require_nvme; /* zs_client_opts_t.require_nvme */
     /* shared-memory data plane (zs_client_shm.c) */
     int transport;              /* zs_transport_t */
-    int shm_checksums;          /* 1: XXH3 of every shared chunk */
+    int shm_checksums;          /* 1: XXH3 of every pushed shared chunk */
+    int shm_pull_checksums;     /* 1: and of every pulled one */
     int shm_streams;            /* concurrent streams per server for one Push / Pull */
     zs__client_shm_t *shm;      /* the staging segment; NULL until zs_client_shm_staging */
     zs__client_shm_srv_t *shsv; /* [n] what each server offered and uses */

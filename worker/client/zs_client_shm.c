@@ -85,7 +85,19 @@ int zs__client_shm_init(zs_client_t *c, const zs_client_opts_t *o, zs_err_t *err
         return zs_err_set(err, ZS_ERR_INVALID, "transport %d: want auto (0), shm (1) or tcp (2)",
                           o->transport);
     c->transport = o->transport;
-    c->shm_checksums = o->shm_checksums >= 0;
+    int sums = o->shm_checksums;
+    const char *senv = getenv("ZS_SHM_CHECKSUMS");
+    if (sums == 0 && senv && *senv) {
+        sums = !strcmp(senv, "push")   ? 0
+               : !strcmp(senv, "both") ? 1
+               : !strcmp(senv, "off")  ? -1
+                                       : 2;
+        if (sums == 2)
+            return zs_err_set(err, ZS_ERR_INVALID, "ZS_SHM_CHECKSUMS=%s: want push, both or off",
+                              senv);
+    }
+    c->shm_checksums = sums >= 0;     /* pushes: the server checks each chunk */
+    c->shm_pull_checksums = sums > 0; /* pulls: the server hashes, we check */
     int k = o->shm_streams;
     const char *env = getenv("ZS_SHM_STREAMS");
     if (k == 0 && env && *env)
@@ -420,7 +432,7 @@ static int check_chunk(const zs_client_t *c, int i, const Zeroshard__PullChunk *
                           (unsigned long long)(r ? r->byte_offset : 0),
                           (unsigned long long)(r ? r->session : 0), (unsigned long long)next,
                           (unsigned long long)want_off, (unsigned long long)c->shm->session);
-    if (!c->shm_checksums)
+    if (!c->shm_pull_checksums)
         return ZS_OK;
     uint64_t h = XXH3_64bits_withSeed(c->shm->base + want_off, (size_t)(p->count * esz), p->step);
     if (!r->has_xxh3 || r->xxh3 != h)
@@ -444,7 +456,7 @@ static int pull_stream(zs_client_t *c, int i, uint64_t min_step, uint64_t b, uin
     Zeroshard__ShmRef ref = ZEROSHARD__SHM_REF__INIT;
     ref.session = c->shm->session;
     ref.byte_offset = off;
-    ref.has_xxh3 = c->shm_checksums; /* ask for each chunk's checksum */
+    ref.has_xxh3 = c->shm_pull_checksums; /* ask for each chunk's checksum */
     Zeroshard__PullRequest q = ZEROSHARD__PULL_REQUEST__INIT;
     q.min_step = min_step;
     q.offset = b;
