@@ -22,6 +22,10 @@
  *               (zs_op_*_mixed): fp32 tolerances where both round the same
  *               inputs (matmul), cmp_mixed where a rounded operand is an
  *               fp32 intermediate of each side's own (attention)
+ *   flash       the fused attention (zs_cuda_attention_flash_*) against
+ *               the CPU twins with the same rounding (cmp_mixed), outputs
+ *               poisoned first, two runs bitwise equal; T = 40, 72 (not a
+ *               multiple of the 64-row tiles), hs 16 and 64, bf16 and fp16
  */
 #include <cuda_runtime_api.h>
 #include <math.h>
@@ -187,6 +191,24 @@ static void test_args(void)
     TEST_CHECK(zs_cuda_attention_fwd(NULL, &none, &x, &x, &x, 1, 4, 10, 3, &e) == ZS_ERR_INVALID);
     TEST_CHECKF(strstr(e.msg, "C=10 NH=3") != NULL, "message: %s", e.msg);
     TEST_CHECK(zs_cuda_residual_bwd(NULL, &x, &x, &x, 1, &e) == ZS_ERR_INVALID);
+    /* flash attention: fp32 operands, a head size that is not a multiple of
+     * 16 (or above 128), a misaligned buffer: refused, nothing enqueued */
+    {
+        static float buf[8] __attribute__((aligned(16)));
+        zs_mixed_t bf = {ZS_DTYPE_BF16, NULL, 0}, f32 = {ZS_DTYPE_F32, NULL, 0};
+        TEST_CHECK(zs_cuda_attention_flash_fwd(NULL, &f32, buf, buf, buf, 1, 4, 64, 1, &e) ==
+                   ZS_ERR_INVALID);
+        TEST_CHECK(zs_cuda_attention_flash_fwd(NULL, NULL, buf, buf, buf, 1, 4, 64, 1, &e) ==
+                   ZS_ERR_INVALID);
+        TEST_CHECK(zs_cuda_attention_flash_fwd(NULL, &bf, buf, buf, buf, 1, 4, 24, 3, &e) ==
+                   ZS_ERR_INVALID);
+        TEST_CHECKF(strstr(e.msg, "head size 8") != NULL, "message: %s", e.msg);
+        TEST_CHECK(zs_cuda_attention_flash_bwd(NULL, &bf, buf, buf, buf, buf, buf, 1, 4, 288, 1,
+                                               &e) == ZS_ERR_INVALID);
+        TEST_CHECK(zs_cuda_attention_flash_fwd(NULL, &bf, buf + 1, buf, buf, 1, 4, 64, 1, &e) ==
+                   ZS_ERR_INVALID);
+        TEST_CHECKF(strstr(e.msg, "aligned") != NULL, "message: %s", e.msg);
+    }
     TEST_CHECK(zs_cuda_layernorm_fwd(NULL, &x, &x, &x, &x, &x, &x, 1, 0, &e) == ZS_ERR_INVALID);
     printf("argument checks: bad dtypes, NULL buffers, shapes and an uninitialised "
            "cuBLASLt context refused\n");
@@ -971,6 +993,67 @@ static void test_mixed(const shape_t *s, int dt)
     CK(cudaFree(dscr));
 }
 
+/* ---- fused (flash) attention (zs_cuda_flash.cu) ---------------------------------- */
+
+/* zs_cuda_attention_flash_fwd / _bwd against the CPU twins
+ * zs_op_attention_flash_*_mixed with the same dt: both round q, k, v (and
+ * dout) the same way and round the probabilities of the same key tiles
+ * (ZS_FLASH_BK) against the same running max, and dS, at the same points
+ * (zs_mixed.h), so they differ only by fp32 summation order and expf's ulp,
+ * except where an fp32 p or dS lies within that difference of a 16-bit
+ * rounding tie: cmp_mixed, as for the unfused mixed attention (every
+ * element within 4 16-bit unit roundoffs of max|cpu|, 99% within the fp32
+ * tolerances). lse involves no rounded intermediate: fp32 tolerances. The
+ * backward reads the CPU's out and lse (the same inputs on both sides).
+ * Outputs are poisoned (NaN) first; both ops run twice, bitwise equal. */
+static void test_flash(int B, int T, int C, int NH, int dt)
+{
+    const char *dn = dt == ZS_DTYPE_BF16 ? "bf16" : "fp16";
+    char nm[96];
+    printf("flash attention (%s), B=%d T=%d C=%d NH=%d (hs %d):\n", dn, B, T, C, NH, C / NH);
+    size_t nq = (size_t)B * T * 3 * C, nc = (size_t)B * T * C, nl = (size_t)B * NH * T;
+    size_t cap = zs_mixed_flash_bwd_elems(B, T, C);
+    float *hscr = xmalloc(cap * 4), *qkv = rnd(nq, 1), *dout = rnd(nc, 0.1f);
+    float *out = xmalloc(nc * 4), *lse = xmalloc(nl * 4), *dqkv = xmalloc(nq * 4);
+    zs_mixed_t hm = {dt, hscr, cap}, dm = {dt, NULL, 0};
+    TEST_CHECK(zs_op_attention_flash_fwd_mixed(NULL, &hm, out, lse, qkv, B, T, C, NH) == ZS_OK);
+    TEST_CHECK(zs_op_attention_flash_bwd_mixed(NULL, &hm, dqkv, dout, qkv, out, lse, B, T, C, NH) ==
+               ZS_OK);
+    float *g_qkv = up(qkv, nq * 4), *g_dout = up(dout, nc * 4), *g_cout = up(out, nc * 4),
+          *g_clse = up(lse, nl * 4), *g_out = dev(nc * 4), *g_lse = dev(nl * 4),
+          *g_dqkv = dev(nq * 4);
+    float *h[2][3];
+    for (int run = 0; run < 2; run++) {
+        CK(cudaMemsetAsync(g_out, 0xFF, nc * 4, cs));
+        CK(cudaMemsetAsync(g_lse, 0xFF, nl * 4, cs));
+        CK(cudaMemsetAsync(g_dqkv, 0xFF, nq * 4, cs));
+        TEST_OK(zs_cuda_attention_flash_fwd(cs, &dm, g_out, g_lse, g_qkv, B, T, C, NH, &err), err);
+        TEST_OK(zs_cuda_attention_flash_bwd(cs, &dm, g_dqkv, g_dout, g_qkv, g_cout, g_clse, B, T, C,
+                                            NH, &err),
+                err);
+        sync_ok();
+        h[run][0] = down(g_out, nc * 4);
+        h[run][1] = down(g_lse, nl * 4);
+        h[run][2] = down(g_dqkv, nq * 4);
+    }
+    snprintf(nm, sizeof nm, "%s flash_fwd out", dn);
+    cmp_mixed(nm, h[0][0], out, nc, dt);
+    snprintf(nm, sizeof nm, "%s flash_fwd lse", dn);
+    cmp_tol(nm, h[0][1], lse, nl, ATOL, RTOL);
+    snprintf(nm, sizeof nm, "%s flash_bwd dqkv", dn);
+    cmp_mixed(nm, h[0][2], dqkv, nq, dt);
+    cmp_repeat("flash_fwd out", h[1][0], h[0][0], nc * 4);
+    cmp_repeat("flash_fwd lse", h[1][1], h[0][1], nl * 4);
+    cmp_repeat("flash_bwd dqkv", h[1][2], h[0][2], nq * 4);
+    for (int run = 0; run < 2; run++)
+        for (int i = 0; i < 3; i++)
+            free(h[run][i]);
+    free(hscr), free(qkv), free(dout), free(out), free(lse), free(dqkv);
+    void *ds[] = {g_qkv, g_dout, g_cout, g_clse, g_out, g_lse, g_dqkv};
+    for (size_t i = 0; i < sizeof ds / sizeof ds[0]; i++)
+        CK(cudaFree(ds[i]));
+}
+
 int main(void)
 {
     test_args();
@@ -996,19 +1079,31 @@ int main(void)
     workspace = dev(ws);
     TEST_OK(zs_cuda_blas_init(&blas, workspace, ws, &err), err);
 
-    test_vec();
-    test_cast_rows();
-    test_gemm();
-    static const shape_t shapes[] = {
-        {"test model (tests/test_gpt.c)", 2, 8, 16, 2, 32},
-        {"test model, perturbed", 3, 17, 64, 4, 96},
-        {"GPT-2 width", 4, 64, 768, 12, 8192},
-    };
-    for (size_t i = 0; i < sizeof shapes / sizeof shapes[0]; i++)
-        test_gpt(&shapes[i]);
-    for (size_t i = 0; i < sizeof shapes / sizeof shapes[0]; i++) {
-        test_mixed(&shapes[i], ZS_DTYPE_BF16);
-        test_mixed(&shapes[i], ZS_DTYPE_F16);
+    /* ZS_TEST_CUDA_OPS=flash: only the flash cases (a quick loop while
+     * working on zs_cuda_flash.cu; the ctest runs everything) */
+    const char *only = getenv("ZS_TEST_CUDA_OPS");
+    int flash_only = only && strcmp(only, "flash") == 0;
+    if (!flash_only) {
+        test_vec();
+        test_cast_rows();
+        test_gemm();
+        static const shape_t shapes[] = {
+            {"test model (tests/test_gpt.c)", 2, 8, 16, 2, 32},
+            {"test model, perturbed", 3, 17, 64, 4, 96},
+            {"GPT-2 width", 4, 64, 768, 12, 8192},
+        };
+        for (size_t i = 0; i < sizeof shapes / sizeof shapes[0]; i++)
+            test_gpt(&shapes[i]);
+        for (size_t i = 0; i < sizeof shapes / sizeof shapes[0]; i++) {
+            test_mixed(&shapes[i], ZS_DTYPE_BF16);
+            test_mixed(&shapes[i], ZS_DTYPE_F16);
+        }
+    }
+    /* T not a multiple of the 64-row tiles (one and two tiles), hs 16 and 64 */
+    static const int flash_shapes[][2] = {{40, 16}, {72, 64}, {72, 16}, {40, 64}}; /* T, hs */
+    for (size_t i = 0; i < sizeof flash_shapes / sizeof flash_shapes[0]; i++) {
+        test_flash(2, flash_shapes[i][0], 3 * flash_shapes[i][1], 3, ZS_DTYPE_BF16);
+        test_flash(2, flash_shapes[i][0], 3 * flash_shapes[i][1], 3, ZS_DTYPE_F16);
     }
     printf("cuBLASLt: %lld GEMMs, %lld without a pedantic algorithm\n", blas.gemms,
            blas.non_pedantic);

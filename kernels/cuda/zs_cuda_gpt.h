@@ -193,6 +193,32 @@ int zs_cuda_attention_bwd_mixed(void *stream, zs_cuda_blas_t *blas, const zs_mix
                                 float *dqkv, float *scratch, const float *dout, const float *qkv,
                                 const float *att, int B, int T, int C, int NH, zs_err_t *err);
 
+/* ---- fused (flash) attention (zs_cuda_flash.cu) ----
+ * The twins of zs_op_attention_flash_*_mixed: causal self-attention that
+ * never materialises the [B, NH, T, T] probabilities, on tensor cores
+ * (nvcuda::wmma, m16n16k16) with every product's operands rounded to mx->dt
+ * (bf16 / fp16, zs_mixed.h's "flash" rounding points; mx->scratch is not
+ * used) and fp32 softmax statistics and sums. Refused with ZS_ERR_INVALID
+ * (nothing enqueued; the caller keeps the unfused ops): mx NULL or fp32,
+ * a head size hs = C / NH that is not a multiple of 16 up to 128, a buffer
+ * not 16-byte aligned. Deterministic: no atomics, every element summed by
+ * one block in a fixed order (bitwise repeats on the same GPU model).
+ * Against the CPU twin: fp32 rounding of other summation orders, and the
+ * 16-bit roundings of p and dS where those fp32 values differ by an ulp
+ * across a rounding tie. */
+
+/* out [B, T, C] and lse [B, NH, T] (natural log-sum-exp of each query row's
+ * scaled, masked scores) written (=) from qkv [B, T, 3C]. Shared memory:
+ * about 31 KiB + 640 * hs bytes per block of 128 threads (71 KiB at hs 64). */
+int zs_cuda_attention_flash_fwd(void *stream, const zs_mixed_t *mx, float *out, float *lse,
+                                const float *qkv, int B, int T, int C, int NH, zs_err_t *err);
+
+/* dqkv [B, T, 3C] written (=) from dout [B, T, C] and the forward's qkv,
+ * out and lse. A stream-ordered temporary of B * NH * T floats (D). */
+int zs_cuda_attention_flash_bwd(void *stream, const zs_mixed_t *mx, float *dqkv, const float *dout,
+                                const float *qkv, const float *out, const float *lse, int B, int T,
+                                int C, int NH, zs_err_t *err);
+
 #ifdef __cplusplus
 }
 #endif
