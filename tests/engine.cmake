@@ -17,3 +17,11 @@ target_compile_definitions(test_engine_shm PRIVATE ZS_MPIEXEC="${MPIEXEC_EXECUTA
                            ZS_TRAIN="$<TARGET_FILE:zs-train>"
                            ZS_TOKENIZE="$<TARGET_FILE:zs-tokenize>")
 add_dependencies(test_engine_shm zs_engine_worker zs-server zs-train zs-tokenize)
+# MiCS (mics_shard_size, mics_hierarchical_params_gather; docs/engine.md
+# "MiCS"): engine_worker at W = 4 with G = 2 against the single-process
+# reference, bytes within and across nodes (ZS_RANKS_PER_NODE), memory at
+# G = 2 vs 4, resume with another W and G from the servers, refusals.
+zs_add_test(test_mics SRCS test_mics.c LIBS zs_testproc TIMEOUT 900 LABELS integration)
+target_compile_definitions(test_mics PRIVATE ZS_MPIEXEC="${MPIEXEC_EXECUTABLE}"
+                           ZS_ENGINE_WORKER="$<TARGET_FILE:zs_engine_worker>")
+add_dependencies(test_mics zs_engine_worker zs-server)

@@ -10,9 +10,12 @@
  * collectives - and compares the engine's final parameters with it.
  *
  * Output (rank 0): one "stat step=.. loss=.. scale=.. skipped=.. lr=.. norm=.."
- * line per step, "mem ..." lines, "maxerr ..." with --ref; --out writes the
- * final fp32 parameters. --transport auto|shm|tcp: how the offloaded
- * gradients and parameters reach the servers (zs_engine_opts_t.transport).
+ * line per step (and every rank a "bytes rank=.. step=.." line: its
+ * collectives' bytes within and across nodes), "mem ..." lines, "maxerr ..." with --ref; --out
+ * writes the final fp32 parameters. --transport auto|shm|tcp: how the offloaded gradients and
+ * parameters reach the servers (zs_engine_opts_t.transport).
+ * --mics G [--mics-hier 1]: MiCS (mics_shard_size, its hierarchical gather);
+ * --qwz/--hpz/--qgz: the ZeRO++ keys (to see them refused beside MiCS).
  */
 #include <math.h>
 #include <mpi.h>
@@ -39,8 +42,11 @@ typedef struct {
     int rss_check;                 /* fail if RSS grows after step 5 */
     int spec;   /* super_offload: 0/1, 2: with speculate_every_step; -1: the config's default */
     int stream; /* stream_pulls: 0/1; -1: the config's default */
-    int spec_report; /* rank 0 prints the servers' speculation counters */
-    int transport;   /* zs_transport_t of --transport auto|shm|tcp (default auto) */
+    int spec_report;   /* rank 0 prints the servers' speculation counters */
+    int transport;     /* zs_transport_t of --transport auto|shm|tcp (default auto) */
+    int mics;          /* mics_shard_size (-1: off, the default) */
+    int mics_hier;     /* mics_hierarchical_params_gather */
+    int qwz, hpz, qgz; /* ZeRO++ keys (test_mics's refusals) */
 } args_t;
 
 static void fail(int rank, const char *what, const zs_err_t *err)
@@ -66,6 +72,8 @@ static void parse(int argc, char **argv, args_t *a)
     a->reuse = 1000000000;
     a->spec = -1;
     a->stream = -1;
+    a->mics = -1;
+    a->hpz = 1;
     for (int i = 1; i < argc; i++) {
         const char *k = argv[i], *v = i + 1 < argc ? argv[i + 1] : "";
 #define OPT(name) (!strcmp(k, name) && ++i)
@@ -121,6 +129,16 @@ static void parse(int argc, char **argv, args_t *a)
             a->spec = atoi(v);
         else if (OPT("--stream"))
             a->stream = atoi(v);
+        else if (OPT("--mics"))
+            a->mics = atoi(v);
+        else if (OPT("--mics-hier"))
+            a->mics_hier = atoi(v);
+        else if (OPT("--qwz"))
+            a->qwz = atoi(v);
+        else if (OPT("--hpz"))
+            a->hpz = atoi(v);
+        else if (OPT("--qgz"))
+            a->qgz = atoi(v);
         else if (OPT("--transport")) {
             a->transport = zs_transport_parse(v);
             if (a->transport < 0) {
@@ -164,11 +182,16 @@ static void make_config(const args_t *a, int W, zs_config_t *cfg)
              "   \"stage3_param_persistence_threshold\": %d,"
              "   \"stage3_prefetch_bucket_size\": %lld, \"stage3_max_live_parameters\": %lld,"
              "   \"stage3_max_reuse_distance\": %lld,"
+             "   \"mics_shard_size\": %d, \"mics_hierarchical_params_gather\": %s,"
+             "   \"zero_quantized_weights\": %s, \"zero_hpz_partition_size\": %d,"
+             "   \"zero_quantized_gradients\": %s,"
              "   \"offload_param\": {\"device\": \"%s\"},"
              "   \"offload_optimizer\": {\"device\": \"%s\"%s%s}}}",
              a->gas, a->clip, f16 ? "true" : "false", b16 ? "true" : "false", a->stage, a->bucket,
-             a->persist, (long long)a->prefetch, (long long)a->live, (long long)a->reuse,
-             a->offload_param ? "cpu" : "none", a->offload ? "cpu" : "none",
+             a->persist, (long long)a->prefetch, (long long)a->live, (long long)a->reuse, a->mics,
+             a->mics_hier ? "true" : "false", a->qwz ? "true" : "false", a->hpz,
+             a->qgz ? "true" : "false", a->offload_param ? "cpu" : "none",
+             a->offload ? "cpu" : "none",
              a->spec < 0    ? ""
              : a->spec == 2 ? ", \"super_offload\": true, \"speculate_every_step\": true"
              : a->spec > 0  ? ", \"super_offload\": true"
@@ -201,6 +224,15 @@ static void spec_counters(const char *servers, uint64_t out[3])
         out[2] += info[i].spec_elements;
     }
     zs_client_destroy(c);
+}
+
+/* Measured peak of category c over every space (the allocator's table). */
+static uint64_t zs__peak_cat(const zs_engine_mem_t *mm, int c)
+{
+    uint64_t n = 0;
+    for (int sp = 0; sp < ZS_NSPACES; sp++)
+        n += mm->measured.peak[sp][c];
+    return n;
 }
 
 #define MAX_STEPS 256
@@ -331,6 +363,15 @@ int main(int argc, char **argv)
             printf("stat step=%llu loss=%.7f scale=%g skipped=%d lr=%.6g norm=%.6g spec=%d\n",
                    (unsigned long long)st.step, st.loss, st.loss_scale, st.skipped, st.lr,
                    st.grad_norm, st.spec);
+        /* this rank's collectives' bytes of the step (test_mics) */
+        printf("bytes rank=%d step=%llu intra=%llu inter=%llu all_gather_inter=%llu "
+               "all_reduce_inter=%llu reduce_scatter_inter=%llu\n",
+               rank, (unsigned long long)st.step,
+               (unsigned long long)zs_coll_bytes_intra(&st.bytes),
+               (unsigned long long)zs_coll_bytes_inter(&st.bytes),
+               (unsigned long long)st.bytes.inter[ZS_COLL_K_ALL_GATHER],
+               (unsigned long long)st.bytes.inter[ZS_COLL_K_ALL_REDUCE],
+               (unsigned long long)st.bytes.inter[ZS_COLL_K_REDUCE_SCATTER]);
         if (a.ckpt_every && st.step % (uint64_t)a.ckpt_every == 0 && zs_engine_checkpoint(e, &err))
             fail(rank, "checkpoint", &err);
         if (a.rss_check && st.step == 5) {
@@ -349,7 +390,10 @@ int main(int argc, char **argv)
         for (int c = ZS_MEM_PARAMS; c <= ZS_MEM_OPTIMIZER; c++)
             for (int sp = 0; sp < ZS_NSPACES; sp++)
                 model += mm.measured.peak[sp][c];
-        printf("modelstate rank=%d bytes=%llu\n", rank, (unsigned long long)model);
+        printf("modelstate rank=%d bytes=%llu params=%llu grads=%llu optimizer=%llu\n", rank,
+               (unsigned long long)model, (unsigned long long)zs__peak_cat(&mm, ZS_MEM_PARAMS),
+               (unsigned long long)zs__peak_cat(&mm, ZS_MEM_GRADS),
+               (unsigned long long)zs__peak_cat(&mm, ZS_MEM_OPTIMIZER));
         if (zs_engine_print_mem(e, stdout, &err))
             fail(rank, "print mem", &err);
         if (zs_engine_mem_check(e, &err)) {

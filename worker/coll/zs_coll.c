@@ -8,6 +8,7 @@
  * not call MPI or NCCL.
  */
 #include <stdint.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "zs_coll.h"
@@ -31,6 +32,9 @@ static void peers(const zs_coll_t *c, uint64_t *in, uint64_t *out)
     uint64_t others = c->size > 1 ? (uint64_t)c->size - 1 : 0;
     if (c->scope == 1) {
         *in = others, *out = 0;
+    } else if (c->scope == 3) {
+        *in = (uint64_t)c->peers_in < others ? (uint64_t)c->peers_in : others;
+        *out = others - *in;
     } else if (c->scope == 2) {
         *in = 0, *out = others;
     } else {
@@ -59,22 +63,26 @@ void zs__coll_count(zs_coll_t *c, int kind, uint64_t block, int root)
 zs_coll_bytes_t zs_coll_bytes(const zs_coll_t *c)
 {
     zs_coll_bytes_t b = c->bytes;
-    const zs_coll_t *sub[2] = {c->intra, c->inter};
-    for (int j = 0; j < 2; j++)
-        for (int k = 0; sub[j] && k < ZS_COLL_NKINDS; k++) {
-            b.intra[k] += sub[j]->bytes.intra[k];
-            b.inter[k] += sub[j]->bytes.inter[k];
+    const zs_coll_t *sub[4] = {c->intra, c->inter, c->shard, c->replica};
+    for (int j = 0; j < 4; j++) {
+        if (!sub[j])
+            continue;
+        zs_coll_bytes_t x = zs_coll_bytes(sub[j]); /* a shard group's two hops too */
+        for (int k = 0; k < ZS_COLL_NKINDS; k++) {
+            b.intra[k] += x.intra[k];
+            b.inter[k] += x.inter[k];
         }
+    }
     return b;
 }
 
 void zs_coll_bytes_reset(zs_coll_t *c)
 {
     memset(&c->bytes, 0, sizeof c->bytes);
-    if (c->intra)
-        memset(&c->intra->bytes, 0, sizeof c->bytes);
-    if (c->inter)
-        memset(&c->inter->bytes, 0, sizeof c->bytes);
+    zs_coll_t *sub[4] = {c->intra, c->inter, c->shard, c->replica};
+    for (int j = 0; j < 4; j++)
+        if (sub[j])
+            zs_coll_bytes_reset(sub[j]);
 }
 
 uint64_t zs_coll_bytes_intra(const zs_coll_bytes_t *b)
@@ -346,5 +354,152 @@ int zs_coll_reduce_scatter_q8(zs_coll_t *c, void *buf, size_t count, zs_dtype_t 
              n = (uint64_t)c->topo.nnodes;
     c->bytes.intra[ZS_COLL_K_REDUCE_SCATTER_Q8] += l > 1 ? (l - 1) * n * rb : 0;
     c->bytes.inter[ZS_COLL_K_REDUCE_SCATTER_Q8] += n > 1 ? (n - 1) * rb : 0;
+    return zs__coll_done(c, done, err);
+}
+
+/* ---- MiCS: shard and replica groups, the two-hop gather ----------------------- */
+
+/* Every rank's node number (world communicator c): an all-gather of
+ * fp32 values (node numbers are exact) through a device buffer. */
+static int all_nodes(zs_coll_t *c, int *nodes, zs_err_t *err)
+{
+    size_t W = (size_t)c->size;
+    float *host = calloc(W, sizeof *host), *dbuf = NULL;
+    if (!host)
+        return zs_err_set(err, ZS_ERR_NOMEM, "mics: no memory");
+    int rc =
+        zs_dev_alloc(c->dev, ZS_SPACE_DEVICE, ZS_MEM_COMM, W * sizeof *host, (void **)&dbuf, err);
+    host[c->rank] = (float)c->topo.node;
+    if (rc == ZS_OK)
+        rc = zs_dev_memcpy(c->stream, dbuf, host, W * sizeof *host, err);
+    if (rc == ZS_OK)
+        rc = c->vt->all_gather(c, dbuf, 1, ZS_DTYPE_F32, err);
+    if (rc == ZS_OK)
+        rc = zs_dev_memcpy(c->stream, host, dbuf, W * sizeof *host, err);
+    int src = zs_dev_stream_sync(c->stream, rc ? NULL : err);
+    if (rc == ZS_OK)
+        rc = src;
+    for (size_t r = 0; rc == ZS_OK && r < W; r++)
+        nodes[r] = (int)host[r];
+    zs_dev_free(c->dev, dbuf);
+    free(host);
+    return rc;
+}
+
+/* A split of world c (vt->split) with peers_in counted from nodes[]:
+ * members are the ranks r with color_of(r) == color. */
+static int split_counted(zs_coll_t *c, const int *nodes, int G, int replica, zs_coll_t **out,
+                         zs_err_t *err)
+{
+    int color = replica ? c->rank % G : c->rank / G;
+    int rc = c->vt->split(c, color, c->rank, 3, out, err);
+    if (rc)
+        return rc;
+    int in = 0;
+    for (int r = 0; r < c->size; r++)
+        if (r != c->rank && (replica ? r % G : r / G) == color && nodes[r] == c->topo.node)
+            in++;
+    (*out)->peers_in = in;
+    return ZS_OK;
+}
+
+int zs_coll_mics(zs_coll_t *c, int G, int hier, int *two_hop, zs_err_t *err)
+{
+    if (two_hop)
+        *two_hop = 0;
+    if (c->scope != 0 || !c->intra)
+        return zs_err_set(err, ZS_ERR_INVALID, "mics: not a world communicator");
+    if (c->shard || c->replica)
+        return zs_err_set(err, ZS_ERR_STATE, "mics: the shard groups are built already");
+    if (G < 1 || G > c->size || c->size % G != 0)
+        return zs_err_set(err, ZS_ERR_INVALID,
+                          "mics_shard_size %d must divide the %d ranks (shard groups of equal "
+                          "size; %d is plain ZeRO)",
+                          G, c->size, c->size);
+    if (!c->vt->split)
+        return zs_err_set(err, ZS_ERR_INVALID, "mics: the %s collectives cannot split",
+                          c->vt->name);
+    const zs_coll_topo_t *t = &c->topo;
+    int L = t->local_size > 0 ? t->local_size : 1;
+    /* does any shard group span nodes? the same answer on every rank */
+    int *nodes = malloc((size_t)c->size * sizeof *nodes);
+    if (!nodes)
+        return zs_err_set(err, ZS_ERR_NOMEM, "mics: no memory");
+    int rc = zs_coll_sync(c, err);
+    if (rc == ZS_OK)
+        rc = all_nodes(c, nodes, err);
+    int spans = 0;
+    for (int r = 0; rc == ZS_OK && r < c->size; r++)
+        spans |= nodes[r] != nodes[r / G * G];
+    int hop2 = hier && spans;
+    if (rc == ZS_OK && hop2 && (!t->regular || G % L != 0))
+        rc = zs_err_set(err, ZS_ERR_INVALID,
+                        "mics_hierarchical_params_gather: the two-hop gather needs nodes of "
+                        "equal size with consecutive ranks (ZS_RANKS_PER_NODE, or mpirun "
+                        "placing ranks by node) and mics_shard_size %d a multiple of the %d "
+                        "ranks per node",
+                        G, L);
+    if (rc == ZS_OK)
+        rc = split_counted(c, nodes, G, 0, &c->shard, err);
+    if (rc == ZS_OK)
+        rc = split_counted(c, nodes, G, 1, &c->replica, err);
+    /* two hops: the group's ranks on this node (rank l), and its ranks of
+     * this local rank on its nodes (rank n); shard rank = n * L + l */
+    if (rc == ZS_OK && hop2)
+        rc = c->vt->split(c, c->rank / L, c->rank, 1, &c->shard->intra, err);
+    if (rc == ZS_OK && hop2)
+        rc = c->vt->split(c, (c->rank / G) * L + c->rank % L, c->rank, 2, &c->shard->inter, err);
+    if (rc == ZS_OK && hop2) {
+        zs_coll_t *s = c->shard;
+        if (s->intra->size != L || s->inter->size != G / L ||
+            s->rank != s->inter->rank * L + s->intra->rank)
+            rc = zs_err_set(err, ZS_ERR_INTERNAL,
+                            "mics: two-hop groups do not match the shard group (rank %d: %d = "
+                            "%d * %d + %d?)",
+                            c->rank, s->rank, s->inter->rank, L, s->intra->rank);
+    }
+    free(nodes);
+    if (rc == ZS_OK && two_hop)
+        *two_hop = hop2;
+    if (rc) {
+        /* a failed split leaves the job's collective state unknown; what was
+         * built goes with c */
+        zs_err_prefix(err, "mics: ");
+    }
+    return rc;
+}
+
+int zs_coll_all_gather_hier(zs_coll_t *c, void *buf, size_t count, zs_dtype_t dt, void *work,
+                            zs_stream_t *after, zs_event_t *done, zs_err_t *err)
+{
+    int rc = no_group(c, "zs_coll_all_gather_hier", err);
+    if (rc)
+        return rc;
+    if (!c->intra || !c->inter)
+        return zs_err_set(err, ZS_ERR_INVALID,
+                          "all_gather_hier: not a shard group with two-hop communicators");
+    size_t es = zs_dtype_size(dt);
+    if (es == 0)
+        return zs_err_set(err, ZS_ERR_INVALID, "all_gather_hier: dtype %d", (int)dt);
+    if (count == 0)
+        return zs__coll_done(c, done, err);
+    if (!buf || !work)
+        return zs_err_set(err, ZS_ERR_INVALID, "all_gather_hier: buf or work NULL");
+    size_t L = (size_t)c->intra->size, N = (size_t)c->inter->size;
+    size_t l = (size_t)c->intra->rank, n = (size_t)c->inter->rank, blk = count * es;
+    char *w = work, *b = buf;
+    rc = zs__coll_after(c, after, err);
+    if (rc == ZS_OK) /* hop 1 (across nodes): work's row l, column n is this block */
+        rc = zs_dev_memcpy(c->stream, w + (l * N + n) * blk, b + (size_t)c->rank * blk, blk, err);
+    if (rc == ZS_OK)
+        rc = zs_coll_all_gather(c->inter, w + l * N * blk, count, dt, NULL, NULL, err);
+    if (rc == ZS_OK) /* hop 2 (within the node): the rows */
+        rc = zs_coll_all_gather(c->intra, w, N * count, dt, NULL, NULL, err);
+    for (size_t ll = 0; ll < L && rc == ZS_OK; ll++)
+        for (size_t nn = 0; nn < N && rc == ZS_OK; nn++)
+            rc = zs_dev_memcpy(c->stream, b + (nn * L + ll) * blk, w + (ll * N + nn) * blk, blk,
+                               err);
+    if (rc != ZS_OK)
+        return zs_err_prefix(err, "all_gather_hier: ");
     return zs__coll_done(c, done, err);
 }

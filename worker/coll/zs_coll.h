@@ -131,6 +131,11 @@ typedef struct zs_coll_vtable {
      * ncclCommGetAsyncError while its stream work completes; this asks.
      * NULL: the stream's status is the whole answer (MPI). */
     int (*sync_check)(zs_coll_t *c, zs_err_t *err);
+    /* MiCS (zs_coll_mics): a sub-communicator of the ranks of world
+     * communicator c with the same `color`, ordered by `key`, on c's
+     * stream, with scope `scope` (zs_coll_t.scope). Collective over c;
+     * called with nothing queued on c's stream. */
+    int (*split)(zs_coll_t *c, int color, int key, int scope, zs_coll_t **out, zs_err_t *err);
 } zs_coll_vtable_t;
 
 struct zs_coll {
@@ -146,11 +151,19 @@ struct zs_coll {
     zs_event_t *pend[ZS_COLL_GROUP_MAX]; /* not owned */
     zs_coll_topo_t topo;                 /* set at create */
     zs_coll_bytes_t bytes;               /* counters, feeding thread only */
-    int scope;                           /* 0 world, 1 within a node, 2 across nodes */
+    int scope;    /* 0 world, 1 within a node, 2 across nodes, 3 mixed (peers_in) */
+    int peers_in; /* scope 3: the other ranks of this communicator on this rank's node */
     /* The node's ranks and one rank per node (same local rank): built at
      * create, once per job; NULL on a sub-communicator itself. They run on
      * this communicator's stream, in order with its collectives. */
     zs_coll_t *intra, *inter;
+    /* MiCS (zs_coll_mics, on a world communicator): the shard group's ranks
+     * (rank = place in the group) and the replica group's (the ranks with
+     * this shard rank in every group, rank = group number); NULL until
+     * built. A shard group with two-hop gathers carries its own intra
+     * (its ranks on this node) and inter (its ranks of this local rank)
+     * for zs_coll_all_gather_hier. Owned: destroyed with c. */
+    zs_coll_t *shard, *replica;
 };
 
 /* Communicator over MPI_COMM_WORLD on device `dev` (the CPU device; buffers
@@ -179,7 +192,8 @@ static inline const zs_coll_topo_t *zs_coll_topo(const zs_coll_t *c)
 {
     return &c->topo;
 }
-/* This communicator's counters plus its sub-communicators'. */
+/* This communicator's counters plus its sub-communicators' (node, MiCS,
+ * and theirs). */
 zs_coll_bytes_t zs_coll_bytes(const zs_coll_t *c);
 void zs_coll_bytes_reset(zs_coll_t *c);
 /* Sums over kinds. */
@@ -199,6 +213,44 @@ static inline zs_coll_t *zs_coll_inter(zs_coll_t *c)
 {
     return c->inter;
 }
+
+/* MiCS: build c->shard (the G consecutive ranks [g*G, (g+1)*G) holding
+ * rank, g = rank / G) and c->replica (the ranks r' with r' % G == rank % G,
+ * ordered by rank) on world communicator c, once (ZS_ERR_STATE the second
+ * time). Each counts its bytes per peer from where its members are
+ * (scope 3). hier: when a shard group spans nodes, also its two-hop
+ * communicators (shard->intra, shard->inter) for zs_coll_all_gather_hier;
+ * that needs a regular topology (zs_coll_topo_t.regular) and G a multiple
+ * of the ranks per node, else ZS_ERR_INVALID. *two_hop (may be NULL) = 1
+ * when they were built (0: hier off, or every shard group lies within a
+ * node, where one hop is all there is). Refused (ZS_ERR_INVALID, on every
+ * rank alike) unless 1 <= G <= W and G divides W, or on a
+ * sub-communicator, or where the backend cannot split. Collective over c;
+ * waits for c's stream first. */
+int zs_coll_mics(zs_coll_t *c, int G, int hier, int *two_hop, zs_err_t *err);
+
+static inline zs_coll_t *zs_coll_shard(zs_coll_t *c)
+{
+    return c->shard;
+}
+static inline zs_coll_t *zs_coll_replica(zs_coll_t *c)
+{
+    return c->replica;
+}
+
+/* MiCS's hierarchical all-gather, in place like zs_coll_all_gather, on a
+ * shard communicator c with two-hop communicators (zs_coll_mics, hier):
+ * its ranks are n*L + l (n: node within the group, l: local rank). Hop 1,
+ * across nodes: this rank's block is all-gathered with the group's ranks
+ * of local rank l (c->inter), into work; hop 2, within the node: those N
+ * blocks are all-gathered with the node's ranks of the group (c->intra);
+ * then work's [l][n] blocks are copied to buf's [n][l]. Per rank, count
+ * bytes cross nodes to N - 1 peers (L times fewer than a flat gather's G -
+ * L), N * count stay in the node; counted as ZS_COLL_K_ALL_GATHER by the
+ * two sub-communicators. work: c->size * count elements of dt, device
+ * memory, the caller's (reusable after `done`). Not inside a group. */
+int zs_coll_all_gather_hier(zs_coll_t *c, void *buf, size_t count, zs_dtype_t dt, void *work,
+                            zs_stream_t *after, zs_event_t *done, zs_err_t *err);
 
 /* Make c's stream wait for `after`'s work so far (no-op for NULL). */
 int zs__coll_after(zs_coll_t *c, zs_stream_t *after, zs_err_t *err);

@@ -564,10 +564,10 @@ static void mpi_destroy(zs_coll_t *c)
         zs_dev_stream_destroy(c->stream); /* waits for the subs' work too */
     if (c->after_ev)
         zs_dev_event_destroy(c->after_ev);
-    if (c->intra)
-        mpi_destroy(c->intra);
-    if (c->inter)
-        mpi_destroy(c->inter);
+    zs_coll_t *sub[4] = {c->intra, c->inter, c->shard, c->replica};
+    for (int j = 0; j < 4; j++)
+        if (sub[j])
+            mpi_destroy(sub[j]);
     free_mpi(m);
 }
 
@@ -682,6 +682,8 @@ static int mpi_reduce_scatter_q8(zs_coll_t *c, void *buf, size_t count, zs_dtype
     return zs_dev_host_fn(c->stream, run_rsq8, &j, sizeof j, err);
 }
 
+static int mpi_split(zs_coll_t *c, int color, int key, int scope, zs_coll_t **out, zs_err_t *err);
+
 static const zs_coll_vtable_t mpi_vt = {
     .name = "mpi",
     .reduce_scatter = mpi_reduce_scatter,
@@ -693,6 +695,7 @@ static const zs_coll_vtable_t mpi_vt = {
     .q8_pack = mpi_q8_pack,
     .q8_unpack = mpi_q8_unpack,
     .reduce_scatter_q8 = mpi_reduce_scatter_q8,
+    .split = mpi_split,
 };
 
 /* ---- construction ------------------------------------------------------------ */
@@ -779,9 +782,24 @@ static int make_sub(coll_mpi_t *m, MPI_Comm from, int scope, zs_coll_t **out, zs
         return rc;
     }
     s->base.topo = m->base.topo;
-    MPI_Comm_set_name(s->comm, scope == 1 ? "zeroshard-intra" : "zeroshard-inter");
+    MPI_Comm_set_name(s->comm, scope == 1   ? "zeroshard-intra"
+                               : scope == 2 ? "zeroshard-inter"
+                                            : "zeroshard-mics");
     *out = &s->base;
     return ZS_OK;
+}
+
+/* MiCS's groups (zs_coll_vtable_t.split): an MPI split of the world's
+ * communicator, from the caller's thread (zs_coll_mics waited for the
+ * stream), made a sub-communicator on the world's stream. */
+static int mpi_split(zs_coll_t *c, int color, int key, int scope, zs_coll_t **out, zs_err_t *err)
+{
+    coll_mpi_t *m = (coll_mpi_t *)c;
+    if (is_broken(m))
+        return refuse_broken(m, "split", err);
+    MPI_Comm g = MPI_COMM_NULL;
+    int rc = ZS_MPI_CHECK(err, c->rank, HINT_COLL, MPI_Comm_split, m->comm, color, key, &g);
+    return rc ? rc : make_sub(m, g, scope, out, err);
 }
 
 /* The topology and the intra-node and inter-node communicators, once per

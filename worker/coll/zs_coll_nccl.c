@@ -421,11 +421,11 @@ static void nccl_destroy(zs_coll_t *zc)
     zs__coll_nccl_t *c = (zs__coll_nccl_t *)zc;
     zs_err_t e;
     /* the sub-communicators first: they borrow this one's stream */
-    if (zc->intra)
-        nccl_destroy(zc->intra);
-    if (zc->inter)
-        nccl_destroy(zc->inter);
-    zc->intra = zc->inter = NULL;
+    zs_coll_t *sub[4] = {zc->intra, zc->inter, zc->shard, zc->replica};
+    for (int j = 0; j < 4; j++)
+        if (sub[j])
+            nccl_destroy(sub[j]);
+    zc->intra = zc->inter = zc->shard = zc->replica = NULL;
     if (c->comm && zs__nccl_refuse(c, "destroy", &e) == ZS_OK)
         zs__nccl_wait_all(c, &e); /* on timeout it aborts the communicator */
     zs__nccl_watchdog_stop(c);
@@ -474,8 +474,11 @@ static int nccl_q8_unpack(zs_coll_t *zc, void *dst, zs_dtype_t dt, const void *r
     return rc ? rc : zs_cuda_quant_unpack(c->cs, dst, dt, rec, n, nrec, err);
 }
 
+static int nccl_split(zs_coll_t *zc, int color, int key, int scope, zs_coll_t **out, zs_err_t *err);
+
 static const zs_coll_vtable_t nccl_vt = {
     .name = "nccl",
+    .split = nccl_split,
     .reduce_scatter = nccl_reduce_scatter,
     .all_gather = nccl_all_gather,
     .all_reduce = nccl_all_reduce,
@@ -536,6 +539,11 @@ static int bring_up(zs__coll_nccl_t *c, const zs_nccl_boot_t *b, zs_err_t *err)
     return rc;
 }
 
+static const char *scope_name(int scope)
+{
+    return scope == 1 ? "intra-node" : scope == 2 ? "inter-node" : "MiCS group";
+}
+
 /* A communicator of the ranks of `group` (an MPI split of the world) on
  * w's stream: the group's first rank makes the unique id and broadcasts it
  * with its status over the group, then every member inits its NCCL
@@ -564,8 +572,7 @@ static int make_sub(zs__coll_nccl_t *w, MPI_Comm group, int scope, zs_coll_t **o
     if (mrc != MPI_SUCCESS)
         return mpi_fail(mrc, "MPI_Bcast (node communicators)", w->base.rank, err);
     if (pkt.status)
-        return zs_err_set(err, pkt.status, "%s communicator: %.260s",
-                          scope == 1 ? "intra-node" : "inter-node", pkt.msg);
+        return zs_err_set(err, pkt.status, "%s communicator: %.260s", scope_name(scope), pkt.msg);
     memcpy(b.id, &pkt.id, sizeof b.id);
     zs__coll_nccl_t *c = calloc(1, sizeof *c);
     if (!c)
@@ -587,12 +594,28 @@ static int make_sub(zs__coll_nccl_t *w, MPI_Comm group, int scope, zs_coll_t **o
     pthread_cond_init(&c->cv, NULL);
     int rc = bring_up(c, &b, err);
     if (rc) {
-        zs_err_prefix(err, "%s communicator: ", scope == 1 ? "intra-node" : "inter-node");
+        zs_err_prefix(err, "%s communicator: ", scope_name(scope));
         nccl_destroy(&c->base);
         return rc;
     }
     *out = &c->base;
     return ZS_OK;
+}
+
+/* MiCS's groups (zs_coll_vtable_t.split): an MPI split of MPI_COMM_WORLD
+ * (whose ranks are this communicator's, see boot), then an NCCL
+ * communicator of the group on the world's stream, as make_sub. From the
+ * caller's thread; collective over every rank. */
+static int nccl_split(zs_coll_t *zc, int color, int key, int scope, zs_coll_t **out, zs_err_t *err)
+{
+    zs__coll_nccl_t *w = (zs__coll_nccl_t *)zc;
+    MPI_Comm g = MPI_COMM_NULL;
+    int mrc = MPI_Comm_split(MPI_COMM_WORLD, color, key, &g);
+    if (mrc != MPI_SUCCESS)
+        return mpi_fail(mrc, "MPI_Comm_split (MiCS groups)", zc->rank, err);
+    int rc = make_sub(w, g, scope, out, err);
+    MPI_Comm_free(&g);
+    return rc;
 }
 
 int zs_coll_nccl_create(zs_dev_t *dev, int timeout_ms, zs_coll_t **out, zs_err_t *err)

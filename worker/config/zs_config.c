@@ -180,8 +180,6 @@ static const char *const ZERO_NOT_IMPLEMENTED[] = {"load_from_fp32_weights",
                                                    "legacy_stage1",
                                                    "zero_quantized_nontrainable_weights",
                                                    "zeropp_loco_param",
-                                                   "mics_shard_size",
-                                                   "mics_hierarchical_params_gather",
                                                    "memory_efficient_linear",
                                                    "pipeline_loading_checkpoint",
                                                    "override_module_apply",
@@ -571,7 +569,7 @@ static int parse_offload(pctx_t *c, const cJSON *o, const char *path, const char
 #define NE_GATHER_16BIT "no effect: checkpoints keep the fp32 master weights on the servers"
 
 /* zero_optimization fields with their DeepSpeed aliases. */
-enum { ZF_SIZE, ZF_BOOL };
+enum { ZF_SIZE, ZF_BOOL, ZF_SHARD }; /* ZF_SHARD: -1 (off) or a count */
 typedef struct zfield {
     const char *names[3]; /* canonical first; NULL-terminated */
     int kind;
@@ -614,6 +612,11 @@ static const zfield_t ZFIELDS[] = {
     {{"zero_quantized_weights", NULL, NULL},
      ZF_BOOL,
      offsetof(zs_config_t, zero_quantized_weights),
+     NULL},
+    {{"mics_shard_size", NULL, NULL}, ZF_SHARD, offsetof(zs_config_t, mics_shard_size), NULL},
+    {{"mics_hierarchical_params_gather", NULL, NULL},
+     ZF_BOOL,
+     offsetof(zs_config_t, mics_hierarchical_params_gather),
      NULL},
     {{"stage3_prefetch_bucket_size", "prefetch_bucket_size", NULL},
      ZF_SIZE,
@@ -709,6 +712,8 @@ static int parse_zero(pctx_t *c, const cJSON *o, zs_config_t *cfg, pstate_t *st)
             void *dst = (char *)cfg + ZFIELDS[f].off;
             if (ZFIELDS[f].kind == ZF_SIZE)
                 rc = zs__cfg_get_int(c, it, p, 0, INT64_MAX / 4, (int64_t *)dst);
+            else if (ZFIELDS[f].kind == ZF_SHARD)
+                rc = zs__cfg_get_int(c, it, p, -1, INT32_MAX, (int64_t *)dst);
             else
                 rc = zs__cfg_get_bool(c, it, p, (int *)dst);
             if (rc != ZS_OK)
@@ -888,6 +893,8 @@ void zs_config_defaults(zs_config_t *cfg)
     cfg->zero_quantized_weights = 0;
     cfg->zero_hpz_partition_size = 1;
     cfg->zero_quantized_gradients = 0;
+    cfg->mics_shard_size = -1;
+    cfg->mics_hierarchical_params_gather = 0;
     cfg->act_ckpt = 0;
     cfg->act_ckpt_cpu = 0;
 }

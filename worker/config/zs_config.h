@@ -127,6 +127,13 @@ typedef struct zs_config {
     int64_t zero_hpz_partition_size; /* hpZ (default 1: off): > 1 keeps a secondary partition
                                       * over this many ranks, which must be the ranks per node
                                       * (checked by the engine); stage 3 only */
+    int64_t mics_shard_size;         /* MiCS (default -1: off; 0 is off too, as in DeepSpeed): G > 0
+                                      * partitions within shard groups of G consecutive ranks and
+                                      * replicates across W / G groups (G must divide W, checked by
+                                      * the engine; G = W is plain ZeRO-3); stage 3 only */
+    int mics_hierarchical_params_gather; /* MiCS (default 0): a shard group spanning nodes
+                                          * gathers in two hops (across nodes, then within
+                                          * the node); no effect within a node */
 
     /* activation_checkpointing (zs_config_actckpt.c): the section given
      * means the GPT checkpoints every block (zs_gpt_set_checkpointing) */

@@ -174,6 +174,12 @@ static void collect(const zs_config_t *cfg, int all, lines_t *ls)
         cfg->zero_quantized_gradients ? "int8 records, within the node then across" : NULL, NULL);
     put(ls, "zero_optimization.zero_quantized_weights", tf(cfg->zero_quantized_weights),
         cfg->zero_quantized_weights ? "int8 blocks of 4096, fp32 scales" : NULL, NULL);
+    put(ls, "zero_optimization.mics_shard_size", fmt_i(cfg->mics_shard_size, b),
+        cfg->mics_shard_size > 0 ? "MiCS: partitioned within groups of this many ranks" : NULL,
+        NULL);
+    put(ls, "zero_optimization.mics_hierarchical_params_gather",
+        tf(cfg->mics_hierarchical_params_gather),
+        cfg->mics_hierarchical_params_gather ? "two hops where a group spans nodes" : NULL, NULL);
     put(ls, "activation_checkpointing", cfg->act_ckpt ? "every GPT block" : "off",
         cfg->act_ckpt ? "(section given)" : "(no section)", cfg->act_ckpt ? "on" : "off");
     if (all || cfg->act_ckpt)

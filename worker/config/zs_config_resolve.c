@@ -122,6 +122,33 @@ int zs_config_resolve(zs_config_t *cfg, int world_size, zs_err_t *err)
                           "parameter all-gathers (ZeRO++ qwZ), but stage is %d (hint: stage 3, "
                           "or drop the key)",
                           cfg->stage);
+    if (cfg->mics_shard_size > 0 && cfg->stage != 3)
+        return zs_err_set(err, ZS_ERR_INVALID,
+                          "zero_optimization.mics_shard_size: %lld partitions stage 3's "
+                          "parameters within shard groups (MiCS), but stage is %d (hint: stage "
+                          "3, or -1)",
+                          (long long)cfg->mics_shard_size, cfg->stage);
+    if (cfg->mics_hierarchical_params_gather && cfg->mics_shard_size <= 0)
+        return zs_err_set(err, ZS_ERR_INVALID,
+                          "zero_optimization.mics_hierarchical_params_gather: gathers MiCS's "
+                          "shard groups in two hops, but mics_shard_size is %lld (off; hint: set "
+                          "it, or drop the key)",
+                          (long long)cfg->mics_shard_size);
+    if (cfg->mics_shard_size > 0 && cfg->zero_hpz_partition_size > 1)
+        return zs_err_set(err, ZS_ERR_INVALID,
+                          "zero_optimization.mics_shard_size %lld with zero_hpz_partition_size "
+                          "%lld: hpZ is not combined with MiCS here (hint: one of them)",
+                          (long long)cfg->mics_shard_size, (long long)cfg->zero_hpz_partition_size);
+    if (cfg->mics_shard_size > 0 && cfg->zero_quantized_gradients)
+        return zs_err_set(err, ZS_ERR_INVALID,
+                          "zero_optimization.mics_shard_size %lld with zero_quantized_gradients: "
+                          "qgZ is not combined with MiCS here (hint: one of them)",
+                          (long long)cfg->mics_shard_size);
+    if (cfg->mics_shard_size > 0 && cfg->zero_quantized_weights)
+        return zs_err_set(err, ZS_ERR_INVALID,
+                          "zero_optimization.mics_shard_size %lld with zero_quantized_weights: "
+                          "qwZ is not combined with MiCS here (hint: one of them)",
+                          (long long)cfg->mics_shard_size);
     if (!(cfg->gradient_clipping >= 0.0) || !isfinite(cfg->gradient_clipping))
         return zs_err_set(err, ZS_ERR_RANGE, "gradient_clipping: %g must be >= 0",
                           cfg->gradient_clipping);

@@ -211,7 +211,7 @@ static int make_layout(zs_engine_t *e, uint64_t cap, zs_err_t *err)
     e->ngslot = e->ngen + early;
     /* a second reduce buffer overlaps one bucket's reduction with the next
      * bucket's cast; at W = 1 the reduction is the identity, so one does */
-    int want = e->W > 1 ? ZS_COMM_SLOTS : 1;
+    int want = e->Wd > 1 ? ZS_COMM_SLOTS : 1;
     e->ncslot = want < nb ? want : nb;
     e->gslot = calloc((size_t)e->ngslot, sizeof *e->gslot);
     if (!e->gslot)
@@ -400,6 +400,11 @@ static int alloc_state(zs_engine_t *e, zs_err_t *err)
         ZS_ENG_TRY(zs__eng_alloc(e, ZS_SPACE_DEVICE, ZS_MEM_HPZ, e->sec_bytes, &e->sec,
                                  "hpZ secondary partition", err));
     }
+    if (e->mics_hier) { /* MiCS's two-hop gathers: the work of one segment */
+        e->hbuf_bytes = e->max_seg_pad * e->esz;
+        ZS_ENG_TRY(zs__eng_alloc(e, ZS_SPACE_DEVICE, ZS_MEM_COMM, e->hbuf_bytes, &e->hbuf,
+                                 "MiCS two-hop gather work", err));
+    }
     if (e->stage == 3 && e->cfg.zero_quantized_weights) {
         e->qbuf_bytes = (uint64_t)e->W * zs_quant_record_bytes(e->max_seg_pad / (uint64_t)e->W);
         ZS_ENG_TRY(zs__eng_alloc(e, ZS_SPACE_DEVICE, ZS_MEM_COMM, e->qbuf_bytes, &e->qbuf,
@@ -492,7 +497,7 @@ static int alloc_staging(zs_engine_t *e, int transport, zs_err_t *err)
             return rc;
         }
     }
-    if (e->rank == 0) /* auto's reasons, or --transport tcp: the log says which, always */
+    if (e->wrank == 0) /* auto's reasons, or --transport tcp: the log says which, always */
         ZS_INFO("offload staging in pinned memory: %s", why.msg);
     return zs__eng_alloc(e, ZS_SPACE_PINNED, ZS_MEM_COMM, bytes, &e->staging, "offload staging",
                          err);
@@ -509,8 +514,9 @@ int zs_engine_create(const zs_engine_opts_t *o, const zs_model_t *model, zs_engi
     e->coll = o->coll;
     e->dev = o->coll->dev;
     e->comm = zs_coll_stream(o->coll);
-    e->rank = o->coll->rank;
-    e->W = o->coll->size;
+    e->rank = e->wrank = o->coll->rank;
+    e->W = e->Wd = o->coll->size;
+    e->pc = o->coll;
     e->stage = e->cfg.stage;
     e->offload = e->cfg.offload_optimizer;
     e->offload_param = e->cfg.offload_param && e->stage == 3;
@@ -532,6 +538,8 @@ int zs_engine_create(const zs_engine_opts_t *o, const zs_model_t *model, zs_engi
         rc = e->m.set_param_dtype(e->m.self, e->dt, err);
         e->params16 = rc == ZS_OK;
     }
+    if (!rc)
+        rc = zs__eng_mics_setup(e, err);
     if (!rc)
         rc = hpz_setup(e, err);
     if (!rc)
@@ -605,6 +613,7 @@ void zs_engine_destroy(zs_engine_t *e)
     zs_dev_free(e->dev, e->qbuf);
     zs_dev_free(e->dev, e->sec);
     zs_dev_free(e->dev, e->rsq);
+    zs_dev_free(e->dev, e->hbuf);
     for (int k = 0; e->s && k < e->ns; k++)
         zs_dev_event_destroy(e->s[k].gev);
     for (int i = 0; e->gslot && i < e->ngslot; i++) {

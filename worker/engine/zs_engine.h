@@ -141,6 +141,8 @@ typedef struct zs_engine zs_engine_t;
 #define ZS_ENGINE_DEBUG_KEEP_GRADS                                                                 \
     8u /* stages 2-3 with offload_optimizer: keep a gradient partition on the                      \
         * device as well (what the engine did before issue 16) */
+#define ZS_ENGINE_DEBUG_MICS_NO_ALLREDUCE                                                          \
+    16u /* MiCS: skip the gradient all-reduce across the replica groups */
 
 typedef struct zs_engine_opts {
     const zs_config_t *cfg; /* resolved for coll->size; copied */

@@ -58,7 +58,7 @@ int zs__eng_set_manifest(zs_engine_t *e, const char *manifest, zs_err_t *err)
         return ZS_OK;
     size_t n = strlen(manifest);
     if (META_BYTES + 4 + n > ZS_CLIENT_USER_META_MAX) {
-        if (e->rank == 0)
+        if (e->wrank == 0)
             ZS_WARN("model manifest of %zu bytes does not fit a checkpoint's %u bytes of client "
                     "state: checkpoints carry none (zs-ctl export will refuse them)",
                     n, ZS_CLIENT_USER_META_MAX);
@@ -103,7 +103,7 @@ int zs_engine_start(zs_engine_t *e, zs_err_t *err)
     if (!e->client)
         return ZS_OK;
     int rc = ZS_OK;
-    if (e->rank == 0) {
+    if (e->wrank == 0) {
         float *w = malloc((e->P ? e->P : 1) * 4);
         if (!w)
             rc = zs_err_set(err, ZS_ERR_NOMEM, "out of memory");
@@ -169,9 +169,10 @@ static int move_state(zs_engine_t *e, int to_servers, zs_err_t *err)
     return rc;
 }
 
+/* MiCS: shard group 0 only (the others hold the same partitions). */
 static int upload_state(zs_engine_t *e, zs_err_t *err)
 {
-    return move_state(e, 1, err);
+    return e->rgroup == 0 ? move_state(e, 1, err) : ZS_OK;
 }
 
 static int checkpoint(zs_engine_t *e, zs_err_t *err)
@@ -193,14 +194,14 @@ static int checkpoint(zs_engine_t *e, zs_err_t *err)
     }
     rc = zs__eng_agree(e, rc, err);
     if (!rc && !e->offload) {
-        if (e->rank == 0)
+        if (e->wrank == 0)
             rc = zs_client_set_step(e->client, e->step, e->t, err);
         rc = zs__eng_agree(e, rc, err);
         if (!rc)
             rc = zs__eng_agree(e, upload_state(e, err), err);
     }
     if (!rc) {
-        if (e->rank == 0)
+        if (e->wrank == 0)
             rc = zs_client_checkpoint_meta(e->client, e->step, 0, meta, len, err);
         rc = zs__eng_agree(e, rc, err);
     }
@@ -214,8 +215,8 @@ int zs_engine_newest_checkpoint(zs_engine_t *e, uint64_t *step, zs_err_t *err)
     ZS_ENG_TRY(need_servers(e, "listing checkpoints", err));
     uint64_t steps[ZS_CLIENT_MAX_CKPTS];
     size_t n = 0;
-    int rc = e->rank == 0 ? zs_client_checkpoints(e->client, steps, ZS_CLIENT_MAX_CKPTS, &n, err)
-                          : ZS_OK;
+    int rc = e->wrank == 0 ? zs_client_checkpoints(e->client, steps, ZS_CLIENT_MAX_CKPTS, &n, err)
+                           : ZS_OK;
     ZS_ENG_TRY(zs__eng_agree(e, rc, err));
     /* rank 0's answer to every rank, in 16-bit pieces (exact in fp32) */
     uint64_t v = n ? steps[(n < ZS_CLIENT_MAX_CKPTS ? n : ZS_CLIENT_MAX_CKPTS) - 1] : 0;
@@ -245,7 +246,7 @@ int zs_engine_resume(zs_engine_t *e, uint64_t want, uint64_t *step_out, zs_err_t
     float msg[1 + (META_BYTES + 3) / 4];
     memset(msg, 0, sizeof msg);
     int rc = ZS_OK;
-    if (e->rank == 0) {
+    if (e->wrank == 0) {
         uint64_t steps[ZS_CLIENT_MAX_CKPTS];
         size_t n = 0, len = 0;
         rc = zs_client_hello(e->client, e->model_name, e->P, NULL, err);
@@ -295,9 +296,9 @@ int zs_engine_resume(zs_engine_t *e, uint64_t want, uint64_t *step_out, zs_err_t
     float code = (float)rc;
     ZS_ENG_TRY(zs_coll_broadcast_host(e->coll, &code, 1, ZS_DTYPE_F32, 0, err));
     if ((int)code == ZS_ERR_NOTFOUND)
-        return e->rank == 0 ? rc
-                            : zs_err_set(err, ZS_ERR_NOTFOUND,
-                                         "no checkpoint is complete on every server (rank 0)");
+        return e->wrank == 0 ? rc
+                             : zs_err_set(err, ZS_ERR_NOTFOUND,
+                                          "no checkpoint is complete on every server (rank 0)");
     ZS_ENG_TRY(zs__eng_agree(e, rc, err));
     ZS_ENG_TRY(zs_coll_broadcast_host(e->coll, msg, sizeof msg / 4, ZS_DTYPE_F32, 0, err));
     const uint8_t *meta = (const uint8_t *)&msg[1];
@@ -306,7 +307,7 @@ int zs_engine_resume(zs_engine_t *e, uint64_t want, uint64_t *step_out, zs_err_t
     if (rc)
         rc = zs_err_set(err, ZS_ERR_CORRUPT, "checkpoint %llu: bad loss-scaler state",
                         (unsigned long long)step);
-    if (!rc && e->rank != 0)
+    if (!rc && e->wrank != 0)
         rc = zs_client_hello(e->client, e->model_name, e->P, NULL, err);
     ZS_ENG_TRY(zs__eng_agree(e, rc, err));
 
@@ -348,7 +349,7 @@ int zs_engine_resume(zs_engine_t *e, uint64_t want, uint64_t *step_out, zs_err_t
         for (int k = 0; k < e->ns && !rc; k++) {
             zs__seg_t *s = &e->s[k];
             for (int x = 0; x < 3 && !rc && s->n; x++)
-                rc = zs_coll_all_gather(e->coll, t3[x] + s->pbase, s->part, ZS_DTYPE_F32,
+                rc = zs_coll_all_gather(e->pc, t3[x] + s->pbase, s->part, ZS_DTYPE_F32,
                                         x == 0 && k == 0 ? e->compute : NULL, NULL, err);
         }
         if (!rc)
@@ -368,8 +369,8 @@ int zs_engine_resume(zs_engine_t *e, uint64_t want, uint64_t *step_out, zs_err_t
     ZS_ENG_TRY(zs__eng_after_update(e, err));
     if (step_out)
         *step_out = step;
-    if (e->rank == 0)
+    if (e->wrank == 0)
         ZS_INFO("resumed at step %llu (Adam t=%llu, loss scale %g) with %d workers",
-                (unsigned long long)step, (unsigned long long)t, e->ls.scale, e->W);
+                (unsigned long long)step, (unsigned long long)t, e->ls.scale, e->Wd);
     return ZS_OK;
 }

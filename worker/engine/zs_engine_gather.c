@@ -135,6 +135,15 @@ static int gather_in_node(zs_engine_t *e, zs__seg_t *s, zs_err_t *err)
     return gather_done(e, s, err);
 }
 
+int zs__eng_gather_pc(zs_engine_t *e, zs__seg_t *s, zs_err_t *err)
+{
+    if (e->qbuf) /* qwZ: int8 records on the wire, dequantized into the gather buffer */
+        return zs_coll_all_gather_q8(e->pc, s->gbuf, s->part, e->dt, e->qbuf, NULL, NULL, err);
+    if (e->hbuf) /* MiCS over nodes: across nodes, then within the node */
+        return zs_coll_all_gather_hier(e->pc, s->gbuf, s->part, e->dt, e->hbuf, NULL, NULL, err);
+    return zs_coll_all_gather(e->pc, s->gbuf, s->part, e->dt, NULL, NULL, err);
+}
+
 int zs__eng_gather_seg(zs_engine_t *e, int k, zs_err_t *err)
 {
     zs__seg_t *s = &e->s[k];
@@ -161,11 +170,7 @@ int zs__eng_gather_seg(zs_engine_t *e, int k, zs_err_t *err)
         return gather_in_node(e, s, err);
     ZS_ENG_TRY(zs_dev_memcpy(e->comm, zs__at(e, s->gbuf, (uint64_t)e->rank * s->part),
                              zs__at(e, e->params, s->qbase), s->part * e->esz, err));
-    if (e->qbuf) /* qwZ: int8 records on the wire, dequantized into the gather buffer */
-        ZS_ENG_TRY(
-            zs_coll_all_gather_q8(e->coll, s->gbuf, s->part, e->dt, e->qbuf, NULL, NULL, err));
-    else
-        ZS_ENG_TRY(zs_coll_all_gather(e->coll, s->gbuf, s->part, e->dt, NULL, NULL, err));
+    ZS_ENG_TRY(zs__eng_gather_pc(e, s, err));
     if (e->hpz && !s->persistent) { /* keep this node's slice for the step's later gathers */
         uint64_t m = s->n_pad / (uint64_t)e->hpz, l = (uint64_t)zs_coll_topo(e->coll)->local_rank;
         ZS_ENG_TRY(zs_dev_memcpy(e->comm, zs__at(e, e->sec, s->sbase), zs__at(e, s->gbuf, l * m),

@@ -23,6 +23,11 @@
  *            together as soon as the backward of their first layer is done.
  *            Stages 0-2: one segment each; stage 3: consecutive layers up to
  *            reduce_bucket_size elements.
+ * MiCS (mics_shard_size G < W, stage 3): W and rank below are the shard
+ * group's (G, the place in it): everything is partitioned within the
+ * group and replicated across the W / G groups; Wd and wrank are the
+ * data-parallel world's (batches, the loss, the gradient scale, rank 0's
+ * duties with the servers). Without MiCS they are equal.
  * Full buffers (Ppad elements) hold segment s at pbase[s]; partition
  * buffers (Ppad / W) at qbase[s] = pbase[s] / W. Flat (server) index of slot
  * k < n of segment s is off[s] + k.
@@ -97,7 +102,19 @@ typedef struct zs__gfree {
 struct zs_engine {
     zs_config_t cfg;
     zs_model_t m;
-    zs_coll_t *coll;
+    zs_coll_t *coll; /* the world's: agreement, the loss, host values */
+    /* what partitions: coll, or with MiCS the shard group's (reduce-scatter,
+     * all-gather, the norm); rep: MiCS's replica group (the gradient
+     * all-reduce of each partition across the groups), NULL off */
+    zs_coll_t *pc, *rep;
+    int mics;      /* G with MiCS, 0 off */
+    int rgroup;    /* MiCS: this rank's shard group (wrank / G); only group 0 pushes */
+    int Wd, wrank; /* the world (see the top); W, rank: the partition's */
+    void *hbuf;    /* MiCS two-hop gathers (mics_hierarchical_params_gather over
+                    * nodes): work of one gather, max_seg_pad elements of dt (comm);
+                    * NULL: one-hop gathers */
+    uint64_t hbuf_bytes;
+    int mics_hier; /* gathers in two hops (hbuf) */
     zs_dev_t *dev;
     zs_stream_t *compute, *copy, *comm; /* comm is the communicator's */
     int rank, W, stage, offload, offload_param;
@@ -223,7 +240,7 @@ static inline int zs__eng_grads_offloaded(const zs_engine_t *e)
  * (zs__eng_pull_in_place). */
 static inline int zs__eng_cast_into_staging(const zs_engine_t *e)
 {
-    return e->W == 1 && e->dt != ZS_DTYPE_F32 && zs__eng_grads_offloaded(e) &&
+    return e->Wd == 1 && e->dt != ZS_DTYPE_F32 && zs__eng_grads_offloaded(e) &&
            e->cfg.gradient_accumulation_steps == 1 && e->dev->host_addressable;
 }
 
@@ -255,6 +272,18 @@ static inline void *zs__at(const zs_engine_t *e, void *base, uint64_t slot)
 {
     return (char *)base + slot * e->esz;
 }
+
+/* MiCS (zs_engine_mics.c): with mics_shard_size G (> 0, < W) build the
+ * shard and replica groups (zs_coll_mics) and make the engine partition
+ * within the shard group (W = G, rank = the place in it); refuses, with
+ * the key named, a G not dividing W, stages 0-2, and hpZ, qgZ or qwZ
+ * with it. Off (G <= 0 or G = W): pc = coll. Before the layout. */
+int zs__eng_mics_setup(zs_engine_t *e, zs_err_t *err);
+
+/* Stage 3: all-gather segment s's partitions (this worker's block in
+ * place in gbuf) over the partition communicator: qwZ records, MiCS's
+ * two hops, or the plain all-gather. On the comm stream. */
+int zs__eng_gather_pc(zs_engine_t *e, zs__seg_t *s, zs_err_t *err);
 
 /* Allocate with the engine's device; on failure fills err naming `what`. */
 int zs__eng_alloc(zs_engine_t *e, int space, int cat, size_t bytes, void **out, const char *what,

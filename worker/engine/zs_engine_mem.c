@@ -45,7 +45,7 @@ static uint64_t reduce_buffers(const zs_engine_t *e)
  * the collectives. */
 static uint64_t comm_small(const zs_engine_t *e)
 {
-    return (uint64_t)e->W * NCOL * sizeof(float) + 4096;
+    return (uint64_t)e->Wd * NCOL * sizeof(float) + 4096;
 }
 
 /* Bytes of init and export's device fp32 chunk (zs_engine.c). */
@@ -98,7 +98,7 @@ static void working(const zs_engine_t *e, uint64_t *w)
     w[ZS_MEM_HPZ] = e->sec_bytes; /* hpZ: Ppad / L elements */
     w[ZS_MEM_COMM] = reduce_buffers(e) + (e->offload ? e->Ppad / W * k : 0) +
                      (!e->offload ? e->max_seg_pad / W * 4 : 0) + comm_small(e) + e->qbuf_bytes +
-                     e->rsq_bytes;
+                     e->rsq_bytes + e->hbuf_bytes;
 }
 
 /* Of formula + working, what may be device memory (see zs_engine_mem_t). */
@@ -112,8 +112,9 @@ static void device_bound(const zs_engine_t *e, const uint64_t *f, const uint64_t
     d[ZS_MEM_OPTIMIZER] = f[ZS_MEM_OPTIMIZER];
     d[ZS_MEM_GATHERED] = w[ZS_MEM_GATHERED];
     /* reduce buffers and the table; staging and state transfers are pinned */
-    d[ZS_MEM_COMM] =
-        reduce_buffers(e) + comm_small(e) + e->qbuf_bytes + e->rsq_bytes; /* qwZ, qgZ */
+    d[ZS_MEM_COMM] = reduce_buffers(e) + comm_small(e) + e->qbuf_bytes +
+                     e->rsq_bytes + /* qwZ, qgZ */
+                     e->hbuf_bytes; /* MiCS two hops */
     d[ZS_MEM_HPZ] = e->sec_bytes;
     /* gradient slots, the norm, the fp32 chunk of init or export, the
      * model's device scratch */
@@ -153,14 +154,14 @@ int zs_engine_mem_check(zs_engine_t *e, zs_err_t *err)
             return zs_err_set(err, ZS_ERR_RANGE,
                               "rank %d: measured peak %s memory %llu bytes > formula %llu + "
                               "working set %llu",
-                              e->rank, zs_memcat_name(c), (unsigned long long)peak,
+                              e->wrank, zs_memcat_name(c), (unsigned long long)peak,
                               (unsigned long long)m.formula[c], (unsigned long long)m.working[c]);
         uint64_t dpeak = m.measured.peak[ZS_SPACE_DEVICE][c];
         if (dpeak > m.device[c])
             return zs_err_set(err, ZS_ERR_RANGE,
                               "rank %d: measured peak %s memory in the device space %llu bytes > "
                               "its device bound %llu%s",
-                              e->rank, zs_memcat_name(c), (unsigned long long)dpeak,
+                              e->wrank, zs_memcat_name(c), (unsigned long long)dpeak,
                               (unsigned long long)m.device[c],
                               c == ZS_MEM_GRADS && zs__eng_grads_offloaded(e)
                                   ? " (the reduce buckets: with offload_optimizer no gradient "
@@ -177,7 +178,7 @@ int zs_engine_print_mem(zs_engine_t *e, FILE *f, zs_err_t *err)
 {
     zs_engine_mem_t m;
     zs_engine_mem(e, &m);
-    size_t n = (size_t)e->W * NCOL;
+    size_t n = (size_t)e->Wd * NCOL; /* a row per worker of the world */
     float *all = NULL;
     int rc = zs__eng_alloc(e, ZS_SPACE_DEVICE, ZS_MEM_COMM, n * sizeof *all, (void **)&all,
                            "memory table", err);
@@ -186,7 +187,7 @@ int zs_engine_print_mem(zs_engine_t *e, FILE *f, zs_err_t *err)
         rc = zs_err_set(err, ZS_ERR_NOMEM, "out of memory");
     const int H = 5 * ZS_MEM_NCATS; /* first held column */
     if (!rc) {
-        float *mine = host + (size_t)e->rank * NCOL;
+        float *mine = host + (size_t)e->wrank * NCOL;
         for (int c = 0; c < ZS_MEM_NCATS; c++) {
             mine[5 * c] = (float)peak_of(&m.measured, c);
             mine[5 * c + 1] = (float)m.formula[c];
@@ -205,17 +206,18 @@ int zs_engine_print_mem(zs_engine_t *e, FILE *f, zs_err_t *err)
         if (!rc)
             rc = zs_coll_sync(e->coll, err);
     }
-    if (rc == ZS_OK && e->rank == 0) {
+    if (rc == ZS_OK && e->wrank == 0) {
         fprintf(f,
                 "memory per worker (MB, measured peak / ZeRO formula / working set allowed): "
-                "stage %d, W=%d, %s, optimizer %s%s, P=%llu\n",
-                e->stage, e->W, zs_dtype_name(e->dt), e->offload ? "on servers" : "in-process",
+                "stage %d, W=%d%s, %s, optimizer %s%s, P=%llu\n",
+                e->stage, e->Wd, e->mics ? " (MiCS: partitioned within groups of G)" : "",
+                zs_dtype_name(e->dt), e->offload ? "on servers" : "in-process",
                 e->offload_param ? ", params in pinned host memory" : "", (unsigned long long)e->P);
         fprintf(f, "  %-4s", "rank");
         for (int c = 0; c < ZS_MEM_NCATS; c++)
             fprintf(f, " %22s", zs_memcat_name(c));
         fprintf(f, " %9s %9s\n", "held", "rss");
-        for (int r = 0; r < e->W; r++) {
+        for (int r = 0; r < e->Wd; r++) {
             const float *x = host + (size_t)r * NCOL;
             float held = 0;
             fprintf(f, "  %-4d", r);
@@ -240,7 +242,7 @@ int zs_engine_print_mem(zs_engine_t *e, FILE *f, zs_err_t *err)
         for (int s = 0; s < ZS_NSPACES; s++)
             fprintf(f, " %9s", zs_space_name(s));
         fprintf(f, "\n");
-        for (int r = 0; r < e->W; r++) {
+        for (int r = 0; r < e->Wd; r++) {
             const float *x = host + (size_t)r * NCOL;
             fprintf(f, "  %-4d", r);
             for (int c = 0; c < ZS_MEM_NCATS; c++) {

@@ -66,7 +66,7 @@ static int update_offload(zs_engine_t *e, const zs_step_scalars_t *sc, zs_step_s
     int rc = zs__eng_push_wait(e, err);
     ZS_ENG_TRY(zs__eng_agree(e, rc, err));
     double t1 = zs__eng_now_ms();
-    if (e->rank == 0)
+    if (e->wrank == 0)
         rc = zs_client_commit(e->client, sc, err);
     ZS_ENG_TRY(zs__eng_agree(e, rc, err));
     double t2 = zs__eng_now_ms();
@@ -130,7 +130,7 @@ static int local_sumsq(zs_engine_t *e, double *ss, int *nonfinite, zs_err_t *err
 static float step_grad_scale(const zs_engine_t *e)
 {
     double gas = (double)e->cfg.gradient_accumulation_steps;
-    float grad_scale = (float)(1.0 / (e->ls.scale * e->W * gas));
+    float grad_scale = (float)(1.0 / (e->ls.scale * e->Wd * gas));
     if (e->debug & ZS_ENGINE_DEBUG_GRAD_SCALE2)
         grad_scale *= 2.0f;
     return grad_scale;
@@ -152,7 +152,9 @@ int zs__eng_optimize(zs_engine_t *e, zs_step_stats_t *st, zs_err_t *err)
     int nonfinite;
     ZS_ENG_TRY(local_sumsq(e, &ss, &nonfinite, err));
     float tot[2] = {(float)ss, (float)nonfinite};
-    ZS_ENG_TRY(zs_coll_all_reduce_host(e->coll, tot, 2, ZS_DTYPE_F32, ZS_OP_SUM, err));
+    /* over the partitions: with MiCS the shard group's (its replicas hold
+     * the same partitions) */
+    ZS_ENG_TRY(zs_coll_all_reduce_host(e->pc, tot, 2, ZS_DTYPE_F32, ZS_OP_SUM, err));
     float grad_scale = step_grad_scale(e);
     double norm = sqrt((double)tot[0]) * grad_scale;
     int overflow = !isfinite(norm) || tot[1] != 0.0f;
@@ -228,15 +230,15 @@ int zs__eng_after_update(zs_engine_t *e, zs_err_t *err)
     ZS_ENG_TRY(zs_dev_stream_wait(e->comm, e->ev_copy, err));
     if (e->stage > 0 || e->offload) {
         /* every segment at once: one group (NCCL fuses the launches) */
-        ZS_ENG_TRY(zs_coll_group_start(e->coll, err));
+        ZS_ENG_TRY(zs_coll_group_start(e->pc, err));
         int rc = ZS_OK;
         for (int k = 0; k < e->ns && rc == ZS_OK; k++) {
             zs__seg_t *s = &e->s[k];
             if (s->n)
-                rc = zs_coll_all_gather(e->coll, zs__at(e, e->params, s->pbase), s->part, e->dt,
-                                        NULL, NULL, err);
+                rc = zs_coll_all_gather(e->pc, zs__at(e, e->params, s->pbase), s->part, e->dt, NULL,
+                                        NULL, err);
         }
-        int rc_end = zs_coll_group_end(e->coll, rc ? NULL : err);
+        int rc_end = zs_coll_group_end(e->pc, rc ? NULL : err);
         ZS_ENG_TRY(rc ? rc : rc_end);
     }
     /* The next step's forward reads the gathered parameters. */

@@ -169,7 +169,7 @@ int zs__eng_pull_land(zs_engine_t *e, int upto, zs_err_t *err)
         }
         ZS_ENG_TRY(zs_dev_event_record(e->ev_copy, e->copy, err));
         ZS_ENG_TRY(zs_dev_stream_wait(e->comm, e->ev_copy, err));
-        ZS_ENG_TRY(zs_coll_all_gather(e->coll, zs__at(e, e->params, s->pbase), s->part, e->dt, NULL,
+        ZS_ENG_TRY(zs_coll_all_gather(e->pc, zs__at(e, e->params, s->pbase), s->part, e->dt, NULL,
                                       NULL, err));
     }
     /* the layers read the landed parameters (stage 3: through the gathers) */

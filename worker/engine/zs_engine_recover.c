@@ -104,15 +104,15 @@ int zs_engine_recover(zs_engine_t *e, int wait_ms, uint64_t *step_out, zs_err_t 
         return zs_err_set(err, ZS_ERR_STATE,
                           "the failure was not a lost shard server (%s): not recoverable",
                           zs_status_name(e->last_rc));
-    if (e->rank == 0)
+    if (e->wrank == 0)
         ZS_WARN("step %llu failed with a shard server lost: waiting for it, then rolling back to "
                 "the newest checkpoint complete on every server",
                 (unsigned long long)e->step + 1);
-    int rc = e->rank == 0 ? wait_servers(e, wait_ms, err) : ZS_OK;
+    int rc = e->wrank == 0 ? wait_servers(e, wait_ms, err) : ZS_OK;
     ZS_ENG_TRY(zs__eng_agree(e, rc, err));
     /* Rank 0 looks for a complete checkpoint; everyone follows its answer. */
     float have = 0;
-    if (e->rank == 0) {
+    if (e->wrank == 0) {
         uint64_t steps[ZS_CLIENT_MAX_CKPTS];
         size_t n = 0;
         rc = zs_client_checkpoints(e->client, steps, ZS_CLIENT_MAX_CKPTS, &n, err);
@@ -124,7 +124,7 @@ int zs_engine_recover(zs_engine_t *e, int wait_ms, uint64_t *step_out, zs_err_t 
     if (have != 0.0f) {
         rc = zs_engine_resume(e, 0, &at, err);
     } else {
-        if (e->rank == 0)
+        if (e->wrank == 0)
             ZS_WARN("no checkpoint is complete on every server yet: starting again from step 0");
         rc = restart_fresh(e, err);
         rc = zs__eng_agree(e, rc, err);
@@ -134,7 +134,7 @@ int zs_engine_recover(zs_engine_t *e, int wait_ms, uint64_t *step_out, zs_err_t 
     e->last_rc = ZS_OK;
     if (step_out)
         *step_out = at;
-    if (e->rank == 0)
+    if (e->wrank == 0)
         ZS_INFO("recovered: every worker and server is back at step %llu", (unsigned long long)at);
     return ZS_OK;
 }

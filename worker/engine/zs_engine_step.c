@@ -97,6 +97,8 @@ static float *grad_slot(zs_engine_t *e, int layer, zs_err_t *err)
  * segment) for the coming step, each waiting for ev_staged[k]. */
 static int push_bucket(zs_engine_t *e, const zs__bucket_t *b, int k, zs_err_t *err)
 {
+    if (e->rgroup != 0) /* MiCS: shard group 0's pushes cover the flat space once */
+        return ZS_OK;
     for (int j = b->s0; j <= b->s1; j++) {
         zs__seg_t *s = &e->s[j];
         if (s->ve > s->vb)
@@ -252,8 +254,13 @@ static int reduce_bucket(zs_engine_t *e, int k, zs_err_t *err)
             ZS_ENG_TRY(
                 zs_coll_reduce_scatter_q8(e->coll, sbuf, s->part, e->dt, e->rsq, after, NULL, err));
         else
-            ZS_ENG_TRY(zs_coll_reduce_scatter(e->coll, sbuf, s->part, e->dt, after, NULL, err));
+            ZS_ENG_TRY(zs_coll_reduce_scatter(e->pc, sbuf, s->part, e->dt, after, NULL, err));
         after = NULL;
+        /* MiCS: this block summed over the shard group, now over the replica
+         * groups too (the debug knob skips it, to prove the tests catch it) */
+        if (e->rep && !(e->debug & ZS_ENGINE_DEBUG_MICS_NO_ALLREDUCE))
+            ZS_ENG_TRY(zs_coll_all_reduce(e->rep, zs__at(e, sbuf, (uint64_t)e->rank * s->part),
+                                          s->part, e->dt, ZS_OP_SUM, NULL, NULL, err));
         if (!offl)
             ZS_ENG_TRY(zs_dev_accumulate(e->comm, zs__at(e, e->grads, s->qbase), e->dt,
                                          zs__at(e, sbuf, (uint64_t)e->rank * s->part), e->dt,
@@ -344,8 +351,8 @@ static int step(zs_engine_t *e, zs_step_stats_t *st, zs_err_t *err)
         zs_batch_ctx_t bc = {st->step,
                              micro,
                              gas,
-                             e->rank,
-                             e->W,
+                             e->wrank,
+                             e->Wd,
                              (int)e->cfg.micro_batch_per_gpu,
                              e->cfg.train_batch_size};
         double t0 = zs__eng_now_ms(), l = 0;
@@ -396,7 +403,7 @@ static int step(zs_engine_t *e, zs_step_stats_t *st, zs_err_t *err)
     st->ms_comm += zs__eng_now_ms() - t2;
     if (rc)
         return rc;
-    st->loss = (double)lf / ((double)e->W * gas);
+    st->loss = (double)lf / ((double)e->Wd * gas);
     rc = zs__eng_optimize(e, st, err);
     if (rc == ZS_OK)
         e->step = st->step;
