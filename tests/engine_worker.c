@@ -205,8 +205,9 @@ static void make_config(const args_t *a, int W, zs_config_t *cfg)
         fail(0, "config", &err);
 }
 
-/* The servers' speculation counters summed: hits, rollbacks, elements. */
-static void spec_counters(const char *servers, uint64_t out[3])
+/* The servers' counters summed: speculation hits, rollbacks, elements;
+ * bytes received (with --transport tcp: the pushed gradients among them). */
+static void spec_counters(const char *servers, uint64_t out[4])
 {
     zs_client_opts_t o = {servers, NULL, NULL, 20000, 0};
     zs_client_t *c;
@@ -217,11 +218,12 @@ static void spec_counters(const char *servers, uint64_t out[3])
     int n = zs_client_nservers(c);
     if (n > 8 || zs_client_hello(c, NULL, 0, info, &err))
         fail(0, "spec report hello", &err);
-    out[0] = out[1] = out[2] = 0;
+    out[0] = out[1] = out[2] = out[3] = 0;
     for (int i = 0; i < n; i++) {
         out[0] += info[i].spec_hits;
         out[1] += info[i].spec_rollbacks;
         out[2] += info[i].spec_elements;
+        out[3] += info[i].bytes_in;
     }
     zs_client_destroy(c);
 }
@@ -345,7 +347,7 @@ int main(int argc, char **argv)
     } else if (zs_engine_start(e, &err)) {
         fail(rank, "start", &err);
     }
-    uint64_t spec0[3] = {0};
+    uint64_t spec0[4] = {0};
     if (rank == 0 && a.spec_report)
         spec_counters(a.servers, spec0);
     while (zs_engine_step_count(e) < (uint64_t)a.steps) {
@@ -421,11 +423,12 @@ int main(int argc, char **argv)
         }
     }
     if (rank == 0 && a.spec_report) {
-        uint64_t spec1[3];
+        uint64_t spec1[4];
         spec_counters(a.servers, spec1);
         printf("spec hits=%llu rollbacks=%llu elements=%llu\n",
                (unsigned long long)(spec1[0] - spec0[0]), (unsigned long long)(spec1[1] - spec0[1]),
                (unsigned long long)(spec1[2] - spec0[2]));
+        printf("servers bytes_in=%llu\n", (unsigned long long)(spec1[3] - spec0[3]));
     }
     float *w = malloc(P * 4);
     if (zs_engine_get_params(e, w, &err))

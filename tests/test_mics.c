@@ -11,7 +11,10 @@
  *     here, per-rank sums of 4 micro-batches there (another order of
  *     additions), so the reference is the single-process one. Offload on
  *     and off are bitwise equal (as for every stage in test_engine).
- *     G = W is plain ZeRO-3 (bitwise).
+ *     G = W is plain ZeRO-3 (bitwise). 1b: only shard group 0 pushes:
+ *     over tcp the servers receive less than 1.25x what W = 2 sends
+ *     them (every group pushing would double it; the servers would not
+ *     notice otherwise: a repeated push overwrites).
  *  2. Breaks: the replica all-reduce skipped (ZS_ENGINE_DEBUG_MICS_NO_ALLREDUCE)
  *     fails the reference check.
  *  3. Bytes (ZS_RANKS_PER_NODE=2: 2 nodes x 2): G = 2 keeps reduce-scatter
@@ -163,6 +166,41 @@ static void equivalence(void)
     must(run(4, 0, log, "--stage 3 --steps 10 --out %s", b), log, "plain ZeRO-3");
     TEST_CHECKF(same_file(a, b), "G = W differs from plain ZeRO-3");
     printf("  G = W = 4: bitwise plain ZeRO-3\n");
+}
+
+/* The servers' bytes_in of a run (engine_worker --spec-report). */
+static unsigned long long servers_in(const char *log)
+{
+    FILE *f = fopen(log, "r");
+    char line[512];
+    unsigned long long v = 0;
+    while (f && fgets(line, sizeof line, f))
+        if (strncmp(line, "servers bytes_in=", 17) == 0)
+            v = strtoull(line + 17, NULL, 10);
+    if (f)
+        fclose(f);
+    TEST_CHECKF(v > 0, "%s: no servers bytes_in line", log);
+    return v;
+}
+
+static void pushes(void)
+{
+    printf("1b. only shard group 0 pushes: the servers receive what W=2 sends them\n");
+    char lm[300], lp[300];
+    snprintf(lm, sizeof lm, "%s/push-mics.log", g_tmp);
+    snprintf(lp, sizeof lp, "%s/push-w2.log", g_tmp);
+    must(run(4, 0, lm,
+             "--stage 3 --mics 2 --offload 1 --servers %s --transport tcp --steps 6 --spec-report",
+             g_servers),
+         lm, "MiCS over tcp");
+    must(run(2, 0, lp, "--stage 3 --offload 1 --servers %s --transport tcp --steps 6 --spec-report",
+             g_servers),
+         lp, "W=2 over tcp");
+    unsigned long long m = servers_in(lm), p = servers_in(lp);
+    printf("  bytes the servers received in 6 steps: W=4 G=2 %llu, W=2 %llu (%.2fx)\n", m, p,
+           (double)m / (double)p);
+    TEST_CHECKF((double)m < 1.25 * (double)p,
+                "the servers got %.2fx W=2's bytes: duplicate pushes?", (double)m / (double)p);
 }
 
 static void breaks(void)
@@ -321,6 +359,7 @@ int main(void)
     setenv("ZS_LOG_LEVEL", "warn", 1);
     refusals();
     equivalence();
+    pushes();
     breaks();
     bytes();
     memory();
