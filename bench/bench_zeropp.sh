@@ -9,6 +9,8 @@
 #   hpz        zero_hpz_partition_size 2 (backward's gathers within the node)
 #   qwz_hpz    both
 #   qwz_hpz_qgz  and zero_quantized_gradients (int8 gradient records, two hops)
+#   mics       mics_shard_size 2 (MiCS: one shard group per node, gradients
+#              all-reduced across the 2 groups; model state 1/2 per worker)
 # Every configuration frees each layer after its use (stage3_max_live_
 # parameters 0, stage3_max_reuse_distance 0, no prefetch), as a model too
 # large to keep gathered does, so the backward gathers again. Prints per
@@ -32,7 +34,7 @@ TOK=${ZS_TOKENIZE:-$B/tools/zs-tokenize}
 "$SRV" --listen 127.0.0.1:0 --data "$T/s0" --ready-file "$T/r0" 2> "$T/s0.log" &
 for _ in $(seq 100); do [ -s "$T/r0" ] && break; sleep 0.1; done
 S=$(cat "$T/r0")
-cfg() { # name, hpz partition size, qwz (true/false), qgz (true/false)
+cfg() { # name, hpz partition size, qwz (true/false), qgz (true/false), mics size (-1 off)
   cat > "$T/$1.json" <<JSON
 {"train_batch_size": 16, "train_micro_batch_size_per_gpu": 4, "gradient_clipping": 1.0,
  "optimizer": {"type": "AdamW", "params": {"lr": 0.001, "betas": [0.9, 0.95], "weight_decay": 0.1}},
@@ -42,7 +44,7 @@ cfg() { # name, hpz partition size, qwz (true/false), qgz (true/false)
    "stage3_max_live_parameters": 0, "stage3_max_reuse_distance": 0,
    "stage3_prefetch_bucket_size": 0,
    "zero_hpz_partition_size": $2, "zero_quantized_weights": $3,
-   "zero_quantized_gradients": ${4:-false}}}
+   "zero_quantized_gradients": ${4:-false}, "mics_shard_size": ${5:--1}}}
 JSON
 }
 run() { # name
@@ -63,7 +65,8 @@ cfg qwz 1 true
 cfg hpz 2 false
 cfg qwz_hpz 2 true
 cfg qwz_hpz_qgz 2 true true
-CONFIGS=${CONFIGS:-zero3 qwz hpz qwz_hpz qwz_hpz_qgz}
+cfg mics 1 false false 2
+CONFIGS=${CONFIGS:-zero3 qwz hpz qwz_hpz qwz_hpz_qgz mics}
 for c in $CONFIGS; do
   run $c
   echo "$c: $(tail -1 "$T/$c.log")"

@@ -244,14 +244,57 @@ static void test_seed_004(void)
     /* example 5 (MiCS), with the doc's Python `False` written `false` */
     load_ok(FIXTURE("ds_004_5_mics.json"), &c, &w);
     TEST_CHECK(c.stage == 3);
-    TEST_CHECK(w.n == 2);
-    expect_warn(&w, "zero_optimization.mics_shard_size", "not implemented");
-    expect_warn(&w, "zero_optimization.mics_hierarchical_params_gather", "not implemented");
+    TEST_CHECK(w.n == 0); /* MiCS is implemented: read, no warning */
+    TEST_CHECK(c.mics_shard_size == 8 && c.mics_hierarchical_params_gather == 0);
     /* verbatim, `False` is not JSON (nor hjson's false): the error says where */
     parse_err("{\n    \"zero_optimization\": {\n        \"stage\": 3,\n"
               "        \"mics_shard_size\": 8,\n"
               "        \"mics_hierarchical_params_gather\": False,\n    },\n    ...\n}\n",
               "line 5", "False", NULL);
+}
+
+/* MiCS's keys: read, ranged, refused where the engine cannot apply them
+ * (the engine refuses a G not dividing W: test_mics). */
+static void test_mics(void)
+{
+    zs_config_t c;
+    warns_t w;
+    zs_config_defaults(&c);
+    TEST_CHECK(c.mics_shard_size == -1 && c.mics_hierarchical_params_gather == 0);
+    parse_ok("{\"train_batch_size\": 8, \"zero_optimization\": {\"stage\": 3, "
+             "\"mics_shard_size\": 4, \"mics_hierarchical_params_gather\": true}}",
+             &c, &w);
+    TEST_CHECK(w.n == 0 && c.mics_shard_size == 4 && c.mics_hierarchical_params_gather == 1);
+    resolve_ok(&c, 8);
+    parse_ok("{\"train_batch_size\": 8, \"zero_optimization\": {\"stage\": 3, "
+             "\"mics_shard_size\": 0}}",
+             &c, &w);
+    TEST_CHECK(w.n == 0 && c.mics_shard_size == 0); /* off, as in DeepSpeed */
+    resolve_ok(&c, 8);
+    parse_err("{\"zero_optimization\": {\"stage\": 3, \"mics_shard_size\": -2}}", "mics_shard_size",
+              "-2", NULL);
+    parse_err("{\"zero_optimization\": {\"stage\": 3, \"mics_shard_size\": \"8\"}}",
+              "mics_shard_size", NULL, NULL);
+    parse_err("{\"zero_optimization\": {\"stage\": 3, \"mics_hierarchical_params_gather\": "
+              "\"yes\"}}",
+              "mics_hierarchical_params_gather", NULL, NULL);
+    parse_err("{\"zero_optimization\": {\"stage\": 3, \"mics_shard_sise\": 2}}", "mics_shard_sise",
+              "mics_shard_size", NULL);
+    resolve_err("{\"train_batch_size\": 8, \"zero_optimization\": {\"stage\": 2, "
+                "\"mics_shard_size\": 2}}",
+                4, "mics_shard_size", "stage is 2", NULL);
+    resolve_err("{\"train_batch_size\": 8, \"zero_optimization\": {\"stage\": 3, "
+                "\"mics_hierarchical_params_gather\": true}}",
+                4, "mics_hierarchical_params_gather", "mics_shard_size is -1", NULL);
+    resolve_err("{\"train_batch_size\": 8, \"zero_optimization\": {\"stage\": 3, "
+                "\"mics_shard_size\": 2, \"zero_hpz_partition_size\": 2}}",
+                4, "mics_shard_size 2", "zero_hpz_partition_size", "not combined");
+    resolve_err("{\"train_batch_size\": 8, \"zero_optimization\": {\"stage\": 3, "
+                "\"mics_shard_size\": 2, \"zero_quantized_weights\": true}}",
+                4, "mics_shard_size 2", "zero_quantized_weights", "not combined");
+    resolve_err("{\"train_batch_size\": 8, \"zero_optimization\": {\"stage\": 3, "
+                "\"mics_shard_size\": 2, \"zero_quantized_gradients\": true}}",
+                4, "mics_shard_size 2", "zero_quantized_gradients", "not combined");
 }
 
 static void test_full(void)
@@ -286,12 +329,12 @@ static void test_full(void)
                c.stage3_max_reuse_distance == 200000000 &&
                c.stage3_gather_16bit_weights_on_model_save == 1);
     TEST_CHECK(c.act_ckpt == 1 && c.act_ckpt_cpu == 0); /* the section given: on */
+    TEST_CHECK(c.mics_shard_size == -1);                /* MiCS off, read without a warning */
     const char *notimpl[] = {"steps_per_print",
                              "wall_clock_breakdown",
                              "fp16.auto_cast",
                              "zero_optimization.offload_optimizer.ratio",
                              "zero_optimization.offload_param.pin_memory",
-                             "zero_optimization.mics_shard_size",
                              "flops_profiler",
                              "tensorboard"};
     /* read (the values above) but without effect in zeroshard */
@@ -1016,6 +1059,7 @@ int main(void)
     test_seed_000();
     test_seed_004();
     test_full();
+    test_mics();
     test_hf_auto();
     test_relaxed();
     test_batch();
