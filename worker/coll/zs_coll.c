@@ -2,8 +2,10 @@
  * zs_coll.c - the parts of zs_coll.h every implementation shares: stream
  * ordering around a collective (`after`, `done`), groups (their done events
  * and when the implementation launches them), barrier and sync, the
- * blocking host-value helpers, the byte counters and qwZ's quantized
- * all-gather (pack, all-gather of the records, unpack). It only talks to
+ * blocking host-value helpers, the byte counters, qwZ's quantized
+ * all-gather (pack, all-gather of the records, unpack), and MiCS's shard
+ * and replica groups (built through the vtable's split) with their
+ * two-hop all-gather. It only talks to
  * the device interface (zs_dev.h) and the communicator's vtable; it does
  * not call MPI or NCCL.
  */
