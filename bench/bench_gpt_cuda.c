@@ -111,8 +111,9 @@ typedef struct {
     double loss0, loss1;
 } row_t;
 
-static int g_gemm = ZS_DTYPE_BF16; /* --gemm: GEMM operand dtype */
-static int g_gas = 1;              /* --gas: micro-batches per step (engine rows) */
+static int g_gemm = ZS_DTYPE_BF16;       /* --gemm: GEMM operand dtype */
+static int g_attn = ZS_GPT_ATTN_UNFUSED; /* --attention: unfused | flash (zs_gpt_set_attention) */
+static int g_gas = 1;                    /* --gas: micro-batches per step (engine rows) */
 static int g_transport = ZS_TRANSPORT_AUTO, g_spec = 0, g_stream = 1; /* offload row */
 static int g_batch = 0; /* --batch: largest micro-batch tried (0: the shape's list) */
 /* --shm-streams N[,N...]: one offload row per value of ZS_SHM_STREAMS (the
@@ -212,7 +213,8 @@ static int run_model(zs_dev_t *dev, const cshape_t *s, int B, const float *hw, r
         fail("out of host memory", NULL);
     zs_dev_mem_reset_peak(dev);
     if ((rc = zs_dev_stream_create(dev, 0, "compute", &cs, &err)) ||
-        (rc = zs_gpt_create(c, B, 1, &g, &err)) || (rc = zs_gpt_set_compute(g, g_gemm, &err)))
+        (rc = zs_gpt_create(c, B, 1, &g, &err)) || (rc = zs_gpt_set_compute(g, g_gemm, &err)) ||
+        (rc = zs_gpt_set_attention(g, g_attn, &err)))
         goto out;
     m = zs_gpt_model(g);
     for (int i = 0; i < m->nlayers; i++)
@@ -332,6 +334,7 @@ static int run_engine(zs_coll_t *coll, const cshape_t *s, int B, const char *ser
         fail("config", &err);
     zs_dev_mem_reset_peak(coll->dev);
     if ((rc = zs_gpt_create(c, B, 1, &g, &err)) || (rc = zs_gpt_set_compute(g, g_gemm, &err)) ||
+        (rc = zs_gpt_set_attention(g, g_attn, &err)) ||
         (rc = zs_gpt_set_fixed_tokens(g, in, tg, B, &err)))
         goto out;
     zs_engine_opts_t eo = {&cfg, coll, servers, NULL, "bench-gpt-cuda", 600000, 0};
@@ -538,12 +541,17 @@ int zs__bench_gpt_cuda(int argc, char **argv)
             g_gemm = !strcmp(argv[i], "bf16")   ? ZS_DTYPE_BF16
                      : !strcmp(argv[i], "fp16") ? ZS_DTYPE_F16
                                                 : ZS_DTYPE_F32;
+        } else if (!strcmp(argv[i], "--attention") && i + 1 < argc &&
+                   (!strcmp(argv[i + 1], "flash") || !strcmp(argv[i + 1], "unfused"))) {
+            i++;
+            g_attn = !strcmp(argv[i], "flash") ? ZS_GPT_ATTN_FLASH : ZS_GPT_ATTN_UNFUSED;
         } else if (!strcmp(argv[i], "--peak-tflops") && i + 1 < argc &&
                    sscanf(argv[i + 1], "%lf,%lf", &over.f32, &over.bf16) == 2)
             i++;
         else {
             fprintf(stderr, "usage: bench_gpt --device cuda [--shape 124m|1.5b|both] "
-                            "[--gemm bf16|fp16|fp32] [--server-bin PATH] [--no-engine] "
+                            "[--gemm bf16|fp16|fp32] [--attention unfused|flash] "
+                            "[--server-bin PATH] [--no-engine] "
                             "[--peak-tflops F32,BF16] [--gas N] [--transport auto|shm|tcp] "
                             "[--spec 0|1] [--stream 0|1] [--batch N] "
                             "[--shm-streams N,N,...]\n");

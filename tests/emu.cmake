@@ -16,7 +16,7 @@ endif()
 include(ExternalProject)
 
 set(ZS_EMU_TARGETS test_dev_cuda test_cuda_ops test_gpt_cuda test_train_cuda zs-train zs-server zs-launch
-    test_train_zeropp)
+    test_train_zeropp test_gpt_flash)
 set(ZS_EMU_ASAN_TARGETS test_dev_cuda test_cuda_ops test_emu_runtime test_emu_kernel
     test_emu_wmma)
 file(GLOB ZS_EMU_NCCL_SRC ${PROJECT_SOURCE_DIR}/tests/cuda_emu/emu_nccl*.c)
@@ -64,6 +64,8 @@ zs_emu_test(emu_test_cuda_ops_random ${ZS_EMU}/test_cuda_ops random:7 600)
 zs_emu_test(emu_test_dev_cuda ${ZS_EMU}/test_dev_cuda forward 300)
 zs_emu_test(emu_test_dev_cuda_random ${ZS_EMU}/test_dev_cuda random:11 300)
 zs_emu_test(emu_test_gpt_cuda ${ZS_EMU}/test_gpt_cuda reverse 900)
+# flash attention in the model, the CUDA part on the emulated GPU
+zs_emu_test(emu_test_gpt_flash ${ZS_EMU}/test_gpt_flash random:5 600)
 zs_emu_test(emu_test_train_cuda ${ZS_EMU}/test_train_cuda forward 900)
 # kill and resume over 40 steps, not 100: an emulated step is slow
 set_tests_properties(emu_test_train_cuda PROPERTIES LABELS "emu;mpi" ENVIRONMENT

@@ -23,6 +23,10 @@ if(ZS_GPT_TEST_ENGINE)
   # 16-bit activations (issue 16): activation bytes, loss/gradients within
   # stated bounds of fp32 activations, checkpointing bitwise equal to none
   zs_add_test(test_gpt_act16 SRCS test_gpt_act16.c LIBS zeroshard LABELS unit TIMEOUT 300)
+  # flash attention in the model: against unfused (fp32, bf16, fp16 GEMMs),
+  # activation bytes, checkpointing bitwise; CUDA part where a GPU is usable
+  # (the emulator runs it: emu.cmake)
+  zs_add_test(test_gpt_flash SRCS test_gpt_flash.c LIBS zeroshard LABELS unit TIMEOUT 300)
   # 16-bit parameters read in place (issue 16): bitwise against fp32 views
   zs_add_test(test_gpt_param16 SRCS test_gpt_param16.c LIBS zeroshard LABELS unit TIMEOUT 300)
   # engine layers smaller than a block or the embedding (issue 16)

@@ -1,6 +1,7 @@
 /*
  * zs_gptfx.h - the GPT fixture of the model-level tests of activation
- * checkpointing and 16-bit activations (test_gpt_ckpt.c, test_gpt_act16.c):
+ * checkpointing, 16-bit activations and flash attention (test_gpt_ckpt.c,
+ * test_gpt_act16.c, test_gpt_flash.c):
  * one GPT bound to a device with its parameters and gradients in device
  * memory, GPT-2 init perturbed so every path carries gradient, and one
  * forward + backward on deterministic tokens. Header only; a failure stops
@@ -44,9 +45,11 @@ static inline void fx_sync(const fx_t *f)
 
 /* A model of config c for micro-batch B on dev / stream s: activations
  * act_dt, GEMMs gemm_dt (zs_gpt_set_activations / _compute), mode md,
- * debug flags; GPT-2 init + 0.1 x uniform noise, gradients zeroed. */
-static inline void fx_init(fx_t *f, zs_dev_t *dev, zs_stream_t *s, zs_gpt_config_t c, int B,
-                           int act_dt, int gemm_dt, const mode_t_ *md, unsigned debug)
+ * debug flags, attention attn (zs_gpt_set_attention); GPT-2 init + 0.1 x
+ * uniform noise, gradients zeroed. */
+static inline void fx_init_attn(fx_t *f, zs_dev_t *dev, zs_stream_t *s, zs_gpt_config_t c, int B,
+                                int act_dt, int gemm_dt, const mode_t_ *md, unsigned debug,
+                                int attn)
 {
     zs_err_t err;
     memset(f, 0, sizeof *f);
@@ -58,6 +61,7 @@ static inline void fx_init(fx_t *f, zs_dev_t *dev, zs_stream_t *s, zs_gpt_config
     TEST_OK(zs_gpt_set_compute(f->g, gemm_dt, &err), err);
     TEST_OK(zs_gpt_set_activations(f->g, act_dt, &err), err);
     TEST_OK(zs_gpt_set_checkpointing(f->g, md->ckpt, md->cpu, &err), err);
+    TEST_OK(zs_gpt_set_attention(f->g, attn, &err), err);
     zs_gpt_set_debug(f->g, debug);
     f->m = zs_gpt_model(f->g);
     f->P = zs_gpt_num_params(&c);
@@ -82,6 +86,13 @@ static inline void fx_init(fx_t *f, zs_dev_t *dev, zs_stream_t *s, zs_gpt_config
     TEST_OK(zs_dev_memcpy(s, f->dw, f->w, f->P * 4, &err), err);
     TEST_OK(zs_dev_memset(s, f->dgrad, 0, f->P * 4, &err), err);
     fx_sync(f);
+}
+
+/* fx_init_attn with the unfused attention. */
+static inline void fx_init(fx_t *f, zs_dev_t *dev, zs_stream_t *s, zs_gpt_config_t c, int B,
+                           int act_dt, int gemm_dt, const mode_t_ *md, unsigned debug)
+{
+    fx_init_attn(f, dev, s, c, B, act_dt, gemm_dt, md, debug, ZS_GPT_ATTN_UNFUSED);
 }
 
 static inline void fx_free(fx_t *f)

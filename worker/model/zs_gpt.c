@@ -573,6 +573,7 @@ static int alloc_buffers(zs_gpt_t *g, zs_err_t *err)
         {&g->ln1_rstd, Ls * N},
         {&g->qkv, L * N * 3 * C},
         {&g->att, L * NHTT},
+        {&g->attn_lse, Ls * g->lse_slice},
         {&g->atty, L * N * C},
         {&g->res2, L * N * C},
         {&g->ln2, L * N * C},
@@ -679,8 +680,13 @@ static size_t mixed_need(const zs_gpt_t *g)
         ZS_NEED(zs_mixed_matmul_fwd_elems(N, shapes[i][0], shapes[i][1]));
         ZS_NEED(zs_mixed_matmul_bwd_elems(N, shapes[i][0], shapes[i][1]));
     }
-    ZS_NEED(zs_mixed_attention_fwd_elems(g->maxB, g->c.ctx, C, g->c.heads));
-    ZS_NEED(zs_mixed_attention_bwd_elems(g->maxB, g->c.ctx, C, g->c.heads));
+    if (g->flash) {
+        ZS_NEED(zs_mixed_flash_fwd_elems(g->maxB, g->c.ctx, C));
+        ZS_NEED(zs_mixed_flash_bwd_elems(g->maxB, g->c.ctx, C));
+    } else {
+        ZS_NEED(zs_mixed_attention_fwd_elems(g->maxB, g->c.ctx, C, g->c.heads));
+        ZS_NEED(zs_mixed_attention_bwd_elems(g->maxB, g->c.ctx, C, g->c.heads));
+    }
     /* the tied head: logits = lnf wte^T, dlnf = dlogits wte (both by chunks
      * of R vocabulary rows, zs_gpt_param16.c), dwte += dlogits^T lnf */
     int R = zs__gpt_head_rows(g);
@@ -727,6 +733,38 @@ int zs_gpt_compute(const zs_gpt_t *g)
     return g->gemm_dt;
 }
 
+int zs_gpt_set_attention(zs_gpt_t *g, int mode, zs_err_t *err)
+{
+    if (mode != ZS_GPT_ATTN_UNFUSED && mode != ZS_GPT_ATTN_FLASH)
+        return zs_err_set(err, ZS_ERR_INVALID, "gpt: attention mode %d is not unfused or flash",
+                          mode);
+    if (g->dev)
+        return zs_err_set(err, ZS_ERR_STATE, "gpt: set the attention before binding");
+    g->attn = mode;
+    return ZS_OK;
+}
+
+int zs_gpt_attention(const zs_gpt_t *g)
+{
+    if (!g->dev)
+        return g->attn;
+    return g->flash ? ZS_GPT_ATTN_FLASH : ZS_GPT_ATTN_UNFUSED;
+}
+
+/* Whether bind runs the fused attention with `ops` (zs_gpt_set_attention),
+ * and the per-block attention sizes that follow. */
+static void attn_plan(zs_gpt_t *g, const zs_gpt_ops_t *ops)
+{
+    int hs = g->c.width / g->c.heads;
+    int mixed = g->gemm_dt == ZS_DTYPE_BF16 || g->gemm_dt == ZS_DTYPE_F16;
+    g->flash = g->attn == ZS_GPT_ATTN_FLASH && ops->attention_flash_fwd &&
+               ops->attention_flash_bwd && ops->flash_hs_mult > 0 && hs % ops->flash_hs_mult == 0 &&
+               hs <= ops->flash_hs_max && (mixed || !ops->flash_needs_mixed);
+    size_t T = (size_t)g->c.ctx, NH = (size_t)g->c.heads;
+    g->att_slice = g->flash ? 0 : (size_t)g->maxB * NH * T * T;
+    g->lse_slice = g->flash ? (size_t)g->maxB * NH * T : 0;
+}
+
 int zs_gpt_bind(zs_gpt_t *g, zs_dev_t *dev, zs_stream_t *compute, zs_err_t *err)
 {
     if (g->dev)
@@ -738,6 +776,7 @@ int zs_gpt_bind(zs_gpt_t *g, zs_dev_t *dev, zs_stream_t *compute, zs_err_t *err)
     g->dev = dev;
     g->stream = compute;
     g->ops = ops;
+    attn_plan(g, ops);
     int rc = alloc_buffers(g, err);
     if (rc == ZS_OK)
         rc = alloc_mixed(g, err);

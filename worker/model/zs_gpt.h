@@ -91,6 +91,26 @@ int zs_gpt_set_compute(zs_gpt_t *g, int gemm_dt, zs_err_t *err);
 /* The GEMM dtype set by zs_gpt_set_compute. */
 int zs_gpt_compute(const zs_gpt_t *g);
 
+/* Attention implementation. ZS_GPT_ATTN_UNFUSED (the default): the
+ * probabilities [B, NH, T, T] are computed, kept per block for the backward
+ * and counted in the activations. ZS_GPT_ATTN_FLASH: the op table's fused
+ * attention (attention_flash_*: FlashAttention-2 style on CUDA, its CPU twin
+ * on the CPU device), which keeps only lse [B, NH, T] (fp32, also with
+ * 16-bit activations) and recomputes the probabilities in the backward.
+ * Flash is used only where bind finds it possible: the table has it, the
+ * head size fits it (CUDA: a multiple of 16 up to 128) and, on CUDA, the
+ * GEMM dtype is bf16 / fp16 (zs_gpt_set_compute); otherwise the model runs
+ * unfused (zs_gpt_attention says which). Results differ from unfused by
+ * rounding (the fused probabilities are rounded per key tile against a
+ * running max). Before bind only (ZS_ERR_STATE after); other modes
+ * ZS_ERR_INVALID. */
+#define ZS_GPT_ATTN_UNFUSED 0
+#define ZS_GPT_ATTN_FLASH   1
+int zs_gpt_set_attention(zs_gpt_t *g, int mode, zs_err_t *err);
+
+/* What the bound model runs (ZS_GPT_ATTN_*); before bind, what was asked. */
+int zs_gpt_attention(const zs_gpt_t *g);
+
 /* Activation checkpointing (zs_gpt_ckpt.c; DeepSpeed's
  * activation_checkpointing section). enabled: the forward keeps only each
  * block's input (its checkpoint) and one block's workspace; the backward of
@@ -192,6 +212,13 @@ void zs_gpt_act_bytes(const zs_gpt_config_t *c, int max_batch, int ckpt, int cpu
  * zs_gpt_act_bytes is this with ZS_DTYPE_F32. */
 void zs_gpt_act_bytes_dt(const zs_gpt_config_t *c, int max_batch, int ckpt, int cpu, int act_dt,
                          zs_gpt_act_bytes_t *out);
+
+/* The same with the attention implementation bind will use (flash: no
+ * [B, NH, T, T] probabilities, lse [B, NH, T] per block instead; see
+ * zs_gpt_set_attention). zs_gpt_act_bytes_dt is this with
+ * ZS_GPT_ATTN_UNFUSED. */
+void zs_gpt_act_bytes_attn(const zs_gpt_config_t *c, int max_batch, int ckpt, int cpu, int act_dt,
+                           int attn, zs_gpt_act_bytes_t *out);
 
 /* Use `data` for load_batch (not owned; vocab must match). */
 int zs_gpt_set_data(zs_gpt_t *g, const zs_data_t *data, zs_err_t *err);

@@ -127,7 +127,7 @@ int zs__gpt_act_restore(zs_gpt_t *g, int l, zs_err_t *err)
         return ZS_OK;
     zs_dtype_t dt = (zs_dtype_t)g->act_dt;
     size_t sN = g->maxN, C = (size_t)g->c.width, N = (size_t)g->B * g->T;
-    size_t natt = (size_t)g->B * g->c.heads * g->T * g->T;
+    size_t natt = g->flash ? 0 : (size_t)g->B * g->c.heads * g->T * g->T;
     /* fp32 workspace tensor, its 16-bit array, slice and live elements */
     struct {
         float *t;

@@ -50,15 +50,17 @@ static int bparam(zs_gpt_t *g, const zs__gpt_bp_t *bp, int part, size_t off, siz
 typedef struct {
     float *ln1, *qkv, *att, *atty, *res2, *ln2, *fch, *fchg;
     float *ln1_mean, *ln1_rstd, *ln2_mean, *ln2_rstd;
+    float *lse; /* flash attention's (att is unused then) */
 } ws_t;
 
 static ws_t workspace(const zs_gpt_t *g, int l)
 {
     size_t sN = g->maxN, C = (size_t)g->c.width, i = zs__gpt_ws(g, l), j = zs__gpt_stat(g, l);
-    ws_t w = {g->ln1 + i * sN * C,     g->qkv + i * sN * 3 * C,  g->att + i * g->att_slice,
-              g->atty + i * sN * C,    g->res2 + i * sN * C,     g->ln2 + i * sN * C,
-              g->fch + i * sN * 4 * C, g->fchg + i * sN * 4 * C, g->ln1_mean + j * sN,
-              g->ln1_rstd + j * sN,    g->ln2_mean + j * sN,     g->ln2_rstd + j * sN};
+    ws_t w = {g->ln1 + i * sN * C,           g->qkv + i * sN * 3 * C,  g->att + i * g->att_slice,
+              g->atty + i * sN * C,          g->res2 + i * sN * C,     g->ln2 + i * sN * C,
+              g->fch + i * sN * 4 * C,       g->fchg + i * sN * 4 * C, g->ln1_mean + j * sN,
+              g->ln1_rstd + j * sN,          g->ln2_mean + j * sN,     g->ln2_rstd + j * sN,
+              g->attn_lse + j * g->lse_slice};
     return w;
 }
 
@@ -86,8 +88,12 @@ int zs__gpt_block_part_fwd(zs_gpt_t *g, int l, int part, const zs__gpt_bp_t *bp,
         TRY(ops->matmul_fwd(k, s, ws.qkv, ws.ln1, w, b, N, C, 3 * C, err));
         return zs__gpt_round(g, l, ws.qkv, g->qkv_16, sN * 3 * C, 3 * nC, err);
     case 1:
-        TRY(ops->attention_fwd(k, s, ws.atty, ws.att, ws.qkv, B, T, C, NH, err));
-        TRY(zs__gpt_round(g, l, ws.att, g->att_16, g->att_slice, natt, err));
+        if (g->flash) { /* lse stays fp32: nothing to round but the output */
+            TRY(ops->attention_flash_fwd(k, s, ws.atty, ws.lse, ws.qkv, B, T, C, NH, err));
+        } else {
+            TRY(ops->attention_fwd(k, s, ws.atty, ws.att, ws.qkv, B, T, C, NH, err));
+            TRY(zs__gpt_round(g, l, ws.att, g->att_16, g->att_slice, natt, err));
+        }
         TRY(zs__gpt_round(g, l, ws.atty, g->atty_16, sN * C, nC, err));
         TRY(bparam(g, bp, 1, o->projb, Cz, 0, &b, err));
         TRY(bparam(g, bp, 1, o->projw, Cz * Cz, ZS_GPT_BIG, &w, err));
@@ -154,6 +160,9 @@ int zs__gpt_block_part_bwd(zs_gpt_t *g, int l, int part, const zs__gpt_bp_t *bp,
         TRY(bparam(g, bp, 1, o->projw, Cz * Cz, ZS_GPT_BIG, &w, err));
         TRY(ops->matmul_bwd(k, s, g->dbuf, G(o->projw), G(o->projb), g->dres, ws.atty, w, N, C, C,
                             err));
+        if (g->flash) /* out: the saved (16-bit activations: rounded) atty */
+            return ops->attention_flash_bwd(k, s, g->dqkv, g->dbuf, ws.qkv, ws.atty, ws.lse, B, T,
+                                            C, NH, err);
         return ops->attention_bwd(k, s, g->dqkv, g->datt, g->dbuf, ws.qkv, ws.att, B, T, C, NH,
                                   err);
     case 0:

@@ -185,9 +185,19 @@ void zs_gpt_act_bytes(const zs_gpt_config_t *c, int max_batch, int ckpt, int cpu
 void zs_gpt_act_bytes_dt(const zs_gpt_config_t *c, int max_batch, int ckpt, int cpu, int act_dt,
                          zs_gpt_act_bytes_t *out)
 {
+    zs_gpt_act_bytes_attn(c, max_batch, ckpt, cpu, act_dt, ZS_GPT_ATTN_UNFUSED, out);
+}
+
+/* The same with the attention implementation (zs_gpt.h); flash as bind
+ * resolves it (the caller asks for flash only where bind will use it). */
+void zs_gpt_act_bytes_attn(const zs_gpt_config_t *c, int max_batch, int ckpt, int cpu, int act_dt,
+                           int attn, zs_gpt_act_bytes_t *out)
+{
     uint64_t L = (uint64_t)c->layers, C = (uint64_t)c->width, V = (uint64_t)c->vocab;
     uint64_t N = (uint64_t)max_batch * (uint64_t)c->ctx;
-    uint64_t NHTT = (uint64_t)max_batch * (uint64_t)c->heads * (uint64_t)c->ctx * (uint64_t)c->ctx;
+    int flash = attn == ZS_GPT_ATTN_FLASH;
+    uint64_t NHT = (uint64_t)max_batch * (uint64_t)c->heads * (uint64_t)c->ctx;
+    uint64_t NHTT = flash ? 0 : NHT * (uint64_t)c->ctx, NHTl = flash ? NHT : 0;
     cpu = ckpt && cpu;
     int a16 = act_dt != ZS_DTYPE_F32;
     uint64_t es = a16 ? 2 : 4;
@@ -196,10 +206,12 @@ void zs_gpt_act_bytes_dt(const zs_gpt_config_t *c, int max_batch, int ckpt, int 
      * 16-bit saved tensors (a16): L slices, or none (checkpointing) */
     uint64_t nb = ckpt || a16 ? 1 : L, ns = ckpt ? 1 : L, nh = a16 && !ckpt ? L : 0;
     uint64_t R = cpu ? 2 : L + 1;
-    /* per-block slots, in zs_gpt.c's order: ln1, mean, rstd, qkv, att, atty,
-     * res2, ln2, mean, rstd, fch, fchg */
+    /* per-block slots, in zs_gpt.c's order: ln1, mean, rstd, qkv, att, lse
+     * (flash; slices as the statistics), atty, res2, ln2, mean, rstd, fch,
+     * fchg */
     uint64_t block = r16(nb * N * C) + 2 * r16(ns * N) + r16(nb * N * 3 * C) + r16(nb * NHTT) +
-                     r16(nb * N * C) * 3 + 2 * r16(ns * N) + 2 * r16(nb * N * 4 * C);
+                     r16(ns * NHTl) + r16(nb * N * C) * 3 + 2 * r16(ns * N) +
+                     2 * r16(nb * N * 4 * C);
     /* their 16-bit homes, two elements per float: ln1, qkv, att, atty, res2,
      * ln2, fch, fchg */
     block += r16(h2(nh * N * C)) + r16(h2(nh * N * 3 * C)) + r16(h2(nh * NHTT)) +

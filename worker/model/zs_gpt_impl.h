@@ -35,6 +35,8 @@ struct zs_gpt {
     int maxB;
     uint64_t seed;
     int gemm_dt; /* GEMM operand dtype (zs_gpt_set_compute); ZS_DTYPE_F32 by default */
+    int attn;    /* ZS_GPT_ATTN_* asked for (zs_gpt_set_attention) */
+    int flash;   /* 1: bound with the fused attention (then att_slice is 0) */
     int pdt;     /* parameter dtype forward/backward read (zs_gpt_set_param_dtype) */
     zs_pool_t *pool;
     zs_model_t model;
@@ -107,12 +109,14 @@ struct zs_gpt {
     /* device tensors inside the arenas; per-block arrays hold L slices of
      * the max size (one slice with checkpointing: zs__gpt_ws) */
     size_t maxN;               /* maxB * ctx */
-    size_t att_slice;          /* maxB * NH * ctx * ctx */
+    size_t att_slice;          /* maxB * NH * ctx * ctx; 0 with flash */
+    size_t lse_slice;          /* flash: maxB * NH * ctx (attn_lse slices as LayerNorm stats) */
     int32_t *inputs, *targets; /* [maxN] each */
     float *resid;              /* residual slots (zs__gpt_resid): (L+1) slices of maxN * C;
                                 * cpu_checkpointing: 2 slices */
     float *ln1, *ln1_mean, *ln1_rstd, *qkv, *att, *atty, *res2, *ln2, *ln2_mean, *ln2_rstd;
     float *fch, *fchg;
+    float *attn_lse;                  /* flash: [zs__gpt_stat slices][lse_slice], fp32 */
     float *lnf, *lnf_mean, *lnf_rstd; /* head */
     float *logits, *lse, *losses;
     /* scratch */

@@ -16,6 +16,7 @@
  * (ZS_ERR_RANGE, the stream's sticky error).
  */
 #include <stdlib.h>
+#include <limits.h>
 #include <string.h>
 
 #include "zs_gpt_ops.h"
@@ -256,6 +257,53 @@ static int attention_bwd(void *ctx, zs_stream_t *s, float *dqkv, float *scratch,
     return zs_dev_host_fn(s, att_bwd_run, &a, sizeof a, err);
 }
 
+typedef struct {
+    zs_pool_t *pool;
+    float *out, *lse;
+    const float *qkv;
+    int B, T, C, NH;
+    zs_mixed_t mx;
+} flash_fwd_args_t;
+
+static int flash_fwd_run(void *args, zs_err_t *err)
+{
+    UNPACK(flash_fwd_args_t);
+    int rc =
+        zs_op_attention_flash_fwd_mixed(a.pool, &a.mx, a.out, a.lse, a.qkv, a.B, a.T, a.C, a.NH);
+    return mixed_rc(rc, "attention_flash_fwd", &a.mx, zs_mixed_flash_fwd_elems(a.B, a.T, a.C), err);
+}
+
+static int attention_flash_fwd(void *ctx, zs_stream_t *s, float *out, float *lse, const float *qkv,
+                               int B, int T, int C, int NH, zs_err_t *err)
+{
+    flash_fwd_args_t a = {POOL(ctx), out, lse, qkv, B, T, C, NH, MIXED(ctx)};
+    return zs_dev_host_fn(s, flash_fwd_run, &a, sizeof a, err);
+}
+
+typedef struct {
+    zs_pool_t *pool;
+    float *dqkv;
+    const float *dout, *qkv, *out, *lse;
+    int B, T, C, NH;
+    zs_mixed_t mx;
+} flash_bwd_args_t;
+
+static int flash_bwd_run(void *args, zs_err_t *err)
+{
+    UNPACK(flash_bwd_args_t);
+    int rc = zs_op_attention_flash_bwd_mixed(a.pool, &a.mx, a.dqkv, a.dout, a.qkv, a.out, a.lse,
+                                             a.B, a.T, a.C, a.NH);
+    return mixed_rc(rc, "attention_flash_bwd", &a.mx, zs_mixed_flash_bwd_elems(a.B, a.T, a.C), err);
+}
+
+static int attention_flash_bwd(void *ctx, zs_stream_t *s, float *dqkv, const float *dout,
+                               const float *qkv, const float *out, const float *lse, int B, int T,
+                               int C, int NH, zs_err_t *err)
+{
+    flash_bwd_args_t a = {POOL(ctx), dqkv, dout, qkv, out, lse, B, T, C, NH, MIXED(ctx)};
+    return zs_dev_host_fn(s, flash_bwd_run, &a, sizeof a, err);
+}
+
 /* gelu fwd/bwd and residual fwd/bwd: two outputs/inputs and a length */
 typedef struct {
     zs_pool_t *pool;
@@ -401,6 +449,10 @@ int zs_gpt_ops_cpu_create(zs_pool_t *pool, zs_gpt_ops_t **out, zs_err_t *err)
     o->matmul_bwd = matmul_bwd;
     o->attention_fwd = attention_fwd;
     o->attention_bwd = attention_bwd;
+    o->attention_flash_fwd = attention_flash_fwd;
+    o->attention_flash_bwd = attention_flash_bwd;
+    o->flash_hs_mult = 1;
+    o->flash_hs_max = INT_MAX;
     o->gelu_fwd = gelu_fwd;
     o->gelu_bwd = gelu_bwd;
     o->residual_fwd = residual_fwd;

@@ -156,6 +156,21 @@ static int attention_bwd(void *ctx, zs_stream_t *s, float *dqkv, float *scratch,
                                        NH, err);
 }
 
+static int attention_flash_fwd(void *ctx, zs_stream_t *s, float *out, float *lse, const float *qkv,
+                               int B, int T, int C, int NH, zs_err_t *err)
+{
+    ENTER(0);
+    return zs_cuda_attention_flash_fwd(cs, &c->mx, out, lse, qkv, B, T, C, NH, err);
+}
+
+static int attention_flash_bwd(void *ctx, zs_stream_t *s, float *dqkv, const float *dout,
+                               const float *qkv, const float *out, const float *lse, int B, int T,
+                               int C, int NH, zs_err_t *err)
+{
+    ENTER(0);
+    return zs_cuda_attention_flash_bwd(cs, &c->mx, dqkv, dout, qkv, out, lse, B, T, C, NH, err);
+}
+
 static int gelu_fwd(void *ctx, zs_stream_t *s, float *out, const float *inp, size_t n,
                     zs_err_t *err)
 {
@@ -264,6 +279,11 @@ int zs_gpt_ops_cuda_create(zs_dev_t *dev, zs_gpt_ops_t **out, zs_err_t *err)
     o->matmul_bwd = matmul_bwd;
     o->attention_fwd = attention_fwd;
     o->attention_bwd = attention_bwd;
+    o->attention_flash_fwd = attention_flash_fwd;
+    o->attention_flash_bwd = attention_flash_bwd;
+    o->flash_hs_mult = 16; /* zs_cuda_attention_flash_*: multiples of 16 up to 128 */
+    o->flash_hs_max = 128;
+    o->flash_needs_mixed = 1;
     o->gelu_fwd = gelu_fwd;
     o->gelu_bwd = gelu_bwd;
     o->residual_fwd = residual_fwd;

@@ -152,6 +152,19 @@ static int attention_bwd(void *ctx, zs_stream_t *s, float *dqkv, float *scratch,
     CALL("attention_bwd", attention_bwd, dqkv, scratch, dout, qkv, att, B, T, C, NH);
 }
 
+static int attention_flash_fwd(void *ctx, zs_stream_t *s, float *out, float *lse, const float *qkv,
+                               int B, int T, int C, int NH, zs_err_t *err)
+{
+    CALL("attention_flash_fwd", attention_flash_fwd, out, lse, qkv, B, T, C, NH);
+}
+
+static int attention_flash_bwd(void *ctx, zs_stream_t *s, float *dqkv, const float *dout,
+                               const float *qkv, const float *out, const float *lse, int B, int T,
+                               int C, int NH, zs_err_t *err)
+{
+    CALL("attention_flash_bwd", attention_flash_bwd, dqkv, dout, qkv, out, lse, B, T, C, NH);
+}
+
 static int gelu_fwd(void *ctx, zs_stream_t *s, float *out, const float *inp, size_t n,
                     zs_err_t *err)
 {
@@ -249,6 +262,11 @@ int zs_gpt_ops_prof_wrap(zs_gpt_ops_t *in, zs_gpt_ops_t **out, zs_err_t *err)
         .matmul_bwd = matmul_bwd,
         .attention_fwd = attention_fwd,
         .attention_bwd = attention_bwd,
+        .attention_flash_fwd = in->attention_flash_fwd ? attention_flash_fwd : NULL,
+        .attention_flash_bwd = in->attention_flash_bwd ? attention_flash_bwd : NULL,
+        .flash_hs_mult = in->flash_hs_mult,
+        .flash_hs_max = in->flash_hs_max,
+        .flash_needs_mixed = in->flash_needs_mixed,
         .gelu_fwd = gelu_fwd,
         .gelu_bwd = gelu_bwd,
         .residual_fwd = residual_fwd,

@@ -83,6 +83,19 @@ struct zs_gpt_ops {
     int (*attention_bwd)(void *ctx, zs_stream_t *s, float *dqkv, float *scratch, const float *dout,
                          const float *qkv, const float *att, int B, int T, int C, int NH,
                          zs_err_t *err);
+    /* Fused causal attention without the [B, NH, T, T] probabilities
+     * (zs_op_attention_flash_*_mixed: lse [B, NH, T] kept for the backward,
+     * which reads the forward's qkv, out and lse), with the table's mixed
+     * setting. NULL where the device has none. The CUDA kernels need bf16 /
+     * fp16 (set_mixed) and refuse other settings and head sizes outside
+     * flash_hs_mult / flash_hs_max with ZS_ERR_INVALID. */
+    int (*attention_flash_fwd)(void *ctx, zs_stream_t *s, float *out, float *lse, const float *qkv,
+                               int B, int T, int C, int NH, zs_err_t *err);
+    int (*attention_flash_bwd)(void *ctx, zs_stream_t *s, float *dqkv, const float *dout,
+                               const float *qkv, const float *out, const float *lse, int B, int T,
+                               int C, int NH, zs_err_t *err);
+    int flash_hs_mult, flash_hs_max; /* head sizes the flash entries take (cpu: 1, INT_MAX) */
+    int flash_needs_mixed;           /* 1: the flash entries need bf16 / fp16 (cuda) */
     int (*gelu_fwd)(void *ctx, zs_stream_t *s, float *out, const float *inp, size_t n,
                     zs_err_t *err);
     int (*gelu_bwd)(void *ctx, zs_stream_t *s, float *dinp, const float *inp, const float *dout,
