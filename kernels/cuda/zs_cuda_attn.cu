@@ -15,8 +15,9 @@
  * head). The softmax kernels run one warp per row of T with fixed-order
  * reductions, so the results repeat bitwise.
  *
- * What it does not do: flash attention, a fused score/softmax kernel,
- * skipping the masked half of the products (the CPU computes it too).
+ * What it does not do: a fused score/softmax kernel, skipping the masked
+ * half of the products (the CPU computes it too). The fused, FlashAttention-2
+ * style attention that keeps no [B, NH, T, T] tensor is zs_cuda_flash.cu.
  */
 #include <cuda_runtime.h>
 #include <math.h>
