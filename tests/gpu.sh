@@ -33,7 +33,7 @@
 #   .gpu-carry/llmc/, with llm.c data shards of random GPT-2 token ids.
 #
 #   there (a machine with a GPU, CUDA 13 and a driver, no package registry):
-#     tests/gpu.sh run [.gpu-carry] [--out FILE] [--only tests|bench|shm|fit|llmc|issue|xfer|prof]
+#     tests/gpu.sh run [.gpu-carry] [--out FILE] [--only tests|bench|shm|fit|llmc|issue|xfer|prof|flash|offload]
 #   unpacks the .deb files with `dpkg -x` under .gpu-carry/root (never into
 #   /), sets LD_LIBRARY_PATH, OPAL_PREFIX and PMIX_PREFIX so the carried Open
 #   MPI is used, finds the CUDA runtime, cuBLASLt and NCCL (/usr/local/cuda,
@@ -102,8 +102,8 @@ while [ $# -gt 0 ]; do
     *) carry=$1; shift ;;
     esac
 done
-case "$only" in all | tests | bench | shm | fit | llmc | issue | xfer | prof) ;;
-*) echo "gpu.sh: --only tests|bench|shm|fit|llmc|issue|xfer|prof" >&2; exit 2 ;; esac
+case "$only" in all | tests | bench | shm | fit | llmc | issue | xfer | prof | flash | offload) ;;
+*) echo "gpu.sh: --only tests|bench|shm|fit|llmc|issue|xfer|prof|flash|offload" >&2; exit 2 ;; esac
 if [ -z "$cmd" ]; then
     if [ -d "$carry/bin" ]; then cmd=run; else cmd=build; fi
 fi
@@ -407,6 +407,19 @@ run() {
     fi
     if [ "$only" = llmc ]; then
         run_one llmc llmc_rows
+    fi
+    if [ "$only" = offload ]; then
+        # the offload row at the defaults (streams per server from the
+        # cores, push-only checksums), 1.5B at gas 8: issue 25's GPU goal
+        run_one bench_gpt_offload_1.5b_gas8 env ZS_BENCH_SERVER_LOG=info \
+            ZS_SERVER_BIN="$bin/zs-server" "$bin/bench_gpt" --device cuda --shape 1.5b \
+            --batch 4 --gas 8 --transport shm --spec 1 --stream 1
+        grep -h '^GPU-RESULT\|offload.*/ GPU AdamW\|offload split\|totals:' "$out"
+    fi
+    if [ "$only" = flash ]; then
+        # the model rows with fused attention: tokens/s and the largest B
+        run_one bench_gpt_flash "$bin/bench_gpt" --device cuda --attention flash --no-engine
+        grep -h '^GPU-RESULT' "$out"
     fi
     if [ "$only" = prof ]; then
         run_one gpt_op_profile prof_rows
