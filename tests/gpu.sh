@@ -418,7 +418,8 @@ run() {
     fi
     if [ "$only" = flash ]; then
         # the model rows with fused attention: tokens/s and the largest B
-        run_one bench_gpt_flash "$bin/bench_gpt" --device cuda --attention flash --no-engine
+        run_one bench_gpt_flash "$bin/bench_gpt" --device cuda --shape 124m --attention flash \
+            --no-engine
         grep -h '^GPU-RESULT' "$out"
     fi
     if [ "$only" = prof ]; then
