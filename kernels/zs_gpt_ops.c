@@ -752,16 +752,16 @@ typedef struct {
     float *losses, *lse, *dlogits;
     const float *logits, *clse;
     const int32_t *targets;
-    int N, V;
+    int N, V, ld;
     float scale;
 } xent_job_t;
 
 static void xent_fwd_rows(const void *arg, size_t lo, size_t hi)
 {
     const xent_job_t *j = arg;
-    size_t V = (size_t)j->V;
+    size_t V = (size_t)j->V, ld = (size_t)j->ld;
     for (size_t r = lo; r < hi; r++) {
-        const float *l = j->logits + r * V;
+        const float *l = j->logits + r * ld;
         float mx = l[0];
         for (size_t v = 1; v < V; v++)
             mx = l[v] > mx ? l[v] : mx;
@@ -775,20 +775,25 @@ static void xent_fwd_rows(const void *arg, size_t lo, size_t hi)
 }
 
 void zs_op_xent_fwd(zs_pool_t *pool, float *losses, float *lse, const float *logits,
-                    const int32_t *targets, int N, int V)
+                    const int32_t *targets, int N, int V, int ld)
 {
-    xent_job_t j = {
-        .losses = losses, .lse = lse, .logits = logits, .targets = targets, .N = N, .V = V};
+    xent_job_t j = {.losses = losses,
+                    .lse = lse,
+                    .logits = logits,
+                    .targets = targets,
+                    .N = N,
+                    .V = V,
+                    .ld = ld};
     parallel_for(pool, (size_t)N, 1, xent_fwd_rows, &j);
 }
 
 static void xent_bwd_rows(const void *arg, size_t lo, size_t hi)
 {
     const xent_job_t *j = arg;
-    size_t V = (size_t)j->V;
+    size_t V = (size_t)j->V, ld = (size_t)j->ld;
     for (size_t r = lo; r < hi; r++) {
-        const float *l = j->logits + r * V;
-        float *d = j->dlogits + r * V, lse = j->clse[r];
+        const float *l = j->logits + r * ld;
+        float *d = j->dlogits + r * ld, lse = j->clse[r];
         size_t t = (size_t)j->targets[r];
         for (size_t v = 0; v < V; v++)
             d[v] = zs_math_xent_dlogit(l[v], lse, j->scale, v == t);
@@ -796,7 +801,7 @@ static void xent_bwd_rows(const void *arg, size_t lo, size_t hi)
 }
 
 void zs_op_xent_bwd(zs_pool_t *pool, float *dlogits, const float *logits, const float *lse,
-                    const int32_t *targets, int N, int V, float scale)
+                    const int32_t *targets, int N, int V, int ld, float scale)
 {
     xent_job_t j = {.dlogits = dlogits,
                     .logits = logits,
@@ -804,6 +809,7 @@ void zs_op_xent_bwd(zs_pool_t *pool, float *dlogits, const float *logits, const 
                     .targets = targets,
                     .N = N,
                     .V = V,
+                    .ld = ld,
                     .scale = scale};
     parallel_for(pool, (size_t)N, 1, xent_bwd_rows, &j);
 }

@@ -122,16 +122,18 @@ void zs_op_residual_fwd(zs_pool_t *pool, float *out, const float *a, const float
 /* da += dout; db += dout. */
 void zs_op_residual_bwd(zs_pool_t *pool, float *da, float *db, const float *dout, size_t n);
 
-/* Per row n of logits [N, V]: lse[n] = log sum exp(logits[n, :]) and
- * losses[n] = lse[n] - logits[n, targets[n]]. targets each < V. */
+/* Per row n of logits [N, V] (rows ld >= V floats apart; the ld - V
+ * floats after each row are never read): lse[n] = log sum exp(logits[n, :])
+ * and losses[n] = lse[n] - logits[n, targets[n]]. targets each < V. */
 void zs_op_xent_fwd(zs_pool_t *pool, float *losses, float *lse, const float *logits,
-                    const int32_t *targets, int N, int V);
+                    const int32_t *targets, int N, int V, int ld);
 
 /* dlogits = scale * (softmax(logits) - onehot(targets)); e.g. scale =
- * dloss / N for the gradient of dloss * mean(losses). dlogits may equal
- * logits. */
+ * dloss / N for the gradient of dloss * mean(losses). Both [N, V] with rows
+ * ld floats apart (the padding is neither read nor written). dlogits may
+ * equal logits. */
 void zs_op_xent_bwd(zs_pool_t *pool, float *dlogits, const float *logits, const float *lse,
-                    const int32_t *targets, int N, int V, float scale);
+                    const int32_t *targets, int N, int V, int ld, float scale);
 
 /* ---- mixed precision (zs_mixed.h; zs_gpt_mixed.c) ----
  * The GEMM-based ops with their GEMM operands rounded to mx->dt (bf16 or

@@ -791,8 +791,8 @@ static void test_gpt(const shape_t *s)
             tg[i] = (int32_t)(rnd32() % (uint32_t)V);
         float scale = 1.0f / (float)N;
         float *rl = xmalloc((size_t)N * 4), *rs = xmalloc((size_t)N * 4), *rd = xmalloc(nl * 4);
-        zs_op_xent_fwd(NULL, rl, rs, lg, tg, N, V);
-        zs_op_xent_bwd(NULL, rd, lg, rs, tg, N, V, scale);
+        zs_op_xent_fwd(NULL, rl, rs, lg, tg, N, V, V);
+        zs_op_xent_bwd(NULL, rd, lg, rs, tg, N, V, V, scale);
         float *dl = up(lg, nl * 4);
         int32_t *dt = up(tg, (size_t)N * 4);
         io_t io[3] = {{dev((size_t)N * 4), NULL, (size_t)N * 4},
@@ -800,8 +800,8 @@ static void test_gpt(const shape_t *s)
                       {dev(nl * 4), NULL, nl * 4}};
         void **g[2];
         for (int k = 0; k < 2; k++) {
-            TEST_OK(zs_cuda_xent_fwd(cs, io[0].d, io[1].d, dl, dt, N, V, &err), err);
-            TEST_OK(zs_cuda_xent_bwd(cs, io[2].d, dl, io[1].d, dt, N, V, scale, &err), err);
+            TEST_OK(zs_cuda_xent_fwd(cs, io[0].d, io[1].d, dl, dt, N, V, V, &err), err);
+            TEST_OK(zs_cuda_xent_bwd(cs, io[2].d, dl, io[1].d, dt, N, V, V, scale, &err), err);
             sync_ok();
             g[k] = fetch_all(io, 3);
         }
@@ -813,18 +813,53 @@ static void test_gpt(const shape_t *s)
         io_t fo[3] = {{dev((size_t)N * 4), NULL, (size_t)N * 4},
                       {dev((size_t)N * 4), NULL, (size_t)N * 4},
                       {dev(nl * 4), NULL, nl * 4}};
-        TEST_OK(zs_cuda_xent_fused(cs, fo[0].d, fo[1].d, fo[2].d, dl, dt, N, V, scale, &err), err);
+        TEST_OK(zs_cuda_xent_fused(cs, fo[0].d, fo[1].d, fo[2].d, dl, dt, N, V, V, scale, &err),
+                err);
         sync_ok();
         void **gf = fetch_all(fo, 3);
         cmp_bits("xent_fused losses = xent_fwd", gf[0], g[0][0], (size_t)N * 4);
         cmp_bits("xent_fused lse = xent_fwd", gf[1], g[0][1], (size_t)N * 4);
         cmp_bits("xent_fused dlogits = xent_bwd", gf[2], g[0][2], nl * 4);
         free_all(gf, 3);
-        TEST_OK(zs_cuda_xent_fused(cs, fo[0].d, fo[1].d, dl, dl, dt, N, V, scale, &err), err);
+        TEST_OK(zs_cuda_xent_fused(cs, fo[0].d, fo[1].d, dl, dl, dt, N, V, V, scale, &err), err);
         sync_ok();
         float *ip = down(dl, nl * 4);
         cmp_bits("xent_fused in place", ip, g[0][2], nl * 4);
         free(ip);
+        /* rows padded to ld = V + 7 floats, the padding NaN: bitwise the
+         * unpadded results, padding neither read (NaN would spread) nor
+         * written */
+        {
+            int ld = V + 7;
+            size_t np = (size_t)N * ld;
+            float *hp = xmalloc(np * 4);
+            for (size_t i = 0; i < np; i++)
+                hp[i] = NAN;
+            for (int r = 0; r < N; r++)
+                memcpy(hp + (size_t)r * ld, lg + (size_t)r * V, (size_t)V * 4);
+            float *pl = up(hp, np * 4), *pd = up(hp, np * 4);
+            io_t po[2] = {{dev((size_t)N * 4), NULL, (size_t)N * 4},
+                          {dev((size_t)N * 4), NULL, (size_t)N * 4}};
+            TEST_OK(zs_cuda_xent_fwd(cs, po[0].d, po[1].d, pl, dt, N, V, ld, &err), err);
+            TEST_OK(zs_cuda_xent_bwd(cs, pd, pl, po[1].d, dt, N, V, ld, scale, &err), err);
+            sync_ok();
+            void **gp = fetch_all(po, 2);
+            cmp_bits("xent_fwd losses, padded rows", gp[0], g[0][0], (size_t)N * 4);
+            cmp_bits("xent_fwd lse, padded rows", gp[1], g[0][1], (size_t)N * 4);
+            float *hd = down(pd, np * 4);
+            for (int r = 0; r < N; r++) {
+                cmp_bits("xent_bwd dlogits, padded rows", hd + (size_t)r * ld,
+                         (float *)g[0][2] + (size_t)r * V, (size_t)V * 4);
+                for (int v = V; v < ld; v++)
+                    TEST_CHECKF(isnan(hd[(size_t)r * ld + v]), "xent_bwd wrote padding [%d, %d]", r,
+                                v);
+            }
+            free_all(gp, 2);
+            free(hd), free(hp);
+            void *pf[] = {pl, pd, po[0].d, po[1].d};
+            for (size_t i = 0; i < sizeof pf / sizeof pf[0]; i++)
+                CK(cudaFree(pf[i]));
+        }
         free_all(g[0], 3);
         free(lg), free(tg), free(rl), free(rs), free(rd);
         void *fr[] = {dl, dt, io[0].d, io[1].d, io[2].d, fo[0].d, fo[1].d, fo[2].d};

@@ -222,11 +222,12 @@ static void test_bind(void)
     TEST_OK(md->bind(md->self, dev, stream, &err), err);
     uint64_t L = (uint64_t)c.layers, C = (uint64_t)c.width, V = (uint64_t)c.vocab;
     uint64_t N = (uint64_t)B * c.ctx, ATT = (uint64_t)B * c.heads * c.ctx * c.ctx;
+    uint64_t VP = ZS_GPT_LOGITS_LD(V); /* logits rows padded (zs_gpt.h) */
     uint64_t act = 4 * (L * (15 * N * C + 4 * N + ATT) /* per block */
                         + (L + 1) * N * C              /* residual stream */
-                        + N * C + 4 * N + N * V        /* final LN, lse, losses, logits */
+                        + N * C + 4 * N + N * VP       /* final LN, lse, losses, logits */
                         + 2 * N);                      /* token ids */
-    uint64_t scr = 4 * (10 * N * C + ATT + N * V), pin = 4 * 3 * N;
+    uint64_t scr = 4 * (10 * N * C + ATT + N * VP), pin = 4 * 3 * N;
     zs_dev_mem_get(dev, &m);
     uint64_t got_act =
         m.cur[ZS_SPACE_DEVICE][ZS_MEM_ACTIVATIONS] - m0.cur[ZS_SPACE_DEVICE][ZS_MEM_ACTIVATIONS];

@@ -499,7 +499,7 @@ typedef struct {
 static void xe_fwd(void *c, float *out)
 {
     xe_t *x = c;
-    zs_op_xent_fwd(pool, out, x->lse, x->logits, x->tg, x->N, x->V);
+    zs_op_xent_fwd(pool, out, x->lse, x->logits, x->tg, x->N, x->V, x->V);
 }
 
 static void test_xent(void)
@@ -526,9 +526,38 @@ static void test_xent(void)
     float *w = malloc((size_t)x.N * sizeof *w), *d = malloc(n * sizeof *d), *d1 = dup(x.logits, n);
     for (int i = 0; i < x.N; i++)
         w[i] = scale;
-    zs_op_xent_bwd(pool, d, x.logits, x.lse, x.tg, x.N, x.V, scale);
-    zs_op_xent_bwd(NULL, d1, d1, x.lse, x.tg, x.N, x.V, scale); /* in place */
+    zs_op_xent_bwd(pool, d, x.logits, x.lse, x.tg, x.N, x.V, x.V, scale);
+    zs_op_xent_bwd(NULL, d1, d1, x.lse, x.tg, x.N, x.V, x.V, scale); /* in place */
     expect_same("xent dlogits", d, d1, n, 0);
+    /* rows ld > V floats apart: the same numbers, the padding (NaN here)
+     * neither read (the results would be NaN) nor written */
+    {
+        const int ld = 320;
+        size_t np = (size_t)x.N * ld;
+        float *lp = malloc(np * sizeof *lp), *dp = malloc(np * sizeof *dp);
+        float *lsp = malloc((size_t)x.N * sizeof *lsp), *lop = malloc((size_t)x.N * sizeof *lop);
+        for (size_t i = 0; i < np; i++)
+            lp[i] = dp[i] = NAN;
+        for (int r = 0; r < x.N; r++)
+            memcpy(lp + (size_t)r * ld, x.logits + (size_t)r * x.V, (size_t)x.V * sizeof *lp);
+        zs_op_xent_fwd(pool, lop, lsp, lp, x.tg, x.N, x.V, ld);
+        zs_op_xent_bwd(pool, dp, lp, lsp, x.tg, x.N, x.V, ld, scale);
+        /* memcmp: a NaN read from the padding must fail (expect_same skips NaN) */
+        TEST_CHECKF(memcmp(lop, losses, (size_t)x.N * sizeof *lop) == 0,
+                    "xent losses differ with padded rows");
+        TEST_CHECKF(memcmp(lsp, x.lse, (size_t)x.N * sizeof *lsp) == 0,
+                    "xent lse differs with padded rows");
+        for (int r = 0; r < x.N; r++) {
+            TEST_CHECKF(
+                memcmp(dp + (size_t)r * ld, d + (size_t)r * x.V, (size_t)x.V * sizeof *dp) == 0,
+                "xent dlogits row %d differs with padded rows", r);
+            for (int v = x.V; v < ld; v++)
+                TEST_CHECKF(isnan(dp[(size_t)r * ld + v]), "xent_bwd wrote padding [%d, %d]", r, v);
+        }
+        printf("  xent       rows padded to %d floats: bitwise the unpadded, padding untouched\n",
+               ld);
+        free(lp), free(dp), free(lsp), free(lop);
+    }
     double *g = accum_part(d, NULL, n);
     fd_check("xent", "logit", xe_fwd, &x, x.logits, n, g, (size_t)x.N, w, 1e-2f, 1e-5, 1e-3, 3300);
     free(x.logits), free(x.lse), free(x.tg), free(losses), free(w), free(d), free(d1), free(g);

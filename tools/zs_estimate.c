@@ -303,10 +303,12 @@ int zs_estimate_act(int layers, int heads, int width, int ctx, int vocab, int mi
     uint64_t L = (uint64_t)layers, C = (uint64_t)width, V = (uint64_t)vocab;
     uint64_t N = (uint64_t)micro_batch * (uint64_t)ctx;
     uint64_t w = N * (15 * C + 4) + (uint64_t)micro_batch * (uint64_t)heads * ctx * ctx;
-    uint64_t h = N * C + N * (C + 2) + N * V + 4 * N;
+    /* the logits' rows are padded to 64 floats (zs_gpt.h, ZS_GPT_LOGITS_LD) */
+    uint64_t Vp = (V + 63) / 64 * 64;
+    uint64_t h = N * C + N * (C + 2) + N * Vp + 4 * N;
     uint64_t ckpts = L * N * C;
     if (act16) { /* zs_estimate.h: the 16-bit formulas */
-        uint64_t hp = N * (C + V + 6), sb = w - 4 * N;
+        uint64_t hp = N * (C + Vp + 6), sb = w - 4 * N;
         out->gpu_checkpoints = cpu ? 0 : 2 * ckpts;
         out->gpu_blocks = 4 * w + (ckpt ? 0 : 16 * N * (L - 1) + 2 * L * sb);
         out->gpu_other = 4 * N * C + 4 * hp + 2 * N * C + (cpu ? 2 * N * C : 0);

@@ -31,8 +31,9 @@
  * heads, V = vocab, per block w = B·T·(15C + 4) + B·NH·T² (LayerNorm
  * outputs and statistics, qkv, attention probabilities and output, the
  * residual after attention, the MLP's pre-activation and GELU output),
- * head h = B·T·C (its input) + B·T·(C + 2) (final LayerNorm) + B·T·V
- * (logits) + 4·B·T (losses, token ids):
+ * head h = B·T·C (its input) + B·T·(C + 2) (final LayerNorm) + B·T·Vp
+ * (logits, rows padded to Vp = V rounded up to 64) + 4·B·T (losses, token
+ * ids):
  *   no checkpointing     L·w + L·B·T·C + h
  *   checkpointing        L·B·T·C (checkpoints) + w (one block's workspace) + h
  *   cpu_checkpointing    B·T·C + w + h on the GPU (two residual slices the
@@ -44,7 +45,7 @@
  * tensors and residual slots take 2 bytes, LayerNorm statistics and the
  * head stay fp32, and the ops run in one fp32 block workspace w plus one
  * fp32 residual slice B·T·C; with s = w - 4·B·T (a block's tensors less
- * its statistics) and h' = B·T·(C + V + 6) (the head less its input):
+ * its statistics) and h' = B·T·(C + Vp + 6) (the head less its input):
  *   no checkpointing     4w + 16·B·T·(L-1) + 2·L·s + 4·B·T·C + 2·(L+1)·B·T·C + 4h'
  *   checkpointing        4w + 4·B·T·C + 2·(L+1)·B·T·C + 4h'
  *   cpu_checkpointing    4w + 4·B·T·C + 4·B·T·C + 4h' on the GPU (two 16-bit

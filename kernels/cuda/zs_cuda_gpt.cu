@@ -677,11 +677,11 @@ extern "C" int zs_cuda_residual_bwd(void *stream, float *da, float *db, const fl
 template <int FUSED>
 __global__ void __launch_bounds__(XENT_THREADS)
     k_xent(float *losses, float *lse_out, float *dlogits, const float *logits,
-           const int32_t *targets, int V, float scale)
+           const int32_t *targets, int V, int ld, float scale)
 {
     __shared__ float sh[XENT_THREADS / 32];
     size_t row = blockIdx.x;
-    const float *l = logits + row * V;
+    const float *l = logits + row * (size_t)ld;
     float mx = -INFINITY;
     for (int v = threadIdx.x; v < V; v += XENT_THREADS)
         mx = fmaxf(mx, l[v]);
@@ -699,7 +699,7 @@ __global__ void __launch_bounds__(XENT_THREADS)
     }
     if (FUSED) {
         __syncthreads(); /* thread 0 has read l[t] before anyone overwrites it */
-        float *d = dlogits + row * V;
+        float *d = dlogits + row * (size_t)ld;
         for (int v = threadIdx.x; v < V; v += XENT_THREADS)
             d[v] = zs_math_xent_dlogit(l[v], lse, scale, v == t);
     }
@@ -707,21 +707,22 @@ __global__ void __launch_bounds__(XENT_THREADS)
 
 __global__ void __launch_bounds__(ZS_CUDA_EW_THREADS)
     k_xent_bwd(float *dlogits, const float *logits, const float *__restrict__ lse,
-               const int32_t *__restrict__ targets, int V, float scale, size_t n)
+               const int32_t *__restrict__ targets, int V, int ld, float scale, size_t n)
 {
     ZS_CUDA_FOR(i, n)
     {
         size_t r = i / (size_t)V;
         int v = (int)(i % (size_t)V);
-        dlogits[i] = zs_math_xent_dlogit(logits[i], lse[r], scale, v == targets[r]);
+        size_t at = r * (size_t)ld + (size_t)v;
+        dlogits[at] = zs_math_xent_dlogit(logits[at], lse[r], scale, v == targets[r]);
     }
 }
 
-static int xent_args(const char *fn, int N, int V, const void *a, const void *b, const void *c,
-                     const void *d, zs_err_t *err)
+static int xent_args(const char *fn, int N, int V, int ld, const void *a, const void *b,
+                     const void *c, const void *d, zs_err_t *err)
 {
-    if (N < 0 || V <= 0)
-        return bad_shape(err, fn, "bad size");
+    if (N < 0 || V <= 0 || ld < V)
+        return bad_shape(err, fn, "bad size (N < 0, V <= 0 or ld < V)");
     if (N && (!a || !b || !c || !d))
         return bad_shape(err, fn, "NULL buffer");
     return ZS_OK;
@@ -729,40 +730,41 @@ static int xent_args(const char *fn, int N, int V, const void *a, const void *b,
 
 /* See zs_cuda_gpt.h. */
 extern "C" int zs_cuda_xent_fwd(void *stream, float *losses, float *lse, const float *logits,
-                                const int32_t *targets, int N, int V, zs_err_t *err)
+                                const int32_t *targets, int N, int V, int ld, zs_err_t *err)
 {
-    int rc = xent_args("zs_cuda_xent_fwd", N, V, losses, lse, logits, targets, err);
+    int rc = xent_args("zs_cuda_xent_fwd", N, V, ld, losses, lse, logits, targets, err);
     if (rc != ZS_OK || N == 0)
         return rc;
     ZS_CUDA_LAUNCH(k_xent<0>, N, XENT_THREADS, 0, (cudaStream_t)stream, losses, lse, NULL, logits,
-                   targets, V, 0.0f);
+                   targets, V, ld, 0.0f);
     ZS_CUDA_LAUNCHED("k_xent<0>");
     return ZS_OK;
 }
 
 /* See zs_cuda_gpt.h. */
 extern "C" int zs_cuda_xent_bwd(void *stream, float *dlogits, const float *logits, const float *lse,
-                                const int32_t *targets, int N, int V, float scale, zs_err_t *err)
+                                const int32_t *targets, int N, int V, int ld, float scale,
+                                zs_err_t *err)
 {
-    int rc = xent_args("zs_cuda_xent_bwd", N, V, dlogits, logits, lse, targets, err);
+    int rc = xent_args("zs_cuda_xent_bwd", N, V, ld, dlogits, logits, lse, targets, err);
     if (rc != ZS_OK || N == 0)
         return rc;
     size_t n = (size_t)N * V;
-    EW_LAUNCH(k_xent_bwd, n, dlogits, logits, lse, targets, V, scale, n);
+    EW_LAUNCH(k_xent_bwd, n, dlogits, logits, lse, targets, V, ld, scale, n);
 }
 
 /* See zs_cuda_gpt.h. */
 extern "C" int zs_cuda_xent_fused(void *stream, float *losses, float *lse, float *dlogits,
-                                  const float *logits, const int32_t *targets, int N, int V,
+                                  const float *logits, const int32_t *targets, int N, int V, int ld,
                                   float scale, zs_err_t *err)
 {
-    int rc = xent_args("zs_cuda_xent_fused", N, V, losses, lse, logits, targets, err);
+    int rc = xent_args("zs_cuda_xent_fused", N, V, ld, losses, lse, logits, targets, err);
     if (rc != ZS_OK || N == 0)
         return rc;
     if (!dlogits)
         return bad_shape(err, "zs_cuda_xent_fused", "NULL dlogits");
     ZS_CUDA_LAUNCH(k_xent<1>, N, XENT_THREADS, 0, (cudaStream_t)stream, losses, lse, dlogits,
-                   logits, targets, V, scale);
+                   logits, targets, V, ld, scale);
     ZS_CUDA_LAUNCHED("k_xent<1>");
     return ZS_OK;
 }

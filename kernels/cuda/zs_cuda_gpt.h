@@ -144,22 +144,25 @@ int zs_cuda_residual_fwd(void *stream, float *out, const float *a, const float *
 int zs_cuda_residual_bwd(void *stream, float *da, float *db, const float *dout, size_t n,
                          zs_err_t *err);
 
-/* Per row n of logits [N, V]: lse[n] = log sum exp(logits[n, :]),
- * losses[n] = lse[n] - logits[n, targets[n]]. A target outside [0, V) gives
- * a NaN loss (the CPU would read out of bounds). */
+/* Per row n of logits [N, V], rows ld >= V floats apart (the padding is
+ * not read; a padded ld, e.g. a multiple of 64, keeps the head's GEMMs on
+ * aligned rows): lse[n] = log sum exp(logits[n, :]), losses[n] = lse[n] -
+ * logits[n, targets[n]]. A target outside [0, V) gives a NaN loss (the CPU
+ * would read out of bounds). */
 int zs_cuda_xent_fwd(void *stream, float *losses, float *lse, const float *logits,
-                     const int32_t *targets, int N, int V, zs_err_t *err);
+                     const int32_t *targets, int N, int V, int ld, zs_err_t *err);
 
-/* dlogits = scale * (softmax(logits) - onehot(targets)); dlogits may equal
+/* dlogits = scale * (softmax(logits) - onehot(targets)), both with rows ld
+ * floats apart (padding neither read nor written); dlogits may equal
  * logits. */
 int zs_cuda_xent_bwd(void *stream, float *dlogits, const float *logits, const float *lse,
-                     const int32_t *targets, int N, int V, float scale, zs_err_t *err);
+                     const int32_t *targets, int N, int V, int ld, float scale, zs_err_t *err);
 
 /* Both in one pass over the logits (the fused classifier): losses, lse as
  * zs_cuda_xent_fwd, then dlogits as zs_cuda_xent_bwd with that lse.
  * dlogits may equal logits. Same bits as the two calls. */
 int zs_cuda_xent_fused(void *stream, float *losses, float *lse, float *dlogits, const float *logits,
-                       const int32_t *targets, int N, int V, float scale, zs_err_t *err);
+                       const int32_t *targets, int N, int V, int ld, float scale, zs_err_t *err);
 
 /* db[OC] += column sums of dout [N, OC] (the bias gradient; deterministic
  * two-pass reduction, bitwise the CPU's when N <= ZS_CUDA_COLSUM_ROWS). */

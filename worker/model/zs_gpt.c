@@ -290,7 +290,8 @@ static int head_forward(zs_gpt_t *g, const void *p, void *const *wdeps, zs_err_t
     TRY(zs__gpt_param(g, p, (size_t)C, (size_t)C, (size_t)C, &b, err));
     TRY(ops->layernorm_fwd(k, s, g->lnf, g->lnf_mean, g->lnf_rstd, x, w, b, N, C, err));
     TRY(zs__gpt_head_gemms(g, wdeps, 0, err));
-    TRY(ops->xent_fwd(k, s, g->losses, g->lse, g->logits, g->targets, N, V, err));
+    TRY(ops->xent_fwd(k, s, g->losses, g->lse, g->logits, g->targets, N, V, ZS_GPT_LOGITS_LD(V),
+                      err));
     return ZS_OK;
 }
 
@@ -406,9 +407,21 @@ int zs_gpt_copy_logits(zs_gpt_t *g, float *host_out, zs_err_t *err)
         return zs_err_set(err, ZS_ERR_STATE,
                           "gpt: no logits: a split model's backward overwrote them with their "
                           "gradient (copy them before the backward)");
-    size_t bytes = (size_t)g->B * g->T * g->c.vocab * sizeof(float);
-    TRY(zs_dev_memcpy(g->stream, host_out, g->logits, bytes, err));
-    int rc = zs_dev_stream_sync(g->stream, err);
+    /* rows ZS_GPT_LOGITS_LD(V) floats apart on the device: copy them whole,
+     * then close the gaps (row r moves down by r * pad floats; memmove in
+     * row order never overwrites a row not yet moved) */
+    size_t V = (size_t)g->c.vocab, ld = ZS_GPT_LOGITS_LD(V), rows = (size_t)g->B * g->T;
+    float *tmp = ld == V ? host_out : malloc(rows * ld * sizeof(float));
+    if (!tmp)
+        return zs_err_set(err, ZS_ERR_NOMEM, "gpt: logits: out of host memory");
+    int rc = zs_dev_memcpy(g->stream, tmp, g->logits, rows * ld * sizeof(float), err);
+    if (!rc)
+        rc = zs_dev_stream_sync(g->stream, err);
+    if (!rc && tmp != host_out)
+        for (size_t r = 0; r < rows; r++)
+            memcpy(host_out + r * V, tmp + r * ld, V * sizeof(float));
+    if (tmp != host_out)
+        free(tmp);
     if (rc) {
         zs_err_prefix(err, "gpt: logits: ");
         return rc;
@@ -429,11 +442,12 @@ static int head_backward(zs_gpt_t *g, const void *p, float *gr, void *const *wde
     int L = g->c.layers, C = g->c.width, V = g->c.vocab, N = g->B * g->T;
     const float *x, *w;
     TRY(zs__gpt_resid_in(g, L, &x, err));
-    TRY(ops->xent_bwd(k, s, g->dlogits, g->logits, g->lse, g->targets, N, V, dloss / (float)N,
+    int ld = ZS_GPT_LOGITS_LD(V);
+    TRY(ops->xent_bwd(k, s, g->dlogits, g->logits, g->lse, g->targets, N, V, ld, dloss / (float)N,
                       err));
     TRY(zs__gpt_head_gemms(g, wdeps, 1, err));
     if (dwte)
-        TRY(ops->gemm(k, s, 1, 0, V, C, N, 1.0f, g->dlogits, V, g->lnf, C, 1.0f, dwte, C, err));
+        TRY(ops->gemm(k, s, 1, 0, V, C, N, 1.0f, g->dlogits, ld, g->lnf, C, 1.0f, dwte, C, err));
     TRY(zs_dev_memset(s, g->dres, 0, (size_t)N * C * sizeof(float), err));
     TRY(zs__gpt_param(g, p, 0, (size_t)C, 0, &w, err));
     TRY(ops->layernorm_bwd(k, s, g->dres, gr, gr + C, g->dbuf, x, w, g->lnf_mean, g->lnf_rstd, N, C,
@@ -584,7 +598,7 @@ static int alloc_buffers(zs_gpt_t *g, zs_err_t *err)
         {&g->lnf, N * C},
         {&g->lnf_mean, N},
         {&g->lnf_rstd, N},
-        {&g->logits, N * V},
+        {&g->logits, N * ZS_GPT_LOGITS_LD(V)},
         {&g->lse, N},
         {&g->losses, N},
         {&inputs, N},
@@ -607,7 +621,7 @@ static int alloc_buffers(zs_gpt_t *g, zs_err_t *err)
         {&g->dqkv, N * 3 * C},
         {&g->datt, NHTT},
         {&g->dfch, N * 4 * C},
-        {&g->dlogits, g->split ? 0 : N * V},
+        {&g->dlogits, g->split ? 0 : N * ZS_GPT_LOGITS_LD(V)},
     };
     TRY(carve(g, ZS_MEM_ACTIVATIONS, act, sizeof act / sizeof act[0], &g->act_arena, err));
     g->inputs = (int32_t *)inputs;
@@ -689,10 +703,10 @@ static size_t mixed_need(const zs_gpt_t *g)
     }
     /* the tied head: logits = lnf wte^T, dlnf = dlogits wte (both by chunks
      * of R vocabulary rows, zs_gpt_param16.c), dwte += dlogits^T lnf */
-    int R = zs__gpt_head_rows(g);
+    int R = zs__gpt_head_rows(g), ld = ZS_GPT_LOGITS_LD(V);
     ZS_NEED(zs_mixed_gemm_elems(0, 1, N, R, C, C, C));
-    ZS_NEED(zs_mixed_gemm_elems(0, 0, N, C, R, V, C));
-    ZS_NEED(zs_mixed_gemm_elems(1, 0, V, C, N, V, C));
+    ZS_NEED(zs_mixed_gemm_elems(0, 0, N, C, R, ld, C));
+    ZS_NEED(zs_mixed_gemm_elems(1, 0, V, C, N, ld, C));
 #undef ZS_NEED
     return need;
 }

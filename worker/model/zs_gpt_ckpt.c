@@ -216,7 +216,8 @@ void zs_gpt_act_bytes_attn(const zs_gpt_config_t *c, int max_batch, int ckpt, in
      * ln2, fch, fchg */
     block += r16(h2(nh * N * C)) + r16(h2(nh * N * 3 * C)) + r16(h2(nh * NHTT)) +
              3 * r16(h2(nh * N * C)) + 2 * r16(h2(nh * N * 4 * C));
-    uint64_t head = r16(N * C) + 2 * r16(N) + r16(N * V) + 2 * r16(N) + 2 * r16(N);
+    uint64_t head =
+        r16(N * C) + 2 * r16(N) + r16(N * ZS_GPT_LOGITS_LD(V)) + 2 * r16(N) + 2 * r16(N);
     /* residual slots: fp32, or one fp32 slice + the slots in 16 bits */
     uint64_t resid = a16 ? r16(N * C) + r16(h2(R * N * C)) : r16(R * N * C);
     memset(out, 0, sizeof *out);

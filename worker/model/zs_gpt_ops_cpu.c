@@ -380,36 +380,36 @@ typedef struct {
     float *out, *lse; /* fwd: losses, lse; bwd: dlogits, unused */
     const float *logits, *lse_in;
     const int32_t *targets;
-    int N, V;
+    int N, V, ld;
     float scale;
 } xent_args_t;
 
 static int xent_fwd_run(void *args, zs_err_t *err)
 {
     UNPACK(xent_args_t);
-    zs_op_xent_fwd(a.pool, a.out, a.lse, a.logits, a.targets, a.N, a.V);
+    zs_op_xent_fwd(a.pool, a.out, a.lse, a.logits, a.targets, a.N, a.V, a.ld);
     return ZS_OK;
 }
 
 static int xent_fwd(void *ctx, zs_stream_t *s, float *losses, float *lse, const float *logits,
-                    const int32_t *targets, int N, int V, zs_err_t *err)
+                    const int32_t *targets, int N, int V, int ld, zs_err_t *err)
 {
-    xent_args_t a = {POOL(ctx), losses, lse, logits, NULL, targets, N, V, 0.0f};
+    xent_args_t a = {POOL(ctx), losses, lse, logits, NULL, targets, N, V, ld, 0.0f};
     return zs_dev_host_fn(s, xent_fwd_run, &a, sizeof a, err);
 }
 
 static int xent_bwd_run(void *args, zs_err_t *err)
 {
     UNPACK(xent_args_t);
-    zs_op_xent_bwd(a.pool, a.out, a.logits, a.lse_in, a.targets, a.N, a.V, a.scale);
+    zs_op_xent_bwd(a.pool, a.out, a.logits, a.lse_in, a.targets, a.N, a.V, a.ld, a.scale);
     return ZS_OK;
 }
 
 static int xent_bwd(void *ctx, zs_stream_t *s, float *dlogits, const float *logits,
-                    const float *lse, const int32_t *targets, int N, int V, float scale,
+                    const float *lse, const int32_t *targets, int N, int V, int ld, float scale,
                     zs_err_t *err)
 {
-    xent_args_t a = {POOL(ctx), dlogits, NULL, logits, lse, targets, N, V, scale};
+    xent_args_t a = {POOL(ctx), dlogits, NULL, logits, lse, targets, N, V, ld, scale};
     return zs_dev_host_fn(s, xent_bwd_run, &a, sizeof a, err);
 }
 

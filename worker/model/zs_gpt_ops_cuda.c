@@ -200,18 +200,18 @@ static int residual_bwd(void *ctx, zs_stream_t *s, float *da, float *db, const f
 }
 
 static int xent_fwd(void *ctx, zs_stream_t *s, float *losses, float *lse, const float *logits,
-                    const int32_t *targets, int N, int V, zs_err_t *err)
+                    const int32_t *targets, int N, int V, int ld, zs_err_t *err)
 {
     ENTER(0);
-    return zs_cuda_xent_fwd(cs, losses, lse, logits, targets, N, V, err);
+    return zs_cuda_xent_fwd(cs, losses, lse, logits, targets, N, V, ld, err);
 }
 
 static int xent_bwd(void *ctx, zs_stream_t *s, float *dlogits, const float *logits,
-                    const float *lse, const int32_t *targets, int N, int V, float scale,
+                    const float *lse, const int32_t *targets, int N, int V, int ld, float scale,
                     zs_err_t *err)
 {
     ENTER(0);
-    return zs_cuda_xent_bwd(cs, dlogits, logits, lse, targets, N, V, scale, err);
+    return zs_cuda_xent_bwd(cs, dlogits, logits, lse, targets, N, V, ld, scale, err);
 }
 
 static int set_mixed(void *ctx, const zs_mixed_t *mx, zs_err_t *err)

@@ -190,16 +190,16 @@ static int residual_bwd(void *ctx, zs_stream_t *s, float *da, float *db, const f
 }
 
 static int xent_fwd(void *ctx, zs_stream_t *s, float *losses, float *lse, const float *logits,
-                    const int32_t *targets, int N, int V, zs_err_t *err)
+                    const int32_t *targets, int N, int V, int ld, zs_err_t *err)
 {
-    CALL("xent_fwd", xent_fwd, losses, lse, logits, targets, N, V);
+    CALL("xent_fwd", xent_fwd, losses, lse, logits, targets, N, V, ld);
 }
 
 static int xent_bwd(void *ctx, zs_stream_t *s, float *dlogits, const float *logits,
-                    const float *lse, const int32_t *targets, int N, int V, float scale,
+                    const float *lse, const int32_t *targets, int N, int V, int ld, float scale,
                     zs_err_t *err)
 {
-    CALL("xent_bwd", xent_bwd, dlogits, logits, lse, targets, N, V, scale);
+    CALL("xent_bwd", xent_bwd, dlogits, logits, lse, targets, N, V, ld, scale);
 }
 
 static int by_ms(const void *a, const void *b)

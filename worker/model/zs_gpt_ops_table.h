@@ -104,10 +104,11 @@ struct zs_gpt_ops {
                         size_t n, zs_err_t *err);
     int (*residual_bwd)(void *ctx, zs_stream_t *s, float *da, float *db, const float *dout,
                         size_t n, zs_err_t *err);
+    /* logits / dlogits [N, V] with rows ld >= V floats apart */
     int (*xent_fwd)(void *ctx, zs_stream_t *s, float *losses, float *lse, const float *logits,
-                    const int32_t *targets, int N, int V, zs_err_t *err);
+                    const int32_t *targets, int N, int V, int ld, zs_err_t *err);
     int (*xent_bwd)(void *ctx, zs_stream_t *s, float *dlogits, const float *logits,
-                    const float *lse, const int32_t *targets, int N, int V, float scale,
+                    const float *lse, const int32_t *targets, int N, int V, int ld, float scale,
                     zs_err_t *err);
 };
 

@@ -168,17 +168,17 @@ static const void *wte_chunk(const zs_gpt_t *g, void *const *wdeps, int v0, int 
 int zs__gpt_head_gemms(zs_gpt_t *g, void *const *wdeps, int dx, zs_err_t *err)
 {
     const zs_gpt_ops_t *ops = g->ops;
-    int C = g->c.width, V = g->c.vocab, N = g->B * g->T, r;
+    int C = g->c.width, V = g->c.vocab, N = g->B * g->T, r, ld = ZS_GPT_LOGITS_LD(V);
     for (int v0 = 0; v0 < V; v0 += r) {
         const void *wte = wte_chunk(g, wdeps, v0, &r);
         const float *w;
         TRY(zs__gpt_param(g, wte, 0, (size_t)r * C, ZS_GPT_BIG, &w, err));
         if (dx) /* dbuf (+)= dlogits[:, v0 : v0 + r] w */
-            TRY(ops->gemm(ops->ctx, g->stream, 0, 0, N, C, r, 1.0f, g->dlogits + v0, V, w, C,
+            TRY(ops->gemm(ops->ctx, g->stream, 0, 0, N, C, r, 1.0f, g->dlogits + v0, ld, w, C,
                           v0 ? 1.0f : 0.0f, g->dbuf, C, err));
         else /* logits[:, v0 : v0 + r] = lnf w^T */
             TRY(ops->gemm(ops->ctx, g->stream, 0, 1, N, r, C, 1.0f, g->lnf, C, w, C, 0.0f,
-                          g->logits + v0, V, err));
+                          g->logits + v0, ld, err));
     }
     return ZS_OK;
 }

@@ -187,8 +187,8 @@ int zs__gpt_wte_bwd(zs_gpt_t *g, int v0, int rows, float *gr, zs_err_t *err)
     const zs_gpt_ops_t *ops = g->ops;
     int C = g->c.width, V = g->c.vocab, N = g->B * g->T;
     /* the tied head's part, then the lookup's scatter, as unsplit */
-    TRY(ops->gemm(ops->ctx, g->stream, 1, 0, rows, C, N, 1.0f, g->dlogits + v0, V, g->lnf, C, 1.0f,
-                  gr, C, err));
+    TRY(ops->gemm(ops->ctx, g->stream, 1, 0, rows, C, N, 1.0f, g->dlogits + v0, ZS_GPT_LOGITS_LD(V),
+                  g->lnf, C, 1.0f, gr, C, err));
     for (int n = 0; n < N; n++) {
         int32_t v = g->tok_pin[n];
         if (v >= v0 && v < v0 + rows)
