@@ -33,7 +33,7 @@
 #   .gpu-carry/llmc/, with llm.c data shards of random GPT-2 token ids.
 #
 #   there (a machine with a GPU, CUDA 13 and a driver, no package registry):
-#     tests/gpu.sh run [.gpu-carry] [--out FILE] [--only tests|bench|shm|fit|llmc|issue|xfer|prof|flash|offload]
+#     tests/gpu.sh run [.gpu-carry] [--out FILE] [--only tests|bench|shm|fit|llmc|issue|xfer|prof|flash|offload|model]
 #   unpacks the .deb files with `dpkg -x` under .gpu-carry/root (never into
 #   /), sets LD_LIBRARY_PATH, OPAL_PREFIX and PMIX_PREFIX so the carried Open
 #   MPI is used, finds the CUDA runtime, cuBLASLt and NCCL (/usr/local/cuda,
@@ -102,8 +102,8 @@ while [ $# -gt 0 ]; do
     *) carry=$1; shift ;;
     esac
 done
-case "$only" in all | tests | bench | shm | fit | llmc | issue | xfer | prof | flash | offload) ;;
-*) echo "gpu.sh: --only tests|bench|shm|fit|llmc|issue|xfer|prof|flash|offload" >&2; exit 2 ;; esac
+case "$only" in all | tests | bench | shm | fit | llmc | issue | xfer | prof | flash | offload | model) ;;
+*) echo "gpu.sh: --only tests|bench|shm|fit|llmc|issue|xfer|prof|flash|offload|model" >&2; exit 2 ;; esac
 if [ -z "$cmd" ]; then
     if [ -d "$carry/bin" ]; then cmd=run; else cmd=build; fi
 fi
@@ -407,6 +407,16 @@ run() {
     fi
     if [ "$only" = llmc ]; then
         run_one llmc llmc_rows
+    fi
+    if [ "$only" = model ]; then
+        # the bare model's tokens/s at the micro-batches llm.c was compared
+        # at (124M B=16, 1.5B B=4), and the ops against the CPU on this GPU
+        run_one test_cuda_ops "$bin/test_cuda_ops"
+        run_one bench_gpt_model_124m "$bin/bench_gpt" --device cuda --shape 124m --batch 16 \
+            --no-engine
+        run_one bench_gpt_model_1.5b "$bin/bench_gpt" --device cuda --shape 1.5b --batch 4 \
+            --no-engine
+        grep -h '^GPU-RESULT' "$out"
     fi
     if [ "$only" = offload ]; then
         # the offload row at the defaults (streams per server from the
