@@ -67,9 +67,9 @@ zs_emu_test(emu_test_gpt_cuda ${ZS_EMU}/test_gpt_cuda reverse 900)
 # flash attention in the model, the CUDA part on the emulated GPU
 zs_emu_test(emu_test_gpt_flash ${ZS_EMU}/test_gpt_flash random:5 600)
 zs_emu_test(emu_test_train_cuda ${ZS_EMU}/test_train_cuda forward 900)
-# kill and resume over 40 steps, not 100: an emulated step is slow
+# kill and resume over 30 steps, not 100: an emulated step is slow
 set_tests_properties(emu_test_train_cuda PROPERTIES LABELS "emu;mpi" ENVIRONMENT
-                     "ZS_EMU_SCHEDULE=forward;ZS_EMU_DEVICES=1;ZS_TEST_TRAIN_CUDA_KR_STEPS=40")
+                     "ZS_EMU_SCHEDULE=forward;ZS_EMU_DEVICES=1;ZS_TEST_TRAIN_CUDA_KR_STEPS=30")
 # The shared-memory transport on an emulated GPU (test_train_cuda part 5):
 # the staging segment registered with the device (cudaHostRegister), shm
 # and tcp bitwise equal
@@ -78,12 +78,19 @@ set_tests_properties(emu_test_train_cuda_shm PROPERTIES LABELS "emu;mpi" ENVIRON
                      "ZS_EMU_SCHEDULE=forward;ZS_EMU_DEVICES=1;ZS_TEST_TRAIN_CUDA_PART=shm")
 # Several GPUs: zs-train --device cuda with W ranks on W emulated GPUs
 # (NCCL emulated across the processes) against the CPU engine at the same
-# W, stages 0-3 x offload off/on and bf16 (test_train_cuda parts 1 and 3),
-# then one rank SIGKILLed and zs-launch resuming on W-1 GPUs (part 4)
+# W, stages 0 and 2 (W = 2) or 1 and 3 (W = 4), so each stage runs on
+# several emulated GPUs in every run within the suite's time (W = 1 runs
+# all four), x offload off/on and bf16 (test_train_cuda parts 1 and 3), then
+# one rank SIGKILLed and zs-launch resuming on W-1 GPUs (part 4)
 foreach(w 2 4)
+  if(w EQUAL 4)
+    set(stages 13)
+  else()
+    set(stages 02)
+  endif()
   zs_emu_test(emu_test_train_cuda_w${w} ${ZS_EMU}/test_train_cuda forward 900)
   set_tests_properties(emu_test_train_cuda_w${w} PROPERTIES LABELS "emu;mpi" ENVIRONMENT
-                       "ZS_EMU_SCHEDULE=forward;ZS_EMU_DEVICES=${w};ZS_TEST_TRAIN_CUDA_NP=${w}")
+                       "ZS_EMU_SCHEDULE=forward;ZS_EMU_DEVICES=${w};ZS_TEST_TRAIN_CUDA_NP=${w};ZS_TEST_TRAIN_CUDA_STAGES=${stages}")
 endforeach()
 # ASan + UBSan: the kernels' device memory is heap memory there
 foreach(t tests/test_cuda_ops tests/test_dev_cuda test_emu_runtime test_emu_kernel test_emu_wmma)

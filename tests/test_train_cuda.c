@@ -4,7 +4,8 @@
  * op table), against zs-train --device cpu on the same data and config,
  * with 2 real zs-server processes on 127.0.0.1 (tests/zs_proc.h):
  *
- *  1. Stages 0-3 x offload off/on, fp32, W = 1, 10 steps of a small GPT
+ *  1. Stages 0-3 (or those $ZS_TEST_TRAIN_CUDA_STAGES names, e.g. "13") x
+ *     offload off/on, fp32, W = 1, 10 steps of a small GPT
  *     (L=2 NH=4 C=64 T=32, byte vocabulary; 4 x 2 micro-batches per step,
  *     clipping at 1.0): per-step losses of CUDA and CPU within LOSS_TOL
  *     (step 1 within 1e-5 rel), and the final parameters close in the
@@ -203,9 +204,15 @@ static void stages(void)
 {
     uint64_t P = zs_gpt_num_params(&k_shape);
     float *w0 = zs_gpttest_init_weights(k_shape, 1337); /* zs-train's default --seed */
-    printf("1. zs-train, W=%d, %d steps, " SHAPE " (%llu parameters): CUDA vs CPU\n", g_np, STEPS,
-           (unsigned long long)P);
+    /* ZS_TEST_TRAIN_CUDA_STAGES: the stages to run, as digits (default
+     * "0123"); the emulated W = 4 run takes "13" (W = 1 and 2 run all four,
+     * and each emulated step at W = 4 costs four processes) */
+    const char *only = getenv("ZS_TEST_TRAIN_CUDA_STAGES");
+    printf("1. zs-train, W=%d, %d steps, " SHAPE " (%llu parameters): CUDA vs CPU, stages %s\n",
+           g_np, STEPS, (unsigned long long)P, only && *only ? only : "0123");
     for (int stage = 0; stage <= 3; stage++) {
+        if (only && *only && !strchr(only, '0' + stage))
+            continue;
         float *off_params[2] = {NULL, NULL};
         for (int offload = 0; offload <= 1; offload++) {
             char cfg[300], args[2048], log[2][300], csv[2][300], bin[2][300];
