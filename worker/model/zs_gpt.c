@@ -407,21 +407,24 @@ int zs_gpt_copy_logits(zs_gpt_t *g, float *host_out, zs_err_t *err)
         return zs_err_set(err, ZS_ERR_STATE,
                           "gpt: no logits: a split model's backward overwrote them with their "
                           "gradient (copy them before the backward)");
-    /* rows ZS_GPT_LOGITS_LD(V) floats apart on the device: copy them whole,
-     * then close the gaps (row r moves down by r * pad floats; memmove in
-     * row order never overwrites a row not yet moved) */
+    /* rows ZS_GPT_LOGITS_LD(V) floats apart on the device: copy up to 64 of
+     * them at a time into a bounded buffer (13 MB at GPT-2's vocabulary,
+     * however many rows), then drop each row's padding */
+    enum { ROWS = 64 };
     size_t V = (size_t)g->c.vocab, ld = ZS_GPT_LOGITS_LD(V), rows = (size_t)g->B * g->T;
-    float *tmp = ld == V ? host_out : malloc(rows * ld * sizeof(float));
+    float *tmp = malloc((rows < ROWS ? rows : ROWS) * ld * sizeof(float));
     if (!tmp)
         return zs_err_set(err, ZS_ERR_NOMEM, "gpt: logits: out of host memory");
-    int rc = zs_dev_memcpy(g->stream, tmp, g->logits, rows * ld * sizeof(float), err);
-    if (!rc)
-        rc = zs_dev_stream_sync(g->stream, err);
-    if (!rc && tmp != host_out)
-        for (size_t r = 0; r < rows; r++)
-            memcpy(host_out + r * V, tmp + r * ld, V * sizeof(float));
-    if (tmp != host_out)
-        free(tmp);
+    int rc = ZS_OK;
+    for (size_t r0 = 0; r0 < rows && !rc; r0 += ROWS) {
+        size_t k = rows - r0 < ROWS ? rows - r0 : ROWS;
+        rc = zs_dev_memcpy(g->stream, tmp, g->logits + r0 * ld, k * ld * sizeof(float), err);
+        if (!rc)
+            rc = zs_dev_stream_sync(g->stream, err);
+        for (size_t r = 0; r < k && !rc; r++)
+            memcpy(host_out + (r0 + r) * V, tmp + r * ld, V * sizeof(float));
+    }
+    free(tmp);
     if (rc) {
         zs_err_prefix(err, "gpt: logits: ");
         return rc;
