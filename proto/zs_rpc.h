@@ -41,11 +41,15 @@
  * both then use that. ZS_PROTOCOL_VERSION is the highest this build speaks,
  * ZS_PROTOCOL_VERSION_MIN the lowest a server still negotiates down to
  * (below it a request is refused: it could not work). */
-#define ZS_PROTOCOL_VERSION     2
+#define ZS_PROTOCOL_VERSION     3
 #define ZS_PROTOCOL_VERSION_MIN 1
 /* The first version with PushChunk.expect and Counters.spec_* (speculative
  * updates, issue 18): a session negotiated below it never speculates. */
 #define ZS_PROTOCOL_V_SPECULATION 2
+/* The first version with parameter groups: InitRequest.groups,
+ * CommitRequest.group_lr, StepExpect.group_lr, HelloReply.groups,
+ * CheckpointMeta.groups (docs/protocol.md, "Parameter groups"). */
+#define ZS_PROTOCOL_V_GROUPS 3
 /* The largest training step a server accepts (Initialize start_step,
  * SetStep, Push, Commit, Pull min_step, a checkpoint's steps): 2^53 - 1, so
  * step + 1 never wraps, Adam's t fits an int64, and any JSON or double

@@ -122,6 +122,49 @@ static void mem_stats(uint64_t *rss, uint64_t *in_use, uint64_t *kept)
     *kept = (uint64_t)mi.fordblks;
 }
 
+/* A request's parameter-group learning rates (CommitRequest.group_lr,
+ * StepExpect.group_lr) into c: at most ZS_GROUPS_MAX_LRS, and only from a
+ * server that speaks parameter groups (a server held below that version,
+ * --protocol-version, refuses what an old server would have ignored, so
+ * tests see a client that sends them to an old server). */
+static int group_lrs(const float *lrs, size_t n, zs_commit_t *c, zs_err_t *err)
+{
+    if (n == 0)
+        return ZS_OK;
+    if (g_version < ZS_PROTOCOL_V_GROUPS)
+        return zs_err_set(err, ZS_ERR_INVALID,
+                          "group_lr needs protocol version %u; this server speaks %u "
+                          "(--protocol-version)",
+                          ZS_PROTOCOL_V_GROUPS, g_version);
+    if (n > ZS_GROUPS_MAX_LRS)
+        return zs_err_set(err, ZS_ERR_INVALID, "%zu group learning rates, at most %d", n,
+                          ZS_GROUPS_MAX_LRS);
+    c->nlrs = (uint32_t)n;
+    memcpy(c->lrs, lrs, n * sizeof *lrs);
+    return ZS_OK;
+}
+
+/* InitRequest.groups into the Initialize being built (same version rule). */
+static int init_groups(zs_shard_init_t *in, const Zeroshard__InitRequest *q, zs_err_t *err)
+{
+    if (g_version < ZS_PROTOCOL_V_GROUPS)
+        return zs_err_set(err, ZS_ERR_INVALID,
+                          "InitRequest.groups needs protocol version %u; this server speaks %u "
+                          "(--protocol-version)",
+                          ZS_PROTOCOL_V_GROUPS, g_version);
+    if (q->n_groups > ZS_GROUPS_MAX_RANGES)
+        return zs_err_set(err, ZS_ERR_INVALID, "%zu parameter group ranges, at most %d",
+                          q->n_groups, ZS_GROUPS_MAX_RANGES);
+    zs_group_range_t *r = malloc(q->n_groups * sizeof *r);
+    if (!r)
+        return zs_err_set(err, ZS_ERR_NOMEM, "out of memory");
+    int rc = zs_pb_groups_get(q->groups, q->n_groups, r, err);
+    if (!rc)
+        rc = zs_shard_init_groups(in, r, q->n_groups, err);
+    free(r);
+    return rc;
+}
+
 /* The HelloReply (also Initialize's reply) of protocol `version`: below
  * ZS_PROTOCOL_V_SPECULATION without the spec_* counters, as a server of that
  * version answered. shm_session: the HelloRequest's (0: none), for
@@ -175,7 +218,16 @@ static grpc_byte_buffer *hello_reply(zs_shard_t *sh, uint32_t version, uint64_t 
     r.store_error = in.store_error;
     r.nvme = in.nvme;
     zs__svc_shm_hello(shm_session, &r.shm_socket, &r.shm_session_ok);
+    Zeroshard__GroupRange **groups = NULL;
+    if (version >= ZS_PROTOCOL_V_GROUPS && zs_pb_groups_set(in.groups, in.ngroups, &groups)) {
+        free(in.checkpoints);
+        zs_err_set(err, ZS_ERR_NOMEM, "out of memory");
+        return NULL;
+    }
+    r.n_groups = groups ? in.ngroups : 0;
+    r.groups = groups;
     grpc_byte_buffer *bb = zs_msg_build(&r.base);
+    zs_pb_groups_free(groups);
     free(in.checkpoints);
     return bb;
 }
@@ -250,6 +302,8 @@ static int h_init(void *ctx, zs_scall_t *call, zs_err_t *err)
                 zs_pb_adam_get(q->adam, &hp);
                 rc = zs_shard_init_begin(sh, &id, &hp, q->start_step, q->overwrite, &in, err);
             }
+            if (!rc && q->n_groups)
+                rc = init_groups(in, q, err);
         } else if (m->init) {
             rc = zs_err_set(err, ZS_ERR_INVALID, "`init` allowed in the first message only");
         }
@@ -330,7 +384,9 @@ static int h_push(void *ctx, zs_scall_t *call, zs_err_t *err)
                 zs_commit_t e = {m->step, m->expect->grad_scale,
                                  1.0f,    m->expect->lr,
                                  0,       (zs_dtype_t)m->expect->param_dtype};
-                rc = zs_shard_push_expect(ps, &e, err);
+                rc = group_lrs(m->expect->group_lr, m->expect->n_group_lr, &e, err);
+                if (!rc)
+                    rc = zs_shard_push_expect(ps, &e, err);
             }
         }
         nchunks++;
@@ -376,7 +432,10 @@ static int h_commit(void *ctx, zs_scall_t *call, zs_err_t *err)
         return refuse(sh, rc);
     zs_commit_t c = {q->step, q->grad_scale, q->clip_coef,
                      q->lr,   q->skip,       (zs_dtype_t)q->param_dtype};
+    rc = group_lrs(q->group_lr, q->n_group_lr, &c, err);
     zeroshard__commit_request__free_unpacked(q, NULL);
+    if (rc)
+        return refuse(sh, rc);
     Zeroshard__CommitReply r = ZEROSHARD__COMMIT_REPLY__INIT;
     rc = zs_shard_commit(sh, &c, &r.applied_step, &r.optimizer_step, err);
     if (rc)

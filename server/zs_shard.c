@@ -143,18 +143,30 @@ static void free_chunk_tables(zs_shard_t *sh)
 }
 
 int zs__shard_install(zs_shard_t *sh, const zs_shard_identity_t *id, const zs_adam_hparams_t *hp,
-                      zs__state_t *st, uint64_t step, uint64_t optimizer_step, zs_err_t *err)
+                      const zs_group_range_t *groups, size_t ngroups, zs__state_t *st,
+                      uint64_t step, uint64_t optimizer_step, zs_err_t *err)
 {
     uint64_t rb, re;
     int rc = zs__identity_check(id, &rb, &re, err);
+    if (!rc)
+        rc = zs_groups_check(groups, ngroups, id->num_params, err);
     if (rc)
         return rc;
+    zs_group_range_t *gcopy = NULL;
+    if (ngroups) {
+        gcopy = malloc(ngroups * sizeof *gcopy);
+        if (!gcopy)
+            return zs_err_set(err, ZS_ERR_NOMEM, "out of memory for %zu parameter group ranges",
+                              ngroups);
+        memcpy(gcopy, groups, ngroups * sizeof *gcopy);
+    }
     size_t nchunks = (size_t)((re - rb + ZS_OPT_CHUNK - 1) / ZS_OPT_CHUNK);
     size_t alloc = nchunks ? nchunks : 1;
     pthread_mutex_t *mus = calloc(alloc, sizeof *mus);
     _Atomic uint64_t *done = calloc(alloc, sizeof *done);
     unsigned char *ok = calloc(alloc, 1);
     if (!mus || !done || !ok) {
+        free(gcopy);
         free(mus);
         free((void *)done);
         free(ok);
@@ -179,6 +191,9 @@ int zs__shard_install(zs_shard_t *sh, const zs_shard_identity_t *id, const zs_ad
     sh->re = re;
     sh->n = re - rb;
     sh->hp = *hp;
+    free(sh->groups);
+    sh->groups = gcopy;
+    sh->ngroups = ngroups;
     sh->applied_step = step;
     sh->optimizer_step = optimizer_step;
     sh->lowp_dtype = ZS_DTYPE_NONE;
@@ -191,6 +206,44 @@ int zs__shard_install(zs_shard_t *sh, const zs_shard_identity_t *id, const zs_ad
 }
 
 /* ---- optimizer driver -------------------------------------------------- */
+
+/* See zs_shard_internal.h. */
+void zs__shard_adam_from(const zs_shard_t *sh, const zs_adam_step_t *st, const float *lrs,
+                         uint32_t nlrs, uint64_t a, const float *p0, const float *m0,
+                         const float *v0, float *p, float *m, float *v, const void *grad,
+                         zs_dtype_t gdt, void *out, zs_dtype_t pdt, size_t k)
+{
+    size_t gsz = zs_dtype_size(gdt), osz = out ? zs_dtype_size(pdt) : 0;
+    for (size_t i = 0; i < k;) {
+        zs_adam_hparams_t hp;
+        zs_adam_step_t s;
+        size_t n = (size_t)zs_groups_piece(sh->groups, sh->ngroups, lrs, nlrs, &sh->hp, st,
+                                           sh->rb + a + i, k - i, &hp, &s);
+        zs_adam_update_from(&hp, &s, p0 + i, m0 + i, v0 + i, p + i, m + i, v + i,
+                            (const char *)grad + i * gsz, gdt, out ? (char *)out + i * osz : NULL,
+                            pdt, n);
+        i += n;
+    }
+}
+
+/* See zs_shard_internal.h. */
+void zs__shard_adam_save(const zs_shard_t *sh, const zs_adam_step_t *st, const float *lrs,
+                         uint32_t nlrs, uint64_t a, float *p, float *m, float *v, float *sp,
+                         float *sm, float *sv, const void *grad, zs_dtype_t gdt, void *out,
+                         zs_dtype_t pdt, size_t k)
+{
+    size_t gsz = zs_dtype_size(gdt), osz = out ? zs_dtype_size(pdt) : 0;
+    for (size_t i = 0; i < k;) {
+        zs_adam_hparams_t hp;
+        zs_adam_step_t s;
+        size_t n = (size_t)zs_groups_piece(sh->groups, sh->ngroups, lrs, nlrs, &sh->hp, st,
+                                           sh->rb + a + i, k - i, &hp, &s);
+        zs_adam_update_save(&hp, &s, p + i, m + i, v + i, sp + i, sm + i, sv + i,
+                            (const char *)grad + i * gsz, gdt, out ? (char *)out + i * osz : NULL,
+                            pdt, n);
+        i += n;
+    }
+}
 
 static void opt_chunk(void *arg, size_t c, int thread)
 {
@@ -205,9 +258,9 @@ static void opt_chunk(void *arg, size_t c, int thread)
     const float *pre = NULL;
     if (!(op->spec != ZS__JOB_PLAIN && zs__spec_pass_chunk(sh, c, op->spec, &pre))) {
         float *p = sh->st.t[0] + a, *m = sh->st.t[1] + a, *v = sh->st.t[2] + a;
-        zs_adam_update_from(&sh->hp, &sh->job_step, pre ? pre : p, pre ? pre + ZS_OPT_CHUNK : m,
-                            pre ? pre + 2 * ZS_OPT_CHUNK : v, p, m, v,
-                            (const char *)op->grad + a * gsz, op->gdt,
+        zs__shard_adam_from(sh, &sh->job_step, sh->job.lrs, sh->job.nlrs, a, pre ? pre : p,
+                            pre ? pre + ZS_OPT_CHUNK : m, pre ? pre + 2 * ZS_OPT_CHUNK : v, p, m,
+                            v, (const char *)op->grad + a * gsz, op->gdt,
                             op->pdt == ZS_DTYPE_NONE ? NULL : sh->st.lowp + a, op->pdt, (size_t)k);
     }
     sh->lowp_ok[c] = op->pdt == ZS_DTYPE_NONE ? 0 : (unsigned char)(1 + op->pdt);
@@ -385,6 +438,7 @@ void zs_shard_destroy(zs_shard_t *sh)
         zs__stage_reset(sh, p);
     free(sh->user_meta);
     free(sh->ckpts);
+    free(sh->groups);
     pthread_mutex_destroy(&sh->mu);
     pthread_mutex_destroy(&sh->store_mu);
     pthread_cond_destroy(&sh->cv);
@@ -419,6 +473,9 @@ int zs_shard_info(zs_shard_t *sh, zs_shard_info_t *info, zs_err_t *err)
     info->nvme = sh->nvme != NULL;
     info->store_degraded = sh->store_degraded;
     memcpy(info->store_error, sh->store_error, sizeof info->store_error);
+    info->ngroups = sh->ngroups;
+    if (sh->ngroups)
+        memcpy(info->groups, sh->groups, sh->ngroups * sizeof *sh->groups);
     pthread_mutex_unlock(&sh->mu);
     return ZS_OK;
 }
@@ -468,6 +525,8 @@ struct zs_shard_init {
     zs_shard_t *sh;
     zs_shard_identity_t id;
     zs_adam_hparams_t hp;
+    zs_group_range_t *groups; /* zs_shard_init_groups; NULL: none */
+    size_t ngroups;
     uint64_t start_step, rb, re, next;
     zs__state_t st;
     uint64_t budget; /* bytes reserved for st */
@@ -600,10 +659,27 @@ int zs_shard_init_reserve(zs_shard_init_t *in, uint64_t offset, uint64_t count, 
     return ZS_OK;
 }
 
+int zs_shard_init_groups(zs_shard_init_t *in, const zs_group_range_t *r, size_t n, zs_err_t *err)
+{
+    int rc = zs_groups_check(r, n, in->id.num_params, err);
+    if (rc)
+        return rc;
+    zs_group_range_t *g = NULL;
+    if (n && !(g = malloc(n * sizeof *g)))
+        return zs_err_set(err, ZS_ERR_NOMEM, "out of memory for %zu parameter group ranges", n);
+    if (n)
+        memcpy(g, r, n * sizeof *g);
+    free(in->groups);
+    in->groups = g;
+    in->ngroups = n;
+    return ZS_OK;
+}
+
 void zs_shard_init_abort(zs_shard_init_t *in)
 {
     if (!in)
         return;
+    free(in->groups);
     if (in->filling)
         zs__nvme_fill_end(&in->fill);
     free(in->pend);
@@ -640,7 +716,8 @@ int zs_shard_init_end(zs_shard_init_t *in, zs_err_t *err)
     }
     pthread_mutex_lock(&sh->mu);
     zs__shard_wait_idle(sh);
-    rc = zs__shard_install(sh, &in->id, &in->hp, &in->st, in->start_step, 0, err);
+    rc = zs__shard_install(sh, &in->id, &in->hp, in->groups, in->ngroups, &in->st, in->start_step,
+                           0, err);
     if (rc == ZS_OK) { /* the new state's reservation replaces the old one's */
         zs_budget_give(&sh->budget, sh->budget_live);
         sh->budget_live = in->budget;

@@ -58,6 +58,7 @@
 #include <stdint.h>
 
 #include "zs_adam.h"
+#include "zs_adam_groups.h"
 #include "zs_budget.h"
 #include "zs_dtype.h"
 #include "zs_status.h"
@@ -141,6 +142,8 @@ typedef struct zs_shard_info {
     int nvme;                          /* p, m, v live in the NVMe tier (--nvme-path) */
     int store_degraded;                /* the store's last write failed (zs_store.h) */
     char store_error[ZS_ERR_MSG_MAX];  /* why, when degraded; else "" */
+    size_t ngroups;                    /* parameter groups set at Initialize (0: none) */
+    zs_group_range_t groups[ZS_GROUPS_MAX_RANGES];
 } zs_shard_info_t;
 
 /* Per-step scalars sent with a commit. */
@@ -149,6 +152,10 @@ typedef struct zs_commit {
     float grad_scale, clip_coef, lr;
     int skip;
     zs_dtype_t param_dtype; /* low-precision copy to produce; ZS_DTYPE_NONE or F32: none */
+    /* The parameter groups' learning rates (protocol version 3): lrs[k] for
+     * ranges with lr_index k; nlrs == 0: every range takes lr. */
+    uint32_t nlrs;
+    float lrs[ZS_GROUPS_MAX_LRS];
 } zs_commit_t;
 
 /* Open the store in opts->data_dir and, if it holds checkpoints, load the
@@ -183,6 +190,11 @@ typedef struct zs_shard_init zs_shard_init_t;
  * runs first. */
 int zs_shard_init_begin(zs_shard_t *sh, const zs_shard_identity_t *id, const zs_adam_hparams_t *hp,
                         uint64_t start_step, int overwrite, zs_shard_init_t **out, zs_err_t *err);
+
+/* The parameter groups of the new state (zs_adam_groups.h; before
+ * zs_shard_init_end; none by default): checked against the model's P
+ * (ZS_ERR_INVALID), copied. */
+int zs_shard_init_groups(zs_shard_init_t *in, const zs_group_range_t *r, size_t n, zs_err_t *err);
 
 /* Where `count` fp32 master weights starting at global element `offset` go.
  * Chunks must arrive in order: offset equals the end of the previous one. */

@@ -163,20 +163,32 @@ int zs_shard_checkpoint_meta(zs_shard_t *sh, uint64_t step, int keep, const void
         lc.lr = sh->last_commit.lr;
         lc.skip = sh->last_commit.skip;
         lc.param_dtype = (Zeroshard__DType)sh->last_commit.param_dtype;
+        lc.n_group_lr = sh->last_commit.nlrs;
+        lc.group_lr = sh->last_commit.lrs;
         m.last_commit = &lc;
     }
+    Zeroshard__GroupRange **groups = NULL;
+    if (zs_pb_groups_set(sh->groups, sh->ngroups, &groups) != ZS_OK) {
+        sh->ckpt_busy = 0;
+        pthread_cond_broadcast(&sh->cv);
+        pthread_mutex_unlock(&sh->mu);
+        return zs_err_set(err, ZS_ERR_NOMEM, "out of memory");
+    }
+    m.n_groups = sh->ngroups;
+    m.groups = groups;
     uint64_t run_id = sh->run_id;
     struct timespec now;
     clock_gettime(CLOCK_REALTIME, &now);
     m.created_unix_ms = (uint64_t)now.tv_sec * 1000 + (uint64_t)now.tv_nsec / 1000000;
     uint8_t *meta = malloc(zeroshard__checkpoint_meta__get_packed_size(&m));
+    size_t mlen = meta ? zeroshard__checkpoint_meta__pack(&m, meta) : 0;
+    zs_pb_groups_free(groups);
     if (!meta) {
         sh->ckpt_busy = 0;
         pthread_cond_broadcast(&sh->cv);
         pthread_mutex_unlock(&sh->mu);
         return zs_err_set(err, ZS_ERR_NOMEM, "out of memory");
     }
-    size_t mlen = zeroshard__checkpoint_meta__pack(&m, meta);
     zs_store_ckpt_t ck = {step, sh->n, {sh->st.t[0], sh->st.t[1], sh->st.t[2]}, meta, mlen};
     if (sh->st.nv) { /* the NVMe tier: the store reads the tiles chunk by chunk */
         ck.fill = zs__nvme_ckpt_fill;
@@ -293,6 +305,23 @@ static int restore_step(zs_shard_t *sh, uint64_t step, int check_id, zs_err_t *e
         lc = (zs_commit_t){m->last_commit->step,      m->last_commit->grad_scale,
                            m->last_commit->clip_coef, m->last_commit->lr,
                            m->last_commit->skip,      (zs_dtype_t)m->last_commit->param_dtype};
+    if (have_lc && m->last_commit->n_group_lr <= ZS_GROUPS_MAX_LRS) {
+        lc.nlrs = (uint32_t)m->last_commit->n_group_lr;
+        memcpy(lc.lrs, m->last_commit->group_lr, lc.nlrs * sizeof(float));
+    } else if (have_lc) {
+        have_lc = 0; /* not a commit this server could have accepted */
+    }
+    /* The parameter groups, as Initialize set them (checked against P). */
+    size_t ngr = m ? m->n_groups : 0;
+    zs_group_range_t *gr = ngr ? malloc(ngr * sizeof *gr) : NULL;
+    if (!rc && ngr && !gr)
+        rc = zs_err_set(err, ZS_ERR_NOMEM, "out of memory for %zu parameter group ranges", ngr);
+    zs_err_t ge;
+    if (!rc && ngr &&
+        (zs_pb_groups_get(m->groups, ngr, gr, &ge) ||
+         zs_groups_check(gr, ngr, id.num_params, &ge)))
+        rc = zs_err_set(err, ZS_ERR_CORRUPT, "checkpoint %llu: parameter groups: %s",
+                        (unsigned long long)step, ge.msg);
     size_t umlen = m && m->user_meta.len <= ZS_USER_META_MAX ? m->user_meta.len : 0;
     unsigned char *um = umlen ? malloc(umlen) : NULL;
     if (um)
@@ -303,6 +332,7 @@ static int restore_step(zs_shard_t *sh, uint64_t step, int check_id, zs_err_t *e
         zeroshard__checkpoint_meta__free_unpacked(m, NULL);
     if (rc) {
         free(um);
+        free(gr);
         return rc;
     }
     if (check_id) {
@@ -319,6 +349,7 @@ static int restore_step(zs_shard_t *sh, uint64_t step, int check_id, zs_err_t *e
         pthread_mutex_unlock(&sh->mu);
         if (rc) {
             free(um);
+            free(gr);
             return rc;
         }
     }
@@ -329,11 +360,13 @@ static int restore_step(zs_shard_t *sh, uint64_t step, int check_id, zs_err_t *e
     rc = zs_budget_take(&sh->budget, bytes, what, err);
     if (rc) {
         free(um);
+        free(gr);
         return rc;
     }
     zs__state_t st;
     if (zs__state_alloc_tier(sh, &st, n, err)) {
         free(um);
+        free(gr);
         zs_budget_give(&sh->budget, bytes);
         return err ? err->code : ZS_ERR_NOMEM;
     }
@@ -349,11 +382,13 @@ static int restore_step(zs_shard_t *sh, uint64_t step, int check_id, zs_err_t *e
         zs__state_free(&st);
         zs_budget_give(&sh->budget, bytes);
         free(um);
+        free(gr);
         return rc;
     }
     pthread_mutex_lock(&sh->mu);
     zs__shard_wait_idle(sh);
-    rc = zs__shard_install(sh, &id, &hp, &st, applied, ostep, err);
+    rc = zs__shard_install(sh, &id, &hp, gr, ngr, &st, applied, ostep, err);
+    free(gr);
     if (rc == ZS_OK) { /* the new state's reservation replaces the old one's */
         zs_budget_give(&sh->budget, sh->budget_live);
         sh->budget_live = bytes;

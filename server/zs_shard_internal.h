@@ -8,6 +8,7 @@
 
 #include <pthread.h>
 #include <stdatomic.h>
+#include <string.h>
 
 #include "zs_nvme.h"
 #include "zs_pool.h"
@@ -72,6 +73,11 @@ struct zs_shard {
     zs_shard_identity_t id;
     uint64_t rb, re, n;
     zs_adam_hparams_t hp;
+    /* Parameter groups (zs_adam_groups.h), global ranges; NULL/0: none.
+     * Replaced only by zs__shard_install (shard idle), so passes read them
+     * without mu. */
+    zs_group_range_t *groups;
+    size_t ngroups;
     uint64_t applied_step, optimizer_step;
     zs__state_t st;
 
@@ -170,8 +176,9 @@ int zs__nvme_pass_run(zs_shard_t *sh, uint64_t step, zs_dtype_t gdt, zs_dtype_t 
  * the tile, update it with `adam`, write it aside (not current: the
  * current slot is the pre-image); the chunk's 16-bit copy is marked stale.
  * Takes chunk_mu[c]. On error nothing is current that was not. */
-int zs__nvme_spec_chunk(zs_shard_t *sh, size_t c, const zs_adam_step_t *adam, zs_dtype_t gdt,
-                        zs_dtype_t pdt, const void *grad, zs_err_t *err);
+int zs__nvme_spec_chunk(zs_shard_t *sh, size_t c, const zs_adam_step_t *adam, const float *lrs,
+                        uint32_t nlrs, zs_dtype_t gdt, zs_dtype_t pdt, const void *grad,
+                        zs_err_t *err);
 
 /* Master weights [s, e) (shard-relative, inside chunk c) cast to dt into
  * out, read from the tile file (chunk_mu[c] held). */
@@ -201,10 +208,36 @@ int zs__nvme_ckpt_fill(void *ud, int t, uint64_t off, void *dst, size_t len, zs_
 /* Read checkpoint `step` (n elements) from the store into the tiles of st. */
 int zs__nvme_restore(zs_shard_t *sh, uint64_t step, uint64_t n, zs__state_t *st, zs_err_t *err);
 
+/* ZS_OK if a commit's (or an expectation's) group lrs fit the shard's
+ * parameter groups (mu held): none, or one per lr_index of them. */
+int zs__lrs_fit(const zs_shard_t *sh, const zs_commit_t *c, zs_err_t *err);
+
+/* 1 if two commits carry bitwise the same parameter groups' lrs. */
+static inline int zs__same_lrs(const zs_commit_t *a, const zs_commit_t *b)
+{
+    return a->nlrs == b->nlrs && memcmp(a->lrs, b->lrs, a->nlrs * sizeof(float)) == 0;
+}
+
 /* Install a new state (mu held, shard idle): frees the old arrays, sizes the
- * chunk tables, marks every chunk as holding `step`. */
+ * chunk tables, marks every chunk as holding `step`, takes a copy of the
+ * parameter groups (n == 0: none; checked against id's P). */
 int zs__shard_install(zs_shard_t *sh, const zs_shard_identity_t *id, const zs_adam_hparams_t *hp,
-                      zs__state_t *st, uint64_t step, uint64_t optimizer_step, zs_err_t *err);
+                      const zs_group_range_t *groups, size_t ngroups, zs__state_t *st,
+                      uint64_t step, uint64_t optimizer_step, zs_err_t *err);
+
+/* The update of the range's local elements [a, a + k) (pointers address
+ * element a), cut at the parameter groups' range ends: each piece runs
+ * zs_adam_update_from (zs__shard_adam_save: zs_adam_update_save, keeping
+ * the pre-image in sp, sm, sv) with its range's weight_decay and its lr
+ * from lrs[0..nlrs) (nlrs == 0: st->lr). Bitwise one call per piece. */
+void zs__shard_adam_from(const zs_shard_t *sh, const zs_adam_step_t *st, const float *lrs,
+                         uint32_t nlrs, uint64_t a, const float *p0, const float *m0,
+                         const float *v0, float *p, float *m, float *v, const void *grad,
+                         zs_dtype_t gdt, void *out, zs_dtype_t pdt, size_t k);
+void zs__shard_adam_save(const zs_shard_t *sh, const zs_adam_step_t *st, const float *lrs,
+                         uint32_t nlrs, uint64_t a, float *p, float *m, float *v, float *sp,
+                         float *sm, float *sv, const void *grad, zs_dtype_t gdt, void *out,
+                         zs_dtype_t pdt, size_t k);
 
 /* ZS_ERR_INVALID ("<what> <step> is above the largest step") when step >
  * ZS_SHARD_STEP_MAX. */

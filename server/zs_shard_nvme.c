@@ -95,7 +95,7 @@ static int tile_update(void *ud, size_t c, float *p, float *m, float *v, uint32_
     zs_shard_t *sh = op->sh;
     uint64_t a = (uint64_t)c * ZS_OPT_CHUNK;
     pthread_mutex_lock(&sh->chunk_mu[c]);
-    zs_adam_update_from(&sh->hp, &sh->job_step, p, m, v, p, m, v,
+    zs__shard_adam_from(sh, &sh->job_step, sh->job.lrs, sh->job.nlrs, a, p, m, v, p, m, v,
                         (const char *)op->grad + a * zs_dtype_size(op->gdt), op->gdt,
                         op->pdt == ZS_DTYPE_NONE ? NULL : sh->st.lowp + a, op->pdt, (size_t)k);
     sh->lowp_ok[c] = 0; /* ahead of the tile until it lands */
@@ -145,8 +145,9 @@ int zs__nvme_pass_run(zs_shard_t *sh, uint64_t step, zs_dtype_t gdt, zs_dtype_t 
 
 /* ---- speculation ----------------------------------------------------------------- */
 
-int zs__nvme_spec_chunk(zs_shard_t *sh, size_t c, const zs_adam_step_t *adam, zs_dtype_t gdt,
-                        zs_dtype_t pdt, const void *grad, zs_err_t *err)
+int zs__nvme_spec_chunk(zs_shard_t *sh, size_t c, const zs_adam_step_t *adam, const float *lrs,
+                        uint32_t nlrs, zs_dtype_t gdt, zs_dtype_t pdt, const void *grad,
+                        zs_err_t *err)
 {
     zs_nvme_buf_t b;
     int rc = zs_nvme_buf_alloc(&b, err);
@@ -157,8 +158,8 @@ int zs__nvme_spec_chunk(zs_shard_t *sh, size_t c, const zs_adam_step_t *adam, zs
     rc = zs_nvme_read(sh->st.nv, c, 7, &b, err);
     if (!rc) {
         uint32_t k = zs_nvme_tile_len(sh->st.nv, c);
-        zs_adam_update_from(&sh->hp, adam, b.t[0], b.t[1], b.t[2], b.t[0], b.t[1], b.t[2],
-                            (const char *)grad + a * zs_dtype_size(gdt), gdt,
+        zs__shard_adam_from(sh, adam, lrs, nlrs, a, b.t[0], b.t[1], b.t[2], b.t[0], b.t[1],
+                            b.t[2], (const char *)grad + a * zs_dtype_size(gdt), gdt,
                             pdt == ZS_DTYPE_NONE ? NULL : sh->st.lowp + a, pdt, (size_t)k);
         sh->lowp_ok[c] = 0; /* holds the uncommitted update: pulls read the tile */
         rc = zs_nvme_write_aside(sh->st.nv, c, &b, err);

@@ -295,8 +295,43 @@ int zs_shard_push_begin(zs_shard_t *sh, zs_shard_push_t **out, zs_err_t *err)
     return ZS_OK;
 }
 
+/* The group lrs' values: as many as the wire allows, finite, >= 0. */
+static int lrs_check(const zs_commit_t *c, zs_err_t *err)
+{
+    if (c->nlrs > ZS_GROUPS_MAX_LRS)
+        return zs_err_set(err, ZS_ERR_INVALID, "%u group learning rates, at most %d", c->nlrs,
+                          ZS_GROUPS_MAX_LRS);
+    for (uint32_t k = 0; k < c->nlrs; k++)
+        if (!(c->lrs[k] >= 0 && isfinite(c->lrs[k])))
+            return zs_err_set(err, ZS_ERR_INVALID, "group_lr[%u] %g must be finite and >= 0", k,
+                              (double)c->lrs[k]);
+    return ZS_OK;
+}
+
+/* See zs_shard_internal.h. */
+int zs__lrs_fit(const zs_shard_t *sh, const zs_commit_t *c, zs_err_t *err)
+{
+    if (c->nlrs == 0)
+        return ZS_OK;
+    if (sh->ngroups == 0)
+        return zs_err_set(err, ZS_ERR_INVALID,
+                          "the commit carries %u group learning rates, but this model has no "
+                          "parameter groups (set them at Initialize)",
+                          c->nlrs);
+    uint32_t need = zs_groups_nlrs(sh->groups, sh->ngroups);
+    if (c->nlrs < need)
+        return zs_err_set(err, ZS_ERR_INVALID,
+                          "the commit carries %u group learning rates; the model's parameter "
+                          "groups need %u (one per lr_index)",
+                          c->nlrs, need);
+    return ZS_OK;
+}
+
 int zs_shard_push_expect(zs_shard_push_t *ps, const zs_commit_t *e, zs_err_t *err)
 {
+    int rc = lrs_check(e, err);
+    if (rc)
+        return rc;
     if (!isfinite(e->grad_scale) || !isfinite(e->lr) || e->grad_scale < 0 || e->lr < 0)
         return zs_err_set(err, ZS_ERR_INVALID,
                           "expected scalars must be finite and >= 0 (grad_scale %g, lr %g)",
@@ -469,7 +504,8 @@ int zs_shard_push_end(zs_shard_push_t *ps, int ok, uint64_t *staged, zs_err_t *e
 static int same_commit(const zs_commit_t *a, const zs_commit_t *b)
 {
     return a->step == b->step && a->grad_scale == b->grad_scale && a->clip_coef == b->clip_coef &&
-           a->lr == b->lr && !a->skip == !b->skip && a->param_dtype == b->param_dtype;
+           a->lr == b->lr && !a->skip == !b->skip && a->param_dtype == b->param_dtype &&
+           zs__same_lrs(a, b);
 }
 
 int zs_shard_commit(zs_shard_t *sh, const zs_commit_t *c_in, uint64_t *applied,
@@ -492,10 +528,14 @@ int zs_shard_commit(zs_shard_t *sh, const zs_commit_t *c_in, uint64_t *applied,
         return zs_err_set(err, ZS_ERR_INVALID, "unknown param_dtype %d", (int)c->param_dtype);
     if (zs__step_check(c->step, "commit of step", err))
         return ZS_ERR_INVALID;
+    int rc = lrs_check(c, err);
+    if (rc)
+        return rc;
     pthread_mutex_lock(&sh->mu);
-    int rc;
     for (;;) {
         rc = zs__shard_require_init(sh, err);
+        if (!rc)
+            rc = zs__lrs_fit(sh, c, err);
         if (rc)
             break;
         if (c->step == sh->applied_step && sh->have_last_commit) {

@@ -143,6 +143,11 @@ void zs__spec_expect(zs_shard_t *sh, uint64_t step, const zs_commit_t *expect)
     zs__spec_t *s = &sh->spec;
     if (s->maxslots == 0 || step != sh->applied_step + 1)
         return;
+    if (zs__lrs_fit(sh, expect, NULL) != ZS_OK) { /* its Commit will be refused too */
+        if (s->step == step)
+            s->invalid = 1;
+        return;
+    }
     if (s->step != step) {
         spec_reset(sh, step);
         s->expect = *expect;
@@ -154,7 +159,8 @@ void zs__spec_expect(zs_shard_t *sh, uint64_t step, const zs_commit_t *expect)
         return;
     }
     if (!same_bits(s->expect.grad_scale, expect->grad_scale) ||
-        !same_bits(s->expect.lr, expect->lr) || s->expect.param_dtype != expect->param_dtype) {
+        !same_bits(s->expect.lr, expect->lr) || s->expect.param_dtype != expect->param_dtype ||
+        !zs__same_lrs(&s->expect, expect)) {
         if (!s->invalid)
             ZS_WARN("push: step %llu: Push streams state different expected scalars "
                     "(grad_scale %g / %g, lr %g / %g): no more speculation this step",
@@ -320,7 +326,8 @@ static void spec_chunk(void *arg, size_t i, int thread)
         return;      /* stays RUN: back to the plain path */
     if (sh->st.nv) { /* the tier: one tile read, updated and written aside */
         zs_err_t err;
-        if (zs__nvme_spec_chunk(sh, c, &bt->adam, bt->gdt, bt->pdt, bt->grad, &err) == ZS_OK)
+        if (zs__nvme_spec_chunk(sh, c, &bt->adam, s->expect.lrs, s->expect.nlrs, bt->gdt, bt->pdt,
+                                bt->grad, &err) == ZS_OK)
             s->st[c] = ZS__SPEC_APPLIED; /* else it stays RUN: the plain path */
         else
             ZS_WARN("speculation: chunk %zu: %s; it waits for Commit", c, err.msg);
@@ -336,10 +343,11 @@ static void spec_chunk(void *arg, size_t i, int thread)
             break;
         uint64_t o = done, n = k - done < SPEC_BLOCK ? k - done : SPEC_BLOCK;
         /* the update, with p, m, v's old values into the pre-image */
-        zs_adam_update_save(&sh->hp, &bt->adam, sh->st.t[0] + a + o, sh->st.t[1] + a + o,
-                            sh->st.t[2] + a + o, pre + o, pre + ZS_OPT_CHUNK + o,
-                            pre + 2 * ZS_OPT_CHUNK + o, (const char *)bt->grad + (a + o) * gsz,
-                            bt->gdt, bt->pdt == ZS_DTYPE_NONE ? NULL : sh->st.lowp + a + o, bt->pdt,
+        zs__shard_adam_save(sh, &bt->adam, s->expect.lrs, s->expect.nlrs, a + o,
+                            sh->st.t[0] + a + o, sh->st.t[1] + a + o, sh->st.t[2] + a + o, pre + o,
+                            pre + ZS_OPT_CHUNK + o, pre + 2 * ZS_OPT_CHUNK + o,
+                            (const char *)bt->grad + (a + o) * gsz, bt->gdt,
+                            bt->pdt == ZS_DTYPE_NONE ? NULL : sh->st.lowp + a + o, bt->pdt,
                             (size_t)n);
         done += n;
     }
@@ -459,7 +467,7 @@ int zs__spec_commit(zs_shard_t *sh, const zs_commit_t *c)
     if (s->step == c->step && s->applied > 0) {
         int match = !s->invalid && !c->skip && same_bits(c->grad_scale, s->expect.grad_scale) &&
                     same_bits(c->clip_coef, 1.0f) && same_bits(c->lr, s->expect.lr) &&
-                    c->param_dtype == s->expect.param_dtype &&
+                    c->param_dtype == s->expect.param_dtype && zs__same_lrs(c, &s->expect) &&
                     s->adam.t == (int64_t)sh->optimizer_step + 1;
         size_t n = s->applied;
         if (c->skip) {

@@ -41,7 +41,7 @@ SRCS="$SRC/tests/fuzz_service.c $SRC/server/zs_service.c $SRC/server/zs_shard.c
  $SRC/common/zs_shm_sock.c
  $SRC/server/zs_nvme.c $SRC/server/zs_nvme_pass.c $SRC/server/zs_shard_nvme.c
  $SRC/common/zs_status.c $SRC/common/zs_log.c $SRC/common/zs_layout.c $SRC/common/zs_pool.c
- $SRC/common/zs_file.c
+ $SRC/common/zs_file.c $SRC/kernels/zs_adam_groups.c
  $OUT/zs_adam.o $OUT/zs_cast.o $OUT/zs_simd.o"
 INC="-I$SRC/tests -I$SRC/server -I$SRC/proto -I$BUILD/proto -I$SRC/common -I$SRC/kernels"
 CFLAGS="-std=gnu11 -O1 -g -fno-omit-frame-pointer -ffp-contract=off -w $INC

@@ -138,6 +138,8 @@ static int reshard(zs_ctl_src_t *s, zs_client_t *dst, int overwrite, zs_err_t *e
     const char *dbg = getenv("ZS_CTL_DEBUG_CORRUPT");
     int corrupt = dbg && !strcmp(dbg, "1");
     const zs_ckpt_info_t *ci = &s->info[0];
+    if (!rc) /* the source's parameter groups go with its hyperparameters */
+        rc = zs_client_set_groups(dst, ci->groups, ci->ngroups, err);
     for (int j = 0; j < n && !rc; j++) {
         uint64_t b = zs_layout_begin(s->P, (uint32_t)n, (uint32_t)j);
         uint64_t e = zs_layout_begin(s->P, (uint32_t)n, (uint32_t)j + 1);
@@ -178,7 +180,8 @@ static int reshard(zs_ctl_src_t *s, zs_client_t *dst, int overwrite, zs_err_t *e
     if (!rc &&
         (tlen != s->meta_len || memcmp(tmeta, s->meta, tlen) || ti[0].optimizer_step != s->adam_t ||
          ti[0].num_params != s->P || strcmp(ti[0].model_name, ci->model_name) ||
-         memcmp(&ti[0].adam, &ci->adam, sizeof ci->adam)))
+         memcmp(&ti[0].adam, &ci->adam, sizeof ci->adam) ||
+         !zs_groups_equal(ti[0].groups, ti[0].ngroups, ci->groups, ci->ngroups)))
         rc = zs_err_set(err, ZS_ERR_CORRUPT,
                         "target checkpoint %llu: stored metadata differs from the source's",
                         (unsigned long long)s->step);

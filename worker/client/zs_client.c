@@ -173,6 +173,8 @@ void zs_client_destroy(zs_client_t *c)
     free(c->addr);
     free(c->ver);
     free(c->token);
+    free(c->groups);
+    zs_pb_groups_free(c->pb_groups);
     free(c);
     grpc_shutdown();
 }
@@ -263,6 +265,8 @@ static void info_from_pb(const Zeroshard__HelloReply *r, zs_server_info_t *in)
     in->mem_reserved = r->mem_reserved;
     snprintf(in->shm_socket, sizeof in->shm_socket, "%s", r->shm_socket ? r->shm_socket : "");
     in->nvme = r->nvme;
+    if (zs_pb_groups_get(r->groups, r->n_groups, in->groups, NULL) == ZS_OK)
+        in->ngroups = r->n_groups; /* more than a server keeps: reported as none */
 }
 
 /* Hello to server i stating our version; the reply's info into *in and the
@@ -472,6 +476,41 @@ void zs__client_init_request(const zs_client_t *c, int i, const char *model,
     q->start_step = start_step;
     q->overwrite = overwrite;
     q->require_nvme = c->require_nvme;
+    q->n_groups = c->ngroups;
+    q->groups = c->pb_groups;
+}
+
+int zs_client_set_groups(zs_client_t *c, const zs_group_range_t *r, size_t n, zs_err_t *err)
+{
+    /* P is checked at Initialize (the servers check it too) */
+    int rc = zs_groups_check(r, n, n ? r[n - 1].end : 0, err);
+    if (rc)
+        return rc;
+    zs_group_range_t *g = NULL;
+    Zeroshard__GroupRange **pb = NULL;
+    if (n && (!(g = malloc(n * sizeof *g)) || zs_pb_groups_set(r, n, &pb))) {
+        free(g);
+        return zs_err_set(err, ZS_ERR_NOMEM, "out of memory for %zu parameter group ranges", n);
+    }
+    if (n)
+        memcpy(g, r, n * sizeof *g);
+    free(c->groups);
+    zs_pb_groups_free(c->pb_groups);
+    c->groups = g;
+    c->ngroups = n;
+    c->pb_groups = pb;
+    return ZS_OK;
+}
+
+/* See zs_client_internal.h. */
+int zs__client_groups_ok(const zs_client_t *c, int i, const char *what, zs_err_t *err)
+{
+    if (c->ver[i] && c->ver[i] < ZS_PROTOCOL_V_GROUPS)
+        return zs_err_set(err, ZS_ERR_STATE,
+                          "server %s speaks protocol version %u; %s needs version %u (parameter "
+                          "groups): upgrade the server",
+                          c->addr[i], c->ver[i], what, ZS_PROTOCOL_V_GROUPS);
+    return ZS_OK;
 }
 
 typedef struct {
@@ -502,6 +541,8 @@ static int init_one(zs_client_t *c, int i, void *argp, zs_err_t *err)
 {
     const init_in_t *a = argp;
     int rc = zs__client_negotiate(c, i, err);
+    if (!rc && c->ngroups)
+        rc = zs__client_groups_ok(c, i, "Initialize with parameter groups", err);
     if (rc)
         return rc;
     init_arg_t ia;
@@ -516,6 +557,11 @@ int zs_client_init(zs_client_t *c, const char *model, uint64_t P, const zs_adam_
 {
     if (P == 0)
         return zs_err_set(err, ZS_ERR_INVALID, "model size P must be > 0");
+    if (c->ngroups && c->groups[c->ngroups - 1].end != P)
+        return zs_err_set(err, ZS_ERR_INVALID,
+                          "the parameter groups end at %llu, the model has %llu parameters",
+                          (unsigned long long)c->groups[c->ngroups - 1].end,
+                          (unsigned long long)P);
     c->P = P;
     init_in_t a = {model, hp, master, start_step, overwrite};
     int rc = fan_out(c, 0, c->n - 1, init_one, NULL, &a, err);
@@ -557,7 +603,8 @@ static int push_one(zs_client_t *c, int i, void *argp, zs_err_t *err)
      * push it knows (an old one would ignore the field, and speculate on
      * nothing). */
     push_arg_t plain = *a;
-    if (c->ver[i] && c->ver[i] < ZS_PROTOCOL_V_SPECULATION)
+    if (c->ver[i] && (c->ver[i] < ZS_PROTOCOL_V_SPECULATION ||
+                      (a->expect && a->expect->n_group_lr && c->ver[i] < ZS_PROTOCOL_V_GROUPS)))
         plain.expect = NULL;
     uint64_t at;
     if (zs__client_shm_usable(c, i, src, (e - b) * esz, &at)) /* in the shared staging */
@@ -587,6 +634,8 @@ int zs_client_push_expect(zs_client_t *c, uint64_t step, uint64_t begin, uint64_
         ex.grad_scale = expect->grad_scale;
         ex.lr = expect->lr;
         ex.param_dtype = (Zeroshard__DType)expect->param_dtype;
+        ex.n_group_lr = expect->nlrs;
+        ex.group_lr = (float *)expect->lrs;
         a.expect = &ex;
     }
     return fan_out(c, f, l, push_one, NULL, &a, err);
@@ -604,6 +653,13 @@ static int commit_one(zs_client_t *c, int i, void *argp, zs_err_t *err)
     q.lr = s->lr;
     q.skip = s->skip;
     q.param_dtype = (Zeroshard__DType)s->param_dtype;
+    q.n_group_lr = s->nlrs;
+    q.group_lr = (float *)s->lrs;
+    if (s->nlrs) {
+        int rc = zs__client_groups_ok(c, i, "a commit with group learning rates", err);
+        if (rc)
+            return rc;
+    }
     Zeroshard__CommitReply *r;
     int rc = zs_unary(c->ch[i], M("Commit"), c->token, c->timeout_ms, c->addr[i], &q.base,
                       &zeroshard__commit_reply__descriptor, (ProtobufCMessage **)&r, err);

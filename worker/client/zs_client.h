@@ -18,6 +18,7 @@
 #include <stdint.h>
 
 #include "zs_adam.h"
+#include "zs_adam_groups.h"
 #include "zs_dtype.h"
 #include "zs_status.h"
 
@@ -83,6 +84,10 @@ typedef struct zs_server_info {
     uint64_t spec_hits, spec_rollbacks, spec_elements;
     char shm_socket[108]; /* its shared-memory socket ("": none offered) */
     int nvme;             /* its state lives in its NVMe tier (--nvme-path) */
+    /* The parameter groups its model was initialized with (protocol
+     * version 3; 0: none). */
+    size_t ngroups;
+    zs_group_range_t groups[ZS_GROUPS_MAX_RANGES];
 } zs_server_info_t;
 
 /* Scalars of one commit (see CommitRequest in proto/zeroshard.proto). */
@@ -91,6 +96,11 @@ typedef struct zs_step_scalars {
     float grad_scale, clip_coef, lr;
     int skip;
     zs_dtype_t param_dtype; /* ZS_DTYPE_NONE, BF16 or F16 */
+    /* The parameter groups' learning rates (zs_client_set_groups): lrs[k]
+     * for the ranges with lr_index k, nlrs of them (at least one per
+     * lr_index); nlrs == 0: every range takes lr. Caller's memory. */
+    uint32_t nlrs;
+    const float *lrs;
 } zs_step_scalars_t;
 
 /* Parse opts->servers and open one channel per server (no I/O yet; calls
@@ -125,6 +135,14 @@ uint32_t zs_client_protocol_version(const zs_client_t *c);
 /* 1 when that version has speculative updates (zs_client_push_expect's
  * `expect` reaches every server), 0 when some server is older. */
 int zs_client_speculates(const zs_client_t *c);
+
+/* The parameter groups the next Initialize (zs_client_init,
+ * zs_client_init_server) gives the servers: ranges of the flat space with
+ * their own weight decay and lr index (zs_adam_groups.h; checked against
+ * P at Initialize). n == 0: none (the default). Copied. Servers that speak
+ * a protocol older than version 3 are refused at Initialize rather than
+ * given a model without its groups. ZS_ERR_INVALID, ZS_ERR_NOMEM. */
+int zs_client_set_groups(zs_client_t *c, const zs_group_range_t *r, size_t n, zs_err_t *err);
 
 /* Initialize every server with its range of `master` (P fp32 values) and the
  * hyperparameters. overwrite: replace a different model already held. */
@@ -250,6 +268,8 @@ typedef struct zs_ckpt_info {
     zs_adam_hparams_t adam;
     uint64_t created_unix_ms;
     size_t user_meta_len;
+    size_t ngroups; /* the checkpoint's parameter groups (version 3; 0: none) */
+    zs_group_range_t groups[ZS_GROUPS_MAX_RANGES];
 } zs_ckpt_info_t;
 
 /* GetCheckpointMeta of complete checkpoint `step` on every server: read

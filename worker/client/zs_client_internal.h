@@ -40,7 +40,17 @@ struct zs_client {
     int shm_streams;            /* concurrent streams per server for one Push / Pull */
     zs__client_shm_t *shm;      /* the staging segment; NULL until zs_client_shm_staging */
     zs__client_shm_srv_t *shsv; /* [n] what each server offered and uses */
+    /* parameter groups for Initialize (zs_client_set_groups) and their wire
+     * form, shared read-only by the per-server Initialize jobs */
+    zs_group_range_t *groups;
+    size_t ngroups;
+    Zeroshard__GroupRange **pb_groups;
 };
+
+/* ZS_ERR_STATE naming server i and `what` when it negotiated a protocol
+ * older than parameter groups (version 3): it would ignore them and apply
+ * one weight decay and lr to the whole model. */
+int zs__client_groups_ok(const zs_client_t *c, int i, const char *what, zs_err_t *err);
 
 /* One attempt of an operation on server `server`. */
 typedef int (*zs__client_attempt_fn)(zs_client_t *c, int server, void *arg, zs_err_t *err);

@@ -54,6 +54,7 @@ static int meta_one(zs_client_t *c, int i, void *argp, zs_err_t *err)
         zs_pb_adam_get(r->adam, &in->adam);
     in->created_unix_ms = r->created_unix_ms;
     in->user_meta_len = r->user_meta.len;
+    in->ngroups = r->n_groups;
     /* The reply passed the unary size limit, so the copy is bounded too. */
     if (r->user_meta.len > ZS_CLIENT_USER_META_MAX)
         rc = zs_err_set(err, ZS_ERR_INVALID, "%s: checkpoint %llu: user_meta of %zu bytes",
@@ -61,6 +62,10 @@ static int meta_one(zs_client_t *c, int i, void *argp, zs_err_t *err)
     else if (!r->adam)
         rc = zs_err_set(err, ZS_ERR_CORRUPT, "%s: checkpoint %llu: no hyperparameters", c->addr[i],
                         (unsigned long long)a->step);
+    else if (zs_pb_groups_get(r->groups, r->n_groups, in->groups, err) ||
+             zs_groups_check(in->groups, in->ngroups, in->num_params, err))
+        rc = zs_err_set(err, ZS_ERR_CORRUPT, "%s: checkpoint %llu: bad parameter groups",
+                        c->addr[i], (unsigned long long)a->step);
     else if (r->user_meta.len && !(a->meta[i] = malloc(r->user_meta.len)))
         rc = zs_err_set(err, ZS_ERR_NOMEM, "out of memory");
     else if (r->user_meta.len)
@@ -92,6 +97,7 @@ static int check_infos(const zs_client_t *c, uint64_t step, const zs_ckpt_info_t
             x->applied_step != step || x->optimizer_step != in[0].optimizer_step ||
             x->range_begin != b || x->range_end != e ||
             memcmp(&x->adam, &in[0].adam, sizeof x->adam) ||
+            !zs_groups_equal(x->groups, x->ngroups, in[0].groups, in[0].ngroups) ||
             x->user_meta_len != in[0].user_meta_len ||
             (x->user_meta_len && memcmp(meta[i], meta[0], x->user_meta_len)))
             return zs_err_set(
@@ -162,6 +168,8 @@ static int stream_one(zs_client_t *c, int i, void *argp, zs_err_t *err)
     Zeroshard__AdamConfig adam;
     Zeroshard__InitRequest iq = ZEROSHARD__INIT_REQUEST__INIT;
     int rc = init ? zs__client_negotiate(c, i, err) : ZS_OK; /* the version iq states */
+    if (!rc && init && c->ngroups)
+        rc = zs__client_groups_ok(c, i, "Initialize with parameter groups", err);
     if (rc)
         return rc;
     if (init)
