@@ -5,11 +5,11 @@
  *
  * Setup: two real zs-server processes holding one server's range each of
  * their own model (P = 3 optimizer chunks and a bit): "new" speaks versions
- * 1 and 2, "old" runs with --protocol-version 1. An in-process stand-in of
+ * 1 to 3, "old" runs with --protocol-version 1. An in-process stand-in of
  * a server from before negotiation answers Hello only, as version 1 did
  * (any stated version but 0 and 1 refused). Checks, one behaviour each:
- *   1. new server: Hello of version 1 is answered as version 1, 0 (not
- *      stated) and 3 (a newer client) as version 2;
+ *   1. new server: Hello of version 1 is answered as version 1, 2 as 2,
+ *      0 (not stated), 3 and 4 (a newer client) as version 3;
  *   2. new server: Initialize of version 1 is accepted, answered as 1;
  *   3. new server, a version-1 session (Push without `expect`, Commit,
  *      Pull: the messages a version-1 client sends) trains: bitwise a local
@@ -26,7 +26,11 @@
  *      answered by asking again without a version: version 1, one warning;
  *   8. the engine with super_offload against the old server: every step
  *      plain (spec=0), the parameters bitwise those of super_offload off,
- *      and the client's warning logged once.
+ *      and the client's warning logged once;
+ *   9. parameter groups (version 3): the old server refuses a raw
+ *      Initialize carrying groups and a Commit carrying group_lr, and the
+ *      client refuses to initialize it with groups (it would ignore them),
+ *      naming the server and the version.
  * Does not: test TLS or tokens (test_auth), or speculation itself
  * (test_shard_spec, test_engine 5).
  */
@@ -47,7 +51,7 @@
 #define P      (3ull * 65536 + 1000)
 #define TMO_MS 20000
 #define M(n)   "/zeroshard.Shard/" n
-#define WARNED "speaks protocol version 1 (this client 2)"
+#define WARNED "speaks protocol version 1 (this client 3)"
 
 enum { NEW, OLD };
 static zs_test_server_t g_srv[2];
@@ -182,14 +186,14 @@ static int step1_matches(zs_client_t *c)
 
 static void old_client_hello(void)
 {
-    static const uint32_t stated[3] = {1, 0, 3}, want[3] = {1, 2, 2};
-    for (int k = 0; k < 3; k++) {
+    static const uint32_t stated[5] = {1, 2, 0, 3, 4}, want[5] = {1, 2, 3, 3, 3};
+    for (int k = 0; k < 5; k++) {
         Zeroshard__HelloReply *r = hello(NEW, stated[k]);
         TEST_CHECKF(r->protocol_version == want[k], "Hello of version %u answered as %u, want %u",
                     stated[k], r->protocol_version, want[k]);
         zeroshard__hello_reply__free_unpacked(r, NULL);
     }
-    printf("ok  1. new server: Hello of version 1 answered as 1; 0 and 3 as 2\n");
+    printf("ok  1. new server: Hello of version 1 answered as 1, 2 as 2; 0, 3 and 4 as 3\n");
 }
 
 static void old_client_init(void)
@@ -248,7 +252,7 @@ static void new_client_speculates(void)
     zs_client_t *c = client(NEW);
     zs_err_t err;
     TEST_OK(zs_client_hello(c, "protocol", P, NULL, &err), err);
-    TEST_CHECK(zs_client_protocol_version(c) == 2 && zs_client_speculates(c));
+    TEST_CHECK(zs_client_protocol_version(c) == ZS_PROTOCOL_VERSION && zs_client_speculates(c));
     zs_step_scalars_t s2 = g_s1;
     s2.step = 2;
     TEST_OK(zs_client_push_expect(c, 2, 0, P, g_grad, ZS_DTYPE_F32, &s2, &err), err);
@@ -391,6 +395,63 @@ static void engine_old_server(void)
            "bitwise; one warning\n");
 }
 
+/* 9. parameter groups against a server that does not speak them. */
+static void groups_old_server(void)
+{
+    Zeroshard__GroupRange g = ZEROSHARD__GROUP_RANGE__INIT, *gp = &g;
+    g.end = P;
+    g.weight_decay = 0.0f;
+    Zeroshard__AdamConfig a = ZEROSHARD__ADAM_CONFIG__INIT;
+    a.lr = g_hp.lr;
+    a.beta1 = g_hp.beta1;
+    a.beta2 = g_hp.beta2;
+    a.eps = g_hp.eps;
+    Zeroshard__InitRequest q = ZEROSHARD__INIT_REQUEST__INIT;
+    q.model_name = "groups";
+    q.num_params = P;
+    q.num_servers = 1;
+    q.adam = &a;
+    q.overwrite = 1;
+    q.n_groups = 1;
+    q.groups = &gp;
+    Zeroshard__InitChunk ch = ZEROSHARD__INIT_CHUNK__INIT;
+    ch.init = &q;
+    ch.count = P;
+    grpc_byte_buffer *m = zs_frame_build(&ch.base, g_w0, P * 4, NULL, NULL), *bb;
+    zs_err_t err;
+    int rc = call(OLD, M("Initialize"), &m, 1, &bb, &err);
+    TEST_CHECKF(rc == ZS_ERR_INVALID && strstr(err.msg, "groups needs protocol version 3"),
+                "old server took an Initialize with groups: %s (%s)", zs_status_name(rc), err.msg);
+    float lr = 1e-3f;
+    Zeroshard__CommitRequest cq = ZEROSHARD__COMMIT_REQUEST__INIT;
+    cq.step = 2;
+    cq.grad_scale = 1.0f;
+    cq.clip_coef = 1.0f;
+    cq.lr = lr;
+    cq.n_group_lr = 1;
+    cq.group_lr = &lr;
+    m = zs_msg_build(&cq.base);
+    rc = call(OLD, M("Commit"), &m, 1, &bb, &err);
+    TEST_CHECKF(rc == ZS_ERR_INVALID && strstr(err.msg, "group_lr needs protocol version 3"),
+                "old server took a Commit with group_lr: %s (%s)", zs_status_name(rc), err.msg);
+    zs_client_t *c = client(OLD);
+    zs_group_range_t r[2] = {{1000, 0.0f, 0}, {P, 0.1f, 0}};
+    TEST_OK(zs_client_set_groups(c, r, 2, &err), err);
+    char log[300];
+    snprintf(log, sizeof log, "%s/client-groups.log", g_tmp);
+    capture_begin(log);
+    rc = zs_client_init(c, "protocol", P, &g_hp, g_w0, 0, 1, &err);
+    capture_end();
+    TEST_CHECKF(rc == ZS_ERR_STATE && strstr(err.msg, g_srv[OLD].addr) &&
+                    strstr(err.msg, "needs version 3 (parameter groups)"),
+                "the client initialized an old server with groups: %s (%s)", zs_status_name(rc),
+                err.msg);
+    zs_client_destroy(c);
+    printf("ok  9. old server: Initialize with groups and Commit with group_lr refused; the "
+           "client refuses it: %s\n",
+           err.msg);
+}
+
 int main(void)
 {
     snprintf(g_tmp, sizeof g_tmp, "%s", zs_test_tmpdir("protocol"));
@@ -425,6 +486,7 @@ int main(void)
     new_client_old_server();
     new_client_released_v1();
     engine_old_server();
+    groups_old_server();
 
     for (int s = 0; s < 2; s++)
         grpc_channel_destroy(g_ch[s]);

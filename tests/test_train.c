@@ -20,6 +20,12 @@
  *     unsplit run; stopped after checkpoint 10 and resumed split (W = 2:
  *     bitwise; W = 1: within 5e-3) and unsplit (the same checkpoint: within
  *     5e-3).
+ *  6. --decay (parameter groups: no weight decay on some tensors), W = 2:
+ *     matmul with the optimizer on the servers (stage 2 + offload) and 2d
+ *     with it in the workers (stage 1): checkpoints 5 and 6 exported with
+ *     their moments, and tests/ref/decay_torch.py checks that step 6 is
+ *     torch.optim.AdamW's step with the same two param groups (chosen there
+ *     by name and shape); a resume with another --decay is refused.
  */
 #include <math.h>
 #include <stdio.h>
@@ -41,6 +47,52 @@ static char g_tmp[200], g_servers[256], g_data[300];
 static void train(int W, const char *log, const char *args)
 {
     zs_test_run_ok(log, TRAIN_FMT, ZS_MPIEXEC, W, ZS_TRAIN, g_data, g_servers, args);
+}
+
+/* 6. --decay MODE on a config with a large weight decay, then the
+ * PyTorch check of step 6 against step 5 (both exported with --optimizer). */
+static void decay_check(const char *log)
+{
+    static const struct {
+        const char *mode, *zero;
+    } runs[2] = {{"matmul", "\"stage\": 2, \"offload_optimizer\": {\"device\": \"cpu\"}"},
+                 {"2d", "\"stage\": 1"}};
+    char cfg[300], args[1024], out[2][320];
+    for (int r = 0; r < 2; r++) {
+        snprintf(cfg, sizeof cfg, "%s/decay-%s.json", g_tmp, runs[r].mode);
+        FILE *f = fopen(cfg, "w");
+        TEST_CHECK(f);
+        fprintf(f,
+                "{\"train_batch_size\": 8, \"train_micro_batch_size_per_gpu\": 4,\n"
+                " \"optimizer\": {\"type\": \"AdamW\", \"params\": {\"lr\": 0.003, \"betas\": "
+                "[0.9, 0.95], \"eps\": 1e-8, \"weight_decay\": 0.5}},\n"
+                " \"zero_optimization\": {%s}}\n",
+                runs[r].zero);
+        fclose(f);
+        snprintf(args, sizeof args,
+                 "--config %s --decay %s --steps 6 --ckpt-every 1 --log-every 6 --fresh", cfg,
+                 runs[r].mode);
+        train(2, log, args);
+        for (int k = 0; k < 2; k++) {
+            snprintf(out[k], sizeof out[k], "%s/decay-%s-%d.safetensors", g_tmp, runs[r].mode,
+                     5 + k);
+            zs_test_run_ok(log, "%s export --servers %s --step %d --optimizer --restore --out %s",
+                           ZS_CTL, g_servers, 5 + k, out[k]);
+        }
+        int rc = zs_test_sh("%s %s/tests/ref/decay_torch.py %s %s %s 0.003 0.9 0.95 1e-8 0.5 6",
+                            ZS_PYTHON, ZS_SOURCE_DIR, out[0], out[1], runs[r].mode);
+        TEST_CHECKF(rc == 0, "6. --decay %s: step 6 is not torch.optim.AdamW's with the groups "
+                    "(decay_torch.py exit %d)", runs[r].mode, rc);
+        printf("6. --decay %s (%s): step 6 matches torch.optim.AdamW with its param groups\n",
+               runs[r].mode, r ? "optimizer in the workers" : "optimizer on the servers");
+    }
+    /* the servers hold the 2d run's checkpoints: resuming it with another
+     * --decay is refused, naming the setting */
+    int rc = zs_test_sh(TRAIN_FMT " --config %s --decay all --steps 8 --resume > %s 2>&1",
+                        ZS_MPIEXEC, 2, ZS_TRAIN, g_data, g_servers, "", cfg, log);
+    TEST_CHECKF(rc != 0 && zs_test_sh("grep -q 'zs-train --decay' %s", log) == 0,
+                "a resume with another --decay must be refused (exit %d, %s)", rc, log);
+    printf("6. a resume with another --decay is refused (exit %d)\n", rc);
 }
 
 int main(void)
@@ -213,6 +265,8 @@ int main(void)
     TEST_CHECKF(worst[2] == 0, "a split run resumed at W=2 must continue bitwise (%g)", worst[2]);
     TEST_CHECKF(worst[3] < 5e-3 && worst[4] < 5e-3, "resumed W=1 %g, unsplit %g", worst[3],
                 worst[4]);
+
+    decay_check(log);
 
     zs_test_servers_down(srv, 2);
     printf("PASS test_train\n");

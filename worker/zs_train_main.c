@@ -468,12 +468,19 @@ int main(int argc, char **argv)
     zs_engine_opts_t eo = {&cfg, coll, o.servers, token, o.name, o.server_timeout * 1000, 0};
     eo.manifest = manifest;
     eo.transport = zs_transport_parse(o.transport);
+    zs_gpt_decay_t decay = ZS_GPT_DECAY_ALL;
+    zs_gpt_decay_parse(o.decay, &decay); /* checked with the options */
+    zs_group_range_t *groups = NULL;
+    if (zs_gpt_decay_groups(&o.g, decay, cfg.adam.weight_decay, &groups, &eo.ngroups, &err))
+        return die(rank, "model", &err, ZS_EXIT_OTHER);
+    eo.groups = groups;
     zs_engine_t *e;
     const zs_model_t *model = zs_gpt_model(gpt);
     if (init)
         model = zs_init_from_wrap(init, &o.g, model); /* init_params: the file's weights */
     int erc = zs_engine_create(&eo, model, &e, &err);
     free(manifest);
+    free(groups);
     if (erc)
         return die(rank, "engine", &err, ZS_EXIT_ENGINE);
     uint64_t P = zs_engine_num_params(e);

@@ -57,6 +57,12 @@ void zs__train_usage(FILE *f)
                "                   it runs on this host, gRPC with the others), shm (shared\n"
                "                   memory with every server, else exit 5 naming the one that\n"
                "                   refused), tcp (gRPC only)\n"
+               "  --decay D        which parameters the optimizer's weight_decay applies to:\n"
+               "                   all (default), 2d (embeddings and matmul weights, as\n"
+               "                   nanoGPT and llm.c; no decay on biases and norms), matmul\n"
+               "                   (the blocks' matmul weights only: no decay on biases,\n"
+               "                   norms or embeddings); kept with checkpoints, a resume\n"
+               "                   must use the same\n"
                "  --layers N       transformer blocks (default 4)\n"
                "  --heads N        attention heads (default 4)\n"
                "  --width N        model width C (default 128)\n"
@@ -152,6 +158,7 @@ int zs__train_parse(int argc, char **argv, zs__train_opts_t *o, int loud)
     o->gemm = "auto";
     o->acts = "auto";
     o->transport = "auto";
+    o->decay = "all";
     o->val_every = 100;
     o->val_tokens = 65536;
     o->sample_tokens = 64;
@@ -180,7 +187,7 @@ int zs__train_parse(int argc, char **argv, zs__train_opts_t *o, int loud)
         {"top-k", 1, 0, 1007},      {"temperature", 1, 0, 1008},
         {"activation-checkpointing", 0, 0, 1009}, {"activations", 1, 0, 1010},
         {"split-layers", 0, 0, 1011}, {"print-config", 0, 0, 1012},
-        {"transport", 1, 0, 1013},
+        {"transport", 1, 0, 1013},  {"decay", 1, 0, 1014},
         {0, 0, 0, 0}};
     /* clang-format on */
     int ch;
@@ -256,6 +263,9 @@ int zs__train_parse(int argc, char **argv, zs__train_opts_t *o, int loud)
             break;
         case 1013:
             o->transport = optarg;
+            break;
+        case 1014:
+            o->decay = optarg;
             break;
         case 'n':
             o->steps = atoi(optarg);
@@ -340,6 +350,8 @@ int zs__train_parse(int argc, char **argv, zs__train_opts_t *o, int loud)
         bad = "--activations must be auto, fp32, bf16 or fp16";
     else if (zs_transport_parse(o->transport) < 0)
         bad = "--transport must be auto, shm or tcp";
+    else if (zs_gpt_decay_parse(o->decay, &(zs_gpt_decay_t){0}) != ZS_OK)
+        bad = "--decay must be all, 2d or matmul";
     else if ((o->ckpt_every || o->resume || o->resume_auto) && !o->servers)
         bad = "--ckpt-every and --resume need --servers";
     else if (o->init_from && (o->resume || o->resume_auto))

@@ -28,6 +28,7 @@ typedef struct {
     const char *metrics, *metrics_ready;    /* rank 0's Prometheus endpoint, its address file */
     const char *init_from;                  /* --init-from: pretrained weights (zs_init_from.h) */
     const char *transport;                  /* --transport: auto, shm, tcp (zs_client.h) */
+    const char *decay;                      /* --decay: all, 2d, matmul (zs_gpt_decay_t) */
     int given_l, given_h, given_c, given_t; /* shape flags given on the command line */
     const char *val_data, *prompt, *vocab_dir; /* --val-data, --prompt, --vocab-dir */
     int val_every, sample_every, sample_tokens, top_k;

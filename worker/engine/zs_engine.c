@@ -225,6 +225,27 @@ static int make_layout(zs_engine_t *e, uint64_t cap, zs_err_t *err)
     return ZS_OK;
 }
 
+/* opts->groups into e (after copy_model: P is known). One learning rate per
+ * step: the engine has no per-group schedule, so lr indexes above 0 are
+ * refused rather than given lr 0 on the servers. */
+static int copy_groups(zs_engine_t *e, const zs_group_range_t *r, size_t n, zs_err_t *err)
+{
+    int rc = zs_groups_check(r, n, e->P, err);
+    if (rc)
+        return rc;
+    if (zs_groups_nlrs(r, n) > 1)
+        return zs_err_set(err, ZS_ERR_INVALID,
+                          "parameter groups with lr_index > 0: the engine runs one learning "
+                          "rate per step");
+    if (n == 0)
+        return ZS_OK;
+    if (!(e->groups = malloc(n * sizeof *r)))
+        return zs_err_set(err, ZS_ERR_NOMEM, "out of memory for %zu parameter group ranges", n);
+    memcpy(e->groups, r, n * sizeof *r);
+    e->ngroups = n;
+    return ZS_OK;
+}
+
 static int copy_model(zs_engine_t *e, const zs_model_t *m, zs_err_t *err)
 {
     e->m = *m;
@@ -548,6 +569,8 @@ int zs_engine_create(const zs_engine_opts_t *o, const zs_model_t *model, zs_engi
     if (!rc)
         rc = make_layout(e, cap ? cap : 1, err);
     if (!rc)
+        rc = copy_groups(e, o->groups, o->ngroups, err); /* checked against P */
+    if (!rc)
         rc = zs_dev_stream_create(e->dev, 0, "compute", &e->compute, err);
     if (!rc)
         rc = zs_dev_stream_create(e->dev, 0, "copy", &e->copy, err);
@@ -576,6 +599,8 @@ int zs_engine_create(const zs_engine_opts_t *o, const zs_model_t *model, zs_engi
                                .transport = o->transport,
                                .require_nvme = e->cfg.offload_nvme};
         rc = zs_client_create(&co, &e->client, err);
+        if (!rc)
+            rc = zs_client_set_groups(e->client, e->groups, e->ngroups, err);
         if (!rc && e->offload)
             rc = alloc_staging(e, o->transport, err);
         if (!rc && e->offload)
@@ -655,6 +680,7 @@ void zs_engine_destroy(zs_engine_t *e)
     free(e->deps);
     free(e->deps_ro);
     free(e->manifest);
+    free(e->groups);
     free(e->layer_off);
     free(e->layer_seg);
     free(e->order);

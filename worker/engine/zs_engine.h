@@ -49,6 +49,7 @@
 #include <stdint.h>
 #include <stdio.h>
 
+#include "zs_adam_groups.h"
 #include "zs_coll.h"
 #include "zs_config.h"
 #include "zs_dev.h"
@@ -163,6 +164,14 @@ typedef struct zs_engine_opts {
      * maps (docs/engine.md, "Shared-memory transport"); with shm, a server
      * that does not take it fails zs_engine_create. */
     int transport;
+    /* Parameter groups (kernels/zs_adam_groups.h; copied; 0: none): ranges
+     * of the flat parameter space with their own weight decay (e.g. none
+     * on biases and norms: zs_gpt_decay_groups). They must end at the
+     * model's P and use lr index 0 only (one learning rate per step). The
+     * engine's own AdamW and the servers apply them; the servers keep them
+     * with every checkpoint, and a resume with other groups is refused. */
+    const zs_group_range_t *groups;
+    size_t ngroups;
 } zs_engine_opts_t;
 
 /* Figures of one step (all workers agree on loss, lr, scale, skipped). */

@@ -238,6 +238,28 @@ int zs_engine_checkpoint(zs_engine_t *e, zs_err_t *err)
     return rc;
 }
 
+/* After a Restore of checkpoint `step`: the servers now hold its parameter
+ * groups, which must be this engine's (the same weight decay per element);
+ * a run started with other ones (zs-train --decay) is refused. */
+static int check_groups(zs_engine_t *e, uint64_t step, zs_err_t *err)
+{
+    int S = zs_client_nservers(e->client);
+    zs_server_info_t *in = calloc((size_t)S, sizeof *in);
+    if (!in)
+        return zs_err_set(err, ZS_ERR_NOMEM, "out of memory");
+    int rc = zs_client_hello(e->client, e->model_name, e->P, in, err);
+    for (int i = 0; i < S && !rc; i++)
+        if (!zs_groups_equal(in[i].groups, in[i].ngroups, e->groups, e->ngroups))
+            rc = zs_err_set(err, ZS_ERR_STATE,
+                            "checkpoint %llu was written with %zu weight-decay ranges (server "
+                            "%s), this run asks for %zu: resume with the weight-decay setting "
+                            "it was trained with (zs-train --decay)",
+                            (unsigned long long)step, in[i].ngroups,
+                            zs_client_server(e->client, i), e->ngroups);
+    free(in);
+    return rc;
+}
+
 int zs_engine_resume(zs_engine_t *e, uint64_t want, uint64_t *step_out, zs_err_t *err)
 {
     ZS_ENG_TRY(need_servers(e, "resume", err));
@@ -280,6 +302,8 @@ int zs_engine_resume(zs_engine_t *e, uint64_t want, uint64_t *step_out, zs_err_t
         if (!rc && len > ZS_CLIENT_USER_META_MAX)
             rc = zs_err_set(err, ZS_ERR_CORRUPT, "checkpoint %llu: %zu bytes of client state",
                             (unsigned long long)step, len);
+        if (!rc)
+            rc = check_groups(e, step, err);
         if (!rc && (zs_engine_meta_parse(meta, len, &cm, err) || cm.step != step))
             rc = zs_err_set(err, ZS_ERR_CORRUPT,
                             "checkpoint %llu was not written by the zeroshard engine (no engine "

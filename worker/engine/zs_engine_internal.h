@@ -122,6 +122,8 @@ struct zs_engine {
     zs_client_t *client; /* NULL without servers */
     char model_name[128];
     char *manifest; /* opts->manifest copied (stored with checkpoints), or NULL */
+    zs_group_range_t *groups; /* opts->groups copied (checked against P), or NULL */
+    size_t ngroups;
     zs_dtype_t dt;
     size_t esz;
     int params16; /* dt != fp32 and the model reads dt (set_param_dtype): no fp32 views */

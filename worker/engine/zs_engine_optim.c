@@ -35,6 +35,27 @@ static int wait_comm(zs_engine_t *e, zs_stream_t *s, zs_err_t *err)
     return zs_dev_stream_wait(s, e->ev_reduced, err);
 }
 
+/* AdamW over n elements of the flat space from global element g (state at
+ * master/exp_avg/exp_avg_sq + o, gradients and parameters at grad/param),
+ * one kernel call per parameter-group range it crosses, each with that
+ * range's weight decay: bitwise what the servers compute for the same
+ * elements (server/zs_shard.c cuts at the same ends). */
+static int adamw_groups(zs_engine_t *e, const zs_adam_step_t *as, uint64_t g, uint64_t o,
+                        char *grad, char *param, uint64_t n, zs_err_t *err)
+{
+    for (uint64_t i = 0; i < n;) {
+        zs_adam_hparams_t hp;
+        zs_adam_step_t st;
+        uint64_t k = zs_groups_piece(e->groups, e->ngroups, NULL, 0, &e->cfg.adam, as, g + i,
+                                     n - i, &hp, &st);
+        ZS_ENG_TRY(zs_dev_adamw(e->compute, &hp, &st, e->master + o + i, e->exp_avg + o + i,
+                                e->exp_avg_sq + o + i, grad + i * e->esz, e->dt,
+                                param + i * e->esz, e->dt, (size_t)k, err));
+        i += k;
+    }
+    return ZS_OK;
+}
+
 static int update_in_process(zs_engine_t *e, const zs_adam_step_t *as, zs_err_t *err)
 {
     ZS_ENG_TRY(wait_comm(e, e->compute, err));
@@ -42,17 +63,13 @@ static int update_in_process(zs_engine_t *e, const zs_adam_step_t *as, zs_err_t 
         zs__seg_t *s = &e->s[k];
         if (e->stage == 0) { /* replicated optimizer over the full segment */
             uint64_t o = s->pbase;
-            if (s->n)
-                ZS_ENG_TRY(zs_dev_adamw(e->compute, &e->cfg.adam, as, e->master + o, e->exp_avg + o,
-                                        e->exp_avg_sq + o, zs__at(e, e->grads, o), e->dt,
-                                        zs__at(e, e->params, o), e->dt, (size_t)s->n, err));
+            ZS_ENG_TRY(adamw_groups(e, as, s->off, o, zs__at(e, e->grads, o),
+                                    zs__at(e, e->params, o), s->n, err));
             continue;
         }
         uint64_t o = s->qbase, n = s->ve - s->vb;
-        if (n)
-            ZS_ENG_TRY(zs_dev_adamw(e->compute, &e->cfg.adam, as, e->master + o, e->exp_avg + o,
-                                    e->exp_avg_sq + o, zs__eng_grad_part(e, s), e->dt,
-                                    zs__eng_param_part(e, s), e->dt, (size_t)n, err));
+        ZS_ENG_TRY(adamw_groups(e, as, s->off + s->vb, o, zs__eng_grad_part(e, s),
+                                zs__eng_param_part(e, s), n, err));
     }
     return zs_dev_stream_sync(e->compute, err);
 }

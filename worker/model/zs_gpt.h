@@ -36,6 +36,7 @@
 #include <stdint.h>
 #include <stdio.h>
 
+#include "zs_adam_groups.h"
 #include "zs_data.h"
 #include "zs_engine.h"
 
@@ -269,6 +270,23 @@ int zs_gpt_num_tensors(const zs_gpt_config_t *c);
 
 /* Tensor i (0 .. zs_gpt_num_tensors - 1) in flat-buffer order. */
 int zs_gpt_tensor(const zs_gpt_config_t *c, int i, zs_gpt_tensor_t *t);
+
+/* Which parameters take weight decay (zs_gpt_decay.c; zs-train --decay). */
+typedef enum {
+    ZS_GPT_DECAY_ALL = 0, /* every parameter */
+    ZS_GPT_DECAY_2D,      /* 2-D tensors: embeddings and matmul weights (nanoGPT, llm.c) */
+    ZS_GPT_DECAY_MATMUL,  /* the blocks' matmul weights: not biases, norms, embeddings */
+} zs_gpt_decay_t;
+
+/* "all", "2d" or "matmul" into *out; ZS_ERR_INVALID otherwise. */
+int zs_gpt_decay_parse(const char *s, zs_gpt_decay_t *out);
+
+/* The parameter groups of mode (kernels/zs_adam_groups.h): consecutive
+ * ranges of the flat buffer with weight_decay on the decayed tensors and 0
+ * on the others, lr index 0. *out malloc'd (caller frees); mode ALL: none
+ * (*out NULL, *n 0). ZS_ERR_RANGE past ZS_GROUPS_MAX_RANGES ranges. */
+int zs_gpt_decay_groups(const zs_gpt_config_t *c, zs_gpt_decay_t mode, float weight_decay,
+                        zs_group_range_t **out, size_t *n, zs_err_t *err);
 
 /* The model manifest for zs_engine_opts_t.manifest (zs_gpt_manifest.c):
  * JSON naming every parameter tensor as Hugging Face's GPT-2 does
