@@ -499,7 +499,7 @@ int zs_coll_all_gather_hier(zs_coll_t *c, void *buf, size_t count, zs_dtype_t dt
         rc = zs_coll_all_gather(c->intra, w, N * count, dt, NULL, NULL, err);
     for (size_t ll = 0; ll < L && rc == ZS_OK; ll++)
         for (size_t nn = 0; nn < N && rc == ZS_OK; nn++)
-            rc = zs_dev_memcpy(c->stream, b + (nn * L + ll) * blk, w + (nn * L + ll) * blk, blk,
+            rc = zs_dev_memcpy(c->stream, b + (nn * L + ll) * blk, w + (ll * N + nn) * blk, blk,
                                err);
     if (rc != ZS_OK)
         return zs_err_prefix(err, "all_gather_hier: ");
