@@ -16,3 +16,8 @@ zs_add_test(test_protocol SRCS test_protocol.c LIBS zeroshard zs_testproc TIMEOU
 target_compile_definitions(test_protocol PRIVATE ZS_MPIEXEC="${MPIEXEC_EXECUTABLE}"
                            ZS_ENGINE_WORKER="$<TARGET_FILE:zs_engine_worker>")
 add_dependencies(test_protocol zs-server zs_engine_worker)
+# Parameter groups (protocol version 3): the ranges' checks and cutting, and
+# two real zs-servers training, checkpointing and restoring with them.
+zs_add_test(test_adam_groups SRCS test_adam_groups.c LIBS zeroshard zs_testproc TIMEOUT 120
+            LABELS integration)
+add_dependencies(test_adam_groups zs-server)
