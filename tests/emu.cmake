@@ -16,7 +16,7 @@ endif()
 include(ExternalProject)
 
 set(ZS_EMU_TARGETS test_dev_cuda test_cuda_ops test_gpt_cuda test_train_cuda zs-train zs-server zs-launch
-    test_train_zeropp test_gpt_flash)
+    test_train_zeropp test_train_mics test_gpt_flash)
 set(ZS_EMU_ASAN_TARGETS test_dev_cuda test_cuda_ops test_emu_runtime test_emu_kernel
     test_emu_wmma)
 file(GLOB ZS_EMU_NCCL_SRC ${PROJECT_SOURCE_DIR}/tests/cuda_emu/emu_nccl*.c)

@@ -44,6 +44,13 @@ if(ZS_WITH_CUDA AND NOT ZS_CUDA_EMU AND ZS_EMU_TESTS AND ZS_EMU_NCCL_SRC)
   set_tests_properties(emu_test_train_zeropp PROPERTIES LABELS "emu;mpi" TIMEOUT 1800
                        SKIP_RETURN_CODE 77
                        ENVIRONMENT "${ZS_EMU_MPI_ENV};ZS_EMU_SCHEDULE=forward;ZS_EMU_DEVICES=4;ZS_TEST_ZEROPP_DEVICE=cuda;ZS_TEST_ZEROPP_STEPS=8")
+  # MiCS on the NCCL collectives (4 emulated GPUs, 2 nodes x 2): W = 4,
+  # G = 2 bitwise ZeRO-3 at W = 2; G = 4 with the two-hop gather bitwise
+  # ZeRO-3 at W = 4, half its gather bytes across nodes (2 steps: ~50 s)
+  add_test(NAME emu_test_train_mics_np4 COMMAND ${ZS_EMU}/test_train_mics)
+  set_tests_properties(emu_test_train_mics_np4 PROPERTIES LABELS "emu;mpi" TIMEOUT 900
+                       SKIP_RETURN_CODE 77
+                       ENVIRONMENT "${ZS_EMU_MPI_ENV};ZS_EMU_SCHEDULE=forward;ZS_EMU_DEVICES=4;ZS_TEST_MICS_DEVICE=cuda;ZS_TEST_MICS_STEPS=2")
   # a rank killed in its node's all-gather (2 nodes x 2 ranks): every
   # survivor stops within the watchdog's deadline
   add_test(NAME emu_test_coll_zeropp_kill_np4 COMMAND ${ZS_EMU}/test_coll_zeropp kill 4)
@@ -61,3 +68,12 @@ target_compile_definitions(test_train_zeropp PRIVATE ZS_MPIEXEC="${MPIEXEC_EXECU
                            ZS_TRAIN="$<TARGET_FILE:zs-train>"
                            ZS_TOKENIZE="$<TARGET_FILE:zs-tokenize>")
 add_dependencies(test_train_zeropp zs-train zs-tokenize zs-server)
+# MiCS in zs-train (CPU workers here; emu_test_train_mics_np4 above on
+# NCCL): W = 4 with G = 2 bitwise ZeRO-3 at W = 2 (the same order of
+# gradient sums), G = 4 with the two-hop gather bitwise ZeRO-3 at W = 4.
+zs_add_test(test_train_mics SRCS test_train_mics.c LIBS zs_testproc TIMEOUT 600
+            LABELS integration)
+target_compile_definitions(test_train_mics PRIVATE ZS_MPIEXEC="${MPIEXEC_EXECUTABLE}"
+                           ZS_TRAIN="$<TARGET_FILE:zs-train>"
+                           ZS_TOKENIZE="$<TARGET_FILE:zs-tokenize>")
+add_dependencies(test_train_mics zs-train zs-tokenize zs-server)
