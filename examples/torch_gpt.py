@@ -12,7 +12,9 @@ The corpus is the quickstart's: every file of /usr/share/common-licenses,
 sorted, as bytes (a vocabulary of 256, no tokenizer needed; --text FILE...
 for others). Batches are drawn with a generator seeded by the step, so a
 resumed run (run it again: the newest checkpoint) sees the batches an
-uninterrupted one would. Warm-up then cosine LR, gradient clipping at 1.0,
+uninterrupted one would. Weight decay 0.1 on the matrices (embeddings
+included), none on biases and norms (a second param group). Warm-up then
+cosine LR, gradient clipping at 1.0,
 a checkpoint every --ckpt-every steps. Prints the loss (nats per byte)
 every --log-every steps, "final loss X" at the end, and a greedy sample.
 """
@@ -72,7 +74,12 @@ def main():
     data = torch.tensor(list(b"".join(open(f, "rb").read() for f in files)), dtype=torch.long)
     torch.manual_seed(0)
     model = ByteLM(a.ctx, a.width, a.layers, a.heads)
-    opt = ShardOptimizer(model.named_parameters(), servers=a.servers.split(","),
+    # AdamW's weight decay on the matrices only (as nanoGPT and llm.c): biases,
+    # norms' gains and biases in a group without it.
+    named = list(model.named_parameters())
+    groups = [{"params": [(n, p) for n, p in named if p.dim() >= 2], "weight_decay": 0.1},
+              {"params": [(n, p) for n, p in named if p.dim() < 2], "weight_decay": 0.0}]
+    opt = ShardOptimizer(groups, servers=a.servers.split(","),
                          model_name=a.model_name, lr=a.lr, betas=(0.9, 0.95), eps=1e-8,
                          weight_decay=0.1, resume=not a.fresh, max_grad_norm=1.0)
     start = opt.step_count

@@ -1,7 +1,8 @@
 /*
  * zs_pyext.c - zeroshard._zeroshard: the CPython extension over the C shard
  * client (worker/client/zs_client.h). One type, Client, whose methods are the
- * client's calls one for one (Hello, Initialize, Push, Commit, Pull,
+ * client's calls one for one (Hello, Initialize with parameter groups, Push,
+ * Commit with the groups' learning rates, Pull,
  * Checkpoint with user_meta, the checkpoint list, GetCheckpointMeta,
  * Restore, DeleteCheckpoints); module functions version() and
  * protocol_version(); one exception, zeroshard.Error, carrying the C
@@ -242,9 +243,78 @@ static PyObject *adam_dict(const zs_adam_hparams_t *a)
                          "bias_correction", a->bias_correction);
 }
 
+/* [(end, weight_decay, lr_index), ...] of n ranges (new reference). */
+static PyObject *groups_list(const zs_group_range_t *r, size_t n)
+{
+    PyObject *l = PyList_New((Py_ssize_t)n);
+    for (size_t i = 0; l && i < n; i++) {
+        PyObject *t = Py_BuildValue("(KdI)", (unsigned long long)r[i].end, (double)r[i].weight_decay,
+                                    (unsigned)r[i].lr_index);
+        if (!t) {
+            Py_CLEAR(l);
+            break;
+        }
+        PyList_SET_ITEM(l, (Py_ssize_t)i, t);
+    }
+    return l;
+}
+
+/* A sequence of (end, weight_decay, lr_index) into a malloc'd array (*out,
+ * *n; NULL and 0 for None or an empty sequence): 0, or -1 with an exception
+ * set. The ranges' own rules (ascending ends, the last == P, ...) are the
+ * C library's to check (zs_client_set_groups, Initialize). */
+static int parse_groups(PyObject *o, zs_group_range_t **out, size_t *n)
+{
+    *out = NULL;
+    *n = 0;
+    if (o == NULL || o == Py_None)
+        return 0;
+    PyObject *seq = PySequence_Fast(o, "groups must be a sequence of (end, weight_decay, "
+                                       "lr_index)");
+    if (!seq)
+        return -1;
+    Py_ssize_t len = PySequence_Fast_GET_SIZE(seq);
+    if (len > ZS_GROUPS_MAX_RANGES) {
+        PyErr_Format(PyExc_ValueError, "%zd parameter group ranges, at most %d", len,
+                     ZS_GROUPS_MAX_RANGES);
+        Py_DECREF(seq);
+        return -1;
+    }
+    zs_group_range_t *r = len ? calloc((size_t)len, sizeof *r) : NULL;
+    if (len && !r) {
+        Py_DECREF(seq);
+        PyErr_NoMemory();
+        return -1;
+    }
+    for (Py_ssize_t i = 0; i < len; i++) {
+        unsigned long long end;
+        float wd;
+        unsigned int li;
+        PyObject *it = PySequence_Fast_GET_ITEM(seq, i);
+        if (!PyTuple_Check(it) || !PyArg_ParseTuple(it, "KfI", &end, &wd, &li)) {
+            if (!PyErr_Occurred() || PyErr_ExceptionMatches(PyExc_TypeError)) {
+                PyErr_Clear();
+                PyErr_Format(PyExc_TypeError, "groups[%zd] must be a tuple (end, weight_decay, "
+                                              "lr_index)", i);
+            }
+            free(r);
+            Py_DECREF(seq);
+            return -1;
+        }
+        r[i].end = end;
+        r[i].weight_decay = wd;
+        r[i].lr_index = li;
+    }
+    Py_DECREF(seq);
+    *out = r;
+    *n = (size_t)len;
+    return 0;
+}
+
 /* hello(model="", num_params=0) -> [dict per server]: identity, range,
  * applied step, Adam t, complete checkpoints, hyperparameters, transport
- * facts. With model/num_params set, refused if a server holds another. */
+ * facts, parameter groups ("groups": [(end, weight_decay, lr_index)], []
+ * for none). With model/num_params set, refused if a server holds another. */
 static PyObject *client_hello(client_obj *self, PyObject *args, PyObject *kw)
 {
     static char *kws[] = {"model", "num_params", NULL};
@@ -276,7 +346,7 @@ static PyObject *client_hello(client_obj *self, PyObject *args, PyObject *kw)
         for (size_t k = 0; ck && k < s->ncheckpoints; k++)
             PyList_SET_ITEM(ck, (Py_ssize_t)k, PyLong_FromUnsignedLongLong(s->checkpoints[k]));
         PyObject *d =
-            ck ? Py_BuildValue("{s:O,s:s,s:K,s:I,s:I,s:K,s:K,s:K,s:K,s:N,s:N,s:s,s:O,s:O}",
+            ck ? Py_BuildValue("{s:O,s:s,s:K,s:I,s:I,s:K,s:K,s:K,s:K,s:N,s:N,s:s,s:O,s:O,s:N}",
                                "initialized", s->initialized ? Py_True : Py_False, "model_name",
                                s->model_name, "num_params", (unsigned long long)s->num_params,
                                "num_servers", s->num_servers, "server_index", s->server_index,
@@ -286,7 +356,8 @@ static PyObject *client_hello(client_obj *self, PyObject *args, PyObject *kw)
                                (unsigned long long)s->optimizer_step, "checkpoints", ck, "adam",
                                adam_dict(&s->adam), "shm_socket", s->shm_socket, "nvme",
                                s->nvme ? Py_True : Py_False, "store_degraded",
-                               s->store_degraded ? Py_True : Py_False)
+                               s->store_degraded ? Py_True : Py_False, "groups",
+                               groups_list(s->groups, s->ngroups))
                : NULL;
         if (!d) {
             Py_CLEAR(list);
@@ -313,37 +384,53 @@ static Py_ssize_t elements(Py_buffer *b, int dt, const char *what)
 }
 
 /* init(model, master, lr, beta1, beta2, eps, weight_decay, adam_w_mode=1,
- * bias_correction=1, start_step=0, overwrite=True): Initialize every server
- * with its range of `master` (fp32 buffer of P = len/4 values). */
+ * bias_correction=1, start_step=0, overwrite=True, groups=None): Initialize
+ * every server with its range of `master` (fp32 buffer of P = len/4
+ * values). groups: the parameter groups (protocol version 3), a sequence of
+ * (end, weight_decay, lr_index) ranges, consecutive from 0, the last ending
+ * at P (zs_client_set_groups); None or []: none (one weight_decay, one lr). */
 static PyObject *client_initialize(client_obj *self, PyObject *args, PyObject *kw)
 {
     static char *kws[] = {"model",           "master",     "lr",           "beta1",
                           "beta2",           "eps",        "weight_decay", "adam_w_mode",
-                          "bias_correction", "start_step", "overwrite",    NULL};
+                          "bias_correction", "start_step", "overwrite",    "groups",
+                          NULL};
     const char *model;
     Py_buffer b;
+    PyObject *go = NULL;
     zs_adam_hparams_t hp = {0};
     hp.adam_w_mode = 1;
     hp.bias_correction = 1;
     unsigned long long start = 0;
     int overwrite = 1;
-    if (!PyArg_ParseTupleAndKeywords(args, kw, "sy*fffff|iiKp", kws, &model, &b, &hp.lr, &hp.beta1,
-                                     &hp.beta2, &hp.eps, &hp.weight_decay, &hp.adam_w_mode,
-                                     &hp.bias_correction, &start, &overwrite))
+    if (!PyArg_ParseTupleAndKeywords(args, kw, "sy*fffff|iiKpO", kws, &model, &b, &hp.lr,
+                                     &hp.beta1, &hp.beta2, &hp.eps, &hp.weight_decay,
+                                     &hp.adam_w_mode, &hp.bias_correction, &start, &overwrite,
+                                     &go))
         return NULL;
     Py_ssize_t n = elements(&b, ZS_DTYPE_F32, "master");
     if (n < 0)
         return NULL;
+    zs_group_range_t *groups;
+    size_t ngroups;
+    if (parse_groups(go, &groups, &ngroups)) {
+        PyBuffer_Release(&b);
+        return NULL;
+    }
     zs_client_t *c = lock(self);
     if (!c) {
+        free(groups);
         PyBuffer_Release(&b);
         return NULL;
     }
     zs_err_t err = {0};
     int rc;
-    Py_BEGIN_ALLOW_THREADS rc = zs_client_init(c, model, (uint64_t)n, &hp, (const float *)b.buf,
-                                               (uint64_t)start, overwrite, &err);
+    Py_BEGIN_ALLOW_THREADS rc = zs_client_set_groups(c, groups, ngroups, &err);
+    if (!rc)
+        rc = zs_client_init(c, model, (uint64_t)n, &hp, (const float *)b.buf, (uint64_t)start,
+                            overwrite, &err);
     Py_END_ALLOW_THREADS unlock(self);
+    free(groups);
     PyBuffer_Release(&b);
     if (rc)
         return raise_err(&err, rc);
@@ -385,22 +472,49 @@ static PyObject *client_push(client_obj *self, PyObject *args, PyObject *kw)
 }
 
 /* commit(step, lr, grad_scale=1.0, clip_coef=1.0, skip=False,
- * param_dtype="none"): apply `step` on every server with these scalars
- * (AdamW runs there). lr is the step's learning rate. */
+ * param_dtype="none", lrs=None): apply `step` on every server with these
+ * scalars (AdamW runs there). lr is the step's learning rate; lrs, for a
+ * model initialized with parameter groups, the groups' learning rates
+ * (lrs[k] for the ranges of lr_index k; None or []: lr everywhere). */
 static PyObject *client_commit(client_obj *self, PyObject *args, PyObject *kw)
 {
-    static char *kws[] = {"step", "lr", "grad_scale", "clip_coef", "skip", "param_dtype", NULL};
+    static char *kws[] = {"step", "lr",          "grad_scale", "clip_coef",
+                          "skip", "param_dtype", "lrs",        NULL};
     zs_step_scalars_t s = {0};
     unsigned long long step;
     s.grad_scale = 1.0f;
     s.clip_coef = 1.0f;
-    PyObject *dto = NULL;
-    if (!PyArg_ParseTupleAndKeywords(args, kw, "Kf|ffpO", kws, &step, &s.lr, &s.grad_scale,
-                                     &s.clip_coef, &s.skip, &dto))
+    PyObject *dto = NULL, *lo = NULL;
+    float lrs[ZS_GROUPS_MAX_LRS];
+    if (!PyArg_ParseTupleAndKeywords(args, kw, "Kf|ffpOO", kws, &step, &s.lr, &s.grad_scale,
+                                     &s.clip_coef, &s.skip, &dto, &lo))
         return NULL;
     int dt = parse_dtype(dto, 1);
     if (dt < 0)
         return NULL;
+    if (lo && lo != Py_None) {
+        PyObject *seq = PySequence_Fast(lo, "lrs must be a sequence of floats");
+        if (!seq)
+            return NULL;
+        Py_ssize_t n = PySequence_Fast_GET_SIZE(seq);
+        if (n > ZS_GROUPS_MAX_LRS) {
+            Py_DECREF(seq);
+            PyErr_Format(PyExc_ValueError, "%zd group learning rates, at most %d", n,
+                         ZS_GROUPS_MAX_LRS);
+            return NULL;
+        }
+        for (Py_ssize_t k = 0; k < n; k++) {
+            double v = PyFloat_AsDouble(PySequence_Fast_GET_ITEM(seq, k));
+            if (v == -1.0 && PyErr_Occurred()) {
+                Py_DECREF(seq);
+                return NULL;
+            }
+            lrs[k] = (float)v;
+        }
+        Py_DECREF(seq);
+        s.nlrs = (uint32_t)n;
+        s.lrs = n ? lrs : NULL;
+    }
     s.step = step;
     s.param_dtype = dt == ZS_DTYPE_F32 ? ZS_DTYPE_NONE : (zs_dtype_t)dt;
     zs_client_t *c = lock(self);
@@ -499,7 +613,8 @@ static PyObject *client_checkpoints(client_obj *self, PyObject *unused)
 }
 
 /* checkpoint_info(step) -> (dict, meta bytes): server 0's stored metadata of
- * complete checkpoint `step` (model, P, steps, hyperparameters) and its
+ * complete checkpoint `step` (model, P, steps, hyperparameters, parameter
+ * groups as in hello) and its
  * user_meta, read without a Restore (the servers' live state is not
  * touched); refused unless every server agrees. */
 static PyObject *client_checkpoint_info(client_obj *self, PyObject *args)
@@ -528,11 +643,13 @@ static PyObject *client_checkpoint_info(client_obj *self, PyObject *args)
         raise_err(&err, rc);
     else
         r = Py_BuildValue(
-            "({s:s,s:K,s:I,s:K,s:K,s:N,s:K}y#)", "model_name", info[0].model_name, "num_params",
-            (unsigned long long)info[0].num_params, "num_servers", info[0].num_servers,
-            "applied_step", (unsigned long long)info[0].applied_step, "optimizer_step",
-            (unsigned long long)info[0].optimizer_step, "adam", adam_dict(&info[0].adam),
-            "created_unix_ms", (unsigned long long)info[0].created_unix_ms, buf,
+            "({s:s,s:K,s:I,s:K,s:K,s:N,s:K,s:N}y#)", "model_name", info[0].model_name,
+            "num_params", (unsigned long long)info[0].num_params, "num_servers",
+            info[0].num_servers, "applied_step", (unsigned long long)info[0].applied_step,
+            "optimizer_step", (unsigned long long)info[0].optimizer_step, "adam",
+            adam_dict(&info[0].adam), "created_unix_ms",
+            (unsigned long long)info[0].created_unix_ms, "groups",
+            groups_list(info[0].groups, info[0].ngroups), buf,
             (Py_ssize_t)(len < ZS_CLIENT_USER_META_MAX ? len : ZS_CLIENT_USER_META_MAX));
     free(info);
     free(buf);
@@ -673,11 +790,12 @@ static PyMethodDef client_methods[] = {
      "hello(model='', num_params=0) -> [dict per server]"},
     {"init", (PyCFunction)(void (*)(void))client_initialize, METH_VARARGS | METH_KEYWORDS,
      "init(model, master, lr, beta1, beta2, eps, weight_decay, adam_w_mode=1, "
-     "bias_correction=1, start_step=0, overwrite=True)"},
+     "bias_correction=1, start_step=0, overwrite=True, groups=None)"},
     {"push", (PyCFunction)(void (*)(void))client_push, METH_VARARGS | METH_KEYWORDS,
      "push(step, begin, grad, dtype='fp32')"},
     {"commit", (PyCFunction)(void (*)(void))client_commit, METH_VARARGS | METH_KEYWORDS,
-     "commit(step, lr, grad_scale=1.0, clip_coef=1.0, skip=False, param_dtype='none')"},
+     "commit(step, lr, grad_scale=1.0, clip_coef=1.0, skip=False, param_dtype='none', "
+     "lrs=None)"},
     {"pull", (PyCFunction)(void (*)(void))client_pull, METH_VARARGS | METH_KEYWORDS,
      "pull(min_step, begin, dst, dtype='fp32') -> step"},
     {"checkpoint", (PyCFunction)(void (*)(void))client_checkpoint, METH_VARARGS | METH_KEYWORDS,

@@ -16,13 +16,15 @@ killed at exit and dies with it (PR_SET_PDEATHSIG). Checks:
      ZS_ERR_UNAUTH (the right one works); a server that answers nothing
      (SIGSTOP) ZS_ERR_TIMEOUT within seconds of its deadline;
  (3) an MLP trained STEPS (50) steps with ShardOptimizer on 2 servers (lr from a
-     StepLR schedule) matches torch.optim.AdamW with the same float32
-     hyperparameters within |a - b| <= ATOL + RTOL * |b| (not bitwise:
+     StepLR schedule; param groups: the weights, an empty group, the biases
+     without weight decay; the servers hold 2 ranges) matches
+     torch.optim.AdamW with the same groups and float32 hyperparameters within |a - b| <= ATOL + RTOL * |b| (not bitwise:
      torch computes the bias corrections in double and may fuse multiply-
      adds; tests/test_adam.c holds the kernel itself to the same bound);
-     the max errors are printed;
+     the max errors are printed; then 2 groups with their own lr and a
+     LambdaLR of two lambdas, 20 steps, within the same bound;
  (3f) a small causal transformer (nn.TransformerEncoder, 21K parameters),
-     50 steps with StepLR: the same bound against torch.optim.AdamW, except
+     50 steps with StepLR and the no-decay group (biases, norms): the same bound against torch.optim.AdamW, except
      the attention's key biases, whose gradient is zero in exact arithmetic
      (rounding noise that Adam scales to lr-sized steps: their drift is
      printed); the losses agree to 1e-5;
@@ -48,17 +50,27 @@ killed at exit and dies with it (PR_SET_PDEATHSIG). Checks:
      checkpoint's parameters bitwise, and training on gives bitwise the
      parameters of the uninterrupted run; state_dict() is small and
      load_state_dict() of an earlier one restores its step bitwise;
+ (4c) no-decay groups: kill -9 of one server, restart, resume=True: bitwise
+     the checkpoint and then the uninterrupted run; the servers report the
+     groups (Hello, GetCheckpointMeta); a resume with another weight_decay
+     for a group is refused naming the group, one group for a checkpoint of
+     two is refused;
+ (3g) the device-tensor path forced on CPU parameters (_copy_params): bitwise
+     the bound path over 10 steps (fp32 with groups, bf16), over shm;
  (6) pip install --no-index ./python into a venv builds the extension
      (this build tree's CMake target) and installs the package, which
      imports from there with the library's version;
  (7) examples/torch_mlp.py runs against 2 servers, and stopped at step 20
      and run again to 40 it ends with the loss of an uninterrupted run;
      examples/torch_gpt.py trains 30 steps to a loss below 4.5 nats/byte;
- (8) data parallel: 2 ranks (torch.distributed, gloo on 127.0.0.1), each
+ (8) data parallel (reduce-scatter, each rank pushes and pulls its part,
+     all-gather): 2 ranks (torch.distributed, gloo on 127.0.0.1), each
      with half of every batch and rank 1 starting from other values, end
      with bitwise the parameters of world size 1 accumulating the same two
      halves; load_state_dict of the step-5 state_dict brings both ranks
      back to step 5; the run's checkpoint resumes at world size 1, bitwise;
+     twice: parameters bound, one group; the device-tensor path with the
+     no-decay groups (collectives on its flat buffers);
  (4b) zs-ctl export (when the build has it) of that run's step-10
      checkpoint: a safetensors file (read here, no package needed) with
      every parameter under its torch name, which load_state_dict takes,
@@ -67,8 +79,7 @@ killed at exit and dies with it (PR_SET_PDEATHSIG). Checks:
      less) is refused at resume with a ValueError naming the parameter, and
      the servers' state is untouched (the right model still resumes); the
      servers holding another model_name are refused; param groups with
-     different weight_decay, and parameters of mixed dtypes, are refused
-     saying so.
+     different betas, and parameters of mixed dtypes, are refused saying so.
 
 Exits 77 (skip) when torch or the built extension is missing, saying why.
 """
@@ -324,6 +335,27 @@ def same(a, b):
     return all(torch.equal(x, y) for x, y in zip(a, b))
 
 
+def nodecay_groups(model, named=True, empty=False):
+    """The usual param groups: 2-D (and larger) weights with HP's
+    weight_decay, then biases and norms (fewer than 2 dimensions) with
+    none; empty: an empty group between them (no range on the servers).
+    named: (name, parameter) pairs for ShardOptimizer, else tensors."""
+    ps = list(model.named_parameters())
+    pick = (lambda n, p: (n, p)) if named else (lambda n, p: p)
+    groups = [{"params": [pick(n, p) for n, p in ps if p.dim() >= 2]}]
+    if empty:
+        groups.append({"params": [], "weight_decay": 0.5})
+    groups.append({"params": [pick(n, p) for n, p in ps if p.dim() < 2], "weight_decay": 0.0})
+    return groups
+
+
+def group_ends(model):
+    """The flat-space ends of nodecay_groups(model)'s two groups."""
+    ps = list(model.parameters())
+    nd = sum(p.numel() for p in ps if p.dim() >= 2)
+    return [nd, nd + sum(p.numel() for p in ps if p.dim() < 2)]
+
+
 # ---- (3) vs torch.optim.AdamW ------------------------------------------------------
 def make_transformer(seed):
     """A small causal transformer LM on bytes (examples/torch_gpt.py's shape,
@@ -355,9 +387,13 @@ def test_vs_torch_transformer():
     srv = servers_up("vt")
     ref = make_transformer(3)
     ours = copy.deepcopy(ref)
-    topt = torch.optim.AdamW(ref.parameters(), foreach=False, **HP)
-    zopt = ShardOptimizer(ours.named_parameters(), servers=[s.addr for s in srv],
+    topt = torch.optim.AdamW(nodecay_groups(ref, named=False), foreach=False, **HP)
+    zopt = ShardOptimizer(nodecay_groups(ours), servers=[s.addr for s in srv],
                           model_name="transformer-vs-torch", resume=False, **HP)
+    check(zopt._client.hello()[0]["groups"] == [(group_ends(ours)[0], HP["weight_decay"], 0),
+                                                (group_ends(ours)[1], 0.0, 1)],
+          "transformer: the servers hold the no-decay groups: %r"
+          % zopt._client.hello()[0]["groups"])
     tsch = torch.optim.lr_scheduler.StepLR(topt, step_size=20, gamma=0.5)
     zsch = torch.optim.lr_scheduler.StepLR(zopt, step_size=20, gamma=0.5)
     for s in range(1, STEPS + 1):
@@ -379,7 +415,8 @@ def test_vs_torch_transformer():
               "transformer %s: vs torch.optim.AdamW beyond |a-b| <= %g + %g|b|: max abs %.3g"
               % (n, ATOL, RTOL, d.max().item()))
     check(abs(lz - lt) <= 1e-5 * abs(lt), "transformer loss %.7f vs %.7f" % (lz, lt))
-    print("ok: transformer (%d parameters), %d steps vs torch.optim.AdamW (StepLR): max abs "
+    print("ok: transformer (%d parameters, no-decay group), %d steps vs torch.optim.AdamW "
+          "(StepLR): max abs "
           "%.3g (key biases, pure rounding noise, %.3g); loss %.6f vs %.6f"
           % (sum(p.numel() for p in ours.parameters()), STEPS, maxabs, noise, lz, lt),
           flush=True)
@@ -392,18 +429,23 @@ def test_vs_torch():
     srv = servers_up("vs")
     ref = make_mlp(1)
     ours = copy.deepcopy(ref)
-    topt = torch.optim.AdamW(ref.parameters(), foreach=False, **HP)
-    zopt = ShardOptimizer(ours.named_parameters(), servers=[s.addr for s in srv],
+    # weights, an empty group (no range), biases without weight decay
+    topt = torch.optim.AdamW(nodecay_groups(ref, named=False, empty=True), foreach=False, **HP)
+    zopt = ShardOptimizer(nodecay_groups(ours, empty=True), servers=[s.addr for s in srv],
                           model_name="mlp-vs-torch", resume=False, **HP)
+    e = group_ends(ours)
+    got = [i["groups"] for i in zopt._client.hello()]
+    check(got == [[(e[0], HP["weight_decay"], 0), (e[1], 0.0, 1)]] * 2,
+          "every server holds 2 ranges (the empty group skipped): %r" % got)
     tsch = torch.optim.lr_scheduler.StepLR(topt, step_size=10, gamma=0.5)
     zsch = torch.optim.lr_scheduler.StepLR(zopt, step_size=10, gamma=0.5)
     for s in range(1, STEPS + 1):
         lt = train_step(ref, topt, s, tsch)
         lz = train_step(ours, zopt, s, zsch)
     check(zopt.step_count == STEPS, "step_count %d" % zopt.step_count)
-    check(zopt.param_groups[0]["lr"] == topt.param_groups[0]["lr"] != HP["lr"],
-          "StepLR drives both: lr %r vs %r" % (zopt.param_groups[0]["lr"],
-                                                topt.param_groups[0]["lr"]))
+    check(zopt.param_groups[2]["lr"] == topt.param_groups[2]["lr"] != HP["lr"],
+          "StepLR drives both: lr %r vs %r" % (zopt.param_groups[2]["lr"],
+                                                topt.param_groups[2]["lr"]))
     maxabs = maxrel = 0.0
     nbit = ntot = 0
     moved = 0
@@ -420,8 +462,43 @@ def test_vs_torch():
         check(ok, "%s: ShardOptimizer vs torch.optim.AdamW beyond |a-b| <= %g + %g|b|: max "
                   "abs %.3g" % (n, ATOL, RTOL, d.max().item()))
     check(moved > ntot // 2, "the parameters moved (%d of %d)" % (moved, ntot))
-    print("ok: %d steps vs torch.optim.AdamW (StepLR): max abs %.3g, max rel %.3g, %d/%d "
-          "bitwise; loss %.6f vs %.6f" % (STEPS, maxabs, maxrel, nbit, ntot, lz, lt), flush=True)
+    print("ok: %d steps vs torch.optim.AdamW (StepLR, no-decay group, an empty group): max "
+          "abs %.3g, max rel %.3g, %d/%d bitwise; loss %.6f vs %.6f"
+          % (STEPS, maxabs, maxrel, nbit, ntot, lz, lt), flush=True)
+    zopt.close()
+    test_group_lrs(srv)
+    for s in srv:
+        s.kill9()
+
+
+def test_group_lrs(srv):
+    """Per-group learning rates: each group its own lr and a LambdaLR with a
+    lambda per group, 20 steps, vs torch.optim.AdamW (the same bound)."""
+    ref = make_mlp(13)
+    ours = copy.deepcopy(ref)
+    tg, zg = nodecay_groups(ref, named=False), nodecay_groups(ours)
+    for g in (tg[1], zg[1]):
+        g["lr"] = f32(3e-3)
+    topt = torch.optim.AdamW(tg, foreach=False, **HP)
+    zopt = ShardOptimizer(zg, servers=[s.addr for s in srv], model_name="mlp-group-lrs",
+                          resume=False, **HP)
+    lams = [lambda s: 0.9 ** s, lambda s: 1.0 + 0.2 * s]
+    tsch = torch.optim.lr_scheduler.LambdaLR(topt, lams)
+    zsch = torch.optim.lr_scheduler.LambdaLR(zopt, lams)
+    for s in range(1, 21):
+        train_step(ref, topt, s, tsch)
+        train_step(ours, zopt, s, zsch)
+    lrs = [g["lr"] for g in zopt.param_groups]
+    check(lrs == [g["lr"] for g in topt.param_groups] and lrs[1] > 10 * lrs[0],
+          "LambdaLR sets each group's lr: %r vs %r" % (lrs, [g["lr"] for g in topt.param_groups]))
+    maxabs = 0.0
+    for (n, a), b in zip(ours.named_parameters(), ref.parameters()):
+        d = (a.detach().double() - b.detach().double()).abs()
+        maxabs = max(maxabs, d.max().item())
+        check(bool((d <= ATOL + RTOL * b.detach().double().abs()).all()),
+              "per-group lr %s: vs torch.optim.AdamW: max abs %.3g" % (n, d.max().item()))
+    print("ok: per-group lr (LambdaLR, two lambdas), 20 steps vs torch.optim.AdamW: max abs "
+          "%.3g; lrs at the end %r" % (maxabs, lrs), flush=True)
     zopt.close()
 
 
@@ -558,15 +635,23 @@ def test_example():
 DP_STEPS, DP_CKPT = 10, 5
 
 
+def dp_params(m, mode):
+    """The optimizer's params of a test_dp run: "direct" (CPU parameters
+    bound to the flat buffer, one group) or "copy" (the device-tensor path,
+    forced on the CPU, with the no-decay groups)."""
+    return nodecay_groups(m) if mode == "copy" else m.named_parameters()
+
+
 def dp_worker(spec):
     """One rank of test_dp: gloo over 127.0.0.1; its half of each batch."""
-    rank, world, port, servers, out = spec.split(";")
+    rank, world, port, servers, out, mode = spec.split(";")
     rank, world = int(rank), int(world)
     os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=port)
     torch.distributed.init_process_group("gloo", rank=rank, world_size=world)
     m = make_mlp(41 if rank == 0 else 99)  # rank 0's values are broadcast to every rank
-    opt = ShardOptimizer(m.named_parameters(), servers=servers.split(","), model_name="mlp-dp",
-                         resume=False, **HP)
+    opt = ShardOptimizer(dp_params(m, mode), servers=servers.split(","),
+                         model_name="mlp-dp-" + mode, resume=False,
+                         _copy_params=(mode == "copy"), **HP)
     n = 16 // world
     for s in range(1, DP_STEPS + 1):
         x, y = batch(s)
@@ -579,7 +664,7 @@ def dp_worker(spec):
             sd, at_ckpt = opt.state_dict(), params_of(m)
     torch.save(params_of(m), os.path.join(out, "rank%d.pt" % rank))
     opt.load_state_dict(sd)  # every rank back at the checkpoint
-    torch.save([same(params_of(m), at_ckpt), opt.step_count],
+    torch.save([same(params_of(m), at_ckpt), opt.step_count, opt._bound, opt._rs],
                os.path.join(out, "rank%d_back.pt" % rank))
     opt.close()
     torch.distributed.destroy_process_group()
@@ -597,51 +682,169 @@ def halves_step(model, opt, s):
 
 
 def test_dp():
+    """Two runs of 2 gloo ranks: "direct" (one group, parameters bound to
+    the host buffer; the reduce-scatter and all-gather on it) and "copy"
+    (the device-tensor path on the CPU: collectives on the "device" flat
+    buffers, only the own part to the host; no-decay groups). Each equals
+    world size 1 bitwise and resumes at world size 1 bitwise."""
     srv = servers_up("dp", extra=())
+    refsrv = servers_up("dpref", extra=())
+    for mode in ("direct", "copy"):
+        dp_run(srv, refsrv, mode)
+    for s in srv + refsrv:
+        s.kill9()
+
+
+def dp_run(srv, refsrv, mode):
     servers = ",".join(s.addr for s in srv)
     sock = __import__("socket").socket()
     sock.bind(("127.0.0.1", 0))
     port = sock.getsockname()[1]
     sock.close()
-    out = os.path.join(TMP, "dp")
+    out = os.path.join(TMP, "dp-" + mode)
     os.makedirs(out)
+    t0 = time.time()
     procs = [subprocess.Popen([sys.executable, os.path.abspath(__file__), "--build", BUILD,
-                               "--dp-worker", "%d;2;%d;%s;%s" % (r, port, servers, out)],
+                               "--dp-worker", "%d;2;%d;%s;%s;%s" % (r, port, servers, out, mode)],
                               stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
                               preexec_fn=_die_with_parent) for r in range(2)]
     PROCS.extend(procs)
     logs = [p.communicate(timeout=240)[0] for p in procs]
-    if not check(all(p.returncode == 0 for p in procs), "data-parallel ranks failed:\n%s"
-                 % "\n".join(l[-2000:] for l in logs)):
+    if not check(all(p.returncode == 0 for p in procs), "data-parallel ranks (%s) failed:\n%s"
+                 % (mode, "\n".join(l[-2000:] for l in logs))):
         return
+    took = time.time() - t0
     r0 = torch.load(os.path.join(out, "rank0.pt"))
     r1 = torch.load(os.path.join(out, "rank1.pt"))
-    check(same(r0, r1), "both ranks hold the same parameters")
+    check(same(r0, r1), "%s: both ranks hold the same parameters" % mode)
     for r in range(2):
-        ok, step = torch.load(os.path.join(out, "rank%d_back.pt" % r))
-        check(ok and step == DP_CKPT, "rank %d: load_state_dict back to step %d: %s, step %d"
-              % (r, DP_CKPT, ok, step))
+        ok, step, bound, rs = torch.load(os.path.join(out, "rank%d_back.pt" % r))
+        check(ok and step == DP_CKPT, "%s: rank %d: load_state_dict back to step %d: %s, step %d"
+              % (mode, r, DP_CKPT, ok, step))
+        check(bound == (mode == "direct"), "%s: parameters bound: %s" % (mode, bound))
     ref = make_mlp(41)  # on servers of its own: the run's checkpoint stays
-    refsrv = servers_up("dpref", extra=())
-    opt = ShardOptimizer(ref.named_parameters(), servers=[s.addr for s in refsrv],
+    opt = ShardOptimizer(dp_params(ref, mode), servers=[s.addr for s in refsrv],
                          model_name="mlp-dp-ref", resume=False, **HP)
     for s in range(1, DP_STEPS + 1):
         halves_step(ref, opt, s)
     opt.close()
     want = params_of(ref)
-    check(same(r0, want), "world size 2 (gloo) == world size 1 on the same half-batches, bitwise")
+    check(same(r0, want), "%s: world size 2 (gloo) == world size 1 on the same half-batches, "
+                          "bitwise" % mode)
     # resume the world-size-2 run at world size 1 from its checkpoint
     m = make_mlp(55)
-    opt = ShardOptimizer(m.named_parameters(), servers=servers, model_name="mlp-dp",
-                         resume=True, **HP)
-    check(opt.step_count == DP_CKPT, "resumed at step %d" % opt.step_count)
+    opt = ShardOptimizer(dp_params(m, mode), servers=srv_addrs(srv),
+                         model_name="mlp-dp-" + mode, resume=True, **HP)
+    check(opt.step_count == DP_CKPT, "%s: resumed at step %d" % (mode, opt.step_count))
     for s in range(DP_CKPT + 1, DP_STEPS + 1):
         halves_step(m, opt, s)
-    check(same(params_of(m), want), "resumed at world size 1 from world size 2: bitwise")
+    check(same(params_of(m), want), "%s: resumed at world size 1 from world size 2: bitwise"
+          % mode)
     opt.close()
-    print("ok: data parallel: world size 2 (gloo) == 1 bitwise over %d steps; its checkpoint "
-          "resumed at world size 1, bitwise" % DP_STEPS, flush=True)
-    for s in srv + refsrv:
+    print("ok: data parallel (%s%s; reduce_scatter: %s): world size 2 (gloo) == 1 bitwise over "
+          "%d steps (%.1f s); its checkpoint resumed at world size 1, bitwise"
+          % (mode, ", no-decay groups" if mode == "copy" else "",
+             "yes" if rs else "no, a reduce per part", DP_STEPS, took), flush=True)
+
+
+def srv_addrs(srv):
+    return [s.addr for s in srv]
+
+
+# ---- (3g) the device-tensor path, on the CPU -------------------------------------------
+def test_copy_path():
+    """The path device (CUDA) parameters take, forced on CPU parameters
+    (_copy_params=True: not bound to the host buffer; gradients gathered
+    on the "device" and copied to the host staging in one copy, the pulled
+    parameters copied back): bitwise the bound path's parameters over 10
+    steps, fp32 with the no-decay groups and bf16, over shared memory."""
+    srv = servers_up("cp", extra=())
+    for dtype in (torch.float32, torch.bfloat16):
+        runs = {}
+        for cp in (False, True):
+            m = make_mlp(61).to(dtype)
+            opt = ShardOptimizer(nodecay_groups(m), servers=srv_addrs(srv),
+                                 model_name="mlp-copy", resume=False, _copy_params=cp, **HP)
+            check(opt._bound == (not cp) and opt._copy == cp and
+                  [t for t, _ in opt.transports()] == ["shm", "shm"],
+                  "copy path %s: bound %s, transports %r" % (cp, opt._bound, opt.transports()))
+            data = [p.data.data_ptr() for p in m.parameters()]
+            for s in range(1, 11):
+                x, y = batch(s)
+                opt.zero_grad()
+                torch.nn.functional.mse_loss(fwd32(m, x), y).backward()
+                opt.step()
+            if cp:  # the parameters kept their own memory
+                check(data == [p.data.data_ptr() for p in m.parameters()],
+                      "copy path: the parameters' memory stayed theirs")
+            runs[cp] = params_of(m)
+            opt.close()
+        check(same(runs[False], runs[True]) and not same(runs[True], params_of(
+            make_mlp(61).to(dtype))), "%s: the copy path == the bound path, bitwise" % dtype)
+    print("ok: the device-tensor (copy) path on the CPU == the bound path, bitwise (fp32 with "
+          "groups, bf16; 10 steps)", flush=True)
+    for s in srv:
+        s.kill9()
+
+
+# ---- (4c) resume with param groups ----------------------------------------------------
+def test_resume_groups():
+    """No-decay groups: kill -9 of one server, restart, resume=True with
+    another model's values: the checkpoint's parameters bitwise, steps on
+    bitwise the uninterrupted run's; the restarted server holds the groups
+    from its checkpoint. A resume with another weight_decay for a group,
+    or with one group, is refused naming it, and changes nothing."""
+    srv = servers_up("rg")
+    m = make_mlp(71)
+    opt = ShardOptimizer(nodecay_groups(m), servers=srv_addrs(srv),
+                         model_name="mlp-groups-resume", resume=True, **HP)
+    for s in range(1, 7):
+        train_step(m, opt, s)
+    opt.checkpoint()
+    at6 = params_of(m)
+    for s in range(7, 11):
+        train_step(m, opt, s)
+    at10 = params_of(m)
+    opt.close()
+    srv[1].kill9()
+    srv[1].start()
+    e = group_ends(m)
+    want = [(e[0], HP["weight_decay"], 0), (e[1], 0.0, 1)]
+    c = zeroshard.Client(srv_addrs(srv))
+    got = [i["groups"] for i in c.hello()]
+    check(got == [want, want], "after kill -9 the servers hold the groups: %r" % got)
+    check(c.checkpoint_info(6)[0]["groups"] == want, "checkpoint 6's groups: %r"
+          % (c.checkpoint_info(6)[0]["groups"],))
+    c.close()
+    m2 = make_mlp(72)
+    g = nodecay_groups(m2)
+    g[1]["weight_decay"] = 0.01
+    try:
+        ShardOptimizer(g, servers=srv_addrs(srv), model_name="mlp-groups-resume", resume=True,
+                       **HP).close()
+        check(False, "a resume with another group weight_decay was accepted")
+    except ValueError as ex:
+        check("weight_decay=0 for param group 1 (elements [%d, %d): '0.bias' ... '4.bias'"
+              % (e[0], e[1]) in str(ex) and "asks 0.01" in str(ex),
+              "changed group weight_decay: %r" % str(ex))
+    one = [{"params": nodecay_groups(m2)[0]["params"] + nodecay_groups(m2)[1]["params"]}]
+    try:  # the same layout in one group
+        ShardOptimizer(one, servers=srv_addrs(srv),
+                       model_name="mlp-groups-resume", resume=True, **HP).close()
+        check(False, "a resume with one group of a grouped checkpoint was accepted")
+    except ValueError as ex:
+        check("has 2 parameter groups" in str(ex), "one group for 2: %r" % str(ex))
+    opt2 = ShardOptimizer(nodecay_groups(m2), servers=srv_addrs(srv),
+                          model_name="mlp-groups-resume", resume=True, **HP)
+    check(opt2.step_count == 6 and same(params_of(m2), at6),
+          "groups: resumed at step %d, the checkpoint's parameters bitwise" % opt2.step_count)
+    for s in range(7, 11):
+        train_step(m2, opt2, s)
+    check(same(params_of(m2), at10), "groups: after kill -9 and resume == uninterrupted, bitwise")
+    opt2.close()
+    print("ok: no-decay groups: kill -9 of a server, resume at step 6, steps 7-10 bitwise; a "
+          "changed group weight_decay and a single group refused", flush=True)
+    for s in srv:
         s.kill9()
 
 
@@ -891,14 +1094,14 @@ def test_resume_and_refusals():
     opt3.close()
     test_export(addrs(), m3, at10)
     m4 = make_mlp(8)
-    groups = [{"params": [p for n, p in m4.named_parameters() if n.endswith("weight")]},
-              {"params": [p for n, p in m4.named_parameters() if n.endswith("bias")],
-               "weight_decay": 0.0}]
+    groups = nodecay_groups(m4)
+    groups[1]["betas"] = (0.9, 0.99)
     try:
         ShardOptimizer(groups, servers=addrs(), model_name="mlp-groups", resume=False, **HP)
-        check(False, "param groups with different weight_decay accepted")
+        check(False, "param groups with different betas accepted")
     except ValueError as e:
-        check("different lr or weight_decay" in str(e), "groups refusal: %r" % str(e))
+        check("param group 1 has betas=(0.9, 0.99)" in str(e) and "different betas or eps" in
+              str(e), "groups refusal: %r" % str(e))
     mixed = make_mlp(9)
     mixed[0].to(torch.bfloat16)
     try:
@@ -908,7 +1111,7 @@ def test_resume_and_refusals():
     except ValueError as e:
         check("must have one dtype" in str(e) and "'0.weight'" in str(e),
               "mixed dtypes refusal: %r" % str(e))
-    print("ok: changed models, another model name, per-group weight_decay and mixed dtypes "
+    print("ok: changed models, another model name, per-group betas and mixed dtypes "
           "refused", flush=True)
 
 
@@ -929,6 +1132,8 @@ test_16bit(torch.bfloat16, "bf16", 1)
 test_16bit(torch.float16, "fp16", 1)
 test_loss_scale()
 test_resume_and_refusals()
+test_resume_groups()
+test_copy_path()
 test_example()
 test_dp()
 if FAILS:
