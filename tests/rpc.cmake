@@ -20,4 +20,5 @@ add_dependencies(test_protocol zs-server zs_engine_worker)
 # two real zs-servers training, checkpointing and restoring with them.
 zs_add_test(test_adam_groups SRCS test_adam_groups.c LIBS zeroshard zs_testproc TIMEOUT 120
             LABELS integration)
-add_dependencies(test_adam_groups zs-server)
+target_compile_definitions(test_adam_groups PRIVATE ZS_CTL="$<TARGET_FILE:zs-ctl>")
+add_dependencies(test_adam_groups zs-server zs-ctl)

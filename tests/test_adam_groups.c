@@ -18,7 +18,10 @@
  *      restarted restores them with its checkpoint: the repeated Commit of
  *      step 4 is recognised (same group lrs; others refused) and step 5 is
  *      the reference's;
- *   5. refusals: a Commit with fewer group lrs than the groups need, group
+ *   5. zs-ctl reshard of checkpoint 5 from the 2 servers to a third one
+ *      carries the groups: it reports them, and step 6 on it alone is the
+ *      reference's, bitwise;
+ *   6. refusals: a Commit with fewer group lrs than the groups need, group
  *      lrs for a model without groups, groups not ending at P.
  * Does not: the torch side (test_python), zs-train --decay (test_train 6),
  * old servers (test_protocol 9).
@@ -42,8 +45,9 @@
 static const zs_group_range_t k_groups[4] = {
     {70000, 0.0f, 0}, {165000, 0.1f, 1}, {200000, 0.0f, 1}, {P, 0.3f, 0}};
 /* the group lrs of steps 1..5 (row 0 unused) */
-static const float k_lrs[6][2] = {{0},          {1e-3f, 3e-3f}, {2e-3f, 1e-3f},
-                                  {1e-3f, 5e-4f}, {4e-4f, 2e-3f}, {3e-4f, 1e-3f}};
+static const float k_lrs[7][2] = {{0},           {1e-3f, 3e-3f}, {2e-3f, 1e-3f},
+                                  {1e-3f, 5e-4f},  {4e-4f, 2e-3f}, {3e-4f, 1e-3f},
+                                  {2e-4f, 6e-4f}};
 
 static void unit_check(void)
 {
@@ -207,27 +211,47 @@ int main(void)
     printf("ok  4. Hello and GetCheckpointMeta report the groups; a restarted server restores "
            "them: the repeat of step 4 is recognised, step 5 bitwise\n");
 
-    /* 5. refusals */
+    /* 5. reshard to a third server: the groups go with the state */
+    TEST_OK(zs_client_checkpoint(c, 5, 0, &err), err);
+    zs_test_server_t tgt;
+    char tlist[256];
+    zs_test_servers_up(&tgt, 1, tmp, "t", "", tlist, sizeof tlist);
+    char log[300];
+    snprintf(log, sizeof log, "%s/reshard.log", tmp);
+    zs_test_run_ok(log, "%s reshard --from %s --to %s --step 5", ZS_CTL, list, tlist);
+    zs_client_t *ct = client(tlist);
+    TEST_OK(zs_client_hello(ct, "groups", P, in, &err), err);
+    TEST_CHECKF(zs_groups_equal(in[0].groups, in[0].ngroups, k_groups, 4),
+                "the reshard target reports %zu ranges", in[0].ngroups);
+    push_commit(ct, 6, 0);
+    ref_step(6, 6, p, m, v, 0);
+    double d6 = max_diff(ct, 6, p);
+    TEST_CHECKF(d6 == 0, "step 6 on the reshard target differs from the reference by %g", d6);
+    zs_client_destroy(ct);
+    zs_test_servers_down(&tgt, 1);
+    printf("ok  5. zs-ctl reshard 2 -> 1 servers carries the groups: step 6 there bitwise\n");
+
+    /* 6. refusals */
     zs_step_scalars_t few = {6, 1.0f, 1.0f, 1e-3f, 0, ZS_DTYPE_NONE, 1, k_lrs[1]};
     int rc = zs_client_commit(c, &few, &err);
     TEST_CHECKF(rc == ZS_ERR_INVALID && strstr(err.msg, "need 2"),
                 "a commit with 1 group lr for 2 was not refused: %s (%s)", zs_status_name(rc),
                 err.msg);
-    printf("ok  5. a commit with too few group lrs: %s\n", err.msg);
+    printf("ok  6. a commit with too few group lrs: %s\n", err.msg);
     zs_client_t *c2 = client(list);
     rc = zs_client_set_groups(c2, k_groups, 4, &err);
     if (!rc)
         rc = zs_client_init(c2, "groups", P - 1, &hp, p, 0, 1, &err);
     TEST_CHECKF(rc == ZS_ERR_INVALID && strstr(err.msg, "end at"),
                 "groups not ending at P were taken: %s (%s)", zs_status_name(rc), err.msg);
-    printf("ok  5. groups not ending at P: %s\n", err.msg);
+    printf("ok  6. groups not ending at P: %s\n", err.msg);
     TEST_OK(zs_client_set_groups(c2, NULL, 0, &err), err);
     TEST_OK(zs_client_init(c2, "plain", P, &hp, p, 0, 1, &err), err);
     few.step = 1;
     rc = zs_client_commit(c2, &few, &err);
     TEST_CHECKF(rc == ZS_ERR_INVALID && strstr(err.msg, "no parameter groups"),
                 "group lrs for a model without groups: %s (%s)", zs_status_name(rc), err.msg);
-    printf("ok  5. group lrs for a model without groups: %s\n", err.msg);
+    printf("ok  6. group lrs for a model without groups: %s\n", err.msg);
     zs_client_destroy(c2);
     free(in);
     free(ci);
