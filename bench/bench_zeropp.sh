@@ -24,21 +24,32 @@
 # last one step STEPS, none skipped, or the script stops. Usage:
 #   bench/bench_zeropp.sh [BUILD_DIR] [STEPS] [LAST]   (defaults build 300 50)
 #   CONFIGS="zero3 mics" bench/bench_zeropp.sh ...      (a subset; zero3 first)
+#   ZS_BENCH_DIR=DIR bench/bench_zeropp.sh ...  keeps each run's CSV, log and
+#     config in DIR, and a configuration whose CSV there is complete (the
+#     check below) is not run again: several invocations, even at the same
+#     time on different configurations, add up to one table (every run is
+#     --fresh and deterministic; the results are the CSVs)
 set -euo pipefail
 B=${1:-build}
 STEPS=${2:-300}
 LAST=${3:-50}
 ((LAST <= STEPS)) || LAST=$STEPS
-T=$(mktemp -d /tmp/zs-bench-zeropp-XXXXXX)
-trap 'kill $(jobs -p) 2>/dev/null; wait 2>/dev/null; rm -rf "$T"' EXIT
+# V: this invocation's server (and everything, without ZS_BENCH_DIR)
+V=$(mktemp -d /tmp/zs-bench-zeropp-XXXXXX)
+trap 'kill $(jobs -p) 2>/dev/null; wait 2>/dev/null; rm -rf "$V"' EXIT
+T=${ZS_BENCH_DIR:-$V}
+mkdir -p "$T"
 SRV=${ZS_SERVER:-$B/server/zs-server} TRAIN=${ZS_TRAIN:-$B/worker/zs-train}
 TOK=${ZS_TOKENIZE:-$B/tools/zs-tokenize}
-"$TOK" -o "$T/corpus.tok" $(find /usr/share/common-licenses -maxdepth 1 -type f | sort) > /dev/null
-"$SRV" --listen 127.0.0.1:0 --data "$T/s0" --ready-file "$T/r0" 2> "$T/s0.log" &
-for _ in $(seq 100); do [ -s "$T/r0" ] && break; sleep 0.1; done
-S=$(cat "$T/r0")
+if [ ! -s "$T/corpus.tok" ]; then
+  "$TOK" -o "$V/corpus.tok" $(find /usr/share/common-licenses -maxdepth 1 -type f | sort) > /dev/null
+  mv "$V/corpus.tok" "$T/corpus.tok"
+fi
+"$SRV" --listen 127.0.0.1:0 --data "$V/s0" --ready-file "$V/r0" 2> "$V/s0.log" &
+for _ in $(seq 100); do [ -s "$V/r0" ] && break; sleep 0.1; done
+S=$(cat "$V/r0")
 cfg() { # name, hpz partition size, qwz (true/false), qgz (true/false), mics size (-1 off)
-  cat > "$T/$1.json" <<JSON
+  cat > "$V/$1.json" <<JSON
 {"train_batch_size": 16, "train_micro_batch_size_per_gpu": 4, "gradient_clipping": 1.0,
  "optimizer": {"type": "AdamW", "params": {"lr": 0.001, "betas": [0.9, 0.95], "weight_decay": 0.1}},
  "bf16": {"enabled": true},
@@ -50,24 +61,33 @@ cfg() { # name, hpz partition size, qwz (true/false), qgz (true/false), mics siz
    "zero_quantized_gradients": ${4:-false}, "mics_shard_size": ${5:--1}}}
 JSON
 }
+# 0 when NAME's CSV holds STEPS rows, the last one step STEPS, none skipped
+complete() { # name [quiet]
+  local rows last skipped
+  [ -s "$T/$1.csv" ] || return 1
+  rows=$(($(wc -l < "$T/$1.csv") - 1))
+  last=$(tail -1 "$T/$1.csv" | cut -d, -f1)
+  skipped=$(tail -n +2 "$T/$1.csv" | awk -F, '$11 != 0' | wc -l)
+  ((rows == STEPS && last == STEPS && skipped == 0)) && return 0
+  [ -n "${2:-}" ] ||
+    echo "bench_zeropp: $1: $rows rows, last step $last, $skipped skipped; want $STEPS, $STEPS, 0" >&2
+  return 1
+}
 run() { # name
+  if [ -n "${ZS_BENCH_DIR:-}" ] && complete "$1" quiet; then
+    echo "$1: reusing $T/$1.csv ($STEPS steps)"
+    return
+  fi
   ZS_LOG_LEVEL=warn ZS_RANKS_PER_NODE=2 mpirun --allow-run-as-root --oversubscribe --bind-to none \
     -x ZS_RANKS_PER_NODE -np 4 "$TRAIN" --servers "$S" --data "$T/corpus.tok" --layers 6 \
     --heads 8 --width 576 --ctx 64 --steps "$STEPS" --log-every 50 --fresh \
-    --config "$T/$1.json" --csv "$T/$1.csv" > "$T/$1.log" 2>&1 || {
+    --config "$V/$1.json" --csv "$T/$1.csv" > "$T/$1.log" 2>&1 || {
     tail -20 "$T/$1.log"
     exit 1
   }
   grep '^model:' "$T/$1.log" | head -1
-  # every step ran and was taken: STEPS rows after the header, steps 1..STEPS
-  local rows last skipped
-  rows=$(($(wc -l < "$T/$1.csv") - 1))
-  last=$(tail -1 "$T/$1.csv" | cut -d, -f1)
-  skipped=$(tail -n +2 "$T/$1.csv" | awk -F, '$11 != 0' | wc -l)
-  if ((rows != STEPS || last != STEPS || skipped != 0)); then
-    echo "bench_zeropp: $1: $rows rows, last step $last, $skipped skipped; want $STEPS, $STEPS, 0" >&2
-    exit 1
-  fi
+  cp "$V/$1.json" "$T/$1.json"
+  complete "$1" || exit 1 # every step ran and was taken
 }
 # the CSV's last row: bytes_inter (column 19), and the mean loss of the last LAST rows
 inter() { tail -1 "$T/$1.csv" | cut -d, -f19; }
