@@ -405,8 +405,8 @@ int zs_gpt_copy_logits(zs_gpt_t *g, float *host_out, zs_err_t *err)
         return zs_err_set(err, ZS_ERR_STATE, "gpt: no logits: run the forward of every layer");
     if (g->logits_gone)
         return zs_err_set(err, ZS_ERR_STATE,
-                          "gpt: no logits: a split model's backward overwrote them with their "
-                          "gradient (copy them before the backward)");
+                          "gpt: no logits: the backward overwrote them with their gradient "
+                          "(copy them before the backward)");
     /* rows ZS_GPT_LOGITS_LD(V) floats apart on the device: copy up to 64 of
      * them at a time into a bounded buffer (13 MB at GPT-2's vocabulary,
      * however many rows), then drop each row's padding */
@@ -624,7 +624,6 @@ static int alloc_buffers(zs_gpt_t *g, zs_err_t *err)
         {&g->dqkv, N * 3 * C},
         {&g->datt, NHTT},
         {&g->dfch, N * 4 * C},
-        {&g->dlogits, g->split ? 0 : N * ZS_GPT_LOGITS_LD(V)},
     };
     TRY(carve(g, ZS_MEM_ACTIVATIONS, act, sizeof act / sizeof act[0], &g->act_arena, err));
     g->inputs = (int32_t *)inputs;
@@ -634,8 +633,11 @@ static int alloc_buffers(zs_gpt_t *g, zs_err_t *err)
     for (int k = 0; k < 9; k++)
         *h16[k] = a16 ? (void *)h[k] : NULL;
     TRY(carve(g, ZS_MEM_SCRATCH, scr, sizeof scr / sizeof scr[0], &g->scr_arena, err));
-    if (g->split) /* the head's gradient in place of the logits (zs_gpt_set_split) */
-        g->dlogits = g->logits;
+    /* The head's gradient in place of the logits, as llm.c does: the
+     * backward reads each logit once, where it writes its gradient, so no
+     * second [N, ld] buffer (3.3 GB at 124M, B = 16, T = 1024). A
+     * copy_logits after the backward is refused (logits_gone). */
+    g->dlogits = g->logits;
     void *pin;
     TRY(zs_dev_alloc(g->dev, ZS_SPACE_PINNED, ZS_MEM_SCRATCH, 2 * N * sizeof(int32_t), &pin, err));
     g->tok_pin = pin;

@@ -58,7 +58,7 @@ struct zs_gpt {
     int B, T;        /* current batch */
     int have_batch;  /* tokens loaded */
     int have_head;   /* the head's forward ran on this batch: logits, losses valid */
-    int logits_gone; /* a split model's head backward wrote dlogits over them */
+    int logits_gone; /* the head's backward wrote dlogits over them */
     int next_fwd;    /* next layer forward expects (0 .. L+2) */
     int next_bwd;    /* next layer backward expects (-1 = none) */
 
