@@ -6,13 +6,18 @@
  *     200 steps with a checkpoint every 10; final parameters saved.
  *  1b. The same job without a launcher, one server killed after step 15 and
  *     restarted: zs-train must recover by itself and end bitwise equal.
+ *  1c. 1b with both servers on their NVMe tier (zs-server --nvme-path,
+ *     offload_optimizer.device "nvme"): the kill -9 lands while the killed
+ *     server's state is in its tile files; its restart on the same
+ *     directory rebuilds from the newest complete checkpoint, and the run
+ *     ends bitwise equal to the reference (RAM servers).
  *  2. Chaos: the same job under zs-launch (--max-restarts), while this test
  *     sends 20 kill -9s at random times (fixed seed) to a random shard
  *     server (restarted on its address after a random pause: the role of
  *     systemd or Kubernetes) or a random zs-train worker (mpirun ends, the
  *     launcher reruns the job with --resume-auto). A lost server is waited
  *     for and recovered from inside zs-train (zs_engine_recover).
- *  1b and 2 run with speculative updates on the servers (super_offload),
+ *  1b, 1c and 2 run with speculative updates on the servers (super_offload),
  *  the reference without: the kills land mid-speculation too.
  *  The job must finish by itself, with final parameters bitwise equal to
  *  the reference, the CSV listing each step once, and the newest checkpoint
@@ -45,26 +50,30 @@ static void start_servers(zs_test_server_t *srv, const char *tag, char *list, si
  * servers (offload_optimizer.super_offload, issue 18): the disturbed runs
  * use it, the reference does not, so the kills also land mid-speculation
  * and the result must still equal plain commits bitwise. */
-static char g_spec_config[300];
+static char g_spec_config[300], g_nvme_config[300];
 
-static void write_spec_config(void)
+/* nvme: offload_optimizer.device "nvme" (every server must have its NVMe
+ * tier), else "cpu". */
+static void write_spec_config(char *path, size_t n, int nvme)
 {
-    snprintf(g_spec_config, sizeof g_spec_config, "%s/spec.json", g_tmp);
-    FILE *f = fopen(g_spec_config, "w");
+    snprintf(path, n, "%s/%s.json", g_tmp, nvme ? "nvme" : "spec");
+    FILE *f = fopen(path, "w");
     TEST_CHECK(f);
-    fputs("{\"train_batch_size\": 16, \"train_micro_batch_size_per_gpu\": 4,"
-          " \"gradient_clipping\": 1.0,"
-          " \"optimizer\": {\"type\": \"AdamW\", \"params\": {\"lr\": 0.001,"
-          " \"betas\": [0.9, 0.95], \"eps\": 1e-8, \"weight_decay\": 0.1}},"
-          " \"scheduler\": {\"type\": \"WarmupLR\", \"params\": {\"warmup_min_lr\": 0,"
-          " \"warmup_max_lr\": 0.001, \"warmup_num_steps\": 20, \"warmup_type\": \"linear\"}},"
-          " \"zero_optimization\": {\"stage\": 2, \"offload_optimizer\": {\"device\": \"cpu\","
-          " \"super_offload\": true}}}\n",
-          f);
+    fprintf(f,
+            "{\"train_batch_size\": 16, \"train_micro_batch_size_per_gpu\": 4,"
+            " \"gradient_clipping\": 1.0,"
+            " \"optimizer\": {\"type\": \"AdamW\", \"params\": {\"lr\": 0.001,"
+            " \"betas\": [0.9, 0.95], \"eps\": 1e-8, \"weight_decay\": 0.1}},"
+            " \"scheduler\": {\"type\": \"WarmupLR\", \"params\": {\"warmup_min_lr\": 0,"
+            " \"warmup_max_lr\": 0.001, \"warmup_num_steps\": 20, \"warmup_type\": \"linear\"}},"
+            " \"zero_optimization\": {\"stage\": 2, \"offload_optimizer\": {\"device\": \"%s\","
+            " \"super_offload\": true}}}\n",
+            nvme ? "nvme" : "cpu");
     TEST_CHECK(fclose(f) == 0);
 }
 
-/* The zs-train arguments the runs share; spec: with g_spec_config. */
+/* The zs-train arguments the runs share; spec: 1 with g_spec_config, 2 with
+ * g_nvme_config. */
 static void train_args(char *buf, size_t n, const char *servers, const char *params,
                        const char *csv, int spec)
 {
@@ -73,7 +82,9 @@ static void train_args(char *buf, size_t n, const char *servers, const char *par
              "--ckpt-every 10 --log-every 50 --server-timeout 10 --server-wait 60 "
              "--max-recoveries 40 --save-params %s --csv %s%s%s",
              ZS_TRAIN, g_data, servers, STEPS, params, csv, spec ? " --config " : "",
-             spec ? g_spec_config : "");
+             spec == 2 ? g_nvme_config
+             : spec    ? g_spec_config
+                       : "");
 }
 
 /* pid of a random zs-train process of this test (its args name `tag`), or
@@ -125,6 +136,66 @@ static int csv_rows_unique(const char *path, int *rows)
     return ok;
 }
 
+/* 1b / 1c: the job without a launcher, server 1 killed (kill -9) once the
+ * CSV shows step 15 and restarted 1 s later on the same address (and, nvme,
+ * the same --nvme-path): zs-train must recover by itself and end bitwise
+ * equal to the reference. nvme: both servers keep the optimizer state on
+ * their NVMe tier, and the config asks for it (offload_optimizer.device
+ * "nvme"), so a restarted server without the tier would be refused. */
+static void lost_server(const char *tag, int nvme, const char *ref_bin)
+{
+    zs_test_server_t one[2];
+    char servers[256], args[2048], bin[300], csv[300], olog[300], cmd1[4096];
+    if (nvme) {
+        for (int i = 0; i < 2; i++) {
+            memset(&one[i], 0, sizeof one[i]);
+            snprintf(one[i].data_dir, sizeof one[i].data_dir, "%s/%s%d", g_tmp, tag, i);
+            snprintf(one[i].extra, sizeof one[i].extra, "--keep 2 --nvme-path %s/%s%d-tiles", g_tmp,
+                     tag, i);
+            zs_test_server_start(&one[i]);
+        }
+        zs_test_server_list(one, 2, servers, sizeof servers);
+    } else {
+        start_servers(one, tag, servers, sizeof servers);
+    }
+    snprintf(bin, sizeof bin, "%s/%s.bin", g_tmp, tag);
+    snprintf(csv, sizeof csv, "%s/%s.csv", g_tmp, tag);
+    snprintf(olog, sizeof olog, "%s/%s.log", g_tmp, tag);
+    train_args(args, sizeof args, servers, bin, csv, nvme ? 2 : 1);
+    snprintf(cmd1, sizeof cmd1, "exec %s " ZS_TEST_MPI_OPTS " -np 2 %s > %s 2>&1", ZS_MPIEXEC, args,
+             olog);
+    time_t t0 = time(NULL);
+    pid_t job = fork();
+    TEST_CHECK(job >= 0);
+    if (job == 0) {
+        execl("/bin/sh", "sh", "-c", cmd1, (char *)NULL);
+        _exit(127);
+    }
+    int rows = 0; /* after checkpoint 10: the kill lands in training */
+    for (int i = 0; i < 600 && rows < 15; i++) {
+        usleep(50000);
+        csv_rows_unique(csv, &rows);
+    }
+    TEST_CHECKF(rows >= 15, "zs-train did not reach step 15 (see %s)", olog);
+    zs_test_server_stop(&one[1], SIGKILL);
+    usleep(1000000);
+    zs_test_server_start(&one[1]);
+    int st1;
+    TEST_CHECK(waitpid(job, &st1, 0) == job);
+    TEST_CHECKF(WIFEXITED(st1) && WEXITSTATUS(st1) == 0,
+                "zs-train did not survive a lost %sserver by itself (status %d), see %s",
+                nvme ? "NVMe-tier " : "", st1, olog);
+    TEST_CHECKF(zs_test_sh("grep -q 'recovered: rolled back to step' %s", olog) == 0,
+                "no in-job recovery logged in %s", olog);
+    TEST_CHECKF(zs_test_sh("cmp -s %s %s", ref_bin, bin) == 0,
+                "after one in-job recovery%s the parameters differ from the undisturbed run",
+                nvme ? " of an NVMe-tier server" : "");
+    printf("1%s. %sserver killed at step >= %d, restarted 1 s later: zs-train recovered by "
+           "itself, parameters bitwise equal (%ld s)\n",
+           nvme ? "c" : "b", nvme ? "NVMe-tier (--nvme-path) " : "", rows, (long)(time(NULL) - t0));
+    zs_test_servers_down(one, 2);
+}
+
 int main(void)
 {
     setvbuf(stdout, NULL, _IONBF, 0);
@@ -132,7 +203,8 @@ int main(void)
     snprintf(g_data, sizeof g_data, "%s/corpus.tok", g_tmp);
     zs_test_tokenize(ZS_TOKENIZE, g_data, "$(" ZS_TEST_LICENCES ")");
     setenv("ZS_LOG_LEVEL", "warn", 1);
-    write_spec_config();
+    write_spec_config(g_spec_config, sizeof g_spec_config, 0);
+    write_spec_config(g_nvme_config, sizeof g_nvme_config, 1);
 
     /* 1. the undisturbed run */
     zs_test_server_t ref[2];
@@ -151,45 +223,11 @@ int main(void)
 
     /* 1b. one server lost mid-run, no launcher: zs-train alone must recover
      * (zs-launch would otherwise hide a broken recovery behind reruns) */
-    {
-        zs_test_server_t one[2];
-        char bin[300], csv[300], olog[300], cmd1[4096];
-        start_servers(one, "one", servers, sizeof servers);
-        snprintf(bin, sizeof bin, "%s/one.bin", g_tmp);
-        snprintf(csv, sizeof csv, "%s/one.csv", g_tmp);
-        snprintf(olog, sizeof olog, "%s/one.log", g_tmp);
-        train_args(args, sizeof args, servers, bin, csv, 1);
-        snprintf(cmd1, sizeof cmd1, "exec %s " ZS_TEST_MPI_OPTS " -np 2 %s > %s 2>&1", ZS_MPIEXEC,
-                 args, olog);
-        pid_t job = fork();
-        TEST_CHECK(job >= 0);
-        if (job == 0) {
-            execl("/bin/sh", "sh", "-c", cmd1, (char *)NULL);
-            _exit(127);
-        }
-        int rows = 0; /* after checkpoint 10: the kill lands in training */
-        for (int i = 0; i < 600 && rows < 15; i++) {
-            usleep(50000);
-            csv_rows_unique(csv, &rows);
-        }
-        TEST_CHECKF(rows >= 15, "zs-train did not reach step 15 (see %s)", olog);
-        zs_test_server_stop(&one[1], SIGKILL);
-        usleep(1000000);
-        zs_test_server_start(&one[1]);
-        int st1;
-        TEST_CHECK(waitpid(job, &st1, 0) == job);
-        TEST_CHECKF(WIFEXITED(st1) && WEXITSTATUS(st1) == 0,
-                    "zs-train did not survive a lost server by itself (status %d), see %s", st1,
-                    olog);
-        TEST_CHECKF(zs_test_sh("grep -q 'recovered: rolled back to step' %s", olog) == 0,
-                    "no in-job recovery logged in %s", olog);
-        TEST_CHECKF(zs_test_sh("cmp -s %s %s", ref_bin, bin) == 0,
-                    "after one in-job recovery the parameters differ from the undisturbed run");
-        printf("1b. server killed at step >= %d, restarted 1 s later: zs-train recovered by "
-               "itself, parameters bitwise equal\n",
-               rows);
-        zs_test_servers_down(one, 2);
-    }
+    lost_server("one", 0, ref_bin);
+    /* 1c. the same with both servers on their NVMe tier (--nvme-path): the
+     * killed server's tile files are left behind mid-step, its restart
+     * rebuilds from the newest complete checkpoint */
+    lost_server("nvme", 1, ref_bin);
 
     /* 2. the same job under kill -9s */
     zs_test_server_t srv[2];
