@@ -17,7 +17,7 @@ endif()
 enable_language(CXX)
 include(${CMAKE_CURRENT_LIST_DIR}/emu.cmake)
 
-set(ZS_EMU_BLAS_TESTS test_emu_blaslt:c test_emu_cub:cpp)
+set(ZS_EMU_BLAS_TESTS test_emu_blaslt:c test_emu_blaslt_epilogue:c test_emu_cub:cpp)
 foreach(t ${ZS_EMU_BLAS_TESTS})
   string(REPLACE ":" ";" tl ${t})
   list(GET tl 0 name)

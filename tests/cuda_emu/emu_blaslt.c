@@ -336,6 +336,12 @@ cublasStatus_t cublasLtMatmulDescInit_internal(cublasLtMatmulDesc_t matmulDesc, 
     x->transa = x->transb = x->transc = CUBLAS_OP_N;
     x->fill_mode = CUBLAS_FILL_MODE_FULL;
     x->epilogue = CUBLASLT_EPILOGUE_DEFAULT;
+    /* cublasLt.h: BIAS_POINTER and EPILOGUE_AUX_POINTER "default: NULL",
+     * BIAS_BATCH_STRIDE, EPILOGUE_AUX_LD and EPILOGUE_AUX_BATCH_STRIDE
+     * "default: 0" (memset), BIAS_DATA_TYPE and EPILOGUE_AUX_DATA_TYPE
+     * "int32_t based on cudaDataType, default: -1". */
+    x->bias_type = -1;
+    x->aux_type = -1;
     return CUBLAS_STATUS_SUCCESS;
 }
 
@@ -397,6 +403,34 @@ static cublasStatus_t desc_attr(cublasLtMatmulDesc_t matmulDesc,
     case CUBLASLT_MATMUL_DESC_EPILOGUE:
         return in ? attr_set(ATTR(x->epilogue), in, size)
                   : attr_get(ATTR(x->epilogue), out, size, written);
+    /* Epilogue attributes, sizes from cublasLt.h's
+     * cublasLtMatmulDescAttributes_t (cuBLAS docs, same section):
+     * BIAS_POINTER "const void *" / "void *"; BIAS_BATCH_STRIDE "int64_t";
+     * EPILOGUE_AUX_POINTER "void *" / "const void *"; EPILOGUE_AUX_LD
+     * "int64_t"; EPILOGUE_AUX_BATCH_STRIDE "int64_t"; EPILOGUE_AUX_DATA_TYPE
+     * and BIAS_DATA_TYPE "int32_t based on cudaDataType". Any other size is
+     * INVALID_VALUE (attr_set/attr_get). Their values are checked when the
+     * descriptor is used (emu_blaslt_matmul.c), as the docs describe them as
+     * requirements of the matmul. */
+    case CUBLASLT_MATMUL_DESC_BIAS_POINTER:
+        return in ? attr_set(ATTR(x->bias), in, size) : attr_get(ATTR(x->bias), out, size, written);
+    case CUBLASLT_MATMUL_DESC_BIAS_BATCH_STRIDE:
+        return in ? attr_set(ATTR(x->bias_stride), in, size)
+                  : attr_get(ATTR(x->bias_stride), out, size, written);
+    case CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER:
+        return in ? attr_set(ATTR(x->aux), in, size) : attr_get(ATTR(x->aux), out, size, written);
+    case CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_LD:
+        return in ? attr_set(ATTR(x->aux_ld), in, size)
+                  : attr_get(ATTR(x->aux_ld), out, size, written);
+    case CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_BATCH_STRIDE:
+        return in ? attr_set(ATTR(x->aux_stride), in, size)
+                  : attr_get(ATTR(x->aux_stride), out, size, written);
+    case CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_DATA_TYPE:
+        return in ? attr_set(ATTR(x->aux_type), in, size)
+                  : attr_get(ATTR(x->aux_type), out, size, written);
+    case CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE:
+        return in ? attr_set(ATTR(x->bias_type), in, size)
+                  : attr_get(ATTR(x->bias_type), out, size, written);
     case CUBLASLT_MATMUL_DESC_SM_COUNT_TARGET:
         /* a performance hint only: accepted and has no effect on results */
         return in ? attr_set(ATTR(x->sm_count_target), in, size)

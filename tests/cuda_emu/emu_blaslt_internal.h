@@ -48,6 +48,14 @@ typedef struct {
     int32_t sm_count_target;
     int8_t fast_accum;
     uint64_t other_set; /* bit per attribute we accept but do not honour */
+    /* epilogue attributes (cublasLt.h, cublasLtMatmulDescAttributes_t) */
+    const void *bias;    /* BIAS_POINTER (bias input or bias gradient output) */
+    int64_t bias_stride; /* BIAS_BATCH_STRIDE, elements, default 0 */
+    void *aux;           /* EPILOGUE_AUX_POINTER */
+    int64_t aux_ld;      /* EPILOGUE_AUX_LD, elements, default 0 */
+    int64_t aux_stride;  /* EPILOGUE_AUX_BATCH_STRIDE, elements, default 0 */
+    int32_t bias_type;   /* BIAS_DATA_TYPE, default -1 (= D's type) */
+    int32_t aux_type;    /* EPILOGUE_AUX_DATA_TYPE, default -1 (= D's type) */
 } zs_emu_lt_desc;
 
 /* cublasLtMatmulPreferenceOpaque_t holds 64 bytes. */
@@ -69,6 +77,7 @@ typedef struct {
     uint64_t workspace; /* bytes it needs */
     uint32_t align[4];  /* A, B, C, D pointer alignment it assumes, bytes */
     uint64_t serial;
+    uint32_t align_bias, align_aux; /* epilogue pointers' alignment it assumes */
 } zs_emu_lt_algo;
 
 _Static_assert(sizeof(zs_emu_lt_layout) <= sizeof(cublasLtMatrixLayoutOpaque_t), "layout fits");
@@ -94,6 +103,18 @@ typedef struct {
     int64_t batch;
     /* footprint of each matrix in elements over all batches (0 if empty) */
     int64_t ea, eb, ec, ed;
+    /* epilogue (emu_blaslt_matmul.c, epilogue section) */
+    uint32_t epilogue; /* cublasLtEpilogue_t */
+    int ep_bias;       /* adds the bias vector (BIAS, GELU_BIAS, GELU_AUX_BIAS) */
+    int ep_gelu;       /* applies GELU */
+    int ep_aux_out;    /* writes the GELU input to aux (GELU_AUX, GELU_AUX_BIAS) */
+    int ep_dgelu;      /* multiplies by GELU'(aux) (DGELU, DGELU_BGRAD) */
+    int ep_bgrad;      /* writes a bias gradient: 0, 'D' (DGELU_BGRAD), 'A', 'B' */
+    const void *bias;
+    void *aux;
+    uint32_t tbias, taux; /* bias and aux element types */
+    int64_t bias_len, bias_stride, aux_ld, aux_stride;
+    int64_t ebias, eaux; /* footprints in elements (0 if unused or empty) */
 } zs_emu_lt_problem;
 
 /* Shared validation (emu_blaslt_matmul.c): fills p or returns the status

@@ -12,7 +12,13 @@
  * and the doc comments of CUDA 13's cublasLt.h. Where they allow several
  * behaviours we take the most hostile legal one and say so ("HOSTILE").
  *
- * Does not: epilogues, bias/aux/scale pointers, row-major or other orders,
+ * Epilogues (DEFAULT, BIAS, GELU, GELU_AUX, GELU_BIAS, GELU_AUX_BIAS, DGELU,
+ * DGELU_BGRAD, BGRADA, BGRADB) follow cublasLt.h's cublasLtEpilogue_t and
+ * cublasLtMatmulDescAttributes_t comments (the cuBLAS docs' sections of the
+ * same names, https://docs.nvidia.com/cuda/cublas/#cublasltepilogue-t and
+ * #cublasltmatmuldescattributes-t); see the "epilogue" sections below.
+ *
+ * Does not: ReLU epilogues, scale/amax pointers, row-major or other orders,
  * pointer-array batches, device-vector alpha, compute types other than 32F,
  * 32F_PEDANTIC and 32F_FAST_TF32 (all refused with NOT_SUPPORTED), complex
  * types, int8/fp8. It does not model cuBLAS's summation order.
@@ -21,6 +27,7 @@
 #include "emu_internal.h"
 
 #include <cblas.h>
+#include <math.h>
 #include <pthread.h>
 #include <stdatomic.h>
 #include <stdlib.h>
@@ -83,6 +90,153 @@ static cublasStatus_t layout_supported(const zs_emu_lt_layout *l)
     return CUBLAS_STATUS_SUCCESS;
 }
 
+/* ---- epilogue: validation ---------------------------------------------- */
+
+/* Which epilogues are emulated and what each does, from cublasLt.h's
+ * cublasLtEpilogue_t (cuBLAS docs, cublasLtEpilogue_t):
+ *   BIAS "apply (broadcasted) Bias from bias vector. Bias vector length must
+ *     match matrix D rows ... Bias vector is broadcasted to all columns and
+ *     added before applying final postprocessing";
+ *   GELU "apply GELU point-wise transform to the results (x:=GELU(x))";
+ *   GELU_AUX "outputs GELU input as a separate matrix";
+ *   GELU_BIAS / GELU_AUX_BIAS "apply Bias and then GELU transform";
+ *   DGELU "Apply GELU gradient to matmul output. Store GELU gradient in the
+ *     output matrix" (needs the aux input);
+ *   DGELU_BGRAD "Apply independently GELU and Bias gradient to matmul output.
+ *     Store GELU gradient in the output matrix, and Bias gradient in the
+ *     auxiliary output (see CUBLASLT_MATMUL_DESC_BIAS_POINTER)";
+ *   BGRADA "The bias size corresponds to the number of rows of the matrix D.
+ *     The reduction happens over the GEMM's "k" dimension";
+ *   BGRADB "The bias size corresponds to the number of columns of the matrix
+ *     D. The reduction happens over the GEMM's "k" dimension".
+ * The ReLU epilogues exist but are not emulated: NOT_SUPPORTED. A value that
+ * is no cublasLtEpilogue_t at all: INVALID_VALUE (an impossible
+ * configuration). */
+static cublasStatus_t epilogue_kind(uint32_t e, zs_emu_lt_problem *p)
+{
+    switch (e) {
+    case CUBLASLT_EPILOGUE_DEFAULT:
+        break;
+    case CUBLASLT_EPILOGUE_BIAS:
+        p->ep_bias = 1;
+        break;
+    case CUBLASLT_EPILOGUE_GELU:
+        p->ep_gelu = 1;
+        break;
+    case CUBLASLT_EPILOGUE_GELU_AUX:
+        p->ep_gelu = p->ep_aux_out = 1;
+        break;
+    case CUBLASLT_EPILOGUE_GELU_BIAS:
+        p->ep_gelu = p->ep_bias = 1;
+        break;
+    case CUBLASLT_EPILOGUE_GELU_AUX_BIAS:
+        p->ep_gelu = p->ep_aux_out = p->ep_bias = 1;
+        break;
+    case CUBLASLT_EPILOGUE_DGELU:
+        p->ep_dgelu = 1;
+        break;
+    case CUBLASLT_EPILOGUE_DGELU_BGRAD:
+        p->ep_dgelu = 1;
+        p->ep_bgrad = 'D';
+        break;
+    case CUBLASLT_EPILOGUE_BGRADA:
+        p->ep_bgrad = 'A';
+        break;
+    case CUBLASLT_EPILOGUE_BGRADB:
+        p->ep_bgrad = 'B';
+        break;
+    case CUBLASLT_EPILOGUE_RELU:
+    case CUBLASLT_EPILOGUE_RELU_AUX:
+    case CUBLASLT_EPILOGUE_RELU_BIAS:
+    case CUBLASLT_EPILOGUE_RELU_AUX_BIAS:
+    case CUBLASLT_EPILOGUE_DRELU:
+    case CUBLASLT_EPILOGUE_DRELU_BGRAD:
+        return CUBLAS_STATUS_NOT_SUPPORTED; /* emulator limit */
+    default:
+        return CUBLAS_STATUS_INVALID_VALUE;
+    }
+    p->epilogue = e;
+    return CUBLAS_STATUS_SUCCESS;
+}
+
+/* The descriptor's epilogue attributes against the problem (m x n D of type
+ * D->type, batch D->batch). Pointers are not required here: the heuristic may
+ * be asked before they are set (cublasLtMatmul checks them). */
+static cublasStatus_t epilogue_check(const zs_emu_lt_desc *d, const zs_emu_lt_layout *D, int64_t m,
+                                     int64_t n, zs_emu_lt_problem *p)
+{
+    cublasStatus_t st = epilogue_kind(d->epilogue, p);
+    if (st != CUBLAS_STATUS_SUCCESS)
+        return st;
+    /* BIAS_DATA_TYPE: "Bias vector elements are the same type as the
+     * elements of output matrix (Dtype)" except IMMA and fp8 kernels, which
+     * are not emulated; BIAS_POINTER, bias gradient case: "Bias gradient
+     * vector elements are the same type as the output elements (Ctype)".
+     * -1 (the default) means that type. Another type is no documented
+     * combination: NOT_SUPPORTED. */
+    p->tbias = D->type;
+    if (d->bias_type != -1 && (uint32_t)d->bias_type != D->type)
+        return CUBLAS_STATUS_NOT_SUPPORTED;
+    /* EPILOGUE_AUX_DATA_TYPE: "If unset, the data type defaults to the type
+     * of elements of the output matrix"; "GELU input matrix elements type is
+     * the same as the type of elements of the output matrix" except fp8
+     * kernels; "If set for an unsupported matrix data, scale, and compute
+     * type combination, calling cublasLtMatmul() will return
+     * CUBLAS_INVALID_VALUE". */
+    p->taux = D->type;
+    if (d->aux_type != -1 && (uint32_t)d->aux_type != D->type)
+        return CUBLAS_STATUS_INVALID_VALUE;
+
+    int64_t batch = D->batch;
+    if (p->ep_bias || p->ep_bgrad) {
+        /* BIAS_POINTER: "Bias vector length must match matrix D rows
+         * count"; BGRADB: "The bias size corresponds to the number of
+         * columns of the matrix D". BIAS_BATCH_STRIDE "Used together with
+         * CUBLASLT_MATMUL_DESC_BIAS_POINTER when matrix D's
+         * CUBLASLT_MATRIX_LAYOUT_BATCH_COUNT > 1", int64_t, default 0: 0
+         * broadcasts one bias to every batch. A negative stride:
+         * INVALID_VALUE. HOSTILE: a bias gradient is an output, so with
+         * batch > 1 its batches must not overlap (a stride below the length,
+         * 0 included, would have every batch race on one vector):
+         * INVALID_VALUE, as for D. */
+        p->bias_len = p->ep_bgrad == 'B' ? n : m;
+        p->bias_stride = d->bias_stride;
+        if (p->bias_stride < 0)
+            return CUBLAS_STATUS_INVALID_VALUE;
+        if (p->ep_bgrad && batch > 1 && p->bias_len > 0 && p->bias_stride < p->bias_len)
+            return CUBLAS_STATUS_INVALID_VALUE;
+        p->ebias = p->bias_len > 0 ? (batch - 1) * p->bias_stride + p->bias_len : 0;
+    }
+    if (p->ep_aux_out || p->ep_dgelu) {
+        /* EPILOGUE_AUX_POINTER "Requires setting CUBLASLT_MATMUL_DESC_
+         * EPILOGUE_AUX_LD attribute"; EPILOGUE_AUX_LD: "GELU input matrix
+         * leading dimension in elements ... Must be divisible by 8 and be no
+         * less than the number of rows in the output matrix";
+         * EPILOGUE_AUX_BATCH_STRIDE: "GELU input matrix batch stride in
+         * elements ... Must be divisible by 8". The docs give no status for
+         * breaking these: they are parameters "in an impossible
+         * configuration", INVALID_VALUE (cublasLtMatmul's own wording). The
+         * aux matrix is column-major like D (m x n, element (i, j) at
+         * i + j * ld). The rule is stated for GELU_AUX_BIAS/DGELU_BGRAD;
+         * HOSTILE: GELU_AUX and DGELU, which use the same matrix, get it
+         * too. HOSTILE: forward (aux is an output) batches must not overlap
+         * (stride >= (n-1)*ld + m when batch > 1); the backward input may
+         * be shared (stride 0). */
+        p->aux_ld = d->aux_ld;
+        p->aux_stride = d->aux_stride;
+        if (p->aux_ld <= 0 || p->aux_ld < m || p->aux_ld % 8 != 0)
+            return CUBLAS_STATUS_INVALID_VALUE;
+        if (p->aux_stride < 0 || p->aux_stride % 8 != 0)
+            return CUBLAS_STATUS_INVALID_VALUE;
+        if (p->ep_aux_out && batch > 1 && m > 0 && n > 0 && p->aux_stride < (n - 1) * p->aux_ld + m)
+            return CUBLAS_STATUS_INVALID_VALUE;
+        p->eaux = m > 0 && n > 0 ? (batch - 1) * p->aux_stride + (n - 1) * p->aux_ld + m : 0;
+    }
+    p->bias = d->bias;
+    p->aux = d->aux;
+    return CUBLAS_STATUS_SUCCESS;
+}
+
 cublasStatus_t zs_emu_lt_check(cublasLtHandle_t h, cublasLtMatmulDesc_t desc,
                                cublasLtMatrixLayout_t Adesc, cublasLtMatrixLayout_t Bdesc,
                                cublasLtMatrixLayout_t Cdesc, cublasLtMatrixLayout_t Ddesc,
@@ -117,8 +271,7 @@ cublasStatus_t zs_emu_lt_check(cublasLtHandle_t h, cublasLtMatmulDesc_t desc,
     /* cublasLt.h TRANSC: "Currently only CUBLAS_OP_N is supported." The
      * rest are emulator limits: epilogue, fill mode, any attribute we accept
      * but do not model, pointer modes other than HOST/DEVICE. */
-    if (d->transc != CUBLAS_OP_N || d->epilogue != CUBLASLT_EPILOGUE_DEFAULT ||
-        d->fill_mode != CUBLAS_FILL_MODE_FULL || d->other_set)
+    if (d->transc != CUBLAS_OP_N || d->fill_mode != CUBLAS_FILL_MODE_FULL || d->other_set)
         return CUBLAS_STATUS_NOT_SUPPORTED;
     if (d->pointer_mode != CUBLASLT_POINTER_MODE_HOST &&
         d->pointer_mode != CUBLASLT_POINTER_MODE_DEVICE)
@@ -174,6 +327,8 @@ cublasStatus_t zs_emu_lt_check(cublasLtHandle_t h, cublasLtMatmulDesc_t desc,
         return CUBLAS_STATUS_INVALID_VALUE;
 
     memset(p, 0, sizeof(*p));
+    if ((st = epilogue_check(d, D, m, n, p)) != CUBLAS_STATUS_SUCCESS)
+        return st;
     p->compute = d->compute;
     p->transa = ops[0];
     p->transb = ops[1];
@@ -191,12 +346,13 @@ cublasStatus_t zs_emu_lt_check(cublasLtHandle_t h, cublasLtMatmulDesc_t desc,
 /* What an algorithm is valid for: types, ops and shapes. HOSTILE: cuBLASLt
  * has cublasLtMatmulAlgoCheck() because an algo is not valid for every
  * problem; we take the narrowest reading, an algo only runs the problem its
- * heuristic call described. Leading dimensions and strides are not part of
- * it (the alignment preferences cover pointers). */
+ * heuristic call described (its epilogue included: CUBLASLT_ALGO_CAP_
+ * EPILOGUE_MASK says an algo supports only some epilogues). Leading dimensions and strides are not
+ * part of it (the alignment preferences cover pointers). */
 static uint64_t problem_hash(const zs_emu_lt_problem *p)
 {
-    int64_t v[] = {p->compute, p->transa, p->transb, p->ta, p->tb,
-                   p->tc,      p->m,      p->n,      p->k,  p->batch};
+    int64_t v[] = {p->compute, p->transa, p->transb, p->ta,       p->tb,    p->tc,  p->m,
+                   p->n,       p->k,      p->batch,  p->epilogue, p->tbias, p->taux};
     uint64_t h = 1469598103934665603ull;
     for (size_t i = 0; i < sizeof(v) / sizeof(v[0]); i++) {
         h ^= (uint64_t)v[i];
@@ -278,6 +434,17 @@ static cublasStatus_t no_algorithm(int *returnAlgoCount)
 /* The caller's cublasLtMatmulAlgo_t is copied in and out with memcpy: it is
  * the caller's object (copied around as a value), never accessed through our
  * struct type. */
+static uint32_t ptr_align(const void *ptr)
+{
+    uintptr_t v = (uintptr_t)ptr;
+    if (!v)
+        return 256;
+    uint32_t a = 1;
+    while (a < 256 && v % (a * 2) == 0)
+        a *= 2;
+    return a;
+}
+
 static void make_algo(const zs_emu_lt_problem *p, const zs_emu_lt_pref *pref,
                       cublasLtMatmulAlgo_t *out)
 {
@@ -289,6 +456,14 @@ static void make_algo(const zs_emu_lt_problem *p, const zs_emu_lt_pref *pref,
     for (int i = 0; i < 4; i++)
         a.align[i] = pref->align[i] ? pref->align[i] : 1;
     a.serial = atomic_fetch_add(&g_algo_serial, 1) + 1;
+    /* cublasLt.h, BIAS_POINTER and EPILOGUE_AUX_POINTER: "Routines that don't
+     * dereference this pointer, like cublasLtMatmulAlgoGetHeuristic() depend
+     * on its value to determine expected pointer alignment." HOSTILE: the
+     * algorithm assumes the alignment the pointer had at the heuristic call
+     * (its lowest set bit, at most 256; NULL then: 256, the preference
+     * default), so a later, less aligned pointer is refused. */
+    a.align_bias = ptr_align(p->bias);
+    a.align_aux = ptr_align(p->aux);
     memset(out, 0, sizeof(*out));
     memcpy(out, &a, sizeof(a));
 }
@@ -429,7 +604,96 @@ typedef struct {
     int device_scalars; /* CUBLASLT_POINTER_MODE_DEVICE */
     float alpha, beta;
     const float *alpha_dev, *beta_dev;
+    int gelu_erf; /* ZS_EMU_BLAS_GELU=erf at the call */
 } zs_emu_lt_job;
+
+static void store_d(void *D, uint32_t t, int64_t at, float v);
+
+/* ---- epilogue: arithmetic --------------------------------------------- */
+
+/* Which GELU. cublasLtEpilogue_t says only "apply GELU point-wise transform
+ * to the results (x:=GELU(x))" and DGELU "Apply GELU gradient"; neither the
+ * cuBLAS docs nor cublasLt.h say whether it is the exact form
+ * x * Phi(x) = 0.5 x (1 + erf(x / sqrt 2)) or the tanh approximation
+ * 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3))). They differ by up to
+ * ~4e-4 absolute. The emulator computes the tanh approximation by default and
+ * the erf form with ZS_EMU_BLAS_GELU=erf (read at each cublasLtMatmul), so a
+ * caller can be run under both: code that compares the epilogue against its
+ * own GELU more tightly than the two forms differ relies on something
+ * undocumented. Both are evaluated in fp32 (compute type 32F) with glibc's
+ * tanhf/erff/expf. */
+static int gelu_form_erf(void)
+{
+    const char *e = getenv("ZS_EMU_BLAS_GELU");
+    if (!e || !*e || !strcmp(e, "tanh"))
+        return 0;
+    if (!strcmp(e, "erf"))
+        return 1;
+    zs_emu_fatal("cublasLtMatmul", "ZS_EMU_BLAS_GELU=%s: want tanh or erf", e);
+}
+
+#define ZS_GELU_K0 0.7978845608028654f /* sqrt(2/pi) */
+#define ZS_GELU_K1 0.044715f
+
+static float gelu_f(float x, int erf_form)
+{
+    if (erf_form)
+        return 0.5f * x * (1.0f + erff(x * 0.70710678118654752f));
+    return 0.5f * x * (1.0f + tanhf(ZS_GELU_K0 * (x + ZS_GELU_K1 * x * x * x)));
+}
+
+/* d GELU(x) / dx, of the same form. */
+static float dgelu_f(float x, int erf_form)
+{
+    if (erf_form)
+        return 0.5f * (1.0f + erff(x * 0.70710678118654752f)) +
+               x * 0.3989422804014327f * expf(-0.5f * x * x);
+    float t = tanhf(ZS_GELU_K0 * (x + ZS_GELU_K1 * x * x * x));
+    return 0.5f * (1.0f + t) +
+           0.5f * x * (1.0f - t * t) * ZS_GELU_K0 * (1.0f + 3.0f * ZS_GELU_K1 * x * x);
+}
+
+static float load_any(const void *base, uint32_t t, int64_t at)
+{
+    if (t == CUDA_R_16F)
+        return zs_emu_h2f(((const uint16_t *)base)[at]);
+    if (t == CUDA_R_16BF)
+        return zs_emu_bf2f(((const uint16_t *)base)[at]);
+    return ((const float *)base)[at];
+}
+
+/* BGRADA / BGRADB (cublasLtEpilogue_t): the bias gradient "based on the input
+ * matrix A" (B), "The reduction happens over the GEMM's "k" dimension": for
+ * BGRADA, bias[i] = sum over l < k of op(A)(i, l), i < m (D's rows); for
+ * BGRADB, bias[j] = sum over l < k of op(B)(l, j), j < n (D's columns).
+ * HOSTILE readings where the docs are silent: the sum is of the operand as
+ * the GEMM sees it (TF32-rounded under FAST_TF32), not scaled by alpha,
+ * accumulated in fp32 (compute type) in increasing l and rounded once to the
+ * bias type (D's); k = 0 gives 0. D itself is the plain alpha*op(A)op(B) +
+ * beta*C. */
+static void bgrad_operand(const zs_emu_lt_job *j, int64_t b)
+{
+    const zs_emu_lt_problem *p = &j->p;
+    int tf32 = p->compute == CUBLAS_COMPUTE_32F_FAST_TF32;
+    size_t esa = zs_emu_lt_type_size(p->ta);
+    int is_a = p->ep_bgrad == 'A';
+    const char *base =
+        (const char *)(is_a ? j->A : j->B) + (size_t)(b * (is_a ? p->sa : p->sb)) * esa;
+    int64_t ld = is_a ? p->lda : p->ldb;
+    int trans = (is_a ? p->transa : p->transb) != CUBLAS_OP_N;
+    void *out = (char *)p->bias + (size_t)(b * p->bias_stride) * zs_emu_lt_type_size(p->tbias);
+    for (int64_t i = 0; i < p->bias_len; i++) {
+        float acc = 0.0f;
+        for (int64_t l = 0; l < p->k; l++) {
+            /* op(A)(i, l) or op(B)(l, i) in the stored (column-major) layout */
+            int64_t at =
+                is_a ? (trans ? l + i * ld : i + l * ld) : (trans ? i + l * ld : l + i * ld);
+            float v = load_any(base, p->ta, at);
+            acc += tf32 ? zs_emu_tf32(v) : v;
+        }
+        store_d(out, p->tbias, i, acc);
+    }
+}
 
 /* An fp32 copy (column-major, ld = rows) of one batch of a 16-bit or TF32
  * operand. 16-bit values widen exactly; TF32 rounds each fp32 value to 10
@@ -487,6 +751,13 @@ static cudaError_t run_gemm(void *arg)
         (j->ws_bytes && zs_emu_dev_ptr(j->ws, j->ws_bytes) != j->device))
         return cudaErrorIllegalAddress;
 
+    /* the epilogue's vectors and aux matrix, as for A/B/D above */
+    if ((p->ebias &&
+         zs_emu_dev_ptr(p->bias, (size_t)p->ebias * zs_emu_lt_type_size(p->tbias)) != j->device) ||
+        (p->eaux &&
+         zs_emu_dev_ptr(p->aux, (size_t)p->eaux * zs_emu_lt_type_size(p->taux)) != j->device))
+        return cudaErrorIllegalAddress;
+
     float alpha = j->alpha, beta = j->beta;
     if (j->device_scalars) {
         /* CUBLASLT_POINTER_MODE_DEVICE: alpha/beta are read on the device
@@ -511,6 +782,17 @@ static cudaError_t run_gemm(void *arg)
     }
 
     int64_t m = p->m, n = p->n, k = p->k;
+    /* BGRADA/BGRADB depend on A or B only, so they are written even when D
+     * is empty; DGELU_BGRAD's sum over no columns is 0. */
+    for (int64_t b = 0; b < p->batch; b++) {
+        if (p->ep_bgrad == 'A' || p->ep_bgrad == 'B')
+            bgrad_operand(j, b);
+        else if (p->ep_bgrad == 'D' && n == 0)
+            for (int64_t i = 0; i < m; i++)
+                store_d((char *)p->bias +
+                            (size_t)(b * p->bias_stride) * zs_emu_lt_type_size(p->tbias),
+                        p->tbias, i, 0.0f);
+    }
     if (m == 0 || n == 0)
         return cudaSuccess;
     int tf32 = p->compute == CUBLAS_COMPUTE_32F_FAST_TF32;
@@ -518,8 +800,12 @@ static cudaError_t run_gemm(void *arg)
     int64_t arows = p->transa == CUBLAS_OP_N ? m : k, acols = p->transa == CUBLAS_OP_N ? k : m;
     int64_t brows = p->transb == CUBLAS_OP_N ? k : n, bcols = p->transb == CUBLAS_OP_N ? n : k;
     float *t = malloc((size_t)(m * n) * sizeof(float));
-    if (!t)
+    float *bgacc = malloc((size_t)m * sizeof(float));
+    if (!t || !bgacc) {
+        free(t);
+        free(bgacc);
         return cudaErrorMemoryAllocation;
+    }
     cudaError_t err = cudaSuccess;
     for (int64_t b = 0; b < p->batch && err == cudaSuccess; b++) {
         const char *ab = (const char *)j->A + (size_t)(b * p->sa) * esa;
@@ -552,6 +838,14 @@ static cudaError_t run_gemm(void *arg)
         }
         const void *cb = (const char *)j->C + (size_t)(b * p->sc) * esc;
         void *db = (char *)j->D + (size_t)(b * p->sd) * esc;
+        size_t esb = zs_emu_lt_type_size(p->tbias), esx = zs_emu_lt_type_size(p->taux);
+        const void *biasb =
+            p->ep_bias ? (const char *)p->bias + (size_t)(b * p->bias_stride) * esb : NULL;
+        void *bgradb =
+            p->ep_bgrad == 'D' ? (char *)p->bias + (size_t)(b * p->bias_stride) * esb : NULL;
+        void *auxb = p->eaux ? (char *)p->aux + (size_t)(b * p->aux_stride) * esx : NULL;
+        for (int64_t r = 0; r < m && bgradb; r++)
+            bgacc[r] = 0.0f;
         for (int64_t c = 0; c < n; c++)
             for (int64_t r = 0; r < m; r++) {
                 float v = alpha * t[r + c * m];
@@ -561,10 +855,46 @@ static cudaError_t run_gemm(void *arg)
                  * convention "when beta is zero, C need not be set". */
                 if (read_c)
                     v += beta * load_c(cb, p->tc, r + c * p->ldc);
+                /* The epilogue works on "the results", i.e. on
+                 * alpha*op(A)op(B) + beta*C (nvmath-python's matmul, which
+                 * wraps cublasLtMatmul, documents the whole as
+                 * F(alpha a @ b + beta c), F the epilog), in fp32 (compute
+                 * type), before D's rounding. BIAS: bias[r] (row r of D,
+                 * broadcast over columns) "added before applying final
+                 * postprocessing". */
+                if (biasb)
+                    v += load_any(biasb, p->tbias, r);
+                /* GELU_AUX(_BIAS): aux gets "GELU input", i.e. the value
+                 * after the bias, rounded to the aux type; aux element
+                 * (r, c) at r + c * EPILOGUE_AUX_LD. GELU itself uses the
+                 * unrounded fp32 value (HOSTILE: not specified either way;
+                 * this way a 16-bit aux differs from what was activated). */
+                if (p->ep_aux_out)
+                    store_d(auxb, p->taux, r + c * p->aux_ld, v);
+                if (p->ep_gelu)
+                    v = gelu_f(v, j->gelu_erf);
+                /* DGELU(_BGRAD): "Apply GELU gradient to matmul output":
+                 * v * GELU'(aux), aux being the GELU input the forward pass
+                 * stored (EPILOGUE_AUX_POINTER: "Input of GELU input matrix
+                 * for backward pass"). */
+                if (p->ep_dgelu)
+                    v *= dgelu_f(load_any(auxb, p->taux, r + c * p->aux_ld), j->gelu_erf);
+                /* DGELU_BGRAD's bias gradient: the bias that GELU_AUX_BIAS
+                 * added before GELU has gradient sum over columns of the
+                 * GELU gradient (length m, D's rows, as BIAS_POINTER's
+                 * "Bias vector length must match matrix D rows count").
+                 * The docs' "Apply independently" does not say otherwise.
+                 * HOSTILE: summed from the fp32 values before D's rounding,
+                 * in fp32, column order, rounded once to the bias type. */
+                if (bgradb)
+                    bgacc[r] += v;
                 store_d(db, p->tc, r + c * p->ldd, v);
             }
+        for (int64_t r = 0; r < m && bgradb; r++)
+            store_d(bgradb, p->tbias, r, bgacc[r]);
     }
     free(t);
+    free(bgacc);
     return err;
 }
 
@@ -610,6 +940,15 @@ cublasStatus_t cublasLtMatmul(cublasLtHandle_t lightHandle, cublasLtMatmulDesc_t
      * no exception); only its contents go unread. */
     if (!alpha || !beta || !A || !B || !C || !D)
         return CUBLAS_STATUS_INVALID_VALUE;
+    /* An epilogue that needs the bias vector (BIAS, GELU_BIAS, GELU_AUX_BIAS)
+     * or writes a bias gradient (DGELU_BGRAD, BGRADA, BGRADB) with
+     * BIAS_POINTER NULL, or needs the aux matrix (GELU_AUX, GELU_AUX_BIAS,
+     * DGELU, DGELU_BGRAD) with EPILOGUE_AUX_POINTER NULL (default NULL,
+     * cublasLt.h): the docs give no status of its own; it is a configuration
+     * the epilogue cannot run in: INVALID_VALUE. (A GPU would fault on
+     * address 0.) */
+    if (((p.ep_bias || p.ep_bgrad) && !p.bias) || ((p.ep_aux_out || p.ep_dgelu) && !p.aux))
+        return CUBLAS_STATUS_INVALID_VALUE;
 
     /* The algorithm: NULL means "an implicit heuristics query with default
      * search preferences" (cuBLAS docs, cublasLtMatmul(), algo) - default
@@ -647,6 +986,11 @@ cublasStatus_t cublasLtMatmul(cublasLtHandle_t lightHandle, cublasLtMatmulDesc_t
      * workspace required by configured algo"; cuBLAS docs, cublasLtMatmul():
      * "The workspace pointer must be aligned to at least a multiple of 256
      * bytes". */
+    /* The bias and aux pointers against the alignment the algo assumed (see
+     * make_algo): INVALID_VALUE as for A-D. */
+    if (((p.ep_bias || p.ep_bgrad) && !is_aligned(p.bias, al->align_bias)) ||
+        ((p.ep_aux_out || p.ep_dgelu) && !is_aligned(p.aux, al->align_aux)))
+        return CUBLAS_STATUS_INVALID_VALUE;
     if (workspaceSizeInBytes < al->workspace)
         return CUBLAS_STATUS_INVALID_VALUE;
     if (al->workspace && (!workspace || (uintptr_t)workspace % 256))
@@ -693,6 +1037,36 @@ cublasStatus_t cublasLtMatmul(cublasLtHandle_t lightHandle, cublasLtMatmulDesc_t
         return CUBLAS_STATUS_INVALID_VALUE;
     if (p.batch > 1 && p.sd < (p.n - 1) * p.ldd + p.m && mats_overlap(&mD, NULL))
         return CUBLAS_STATUS_INVALID_VALUE;
+    /* HOSTILE, as for D: an epilogue output (the GELU_AUX aux matrix, a bias
+     * gradient) sharing an element with any other operand, or D sharing one
+     * with an epilogue input (bias vector, DGELU's aux), is a write racing
+     * other reads or writes: INVALID_VALUE. */
+    {
+        size_t esb = zs_emu_lt_type_size(p.tbias), esx = zs_emu_lt_type_size(p.taux);
+        mat mBias = {(uintptr_t)p.bias, p.bias_len, 1, p.bias_len, p.batch, p.bias_stride, esb};
+        mat mAux = {(uintptr_t)p.aux, p.m, p.n, p.aux_ld, p.batch, p.aux_stride, esx};
+        size_t bBias = (size_t)p.ebias * esb, bAux = (size_t)p.eaux * esx;
+        const mat *all[] = {&mA, &mB, &mC, &mD};
+        const size_t alln[] = {bA, bB, bC, bD};
+        int clash = 0;
+        for (int i = 0; i < 4; i++) {
+            if (p.ep_bgrad && ranges_meet(mBias.base, bBias, all[i]->base, alln[i]) &&
+                mats_overlap(&mBias, all[i]))
+                clash = 1;
+            if (p.ep_aux_out && ranges_meet(mAux.base, bAux, all[i]->base, alln[i]) &&
+                mats_overlap(&mAux, all[i]))
+                clash = 1;
+        }
+        if (p.ep_bias && ranges_meet(mBias.base, bBias, mD.base, bD) && mats_overlap(&mBias, &mD))
+            clash = 1;
+        if (p.ep_dgelu && ranges_meet(mAux.base, bAux, mD.base, bD) && mats_overlap(&mAux, &mD))
+            clash = 1;
+        if (p.ebias && p.eaux && ranges_meet(mBias.base, bBias, mAux.base, bAux) &&
+            (p.ep_bgrad || p.ep_aux_out) && mats_overlap(&mBias, &mAux))
+            clash = 1;
+        if (clash)
+            return CUBLAS_STATUS_INVALID_VALUE;
+    }
 
     /* Every pointer must be device memory of the handle's device, large
      * enough for its layout (see need_dev). */
@@ -706,6 +1080,13 @@ cublasStatus_t cublasLtMatmul(cublasLtHandle_t lightHandle, cublasLtMatmulDesc_t
         need_dev("D", D, bD, device);
     if (al->workspace)
         need_dev("workspace", workspace, (size_t)al->workspace, device);
+    if (p.ebias)
+        need_dev(p.ep_bgrad ? "bias gradient (CUBLASLT_MATMUL_DESC_BIAS_POINTER)"
+                            : "bias (CUBLASLT_MATMUL_DESC_BIAS_POINTER)",
+                 p.bias, (size_t)p.ebias * zs_emu_lt_type_size(p.tbias), device);
+    if (p.eaux)
+        need_dev("aux (CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER, with EPILOGUE_AUX_LD)", p.aux,
+                 (size_t)p.eaux * zs_emu_lt_type_size(p.taux), device);
 
     zs_emu_lt_job *j = calloc(1, sizeof(*j));
     if (!j)
@@ -715,6 +1096,7 @@ cublasStatus_t cublasLtMatmul(cublasLtHandle_t lightHandle, cublasLtMatmulDesc_t
     j->ws = workspace;
     j->ws_bytes = (size_t)al->workspace;
     j->device = device;
+    j->gelu_erf = (p.ep_gelu || p.ep_dgelu) ? gelu_form_erf() : 0;
     if (desc->pointer_mode == CUBLASLT_POINTER_MODE_DEVICE) {
         need_dev("alpha (CUBLASLT_POINTER_MODE_DEVICE)", alpha, 4, device);
         need_dev("beta (CUBLASLT_POINTER_MODE_DEVICE)", beta, 4, device);

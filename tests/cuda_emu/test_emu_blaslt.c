@@ -542,14 +542,15 @@ static void test_refusals(void)
     TEST_CHECK(heur(&s, &r, &got) == CUBLAS_STATUS_NOT_SUPPORTED);
     int32_t sc32 = CUDA_R_32F;
     cublasLtMatmulDescSetAttribute(s.desc, CUBLASLT_MATMUL_DESC_SCALE_TYPE, &sc32, sizeof(sc32));
-    /* an attribute we do not model is refused when set, accepted when reset */
-    void *bias = s.dC;
-    TEST_CHECK(cublasLtMatmulDescSetAttribute(s.desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &bias,
-                                              sizeof(bias)) == CUBLAS_STATUS_SUCCESS);
+    /* an attribute we do not model is refused when set, accepted when reset
+     * (the epilogue attributes are modelled: test_emu_blaslt_epilogue) */
+    void *scale = s.dC;
+    TEST_CHECK(cublasLtMatmulDescSetAttribute(s.desc, CUBLASLT_MATMUL_DESC_A_SCALE_POINTER, &scale,
+                                              sizeof(scale)) == CUBLAS_STATUS_SUCCESS);
     TEST_CHECK(heur(&s, &r, &got) == CUBLAS_STATUS_NOT_SUPPORTED);
-    bias = NULL;
-    TEST_CHECK(cublasLtMatmulDescSetAttribute(s.desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &bias,
-                                              sizeof(bias)) == CUBLAS_STATUS_SUCCESS);
+    scale = NULL;
+    TEST_CHECK(cublasLtMatmulDescSetAttribute(s.desc, CUBLASLT_MATMUL_DESC_A_SCALE_POINTER, &scale,
+                                              sizeof(scale)) == CUBLAS_STATUS_SUCCESS);
     TEST_CHECK(heur(&s, &r, &got) == CUBLAS_STATUS_SUCCESS);
     /* an epilogue we do not emulate is refused, not ignored */
     uint32_t epi = CUBLASLT_EPILOGUE_RELU;
