@@ -15,3 +15,14 @@ target_compile_definitions(test_nvme_engine PRIVATE ZS_MPIEXEC="${MPIEXEC_EXECUT
                            ZS_TOKENIZE="$<TARGET_FILE:zs-tokenize>"
                            ZS_CTL="$<TARGET_FILE:zs-ctl>")
 add_dependencies(test_nvme_engine zs_engine_worker zs-server zs-train zs-tokenize zs-ctl)
+# offload_param.device "nvme" (worker/engine/zs_engine_nvme.c): the stage-3
+# parameter partitions in files, bitwise offload_param cpu (W 1 and 2, fp32
+# and bf16, max_in_cpu, unstreamed pulls, in-process AdamW, resume); params
+# in host memory within the buffers (the allocator's table); refusals.
+add_executable(zs_nvme_param_worker nvme_param_worker.c zs_mlp.c)
+target_include_directories(zs_nvme_param_worker PRIVATE ${CMAKE_CURRENT_SOURCE_DIR})
+target_link_libraries(zs_nvme_param_worker PRIVATE zeroshard)
+zs_add_test(test_nvme_param SRCS test_nvme_param.c LIBS zs_testproc TIMEOUT 300 LABELS integration)
+target_compile_definitions(test_nvme_param PRIVATE ZS_MPIEXEC="${MPIEXEC_EXECUTABLE}"
+                           ZS_NVME_PARAM_WORKER="$<TARGET_FILE:zs_nvme_param_worker>")
+add_dependencies(test_nvme_param zs_nvme_param_worker zs-server)

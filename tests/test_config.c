@@ -224,13 +224,13 @@ static void test_seed_004(void)
     resolve_ok(&c, 2);
 
     /* example 4: offload_optimizer "nvme" is the servers' NVMe tier;
-     * offload_param "nvme" is not implemented: an error naming key and value */
-    memset(&w, 0, sizeof w);
-    TEST_CHECK(zs_config_load(FIXTURE("ds_004_4_nvme.json"), &c, on_warn, &w, &err) ==
-               ZS_ERR_INVALID);
-    TEST_CHECKF(strstr(err.msg, "zero_optimization.offload_param.device") &&
-                    strstr(err.msg, "\"nvme\"") && strstr(err.msg, "ds_004_4_nvme.json"),
-                "%s", err.msg);
+     * offload_param "nvme" keeps the stage-3 partitions in files under its
+     * nvme_path (DeepSpeed's defaults for the buffers) */
+    load_ok(FIXTURE("ds_004_4_nvme.json"), &c, &w);
+    TEST_CHECK(c.offload_nvme == 1 && c.offload_param == 1 && c.offload_param_nvme == 1 &&
+               strcmp(c.offload_param_nvme_path, "/nvme_data") == 0 &&
+               c.offload_param_buffer_count == 5 && c.offload_param_buffer_size == 100000000 &&
+               c.offload_param_max_in_cpu == 1000000000);
     parse_ok("{\"zero_optimization\": {\"stage\": 3, \"offload_optimizer\": {\"device\": "
              "\"nvme\", \"nvme_path\": \"/nvme_data\"}}}",
              &c, &w);
@@ -550,9 +550,43 @@ static void test_errors(void)
               "zero_optimization.overlap_comm", "\"yes\"", "true or false");
     parse_err("{\"zero_optimization\": {\"offload_optimizer\": \"cpu\"}}",
               "zero_optimization.offload_optimizer", "\"cpu\"", "an object");
+    /* offload_param nvme: nvme_path required; the buffer keys checked */
+    parse_err("{\"zero_optimization\": {\"stage\": 3, \"offload_param\": {\"device\": \"nvme\"}}}",
+              "zero_optimization.offload_param.device", "\"nvme\"",
+              "needs zero_optimization.offload_param.nvme_path");
     parse_err("{\"zero_optimization\": {\"stage\": 3, \"offload_param\": {\"device\": \"nvme\", "
-              "\"nvme_path\": \"/nvme\"}}}",
-              "zero_optimization.offload_param.device", "\"nvme\"", NULL);
+              "\"nvme_path\": \"/nvme\", \"buffer_count\": 0}}}",
+              "zero_optimization.offload_param.buffer_count", "0", "between 1 and 1024");
+    parse_err("{\"zero_optimization\": {\"stage\": 3, \"offload_param\": {\"device\": \"nvme\", "
+              "\"nvme_path\": \"/nvme\", \"buffer_size\": 1.5}}}",
+              "zero_optimization.offload_param.buffer_size", "1.5", "an integer");
+    parse_err("{\"zero_optimization\": {\"stage\": 3, \"offload_param\": {\"device\": \"nvme\", "
+              "\"nvme_path\": \"/nvme\", \"max_in_cpu\": -1}}}",
+              "zero_optimization.offload_param.max_in_cpu", "-1", ">= 0");
+    parse_err("{\"zero_optimization\": {\"stage\": 3, \"offload_param\": {\"device\": \"nvme\", "
+              "\"nvme_path\": 7}}}",
+              "zero_optimization.offload_param.nvme_path", "7", NULL);
+    parse_err("{\"zero_optimization\": {\"stage\": 3, \"offload_param\": {\"device\": \"nvme\", "
+              "\"nvme_path\": \"/nvme\", \"buffer_sise\": 8}}}",
+              "buffer_sise", "unknown key", "buffer_size");
+    {
+        zs_config_t pc;
+        warns_t pw;
+        zs_err_t err = {0};
+        parse_ok("{\"zero_optimization\": {\"stage\": 3, \"offload_param\": {\"device\": "
+                 "\"nvme\", \"nvme_path\": \"/nvme\", \"buffer_count\": 2, \"buffer_size\": "
+                 "4096, \"max_in_cpu\": 0}}}",
+                 &pc, &pw);
+        TEST_CHECK(pc.offload_param == 1 && pc.offload_param_nvme == 1 && pw.n == 0 &&
+                   strcmp(pc.offload_param_nvme_path, "/nvme") == 0 &&
+                   pc.offload_param_buffer_count == 2 && pc.offload_param_buffer_size == 4096 &&
+                   pc.offload_param_max_in_cpu == 0);
+        pc.train_batch_size = 8;
+        TEST_OK(zs_config_resolve(&pc, 1, &err), err);
+        pc.stage = 2;
+        TEST_CHECK(zs_config_resolve(&pc, 1, &err) != ZS_OK &&
+                   strstr(err.msg, "device \"nvme\" needs stage 3"));
+    }
     parse_err("{\"zero_optimization\": {\"offload_optimizer\": {\"device\": \"gpu\"}}}",
               "zero_optimization.offload_optimizer.device", "\"gpu\"", NULL);
     parse_err("{\"zero_optimization\": {\"offload_optimizer\": {\"device\": \"CPU\"}}}",
@@ -688,8 +722,6 @@ static void test_warnings(void)
                              "scheduler.params.last_batch_iteration",
                              "fp16.fp16_master_weights_and_grads",
                              "bf16.immediate_grad_update",
-                             "zero_optimization.offload_param.buffer_size",
-                             "zero_optimization.offload_param.max_in_cpu",
                              "zero_optimization.elastic_checkpoint",
                              "zero_optimization.zeropp_loco_param"};
     const char *unknown[] = {"traing_batch_size", "optimizer.params.foo",
@@ -697,10 +729,15 @@ static void test_warnings(void)
     /* DeepSpeed's NVMe keys: the servers' tier decides (zs-server --nvme-*) */
     const char *nvme[] = {"nvme_path",      "buffer_count", "pipeline_read",
                           "pipeline_write", "fast_init",    "pin_memory"};
-    int nn = (int)(sizeof notimpl / sizeof notimpl[0]), nu = 3, nv = 6;
+    int nn = (int)(sizeof notimpl / sizeof notimpl[0]), nu = 3, nv = 6 + 2;
+    /* offload_param's NVMe keys with device "cpu" */
+    expect_warn(&w, "zero_optimization.offload_param.buffer_size",
+                "no effect: used with device \"nvme\" only");
+    expect_warn(&w, "zero_optimization.offload_param.max_in_cpu",
+                "no effect: used with device \"nvme\" only");
     for (int i = 0; i < nn; i++)
         expect_warn(&w, notimpl[i], "not implemented");
-    for (int i = 0; i < nv; i++) {
+    for (int i = 0; i < 6; i++) {
         char k[96];
         snprintf(k, sizeof k, "zero_optimization.offload_optimizer.%s", nvme[i]);
         expect_warn(&w, k, "no effect: ");

@@ -101,7 +101,8 @@ static const char *const FP16_KEYS[] = {"enabled",           "loss_scale", "init
                                         "loss_scale_window", "hysteresis", "consecutive_hysteresis",
                                         "min_loss_scale",    NULL};
 static const char *const BF16_KEYS[] = {"enabled", NULL};
-static const char *const OFFLOAD_KEYS[] = {"device", NULL};
+static const char *const OFFLOAD_KEYS[] = {"device",      "nvme_path",  "buffer_count",
+                                           "buffer_size", "max_in_cpu", NULL};
 static const char *const OFFLOAD_OPT_KEYS[] = {"device", "super_offload", "speculate_every_step",
                                                "stream_pulls", NULL};
 /* zero_optimization keys besides ZFIELDS (below) */
@@ -204,8 +205,11 @@ static const char *const OFFLOAD_OPT_NVME_NO_EFFECT[][2] = {
     {"fast_init", "no effect: Initialize streams the master weights into the tiles once"},
     {NULL, NULL}};
 
-static const char *const OFFLOAD_PARAM_NOT_IMPLEMENTED[] = {
-    "nvme_path", "buffer_count", "buffer_size", "max_in_cpu", "pin_memory", NULL};
+static const char *const OFFLOAD_PARAM_NOT_IMPLEMENTED[] = {"pin_memory", NULL};
+
+/* offload_param's NVMe keys (read with any device; used with "nvme"). */
+static const char *const OFFLOAD_PARAM_NVME_KEYS[] = {"nvme_path", "buffer_count", "buffer_size",
+                                                      "max_in_cpu", NULL};
 
 static const char *const FP16_NOT_IMPLEMENTED[] = {"auto_cast", "fp16_master_weights_and_grads",
                                                    "fused_mode", NULL};
@@ -489,9 +493,35 @@ static const char *nvme_no_effect(const char *key)
     return NULL;
 }
 
+/* offload_param's nvme_path, buffer_count, buffer_size, max_in_cpu (kind:
+ * 0..3 in that order) into cfg; warned about as having no effect unless the
+ * device is "nvme" (nvme: known once the whole object is read). */
+static int parse_param_nvme_key(pctx_t *c, const cJSON *it, const char *p, int kind,
+                                zs_config_t *cfg)
+{
+    int rc;
+    if (kind == 0) {
+        const char *s = "";
+        if ((rc = zs__cfg_get_string(c, it, p, &s)) != ZS_OK)
+            return rc;
+        if (!s[0] || strlen(s) >= sizeof cfg->offload_param_nvme_path)
+            return zs__cfg_err_value(c, it, p, "must be a directory path of 1 to 511 bytes");
+        snprintf(cfg->offload_param_nvme_path, sizeof cfg->offload_param_nvme_path, "%s", s);
+        return ZS_OK;
+    }
+    int64_t *dst = kind == 1   ? &cfg->offload_param_buffer_count
+                   : kind == 2 ? &cfg->offload_param_buffer_size
+                               : &cfg->offload_param_max_in_cpu;
+    /* buffers: at least one of at least one element; max_in_cpu may be 0 */
+    int64_t lo = kind == 3 ? 0 : 1, hi = kind == 1 ? 1024 : INT64_MAX / 4;
+    return zs__cfg_get_int(c, it, p, lo, hi, dst);
+}
+
 /* offload_optimizer / offload_param: device none|cpu|nvme. offload_optimizer
  * nvme is cpu plus the servers' NVMe tier (offload_nvme); offload_param nvme
- * is refused (using CPU memory instead would misread the file). opt: the config whose
+ * keeps the stage-3 parameter partitions in files (offload_param_nvme, with
+ * nvme_path required and buffer_count, buffer_size, max_in_cpu; with another
+ * device those keys have no effect and say so). opt: the config whose
  * offload_optimizer keys go there, NULL for offload_param (where they are
  * unknown keys): super_offload (DeepSpeed's SuperOffload switch: the CPU
  * optimizer speculates before the gradient norm and overflow are known),
@@ -499,9 +529,11 @@ static const char *nvme_no_effect(const char *key)
  * scalars differed) and stream_pulls (the next step's forward starts while
  * updated parameters arrive). */
 static int parse_offload(pctx_t *c, const cJSON *o, const char *path, const char *const *not_impl,
-                         int *out, zs_config_t *opt)
+                         int *out, zs_config_t *opt, zs_config_t *pcfg)
 {
     *out = 0;
+    if (pcfg)
+        pcfg->offload_param_nvme = 0;
     if (cJSON_IsNull(o)) /* DeepSpeed: Optional[...] = None */
         return ZS_OK;
     int rc = zs__cfg_expect_object(c, o, path);
@@ -520,11 +552,8 @@ static int parse_offload(pctx_t *c, const cJSON *o, const char *path, const char
                 *out = 0;
             else if (strcmp(d, "nvme") == 0 && opt) /* the servers' NVMe tier */
                 *out = opt->offload_nvme = 1;
-            else if (strcmp(d, "nvme") == 0)
-                return zs_err_set(c->err, ZS_ERR_INVALID,
-                                  "%s: \"nvme\" is not implemented for parameters (zeroshard "
-                                  "keeps them in the workers' CPU memory): use \"cpu\"",
-                                  p);
+            else if (strcmp(d, "nvme") == 0 && pcfg) /* parameter partitions in files */
+                *out = pcfg->offload_param_nvme = 1;
             else
                 return zs_err_set(c->err, ZS_ERR_INVALID,
                                   "%s: \"%.40s\" is not a device (DeepSpeed: \"none\", \"cpu\", "
@@ -539,6 +568,12 @@ static int parse_offload(pctx_t *c, const cJSON *o, const char *path, const char
         } else if (opt && strcmp(it->string, "stream_pulls") == 0) {
             if ((rc = zs__cfg_get_bool(c, it, p, &opt->offload_stream)) != ZS_OK)
                 return rc;
+        } else if (pcfg && zs__cfg_in_list(it->string, OFFLOAD_PARAM_NVME_KEYS)) {
+            int kind = 0;
+            while (strcmp(OFFLOAD_PARAM_NVME_KEYS[kind], it->string) != 0)
+                kind++;
+            if ((rc = parse_param_nvme_key(c, it, p, kind, pcfg)) != ZS_OK)
+                return rc;
         } else if (opt && nvme_no_effect(it->string)) {
             zs__cfg_warn_once(c, p, nvme_no_effect(it->string));
         } else if (zs__cfg_in_list(it->string, not_impl)) {
@@ -548,6 +583,18 @@ static int parse_offload(pctx_t *c, const cJSON *o, const char *path, const char
                                not_impl);
         }
     }
+    if (pcfg && pcfg->offload_param_nvme && !pcfg->offload_param_nvme_path[0])
+        return zs_err_set(c->err, ZS_ERR_INVALID,
+                          "%s.device: \"nvme\" needs %s.nvme_path (the directory of the "
+                          "parameter files, one per worker rank)",
+                          path, path);
+    /* the NVMe keys with another device: read, no effect */
+    for (const cJSON *it = o->child; pcfg && !pcfg->offload_param_nvme && it; it = it->next)
+        if (zs__cfg_in_list(it->string, OFFLOAD_PARAM_NVME_KEYS)) {
+            char p[PATH_MAX_LEN];
+            zs__cfg_path_join(p, path, it->string);
+            zs__cfg_warn_once(c, p, "no effect: used with device \"nvme\" only");
+        }
     return ZS_OK;
 }
 
@@ -669,14 +716,14 @@ static int parse_zero(pctx_t *c, const cJSON *o, zs_config_t *cfg, pstate_t *st)
         if (strcmp(k, "offload_optimizer") == 0) {
             st->offload_opt_key = 1;
             if ((rc = parse_offload(c, it, p, OFFLOAD_OPT_NOT_IMPLEMENTED, &cfg->offload_optimizer,
-                                    cfg)) != ZS_OK)
+                                    cfg, NULL)) != ZS_OK)
                 return rc;
             continue;
         }
         if (strcmp(k, "offload_param") == 0) {
             st->offload_par_key = 1;
             if ((rc = parse_offload(c, it, p, OFFLOAD_PARAM_NOT_IMPLEMENTED, &cfg->offload_param,
-                                    NULL)) != ZS_OK)
+                                    NULL, cfg)) != ZS_OK)
                 return rc;
             continue;
         }
@@ -876,6 +923,10 @@ void zs_config_defaults(zs_config_t *cfg)
     cfg->offload_speculate = ZS_CFG_SPECULATE_DEFAULT;
     cfg->offload_stream = 1;
     cfg->offload_param = 0;
+    cfg->offload_param_nvme = 0;
+    cfg->offload_param_buffer_count = 5;        /* DeepSpeed's defaults */
+    cfg->offload_param_buffer_size = 100000000; /* elements */
+    cfg->offload_param_max_in_cpu = 1000000000; /* elements */
     cfg->reduce_bucket_size = 500000000;
     cfg->allgather_bucket_size = 500000000;
     cfg->overlap_comm = 0;

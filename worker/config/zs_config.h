@@ -105,7 +105,18 @@ typedef struct zs_config {
                                     * parameters in the background while the next step's
                                     * forward lands them layer by layer (stage 3: gather by
                                     * gather) */
-    int offload_param;             /* offload_param.device == "cpu" (stage 3) */
+    int offload_param;             /* offload_param.device == "cpu" or "nvme" (stage 3) */
+    /* offload_param.device == "nvme" (ZeRO-Infinity's parameter offload,
+     * docs/nvme.md): the stage-3 partitions of 16-bit parameters live in a
+     * file per worker rank under offload_param_nvme_path, read through
+     * offload_param_buffer_count buffers of offload_param_buffer_size
+     * elements each; the first offload_param_max_in_cpu elements of the
+     * partition (whole layers) stay in host memory. */
+    int offload_param_nvme;
+    char offload_param_nvme_path[512];  /* offload_param.nvme_path (required with nvme) */
+    int64_t offload_param_buffer_count; /* offload_param.buffer_count (DeepSpeed default 5) */
+    int64_t offload_param_buffer_size;  /* offload_param.buffer_size, elements (default 1e8) */
+    int64_t offload_param_max_in_cpu;   /* offload_param.max_in_cpu, elements (default 1e9) */
     int64_t reduce_bucket_size;    /* elements, default 500000000 */
     int64_t allgather_bucket_size; /* elements, default 500000000 */
     int overlap_comm;              /* default 0 (stage 3: 1) */

@@ -147,8 +147,21 @@ static void collect(const zs_config_t *cfg, int all, lines_t *ls)
     if (all || cfg->offload_optimizer)
         put(ls, "zero_optimization.offload_optimizer.stream_pulls", tf(cfg->offload_stream), NULL,
             NULL);
-    put(ls, "zero_optimization.offload_param.device", cfg->offload_param ? "cpu" : "none", NULL,
-        NULL);
+    put(ls, "zero_optimization.offload_param.device",
+        cfg->offload_param_nvme ? "nvme"
+        : cfg->offload_param    ? "cpu"
+                                : "none",
+        NULL, NULL);
+    if (all || cfg->offload_param_nvme) {
+        put(ls, "zero_optimization.offload_param.nvme_path", cfg->offload_param_nvme_path, NULL,
+            NULL);
+        put(ls, "zero_optimization.offload_param.buffer_count",
+            fmt_i(cfg->offload_param_buffer_count, b), NULL, NULL);
+        put(ls, "zero_optimization.offload_param.buffer_size",
+            fmt_i(cfg->offload_param_buffer_size, b), NULL, NULL);
+        put(ls, "zero_optimization.offload_param.max_in_cpu",
+            fmt_i(cfg->offload_param_max_in_cpu, b), NULL, NULL);
+    }
     put(ls, "zero_optimization.reduce_bucket_size", fmt_i(cfg->reduce_bucket_size, b), NULL, NULL);
     put(ls, "zero_optimization.allgather_bucket_size", fmt_i(cfg->allgather_bucket_size, b), NULL,
         NULL);

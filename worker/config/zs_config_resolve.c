@@ -83,9 +83,9 @@ int zs_config_resolve(zs_config_t *cfg, int world_size, zs_err_t *err)
                           cfg->stage);
     if (cfg->offload_param && cfg->stage != 3)
         return zs_err_set(err, ZS_ERR_INVALID,
-                          "zero_optimization.offload_param: device \"cpu\" needs stage 3 "
+                          "zero_optimization.offload_param: device \"%s\" needs stage 3 "
                           "(zero_optimization.stage is %d)",
-                          cfg->stage);
+                          cfg->offload_param_nvme ? "nvme" : "cpu", cfg->stage);
     if (cfg->fp16.enabled && cfg->bf16_enabled)
         return zs_err_set(err, ZS_ERR_INVALID,
                           "fp16.enabled and bf16.enabled are both true: bfloat16 and fp16 "

@@ -56,7 +56,8 @@ void *zs__eng_param_part(zs_engine_t *e, const zs__seg_t *s)
 /* See zs_engine_internal.h. */
 int zs__eng_pull_in_place(const zs_engine_t *e)
 {
-    return !e->shm_staging && ((e->stage == 3 && e->offload_param) || e->dev->host_addressable);
+    return !e->shm_staging && !e->pnv &&
+           ((e->stage == 3 && e->offload_param) || e->dev->host_addressable);
 }
 
 /* See zs_engine_internal.h. */
@@ -313,6 +314,9 @@ int zs__eng_init_state(zs_engine_t *e, zs_err_t *err)
             if (e->m.nparams[i])
                 rc = e->m.init_params(e->m.self, i, host + (e->layer_off[i] - s->off), err);
         uint64_t lo = e->stage < 3 ? 0 : s->vb, hi = e->stage < 3 ? s->n : s->ve;
+        void *part = NULL; /* offload_param nvme: the segment's part, written below */
+        if (e->pnv)
+            rc = zs__pnv_begin(e, s, 0, &part, err);
         for (uint64_t a = lo; a < hi && !rc; a += ch) {
             uint64_t z = a + ch < hi ? a + ch : hi;
             /* the next chunk's copy into dev follows these reads in stream order */
@@ -320,8 +324,9 @@ int zs__eng_init_state(zs_engine_t *e, zs_err_t *err)
             if (!rc)
                 rc = zs_dev_cast(
                     e->compute,
-                    zs__at(e, e->params, e->stage < 3 ? s->pbase + a : s->qbase + a - s->vb), e->dt,
-                    dev, ZS_DTYPE_F32, z - a, err);
+                    part ? zs__at(e, part, a - s->vb)
+                         : zs__at(e, e->params, e->stage < 3 ? s->pbase + a : s->qbase + a - s->vb),
+                    e->dt, dev, ZS_DTYPE_F32, z - a, err);
             if (rc || !e->master)
                 continue;
             if (e->stage == 0) {
@@ -336,6 +341,8 @@ int zs__eng_init_state(zs_engine_t *e, zs_err_t *err)
         /* the host buffer is refilled next: wait for the copies out of it */
         if (!rc)
             rc = zs_dev_stream_sync(e->compute, err);
+        if (!rc && part)
+            rc = zs__pnv_end(e, s, part, 1, NULL, err);
     }
     zs_dev_free(e->dev, host);
     zs_dev_free(e->dev, dev);
@@ -390,15 +397,21 @@ static int alloc_state(zs_engine_t *e, zs_err_t *err)
 {
     uint64_t full = e->Ppad, part = e->Ppad / (uint64_t)e->W;
     int pspace = e->stage == 3 && e->offload_param ? ZS_SPACE_PINNED : ZS_SPACE_DEVICE;
-    ZS_ENG_TRY(zs__eng_alloc(e, pspace, ZS_MEM_PARAMS, (e->stage < 3 ? full : part) * e->esz,
-                             &e->params, "parameters", err));
+    if (e->stage == 3 && e->cfg.offload_param_nvme) /* the partition in a file */
+        /* every worker fails if one cannot (nvme_path is per host) */
+        ZS_ENG_TRY(zs__eng_agree(e, zs__pnv_create(e, err), err));
+    else
+        ZS_ENG_TRY(zs__eng_alloc(e, pspace, ZS_MEM_PARAMS, (e->stage < 3 ? full : part) * e->esz,
+                                 &e->params, "parameters", err));
     /* With offload at stages 2-3 no gradient partition stays on the device:
      * reduced buckets go to pinned staging (zs_engine_step.c). */
     if (!zs__eng_grads_offloaded(e) || (e->debug & ZS_ENGINE_DEBUG_KEEP_GRADS))
         ZS_ENG_TRY(zs__eng_alloc(e, ZS_SPACE_DEVICE, ZS_MEM_GRADS,
                                  (e->stage < 2 ? full : part) * e->esz, &e->grads, "gradients",
                                  err));
-    ZS_ENG_TRY(zs_dev_memset(e->compute, e->params, 0, (e->stage < 3 ? full : part) * e->esz, err));
+    if (e->params)
+        ZS_ENG_TRY(
+            zs_dev_memset(e->compute, e->params, 0, (e->stage < 3 ? full : part) * e->esz, err));
     /* 16-bit stages 0-2 (a model reading fp32 only): one fp32 view of the
      * largest layer with its deps (no fp32 copy of the whole model). */
     for (int i = 0; i < e->nlayers && !e->params16; i++) {
@@ -662,6 +675,7 @@ void zs_engine_destroy(zs_engine_t *e)
         e->staging = NULL;
     }
     zs_client_destroy(e->client);
+    zs__pnv_destroy(e);
     if (e->dev) {
         zs_dev_free(e->dev, e->params);
         zs_dev_free(e->dev, e->grads);

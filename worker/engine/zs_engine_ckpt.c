@@ -338,7 +338,7 @@ int zs_engine_resume(zs_engine_t *e, uint64_t want, uint64_t *step_out, zs_err_t
     /* Pull this worker's partition back: parameters (offload) or the
      * optimizer state, from which the parameters are cast. */
     if (e->offload) {
-        int direct = e->stage == 3 && e->offload_param;
+        int direct = e->stage == 3 && e->offload_param && !e->pnv;
         for (int k = 0; k < e->ns && !rc; k++) {
             zs__seg_t *s = &e->s[k];
             if (s->ve <= s->vb)
@@ -347,8 +347,7 @@ int zs_engine_resume(zs_engine_t *e, uint64_t want, uint64_t *step_out, zs_err_t
             rc = zs_client_pull(e->client, step, s->off + s->vb, s->off + s->ve, dst, e->dt, NULL,
                                 err);
             if (!rc && !direct)
-                rc = zs_dev_memcpy(e->copy, zs__eng_param_part(e, s), dst, (s->ve - s->vb) * e->esz,
-                                   err);
+                rc = zs__eng_param_set(e, s, dst, err);
         }
         if (!rc)
             rc = zs_dev_stream_sync(e->copy, err);
@@ -358,9 +357,16 @@ int zs_engine_resume(zs_engine_t *e, uint64_t want, uint64_t *step_out, zs_err_t
             zs__seg_t *s = &e->s[k];
             uint64_t lo, hi, at;
             slice(e, s, &lo, &hi, &at);
-            if (hi > lo)
-                rc = zs_dev_cast(e->compute, zs__eng_param_part(e, s), e->dt, e->master + at,
-                                 ZS_DTYPE_F32, hi - lo, err);
+            void *p = NULL; /* offload_param nvme: cast into the part, then write it */
+            if (hi > lo && e->pnv)
+                rc = zs__pnv_begin(e, s, 0, &p, err);
+            if (hi > lo && !rc)
+                rc = zs_dev_cast(e->compute, p ? p : zs__eng_param_part(e, s), e->dt,
+                                 e->master + at, ZS_DTYPE_F32, hi - lo, err);
+            if (hi > lo && p && !rc)
+                rc = zs_dev_stream_sync(e->compute, err);
+            if (hi > lo && p && !rc)
+                rc = zs__pnv_end(e, s, p, 1, NULL, err);
         }
         if (!rc)
             rc = zs_dev_stream_sync(e->compute, err);

@@ -168,8 +168,16 @@ int zs__eng_gather_seg(zs_engine_t *e, int k, zs_err_t *err)
     ZS_ENG_TRY(zs_dev_stream_wait(e->comm, e->ev_copy, err));
     if (e->hpz && !s->persistent && s->sec_gen == e->param_gen)
         return gather_in_node(e, s, err);
-    ZS_ENG_TRY(zs_dev_memcpy(e->comm, zs__at(e, s->gbuf, (uint64_t)e->rank * s->part),
-                             zs__at(e, e->params, s->qbase), s->part * e->esz, err));
+    if (e->pnv) { /* offload_param nvme: the part from its file (or host region) */
+        void *p;
+        ZS_ENG_TRY(zs__pnv_begin(e, s, 1, &p, err));
+        ZS_ENG_TRY(zs_dev_memcpy(e->comm, zs__at(e, s->gbuf, (uint64_t)e->rank * s->part), p,
+                                 s->part * e->esz, err));
+        ZS_ENG_TRY(zs__pnv_end(e, s, p, 0, e->comm, err));
+    } else {
+        ZS_ENG_TRY(zs_dev_memcpy(e->comm, zs__at(e, s->gbuf, (uint64_t)e->rank * s->part),
+                                 zs__at(e, e->params, s->qbase), s->part * e->esz, err));
+    }
     ZS_ENG_TRY(zs__eng_gather_pc(e, s, err));
     if (e->hpz && !s->persistent) { /* keep this node's slice for the step's later gathers */
         uint64_t m = s->n_pad / (uint64_t)e->hpz, l = (uint64_t)zs_coll_topo(e->coll)->local_rank;

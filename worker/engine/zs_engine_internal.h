@@ -52,6 +52,7 @@
 
 typedef struct zs__pusher zs__pusher_t;
 typedef struct zs__puller zs__puller_t;
+typedef struct zs__pnvme zs__pnvme_t;
 
 typedef struct zs__seg {
     int first, last;      /* layers [first, last] */
@@ -142,7 +143,9 @@ struct zs_engine {
     uint64_t max_bucket_pad, max_seg_pad;
 
     /* model state (device memory unless noted) */
-    void *params; /* stages 0-2: full (Ppad); stage 3: partition (pinned with offload_param) */
+    void *params; /* stages 0-2: full (Ppad); stage 3: partition (pinned with offload_param;
+                   * NULL with offload_param nvme: the partition is in pnv's file) */
+    zs__pnvme_t *pnv; /* offload_param.device "nvme" (zs_engine_nvme.c), else NULL */
     /* stages 0-1: full; stages 2-3: partition, except with offload_optimizer
      * (grads_offloaded): NULL, each bucket's reduced partition goes to
      * pinned staging as it is reduced (ZS_ENGINE_DEBUG_KEEP_GRADS keeps a
@@ -414,5 +417,25 @@ double zs__eng_now_ms(void);
  * checkpoint's user_meta beside the engine's state is dropped with a
  * warning (checkpoints then carry none). zs_engine_ckpt.c. */
 int zs__eng_set_manifest(zs_engine_t *e, const char *manifest, zs_err_t *err);
+
+/* offload_param.device "nvme" (zs_engine_nvme.c). zs__pnv_create sets
+ * e->pnv and lays the partition out (host memory for the first max_in_cpu
+ * elements, the rest in the file); errors name nvme_path. zs__pnv_begin:
+ * a host pointer holding segment s's part of the partition (load: its
+ * values; else zeros, to be written), in the host region or the next free
+ * buffer; zs__pnv_end: dirty writes a buffer back to the file; consumer
+ * (may be NULL) is the stream still reading p, which the buffer waits for
+ * before its next use. zs__pnv_host_bytes: the host bytes it allocated. */
+int zs__pnv_create(zs_engine_t *e, zs_err_t *err);
+void zs__pnv_destroy(zs_engine_t *e);
+int zs__pnv_begin(zs_engine_t *e, const zs__seg_t *s, int load, void **out, zs_err_t *err);
+int zs__pnv_end(zs_engine_t *e, const zs__seg_t *s, void *p, int dirty, zs_stream_t *consumer,
+                zs_err_t *err);
+uint64_t zs__pnv_host_bytes(const zs_engine_t *e);
+/* Segment s's part of this worker's parameter partition := the (ve - vb)
+ * elements of dt at host memory src (pulled parameters in staging): a copy
+ * on the copy stream, or with offload_param nvme into its host region or
+ * its file (written before the call returns). */
+int zs__eng_param_set(zs_engine_t *e, zs__seg_t *s, const void *src, zs_err_t *err);
 
 #endif

@@ -96,6 +96,10 @@ static void working(const zs_engine_t *e, uint64_t *w)
      * memory table's all-gather, small host values of the collectives and
      * qwZ's records (W records of the largest part) */
     w[ZS_MEM_HPZ] = e->sec_bytes; /* hpZ: Ppad / L elements */
+    /* offload_param nvme: the buffers and the host region of max_in_cpu
+     * (both within the formula for most configurations; the buffers are
+     * whole 4 KiB blocks, which may exceed a tiny partition) */
+    w[ZS_MEM_PARAMS] = e->pnv ? zs__pnv_host_bytes(e) : 0;
     w[ZS_MEM_COMM] = reduce_buffers(e) + (e->offload ? e->Ppad / W * k : 0) +
                      (!e->offload ? e->max_seg_pad / W * 4 : 0) + comm_small(e) + e->qbuf_bytes +
                      e->rsq_bytes + e->hbuf_bytes;
@@ -212,7 +216,10 @@ int zs_engine_print_mem(zs_engine_t *e, FILE *f, zs_err_t *err)
                 "stage %d, W=%d%s, %s, optimizer %s%s, P=%llu\n",
                 e->stage, e->Wd, e->mics ? " (MiCS: partitioned within groups of G)" : "",
                 zs_dtype_name(e->dt), e->offload ? "on servers" : "in-process",
-                e->offload_param ? ", params in pinned host memory" : "", (unsigned long long)e->P);
+                e->pnv             ? ", params in files (offload_param nvme)"
+                : e->offload_param ? ", params in pinned host memory"
+                                   : "",
+                (unsigned long long)e->P);
         fprintf(f, "  %-4s", "rank");
         for (int c = 0; c < ZS_MEM_NCATS; c++)
             fprintf(f, " %22s", zs_memcat_name(c));

@@ -68,6 +68,16 @@ static int update_in_process(zs_engine_t *e, const zs_adam_step_t *as, zs_err_t 
             continue;
         }
         uint64_t o = s->qbase, n = s->ve - s->vb;
+        if (e->pnv) { /* offload_param nvme: read, update, write back */
+            void *p;
+            if (!n)
+                continue;
+            ZS_ENG_TRY(zs__pnv_begin(e, s, 1, &p, err));
+            ZS_ENG_TRY(adamw_groups(e, as, s->off + s->vb, o, zs__eng_grad_part(e, s), p, n, err));
+            ZS_ENG_TRY(zs_dev_stream_sync(e->compute, err));
+            ZS_ENG_TRY(zs__pnv_end(e, s, p, 1, NULL, err));
+            continue;
+        }
         ZS_ENG_TRY(adamw_groups(e, as, s->off + s->vb, o, zs__eng_grad_part(e, s),
                                 zs__eng_param_part(e, s), n, err));
     }
@@ -105,8 +115,7 @@ static int update_offload(zs_engine_t *e, const zs_step_scalars_t *sc, zs_step_s
         rc = zs_client_pull(e->client, sc->step, s->off + s->vb, s->off + s->ve, dst, e->dt, NULL,
                             err);
         if (!rc && !direct) /* to the device while the next segment is pulled */
-            rc = zs_dev_memcpy(e->copy, zs__eng_param_part(e, s), dst, (s->ve - s->vb) * e->esz,
-                               err);
+            rc = zs__eng_param_set(e, s, dst, err);
     }
     if (!rc)
         rc = zs_dev_stream_sync(e->copy, err);

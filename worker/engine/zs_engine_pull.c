@@ -155,9 +155,7 @@ int zs__eng_pull_land(zs_engine_t *e, int upto, zs_err_t *err)
         /* a failed step's parameters are garbage but every worker still
          * all-gathers them; zs__eng_pull_finish fails the step everywhere */
         if (!failed && s->ve > s->vb && !zs__eng_pull_in_place(e))
-            ZS_ENG_TRY(zs_dev_memcpy(e->copy, zs__eng_param_part(e, s),
-                                     zs__at(e, e->staging, s->qbase), (s->ve - s->vb) * e->esz,
-                                     err));
+            ZS_ENG_TRY(zs__eng_param_set(e, s, zs__at(e, e->staging, s->qbase), err));
         if (e->stage == 3) {
             /* The gathers read the partition (after the copy stream's
              * event); a resident segment is gathered again now. */
