@@ -35,6 +35,9 @@ typedef struct {
     float *w, *dw, *dgrad;
     zs_dev_t *dev;
     zs_stream_t *s;
+    /* when set, fx_step copies the logits [B, T, V] here after the forward:
+     * the backward writes their gradient over them */
+    float *logits_out;
 } fx_t;
 
 static inline void fx_sync(const fx_t *f)
@@ -122,6 +125,8 @@ static inline double fx_step(fx_t *f, int B, int T, int mb)
     }
     double loss;
     TEST_OK(f->m->loss(f->m->self, &loss, &err), err);
+    if (f->logits_out)
+        TEST_OK(zs_gpt_copy_logits(f->g, f->logits_out, &err), err);
     for (int i = f->m->nlayers - 1; i >= 0; i--) {
         void *p[2] = {f->dw + f->off[i], f->dw};
         float *gr[2] = {f->dgrad + f->off[i], f->dgrad};
