@@ -222,29 +222,63 @@ typedef struct {
     int N, C;
 } ln_job_t;
 
+/* One row of the LayerNorm forward: o[0..C), its mean and rstd. */
+static void ln_fwd_row(float *o, float *mean, float *rstd, const float *x, const float *w,
+                       const float *b, size_t C)
+{
+    float m = 0.0f;
+    for (size_t c = 0; c < C; c++)
+        m += x[c];
+    m /= (float)C;
+    float v = 0.0f;
+    for (size_t c = 0; c < C; c++) {
+        float d = x[c] - m;
+        v += d * d;
+    }
+    v /= (float)C;
+    float s = zs_math_ln_rstd(v);
+    for (size_t c = 0; c < C; c++)
+        o[c] = zs_math_ln_out(x[c], m, s, w[c], b[c]);
+    *mean = m;
+    *rstd = s;
+}
+
 static void ln_fwd_rows(const void *arg, size_t lo, size_t hi)
 {
     const ln_job_t *j = arg;
     size_t C = (size_t)j->C;
+    for (size_t r = lo; r < hi; r++)
+        ln_fwd_row(j->out + r * C, j->mean + r, j->rstd + r, j->inp + r * C, j->w, j->b, C);
+}
+
+/* The fused residual + LayerNorm: per row, res = a + b, then the row's
+ * LayerNorm of res (the same arithmetic as the two ops one after the
+ * other, so the same bits). */
+typedef struct {
+    float *res, *out, *mean, *rstd;
+    const float *a, *b, *w, *bias;
+    int C;
+} resln_job_t;
+
+static void resln_fwd_rows(const void *arg, size_t lo, size_t hi)
+{
+    const resln_job_t *j = arg;
+    size_t C = (size_t)j->C;
     for (size_t r = lo; r < hi; r++) {
-        const float *x = j->inp + r * C;
-        float *o = j->out + r * C;
-        float m = 0.0f;
+        float *x = j->res + r * C;
+        const float *a = j->a + r * C, *b = j->b + r * C;
         for (size_t c = 0; c < C; c++)
-            m += x[c];
-        m /= (float)C;
-        float v = 0.0f;
-        for (size_t c = 0; c < C; c++) {
-            float d = x[c] - m;
-            v += d * d;
-        }
-        v /= (float)C;
-        float s = zs_math_ln_rstd(v);
-        for (size_t c = 0; c < C; c++)
-            o[c] = zs_math_ln_out(x[c], m, s, j->w[c], j->b[c]);
-        j->mean[r] = m;
-        j->rstd[r] = s;
+            x[c] = a[c] + b[c];
+        ln_fwd_row(j->out + r * C, j->mean + r, j->rstd + r, x, j->w, j->bias, C);
     }
+}
+
+void zs_op_residual_layernorm_fwd(zs_pool_t *pool, float *res, float *out, float *mean,
+                                  float *rstd, const float *a, const float *b, const float *w,
+                                  const float *bias, int N, int C)
+{
+    resln_job_t j = {res, out, mean, rstd, a, b, w, bias, C};
+    parallel_for(pool, (size_t)N, 4, resln_fwd_rows, &j);
 }
 
 void zs_op_layernorm_fwd(zs_pool_t *pool, float *out, float *mean, float *rstd, const float *inp,

@@ -64,6 +64,14 @@ void zs_op_embed_bwd(zs_pool_t *pool, float *dwte, float *dwpe, const float *dou
 void zs_op_layernorm_fwd(zs_pool_t *pool, float *out, float *mean, float *rstd, const float *inp,
                          const float *w, const float *b, int N, int C);
 
+/* The residual add and the LayerNorm after it in one pass over the rows:
+ * res = a + b, out = LayerNorm(res) with w, bias (mean, rstd [N] kept), all
+ * [N, C] but mean, rstd. Bitwise zs_op_residual_fwd then
+ * zs_op_layernorm_fwd. res must not overlap a, b or out. */
+void zs_op_residual_layernorm_fwd(zs_pool_t *pool, float *res, float *out, float *mean,
+                                  float *rstd, const float *a, const float *b, const float *w,
+                                  const float *bias, int N, int C);
+
 /* dinp ACCUMULATES (+=) the input gradient (a residual stream); dw, db +=. */
 void zs_op_layernorm_bwd(zs_pool_t *pool, float *dinp, float *dw, float *db, const float *dout,
                          const float *inp, const float *w, const float *mean, const float *rstd,

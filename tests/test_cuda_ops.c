@@ -616,6 +616,53 @@ static void test_gpt(const shape_t *s)
             CK(cudaFree(fr[i]));
     }
 
+    /* the fused residual + LayerNorm: bitwise residual_fwd then
+     * layernorm_fwd on the device, within the tolerance of its CPU twin */
+    {
+        float *a = rnd(NC, 2), *b = rnd(NC, 1), *w = rnd((size_t)C, 1), *bias = rnd((size_t)C, 0.5f);
+        for (size_t i = 0; i < NC; i++)
+            a[i] += (float)(i / (size_t)C % 5); /* row means away from 0 */
+        float *res = xmalloc(NC * 4), *out = xmalloc(NC * 4), *mean = xmalloc((size_t)N * 4),
+              *rstd = xmalloc((size_t)N * 4);
+        zs_op_residual_layernorm_fwd(NULL, res, out, mean, rstd, a, b, w, bias, N, C);
+        float *da = up(a, NC * 4), *db = up(b, NC * 4), *dw = up(w, (size_t)C * 4),
+              *dbias = up(bias, (size_t)C * 4);
+        io_t io[4] = {{dev(NC * 4), NULL, NC * 4},
+                      {dev(NC * 4), NULL, NC * 4},
+                      {dev((size_t)N * 4), NULL, (size_t)N * 4},
+                      {dev((size_t)N * 4), NULL, (size_t)N * 4}};
+        void **g[3];
+        for (int k = 0; k < 3; k++) { /* two fused runs, then the two ops */
+            reset(io, 4);
+            if (k < 2)
+                TEST_OK(zs_cuda_residual_layernorm_fwd(cs, io[0].d, io[1].d, io[2].d, io[3].d, da,
+                                                       db, dw, dbias, N, C, &err),
+                        err);
+            else {
+                TEST_OK(zs_cuda_residual_fwd(cs, io[0].d, da, db, NC, &err), err);
+                TEST_OK(zs_cuda_layernorm_fwd(cs, io[1].d, io[2].d, io[3].d, io[0].d, dw, dbias, N,
+                                              C, &err),
+                        err);
+            }
+            sync_ok();
+            g[k] = fetch_all(io, 4);
+        }
+        static const char *const what[4] = {"residual_layernorm_fwd res", "... out", "... mean",
+                                             "... rstd"};
+        for (int t = 0; t < 4; t++)
+            cmp_bits(what[t], g[0][t], g[2][t], t < 2 ? NC * 4 : (size_t)N * 4);
+        cmp_bits("residual_layernorm_fwd res vs CPU", g[0][0], res, NC * 4);
+        cmp_tol("residual_layernorm_fwd out vs CPU", g[0][1], out, NC, ATOL, RTOL);
+        cmp_tol("residual_layernorm_fwd mean vs CPU", g[0][2], mean, (size_t)N, 1e-6, 1e-5);
+        check_repeat("residual_layernorm_fwd", g[0], g[1], io, 4);
+        free_all(g[0], 4);
+        free_all(g[2], 4);
+        free(a), free(b), free(w), free(bias), free(res), free(out), free(mean), free(rstd);
+        void *fr[] = {da, db, dw, dbias, io[0].d, io[1].d, io[2].d, io[3].d};
+        for (size_t i = 0; i < sizeof fr / sizeof fr[0]; i++)
+            CK(cudaFree(fr[i]));
+    }
+
     /* matmul [N, C] x [C, 4C] (+ bias), and its backward */
     {
         float *inp = rnd(NC, 1), *w = rnd((size_t)C * OC, 0.1f), *bias = rnd((size_t)OC, 0.5f);

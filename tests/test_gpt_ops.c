@@ -230,6 +230,29 @@ static void mm_fwd(void *c, float *out)
     zs_op_matmul_fwd(pool, out, m->inp, m->w, m->bias, m->N, m->IC, m->OC);
 }
 
+/* The fused residual + LayerNorm: bitwise the residual then the LayerNorm
+ * (the LayerNorm itself is checked above against double and finite
+ * differences). */
+static void test_residual_layernorm(void)
+{
+    int N = 11, C = 37;
+    size_t n = (size_t)N * C;
+    float *a = rnd(n, 2), *b = rnd(n, 1), *w = rnd((size_t)C, 1), *bias = rnd((size_t)C, 1);
+    float *r1 = malloc(n * 4), *o1 = malloc(n * 4), *m1 = malloc((size_t)N * 4),
+          *s1 = malloc((size_t)N * 4), *r2 = malloc(n * 4), *o2 = malloc(n * 4),
+          *m2 = malloc((size_t)N * 4), *s2 = malloc((size_t)N * 4);
+    TEST_CHECK(r1 && o1 && m1 && s1 && r2 && o2 && m2 && s2);
+    zs_op_residual_fwd(pool, r1, a, b, n);
+    zs_op_layernorm_fwd(pool, o1, m1, s1, r1, w, bias, N, C);
+    zs_op_residual_layernorm_fwd(pool, r2, o2, m2, s2, a, b, w, bias, N, C);
+    TEST_CHECKF(!memcmp(r1, r2, n * 4) && !memcmp(o1, o2, n * 4) &&
+                    !memcmp(m1, m2, (size_t)N * 4) && !memcmp(s1, s2, (size_t)N * 4),
+                "residual_layernorm_fwd differs from residual_fwd then layernorm_fwd");
+    printf("residual_layernorm_fwd: bitwise residual_fwd then layernorm_fwd\n");
+    free(a), free(b), free(w), free(bias), free(r1), free(o1), free(m1), free(s1), free(r2),
+        free(o2), free(m2), free(s2);
+}
+
 static void test_matmul(int N, int IC, int OC)
 {
     mm_t m = {N, IC, OC, NULL, NULL, NULL};
@@ -570,6 +593,7 @@ int main(void)
     printf("test_gpt_ops: finite differences (abs err = |analytic - fd|)\n");
     test_embed();
     test_layernorm();
+    test_residual_layernorm();
     test_matmul(7, 9, 11);
     test_matmul(70, 96, 130); /* large enough for zs_op_gemm to split */
     test_matmul(130, 64, 40); /* split along rows */

@@ -129,7 +129,8 @@ int main(void)
     } want[] = {
         {"attention_fwd", L},
         {"attention_bwd", L},
-        {"layernorm_fwd", 2 * L + 1},
+        {"layernorm_fwd", L + 1}, /* ln1 per block and lnf; ln2 is fused: */
+        {"residual_layernorm_fwd", L},
         {"layernorm_bwd", 2 * L + 1},
         {"xent_fwd", 1},
         {"xent_bwd", 1},

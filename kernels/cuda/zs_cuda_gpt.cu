@@ -360,6 +360,47 @@ __global__ void __launch_bounds__(ROW_WARPS * 32)
     }
 }
 
+/* The residual add and the LayerNorm after it, one warp per row: each lane
+ * writes res = a + b for its columns and keeps the sum, then the row's
+ * statistics and outputs exactly as k_layernorm_fwd computes them from res
+ * (the same lane order and butterfly), so the same bits as
+ * k_residual_fwd then k_layernorm_fwd, in one launch and one read of a, b
+ * instead of two launches and a re-read of res. Each lane reads back only
+ * what it wrote. */
+__global__ void __launch_bounds__(ROW_WARPS * 32)
+    k_residual_layernorm_fwd(float *__restrict__ res, float *__restrict__ out,
+                             float *__restrict__ mean, float *__restrict__ rstd,
+                             const float *__restrict__ a, const float *__restrict__ b,
+                             const float *__restrict__ w, const float *__restrict__ bias, int N,
+                             int C)
+{
+    int row = blockIdx.x * ROW_WARPS + (threadIdx.x >> 5), lane = threadIdx.x & 31;
+    if (row >= N)
+        return;
+    size_t at = (size_t)row * C;
+    float *x = res + at, *o = out + at;
+    float s = 0.0f;
+    for (int c = lane; c < C; c += 32) {
+        float r = a[at + c] + b[at + c];
+        x[c] = r;
+        s = s + r;
+    }
+    float m = zs__warp_sum(s) / (float)C;
+    float v = 0.0f;
+    for (int c = lane; c < C; c += 32) {
+        float d = x[c] - m;
+        v = v + d * d;
+    }
+    v = zs__warp_sum(v) / (float)C;
+    float r = zs_math_ln_rstd(v);
+    for (int c = lane; c < C; c += 32)
+        o[c] = zs_math_ln_out(x[c], m, r, w[c], bias[c]);
+    if (lane == 0) {
+        mean[row] = m;
+        rstd[row] = r;
+    }
+}
+
 /* One warp per row: dinp += (w dout - mean(dn) - n mean(dn n)) rstd. */
 __global__ void __launch_bounds__(ROW_WARPS * 32)
     k_layernorm_bwd_dx(float *__restrict__ dinp, const float *__restrict__ dout,
@@ -382,6 +423,25 @@ __global__ void __launch_bounds__(ROW_WARPS * 32)
     dnm = zs__warp_sum(dnm) / (float)C;
     for (int c = lane; c < C; c += 32)
         dx[c] = dx[c] + zs_math_ln_dx(x[c], m, r, w[c], d[c], dm, dnm);
+}
+
+/* See zs_cuda_gpt.h. */
+extern "C" int zs_cuda_residual_layernorm_fwd(void *stream, float *res, float *out, float *mean,
+                                              float *rstd, const float *a, const float *b,
+                                              const float *w, const float *bias, int N, int C,
+                                              zs_err_t *err)
+{
+    cudaStream_t cs = (cudaStream_t)stream;
+    if (N < 0 || C <= 0)
+        return bad_shape(err, "zs_cuda_residual_layernorm_fwd", "bad size");
+    if (N == 0)
+        return ZS_OK;
+    if (!res || !out || !mean || !rstd || !a || !b || !w || !bias)
+        return bad_shape(err, "zs_cuda_residual_layernorm_fwd", "NULL buffer");
+    ZS_CUDA_LAUNCH(k_residual_layernorm_fwd, (N + ROW_WARPS - 1) / ROW_WARPS, ROW_WARPS * 32, 0,
+                   cs, res, out, mean, rstd, a, b, w, bias, N, C);
+    ZS_CUDA_LAUNCHED("k_residual_layernorm_fwd");
+    return ZS_OK;
 }
 
 /* See zs_cuda_gpt.h. */

@@ -103,6 +103,13 @@ int zs_cuda_embed_bwd(void *stream, float *dwte, float *dwpe, const float *dout,
 int zs_cuda_layernorm_fwd(void *stream, float *out, float *mean, float *rstd, const float *inp,
                           const float *w, const float *b, int N, int C, zs_err_t *err);
 
+/* res = a + b, out = LayerNorm(res) (w, bias; mean, rstd [N] kept), one
+ * launch: bitwise zs_cuda_residual_fwd then zs_cuda_layernorm_fwd. res
+ * must not overlap a, b or out. CPU twin: zs_op_residual_layernorm_fwd. */
+int zs_cuda_residual_layernorm_fwd(void *stream, float *res, float *out, float *mean, float *rstd,
+                                   const float *a, const float *b, const float *w,
+                                   const float *bias, int N, int C, zs_err_t *err);
+
 /* dinp ACCUMULATES (+=); dw, db +=. */
 int zs_cuda_layernorm_bwd(void *stream, float *dinp, float *dw, float *db, const float *dout,
                           const float *inp, const float *w, const float *mean, const float *rstd,

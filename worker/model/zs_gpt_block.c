@@ -98,6 +98,14 @@ int zs__gpt_block_part_fwd(zs_gpt_t *g, int l, int part, const zs__gpt_bp_t *bp,
         TRY(bparam(g, bp, 1, o->projb, Cz, 0, &b, err));
         TRY(bparam(g, bp, 1, o->projw, Cz * Cz, ZS_GPT_BIG, &w, err));
         TRY(ops->matmul_fwd(k, s, g->proj, ws.atty, w, b, N, C, C, err));
+        if (ops->residual_layernorm_fwd && g->act_dt == ZS_DTYPE_F32) {
+            /* fused: one pass (the LayerNorm reads res2 unrounded, so 16-bit
+             * activations, which round res2 in between, take the two ops) */
+            TRY(bparam(g, bp, 1, o->ln2w, Cz, Cz, &w, err));
+            TRY(bparam(g, bp, 1, o->ln2b, Cz, 2 * Cz, &b2, err));
+            return ops->residual_layernorm_fwd(k, s, ws.res2, ws.ln2, ws.ln2_mean, ws.ln2_rstd, x,
+                                               g->proj, w, b2, N, C, err);
+        }
         TRY(ops->residual_fwd(k, s, ws.res2, x, g->proj, nC, err));
         TRY(zs__gpt_round(g, l, ws.res2, g->res2_16, sN * C, nC, err));
         TRY(bparam(g, bp, 1, o->ln2w, Cz, Cz, &w, err));

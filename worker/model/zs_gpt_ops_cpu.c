@@ -340,6 +340,29 @@ static int gelu_bwd(void *ctx, zs_stream_t *s, float *dinp, const float *inp, co
     return zs_dev_host_fn(s, gelu_bwd_run, &a, sizeof a, err);
 }
 
+typedef struct {
+    zs_pool_t *pool;
+    float *res, *out, *mean, *rstd;
+    const float *a, *b, *w, *bias;
+    int N, C;
+} resln_args_t;
+
+static int resln_fwd_run(void *args, zs_err_t *err)
+{
+    UNPACK(resln_args_t);
+    zs_op_residual_layernorm_fwd(a.pool, a.res, a.out, a.mean, a.rstd, a.a, a.b, a.w, a.bias, a.N,
+                                 a.C);
+    return ZS_OK;
+}
+
+static int residual_layernorm_fwd(void *ctx, zs_stream_t *s, float *res, float *out, float *mean,
+                                  float *rstd, const float *x, const float *y, const float *w,
+                                  const float *bias, int N, int C, zs_err_t *err)
+{
+    resln_args_t a = {POOL(ctx), res, out, mean, rstd, x, y, w, bias, N, C};
+    return zs_dev_host_fn(s, resln_fwd_run, &a, sizeof a, err);
+}
+
 static int residual_fwd_run(void *args, zs_err_t *err)
 {
     UNPACK(ew_args_t);
@@ -456,6 +479,7 @@ int zs_gpt_ops_cpu_create(zs_pool_t *pool, zs_gpt_ops_t **out, zs_err_t *err)
     o->gelu_fwd = gelu_fwd;
     o->gelu_bwd = gelu_bwd;
     o->residual_fwd = residual_fwd;
+    o->residual_layernorm_fwd = residual_layernorm_fwd;
     o->residual_bwd = residual_bwd;
     o->xent_fwd = xent_fwd;
     o->xent_bwd = xent_bwd;

@@ -185,6 +185,14 @@ static int gelu_bwd(void *ctx, zs_stream_t *s, float *dinp, const float *inp, co
     return zs_cuda_gelu_bwd(cs, dinp, inp, dout, n, err);
 }
 
+static int residual_layernorm_fwd(void *ctx, zs_stream_t *s, float *res, float *out, float *mean,
+                                  float *rstd, const float *a, const float *b, const float *w,
+                                  const float *bias, int N, int C, zs_err_t *err)
+{
+    ENTER(0);
+    return zs_cuda_residual_layernorm_fwd(cs, res, out, mean, rstd, a, b, w, bias, N, C, err);
+}
+
 static int residual_fwd(void *ctx, zs_stream_t *s, float *out, const float *a, const float *b,
                         size_t n, zs_err_t *err)
 {
@@ -287,6 +295,7 @@ int zs_gpt_ops_cuda_create(zs_dev_t *dev, zs_gpt_ops_t **out, zs_err_t *err)
     o->gelu_fwd = gelu_fwd;
     o->gelu_bwd = gelu_bwd;
     o->residual_fwd = residual_fwd;
+    o->residual_layernorm_fwd = residual_layernorm_fwd;
     o->residual_bwd = residual_bwd;
     o->xent_fwd = xent_fwd;
     o->xent_bwd = xent_bwd;

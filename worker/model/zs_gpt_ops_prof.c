@@ -183,6 +183,14 @@ static int residual_fwd(void *ctx, zs_stream_t *s, float *out, const float *a, c
     CALL("residual_fwd", residual_fwd, out, a, b, n);
 }
 
+static int residual_layernorm_fwd(void *ctx, zs_stream_t *s, float *res, float *out, float *mean,
+                                  float *rstd, const float *a, const float *b, const float *w,
+                                  const float *bias, int N, int C, zs_err_t *err)
+{
+    CALL("residual_layernorm_fwd", residual_layernorm_fwd, res, out, mean, rstd, a, b, w, bias, N,
+         C);
+}
+
 static int residual_bwd(void *ctx, zs_stream_t *s, float *da, float *db, const float *dout,
                         size_t n, zs_err_t *err)
 {
@@ -271,6 +279,7 @@ int zs_gpt_ops_prof_wrap(zs_gpt_ops_t *in, zs_gpt_ops_t **out, zs_err_t *err)
         .gelu_bwd = gelu_bwd,
         .residual_fwd = residual_fwd,
         .residual_bwd = residual_bwd,
+        .residual_layernorm_fwd = in->residual_layernorm_fwd ? residual_layernorm_fwd : NULL,
         .xent_fwd = xent_fwd,
         .xent_bwd = xent_bwd,
     };

@@ -104,6 +104,12 @@ struct zs_gpt_ops {
                         size_t n, zs_err_t *err);
     int (*residual_bwd)(void *ctx, zs_stream_t *s, float *da, float *db, const float *dout,
                         size_t n, zs_err_t *err);
+    /* residual_fwd then layernorm_fwd of its output, fused: res = a + b,
+     * out = LayerNorm(res) [N, C] (zs_op_residual_layernorm_fwd), bitwise
+     * the two entries one after the other. NULL where a device has none. */
+    int (*residual_layernorm_fwd)(void *ctx, zs_stream_t *s, float *res, float *out, float *mean,
+                                  float *rstd, const float *a, const float *b, const float *w,
+                                  const float *bias, int N, int C, zs_err_t *err);
     /* logits / dlogits [N, V] with rows ld >= V floats apart */
     int (*xent_fwd)(void *ctx, zs_stream_t *s, float *losses, float *lse, const float *logits,
                     const int32_t *targets, int N, int V, int ld, zs_err_t *err);
