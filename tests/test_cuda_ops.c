@@ -1005,8 +1005,13 @@ static void test_mixed(const shape_t *s, int dt)
         float *g_inp = up(inp, ni * 4), *g_w = up(w, nw * 4), *g_b = up(b, OC * 4),
               *g_dout = up(dout, no * 4), *g_out = dev(no * 4), *g_dinp = dev(ni * 4),
               *g_dw = up(dw0, nw * 4), *g_db = up(db0, OC * 4);
+        long long epi0 = blas.bias_epilogues, fb0 = blas.bias_fallbacks;
         TEST_OK(zs_cuda_matmul_fwd_mixed(cs, &blas, &dm, g_out, g_inp, g_w, g_b, N, IC, OC, &err),
                 err);
+        /* the bias went through cuBLASLt's BIAS epilogue (or, where the
+         * library offers no algorithm for it, the counted fallback) */
+        TEST_CHECKF(blas.bias_epilogues + blas.bias_fallbacks == epi0 + fb0 + 1,
+                    "%s matmul_fwd: the bias took neither the epilogue nor the fallback", dn);
         TEST_OK(zs_cuda_matmul_bwd_mixed(cs, &blas, &dm, g_dinp, g_dw, g_db, g_dout, g_inp, g_w, N,
                                          IC, OC, &err),
                 err);
@@ -1187,8 +1192,9 @@ int main(void)
         test_flash(2, flash_shapes[i][0], 3 * flash_shapes[i][1], 3, ZS_DTYPE_BF16);
         test_flash(2, flash_shapes[i][0], 3 * flash_shapes[i][1], 3, ZS_DTYPE_F16);
     }
-    printf("cuBLASLt: %lld GEMMs, %lld without a pedantic algorithm\n", blas.gemms,
-           blas.non_pedantic);
+    printf("cuBLASLt: %lld GEMMs, %lld without a pedantic algorithm; bias epilogues %lld, "
+           "fallbacks to the fill kernel %lld\n",
+           blas.gemms, blas.non_pedantic, blas.bias_epilogues, blas.bias_fallbacks);
 
     zs_cuda_blas_deinit(&blas);
     CK(cudaFree(workspace));

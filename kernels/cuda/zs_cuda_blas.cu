@@ -26,8 +26,13 @@
  * not asked for there (it would exclude the tensor cores); products of 16-bit
  * operands are exact in fp32 and the accumulation is fp32.
  *
+ * Epilogues: only CUBLASLT_EPILOGUE_BIAS (zs__cuda_gemm_bias: the bias
+ * added per output column in the GEMM instead of a fill kernel and beta = 1),
+ * and only where cuBLASLt offers an algorithm for it; the caller falls back
+ * otherwise.
+ *
  * What it does not do: cache heuristics (one query per call), 16-bit
- * outputs, epilogues.
+ * outputs, the GELU and gradient epilogues.
  */
 #include <cublasLt.h>
 #include <cuda_runtime.h>
@@ -106,12 +111,15 @@ static cudaDataType_t ab_type(int dt)
 }
 
 /* One column-major matmul, D = C = alpha op(A) op(B) + beta C, strided
- * batched when batch > 1. Returns a zs status. */
+ * batched when batch > 1; with bias (m fp32 values, batch 1 only) the
+ * BIAS epilogue adds bias[i] to row i of D. Returns a zs status;
+ * ZS_ERR_UNIMPLEMENTED when cuBLASLt has no algorithm for it. */
 static int lt_matmul(cudaStream_t cs, zs_cuda_blas_t *blas, int abdt, int transa, int transb, int m,
                      int n, int k, float alpha, const void *A, int lda, long long sA, const void *B,
                      int ldb, long long sB, float beta, float *C, int ldc, long long sC, int batch,
-                     zs_err_t *err)
+                     const float *bias, zs_err_t *err)
 {
+    cublasLtEpilogue_t epi = bias ? CUBLASLT_EPILOGUE_BIAS : CUBLASLT_EPILOGUE_DEFAULT;
     int rc = ZS_OK;
     cublasLtHandle_t lt = (cublasLtHandle_t)blas->lt;
     cublasLtMatmulDesc_t op = NULL;
@@ -172,6 +180,11 @@ static int lt_matmul(cudaStream_t cs, zs_cuda_blas_t *blas, int abdt, int transa
             s = cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_TRANSA, &ta, sizeof ta);
         if (s == CUBLAS_STATUS_SUCCESS)
             s = cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_TRANSB, &tb, sizeof tb);
+        if (s == CUBLAS_STATUS_SUCCESS && bias)
+            s = cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_EPILOGUE, &epi, sizeof epi);
+        if (s == CUBLAS_STATUS_SUCCESS && bias)
+            s = cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &bias,
+                                               sizeof bias);
         nres = 0;
         if (s == CUBLAS_STATUS_SUCCESS)
             s = cublasLtMatmulAlgoGetHeuristic(lt, op, la, lb, lc, lc, pref, 1, &res, &nres);
@@ -182,7 +195,11 @@ static int lt_matmul(cudaStream_t cs, zs_cuda_blas_t *blas, int abdt, int transa
         op = NULL;
         if (pedantic)
             continue;
-        if (s != CUBLAS_STATUS_SUCCESS)
+        if (bias) /* no epilogue algorithm: the caller adds the bias itself */
+            rc = zs_err_set(err, ZS_ERR_UNIMPLEMENTED,
+                            "cuBLASLt has no bias-epilogue algorithm for m=%d n=%d k=%d (%s)", m, n,
+                            k, s == CUBLAS_STATUS_SUCCESS ? "none found" : "refused");
+        else if (s != CUBLAS_STATUS_SUCCESS)
             rc = lt_fail(err, s, "cuBLASLt matmul descriptor / heuristic", __FILE__, __LINE__);
         else
             rc = zs_err_set(err, ZS_ERR_UNIMPLEMENTED,
@@ -198,6 +215,8 @@ static int lt_matmul(cudaStream_t cs, zs_cuda_blas_t *blas, int abdt, int transa
     blas->gemms++;
     if (!pedantic && abt == CUDA_R_32F)
         blas->non_pedantic++;
+    if (bias)
+        blas->bias_epilogues++;
 out:
     if (pref)
         cublasLtMatmulPreferenceDestroy(pref);
@@ -236,7 +255,22 @@ int zs__cuda_gemm_batched(cudaStream_t cs, zs_cuda_blas_t *blas, int abdt, int t
                           lda, ldb, ldc, M, N, K, ta, tb);
     /* C^T[N, M] = op(B)^T[N, K] op(A)^T[K, M], column-major. */
     return lt_matmul(cs, blas, abdt, tb, ta, N, M, K, alpha, B, ldb, sB, A, lda, sA, beta, C, ldc,
-                     sC, batch, err);
+                     sC, batch, NULL, err);
+}
+
+/* See zs_cuda_blas.cuh. */
+int zs__cuda_gemm_bias(cudaStream_t cs, zs_cuda_blas_t *blas, int abdt, int M, int N, int K,
+                       const void *A, int lda, const void *B, int ldb, const float *bias, float *C,
+                       int ldc, zs_err_t *err)
+{
+    if (!blas || !blas->lt)
+        return zs_err_set(err, ZS_ERR_STATE, "zs_cuda_gemm: context not initialised");
+    if (M <= 0 || N <= 0 || K <= 0 || !A || !B || !C || !bias || ldc < N || lda < K || ldb < N)
+        return zs_err_set(err, ZS_ERR_INVALID, "zs__cuda_gemm_bias: M=%d N=%d K=%d", M, N, K);
+    /* C^T[N, M] = B^T[N, K] A^T[K, M] column-major: the bias is per row of
+     * C^T, i.e. per column of the row-major C */
+    return lt_matmul(cs, blas, abdt, 0, 0, N, M, K, 1.0f, B, ldb, 0, A, lda, 0, 0.0f, C, ldc, 0, 1,
+                     bias, err);
 }
 
 /* See zs_cuda_gpt.h. */

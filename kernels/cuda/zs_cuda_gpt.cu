@@ -592,7 +592,12 @@ extern "C" int zs_cuda_matmul_fwd_mixed(void *stream, zs_cuda_blas_t *blas, cons
     if ((rc = zs__opnd_round(cs, &o, inp, (size_t)N * IC, &ri, err)) ||
         (rc = zs__opnd_round(cs, &o, w, (size_t)IC * OC, &rw, err)))
         return rc;
-    if (bias) {
+    if (bias) { /* in the GEMM's epilogue: no fill kernel, no read of out */
+        rc = zs__cuda_gemm_bias(cs, blas, o.dt, N, OC, IC, ri, IC, rw, OC, bias, out, OC, err);
+        if (rc != ZS_ERR_UNIMPLEMENTED)
+            return rc;
+        blas->bias_fallbacks++;
+        zs_err_clear(err);
         size_t n = (size_t)N * OC;
         ZS_CUDA_LAUNCH(k_bias_fill, zs__cuda_blocks(n, ZS_CUDA_EW_THREADS), ZS_CUDA_EW_THREADS, 0,
                        cs, out, bias, OC, n);

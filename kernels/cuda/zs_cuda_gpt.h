@@ -64,6 +64,8 @@ typedef struct zs_cuda_blas {
     size_t workspace_bytes; /* its size; 32 MiB is plenty for these shapes */
     long long gemms;        /* GEMMs enqueued */
     long long non_pedantic; /* of which ran with CUBLAS_COMPUTE_32F (no pedantic algorithm) */
+    long long bias_epilogues; /* of which added a bias in cuBLASLt's BIAS epilogue */
+    long long bias_fallbacks; /* matmuls whose bias epilogue had no algorithm (fill kernel) */
 } zs_cuda_blas_t;
 
 /* Create the cuBLASLt handle; workspace (device memory, may be NULL with
