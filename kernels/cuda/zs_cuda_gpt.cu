@@ -331,16 +331,11 @@ extern "C" int zs_cuda_bias_bwd(void *stream, float *db, const float *dout, int 
 /* One warp per row: mean and biased variance in fp32 (lane-strided sums, a
  * butterfly), rstd and the outputs by zs_math.h. out may equal inp (each
  * lane reads its elements before writing them), as on the CPU. */
-__global__ void __launch_bounds__(ROW_WARPS * 32)
-    k_layernorm_fwd(float *out, float *__restrict__ mean, float *__restrict__ rstd,
-                    const float *inp, const float *__restrict__ w, const float *__restrict__ b,
-                    int N, int C)
+/* The row's LayerNorm by one warp: lane-strided sums, a butterfly. */
+__device__ __forceinline__ void ln_row(float *o, float *mean, float *rstd, const float *x,
+                                       const float *__restrict__ w, const float *__restrict__ b,
+                                       int C, int lane)
 {
-    int row = blockIdx.x * ROW_WARPS + (threadIdx.x >> 5), lane = threadIdx.x & 31;
-    if (row >= N)
-        return;
-    const float *x = inp + (size_t)row * C;
-    float *o = out + (size_t)row * C;
     float s = 0.0f;
     for (int c = lane; c < C; c += 32)
         s = s + x[c];
@@ -355,18 +350,28 @@ __global__ void __launch_bounds__(ROW_WARPS * 32)
     for (int c = lane; c < C; c += 32)
         o[c] = zs_math_ln_out(x[c], m, r, w[c], b[c]);
     if (lane == 0) {
-        mean[row] = m;
-        rstd[row] = r;
+        *mean = m;
+        *rstd = r;
     }
 }
 
+__global__ void __launch_bounds__(ROW_WARPS * 32)
+    k_layernorm_fwd(float *out, float *__restrict__ mean, float *__restrict__ rstd,
+                    const float *inp, const float *__restrict__ w, const float *__restrict__ b,
+                    int N, int C)
+{
+    int row = blockIdx.x * ROW_WARPS + (threadIdx.x >> 5), lane = threadIdx.x & 31;
+    if (row >= N)
+        return;
+    size_t at = (size_t)row * C;
+    ln_row(out + at, mean + row, rstd + row, inp + at, w, b, C, lane);
+}
+
 /* The residual add and the LayerNorm after it, one warp per row: each lane
- * writes res = a + b for its columns and keeps the sum, then the row's
- * statistics and outputs exactly as k_layernorm_fwd computes them from res
- * (the same lane order and butterfly), so the same bits as
- * k_residual_fwd then k_layernorm_fwd, in one launch and one read of a, b
- * instead of two launches and a re-read of res. Each lane reads back only
- * what it wrote. */
+ * writes res = a + b for its columns, then the row's LayerNorm of res as
+ * k_layernorm_fwd computes it (ln_row: the same lane order and butterfly;
+ * each lane reads back only what it wrote, from cache), so the same bits as
+ * k_residual_fwd then k_layernorm_fwd, in one launch instead of two. */
 __global__ void __launch_bounds__(ROW_WARPS * 32)
     k_residual_layernorm_fwd(float *__restrict__ res, float *__restrict__ out,
                              float *__restrict__ mean, float *__restrict__ rstd,
@@ -378,27 +383,9 @@ __global__ void __launch_bounds__(ROW_WARPS * 32)
     if (row >= N)
         return;
     size_t at = (size_t)row * C;
-    float *x = res + at, *o = out + at;
-    float s = 0.0f;
-    for (int c = lane; c < C; c += 32) {
-        float r = a[at + c] + b[at + c];
-        x[c] = r;
-        s = s + r;
-    }
-    float m = zs__warp_sum(s) / (float)C;
-    float v = 0.0f;
-    for (int c = lane; c < C; c += 32) {
-        float d = x[c] - m;
-        v = v + d * d;
-    }
-    v = zs__warp_sum(v) / (float)C;
-    float r = zs_math_ln_rstd(v);
     for (int c = lane; c < C; c += 32)
-        o[c] = zs_math_ln_out(x[c], m, r, w[c], bias[c]);
-    if (lane == 0) {
-        mean[row] = m;
-        rstd[row] = r;
-    }
+        res[at + c] = a[at + c] + b[at + c];
+    ln_row(out + at, mean + row, rstd + row, res + at, w, bias, C, lane);
 }
 
 /* One warp per row: dinp += (w dout - mean(dn) - n mean(dn n)) rstd. */
