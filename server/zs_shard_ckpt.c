@@ -307,7 +307,8 @@ static int restore_step(zs_shard_t *sh, uint64_t step, int check_id, zs_err_t *e
                            m->last_commit->skip,      (zs_dtype_t)m->last_commit->param_dtype};
     if (have_lc && m->last_commit->n_group_lr <= ZS_GROUPS_MAX_LRS) {
         lc.nlrs = (uint32_t)m->last_commit->n_group_lr;
-        memcpy(lc.lrs, m->last_commit->group_lr, lc.nlrs * sizeof(float));
+        if (lc.nlrs) /* group_lr is NULL when there are none */
+            memcpy(lc.lrs, m->last_commit->group_lr, lc.nlrs * sizeof(float));
     } else if (have_lc) {
         have_lc = 0; /* not a commit this server could have accepted */
     }
