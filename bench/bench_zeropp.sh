@@ -12,6 +12,10 @@
 #   qwz_hpz_qgz  and zero_quantized_gradients (int8 gradient records, two hops)
 #   mics       mics_shard_size 2 (MiCS: one shard group per node, gradients
 #              all-reduced across the 2 groups; model state 1/2 per worker)
+#   zero3_w2   plain ZeRO-3 at W = 2 (one node, gradient accumulation 2):
+#              MiCS G = 2's partitioning and order of sums, so the reference
+#              MiCS is compared with step by step (only with CONFIGS=...;
+#              it prints a ZEROPP-MICS line when mics ran too)
 # Every configuration frees each layer after its use (stage3_max_live_
 # parameters 0, stage3_max_reuse_distance 0, no prefetch), as a model too
 # large to keep gathered does, so the backward gathers again. Prints per
@@ -73,13 +77,13 @@ complete() { # name [quiet]
     echo "bench_zeropp: $1: $rows rows, last step $last, $skipped skipped; want $STEPS, $STEPS, 0" >&2
   return 1
 }
-run() { # name
+run() { # name [ranks]
   if [ -n "${ZS_BENCH_DIR:-}" ] && complete "$1" quiet; then
     echo "$1: reusing $T/$1.csv ($STEPS steps)"
     return
   fi
   ZS_LOG_LEVEL=warn ZS_RANKS_PER_NODE=2 mpirun --allow-run-as-root --oversubscribe --bind-to none \
-    -x ZS_RANKS_PER_NODE -np 4 "$TRAIN" --servers "$S" --data "$T/corpus.tok" --layers 6 \
+    -x ZS_RANKS_PER_NODE -np "${2:-4}" "$TRAIN" --servers "$S" --data "$T/corpus.tok" --layers 6 \
     --heads 8 --width 576 --ctx 64 --steps "$STEPS" --log-every 50 --fresh \
     --config "$V/$1.json" --csv "$T/$1.csv" > "$T/$1.log" 2>&1 || {
     tail -20 "$T/$1.log"
@@ -98,9 +102,10 @@ cfg hpz 2 false
 cfg qwz_hpz 2 true
 cfg qwz_hpz_qgz 2 true true
 cfg mics 1 false false 2
+cfg zero3_w2 1 false
 CONFIGS=${CONFIGS:-zero3 qwz qwz_hpz qwz_hpz_qgz mics}
 for c in $CONFIGS; do
-  run $c
+  if [ "$c" = zero3_w2 ]; then run $c 2; else run $c; fi
   echo "$c: $(tail -1 "$T/$c.log")"
 done
 X0=$(inter zero3) L0=$(meanloss zero3)
@@ -110,3 +115,14 @@ for c in $CONFIGS; do
     "ratio_to_zero3=$(awk -v a="$X" -v b="$X0" 'BEGIN {printf "%.3f", a / b}')" \
     "loss_delta=$(awk -v a="$L" -v b="$L0" 'BEGIN {printf "%+.4f", (a - b) / b}')"
 done
+# MiCS against its same-order reference: the mean-loss delta over the last
+# LAST steps and the largest relative difference of any step's loss
+if [[ " $CONFIGS " == *" mics "* && " $CONFIGS " == *" zero3_w2 "* ]]; then
+  echo "ZEROPP-MICS config=mics reference=zero3_w2" \
+    "loss_delta=$(awk -v a="$(meanloss mics)" -v b="$(meanloss zero3_w2)" 'BEGIN {printf "%+.6f", (a - b) / b}')" \
+    "max_step_rel_diff=$(paste -d, <(tail -n +2 "$T/mics.csv" | cut -d, -f2) \
+      <(tail -n +2 "$T/zero3_w2.csv" | cut -d, -f2) |
+      awk -F, '{d = ($1 - $2) / $2; if (d < 0) d = -d; if (d > m) m = d} END {printf "%.3g", m}')" \
+    "equal_steps=$(paste -d, <(tail -n +2 "$T/mics.csv" | cut -d, -f2) \
+      <(tail -n +2 "$T/zero3_w2.csv" | cut -d, -f2) | awk -F, '$1 == $2' | wc -l)/$STEPS"
+fi

@@ -15,7 +15,7 @@
  *     non-finite element and a partial last block;
  *   - qgZ: zs_coll_reduce_scatter_q8 equals its two hops replayed here
  *     from every rank's data, bitwise, and the exact sum within the bound
- *     of the records it went through (MPI; NCCL refuses it), a
+ *     of the records it went through (MPI and NCCL), a
  *     sub-communicator's refused.
  *
  *   - (NCCL, "kill 4") a rank SIGKILLed in the middle of its node's
@@ -198,7 +198,9 @@ static void add_q(float *acc, const void *src, zs_dtype_t dt, size_t count, int 
 
 /* qgZ: zs_coll_reduce_scatter_q8 against the same two hops replayed here
  * from every rank's (regenerated) data, bitwise; and against the exact sum
- * within the bound of the records it went through. NCCL: refused. */
+ * within the bound of the records it went through (MPI, and NCCL through
+ * ncclSend/ncclRecv: there the replay holds the CUDA kernels to the CPU
+ * twin). */
 static void check_rsq8(zs_coll_t *c, zs_dtype_t dt)
 {
     zs_err_t err;

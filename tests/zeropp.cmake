@@ -25,20 +25,22 @@ foreach(c "4;2" "4;0" "2;1")
                        ENVIRONMENT "${ZS_ZPP_MPI_ENV}${envx}")
 endforeach()
 # The same on the emulated NCCL (tests/emu.cmake builds test_coll_zeropp in
-# build/emu): the NCCL intra/inter-node communicators, and the CUDA qwZ
-# kernels (kernels/cuda/zs_cuda_quant.cu) bitwise against the CPU twin.
+# build/emu): the NCCL intra/inter-node communicators, and the CUDA qwZ and
+# qgZ kernels (kernels/cuda/zs_cuda_quant.cu) bitwise against the CPU twin.
 if(ZS_WITH_CUDA AND NOT ZS_CUDA_EMU AND ZS_EMU_TESTS AND ZS_EMU_NCCL_SRC)
+  # np 2 as 2 nodes of 1 (qgZ's one-rank-per-node path), np 4 as 2 x 2
   foreach(np 2 4)
+    math(EXPR rpn "${np} / 2")
     add_test(NAME emu_test_coll_zeropp_nccl_np${np}
              COMMAND ${MPIEXEC_EXECUTABLE} ${MPIEXEC_NUMPROC_FLAG} ${np} --oversubscribe
                      ${MPIEXEC_PREFLAGS} ${ZS_EMU}/test_coll_zeropp nccl ${MPIEXEC_POSTFLAGS})
     set_tests_properties(emu_test_coll_zeropp_nccl_np${np} PROPERTIES LABELS "emu;mpi" TIMEOUT 300
                          SKIP_RETURN_CODE 77
-                         ENVIRONMENT "${ZS_EMU_MPI_ENV};ZS_EMU_SCHEDULE=random:5;ZS_EMU_DEVICES=${np};ZS_RANKS_PER_NODE=2")
+                         ENVIRONMENT "${ZS_EMU_MPI_ENV};ZS_EMU_SCHEDULE=random:5;ZS_EMU_DEVICES=${np};ZS_RANKS_PER_NODE=${rpn}")
   endforeach()
   # zs-train --device cuda on 4 emulated GPUs as 2 nodes x 2 (NCCL's
   # intra/inter communicators, the CUDA qwZ kernels in the engine): hpZ
-  # bitwise, bytes, refusals; qgZ refused on GPUs (8 steps: emulated steps
+  # bitwise, bytes, refusals; qgZ over ncclSend/ncclRecv (8 steps: emulated steps
   # are slow)
   add_test(NAME emu_test_train_zeropp COMMAND ${ZS_EMU}/test_train_zeropp)
   set_tests_properties(emu_test_train_zeropp PROPERTIES LABELS "emu;mpi" TIMEOUT 1800

@@ -7,7 +7,8 @@
  * finite elements it strides over, a shared-memory tree takes the block's
  * max (a max is exact, so the order does not matter), thread 0 stores the
  * scale, and every thread writes its elements' codes. Unpack is a
- * grid-stride loop over nrec * n elements. The formulas are
+ * grid-stride loop over nrec * n elements; so is qgZ's unpack-sum, each
+ * thread adding its element's sources in order. The formulas are
  * zs_quant_math.h's (ZS_FDIV, ZS_FMUL: the __f*_rn intrinsics here, plain
  * operators on the CPU), so the bytes are the CPU twin's.
  *
@@ -71,6 +72,24 @@ __global__ void __launch_bounds__(ZS_CUDA_EW_THREADS)
         const char *base = rec + r * bytes;
         float scale = ((const float *)base)[j / ZS_QUANT_BLOCK];
         zs_math_store(dst, DT, i, zs_quant_deq(((const int8_t *)(base + nblk * 4))[j], scale));
+    }
+}
+
+__global__ void __launch_bounds__(ZS_CUDA_EW_THREADS)
+    k_quant_unpack_sum(float *__restrict__ dst, const char *__restrict__ rec, size_t n, size_t nsrc,
+                       size_t ngroup)
+{
+    size_t nblk = nblocks(n), bytes = record_bytes(n);
+    ZS_CUDA_FOR(i, n * ngroup)
+    {
+        size_t g = i / n, j = i - g * n;
+        float acc = 0.0f;
+        for (size_t s = 0; s < nsrc; s++) {
+            const char *base = rec + (s * ngroup + g) * bytes;
+            float scale = ((const float *)base)[j / ZS_QUANT_BLOCK];
+            acc = ZS_FADD(acc, zs_quant_deq(((const int8_t *)(base + nblk * 4))[j], scale));
+        }
+        dst[i] = acc;
     }
 }
 
@@ -140,5 +159,24 @@ extern "C" int zs_cuda_quant_unpack(void *stream, void *dst, zs_dtype_t dt, cons
     ZS_CUDA_LAUNCH(k, zs__cuda_blocks(n * nrec, ZS_CUDA_EW_THREADS), ZS_CUDA_EW_THREADS, 0,
                    (cudaStream_t)stream, dst, (const char *)rec, n, nrec);
     ZS_CUDA_LAUNCHED("k_quant_unpack");
+    return ZS_OK;
+}
+
+/* See zs_cuda_quant.h. */
+extern "C" int zs_cuda_quant_unpack_sum(void *stream, float *dst, const void *rec, size_t n,
+                                        size_t nsrc, size_t ngroup, zs_err_t *err)
+{
+    size_t mult = ngroup > nsrc ? ngroup : nsrc;
+    if (check(err, "zs_cuda_quant_unpack_sum", ZS_DTYPE_F32, dst, nsrc ? rec : dst, n, mult))
+        return err ? err->code : ZS_ERR_INVALID;
+    if (n == 0 || ngroup == 0)
+        return ZS_OK;
+    if (nsrc > SIZE_MAX / ngroup || nsrc * ngroup > SIZE_MAX / record_bytes(n))
+        return zs_err_set(err, ZS_ERR_RANGE, "zs_cuda_quant_unpack_sum: %zu x %zu records overflow",
+                          nsrc, ngroup);
+    ZS_CUDA_LAUNCH(k_quant_unpack_sum, zs__cuda_blocks(n * ngroup, ZS_CUDA_EW_THREADS),
+                   ZS_CUDA_EW_THREADS, 0, (cudaStream_t)stream, dst, (const char *)rec, n, nsrc,
+                   ngroup);
+    ZS_CUDA_LAUNCHED("k_quant_unpack_sum");
     return ZS_OK;
 }

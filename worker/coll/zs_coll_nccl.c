@@ -42,8 +42,9 @@
  * changes only these groups: the GPU of a rank is still chosen by its
  * shared-memory local rank.
  *
- * qwZ: q8_pack and q8_unpack launch the CUDA kernels of
- * kernels/cuda/zs_cuda_quant.h on the communicator's stream.
+ * All-to-all (qgZ's hops, zs__nccl_all_to_all): one ncclSend and one
+ * ncclRecv per peer inside ncclGroupStart .. ncclGroupEnd, as NCCL's guide
+ * writes an all-to-all. qwZ and qgZ themselves are in zs_coll_nccl_q8.c.
  */
 #include <stdio.h>
 #include <stdlib.h>
@@ -53,7 +54,6 @@
 
 #include "zs_coll_nccl_internal.h"
 #include "zs_coll_topo.h"
-#include "zs_cuda_quant.h"
 #include "zs_dev_cuda.h"
 
 _Static_assert(ZS_NCCL_ID_BYTES == NCCL_UNIQUE_ID_BYTES, "ncclUniqueId size");
@@ -232,8 +232,9 @@ static int agree(const zs_nccl_boot_t *b, MPI_Comm world, MPI_Comm local, int ow
 
 /* ---- collectives ----------------------------------------------------------------- */
 
-enum { K_RS, K_AG, K_AR, K_BC };
-static const char *const KIND_NAME[] = {"reduce_scatter", "all_gather", "all_reduce", "broadcast"};
+enum { K_RS, K_AG, K_AR, K_BC, K_A2A };
+static const char *const KIND_NAME[] = {"reduce_scatter", "all_gather", "all_reduce", "broadcast",
+                                        "all_to_all"};
 
 static ncclDataType_t nccl_type(zs_dtype_t dt)
 {
@@ -253,9 +254,24 @@ static ncclResult_t issue(zs__coll_nccl_t *c, const zs__nccl_call_t *k, const ch
     case K_AR:
         *call = "ncclAllReduce";
         return ncclAllReduce(k->send, k->recv, k->count, k->type, k->op, c->comm, c->cs);
-    default:
+    case K_BC:
         *call = "ncclBroadcast";
         return ncclBroadcast(k->send, k->recv, k->count, k->type, k->root, c->comm, c->cs);
+    default: { /* K_A2A: count bytes to and from each peer, peers in rank order */
+        ncclResult_t r = ncclGroupStart(), r_end;
+        *call = "ncclSend/ncclRecv";
+        for (int p = 0; p < c->base.size && (r == ncclSuccess || r == ncclInProgress); p++) {
+            r = ncclSend(k->send + (size_t)p * k->count, k->count, ncclInt8, p, c->comm, c->cs);
+            if (r == ncclSuccess || r == ncclInProgress)
+                r = ncclRecv(k->recv + (size_t)p * k->count, k->count, ncclInt8, p, c->comm, c->cs);
+        }
+        r_end = ncclGroupEnd(); /* closes the group whatever happened inside */
+        if (r != ncclSuccess && r != ncclInProgress)
+            return r;
+        if (r_end != ncclSuccess)
+            *call = "ncclGroupEnd";
+        return r_end;
+    }
     }
 }
 
@@ -271,6 +287,28 @@ static int call_failed(zs__coll_nccl_t *c, ncclResult_t r, const char *call, con
     if (err)
         *err = e;
     return e.code;
+}
+
+/* Enqueue k on c's stream now (no group open): the NCCL call, settled,
+ * then tracked by the watchdog. */
+static int launch(zs__coll_nccl_t *c, const zs__nccl_call_t *k, const char *name, zs_err_t *err)
+{
+    int rc = ZS_CUDA_CHECK(err, c->device, "was the device reset?", cudaSetDevice, c->device);
+    if (rc)
+        return rc;
+    const char *call = "ncclReduceScatter";
+    pthread_mutex_lock(&c->nccl_mu);
+    if (!c->comm) {
+        pthread_mutex_unlock(&c->nccl_mu);
+        return zs__nccl_refuse(c, name, err);
+    }
+    ncclResult_t r = issue(c, k, &call);
+    if (r == ncclInProgress)
+        r = zs__nccl_settle(c);
+    pthread_mutex_unlock(&c->nccl_mu);
+    if (r != ncclSuccess)
+        return call_failed(c, r, call, k->what, err);
+    return zs__nccl_track(c, k->what, err);
 }
 
 /* Check one in-place collective; outside a group enqueue it on c's stream,
@@ -319,22 +357,30 @@ static int enqueue(zs__coll_nccl_t *c, int kind, void *buf, size_t count, zs_dty
         c->gq[c->ngq++] = k;
         return ZS_OK;
     }
-    rc = ZS_CUDA_CHECK(err, c->device, "was the device reset?", cudaSetDevice, c->device);
+    return launch(c, &k, name, err);
+}
+
+/* See zs_coll_nccl_internal.h. */
+int zs__nccl_all_to_all(zs__coll_nccl_t *c, const void *send, void *recv, size_t bytes,
+                        zs_err_t *err)
+{
+    int rc = zs__nccl_refuse(c, "all_to_all", err);
     if (rc)
         return rc;
-    const char *call = "ncclReduceScatter";
-    pthread_mutex_lock(&c->nccl_mu);
-    if (!c->comm) {
-        pthread_mutex_unlock(&c->nccl_mu);
-        return zs__nccl_refuse(c, name, err);
-    }
-    ncclResult_t r = issue(c, &k, &call);
-    if (r == ncclInProgress)
-        r = zs__nccl_settle(c);
-    pthread_mutex_unlock(&c->nccl_mu);
-    if (r != ncclSuccess)
-        return call_failed(c, r, call, k.what, err);
-    return zs__nccl_track(c, k.what, err);
+    if (c->base.grouped)
+        return zs_err_set(err, ZS_ERR_STATE, "NCCL all_to_all: not inside a group");
+    if (bytes == 0)
+        return ZS_OK;
+    if (!send || !recv || send == recv)
+        return zs_err_set(err, ZS_ERR_INVALID, "NCCL all_to_all: send or recv NULL, or the same");
+    zs__nccl_call_t k;
+    memset(&k, 0, sizeof k);
+    k.kind = K_A2A;
+    k.send = (char *)send;
+    k.recv = recv;
+    k.count = bytes;
+    snprintf(k.what, sizeof k.what, "all_to_all of %zu bytes per rank", bytes);
+    return launch(c, &k, "all_to_all", err);
 }
 
 /* The group's kept collectives in one ncclGroupStart .. ncclGroupEnd (a
@@ -453,27 +499,6 @@ static void nccl_destroy(zs_coll_t *zc)
     free(c);
 }
 
-/* qwZ's kernels on the communicator's stream (zs_coll.h's vtable). */
-static int nccl_q8_pack(zs_coll_t *zc, void *rec, const void *src, zs_dtype_t dt, size_t n,
-                        zs_err_t *err)
-{
-    zs__coll_nccl_t *c = (zs__coll_nccl_t *)zc;
-    int rc = zs__nccl_refuse(c, "all_gather_q8", err);
-    if (rc == ZS_OK)
-        rc = ZS_CUDA_CHECK(err, c->device, "was the device reset?", cudaSetDevice, c->device);
-    return rc ? rc : zs_cuda_quant_pack(c->cs, rec, src, dt, n, err);
-}
-
-static int nccl_q8_unpack(zs_coll_t *zc, void *dst, zs_dtype_t dt, const void *rec, size_t n,
-                          size_t nrec, zs_err_t *err)
-{
-    zs__coll_nccl_t *c = (zs__coll_nccl_t *)zc;
-    int rc = zs__nccl_refuse(c, "all_gather_q8", err);
-    if (rc == ZS_OK)
-        rc = ZS_CUDA_CHECK(err, c->device, "was the device reset?", cudaSetDevice, c->device);
-    return rc ? rc : zs_cuda_quant_unpack(c->cs, dst, dt, rec, n, nrec, err);
-}
-
 static int nccl_split(zs_coll_t *zc, int color, int key, int scope, zs_coll_t **out, zs_err_t *err);
 
 static const zs_coll_vtable_t nccl_vt = {
@@ -487,8 +512,9 @@ static const zs_coll_vtable_t nccl_vt = {
     .destroy = nccl_destroy,
     .group_flush = nccl_group_flush,
     .sync_check = zs__nccl_sync_check,
-    .q8_pack = nccl_q8_pack,
-    .q8_unpack = nccl_q8_unpack,
+    .q8_pack = zs__nccl_q8_pack,
+    .q8_unpack = zs__nccl_q8_unpack,
+    .reduce_scatter_q8 = zs__nccl_reduce_scatter_q8,
 };
 
 /* ---- creation ---------------------------------------------------------------------- */

@@ -35,7 +35,7 @@ typedef struct zs__nccl_op {
 /* One collective as NCCL is called with it (in place: send and recv are
  * inside the same buffer), kept while a group is open (zs_coll.h). */
 typedef struct zs__nccl_call {
-    int kind; /* zs_coll_nccl.c's K_RS, K_AG, K_AR, K_BC */
+    int kind; /* zs_coll_nccl.c's K_RS, K_AG, K_AR, K_BC, K_A2A (count: bytes per peer) */
     char *send, *recv;
     size_t count;
     ncclDataType_t type;
@@ -110,5 +110,22 @@ void zs__nccl_watchdog_stop(zs__coll_nccl_t *c);
 
 /* Destroy the ring's events (after the watchdog stopped). */
 void zs__nccl_ring_deinit(zs__coll_nccl_t *c);
+
+/* All-to-all on c's stream (zs_coll_nccl.c): `bytes` from send + p*bytes
+ * to rank p, and from rank p into recv + p*bytes, for every rank p of c
+ * (itself included); send and recv device memory, not overlapping. Not
+ * inside a group. Settled and tracked like any collective; bytes == 0
+ * enqueues nothing. */
+int zs__nccl_all_to_all(zs__coll_nccl_t *c, const void *send, void *recv, size_t bytes,
+                        zs_err_t *err);
+
+/* qwZ's and qgZ's vtable entries (zs_coll_nccl_q8.c; zs_coll.h's
+ * q8_pack, q8_unpack and reduce_scatter_q8). */
+int zs__nccl_q8_pack(zs_coll_t *zc, void *rec, const void *src, zs_dtype_t dt, size_t n,
+                     zs_err_t *err);
+int zs__nccl_q8_unpack(zs_coll_t *zc, void *dst, zs_dtype_t dt, const void *rec, size_t n,
+                       size_t nrec, zs_err_t *err);
+int zs__nccl_reduce_scatter_q8(zs_coll_t *zc, void *buf, size_t count, zs_dtype_t dt, void *work,
+                               zs_err_t *err);
 
 #endif

@@ -372,8 +372,8 @@ static int hpz_setup(zs_engine_t *e, zs_err_t *err)
     return ZS_OK;
 }
 
-/* qgZ: the collectives must have the quantized reduce-scatter (MPI) over a
- * regular topology. */
+/* qgZ: the collectives must have the quantized reduce-scatter (MPI, and
+ * NCCL through ncclSend/ncclRecv) over a regular topology. */
 static int qgz_check(zs_engine_t *e, zs_err_t *err)
 {
     if (!e->cfg.zero_quantized_gradients)
@@ -382,8 +382,8 @@ static int qgz_check(zs_engine_t *e, zs_err_t *err)
         return zs_err_set(err, ZS_ERR_INVALID, "zero_quantized_gradients: qgZ needs stage 3");
     if (!e->coll->vt->reduce_scatter_q8)
         return zs_err_set(err, ZS_ERR_INVALID,
-                          "zero_quantized_gradients: qgZ runs on the MPI collectives (CPU "
-                          "workers) only; the %s collectives have no quantized reduce-scatter yet",
+                          "zero_quantized_gradients: the %s collectives have no quantized "
+                          "reduce-scatter (qgZ)",
                           e->coll->vt->name);
     if (!zs_coll_topo(e->coll)->regular)
         return zs_err_set(err, ZS_ERR_INVALID,
