@@ -10,6 +10,9 @@
  * completions through shared rings, and liburing is packaged everywhere we
  * build (Debian: liburing-dev). DeepNVMe's libaio choice predates it.
  *
+ * Also here: the staged-gradient region of a state's file (zs_nvme.h,
+ * "Staged gradients").
+ *
  * Not here: the pass's pipeline, what the tensors mean, checkpoints.
  */
 #define _GNU_SOURCE
@@ -17,6 +20,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <liburing.h>
+#include <pthread.h>
 #include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -35,6 +39,7 @@
 #define TMPFS_MAGIC_ 0x01021994L
 #define RAMFS_MAGIC_ 0x858458f6L
 #define LOCK_NAME    "zs-nvme.lock"
+#define GLOCKS       64 /* striped locks of the gradient spans (tile c: c % GLOCKS) */
 
 /* The header at the start of every slot: 8 little-endian u64. */
 typedef struct {
@@ -46,7 +51,8 @@ struct zs_nvme {
     int buffered, depth, lock_fd;
     struct io_uring ring;
     int ring_ok;
-    zs_nvme_buf_t *bufs; /* depth of them, for the pass */
+    zs_nvme_buf_t *bufs;   /* depth of them, for the pass */
+    unsigned char **gbufs; /* depth gradient spans (ZS_NVME_GSPAN), for the pass */
     _Atomic unsigned serial;
     long test_delay_ms; /* ZS_NVME_TEST_TILE_DELAY_MS: test hook, see zs_nvme.h */
 };
@@ -59,6 +65,14 @@ struct zs_nvme_state {
     size_t ntiles;
     unsigned char *cur; /* current slot of each tile */
     uint64_t *seq;      /* sequence of each tile's current contents; 0: never written */
+    /* The gradient region (zs_nvme.h, "Staged gradients"): per parity and
+     * tile, the step staged (0: none), its dtype and the span's XXH3; under
+     * gmu[c % GLOCKS]. */
+    uint64_t gbase;
+    uint64_t *gstep[2], *gsum[2];
+    unsigned char *gdt[2];
+    pthread_mutex_t gmu[GLOCKS];
+    int gmu_ok;
 };
 
 static int full_io(int fd, int wr, void *buf, size_t len, uint64_t off, const char *path,
@@ -278,6 +292,11 @@ int zs_nvme_open(const zs_nvme_opts_t *o, zs_nvme_t **out, zs_err_t *err)
         rc = zs_err_set(err, ZS_ERR_NOMEM, "out of memory");
     for (int i = 0; !rc && i < nv->depth; i++)
         rc = zs_nvme_buf_alloc(&nv->bufs[i], err);
+    if (!rc && !(nv->gbufs = calloc((size_t)nv->depth, sizeof *nv->gbufs)))
+        rc = zs_err_set(err, ZS_ERR_NOMEM, "out of memory");
+    for (int i = 0; !rc && i < nv->depth; i++)
+        if (!(nv->gbufs[i] = aligned_alloc(ZS_NVME_ALIGN, ZS_NVME_GSPAN)))
+            rc = zs_err_set(err, ZS_ERR_NOMEM, "out of memory for the pass's gradient buffers");
     if (rc) {
         zs_nvme_close(nv);
         return rc;
@@ -304,6 +323,9 @@ void zs_nvme_close(zs_nvme_t *nv)
     for (int i = 0; nv->bufs && i < nv->depth; i++)
         zs_nvme_buf_free(&nv->bufs[i]);
     free(nv->bufs);
+    for (int i = 0; nv->gbufs && i < nv->depth; i++)
+        free(nv->gbufs[i]);
+    free(nv->gbufs);
     if (nv->lock_fd >= 0)
         close(nv->lock_fd); /* releases the flock */
     free(nv->dir);
@@ -312,8 +334,10 @@ void zs_nvme_close(zs_nvme_t *nv)
 
 uint64_t zs_nvme_ram_bytes(const zs_nvme_t *nv)
 {
-    /* buffers, and the ring's SQ/CQ entries (64 + 16 B each, rounded up) */
-    return (uint64_t)nv->depth * ZS_NVME_SLOT + (uint64_t)nv->depth * 2 * 128 + 4096;
+    /* buffers (a slot and a gradient span each), and the ring's SQ/CQ
+     * entries (64 + 16 B each, rounded up) */
+    return (uint64_t)nv->depth * (ZS_NVME_SLOT + ZS_NVME_GSPAN) + (uint64_t)nv->depth * 2 * 128 +
+           4096;
 }
 
 int zs_nvme_depth(const zs_nvme_t *nv)
@@ -346,6 +370,11 @@ zs_nvme_buf_t *zs__nvme_bufs(zs_nvme_t *nv)
     return nv->bufs;
 }
 
+unsigned char **zs__nvme_gbufs(zs_nvme_t *nv)
+{
+    return nv->gbufs;
+}
+
 long zs__nvme_test_delay_ms(const zs_nvme_t *nv)
 {
     return nv->test_delay_ms;
@@ -356,7 +385,8 @@ long zs__nvme_test_delay_ms(const zs_nvme_t *nv)
 uint64_t zs_nvme_state_ram_bytes(uint64_t n)
 {
     uint64_t nt = (n + ZS_NVME_TILE - 1) / ZS_NVME_TILE;
-    return nt * 9 + 256;
+    /* slot table 9 B, gradient records 2 x 17 B per tile; the struct and its locks */
+    return nt * (9 + 34) + 256 + GLOCKS * sizeof(pthread_mutex_t) + 6 * 64;
 }
 
 int zs_nvme_state_create(zs_nvme_t *nv, uint64_t n, zs_nvme_state_t **out, zs_err_t *err)
@@ -374,11 +404,21 @@ int zs_nvme_state_create(zs_nvme_t *nv, uint64_t n, zs_nvme_state_t **out, zs_er
     s->ntiles = (size_t)((n + ZS_NVME_TILE - 1) / ZS_NVME_TILE);
     s->cur = calloc(s->ntiles, 1);
     s->seq = calloc(s->ntiles, sizeof *s->seq);
+    for (int p = 0; p < 2; p++) {
+        s->gstep[p] = calloc(s->ntiles, sizeof *s->gstep[p]);
+        s->gsum[p] = calloc(s->ntiles, sizeof *s->gsum[p]);
+        s->gdt[p] = calloc(s->ntiles, 1);
+    }
+    s->gbase = zs__nvme_slot_off(s->ntiles, 0);
+    for (int i = 0; i < GLOCKS; i++)
+        pthread_mutex_init(&s->gmu[i], NULL);
+    s->gmu_ok = 1;
     char path[4400];
     snprintf(path, sizeof path, "%s/state-%ld-%u.tiles", nv->dir, (long)getpid(),
              atomic_fetch_add(&nv->serial, 1));
     s->path = strdup(path);
-    if (!s->cur || !s->seq || !s->path) {
+    if (!s->cur || !s->seq || !s->path || !s->gstep[0] || !s->gstep[1] || !s->gsum[0] ||
+        !s->gsum[1] || !s->gdt[0] || !s->gdt[1]) {
         zs_nvme_state_free(s);
         return zs_err_set(err, ZS_ERR_NOMEM, "out of memory for %zu tile records", s->ntiles);
     }
@@ -388,14 +428,14 @@ int zs_nvme_state_create(zs_nvme_t *nv, uint64_t n, zs_nvme_state_t **out, zs_er
         zs_nvme_state_free(s);
         return zs_err_set(err, ZS_ERR_IO, "nvme: cannot create %s: %s", path, strerror(e));
     }
-    off_t bytes = (off_t)zs__nvme_slot_off(s->ntiles, 0);
+    off_t bytes = (off_t)(s->gbase + 2 * (uint64_t)s->ntiles * ZS_NVME_GSPAN);
     if (fallocate(s->fd, 0, 0, bytes) != 0) {
         int e = errno;
         if (e == ENOSPC || e == EDQUOT) {
             zs_nvme_state_free(s);
             return zs_err_set(err, ZS_ERR_NOMEM,
                               "nvme %s: no room for a state of %llu elements (%.2f GB: two "
-                              "slots of 12 B per element): %s",
+                              "slots of 12 B and two gradient spans of 4 B per element): %s",
                               nv->dir, (unsigned long long)n, (double)bytes / 1e9, strerror(e));
         }
         /* A file system without fallocate: sized, but a full disk then
@@ -423,6 +463,14 @@ void zs_nvme_state_free(zs_nvme_state_t *s)
     free(s->path);
     free(s->cur);
     free(s->seq);
+    for (int p = 0; p < 2; p++) {
+        free(s->gstep[p]);
+        free(s->gsum[p]);
+        free(s->gdt[p]);
+    }
+    if (s->gmu_ok)
+        for (int i = 0; i < GLOCKS; i++)
+            pthread_mutex_destroy(&s->gmu[i]);
     free(s);
 }
 
@@ -538,5 +586,131 @@ int zs__nvme_corrupt(zs_nvme_state_t *s, size_t c, int t, zs_err_t *err)
         }
     }
     zs_nvme_buf_free(&b);
+    return rc;
+}
+
+/* ---- staged gradients ---------------------------------------------------------- */
+
+uint64_t zs__nvme_grad_off(const zs_nvme_state_t *s, size_t c, int p)
+{
+    return s->gbase + ((uint64_t)p * s->ntiles + c) * ZS_NVME_GSPAN;
+}
+
+size_t zs__nvme_grad_len(const zs_nvme_state_t *s, size_t c, zs_dtype_t dt)
+{
+    size_t b = (size_t)zs_nvme_tile_len(s, c) * zs_dtype_size(dt);
+    return (b + ZS_NVME_ALIGN - 1) & ~(size_t)(ZS_NVME_ALIGN - 1);
+}
+
+/* Seed of a span's checksum: its tile, parity and step. */
+static uint64_t gseed(size_t c, int p, uint64_t step)
+{
+    return ((uint64_t)c * 2 + (uint64_t)p + 0x5A5Aull) ^ (step * 0xC2B2AE3D27D4EB4Full);
+}
+
+/* The check, with gmu of c held. */
+static int grad_check_locked(zs_nvme_state_t *s, size_t c, uint64_t step, zs_dtype_t dt,
+                             const void *buf, zs_err_t *err)
+{
+    int p = (int)(step & 1);
+    uint64_t a = (uint64_t)c * ZS_NVME_TILE, k = zs_nvme_tile_len(s, c);
+    if (s->gstep[p][c] != step || s->gdt[p][c] != (unsigned char)dt)
+        return zs_err_set(err, ZS_ERR_CORRUPT,
+                          "nvme %s: tile %zu (elements [%llu, %llu) of the range) holds no "
+                          "staged %s gradient of step %llu; not used",
+                          s->path, c, (unsigned long long)a, (unsigned long long)(a + k),
+                          zs_dtype_name(dt), (unsigned long long)step);
+    if (XXH3_64bits_withSeed(buf, (size_t)k * zs_dtype_size(dt), gseed(c, p, step)) !=
+        s->gsum[p][c])
+        return zs_err_set(err, ZS_ERR_CORRUPT,
+                          "nvme %s: tile %zu (elements [%llu, %llu) of the range): its staged "
+                          "gradient of step %llu fails its XXH3 checksum: torn or corrupted; "
+                          "not used",
+                          s->path, c, (unsigned long long)a, (unsigned long long)(a + k),
+                          (unsigned long long)step);
+    return ZS_OK;
+}
+
+int zs__nvme_grad_check(zs_nvme_state_t *s, size_t c, uint64_t step, zs_dtype_t dt, const void *buf,
+                        zs_err_t *err)
+{
+    pthread_mutex_lock(&s->gmu[c % GLOCKS]);
+    int rc = grad_check_locked(s, c, step, dt, buf, err);
+    pthread_mutex_unlock(&s->gmu[c % GLOCKS]);
+    return rc;
+}
+
+int zs_nvme_grad_put(zs_nvme_state_t *s, uint64_t step, zs_dtype_t dt, uint64_t a, uint64_t count,
+                     const void *src, zs_err_t *err)
+{
+    size_t esz = zs_dtype_size(dt);
+    if (esz == 0 || esz > 4 || step == 0 || a > s->n || count > s->n - a)
+        return zs_err_set(err, ZS_ERR_RANGE, "nvme: staging %llu elements at %llu of %llu",
+                          (unsigned long long)count, (unsigned long long)a,
+                          (unsigned long long)s->n);
+    unsigned char *buf = aligned_alloc(ZS_NVME_ALIGN, ZS_NVME_GSPAN);
+    if (!buf)
+        return zs_err_set(err, ZS_ERR_NOMEM, "out of memory for a gradient span");
+    int p = (int)(step & 1), rc = ZS_OK;
+    for (uint64_t c = a / ZS_NVME_TILE; !rc && c * ZS_NVME_TILE < a + count; c++) {
+        uint64_t t0 = c * ZS_NVME_TILE, k = zs_nvme_tile_len(s, (size_t)c);
+        uint64_t s0 = t0 > a ? t0 : a, e = t0 + k < a + count ? t0 + k : a + count;
+        size_t len = zs__nvme_grad_len(s, (size_t)c, dt);
+        uint64_t off = zs__nvme_grad_off(s, (size_t)c, p);
+        pthread_mutex_t *mu = &s->gmu[c % GLOCKS];
+        pthread_mutex_lock(mu);
+        if (s0 > t0 || e < t0 + k) { /* partly covered: merge with what is staged */
+            if (s->gstep[p][c] == step && s->gdt[p][c] == (unsigned char)dt) {
+                rc = full_io(s->fd, 0, buf, len, off, s->path, err);
+                if (!rc)
+                    rc = grad_check_locked(s, (size_t)c, step, dt, buf, err);
+            } else {
+                memset(buf, 0, len);
+            }
+        } else {
+            memset(buf + k * esz, 0, len - k * esz);
+        }
+        if (!rc) {
+            memcpy(buf + (s0 - t0) * esz, (const unsigned char *)src + (s0 - a) * esz,
+                   (size_t)(e - s0) * esz);
+            rc = full_io(s->fd, 1, buf, len, off, s->path, err);
+        }
+        if (!rc) {
+            s->gstep[p][c] = step;
+            s->gdt[p][c] = (unsigned char)dt;
+            s->gsum[p][c] = XXH3_64bits_withSeed(buf, (size_t)k * esz, gseed((size_t)c, p, step));
+        } else {
+            s->gstep[p][c] = 0; /* unknown now: staged again or refused */
+        }
+        pthread_mutex_unlock(mu);
+    }
+    free(buf);
+    return rc;
+}
+
+int zs_nvme_grad_read(zs_nvme_state_t *s, size_t c, uint64_t step, zs_dtype_t dt, void *buf,
+                      zs_err_t *err)
+{
+    if (c >= s->ntiles || zs_dtype_size(dt) == 0 || zs_dtype_size(dt) > 4)
+        return zs_err_set(err, ZS_ERR_RANGE, "nvme: gradient of tile %zu of %zu", c, s->ntiles);
+    int rc = full_io(s->fd, 0, buf, zs__nvme_grad_len(s, c, dt),
+                     zs__nvme_grad_off(s, c, (int)(step & 1)), s->path, err);
+    return rc ? rc : zs__nvme_grad_check(s, c, step, dt, buf, err);
+}
+
+int zs__nvme_grad_corrupt(zs_nvme_state_t *s, size_t c, int p, zs_err_t *err)
+{
+    if (c >= s->ntiles || p < 0 || p > 1)
+        return zs_err_set(err, ZS_ERR_RANGE, "nvme: no gradient of tile %zu parity %d", c, p);
+    unsigned char *b = aligned_alloc(ZS_NVME_ALIGN, ZS_NVME_ALIGN);
+    if (!b)
+        return zs_err_set(err, ZS_ERR_NOMEM, "out of memory");
+    uint64_t off = zs__nvme_grad_off(s, c, p);
+    int rc = full_io(s->fd, 0, b, ZS_NVME_ALIGN, off, s->path, err);
+    if (!rc) {
+        b[5] ^= 0x20;
+        rc = full_io(s->fd, 1, b, ZS_NVME_ALIGN, off, s->path, err);
+    }
+    free(b);
     return rc;
 }

@@ -40,8 +40,21 @@
  * while its slot flips (the shard's per-chunk lock). The asynchronous pass
  * (zs_nvme_pass.c) uses one io_uring of the tier: one pass at a time.
  *
+ * Staged gradients. The same file holds, after the tiles, a gradient
+ * region: per step parity (step & 1) and tile c one span of ZS_NVME_GSPAN
+ * bytes at gbase + (parity * ntiles + c) ZS_NVME_GSPAN, holding tile c's
+ * pushed gradient in its wire dtype (k * dtype size bytes, padded to 4 KiB).
+ * Pushes land there (zs_nvme_grad_put: whole tiles written, partly covered
+ * ones read, merged and rewritten under a per-tile lock) instead of RAM, and
+ * the pass reads each tile's span with its slot. Per tile and parity RAM
+ * keeps the step and dtype staged and the XXH3 of the span: a span of
+ * another step, dtype, or with a bad checksum is refused (ZS_ERR_CORRUPT),
+ * never handed to AdamW. Preallocated with the tiles: a push never needs
+ * new space.
+ *
  * Not here: what the tensors mean (the shard), checkpoints (the store),
- * the pipeline of a pass (zs_nvme_pass.c).
+ * which pushed elements count as staged (the shard's ranges), the pipeline
+ * of a pass (zs_nvme_pass.c).
  */
 #ifndef ZS_NVME_H
 #define ZS_NVME_H
@@ -57,6 +70,7 @@
 #define ZS_NVME_HDR   4096u        /* bytes of a slot's header block */
 #define ZS_NVME_SPAN  ((size_t)ZS_NVME_TILE * 4)       /* bytes of one tensor in a slot */
 #define ZS_NVME_SLOT  (ZS_NVME_HDR + 3 * ZS_NVME_SPAN) /* 772 KiB */
+#define ZS_NVME_GSPAN ZS_NVME_SPAN /* bytes of one tile's staged gradient (up to 4 B/element) */
 /* Tiles in flight in a pass by default (DeepSpeed's buffer_count is 4..8 of
  * 1 MiB blocks; a pass needs read-ahead, the tiles being updated and the
  * writes behind them). */
@@ -109,7 +123,8 @@ void zs_nvme_state_free(zs_nvme_state_t *s);
 size_t zs_nvme_ntiles(const zs_nvme_state_t *s);
 uint32_t zs_nvme_tile_len(const zs_nvme_state_t *s, size_t c);
 
-/* Bytes of RAM a state of n elements holds (slot table). */
+/* Bytes of RAM a state of n elements holds (slot table, gradient records
+ * and their locks). */
 uint64_t zs_nvme_state_ram_bytes(uint64_t n);
 
 /* The path of s's file (for tests and logs). */
@@ -136,12 +151,44 @@ int zs_nvme_write(zs_nvme_state_t *s, size_t c, zs_nvme_buf_t *b, zs_err_t *err)
  * current, and any later write to the tile replaces it. */
 int zs_nvme_write_aside(zs_nvme_state_t *s, size_t c, zs_nvme_buf_t *b, zs_err_t *err);
 
+/* ---- staged gradients ------------------------------------------------- */
+
+/* Stage count elements of step's gradient in dtype dt (src: count * size
+ * bytes) at shard-relative elements [a, a + count) into parity step & 1.
+ * Whole tiles are written; a tile partly covered is read (when it holds
+ * this step's gradient in dt, verified), merged and rewritten, under the
+ * tile's lock, so concurrent puts of disjoint elements of one tile are
+ * safe. Uses one ZS_NVME_GSPAN scratch buffer of its own (the caller
+ * budgets it). ZS_ERR_IO / ZS_ERR_CORRUPT: the tiles touched count as
+ * holding nothing of this step. */
+int zs_nvme_grad_put(zs_nvme_state_t *s, uint64_t step, zs_dtype_t dt, uint64_t a, uint64_t count,
+                     const void *src, zs_err_t *err);
+
+/* Read tile c's staged gradient of `step` in dt into buf (ZS_NVME_GSPAN
+ * bytes, ZS_NVME_ALIGN-aligned) and verify it: ZS_ERR_CORRUPT naming the
+ * tile when it holds another step or dtype or fails its checksum. */
+int zs_nvme_grad_read(zs_nvme_state_t *s, size_t c, uint64_t step, zs_dtype_t dt, void *buf,
+                      zs_err_t *err);
+
+/* For the pass: byte offset and I/O length (k * size rounded up to 4 KiB)
+ * of tile c's span of parity p; the check zs_nvme_grad_read makes on a
+ * span read into buf. */
+uint64_t zs__nvme_grad_off(const zs_nvme_state_t *s, size_t c, int p);
+size_t zs__nvme_grad_len(const zs_nvme_state_t *s, size_t c, zs_dtype_t dt);
+int zs__nvme_grad_check(zs_nvme_state_t *s, size_t c, uint64_t step, zs_dtype_t dt, const void *buf,
+                        zs_err_t *err);
+
+/* Test hook: flip one byte of tile c's staged gradient of parity p. */
+int zs__nvme_grad_corrupt(zs_nvme_state_t *s, size_t c, int p, zs_err_t *err);
+
 /* ---- the pass (zs_nvme_pass.c) ---------------------------------------- */
 
-/* Update tiles [c0, c0 + count) in place in their buffers (p, m, v of
- * tile_len elements each); called on the pass's pool, once per tile, with
- * the tiles of a batch in parallel. Returns nonzero to fail the pass. */
-typedef int (*zs_nvme_update_fn)(void *ud, size_t c, float *p, float *m, float *v, uint32_t k);
+/* Update tile c in place in its buffers (p, m, v of k elements each) with
+ * its staged gradient g (k elements of the pass's dtype); called on the
+ * pass's pool, once per tile, with the tiles of a batch in parallel.
+ * Returns nonzero to fail the pass. */
+typedef int (*zs_nvme_update_fn)(void *ud, size_t c, float *p, float *m, float *v, const void *g,
+                                 uint32_t k);
 
 /* Called after tile c's new contents landed and its slot flipped (from the
  * pass's thread); `flip` performs the flip and must be called by it, under
@@ -154,7 +201,8 @@ typedef void (*zs_nvme_landed_fn)(void *ud, size_t c, void (*flip)(zs_nvme_state
  * speculative update), and it is then only handed to `landed`. */
 typedef int (*zs_nvme_skip_fn)(void *ud, size_t c);
 
-/* Walk every tile of s: read ahead, update in batches on `pool` (one
+/* Walk every tile of s: read ahead (the slot and the tile's gradient of
+ * `step` in gdt, both verified), update in batches on `pool` (one
  * update call per tile), write behind, all within the tier's depth. Reads
  * of later tiles and writes of earlier ones overlap the updates. Tiles
  * `skip` (may be NULL) names are not read, updated or written, only
@@ -162,9 +210,9 @@ typedef int (*zs_nvme_skip_fn)(void *ud, size_t c);
  * updated; tiles already landed keep their new contents, the others their
  * old. */
 struct zs_pool;
-int zs_nvme_pass(zs_nvme_t *nv, zs_nvme_state_t *s, struct zs_pool *pool, zs_nvme_update_fn fn,
-                 zs_nvme_skip_fn skip, zs_nvme_landed_fn landed, void *ud, double *io_seconds,
-                 zs_err_t *err);
+int zs_nvme_pass(zs_nvme_t *nv, zs_nvme_state_t *s, uint64_t step, zs_dtype_t gdt,
+                 struct zs_pool *pool, zs_nvme_update_fn fn, zs_nvme_skip_fn skip,
+                 zs_nvme_landed_fn landed, void *ud, double *io_seconds, zs_err_t *err);
 
 /* Test hook: flip one byte of tensor t of both slots of tile c in the file,
  * behind the tier's back (a torn or corrupted tile). */
@@ -188,6 +236,8 @@ void zs__nvme_flip(zs_nvme_state_t *s, size_t c);
 void *zs__nvme_ring(zs_nvme_t *nv);
 int zs__nvme_io(zs_nvme_state_t *s, int wr, void *buf, size_t len, uint64_t off, zs_err_t *err);
 zs_nvme_buf_t *zs__nvme_bufs(zs_nvme_t *nv);
+/* The pass's gradient buffers: depth of them, ZS_NVME_GSPAN bytes each. */
+unsigned char **zs__nvme_gbufs(zs_nvme_t *nv);
 /* Test hook: milliseconds each tile's update waits after it ran (the
  * environment's ZS_NVME_TEST_TILE_DELAY_MS when the tier opened; 0: none),
  * so a test can kill a server in the middle of a pass. */

@@ -4,13 +4,14 @@
  *
  * Pipeline. Tile c uses buffer c mod D (D = the tier's depth). The loop
  *   1. queues reads of the next tiles whose buffer is free (its previous
- *      tile's write landed), and submits them with the writes of step 3;
+ *      tile's write landed): the current slot and the tile's staged
+ *      gradient span (two reads), and submits them with the writes of step 3;
  *   2. takes the run of consecutive read tiles at the front (up to the
  *      pool's thread count), verifies and updates them on the pool, one
  *      update call per tile, while the ring's reads and writes proceed;
  *   3. seals them (header, checksums) and queues their writes to the slot
  *      that is not current;
- *   4. reaps completions: a read marks its tile ready, a write hands the
+ *   4. reaps completions: a tile's second read marks it ready, a write hands the
  *      tile to `landed` (which flips it under the caller's lock) and frees
  *      the buffer.
  * So the reads of tiles c+1.. and the writes of tiles ..c-1 overlap the
@@ -37,7 +38,11 @@ typedef struct {
     zs_nvme_state_t *s;
     zs_nvme_buf_t *bufs;
     int D;
-    unsigned char *bst; /* per buffer: B_* */
+    unsigned char **gbufs; /* per buffer: its gradient span */
+    unsigned char *bst;    /* per buffer: B_* */
+    unsigned char *npend;  /* per buffer: reads in flight (B_READING) */
+    uint64_t step;         /* the gradients staged for it, */
+    zs_dtype_t gdt;        /* in this dtype */
     zs_nvme_update_fn fn;
     void *ud;
     size_t c0; /* first tile of the batch being updated */
@@ -59,8 +64,12 @@ static void update_one(void *arg, size_t i, int thread)
     pass_t *p = arg;
     size_t c = p->c0 + i;
     zs_nvme_buf_t *b = &p->bufs[c % (size_t)p->D];
+    const unsigned char *g = p->gbufs[c % (size_t)p->D];
     p->brc[i] = zs__nvme_check(p->s, b, c, 7, &p->berr[i]);
-    if (p->brc[i] == ZS_OK && p->fn(p->ud, c, b->t[0], b->t[1], b->t[2], zs_nvme_tile_len(p->s, c)))
+    if (p->brc[i] == ZS_OK)
+        p->brc[i] = zs__nvme_grad_check(p->s, c, p->step, p->gdt, g, &p->berr[i]);
+    if (p->brc[i] == ZS_OK &&
+        p->fn(p->ud, c, b->t[0], b->t[1], b->t[2], g, zs_nvme_tile_len(p->s, c)))
         p->brc[i] = zs_err_set(&p->berr[i], ZS_ERR_INTERNAL, "nvme: update of tile %zu failed", c);
     long ms = zs__nvme_test_delay_ms(p->nv);
     if (ms > 0) {
@@ -94,6 +103,10 @@ static int sync_pass(pass_t *p, struct zs_pool *pool, int B, size_t N, unsigned 
             zs_nvme_buf_t *b = &p->bufs[(c + k) % (size_t)p->D];
             rc = zs__nvme_io(s, 0, b->mem, ZS_NVME_SLOT,
                              zs__nvme_slot_off(c + k, zs__nvme_cur(s, c + k)), err);
+            if (!rc)
+                rc = zs__nvme_io(s, 0, p->gbufs[(c + k) % (size_t)p->D],
+                                 zs__nvme_grad_len(s, c + k, p->gdt),
+                                 zs__nvme_grad_off(s, c + k, (int)(p->step & 1)), err);
             k++;
         }
         if (rc)
@@ -120,9 +133,9 @@ static int sync_pass(pass_t *p, struct zs_pool *pool, int B, size_t N, unsigned 
     return ZS_OK;
 }
 
-int zs_nvme_pass(zs_nvme_t *nv, zs_nvme_state_t *s, struct zs_pool *pool, zs_nvme_update_fn fn,
-                 zs_nvme_skip_fn skip, zs_nvme_landed_fn landed, void *ud, double *io_seconds,
-                 zs_err_t *err)
+int zs_nvme_pass(zs_nvme_t *nv, zs_nvme_state_t *s, uint64_t step, zs_dtype_t gdt,
+                 struct zs_pool *pool, zs_nvme_update_fn fn, zs_nvme_skip_fn skip,
+                 zs_nvme_landed_fn landed, void *ud, double *io_seconds, zs_err_t *err)
 {
     struct io_uring *ring = zs__nvme_ring(nv);
     int D = zs_nvme_depth(nv), T = zs_pool_threads(pool);
@@ -134,15 +147,20 @@ int zs_nvme_pass(zs_nvme_t *nv, zs_nvme_state_t *s, struct zs_pool *pool, zs_nvm
                 s,
                 zs__nvme_bufs(nv),
                 D,
+                zs__nvme_gbufs(nv),
                 calloc((size_t)D, 1),
+                calloc((size_t)D, 1),
+                step,
+                gdt,
                 fn,
                 ud,
                 0,
                 calloc((size_t)B, sizeof(int)),
                 calloc((size_t)B, sizeof(zs_err_t))};
     unsigned char *skipped = calloc(N ? N : 1, 1);
-    if (!p.bst || !p.brc || !p.berr || !skipped) {
+    if (!p.bst || !p.npend || !p.brc || !p.berr || !skipped) {
         free(p.bst);
+        free(p.npend);
         free(p.brc);
         free(p.berr);
         free(skipped);
@@ -151,6 +169,7 @@ int zs_nvme_pass(zs_nvme_t *nv, zs_nvme_state_t *s, struct zs_pool *pool, zs_nvm
     if (!ring) { /* no io_uring: one batch at a time, read, update, write */
         int rc = sync_pass(&p, pool, B, N, skipped, skip, landed, ud, err);
         free(p.bst);
+        free(p.npend);
         free(p.brc);
         free(p.berr);
         free(skipped);
@@ -178,16 +197,21 @@ int zs_nvme_pass(zs_nvme_t *nv, zs_nvme_state_t *s, struct zs_pool *pool, zs_nvm
                 next_read++;
                 continue;
             }
-            struct io_uring_sqe *sqe = io_uring_get_sqe(ring);
-            if (!sqe)
+            if (io_uring_sq_space_left(ring) < 2)
                 break;
-            zs_nvme_buf_t *b = &p.bufs[next_read % (size_t)D];
-            io_uring_prep_read(sqe, fd, b->mem, ZS_NVME_SLOT,
+            size_t bi = next_read % (size_t)D;
+            struct io_uring_sqe *sqe = io_uring_get_sqe(ring);
+            io_uring_prep_read(sqe, fd, p.bufs[bi].mem, ZS_NVME_SLOT,
                                zs__nvme_slot_off(next_read, zs__nvme_cur(s, next_read)));
-            io_uring_sqe_set_data64(sqe, (uint64_t)next_read << 1);
-            p.bst[next_read % (size_t)D] = B_READING;
+            io_uring_sqe_set_data64(sqe, (uint64_t)next_read << 2);
+            sqe = io_uring_get_sqe(ring);
+            io_uring_prep_read(sqe, fd, p.gbufs[bi], (unsigned)zs__nvme_grad_len(s, next_read, gdt),
+                               zs__nvme_grad_off(s, next_read, (int)(step & 1)));
+            io_uring_sqe_set_data64(sqe, (uint64_t)next_read << 2 | 2);
+            p.bst[bi] = B_READING;
+            p.npend[bi] = 2;
             next_read++;
-            inflight++;
+            inflight += 2;
         }
         io_uring_submit(ring);
         /* 2-3. update the ready run at the front, then write it behind */
@@ -217,7 +241,7 @@ int zs_nvme_pass(zs_nvme_t *nv, zs_nvme_state_t *s, struct zs_pool *pool, zs_nvm
                 }
                 io_uring_prep_write(sqe, fd, b->mem, ZS_NVME_SLOT,
                                     zs__nvme_slot_off(c, zs__nvme_cur(s, c) ^ 1));
-                io_uring_sqe_set_data64(sqe, (uint64_t)c << 1 | 1);
+                io_uring_sqe_set_data64(sqe, (uint64_t)c << 2 | 1);
                 p.bst[c % (size_t)D] = B_WRITING;
                 inflight++;
             }
@@ -247,28 +271,33 @@ int zs_nvme_pass(zs_nvme_t *nv, zs_nvme_state_t *s, struct zs_pool *pool, zs_nvm
             seen++;
             inflight--;
             uint64_t d = io_uring_cqe_get_data64(cqe);
-            size_t c = (size_t)(d >> 1);
-            int wr = (int)(d & 1);
-            if (cqe->res != (int)ZS_NVME_SLOT) {
+            size_t c = (size_t)(d >> 2), bi = c % (size_t)D;
+            int wr = (int)(d & 1), gr = (int)(d >> 1 & 1);
+            int want = gr ? (int)zs__nvme_grad_len(s, c, gdt) : (int)ZS_NVME_SLOT;
+            if (cqe->res != want) {
                 if (!rc)
                     rc = zs_err_set(err, cqe->res == -ENOSPC ? ZS_ERR_NOMEM : ZS_ERR_IO,
                                     "nvme %s: %s of tile %zu: %s", zs_nvme_state_path(s),
-                                    wr ? "write" : "read", c,
-                                    cqe->res < 0 ? strerror(-cqe->res) : "short transfer");
-                p.bst[c % (size_t)D] = B_FREE;
+                                    wr   ? "write"
+                                    : gr ? "read of the gradient"
+                                         : "read",
+                                    c, cqe->res < 0 ? strerror(-cqe->res) : "short transfer");
+                if (wr || --p.npend[bi] == 0)
+                    p.bst[bi] = B_FREE;
                 continue;
             }
             if (wr) {
                 landed(ud, c, zs__nvme_flip, s);
                 nlanded++;
-                p.bst[c % (size_t)D] = B_FREE;
-            } else {
-                p.bst[c % (size_t)D] = B_READY;
+                p.bst[bi] = B_FREE;
+            } else if (--p.npend[bi] == 0) {
+                p.bst[bi] = B_READY;
             }
         }
         io_uring_cq_advance(ring, seen);
     }
     free(p.bst);
+    free(p.npend);
     free(p.brc);
     free(p.berr);
     free(skipped);

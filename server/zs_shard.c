@@ -259,8 +259,8 @@ static void opt_chunk(void *arg, size_t c, int thread)
     if (!(op->spec != ZS__JOB_PLAIN && zs__spec_pass_chunk(sh, c, op->spec, &pre))) {
         float *p = sh->st.t[0] + a, *m = sh->st.t[1] + a, *v = sh->st.t[2] + a;
         zs__shard_adam_from(sh, &sh->job_step, sh->job.lrs, sh->job.nlrs, a, pre ? pre : p,
-                            pre ? pre + ZS_OPT_CHUNK : m, pre ? pre + 2 * ZS_OPT_CHUNK : v, p, m,
-                            v, (const char *)op->grad + a * gsz, op->gdt,
+                            pre ? pre + ZS_OPT_CHUNK : m, pre ? pre + 2 * ZS_OPT_CHUNK : v, p, m, v,
+                            (const char *)op->grad + a * gsz, op->gdt,
                             op->pdt == ZS_DTYPE_NONE ? NULL : sh->st.lowp + a, op->pdt, (size_t)k);
     }
     sh->lowp_ok[c] = op->pdt == ZS_DTYPE_NONE ? 0 : (unsigned char)(1 + op->pdt);
@@ -294,7 +294,7 @@ static void *opt_main(void *arg)
         clock_gettime(CLOCK_MONOTONIC, &a);
         if (sh->nvme) { /* a failure marks the shard failed (zs_shard_nvme.c) */
             zs_err_t e;
-            zs__nvme_pass_run(sh, op.step, op.gdt, op.pdt, op.grad, op.spec, &e);
+            zs__nvme_pass_run(sh, op.step, op.gdt, op.pdt, op.spec, &e);
         } else {
             zs_pool_run(sh->pool, sh->nchunks, opt_chunk, &op);
         }
@@ -368,7 +368,7 @@ int zs_shard_create(const zs_shard_opts_t *opts, zs_shard_t **out, zs_err_t *err
         /* Speculation's pre-images are the tiles' current slots: no RAM
          * slots, but a tile buffer for each of its threads at most. */
         if (sh->spec.window) {
-            uint64_t b = (uint64_t)zs_pool_threads(sh->spec_pool) * ZS_NVME_SLOT;
+            uint64_t b = (uint64_t)zs_pool_threads(sh->spec_pool) * (ZS_NVME_SLOT + ZS_NVME_GSPAN);
             rc = zs_budget_take(&sh->budget, b, "the NVMe tier's speculation buffers", err);
             if (rc)
                 goto fail;
@@ -432,6 +432,11 @@ void zs_shard_destroy(zs_shard_t *sh)
     zs_store_close(sh->store);
     pthread_mutex_unlock(&sh->store_mu);
     zs__state_free(&sh->st);
+    while (sh->nv_reserved) { /* reserved and never done */
+        zs__nvbounce_t *b = sh->nv_reserved;
+        sh->nv_reserved = b->next;
+        free(b);
+    }
     free_chunk_tables(sh);
     zs_nvme_close(sh->nvme); /* after its state's file is gone; releases the lock */
     for (int p = 0; p < 2; p++)

@@ -26,7 +26,8 @@ typedef struct zs__ranges {
 typedef struct zs__state {
     float *t[3];         /* master, exp_avg, exp_avg_sq: n each; NULL in the NVMe tier */
     zs_nvme_state_t *nv; /* the NVMe tier's tile file holding them instead, or NULL */
-    void *staging[2];    /* 4 B * n each, indexed by step parity */
+    void *staging[2];    /* 4 B * n each, indexed by step parity; NULL in the NVMe tier (its
+                          * gradient region holds them) */
     uint16_t *lowp;      /* n */
 } zs__state_t;
 
@@ -59,6 +60,17 @@ typedef struct zs__spec {
     uint64_t window; /* bytes of pre-images allowed (zs_shard_opts_t.spec_window) */
     uint64_t budget; /* bytes of sh->budget the slots hold */
 } zs__spec_t;
+
+/* The NVMe tier's staging of a pushed chunk (zs_shard_push.c): a budgeted
+ * RAM buffer the payload lands in, written to the tile file's gradient
+ * region (zs_nvme_grad_put) when the chunk is done. */
+typedef struct zs__nvbounce {
+    struct zs__nvbounce *next;
+    uint64_t step, off, count; /* global elements */
+    zs_dtype_t dt;
+    uint64_t budget; /* bytes of sh->budget it holds */
+    unsigned char data[];
+} zs__nvbounce_t;
 
 struct zs_shard {
     char *data_dir, *server_id;
@@ -139,6 +151,8 @@ struct zs_shard {
     int tier_failed;
     char tier_error[ZS_ERR_MSG_MAX];
 
+    zs__nvbounce_t *nv_reserved; /* zs_shard_push_reserve's buffers in the NVMe tier (mu) */
+
     zs_budget_t budget;   /* own lock; see zs_shard.h, "Memory" */
     uint64_t budget_live; /* bytes of it the installed state holds */
     /* Pull and GetState send buffers (zs_shard_reserve_call), bytes of the
@@ -169,15 +183,16 @@ uint64_t zs__state_bytes(const zs_shard_t *sh, uint64_t n);
 /* The commit pass over the tile file (from opt_main, mu not held): the
  * update of every tile with the same kernel and spans as the RAM pass.
  * A failure marks the shard failed (tier_failed) and is logged. */
-int zs__nvme_pass_run(zs_shard_t *sh, uint64_t step, zs_dtype_t gdt, zs_dtype_t pdt,
-                      const void *grad, int spec, zs_err_t *err);
+int zs__nvme_pass_run(zs_shard_t *sh, uint64_t step, zs_dtype_t gdt, zs_dtype_t pdt, int spec,
+                      zs_err_t *err);
 
 /* A speculative update of chunk c (spec_chunk's work in the tier): read
- * the tile, update it with `adam`, write it aside (not current: the
+ * the tile and its staged gradient of `step` (in gdt), update it with
+ * `adam`, write it aside (not current: the
  * current slot is the pre-image); the chunk's 16-bit copy is marked stale.
  * Takes chunk_mu[c]. On error nothing is current that was not. */
 int zs__nvme_spec_chunk(zs_shard_t *sh, size_t c, const zs_adam_step_t *adam, const float *lrs,
-                        uint32_t nlrs, zs_dtype_t gdt, zs_dtype_t pdt, const void *grad,
+                        uint32_t nlrs, uint64_t step, zs_dtype_t gdt, zs_dtype_t pdt,
                         zs_err_t *err);
 
 /* Master weights [s, e) (shard-relative, inside chunk c) cast to dt into

@@ -1,8 +1,10 @@
 /*
  * zs_shard_nvme.c - the shard over the NVMe tier (zs-server --nvme-path):
- * p, m, v in a tile file (zs_nvme.h) instead of RAM arrays. Staging (the
- * pushed gradients) and the 16-bit copy for pulls stay in RAM, within the
- * budget (10 B/element), with the tier's I/O buffers.
+ * p, m, v in a tile file (zs_nvme.h) instead of RAM arrays, and the pushed
+ * gradients staged in the same file's gradient region (zs_shard_push.c
+ * writes each received chunk there from a budgeted buffer). The 16-bit
+ * copy for pulls stays in RAM (2 B/element), within the budget, with the
+ * tier's I/O buffers.
  *
  * Same results as RAM, bitwise: tile c is optimizer chunk c, and the pass
  * calls the same kernel (zs_adam_update_from) on the same spans with the
@@ -40,8 +42,8 @@ uint64_t zs__state_bytes(const zs_shard_t *sh, uint64_t n)
 {
     if (!sh->nvme)
         return zs_shard_state_bytes(n);
-    /* staging 8 + lowp 2 B/element, 3 arrays' rounding, chunk tables, slot table */
-    return zs_shard_state_bytes(n) - 12 * n - 3 * 64 + zs_nvme_state_ram_bytes(n);
+    /* lowp 2 B/element and its rounding, chunk tables, the tier's records */
+    return zs_shard_state_bytes(n) - 20 * n - 5 * 64 + zs_nvme_state_ram_bytes(n);
 }
 
 static void *alloc64(uint64_t bytes)
@@ -57,13 +59,11 @@ int zs__state_alloc_tier(zs_shard_t *sh, zs__state_t *s, uint64_t n, zs_err_t *e
                               (unsigned long long)n);
         return ZS_OK;
     }
-    memset(s, 0, sizeof *s);
-    s->staging[0] = alloc64(n * 4);
-    s->staging[1] = alloc64(n * 4);
+    memset(s, 0, sizeof *s); /* staging: in the tile file */
     s->lowp = alloc64(n * 2);
-    if (!s->staging[0] || !s->staging[1] || !s->lowp) {
+    if (!s->lowp) {
         zs__state_free(s);
-        return zs_err_set(err, ZS_ERR_NOMEM, "cannot allocate staging for %llu elements",
+        return zs_err_set(err, ZS_ERR_NOMEM, "cannot allocate the 16-bit copy of %llu elements",
                           (unsigned long long)n);
     }
     int rc = zs_nvme_state_create(sh->nvme, n, &s->nv, err);
@@ -89,15 +89,15 @@ static int tile_skip(void *ud, size_t c)
 }
 
 /* One tile = one chunk: the RAM pass's call, on the tile's buffers. */
-static int tile_update(void *ud, size_t c, float *p, float *m, float *v, uint32_t k)
+static int tile_update(void *ud, size_t c, float *p, float *m, float *v, const void *g, uint32_t k)
 {
     zs__opt_pass_t *op = ud;
     zs_shard_t *sh = op->sh;
     uint64_t a = (uint64_t)c * ZS_OPT_CHUNK;
     pthread_mutex_lock(&sh->chunk_mu[c]);
-    zs__shard_adam_from(sh, &sh->job_step, sh->job.lrs, sh->job.nlrs, a, p, m, v, p, m, v,
-                        (const char *)op->grad + a * zs_dtype_size(op->gdt), op->gdt,
-                        op->pdt == ZS_DTYPE_NONE ? NULL : sh->st.lowp + a, op->pdt, (size_t)k);
+    zs__shard_adam_from(sh, &sh->job_step, sh->job.lrs, sh->job.nlrs, a, p, m, v, p, m, v, g,
+                        op->gdt, op->pdt == ZS_DTYPE_NONE ? NULL : sh->st.lowp + a, op->pdt,
+                        (size_t)k);
     sh->lowp_ok[c] = 0; /* ahead of the tile until it lands */
     pthread_mutex_unlock(&sh->chunk_mu[c]);
     return 0;
@@ -118,13 +118,13 @@ static void tile_landed(void *ud, size_t c, void (*flip)(zs_nvme_state_t *, size
     pthread_mutex_unlock(&sh->mu);
 }
 
-int zs__nvme_pass_run(zs_shard_t *sh, uint64_t step, zs_dtype_t gdt, zs_dtype_t pdt,
-                      const void *grad, int spec, zs_err_t *err)
+int zs__nvme_pass_run(zs_shard_t *sh, uint64_t step, zs_dtype_t gdt, zs_dtype_t pdt, int spec,
+                      zs_err_t *err)
 {
-    zs__opt_pass_t op = {sh, step, gdt, pdt, grad, spec};
+    zs__opt_pass_t op = {sh, step, gdt, pdt, NULL, spec};
     double io = 0;
-    int rc = zs_nvme_pass(sh->nvme, sh->st.nv, sh->pool, tile_update, tile_skip, tile_landed, &op,
-                          &io, err);
+    int rc = zs_nvme_pass(sh->nvme, sh->st.nv, step, gdt, sh->pool, tile_update, tile_skip,
+                          tile_landed, &op, &io, err);
     if (rc) {
         ZS_ERROR("commit: step %llu failed in the NVMe tier: %s; refusing every call until a "
                  "restart resumes from the newest checkpoint",
@@ -146,26 +146,33 @@ int zs__nvme_pass_run(zs_shard_t *sh, uint64_t step, zs_dtype_t gdt, zs_dtype_t 
 /* ---- speculation ----------------------------------------------------------------- */
 
 int zs__nvme_spec_chunk(zs_shard_t *sh, size_t c, const zs_adam_step_t *adam, const float *lrs,
-                        uint32_t nlrs, zs_dtype_t gdt, zs_dtype_t pdt, const void *grad,
-                        zs_err_t *err)
+                        uint32_t nlrs, uint64_t step, zs_dtype_t gdt, zs_dtype_t pdt, zs_err_t *err)
 {
     zs_nvme_buf_t b;
     int rc = zs_nvme_buf_alloc(&b, err);
     if (rc)
         return rc;
+    void *grad = aligned_alloc(ZS_NVME_ALIGN, ZS_NVME_GSPAN);
+    if (!grad) {
+        zs_nvme_buf_free(&b);
+        return zs_err_set(err, ZS_ERR_NOMEM, "out of memory for a gradient span");
+    }
     uint64_t a = (uint64_t)c * ZS_OPT_CHUNK;
     pthread_mutex_lock(&sh->chunk_mu[c]);
     rc = zs_nvme_read(sh->st.nv, c, 7, &b, err);
+    if (!rc)
+        rc = zs_nvme_grad_read(sh->st.nv, c, step, gdt, grad, err);
     if (!rc) {
         uint32_t k = zs_nvme_tile_len(sh->st.nv, c);
-        zs__shard_adam_from(sh, adam, lrs, nlrs, a, b.t[0], b.t[1], b.t[2], b.t[0], b.t[1],
-                            b.t[2], (const char *)grad + a * zs_dtype_size(gdt), gdt,
-                            pdt == ZS_DTYPE_NONE ? NULL : sh->st.lowp + a, pdt, (size_t)k);
+        zs__shard_adam_from(sh, adam, lrs, nlrs, a, b.t[0], b.t[1], b.t[2], b.t[0], b.t[1], b.t[2],
+                            grad, gdt, pdt == ZS_DTYPE_NONE ? NULL : sh->st.lowp + a, pdt,
+                            (size_t)k);
         sh->lowp_ok[c] = 0; /* holds the uncommitted update: pulls read the tile */
         rc = zs_nvme_write_aside(sh->st.nv, c, &b, err);
     }
     pthread_mutex_unlock(&sh->chunk_mu[c]);
     zs_nvme_buf_free(&b);
+    free(grad);
     return rc;
 }
 

@@ -17,6 +17,13 @@
  * Commit applies only a fully covered range, and refuses while a Push of
  * that step is still open.
  *
+ * The NVMe tier (sh->st.nv) stages on the drive, not in RAM: a chunk's
+ * payload lands in a budgeted buffer (count * size + one gradient span)
+ * and is written to the tile file's gradient region when the chunk is
+ * done (zs_nvme_grad_put, without mu), before it counts as done; a write
+ * that fails fails the stream (its elements are not staged). Re-pushed
+ * chunks are written at the stream's end, as the RAM path copies them.
+ *
  * Locking: everything here runs under sh->mu except the payload copies,
  * which happen between a reserve and its done (counted in `inflight`, which
  * Commit and whole-state operations wait for).
@@ -208,6 +215,44 @@ static void maybe_forget_dtype(zs_shard_t *sh, int p)
         sh->stage[p].has_dtype = 0;
 }
 
+/* ---- the NVMe tier's chunk buffers ----------------------------------------- */
+
+/* A buffer for a chunk of count elements of dt (mu held): budgeted, or
+ * NULL with err set. */
+static zs__nvbounce_t *nvbounce_new(zs_shard_t *sh, uint64_t step, uint64_t off, uint64_t count,
+                                    zs_dtype_t dt, zs_err_t *err)
+{
+    size_t bytes = (size_t)count * zs_dtype_size(dt);
+    uint64_t budget = sizeof(zs__nvbounce_t) + bytes + ZS_NVME_GSPAN; /* + put's span */
+    if (zs_budget_take(&sh->budget, budget, "a pushed chunk on its way to the NVMe tier", err))
+        return NULL;
+    zs__nvbounce_t *b = malloc(sizeof *b + bytes);
+    if (!b) {
+        zs_budget_give(&sh->budget, budget);
+        zs_err_set(err, ZS_ERR_NOMEM, "out of memory");
+        return NULL;
+    }
+    b->next = NULL;
+    b->step = step;
+    b->off = off;
+    b->count = count;
+    b->dt = dt;
+    b->budget = budget;
+    return b;
+}
+
+/* Write b's payload to the gradient region (mu not held: the chunk is in
+ * flight, so its elements are staged by nobody else), then free it. */
+static int nvbounce_put(zs_shard_t *sh, zs__nvbounce_t *b, int write, zs_err_t *err)
+{
+    int rc = ZS_OK;
+    if (write)
+        rc = zs_nvme_grad_put(sh->st.nv, b->step, b->dt, b->off - sh->rb, b->count, b->data, err);
+    zs_budget_give(&sh->budget, b->budget);
+    free(b);
+    return rc;
+}
+
 /* ---- single chunks (zs_shard_push_reserve / _done) ----------------------- */
 
 int zs_shard_push_reserve(zs_shard_t *sh, uint64_t step, uint64_t offset, uint64_t count,
@@ -218,12 +263,21 @@ int zs_shard_push_reserve(zs_shard_t *sh, uint64_t step, uint64_t offset, uint64
      * speculation this step (tests and tools use this path, not workers). */
     zs__spec_invalidate(sh, step, 0, 0, 1);
     int rc = chunk_check_locked(sh, step, offset, count, dt, err);
+    zs__nvbounce_t *nb = NULL;
+    if (!rc && sh->st.nv && !(nb = nvbounce_new(sh, step, offset, count, dt, err)))
+        rc = err ? err->code : ZS_ERR_NOMEM;
     if (!rc) {
         int p = (int)(step & 1);
         sh->stage[p].has_dtype = 1;
         sh->stage[p].dtype = dt;
         sh->stage[p].inflight++;
-        *dst = (char *)sh->st.staging[p] + (offset - sh->rb) * zs_dtype_size(dt);
+        if (nb) {
+            nb->next = sh->nv_reserved;
+            sh->nv_reserved = nb;
+            *dst = nb->data;
+        } else {
+            *dst = (char *)sh->st.staging[p] + (offset - sh->rb) * zs_dtype_size(dt);
+        }
     }
     pthread_mutex_unlock(&sh->mu);
     return rc;
@@ -233,6 +287,20 @@ uint64_t zs_shard_push_done(zs_shard_t *sh, uint64_t step, uint64_t offset, uint
 {
     int p = (int)(step & 1);
     pthread_mutex_lock(&sh->mu);
+    zs__nvbounce_t **pp = &sh->nv_reserved;
+    while (*pp && !((*pp)->step == step && (*pp)->off == offset && (*pp)->count == count))
+        pp = &(*pp)->next;
+    zs__nvbounce_t *nb = *pp;
+    if (nb) { /* the NVMe tier: stage it now (inflight still counts it) */
+        *pp = nb->next;
+        pthread_mutex_unlock(&sh->mu);
+        zs_err_t e;
+        if (nvbounce_put(sh, nb, ok, &e) != ZS_OK) {
+            ZS_ERROR("push of step %llu: %s", (unsigned long long)step, e.msg);
+            ok = 0;
+        }
+        pthread_mutex_lock(&sh->mu);
+    }
     sh->stage[p].inflight--;
     if (sh->stage[p].step == step) {
         if (ok && ranges_add(&sh->stage[p].cov, offset, offset + count) != 0)
@@ -272,7 +340,10 @@ struct zs_shard_push {
     pushbuf_t *bufs; /* the others, newest first */
     size_t nbufs;
     uint64_t buf_budget;
-    int cur;            /* a direct chunk reserved and not yet done */
+    int cur;             /* a direct chunk reserved and not yet done */
+    zs__nvbounce_t *nvb; /* the NVMe tier: that chunk's buffer */
+    int io_rc;           /* the NVMe tier: a chunk failed to stage: the stream fails */
+    zs_err_t io_err;
     int has_expect;     /* the worker stated the step's expected scalars */
     zs_commit_t expect; /* them (zs_shard_push_expect) */
 };
@@ -357,6 +428,11 @@ int zs_shard_push_chunk(zs_shard_push_t *ps, uint64_t step, uint64_t offset, uin
                           "a Push stream carries one step: this one began with step %llu, not "
                           "%llu",
                           (unsigned long long)ps->step, (unsigned long long)step);
+    if (ps->io_rc) {
+        if (err)
+            *err = ps->io_err;
+        return ps->io_rc;
+    }
     pthread_mutex_lock(&sh->mu);
     int rc = chunk_check_locked(sh, step, offset, count, dt, err);
     int p = (int)(step & 1);
@@ -372,6 +448,9 @@ int zs_shard_push_chunk(zs_shard_push_t *ps, uint64_t step, uint64_t offset, uin
         if (direct && !rc)
             rc = ranges_room(sh, &sh->stage[p].pend, sh->stage[p].pend.n + 1,
                              &sh->stage[p].pend_budget, err);
+        if (direct && !rc && sh->st.nv &&
+            !(ps->nvb = nvbounce_new(sh, step, offset, count, dt, err)))
+            rc = err ? err->code : ZS_ERR_NOMEM;
     }
     pushbuf_t *b = NULL;
     size_t bytes = (size_t)count * zs_dtype_size(dt);
@@ -398,7 +477,8 @@ int zs_shard_push_chunk(zs_shard_push_t *ps, uint64_t step, uint64_t offset, uin
             ranges_add(&sh->stage[p].pend, offset, offset + count);
             sh->stage[p].inflight++;
             ps->cur = 1;
-            *dst = (char *)sh->st.staging[p] + (offset - sh->rb) * zs_dtype_size(dt);
+            *dst = ps->nvb ? (void *)ps->nvb->data
+                           : (char *)sh->st.staging[p] + (offset - sh->rb) * zs_dtype_size(dt);
         } else {
             b->off = offset;
             b->count = count;
@@ -419,6 +499,14 @@ void zs_shard_push_chunk_done(zs_shard_push_t *ps)
     zs_shard_t *sh = ps->sh;
     if (!ps->cur)
         return;
+    if (ps->nvb) { /* the NVMe tier: stage it before it counts as done */
+        zs__nvbounce_t *b = ps->nvb;
+        ps->nvb = NULL;
+        if (nvbounce_put(sh, b, !ps->io_rc, &ps->io_err) != ZS_OK && !ps->io_rc) {
+            ps->io_rc = ps->io_err.code;
+            ZS_ERROR("push of step %llu: %s", (unsigned long long)ps->step, ps->io_err.msg);
+        }
+    }
     pthread_mutex_lock(&sh->mu);
     sh->stage[ps->p].inflight--;
     ps->cur = 0;
@@ -434,6 +522,14 @@ int zs_shard_push_end(zs_shard_push_t *ps, int ok, uint64_t *staged, zs_err_t *e
     int rc = ZS_OK;
     *staged = 0;
     zs_shard_push_chunk_done(ps);
+    if (ps->io_rc) { /* a chunk did not reach the NVMe tier: the stream fails */
+        if (ok) {
+            rc = ps->io_rc;
+            if (err)
+                *err = ps->io_err;
+        }
+        ok = 0;
+    }
     pthread_mutex_lock(&sh->mu);
     /* Bytes that change staged elements (re-pushed chunks, and a refused
      * stream's own when another covered them meanwhile) must not change
@@ -474,8 +570,13 @@ int zs_shard_push_end(zs_shard_push_t *ps, int ok, uint64_t *staged, zs_err_t *e
         }
         ps->bufs = rev;
         for (pushbuf_t *b = ps->bufs; b && ok && !rc; b = b->next) {
-            memcpy((char *)sh->st.staging[p] + (b->off - sh->rb) * esz, b->data, b->bytes);
-            ranges_add(cov, b->off, b->off + b->count);
+            if (sh->st.nv) /* the tier: written now (rare: re-pushed elements) */
+                rc = zs_nvme_grad_put(sh->st.nv, ps->step, sh->stage[p].dtype, b->off - sh->rb,
+                                      b->count, b->data, err);
+            else
+                memcpy((char *)sh->st.staging[p] + (b->off - sh->rb) * esz, b->data, b->bytes);
+            if (!rc)
+                ranges_add(cov, b->off, b->off + b->count);
         }
         sh->stage[p].open--;
         if (!ok || rc)

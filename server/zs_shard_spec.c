@@ -326,8 +326,8 @@ static void spec_chunk(void *arg, size_t i, int thread)
         return;      /* stays RUN: back to the plain path */
     if (sh->st.nv) { /* the tier: one tile read, updated and written aside */
         zs_err_t err;
-        if (zs__nvme_spec_chunk(sh, c, &bt->adam, s->expect.lrs, s->expect.nlrs, bt->gdt, bt->pdt,
-                                bt->grad, &err) == ZS_OK)
+        if (zs__nvme_spec_chunk(sh, c, &bt->adam, s->expect.lrs, s->expect.nlrs, s->step, bt->gdt,
+                                bt->pdt, &err) == ZS_OK)
             s->st[c] = ZS__SPEC_APPLIED; /* else it stays RUN: the plain path */
         else
             ZS_WARN("speculation: chunk %zu: %s; it waits for Commit", c, err.msg);
@@ -343,12 +343,11 @@ static void spec_chunk(void *arg, size_t i, int thread)
             break;
         uint64_t o = done, n = k - done < SPEC_BLOCK ? k - done : SPEC_BLOCK;
         /* the update, with p, m, v's old values into the pre-image */
-        zs__shard_adam_save(sh, &bt->adam, s->expect.lrs, s->expect.nlrs, a + o,
-                            sh->st.t[0] + a + o, sh->st.t[1] + a + o, sh->st.t[2] + a + o, pre + o,
-                            pre + ZS_OPT_CHUNK + o, pre + 2 * ZS_OPT_CHUNK + o,
-                            (const char *)bt->grad + (a + o) * gsz, bt->gdt,
-                            bt->pdt == ZS_DTYPE_NONE ? NULL : sh->st.lowp + a + o, bt->pdt,
-                            (size_t)n);
+        zs__shard_adam_save(
+            sh, &bt->adam, s->expect.lrs, s->expect.nlrs, a + o, sh->st.t[0] + a + o,
+            sh->st.t[1] + a + o, sh->st.t[2] + a + o, pre + o, pre + ZS_OPT_CHUNK + o,
+            pre + 2 * ZS_OPT_CHUNK + o, (const char *)bt->grad + (a + o) * gsz, bt->gdt,
+            bt->pdt == ZS_DTYPE_NONE ? NULL : sh->st.lowp + a + o, bt->pdt, (size_t)n);
         done += n;
     }
     if (done == k) {
