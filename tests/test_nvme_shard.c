@@ -18,15 +18,23 @@
  *     rebuilt from RocksDB) gives it again, and a step after it equals the
  *     RAM shard's.
  *  3. Memory: with a budget below the RAM state (22 B/element) but above
- *     the NVMe one (10 B/element + buffers), Initialize is refused in RAM
+ *     the NVMe one (2 B/element + buffers), Initialize is refused in RAM
  *     and accepted with the tier; mem_reserved stays within the budget.
+ *     Then a state of 12 B/element = 4x its budget (--mem-budget 3
+ *     B/element) is initialized, pushed in 1M-element chunks (16 M elements), committed and
+ *     pulled within that budget, and the process's resident memory
+ *     (VmRSS, the kernel's count, not the budget's formula) grows by less
+ *     than the budget: gradients are staged on the drive, not in RAM.
  *  4. Refusals: a directory on tmpfs (/dev/shm) is refused naming tmpfs,
  *     and accepted with nvme_buffered; a second shard on the same directory
  *     is refused (ALREADY_EXISTS, "in use by another zs-server").
  *  5. A corrupted tile (a byte of exp_avg of tile 2 flipped in both slots):
  *     the next step fails, its pull fails naming the tile and the checksum
  *     (never updated with it), GetState and Checkpoint are refused; a restart
- *     resumes from the newest checkpoint, bitwise.
+ *     resumes from the newest checkpoint, bitwise. Then a staged gradient
+ *     span corrupted on the drive between Push and Commit: the pass fails
+ *     naming the tile's staged gradient and its checksum, and a restart
+ *     resumes bitwise again.
  *  6. Speculation (spec_window 1 GiB on the NVMe shard, none on the RAM
  *     one): pushes stating the expected scalars; once every chunk is
  *     speculated (written aside on the drive), Commit keeps it (steps 1, 2,
@@ -44,6 +52,7 @@
  *     goes on.
  */
 #define _GNU_SOURCE
+#include <inttypes.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -250,6 +259,60 @@ static void checkpoints(zs_shard_t *ram, zs_shard_t **nvp)
            "after it\n");
 }
 
+/* Resident memory of this process now (VmRSS), bytes. */
+static uint64_t rss_bytes(void)
+{
+    FILE *f = fopen("/proc/self/status", "r");
+    char line[256];
+    uint64_t kb = 0;
+    while (f && fgets(line, sizeof line, f))
+        if (sscanf(line, "VmRSS: %" SCNu64, &kb) == 1)
+            break;
+    if (f)
+        fclose(f);
+    return kb * 1024;
+}
+
+/* A state 4x the budget trains within it, staged on the drive. */
+static void four_x(void)
+{
+    const uint64_t n = 16000000, chunk = 1000000; /* 16 M elements: 192 MB of p, m, v */
+    const uint64_t budget = 3 * n;                /* 48 MB: 12 B/element = 4x the budget */
+    zs_err_t err;
+    uint64_t rss0 = rss_bytes();
+    zs_shard_t *sh = open_shard("m4", 1, budget, 0, NULL, NULL, &err);
+    TEST_OK(init_as(sh, n, 1, 0, &err), err);
+    float *g = malloc(chunk * 4), *tmp = malloc(chunk * 4);
+    TEST_CHECK(g && tmp);
+    for (uint64_t o = 0; o < n; o += chunk) {
+        void *dst;
+        TEST_OK(zs_shard_push_reserve(sh, 1, o, chunk, ZS_DTYPE_F32, &dst, &err), err);
+        zs_synth_grad(1, o, o + chunk, dst, tmp);
+        zs_shard_push_done(sh, 1, o, chunk, 1);
+    }
+    zs_commit_t c = {1, 1.0f, 1.0f, 1e-3f, 0, ZS_DTYPE_BF16};
+    uint64_t a, os;
+    TEST_OK(zs_shard_commit(sh, &c, &a, &os, &err), err);
+    uint64_t got;
+    TEST_OK(zs_shard_pull(sh, 1, 0, chunk, ZS_DTYPE_BF16, g, zs_now_ms() + 60000, NULL, NULL, &got,
+                          &err),
+            err);
+    zs_shard_info_t in;
+    TEST_OK(zs_shard_info(sh, &in, &err), err);
+    free(in.checkpoints);
+    uint64_t grew = rss_bytes() - rss0;
+    TEST_CHECKF(in.mem_reserved <= budget && grew < budget,
+                "4x: reserved %llu, resident memory grew %llu, budget %llu",
+                (unsigned long long)in.mem_reserved, (unsigned long long)grew,
+                (unsigned long long)budget);
+    printf("  state %.0f MB = 4x a budget of %.0f MB: initialized, pushed, committed, pulled; "
+           "%.1f MB reserved, resident memory grew %.1f MB\n",
+           12.0 * (double)n / 1e6, budget / 1e6, in.mem_reserved / 1e6, grew / 1e6);
+    free(g);
+    free(tmp);
+    zs_shard_destroy(sh);
+}
+
 static void memory(void)
 {
     printf("3. memory budget\n");
@@ -275,6 +338,7 @@ static void memory(void)
            budget / 1e6, zs_shard_state_bytes(n) / 1e6, in.mem_state / 1e6,
            (double)in.mem_state / (double)n, in.mem_reserved / 1e6);
     zs_shard_destroy(nv);
+    four_x();
 }
 
 static void refusals(void)
@@ -328,6 +392,21 @@ static void corrupt(zs_shard_t *ram, zs_shard_t **nvp)
     zs_shard_destroy(nv);
     nv = *nvp = open_shard("n", 1, 0, 0, NULL, NULL, &err);
     same_state(ram, nv, "restarted after a corrupted tile");
+    printf("  restart: resumes from checkpoint 11, bitwise\n");
+    /* A staged gradient corrupted on the drive between Push and Commit. */
+    push(nv, 12);
+    TEST_OK(zs__nvme_grad_corrupt(nv->st.nv, 3, 0, &err), err);
+    zs_commit_t c = commit_of(12);
+    uint64_t a, o;
+    TEST_OK(zs_shard_commit(nv, &c, &a, &o, &err), err); /* accepted; the pass fails */
+    free(pull(nv, 12, g_rb, g_n, ZS_DTYPE_BF16, &rc, &err));
+    TEST_CHECKF(rc == ZS_ERR_IO && strstr(err.msg, "tile 3") &&
+                    strstr(err.msg, "staged gradient of step 12 fails its XXH3"),
+                "pull after a corrupted staged gradient: %d %s", rc, err.msg);
+    printf("  a staged gradient corrupted before Commit: %s\n", err.msg);
+    zs_shard_destroy(nv);
+    nv = *nvp = open_shard("n", 1, 0, 0, NULL, NULL, &err);
+    same_state(ram, nv, "restarted after a corrupted staged gradient");
     printf("  restart: resumes from checkpoint 11, bitwise\n");
 }
 
