@@ -31,13 +31,27 @@ enum zs_emu_nccl_kind {
     ZS_EMU_NCCL_ALLGATHER,
     ZS_EMU_NCCL_BROADCAST,
     ZS_EMU_NCCL_REDUCE,
+    ZS_EMU_NCCL_SEND,  /* one ncclSend as recorded (root = peer); folded into a P2P batch */
+    ZS_EMU_NCCL_RECV,  /* one ncclRecv as recorded (root = peer) */
+    ZS_EMU_NCCL_P2P,   /* the sends and receives of one group on one communicator */
+    ZS_EMU_NCCL_SPLIT, /* ncclCommSplit: collective on the parent (emu_nccl_comm.c) */
 };
 
 typedef struct {
-    uint64_t seq; /* collective number on this communicator, from 1 */
+    uint64_t seq;  /* op number on this communicator, from 1 (this rank's call order) */
+    uint64_t cseq; /* collective number, from 1: what ranks match on (0 for P2P) */
     int32_t kind, dtype, op, root;
     uint64_t count; /* the count argument as the caller passed it */
 } zs_emu_nccl_desc;
+
+/* One side of a point-to-point message as published in the segment: the
+ * m-th send from rank i to rank j (or the m-th receive on j from i).
+ * m is stored last (its store publishes count and dtype). */
+typedef struct {
+    _Atomic uint64_t m;
+    uint64_t count;
+    int32_t dtype, pad;
+} zs_emu_nccl_p2pdesc;
 
 /* A rank's state as its peers see it in the segment. */
 enum { ZS_EMU_PEER_OK = 0, ZS_EMU_PEER_FAILED, ZS_EMU_PEER_ABORTED, ZS_EMU_PEER_DESTROYED };
@@ -49,6 +63,13 @@ typedef struct {
     _Atomic uint64_t ncolls;   /* collectives it completed (for DESTROYED) */
     zs_emu_nccl_desc desc;     /* its current collective */
     char msg[ZS_EMU_NCCL_MSG]; /* why it FAILED (written before state) */
+    /* Point-to-point (emu_nccl_p2p.c), per peer k: the send to k and the
+     * receive from k in progress, slices of this rank's staging posted to k
+     * (its slice k of the staging) and slices consumed from k. */
+    zs_emu_nccl_p2pdesc sdesc[ZS_EMU_NCCL_MAX_RANKS];
+    zs_emu_nccl_p2pdesc rdesc[ZS_EMU_NCCL_MAX_RANKS];
+    _Atomic uint64_t posted[ZS_EMU_NCCL_MAX_RANKS];
+    _Atomic uint64_t acked[ZS_EMU_NCCL_MAX_RANKS];
 } zs_emu_nccl_slot;
 
 /* The segment: header, nranks slots, then nranks staging areas of chunk
@@ -79,11 +100,15 @@ struct ncclComm {
 
     pthread_mutex_t mu;
     pthread_cond_t cv;
-    int refs;          /* the user's handle + every launched/stashed op */
-    int inflight;      /* ops enqueued and not yet finished */
-    uint64_t next_seq; /* seq of the next op launched */
-    uint64_t exec_seq; /* seq of the next op allowed to run */
-    uint64_t step;     /* barrier steps done by this rank (executor side) */
+    int refs;                                  /* the user's handle + every launched/stashed op */
+    int inflight;                              /* ops enqueued and not yet finished */
+    uint64_t next_seq;                         /* seq of the next op launched */
+    uint64_t next_cseq;                        /* cseq of the next collective launched */
+    uint64_t colls_done;                       /* collectives run (executor side; for DESTROYED) */
+    uint64_t p2p_sent[ZS_EMU_NCCL_MAX_RANKS];  /* messages sent to each peer (executor side) */
+    uint64_t p2p_recvd[ZS_EMU_NCCL_MAX_RANKS]; /* messages received from each peer */
+    uint64_t exec_seq;                         /* seq of the next op allowed to run */
+    uint64_t step;                             /* barrier steps done by this rank (executor side) */
     _Atomic int aborted;
     _Atomic int async_err; /* ncclResult_t, first error wins */
     int pending_polls;     /* ncclInProgress left to report */
@@ -106,6 +131,7 @@ typedef struct {
     void *recv;       /* NULL where unused (Reduce non-root) */
     size_t sbytes, rbytes;
     cudaStream_t stream;
+    struct zs_emu_nccl_p2p *p2p; /* kind P2P: its sends and receives (owned by the op) */
 } zs_emu_nccl_op;
 
 /* --- emu_nccl_shm.c --- */
@@ -118,6 +144,13 @@ void zs_emu_nccl_ring(zs_emu_nccl_seg *s);
 ncclResult_t zs_emu_nccl_barrier(struct ncclComm *c, uint64_t step, const char *what, char *msg,
                                  size_t cap);
 double zs_emu_nccl_timeout_s(void);
+/* Sleep until the segment's bell moves from seen (or 20 ms pass). */
+void zs_emu_nccl_wait_bell(zs_emu_nccl_seg *s, uint32_t seen);
+/* Is rank k unable to make progress any more (failed, aborted, destroyed,
+ * its process dead)? Returns 0, or an ncclResult_t error with msg filled
+ * ("<what>: rank k ..."), as the barrier words it. */
+ncclResult_t zs_emu_nccl_peer_gone(struct ncclComm *c, int k, const char *what, char *msg,
+                                   size_t cap);
 
 /* --- emu_nccl_comm.c --- */
 /* Record an error on the communicator (first wins), tell the peers, keep
@@ -150,6 +183,22 @@ ncclResult_t zs_emu_nccl_launch_group(zs_emu_nccl_op *ops, int n);
 /* Launch (or, after an abort or error, drop) the ops held back by an
  * ncclInProgress group. */
 void zs_emu_nccl_flush_stash(struct ncclComm *c);
+
+/* --- emu_nccl_p2p.c --- */
+/* Fold the SEND/RECV ops of ops[0..n) into one P2P op per communicator
+ * (at the position of its first), in place; *n shrinks. Refuses (and
+ * fails the communicator) what the emulator cannot run: p2p of one
+ * communicator on several streams in a group, a send to self without its
+ * receive in the same group, overlapping receive buffers. */
+ncclResult_t zs_emu_nccl_p2p_fold(zs_emu_nccl_op *ops, int *n);
+/* Run a P2P op on the executor (call order already held). */
+ncclResult_t zs_emu_nccl_p2p_run(struct ncclComm *c, zs_emu_nccl_op *op, char *msg, size_t cap);
+/* Are its buffers still device memory of the communicator's device? */
+int zs_emu_nccl_p2p_live(struct ncclComm *c, const zs_emu_nccl_op *op, char *msg, size_t cap);
+/* Fill its receive buffers with 0xff (after an error). */
+void zs_emu_nccl_p2p_poison(const zs_emu_nccl_op *op, int dev);
+/* Free op->p2p (an op dropped or finished). */
+void zs_emu_nccl_p2p_free(zs_emu_nccl_op *op);
 
 /* --- emu_nccl_reduce.c --- */
 size_t zs_emu_nccl_dtype_size(ncclDataType_t t); /* 0: refused */

@@ -8,9 +8,9 @@
  * ncclCommGetAsyncError), "Fault Tolerance" / "Error handling and
  * communicator abort", and api/comms ("ncclCommFinalize",
  * "ncclCommDestroy", "ncclCommAbort", "ncclGetLastError"), each at its
- * most hostile legal reading (README.md lists them). Does not:
- * ncclCommSplit, ncclCommInitAll, ncclCommShrink (refused at run time by
- * emu_nccl_rest.c).
+ * most hostile legal reading (README.md lists them), and ncclCommSplit
+ * (api/comms "ncclCommSplit"). Does not: ncclCommInitAll, ncclCommShrink
+ * (refused at run time by emu_nccl_rest.c).
  *
  * A handle is never freed: after destroy or abort it stays as a tombstone
  * (magic DEAD), so any later use is reported, not undefined.
@@ -166,6 +166,7 @@ ncclResult_t ncclCommInitRankConfig(ncclComm_t *comm, int nranks, ncclUniqueId c
     c->blocking = blocking;
     c->refs = 1;
     c->next_seq = 1;
+    c->next_cseq = 1;
     c->exec_seq = 1;
     pthread_mutex_init(&c->mu, NULL);
     pthread_cond_init(&c->cv, NULL);
@@ -284,7 +285,7 @@ static void publish_end(struct ncclComm *c, int state)
         return;
     zs_emu_nccl_slot *sl = &c->seg->slot[c->rank];
     pthread_mutex_lock(&c->mu);
-    atomic_store(&sl->ncolls, c->exec_seq - 1);
+    atomic_store(&sl->ncolls, c->colls_done);
     pthread_mutex_unlock(&c->mu);
     int ok = ZS_EMU_PEER_OK;
     atomic_compare_exchange_strong(&sl->state, &ok, state);
@@ -381,3 +382,125 @@ ncclResult_t ncclCommGetAsyncError(ncclComm_t comm, ncclResult_t *asyncError)
 }
 EXPORT_P(ncclResult_t, ncclCommGetAsyncError, (ncclComm_t comm, ncclResult_t *asyncError),
          (comm, asyncError))
+
+/* One exchange step of ncclCommSplit on the parent (host side, after a
+ * drain: the executor has nothing of this communicator in flight). */
+static ncclResult_t split_barrier(struct ncclComm *c, uint64_t *step, char *msg, size_t cap)
+{
+    return zs_emu_nccl_barrier(c, ++*step, "ncclCommSplit", msg, cap);
+}
+
+/* api/comms "ncclCommSplit" (and nccl.h): collective over every rank of
+ * comm; ranks with the same color form a communicator, ordered by key
+ * (ties by their rank in comm); NCCL_SPLIT_NOCOLOR gives NULL; a NULL
+ * config inherits comm's (blocking or not). Done synchronously on the
+ * calling thread: the parent's outstanding operations are waited for, the
+ * call takes its place in the parent's collective order (a rank calling
+ * another collective meanwhile is named, as for any mismatch), each
+ * colour's first rank makes the new unique id and passes it through the
+ * parent's staging, then each rank inits the new communicator (which may
+ * answer ncclInProgress when non-blocking). */
+ncclResult_t ncclCommSplit(ncclComm_t comm, int color, int key, ncclComm_t *newcomm,
+                           ncclConfig_t *config)
+{
+    ncclResult_t rc = zs_emu_nccl_check(comm, "ncclCommSplit");
+    if (rc != ncclSuccess)
+        return rc;
+    if (!newcomm || (color < 0 && color != NCCL_SPLIT_NOCOLOR)) {
+        zs_emu_nccl_set_last("cuda-emu nccl: ncclCommSplit: rank %d: %s", comm->rank,
+                             newcomm ? "negative color" : "NULL newcomm");
+        return ncclInvalidArgument;
+    }
+    if (zs_emu_nccl_group_depth() > 0) {
+        zs_emu_nccl_set_last("cuda-emu nccl: ncclCommSplit inside ncclGroupStart/End is not "
+                             "supported by the emulator");
+        return ncclInvalidUsage;
+    }
+    *newcomm = NULL;
+    struct ncclComm *c = comm;
+    drain(c);
+    zs_emu_nccl_seg *s = c->seg;
+    int n = c->nranks, r = c->rank;
+    pthread_mutex_lock(&c->mu);
+    zs_emu_nccl_desc d = {.seq = c->next_seq++,
+                          .cseq = c->next_cseq++,
+                          .kind = ZS_EMU_NCCL_SPLIT,
+                          .dtype = -1,
+                          .op = -1,
+                          .root = -1,
+                          .count = 0};
+    pthread_mutex_unlock(&c->mu);
+    char msg[ZS_EMU_NCCL_MSG] = "";
+    uint64_t step = c->step;
+    int32_t mine[2] = {color, key}, all[ZS_EMU_NCCL_MAX_RANKS][2];
+    s->slot[r].desc = d;
+    memcpy(c->staging + (size_t)r * s->chunk, mine, sizeof mine);
+    int newrank = 0, newn = 0, leader = -1;
+    ncclUniqueId id;
+    memset(&id, 0, sizeof id);
+    size_t idb = sizeof id.internal < s->chunk ? sizeof id.internal : s->chunk;
+    if ((rc = split_barrier(c, &step, msg, sizeof msg)) != ncclSuccess)
+        goto out;
+    for (int k = 0; k < n; k++) {
+        const zs_emu_nccl_desc *o = &s->slot[k].desc;
+        if (o->cseq != d.cseq || o->kind != d.kind) {
+            char b[96];
+            zs_emu_nccl_describe(o, b, sizeof b);
+            snprintf(msg, sizeof msg,
+                     "cuda-emu nccl: collective #%llu: rank %d called CommSplit, rank %d called "
+                     "%s (#%llu)",
+                     (unsigned long long)d.cseq, r, k, b, (unsigned long long)o->cseq);
+            rc = ncclInvalidUsage;
+            goto out;
+        }
+        memcpy(all[k], c->staging + (size_t)k * s->chunk, sizeof all[k]);
+    }
+    if (color != NCCL_SPLIT_NOCOLOR)
+        for (int k = 0; k < n; k++) {
+            if (all[k][0] != color)
+                continue;
+            newn++;
+            /* ordered by key, ties by the rank in comm */
+            if (all[k][1] < key || (all[k][1] == key && k < r))
+                newrank++;
+            if (leader < 0 || all[k][1] < all[leader][1])
+                leader = k;
+        }
+    if ((rc = split_barrier(c, &step, msg, sizeof msg)) != ncclSuccess)
+        goto out; /* every rank read the colours: the staging is free */
+    if (leader == r) {
+        ncclGetUniqueId(&id);
+        memcpy(c->staging + (size_t)r * s->chunk, id.internal, idb);
+    }
+    if ((rc = split_barrier(c, &step, msg, sizeof msg)) != ncclSuccess)
+        goto out;
+    if (leader >= 0)
+        memcpy(id.internal, c->staging + (size_t)leader * s->chunk, idb);
+    rc = split_barrier(c, &step, msg, sizeof msg);
+out:
+    c->step = step;
+    pthread_mutex_lock(&c->mu);
+    c->colls_done++;
+    if (c->exec_seq <= d.seq)
+        c->exec_seq = d.seq + 1;
+    pthread_cond_broadcast(&c->cv);
+    pthread_mutex_unlock(&c->mu);
+    if (rc != ncclSuccess) {
+        if (!atomic_load(&c->aborted)) {
+            fprintf(stderr, "%s\n", msg);
+            zs_emu_nccl_fail(c, rc, msg);
+        }
+        return rc;
+    }
+    if (color == NCCL_SPLIT_NOCOLOR)
+        return ncclSuccess; /* "will therefore return a NULL communicator" */
+    ncclConfig_t inherit = NCCL_CONFIG_INITIALIZER;
+    if (!config) {
+        inherit.blocking = c->blocking;
+        config = &inherit;
+    }
+    return ncclCommInitRankConfig(newcomm, newn, id, newrank, config);
+}
+EXPORT_P(ncclResult_t, ncclCommSplit,
+         (ncclComm_t comm, int color, int key, ncclComm_t *newcomm, ncclConfig_t *config),
+         (comm, color, key, newcomm, config))

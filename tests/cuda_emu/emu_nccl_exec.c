@@ -20,9 +20,9 @@
 
 static const char *kind_name(int k)
 {
-    static const char *n[] = {"?",         "AllReduce", "ReduceScatter",
-                              "AllGather", "Broadcast", "Reduce"};
-    return (k >= 1 && k <= 5) ? n[k] : "?";
+    static const char *n[] = {"?",      "AllReduce", "ReduceScatter", "AllGather", "Broadcast",
+                              "Reduce", "Send",      "Recv",          "SendRecv",  "CommSplit"};
+    return (k >= 1 && k <= 9) ? n[k] : "?";
 }
 
 void zs_emu_nccl_describe(const zs_emu_nccl_desc *d, char *buf, size_t cap)
@@ -41,6 +41,16 @@ void zs_emu_nccl_describe(const zs_emu_nccl_desc *d, char *buf, size_t cap)
     case ZS_EMU_NCCL_BROADCAST:
         snprintf(buf, cap, "Broadcast(%llu x %s, root %d)", n, t, d->root);
         break;
+    case ZS_EMU_NCCL_SEND:
+    case ZS_EMU_NCCL_RECV:
+        snprintf(buf, cap, "%s(%llu x %s, peer %d)", kind_name(d->kind), n, t, d->root);
+        break;
+    case ZS_EMU_NCCL_SPLIT:
+        snprintf(buf, cap, "CommSplit");
+        break;
+    case ZS_EMU_NCCL_P2P:
+        snprintf(buf, cap, "a group of %llu point-to-point calls", n);
+        break;
     default:
         snprintf(buf, cap, "Reduce(%llu x %s, %s, root %d)", n, t, zs_emu_nccl_op_name(d->op),
                  d->root);
@@ -49,7 +59,7 @@ void zs_emu_nccl_describe(const zs_emu_nccl_desc *d, char *buf, size_t cap)
 
 static int desc_eq(const zs_emu_nccl_desc *a, const zs_emu_nccl_desc *b)
 {
-    return a->seq == b->seq && a->kind == b->kind && a->dtype == b->dtype && a->op == b->op &&
+    return a->cseq == b->cseq && a->kind == b->kind && a->dtype == b->dtype && a->op == b->op &&
            a->root == b->root && a->count == b->count;
 }
 
@@ -59,6 +69,10 @@ static int desc_eq(const zs_emu_nccl_desc *a, const zs_emu_nccl_desc *b)
  * plausible half-result. */
 static void poison_output(const zs_emu_nccl_op *op, int dev)
 {
+    if (op->d.kind == ZS_EMU_NCCL_P2P) {
+        zs_emu_nccl_p2p_poison(op, dev);
+        return;
+    }
     /* Only while still allocated: after an error the caller may free. */
     if (op->rbytes && zs_emu_dev_ptr(op->recv, op->rbytes) == dev)
         memset(op->recv, 0xff, op->rbytes);
@@ -81,7 +95,7 @@ static ncclResult_t exchange(struct ncclComm *c, zs_emu_nccl_op *op, char *msg, 
     size_t nchunks = total ? (total + chunk_el - 1) / chunk_el : 1;
     char what[256], me[96];
     zs_emu_nccl_describe(d, me, sizeof me);
-    snprintf(what, sizeof what, "collective #%llu %s", (unsigned long long)d->seq, me);
+    snprintf(what, sizeof what, "collective #%llu %s", (unsigned long long)d->cseq, me);
     const void *src[ZS_EMU_NCCL_MAX_RANKS];
     uint64_t step = c->step;
     ncclResult_t rc;
@@ -90,7 +104,7 @@ static ncclResult_t exchange(struct ncclComm *c, zs_emu_nccl_op *op, char *msg, 
         size_t len = c1 - c0;
         if (nchunks > 1) /* a death names the chunk: proof it was mid-collective */
             snprintf(what, sizeof what, "collective #%llu %s, chunk %zu of %zu",
-                     (unsigned long long)d->seq, me, ci + 1, nchunks);
+                     (unsigned long long)d->cseq, me, ci + 1, nchunks);
         if (ci == 0)
             s->slot[r].desc = *d; /* published by the barrier's release store */
         if (post && len)
@@ -108,7 +122,7 @@ static ncclResult_t exchange(struct ncclComm *c, zs_emu_nccl_op *op, char *msg, 
                 zs_emu_nccl_describe(&s->slot[k].desc, b, sizeof b);
                 snprintf(msg, cap,
                          "cuda-emu nccl: collective #%llu: rank 0 called %s, rank %d called %s",
-                         (unsigned long long)d->seq, a, k, b);
+                         (unsigned long long)d->cseq, a, k, b);
                 int zero = 0;
                 if (!atomic_compare_exchange_strong(&s->printed, &zero, 1))
                     msg[cap - 1] = 1; /* mark: someone printed it already */
@@ -161,6 +175,8 @@ static int buffers_live(struct ncclComm *c, const zs_emu_nccl_op *op, char *msg,
 {
     const char *which = NULL;
     const void *p = NULL;
+    if (op->d.kind == ZS_EMU_NCCL_P2P)
+        return zs_emu_nccl_p2p_live(c, op, msg, cap);
     if (op->sbytes && zs_emu_dev_ptr(op->send, op->sbytes) != c->dev)
         which = "sendbuff", p = op->send;
     else if (op->rbytes && zs_emu_dev_ptr(op->recv, op->rbytes) != c->dev)
@@ -172,7 +188,7 @@ static int buffers_live(struct ncclComm *c, const zs_emu_nccl_op *op, char *msg,
     snprintf(msg, cap,
              "cuda-emu nccl: collective #%llu %s: rank %d: %s %p is no longer device memory of "
              "device %d when the stream runs it (freed before the collective ran?)",
-             (unsigned long long)op->d.seq, me, c->rank, which, p, c->dev);
+             (unsigned long long)op->d.cseq, me, c->rank, which, p, c->dev);
     return 0;
 }
 
@@ -207,8 +223,12 @@ static cudaError_t run_op(void *arg)
         pthread_cond_broadcast(&c->cv);
         pthread_mutex_unlock(&c->mu);
         return cudaErrorIllegalAddress;
-    } else
+    } else if (op->d.kind == ZS_EMU_NCCL_P2P)
+        rc = zs_emu_nccl_p2p_run(c, op, msg, sizeof msg);
+    else
         rc = exchange(c, op, msg, sizeof msg);
+    if (op->d.kind != ZS_EMU_NCCL_P2P)
+        c->colls_done++; /* executor side only, in call order */
     if (rc != ncclSuccess) {
         poison_output(op, c->dev);
         if (msg[0] && !atomic_load(&c->aborted)) {
@@ -236,6 +256,7 @@ static void free_op(void *arg)
     pthread_cond_broadcast(&c->cv);
     pthread_mutex_unlock(&c->mu);
     zs_emu_nccl_unref(c);
+    zs_emu_nccl_p2p_free(op);
     free(op);
 }
 
@@ -243,11 +264,16 @@ ncclResult_t zs_emu_nccl_launch(zs_emu_nccl_op *in)
 {
     struct ncclComm *c = in->comm;
     zs_emu_nccl_op *op = malloc(sizeof *op);
-    if (!op)
+    if (!op) {
+        zs_emu_nccl_p2p_free(in);
         return ncclSystemError;
+    }
     *op = *in;
     pthread_mutex_lock(&c->mu);
     op->d.seq = c->next_seq++;
+    /* Ranks match collectives by their number among collectives: a rank's
+     * point-to-point groups involve only some of its peers. */
+    op->d.cseq = op->d.kind == ZS_EMU_NCCL_P2P ? 0 : c->next_cseq++;
     c->inflight++;
     c->refs++;
     pthread_mutex_unlock(&c->mu);

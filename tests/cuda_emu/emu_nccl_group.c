@@ -11,6 +11,7 @@
 #define _GNU_SOURCE
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 
 #include "emu_nccl.h"
 
@@ -78,8 +79,10 @@ void zs_emu_nccl_flush_stash(struct ncclComm *c)
     pthread_mutex_unlock(&c->mu);
     for (int i = 0; i < n; i++) {
         if (atomic_load(&c->async_err) == ncclSuccess && !atomic_load(&c->aborted))
-            zs_emu_nccl_launch(&ops[i]); /* else dropped (abort, error) */
-        zs_emu_nccl_unref(c);            /* the stash's reference */
+            zs_emu_nccl_launch(&ops[i]); /* takes ops[i].p2p */
+        else
+            zs_emu_nccl_p2p_free(&ops[i]); /* dropped (abort, error) */
+        zs_emu_nccl_unref(c);              /* the stash's reference */
     }
     free(ops);
 }
@@ -147,8 +150,22 @@ ncclResult_t ncclGroupEnd(void)
         for (int i = 0; i < n && rc == ncclSuccess; i++)
             if (ops[i].comm->magic != ZS_EMU_COMM_LIVE)
                 rc = zs_emu_nccl_check(ops[i].comm, "ncclGroupEnd");
-        if (rc == ncclSuccess)
-            rc = zs_emu_nccl_launch_group(ops, n);
+        if (rc == ncclSuccess) {
+            /* "Point-to-point communication": the sends and receives of a
+             * group progress together; they become one op per
+             * communicator (emu_nccl_p2p.c), which the launch owns. */
+            zs_emu_nccl_op *run = malloc((size_t)(n ? n : 1) * sizeof *run);
+            int m = n;
+            if (!run)
+                rc = ncclSystemError;
+            else {
+                memcpy(run, ops, (size_t)n * sizeof *run);
+                rc = zs_emu_nccl_p2p_fold(run, &m);
+                if (rc == ncclSuccess)
+                    rc = zs_emu_nccl_launch_group(run, m);
+                free(run);
+            }
+        }
     }
     /* Hostile: a group with a refused call launches none of its calls. */
     for (int i = 0; i < n; i++)

@@ -57,6 +57,24 @@ const char *zs_emu_nccl_dtype_name(int t)
         return "bfloat16";
     case ncclFloat64:
         return "float64";
+    /* Named for point-to-point messages, which move any type (reductions
+     * still refuse these through zs_emu_nccl_dtype_size). */
+    case ncclInt8:
+        return "int8";
+    case ncclUint8:
+        return "uint8";
+    case ncclInt32:
+        return "int32";
+    case ncclUint32:
+        return "uint32";
+    case ncclInt64:
+        return "int64";
+    case ncclUint64:
+        return "uint64";
+    case ncclFloat8e4m3:
+        return "float8e4m3";
+    case ncclFloat8e5m2:
+        return "float8e5m2";
     default:
         return "unsupported-type";
     }

@@ -5,9 +5,9 @@
  * allow: registration is an optimisation), everything else refused loudly
  * at run time with ncclInvalidUsage ("not emulated"), never silently.
  *
- * Does not: point-to-point, AllToAll, Gather/Scatter, communicator split /
- * shrink / revoke / InitAll / scalable init, user reduction ops, windows,
- * group simulation.
+ * Does not: AllToAll (ncclSend/ncclRecv are emulated in emu_nccl_p2p.c), Gather/Scatter,
+ * communicator shrink / revoke / InitAll / scalable init, user reduction ops, windows, group
+ * simulation.
  */
 #include <stdio.h>
 
@@ -71,8 +71,6 @@ EXPORT_P(ncclResult_t, ncclCommDeregister, (const ncclComm_t comm, void *handle)
     EXPORT_P(ncclResult_t, name, params)
 
 REFUSE(ncclCommInitAll, (ncclComm_t * comm, int ndev, const int *devlist))
-REFUSE(ncclCommSplit,
-       (ncclComm_t comm, int color, int key, ncclComm_t *newcomm, ncclConfig_t *config))
 REFUSE(ncclCommShrink, (ncclComm_t comm, int *excludeRanksList, int excludeRanksCount,
                         ncclComm_t *newcomm, ncclConfig_t *config, int shrinkFlags))
 REFUSE(ncclCommRevoke, (ncclComm_t comm, int revokeFlags))
@@ -90,8 +88,4 @@ REFUSE(ncclGather, (const void *sendbuff, void *recvbuff, size_t count, ncclData
                     int root, ncclComm_t comm, cudaStream_t stream))
 REFUSE(ncclScatter, (const void *sendbuff, void *recvbuff, size_t count, ncclDataType_t datatype,
                      int root, ncclComm_t comm, cudaStream_t stream))
-REFUSE(ncclSend, (const void *sendbuff, size_t count, ncclDataType_t datatype, int peer,
-                  ncclComm_t comm, cudaStream_t stream))
-REFUSE(ncclRecv, (void *recvbuff, size_t count, ncclDataType_t datatype, int peer, ncclComm_t comm,
-                  cudaStream_t stream))
 REFUSE(ncclGroupSimulateEnd, (ncclSimInfo_t * simInfo))

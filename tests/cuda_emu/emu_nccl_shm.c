@@ -327,3 +327,35 @@ ncclResult_t zs_emu_nccl_barrier(struct ncclComm *c, uint64_t step, const char *
         wait_bell(s, seen);
     }
 }
+
+void zs_emu_nccl_wait_bell(zs_emu_nccl_seg *s, uint32_t seen)
+{
+    wait_bell(s, seen);
+}
+
+ncclResult_t zs_emu_nccl_peer_gone(struct ncclComm *c, int k, const char *what, char *msg,
+                                   size_t cap)
+{
+    zs_emu_nccl_slot *sl = &c->seg->slot[k];
+    int st = atomic_load(&sl->state);
+    if (st == ZS_EMU_PEER_OK && !pid_dead(atomic_load(&sl->pid)))
+        return ncclSuccess;
+    if (st == ZS_EMU_PEER_FAILED) {
+        snprintf(msg, cap, "cuda-emu nccl: %s: rank %d failed: %s", what, k, sl->msg);
+        return ncclRemoteError;
+    }
+    if (st == ZS_EMU_PEER_ABORTED) {
+        snprintf(msg, cap, "cuda-emu nccl: %s: rank %d called ncclCommAbort", what, k);
+        return ncclRemoteError;
+    }
+    if (st == ZS_EMU_PEER_DESTROYED) {
+        snprintf(msg, cap,
+                 "cuda-emu nccl: %s: rank %d destroyed the communicator after %llu collectives "
+                 "(its matching send/recv never posted?)",
+                 what, k, (unsigned long long)atomic_load(&sl->ncolls));
+        return ncclInvalidUsage;
+    }
+    snprintf(msg, cap, "cuda-emu nccl: %s: rank %d (pid %d) died", what, k,
+             (int)atomic_load(&sl->pid));
+    return ncclRemoteError;
+}

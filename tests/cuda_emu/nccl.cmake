@@ -38,6 +38,18 @@ foreach(np 2 4)
   set_tests_properties(test_emu_nccl_np${np} PROPERTIES
     TIMEOUT 180 LABELS "emu;mpi" ENVIRONMENT "${_emu_mpi_env}")
 endforeach()
+# Point-to-point (ncclSend/ncclRecv, emu_nccl_p2p.c) and ncclCommSplit, at
+# np 2 and 4 like test_emu_nccl.
+add_executable(test_emu_nccl_p2p ${_emu_dir}/test_emu_nccl_p2p.c)
+target_include_directories(test_emu_nccl_p2p PRIVATE ${_emu_dir} ${ZS_EMU_NCCL_INCLUDE})
+target_link_libraries(test_emu_nccl_p2p PRIVATE ${_emu_lib} MPI::MPI_C)
+foreach(np 2 4)
+  add_test(NAME test_emu_nccl_p2p_np${np}
+           COMMAND ${MPIEXEC_EXECUTABLE} ${MPIEXEC_NUMPROC_FLAG} ${np} --oversubscribe
+                   ${MPIEXEC_PREFLAGS} $<TARGET_FILE:test_emu_nccl_p2p> ${MPIEXEC_POSTFLAGS})
+  set_tests_properties(test_emu_nccl_p2p_np${np} PROPERTIES
+    TIMEOUT 180 LABELS "emu;mpi" ENVIRONMENT "${_emu_mpi_env}")
+endforeach()
 # A rank killed (SIGKILL) in the middle of / before a collective: the others
 # report ncclRemoteError within 2.5 s; the test's own alarm() is the hard
 # timeout, ctest's TIMEOUT the backstop.
