@@ -12,13 +12,16 @@
 # Prints the figures, then
 #   NVME-RESULT state_over_budget=X update_over_fio=Y ckpt_s=Z
 # X: the fp32 state (p, m, v: 12 B/element) over --mem-budget; Y: the bytes
-# the pass moved per second (a read and a write of every tile slot) over
-# fio's combined read+write bandwidth; Z: seconds of the checkpoint (the
-# tiles copied into RocksDB, 12 B/element).
+# the pass moved per second (a read and a write of every tile slot, and a
+# read of every tile's staged bf16 gradient span) over fio's combined
+# read+write bandwidth; Z: seconds of the checkpoint (the tiles copied into
+# RocksDB, 12 B/element).
 # Usage: bench/bench_nvme.sh [BUILD_DIR] [DIR] [P] [STEPS]
 #   defaults: build, a fresh directory under /var/tmp, 50000000, 5.
-#   BUDGET (env): --mem-budget, default 10.5 B/element + 64 MiB (what the
-#   tier needs in RAM: staging 8 + 16-bit copy 2 B/element, buffers).
+#   BUDGET (env): --mem-budget, default 2 B/element + 40 MiB (what the
+#   tier needs in RAM: the 16-bit copy, 2 B/element; the I/O buffers, about
+#   23 MiB at depth 16; push and pull buffers; gradients are staged on the
+#   drive).
 # Needs fio (Debian: fio) on PATH. DIR must be on the drive to measure, not
 # tmpfs (the server refuses it).
 set -euo pipefail
@@ -34,7 +37,8 @@ command -v fio >/dev/null || { echo "bench_nvme: fio not found (apt-get install 
 mkdir -p "$D"
 T=$(mktemp -d "$D/run-XXXXXX")
 trap 'kill $(jobs -p) 2>/dev/null || true; wait 2>/dev/null || true; rm -rf "$T"' EXIT
-BUDGET=${BUDGET:-$((P * 21 / 2 + 64 * 1048576))}
+BUDGET=${BUDGET:-$((P * 2 + 40 * 1048576))}
+GSPAN=131072 # bytes of one tile's staged bf16 gradient (65536 x 2)
 FILE_BYTES=$(((P + 65535) / 65536 * 2 * SLOT))
 echo "dir $D ($(df -h --output=source,fstype "$D" | tail -1)); P=$P, $STEPS steps, budget $BUDGET B, depth $DEPTH; $(nproc) cores"
 
@@ -61,7 +65,10 @@ kill %1 2>/dev/null || true
 wait 2>/dev/null || true
 PASS=$(sed -n 's/.*pass_s=\([0-9.]*\).*/\1/p' <<<"$OUT")
 CKPT=$(sed -n 's/.*ckpt_s=\([0-9.]*\).*/\1/p' <<<"$OUT")
-awk -v p="$P" -v b="$BUDGET" -v pass="$PASS" -v comb="$COMB" -v slot="$SLOT" -v ck="$CKPT" 'BEGIN{
-  tiles = int((p + 65535) / 65536); moved = 2 * tiles * slot / 1048576 / pass;
-  printf "pass moved %.1f MiB/s (%d tiles read and written in %.3f s)\n", moved, tiles, pass;
+RSS=$(sed -n 's/.*rss_mb=\([0-9.]*\).*/\1/p' <<<"$OUT")
+awk -v p="$P" -v b="$BUDGET" -v pass="$PASS" -v comb="$COMB" -v slot="$SLOT" -v gs="$GSPAN" \
+  -v ck="$CKPT" -v rss="$RSS" 'BEGIN{
+  tiles = int((p + 65535) / 65536); moved = tiles * (2 * slot + gs) / 1048576 / pass;
+  printf "pass moved %.1f MiB/s (%d tiles and their gradients read, tiles written, in %.3f s)\n", moved, tiles, pass;
+  printf "server RSS %.1f MB (gRPC, RocksDB and the heap included) against a budget of %.1f MB\n", rss, b / 1e6;
   printf "NVME-RESULT state_over_budget=%.2f update_over_fio=%.2f ckpt_s=%.2f\n", 12 * p / b, moved / comb, ck }'
