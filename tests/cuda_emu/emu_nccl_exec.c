@@ -120,9 +120,16 @@ static ncclResult_t exchange(struct ncclComm *c, zs_emu_nccl_op *op, char *msg, 
                 char a[96], b[96];
                 zs_emu_nccl_describe(&s->slot[0].desc, a, sizeof a);
                 zs_emu_nccl_describe(&s->slot[k].desc, b, sizeof b);
-                snprintf(msg, cap,
-                         "cuda-emu nccl: collective #%llu: rank 0 called %s, rank %d called %s",
-                         (unsigned long long)d->cseq, a, k, b);
+                int n0 =
+                    snprintf(msg, cap,
+                             "cuda-emu nccl: collective #%llu: rank 0 called %s, rank %d called %s",
+                             (unsigned long long)d->cseq, a, k, b);
+                if (s->slot[0].desc.cseq != s->slot[k].desc.cseq && n0 > 0 && (size_t)n0 < cap)
+                    snprintf(msg + n0, cap - (size_t)n0,
+                             " as its collective #%llu, rank 0 as #%llu (a collective or "
+                             "ncclCommSplit skipped on one of them?)",
+                             (unsigned long long)s->slot[k].desc.cseq,
+                             (unsigned long long)s->slot[0].desc.cseq);
                 int zero = 0;
                 if (!atomic_compare_exchange_strong(&s->printed, &zero, 1))
                     msg[cap - 1] = 1; /* mark: someone printed it already */

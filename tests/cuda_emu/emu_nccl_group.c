@@ -159,7 +159,8 @@ ncclResult_t ncclGroupEnd(void)
             if (!run)
                 rc = ncclSystemError;
             else {
-                memcpy(run, ops, (size_t)n * sizeof *run);
+                if (n) /* an empty group has ops == NULL */
+                    memcpy(run, ops, (size_t)n * sizeof *run);
                 rc = zs_emu_nccl_p2p_fold(run, &m);
                 if (rc == ncclSuccess)
                     rc = zs_emu_nccl_launch_group(run, m);
