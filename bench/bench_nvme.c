@@ -10,8 +10,11 @@
  *   seconds from the client, and the server's own pass time (Hello's
  *   last_step_ms). Prints, medians over the steps after the first:
  *     NVME-PASS n=P pass_s=X phase_s=Y ckpt_s=Z rss_mb=R
- *   (phase_s: push + commit + pull as the worker sees it; rss_mb: the
- *   server's resident memory after the run, from Hello).
+ *     NVME-MEM idle_rss_mb=A steps_rss_mb=B steps_heap_mb=H reserved_mb=C rss_mb=R
+ *   (phase_s: push + commit + pull as the worker sees it; from Hello: the
+ *   server's resident memory before Initialize (A: gRPC, RocksDB, threads),
+ *   after the steps (B; H of it the allocator's heap in use, C reserved
+ *   against the budget then) and after the checkpoint (R)).
  *
  * Does not: start servers, run fio, or assert anything.
  */
@@ -69,6 +72,8 @@ int main(int argc, char **argv)
     o.transport = ZS_TRANSPORT_TCP;
     zs_client_t *c;
     CHECK(zs_client_create(&o, &c, &err));
+    zs_server_info_t idle;
+    CHECK(zs_client_hello(c, "", 0, &idle, &err));
     float *w = malloc(P * 4);
     uint16_t *g = malloc(P * 2), *pulled = malloc(P * 2);
     if (!w || !g || !pulled) {
@@ -98,6 +103,8 @@ int main(int argc, char **argv)
         fprintf(stderr, "step %d: pass %.3f s, push+update+pull %.3f s\n", s, pass[s - 1],
                 phase[s - 1]);
     }
+    zs_server_info_t after;
+    CHECK(zs_client_hello(c, "", 0, &after, &err));
     double t0 = now_s();
     CHECK(zs_client_checkpoint(c, (uint64_t)steps, 1, &err));
     double ckpt = now_s() - t0;
@@ -105,6 +112,11 @@ int main(int argc, char **argv)
     CHECK(zs_client_hello(c, "", 0, &in, &err));
     printf("NVME-PASS n=%llu pass_s=%.4f phase_s=%.4f ckpt_s=%.3f rss_mb=%.1f\n",
            (unsigned long long)P, median(pass + 1, steps - 1), median(phase + 1, steps - 1), ckpt,
+           (double)in.rss_bytes / 1e6);
+    printf("NVME-MEM idle_rss_mb=%.1f steps_rss_mb=%.1f steps_heap_mb=%.1f reserved_mb=%.1f "
+           "rss_mb=%.1f\n",
+           (double)idle.rss_bytes / 1e6, (double)after.rss_bytes / 1e6,
+           (double)after.heap_in_use / 1e6, (double)after.mem_reserved / 1e6,
            (double)in.rss_bytes / 1e6);
     free(g);
     free(pulled);

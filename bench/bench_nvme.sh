@@ -70,5 +70,5 @@ awk -v p="$P" -v b="$BUDGET" -v pass="$PASS" -v comb="$COMB" -v slot="$SLOT" -v 
   -v ck="$CKPT" -v rss="$RSS" 'BEGIN{
   tiles = int((p + 65535) / 65536); moved = tiles * (2 * slot + gs) / 1048576 / pass;
   printf "pass moved %.1f MiB/s (%d tiles and their gradients read, tiles written, in %.3f s)\n", moved, tiles, pass;
-  printf "server RSS %.1f MB (gRPC, RocksDB and the heap included) against a budget of %.1f MB\n", rss, b / 1e6;
+  printf "server RSS after the checkpoint %.1f MB (gRPC, RocksDB and the heap included; see NVME-MEM) against a budget of %.1f MB\n", rss, b / 1e6;
   printf "NVME-RESULT state_over_budget=%.2f update_over_fio=%.2f ckpt_s=%.2f\n", 12 * p / b, moved / comb, ck }'

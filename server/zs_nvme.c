@@ -55,6 +55,8 @@ struct zs_nvme {
     unsigned char **gbufs; /* depth gradient spans (ZS_NVME_GSPAN), for the pass */
     _Atomic unsigned serial;
     long test_delay_ms; /* ZS_NVME_TEST_TILE_DELAY_MS: test hook, see zs_nvme.h */
+    /* Totals since open (zs_nvme_totals): bytes, passes, nanoseconds. */
+    _Atomic uint64_t rd_bytes, wr_bytes, grad_wr_bytes, passes, pass_ns, wait_ns;
 };
 
 struct zs_nvme_state {
@@ -77,6 +79,7 @@ struct zs_nvme_state {
 
 static int full_io(int fd, int wr, void *buf, size_t len, uint64_t off, const char *path,
                    zs_err_t *err);
+static int sio(zs_nvme_state_t *s, int wr, void *buf, size_t len, uint64_t off, zs_err_t *err);
 
 /* ---- buffers and headers -------------------------------------------------- */
 
@@ -362,7 +365,7 @@ void *zs__nvme_ring(zs_nvme_t *nv)
 
 int zs__nvme_io(zs_nvme_state_t *s, int wr, void *buf, size_t len, uint64_t off, zs_err_t *err)
 {
-    return full_io(s->fd, wr, buf, len, off, s->path, err);
+    return sio(s, wr, buf, len, off, err);
 }
 
 zs_nvme_buf_t *zs__nvme_bufs(zs_nvme_t *nv)
@@ -373,6 +376,28 @@ zs_nvme_buf_t *zs__nvme_bufs(zs_nvme_t *nv)
 unsigned char **zs__nvme_gbufs(zs_nvme_t *nv)
 {
     return nv->gbufs;
+}
+
+void zs__nvme_count(zs_nvme_t *nv, int wr, uint64_t bytes)
+{
+    atomic_fetch_add_explicit(wr ? &nv->wr_bytes : &nv->rd_bytes, bytes, memory_order_relaxed);
+}
+
+void zs__nvme_count_pass(zs_nvme_t *nv, double seconds, double io_wait)
+{
+    atomic_fetch_add_explicit(&nv->passes, 1, memory_order_relaxed);
+    atomic_fetch_add_explicit(&nv->pass_ns, (uint64_t)(seconds * 1e9), memory_order_relaxed);
+    atomic_fetch_add_explicit(&nv->wait_ns, (uint64_t)(io_wait * 1e9), memory_order_relaxed);
+}
+
+void zs_nvme_totals(zs_nvme_t *nv, zs_nvme_totals_t *t)
+{
+    t->read_bytes = atomic_load_explicit(&nv->rd_bytes, memory_order_relaxed);
+    t->written_bytes = atomic_load_explicit(&nv->wr_bytes, memory_order_relaxed);
+    t->grad_written_bytes = atomic_load_explicit(&nv->grad_wr_bytes, memory_order_relaxed);
+    t->passes = atomic_load_explicit(&nv->passes, memory_order_relaxed);
+    t->pass_seconds = 1e-9 * (double)atomic_load_explicit(&nv->pass_ns, memory_order_relaxed);
+    t->io_wait_seconds = 1e-9 * (double)atomic_load_explicit(&nv->wait_ns, memory_order_relaxed);
 }
 
 long zs__nvme_test_delay_ms(const zs_nvme_t *nv)
@@ -513,6 +538,15 @@ void zs__nvme_flip(zs_nvme_state_t *s, size_t c)
 
 /* ---- synchronous tile I/O ---------------------------------------------------- */
 
+/* full_io on s's file, counted in the tier's totals when it succeeds. */
+static int sio(zs_nvme_state_t *s, int wr, void *buf, size_t len, uint64_t off, zs_err_t *err)
+{
+    int rc = full_io(s->fd, wr, buf, len, off, s->path, err);
+    if (!rc)
+        zs__nvme_count(s->nv, wr, len);
+    return rc;
+}
+
 /* pread/pwrite all of len bytes at off (retrying short transfers). */
 static int full_io(int fd, int wr, void *buf, size_t len, uint64_t off, const char *path,
                    zs_err_t *err)
@@ -543,12 +577,11 @@ int zs_nvme_read(zs_nvme_state_t *s, size_t c, unsigned mask, zs_nvme_buf_t *b, 
     int rc;
     if (mask == 1 || mask == 2 || mask == 4) { /* one tensor: its span and the header */
         int t = mask == 1 ? 0 : mask == 2 ? 1 : 2;
-        rc = full_io(s->fd, 0, b->mem, ZS_NVME_HDR, off, s->path, err);
+        rc = sio(s, 0, b->mem, ZS_NVME_HDR, off, err);
         if (!rc)
-            rc = full_io(s->fd, 0, b->t[t], ZS_NVME_SPAN, off + ZS_NVME_HDR + t * ZS_NVME_SPAN,
-                         s->path, err);
+            rc = sio(s, 0, b->t[t], ZS_NVME_SPAN, off + ZS_NVME_HDR + t * ZS_NVME_SPAN, err);
     } else {
-        rc = full_io(s->fd, 0, b->mem, ZS_NVME_SLOT, off, s->path, err);
+        rc = sio(s, 0, b->mem, ZS_NVME_SLOT, off, err);
     }
     return rc ? rc : zs__nvme_check(s, b, c, mask, err);
 }
@@ -558,8 +591,7 @@ int zs_nvme_write_aside(zs_nvme_state_t *s, size_t c, zs_nvme_buf_t *b, zs_err_t
     if (c >= s->ntiles)
         return zs_err_set(err, ZS_ERR_RANGE, "nvme: tile %zu of %zu", c, s->ntiles);
     zs__nvme_seal(b, c, s->seq[c] + 1, zs_nvme_tile_len(s, c));
-    return full_io(s->fd, 1, b->mem, ZS_NVME_SLOT, zs__nvme_slot_off(c, s->cur[c] ^ 1), s->path,
-                   err);
+    return sio(s, 1, b->mem, ZS_NVME_SLOT, zs__nvme_slot_off(c, s->cur[c] ^ 1), err);
 }
 
 int zs_nvme_write(zs_nvme_state_t *s, size_t c, zs_nvme_buf_t *b, zs_err_t *err)
@@ -579,10 +611,10 @@ int zs__nvme_corrupt(zs_nvme_state_t *s, size_t c, int t, zs_err_t *err)
     int rc = zs_nvme_buf_alloc(&b, err);
     for (int slot = 0; !rc && slot < 2; slot++) {
         uint64_t off = zs__nvme_slot_off(c, slot) + ZS_NVME_HDR + (uint64_t)t * ZS_NVME_SPAN;
-        rc = full_io(s->fd, 0, b.t[0], ZS_NVME_ALIGN, off, s->path, err);
+        rc = sio(s, 0, b.t[0], ZS_NVME_ALIGN, off, err);
         if (!rc) {
             ((unsigned char *)b.t[0])[5] ^= 0x20;
-            rc = full_io(s->fd, 1, b.t[0], ZS_NVME_ALIGN, off, s->path, err);
+            rc = sio(s, 1, b.t[0], ZS_NVME_ALIGN, off, err);
         }
     }
     zs_nvme_buf_free(&b);
@@ -661,7 +693,7 @@ int zs_nvme_grad_put(zs_nvme_state_t *s, uint64_t step, zs_dtype_t dt, uint64_t 
         pthread_mutex_lock(mu);
         if (s0 > t0 || e < t0 + k) { /* partly covered: merge with what is staged */
             if (s->gstep[p][c] == step && s->gdt[p][c] == (unsigned char)dt) {
-                rc = full_io(s->fd, 0, buf, len, off, s->path, err);
+                rc = sio(s, 0, buf, len, off, err);
                 if (!rc)
                     rc = grad_check_locked(s, (size_t)c, step, dt, buf, err);
             } else {
@@ -673,9 +705,10 @@ int zs_nvme_grad_put(zs_nvme_state_t *s, uint64_t step, zs_dtype_t dt, uint64_t 
         if (!rc) {
             memcpy(buf + (s0 - t0) * esz, (const unsigned char *)src + (s0 - a) * esz,
                    (size_t)(e - s0) * esz);
-            rc = full_io(s->fd, 1, buf, len, off, s->path, err);
+            rc = sio(s, 1, buf, len, off, err);
         }
         if (!rc) {
+            atomic_fetch_add_explicit(&s->nv->grad_wr_bytes, len, memory_order_relaxed);
             s->gstep[p][c] = step;
             s->gdt[p][c] = (unsigned char)dt;
             s->gsum[p][c] = XXH3_64bits_withSeed(buf, (size_t)k * esz, gseed((size_t)c, p, step));
@@ -693,8 +726,8 @@ int zs_nvme_grad_read(zs_nvme_state_t *s, size_t c, uint64_t step, zs_dtype_t dt
 {
     if (c >= s->ntiles || zs_dtype_size(dt) == 0 || zs_dtype_size(dt) > 4)
         return zs_err_set(err, ZS_ERR_RANGE, "nvme: gradient of tile %zu of %zu", c, s->ntiles);
-    int rc = full_io(s->fd, 0, buf, zs__nvme_grad_len(s, c, dt),
-                     zs__nvme_grad_off(s, c, (int)(step & 1)), s->path, err);
+    int rc =
+        sio(s, 0, buf, zs__nvme_grad_len(s, c, dt), zs__nvme_grad_off(s, c, (int)(step & 1)), err);
     return rc ? rc : zs__nvme_grad_check(s, c, step, dt, buf, err);
 }
 
@@ -706,10 +739,10 @@ int zs__nvme_grad_corrupt(zs_nvme_state_t *s, size_t c, int p, zs_err_t *err)
     if (!b)
         return zs_err_set(err, ZS_ERR_NOMEM, "out of memory");
     uint64_t off = zs__nvme_grad_off(s, c, p);
-    int rc = full_io(s->fd, 0, b, ZS_NVME_ALIGN, off, s->path, err);
+    int rc = sio(s, 0, b, ZS_NVME_ALIGN, off, err);
     if (!rc) {
         b[5] ^= 0x20;
-        rc = full_io(s->fd, 1, b, ZS_NVME_ALIGN, off, s->path, err);
+        rc = sio(s, 1, b, ZS_NVME_ALIGN, off, err);
     }
     free(b);
     return rc;

@@ -104,6 +104,17 @@ void zs_nvme_close(zs_nvme_t *nv);
  * ring (the shard reserves them against its budget). */
 uint64_t zs_nvme_ram_bytes(const zs_nvme_t *nv);
 
+/* What the tier moved since it opened (zs-server --metrics): bytes read
+ * and written on its files (tiles, gradient spans, headers; the pass's,
+ * pushes', pulls', checkpoints' and restores'), of them the gradient bytes
+ * pushes wrote, and its passes: count, seconds, and seconds the pass
+ * waited for I/O. Relaxed atomics: any thread. */
+typedef struct zs_nvme_totals {
+    uint64_t read_bytes, written_bytes, grad_written_bytes, passes;
+    double pass_seconds, io_wait_seconds;
+} zs_nvme_totals_t;
+void zs_nvme_totals(zs_nvme_t *nv, zs_nvme_totals_t *t);
+
 /* Tiles in flight in a pass. */
 int zs_nvme_depth(const zs_nvme_t *nv);
 
@@ -238,6 +249,10 @@ int zs__nvme_io(zs_nvme_state_t *s, int wr, void *buf, size_t len, uint64_t off,
 zs_nvme_buf_t *zs__nvme_bufs(zs_nvme_t *nv);
 /* The pass's gradient buffers: depth of them, ZS_NVME_GSPAN bytes each. */
 unsigned char **zs__nvme_gbufs(zs_nvme_t *nv);
+/* Count bytes read or written by the pass's ring, and a pass's seconds
+ * and I/O wait, into the totals. */
+void zs__nvme_count(zs_nvme_t *nv, int wr, uint64_t bytes);
+void zs__nvme_count_pass(zs_nvme_t *nv, double seconds, double io_wait);
 /* Test hook: milliseconds each tile's update waits after it ran (the
  * environment's ZS_NVME_TEST_TILE_DELAY_MS when the tier opened; 0: none),
  * so a test can kill a server in the middle of a pass. */

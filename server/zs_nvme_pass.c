@@ -166,8 +166,10 @@ int zs_nvme_pass(zs_nvme_t *nv, zs_nvme_state_t *s, uint64_t step, zs_dtype_t gd
         free(skipped);
         return zs_err_set(err, ZS_ERR_NOMEM, "out of memory for a pass");
     }
+    double t0 = now_s();
     if (!ring) { /* no io_uring: one batch at a time, read, update, write */
         int rc = sync_pass(&p, pool, B, N, skipped, skip, landed, ud, err);
+        zs__nvme_count_pass(nv, now_s() - t0, 0);
         free(p.bst);
         free(p.npend);
         free(p.brc);
@@ -286,6 +288,7 @@ int zs_nvme_pass(zs_nvme_t *nv, zs_nvme_state_t *s, uint64_t step, zs_dtype_t gd
                     p.bst[bi] = B_FREE;
                 continue;
             }
+            zs__nvme_count(nv, wr, (uint64_t)want);
             if (wr) {
                 landed(ud, c, zs__nvme_flip, s);
                 nlanded++;
@@ -301,6 +304,7 @@ int zs_nvme_pass(zs_nvme_t *nv, zs_nvme_state_t *s, uint64_t step, zs_dtype_t gd
     free(p.brc);
     free(p.berr);
     free(skipped);
+    zs__nvme_count_pass(nv, now_s() - t0, io_wait);
     if (io_seconds)
         *io_seconds = io_wait;
     return rc;

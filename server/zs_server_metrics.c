@@ -53,6 +53,11 @@ enum {
     M_SPEC_ROLLBACKS,
     M_SPEC_ELEMS,
     M_SPEC_SEC,
+    M_NVME_READ,
+    M_NVME_WRITTEN,
+    M_NVME_PASSES,
+    M_NVME_PASS_SEC,
+    M_NVME_WAIT_SEC,
     M_N
 };
 
@@ -142,6 +147,24 @@ static const struct {
     [M_SPEC_SEC] = {"zs_server_speculation_seconds_total", ZS_METRIC_COUNTER,
                     "Seconds spent on speculative updates (pre-image copies included); "
                     "overlapped with the workers' backward, not on their critical path."},
+    [M_NVME_READ] = {"zs_server_nvme_read_bytes_total", ZS_METRIC_COUNTER,
+                     "Bytes read from the NVMe tier's file (--nvme-path) since start: tiles, "
+                     "staged gradients, headers; 0 without the tier."},
+    [M_NVME_WRITTEN] = {"zs_server_nvme_written_bytes_total",
+                        ZS_METRIC_COUNTER,
+                        "Bytes written to the NVMe tier's file since start, by kind: gradients "
+                        "(pushed gradients staged on the drive) and tiles (everything else: "
+                        "passes, Initialize, Restore, SetState); 0 without the tier.",
+                        {"kind"}},
+    [M_NVME_PASSES] =
+        {"zs_server_nvme_passes_total", ZS_METRIC_COUNTER,
+         "Optimizer passes over the NVMe tier's tiles since start; 0 without the tier."},
+    [M_NVME_PASS_SEC] = {"zs_server_nvme_pass_seconds_total", ZS_METRIC_COUNTER,
+                         "Seconds spent in passes over the NVMe tier since start; 0 without "
+                         "the tier."},
+    [M_NVME_WAIT_SEC] = {"zs_server_nvme_io_wait_seconds_total", ZS_METRIC_COUNTER,
+                         "Seconds those passes waited for I/O with nothing to update (the pass "
+                         "is I/O-bound when this is close to the pass seconds)."},
 };
 
 struct zs_server_metrics {
@@ -233,6 +256,14 @@ static void collect(void *ud)
         set0(sm, M_SPEC_ROLLBACKS, (double)c->spec_rollbacks);
         set0(sm, M_SPEC_ELEMS, (double)c->spec_elements);
         set0(sm, M_SPEC_SEC, c->spec_seconds);
+        /* 0 without the tier (served, so one set of names fits every server) */
+        set0(sm, M_NVME_READ, (double)c->nvme_read_bytes);
+        set1(sm, M_NVME_WRITTEN, "gradients", (double)c->nvme_grad_written_bytes);
+        set1(sm, M_NVME_WRITTEN, "tiles",
+             (double)(c->nvme_written_bytes - c->nvme_grad_written_bytes));
+        set0(sm, M_NVME_PASSES, (double)c->nvme_passes);
+        set0(sm, M_NVME_PASS_SEC, c->nvme_pass_seconds);
+        set0(sm, M_NVME_WAIT_SEC, c->nvme_io_wait_seconds);
         free(in.checkpoints);
     }
     struct mallinfo2 mi = mallinfo2();

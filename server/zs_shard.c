@@ -472,6 +472,16 @@ int zs_shard_info(zs_shard_t *sh, zs_shard_info_t *info, zs_err_t *err)
     info->counters.bytes_out = atomic_load_explicit(&sh->bytes_out, memory_order_relaxed);
     info->counters.refused = atomic_load_explicit(&sh->refused, memory_order_relaxed);
     info->counters.spec_window_bytes = sh->spec.budget;
+    if (sh->nvme) {
+        zs_nvme_totals_t t;
+        zs_nvme_totals(sh->nvme, &t);
+        info->counters.nvme_read_bytes = t.read_bytes;
+        info->counters.nvme_written_bytes = t.written_bytes;
+        info->counters.nvme_grad_written_bytes = t.grad_written_bytes;
+        info->counters.nvme_passes = t.passes;
+        info->counters.nvme_pass_seconds = t.pass_seconds;
+        info->counters.nvme_io_wait_seconds = t.io_wait_seconds;
+    }
     info->mem_state = sh->budget_live;
     info->server_id = sh->server_id;
     zs_budget_get(&sh->budget, &info->mem_reserved, &info->mem_budget);

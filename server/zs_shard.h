@@ -124,6 +124,9 @@ typedef struct zs_shard_counters {
     uint64_t spec_hits, spec_rollbacks, spec_elements;
     double spec_seconds;
     uint64_t spec_window_bytes;
+    /* The NVMe tier (0 without one): zs_nvme_totals_t's figures. */
+    uint64_t nvme_read_bytes, nvme_written_bytes, nvme_grad_written_bytes, nvme_passes;
+    double nvme_pass_seconds, nvme_io_wait_seconds;
 } zs_shard_counters_t;
 
 /* A snapshot for Hello / status. */
