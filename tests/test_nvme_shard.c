@@ -44,6 +44,10 @@
  *     or a GetState cancels it first (step 6: it reads the committed state):
  *     pulls and p, m, v bitwise the RAM shard's after every step, and the
  *     counters show the kept and rolled-back steps.
+ *  9. Staging on the drive (after 5): pushes through streams in chunks
+ *     that cut tiles (merged on the drive), a refused stream over staged
+ *     elements, and a re-push of staged elements with other values (staged
+ *     at the stream's end): pulls and p, m, v bitwise the RAM shard's.
  *  8. Without io_uring (ZS_NVME_TEST_NO_URING=1: the synchronous pass of a
  *     container that refuses io_uring), with speculation: 4 steps, one
  *     clipped, bitwise the RAM shard's.
@@ -463,6 +467,61 @@ static void push_expect(zs_shard_t *sh, uint64_t step, const zs_commit_t *e)
     free(tmp);
 }
 
+/* Push [a, a + cnt) of step's gradient (its values shifted by `shift`
+ * elements) through one stream in chunks of `chunk` elements; ok = 0: the
+ * stream fails at its end. */
+static void push_stream(zs_shard_t *sh, uint64_t step, uint64_t a, uint64_t cnt, uint64_t shift,
+                        uint64_t chunk, int ok)
+{
+    zs_err_t err;
+    zs_shard_push_t *ps;
+    zs_dtype_t dt = zs_synth_dtype(step);
+    size_t esz = zs_dtype_size(dt);
+    unsigned char *g = malloc((g_n + shift) * 4);
+    float *tmp = malloc((g_n + shift) * 4);
+    uint64_t staged;
+    TEST_CHECK(g && tmp);
+    zs_synth_grad(step, g_rb, g_re + shift, g, tmp);
+    TEST_OK(zs_shard_push_begin(sh, &ps, &err), err);
+    for (uint64_t o = a; o < a + cnt; o += chunk) {
+        uint64_t k = a + cnt - o < chunk ? a + cnt - o : chunk;
+        void *dst;
+        TEST_OK(zs_shard_push_chunk(ps, step, o, k, dt, &dst, &err), err);
+        memcpy(dst, g + (o - g_rb + shift) * esz, k * esz);
+        zs_shard_push_chunk_done(ps);
+    }
+    int rc = zs_shard_push_end(ps, ok, &staged, &err);
+    TEST_CHECKF(ok ? rc == ZS_OK : 1, "push_end: %d %s", rc, err.msg);
+    free(g);
+    free(tmp);
+}
+
+/* Staging on the drive: chunks that cut tiles, re-pushed and refused
+ * streams, as the RAM shard stages them. */
+static void streams(zs_shard_t *ram, zs_shard_t *nv)
+{
+    printf("9. staging on the drive: streams\n");
+    zs_shard_t *sh[2] = {ram, nv};
+    for (uint64_t step = 12; step <= 13; step++) {
+        for (int i = 0; i < 2; i++) {
+            /* chunks of 100003 elements: most cut a tile, merged on the drive */
+            push_stream(sh[i], step, g_rb, g_n, 0, 100003, 1);
+            /* a refused stream over staged elements changes nothing */
+            push_stream(sh[i], step, g_rb + 300000, 10000, 7, 4096, 0);
+            /* a re-push of staged elements (other values), staged at its end */
+            push_stream(sh[i], step, g_rb + 70000, 130000, 5, 30001, 1);
+            zs_err_t err;
+            zs_commit_t c = commit_of(step);
+            uint64_t a, o;
+            TEST_OK(zs_shard_commit(sh[i], &c, &a, &o, &err), err);
+        }
+        same_pull(ram, nv, step, g_rb, g_n, ZS_DTYPE_BF16, "streams");
+    }
+    same_state(ram, nv, "streams");
+    printf("  2 steps of streams with chunks cutting tiles, a refused stream and a re-push: "
+           "bitwise = RAM\n");
+}
+
 static zs_shard_counters_t counters(zs_shard_t *sh)
 {
     zs_err_t err;
@@ -626,6 +685,7 @@ int main(void)
     memory();
     refusals();
     corrupt(ram, &nv);
+    streams(ram, nv);
     speculation();
     disk_full();
     no_uring();
