@@ -291,6 +291,8 @@ ncclResult_t zs_emu_nccl_barrier(struct ncclComm *c, uint64_t step, const char *
             int dead = st == ZS_EMU_PEER_OK && pid_dead(atomic_load(&sl->pid));
             if (st == ZS_EMU_PEER_OK && !dead)
                 continue;
+            if (dead) /* it may have failed just before exiting: its last word */
+                st = atomic_load(&sl->state);
             /* k may have reached `step` and then failed, been destroyed or
              * exited since the first read: its state changes after its
              * arrival, so a second read of the arrival tells. */
@@ -338,8 +340,14 @@ ncclResult_t zs_emu_nccl_peer_gone(struct ncclComm *c, int k, const char *what, 
 {
     zs_emu_nccl_slot *sl = &c->seg->slot[k];
     int st = atomic_load(&sl->state);
-    if (st == ZS_EMU_PEER_OK && !pid_dead(atomic_load(&sl->pid)))
-        return ncclSuccess;
+    if (st == ZS_EMU_PEER_OK) {
+        if (!pid_dead(atomic_load(&sl->pid)))
+            return ncclSuccess;
+        /* A process writes its state before it exits: re-read it, so a
+         * peer that failed (or aborted) and then exited is named for that,
+         * not as a death. */
+        st = atomic_load(&sl->state);
+    }
     if (st == ZS_EMU_PEER_FAILED) {
         snprintf(msg, cap, "cuda-emu nccl: %s: rank %d failed: %s", what, k, sl->msg);
         return ncclRemoteError;

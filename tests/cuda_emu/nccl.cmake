@@ -49,6 +49,10 @@ foreach(np 2 4)
                    ${MPIEXEC_PREFLAGS} $<TARGET_FILE:test_emu_nccl_p2p> ${MPIEXEC_POSTFLAGS})
   set_tests_properties(test_emu_nccl_p2p_np${np} PROPERTIES
     TIMEOUT 180 LABELS "emu;mpi" ENVIRONMENT "${_emu_mpi_env}")
+  # The last rank SIGKILLed in the middle of an all-to-all (forked, no MPI).
+  add_test(NAME test_emu_nccl_p2p_kill_${np} COMMAND test_emu_nccl_p2p --kill ${np})
+  set_tests_properties(test_emu_nccl_p2p_kill_${np} PROPERTIES TIMEOUT 120 LABELS "emu"
+                       ENVIRONMENT "ZS_EMU_NCCL_TIMEOUT=60")
 endforeach()
 # A rank killed (SIGKILL) in the middle of / before a collective: the others
 # report ncclRemoteError within 2.5 s; the test's own alarm() is the hard

@@ -15,13 +15,18 @@
  * whose peer never sends (timeout), whose peer destroys its communicator,
  * and one released by ncclCommAbort; argument refusals; p2p between two
  * ranks followed by a collective of all; p2p on communicators made by
- * ncclCommSplit. Does not: kill a rank in the middle of a p2p (the
- * collectives' --kill test covers the shared liveness check).
+ * ncclCommSplit. Without MPI (--kill N: the test forks N ranks, since
+ * mpiexec would kill the survivors): the last rank SIGKILLed 50 ms into a
+ * large all-to-all; the others must report ncclRemoteError naming it
+ * within 2.5 s.
  */
 #define _GNU_SOURCE
 #include <mpi.h>
+#include <pthread.h>
+#include <signal.h>
 #include <stdint.h>
 #include <string.h>
+#include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -524,8 +529,86 @@ static void split(cudaStream_t s)
         printf("split: p2p all-to-all on split communicators ok\n");
 }
 
+static void *killer(void *arg)
+{
+    (void)arg;
+    struct timespec ts = {0, 50 * 1000 * 1000};
+    nanosleep(&ts, NULL);
+    raise(SIGKILL);
+    return NULL;
+}
+
+static int kill_child(ncclUniqueId id)
+{
+    cudaStream_t s;
+    ncclComm_t c;
+    CUDAOK(cudaStreamCreate(&s));
+    NCCLOK(ncclCommInitRank(&c, g_size, id, g_rank));
+    size_t count = (size_t)1 << 20; /* 4 MB per peer in 1 KiB / N slices: seconds */
+    char *sb, *rb;
+    CUDAOK(cudaMalloc((void **)&sb, count * 4 * g_size));
+    CUDAOK(cudaMalloc((void **)&rb, count * 4 * g_size));
+    int victim = g_rank == g_size - 1;
+    pthread_t th;
+    if (victim)
+        pthread_create(&th, NULL, killer, NULL);
+    double t0 = test_now();
+    NCCLOK(ncclGroupStart());
+    for (int p = 0; p < g_size; p++) {
+        NCCLOK(ncclSend(sb + p * count * 4, count, ncclFloat32, p, c, s));
+        NCCLOK(ncclRecv(rb + p * count * 4, count, ncclFloat32, p, c, s));
+    }
+    NCCLOK(ncclGroupEnd());
+    CUDAOK(cudaStreamSynchronize(s));
+    CHECK(!victim, "the victim finished its all-to-all");
+    double dt = test_now() - t0;
+    char want[64];
+    snprintf(want, sizeof want, "rank %d (pid", g_size - 1);
+    expect_async(c, ncclRemoteError, want);
+    CHECK(strstr(ncclGetLastError(c), "died"), "%s", ncclGetLastError(c));
+    CHECK(dt < 2.5, "detected after %.2f s", dt);
+    NCCLOK(ncclCommAbort(c));
+    printf("kill: rank %d saw '%s' after %.2f s\n", g_rank, ncclGetLastError(c), dt);
+    fflush(stdout);
+    return 0;
+}
+
+static int kill_main(int nranks)
+{
+    g_rank = -1;
+    g_size = nranks;
+    setenv("ZS_EMU_NCCL_CHUNK", "1024", 1);
+    ncclUniqueId id;
+    NCCLOK(ncclGetUniqueId(&id));
+    pid_t pids[64];
+    for (int k = 0; k < nranks; k++) {
+        pids[k] = fork();
+        if (pids[k] == 0) {
+            g_rank = k;
+            alarm(60); /* a child never outlives the test */
+            _exit(kill_child(id));
+        }
+    }
+    alarm(90);
+    int bad = 0;
+    for (int k = 0; k < nranks; k++) {
+        int st;
+        waitpid(pids[k], &st, 0);
+        int ok = k == nranks - 1 ? (WIFSIGNALED(st) && WTERMSIG(st) == SIGKILL)
+                                 : (WIFEXITED(st) && WEXITSTATUS(st) == 0);
+        if (!ok) {
+            fprintf(stderr, "FAIL p2p kill test: rank %d status 0x%x\n", k, st);
+            bad = 1;
+        }
+    }
+    printf("test_emu_nccl_p2p --kill %d: %s\n", nranks, bad ? "FAILED" : "passed");
+    return bad;
+}
+
 int main(int argc, char **argv)
 {
+    if (argc >= 3 && strcmp(argv[1], "--kill") == 0)
+        return kill_main(atoi(argv[2]));
     MPI_Init(&argc, &argv);
     MPI_Comm_rank(MPI_COMM_WORLD, &g_rank);
     MPI_Comm_size(MPI_COMM_WORLD, &g_size);
