@@ -96,5 +96,12 @@ brk "zs_coll_sync without asking ncclCommGetAsyncError (a dead peer's all-reduce
     worker/coll/zs_coll.c 's/if (rc == ZS_OK \&\& c->vt->sync_check)$/if (0)/' \
     "$build" test_nccl "forward" 'ZS_EMU_DEVICES=2 ZS_EMU_NCCL_CHUNK=16384 "$BIN" kill 2'
 
+# The emulated NCCL's point-to-point (tests/cuda_emu/emu_nccl_p2p.c): each
+# ncclSend/ncclRecv recorded with its peer shifted by one must fail its own
+# test (README "Breaks seen failing" lists the others, run by hand).
+brk "p2p: ncclSend/ncclRecv record the peer shifted by one (emulator)" tests/cuda_emu/emu_nccl_p2p.c \
+    's/\.root = peer, \.count = count}/.root = (peer + 1) % c->nranks, .count = count}/' \
+    "$build" test_emu_nccl_p2p "forward" 'ZS_EMU_NCCL_TIMEOUT=60 mpirun -np 4 --oversubscribe "$BIN"'
+
 echo "breaks.sh: $missed break(s) not caught"
 exit $missed
