@@ -13,7 +13,8 @@
  * same peer in one group arriving in order; a count and a data type
  * mismatch reported on both ranks (receive buffer poisoned); a receive
  * whose peer never sends (timeout), whose peer destroys its communicator,
- * and one released by ncclCommAbort; argument refusals; p2p between two
+ * and one released by ncclCommAbort; the receive buffer garbage (0xff)
+ * while its receive waits; argument refusals; p2p between two
  * ranks followed by a collective of all; p2p on communicators made by
  * ncclCommSplit. Without MPI (--kill N: the test forks N ranks, since
  * mpiexec would kill the survivors): the last rank SIGKILLed 50 ms into a
@@ -426,6 +427,40 @@ static void missing(cudaStream_t s, int how)
     cudaFree(rb);
 }
 
+/* The receive buffer's content is undefined until the stream work
+ * completes: while rank 1's receive waits for a send rank 0 posts only
+ * later, a copy on an independent stream sees garbage (0xff), not the
+ * buffer's old content. */
+static void undefined(cudaStream_t s)
+{
+    ncclComm_t c = test_comm(1);
+    int r = g_rank;
+    void *sb = dev_pattern(512, r, 1, 61), *rb = dev_pattern(512, 9, 9, 62);
+    cudaStream_t side;
+    CUDAOK(cudaStreamCreateWithFlags(&side, cudaStreamNonBlocking));
+    if (r == 1) {
+        NCCLOK(ncclRecv(rb, 128, ncclFloat32, 0, c, s));
+        struct timespec ts = {0, 200 * 1000 * 1000};
+        nanosleep(&ts, NULL); /* the stream reached the receive; it waits for rank 0 */
+        unsigned char h[512];
+        CUDAOK(cudaMemcpyAsync(h, rb, 512, cudaMemcpyDeviceToHost, side));
+        CUDAOK(cudaStreamSynchronize(side));
+        for (int i = 0; i < 512; i++)
+            CHECK(h[i] == 0xff, "receive buffer before the send: byte %d = %#x", i, h[i]);
+    }
+    MPI_Barrier(MPI_COMM_WORLD);
+    if (r == 0)
+        NCCLOK(ncclSend(sb, 128, ncclFloat32, 1, c, s));
+    CUDAOK(cudaStreamSynchronize(s));
+    expect_async(c, ncclSuccess, NULL);
+    if (r == 1)
+        check_pattern(rb, 512, 0, 1, 61, "receive after the send");
+    NCCLOK(ncclCommDestroy(c));
+    CUDAOK(cudaStreamDestroy(side));
+    cudaFree(sb);
+    cudaFree(rb);
+}
+
 /* Call-time refusals, each on a fresh communicator (a refusal fails it). */
 static void refusals(cudaStream_t s)
 {
@@ -638,6 +673,7 @@ int main(int argc, char **argv)
     PART("missing-timeout", missing(s, 0));
     PART("missing-destroyed", missing(s, 1));
     PART("missing-abort", missing(s, 2));
+    PART("undefined", undefined(s));
     PART("refusals", refusals(s));
     PART("partial", partial(s));
     PART("split", split(s));
