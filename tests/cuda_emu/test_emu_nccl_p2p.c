@@ -152,6 +152,32 @@ static void ring(cudaStream_t s)
     CUDAOK(cudaStreamSynchronize(s));
     expect_async(c, ncclSuccess, NULL);
     check_pattern(rb, bytes, prev, r, 1, "ring");
+    /* A group mixing collectives and the ring ("Group Calls" merge any
+     * calls): an all-reduce before and after, same order on every rank. */
+    float h[16], *d1, *d2;
+    for (int i = 0; i < 16; i++)
+        h[i] = (float)(r + 1);
+    CUDAOK(cudaMalloc((void **)&d1, sizeof h));
+    CUDAOK(cudaMalloc((void **)&d2, sizeof h));
+    CUDAOK(cudaMemcpy(d1, h, sizeof h, cudaMemcpyHostToDevice));
+    CUDAOK(cudaMemcpy(d2, h, sizeof h, cudaMemcpyHostToDevice));
+    void *sb2 = dev_pattern(bytes, r, next, 2);
+    NCCLOK(ncclGroupStart());
+    NCCLOK(ncclAllReduce(d1, d1, 16, ncclFloat32, ncclSum, c, s));
+    NCCLOK(ncclRecv(rb, 3001, ncclFloat32, prev, c, s));
+    NCCLOK(ncclAllReduce(d2, d2, 16, ncclFloat32, ncclMax, c, s));
+    NCCLOK(ncclSend(sb2, 3001, ncclFloat32, next, c, s));
+    NCCLOK(ncclGroupEnd());
+    CUDAOK(cudaStreamSynchronize(s));
+    expect_async(c, ncclSuccess, NULL);
+    check_pattern(rb, bytes, prev, r, 2, "ring in a group with collectives");
+    CUDAOK(cudaMemcpy(h, d1, sizeof h, cudaMemcpyDeviceToHost));
+    CHECK(h[15] == (float)(n * (n + 1) / 2), "sum in a mixed group: %g", h[15]);
+    CUDAOK(cudaMemcpy(h, d2, sizeof h, cudaMemcpyDeviceToHost));
+    CHECK(h[15] == (float)n, "max in a mixed group: %g", h[15]);
+    cudaFree(d1);
+    cudaFree(d2);
+    cudaFree(sb2);
     NCCLOK(ncclCommDestroy(c));
     cudaFree(sb);
     cudaFree(rb);
@@ -464,7 +490,7 @@ static void undefined(cudaStream_t s)
 /* Call-time refusals, each on a fresh communicator (a refusal fails it). */
 static void refusals(cudaStream_t s)
 {
-    for (int which = 0; which < 4; which++) {
+    for (int which = 0; which < 5; which++) {
         ncclComm_t c = test_comm(1);
         char *d, host[64];
         CUDAOK(cudaMalloc((void **)&d, 1024));
@@ -479,6 +505,18 @@ static void refusals(cudaStream_t s)
         } else if (which == 2) {
             rc = ncclRecv(d, 257, ncclFloat32, 0, c, s); /* 1028 bytes of 1024 */
             needle = "not inside one device allocation";
+        } else if (which == 3) {
+            /* One group's p2p of one communicator on two streams: not
+             * emulated, refused loudly. */
+            cudaStream_t s2;
+            CUDAOK(cudaStreamCreate(&s2));
+            NCCLOK(ncclGroupStart());
+            NCCLOK(ncclSend(d, 16, ncclFloat32, g_rank, c, s));
+            NCCLOK(ncclRecv(d + 512, 16, ncclFloat32, g_rank, c, s2));
+            rc = ncclGroupEnd();
+            want = ncclInvalidUsage;
+            needle = "not emulated";
+            CUDAOK(cudaStreamDestroy(s2));
         } else {
             /* Two receives of one group into overlapping memory. */
             NCCLOK(ncclGroupStart());
