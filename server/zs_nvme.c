@@ -26,6 +26,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/file.h>
+#include <sys/mman.h>
 #include <sys/stat.h>
 #include <sys/statfs.h>
 #include <sys/types.h>
@@ -83,9 +84,22 @@ static int sio(zs_nvme_state_t *s, int wr, void *buf, size_t len, uint64_t off, 
 
 /* ---- buffers and headers -------------------------------------------------- */
 
+void *zs_nvme_mem_alloc(size_t bytes)
+{
+    void *p =
+        mmap(NULL, bytes ? bytes : 1, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    return p == MAP_FAILED ? NULL : p;
+}
+
+void zs_nvme_mem_free(void *p, size_t bytes)
+{
+    if (p)
+        munmap(p, bytes ? bytes : 1);
+}
+
 int zs_nvme_buf_alloc(zs_nvme_buf_t *b, zs_err_t *err)
 {
-    b->mem = aligned_alloc(ZS_NVME_ALIGN, ZS_NVME_SLOT);
+    b->mem = zs_nvme_mem_alloc(ZS_NVME_SLOT);
     if (!b->mem)
         return zs_err_set(err, ZS_ERR_NOMEM, "out of memory for a %u KiB tile buffer",
                           (unsigned)(ZS_NVME_SLOT >> 10));
@@ -97,7 +111,7 @@ int zs_nvme_buf_alloc(zs_nvme_buf_t *b, zs_err_t *err)
 
 void zs_nvme_buf_free(zs_nvme_buf_t *b)
 {
-    free(b->mem);
+    zs_nvme_mem_free(b->mem, ZS_NVME_SLOT);
     memset(b, 0, sizeof *b);
 }
 
@@ -680,7 +694,7 @@ int zs_nvme_grad_put(zs_nvme_state_t *s, uint64_t step, zs_dtype_t dt, uint64_t 
         return zs_err_set(err, ZS_ERR_RANGE, "nvme: staging %llu elements at %llu of %llu",
                           (unsigned long long)count, (unsigned long long)a,
                           (unsigned long long)s->n);
-    unsigned char *buf = aligned_alloc(ZS_NVME_ALIGN, ZS_NVME_GSPAN);
+    unsigned char *buf = zs_nvme_mem_alloc(ZS_NVME_GSPAN);
     if (!buf)
         return zs_err_set(err, ZS_ERR_NOMEM, "out of memory for a gradient span");
     int p = (int)(step & 1), rc = ZS_OK;
@@ -717,7 +731,7 @@ int zs_nvme_grad_put(zs_nvme_state_t *s, uint64_t step, zs_dtype_t dt, uint64_t 
         }
         pthread_mutex_unlock(mu);
     }
-    free(buf);
+    zs_nvme_mem_free(buf, ZS_NVME_GSPAN);
     return rc;
 }
 

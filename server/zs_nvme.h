@@ -141,7 +141,16 @@ uint64_t zs_nvme_state_ram_bytes(uint64_t n);
 /* The path of s's file (for tests and logs). */
 const char *zs_nvme_state_path(const zs_nvme_state_t *s);
 
-/* Allocate / free one aligned slot buffer (ZS_NVME_SLOT bytes). */
+/* The tier's transient buffers (tile slots, gradient spans, pushed
+ * chunks): `bytes` of zeroed, page-aligned memory mapped for this call and
+ * unmapped at free (NULL: out of memory), so memory a step used goes back
+ * to the system instead of staying in the allocator's arenas, and the
+ * process's resident memory follows what the budget counts. */
+void *zs_nvme_mem_alloc(size_t bytes);
+void zs_nvme_mem_free(void *p, size_t bytes);
+
+/* Allocate / free one aligned slot buffer (ZS_NVME_SLOT bytes; through
+ * zs_nvme_mem_alloc). */
 int zs_nvme_buf_alloc(zs_nvme_buf_t *b, zs_err_t *err);
 void zs_nvme_buf_free(zs_nvme_buf_t *b);
 

@@ -435,6 +435,7 @@ void zs_shard_destroy(zs_shard_t *sh)
     while (sh->nv_reserved) { /* reserved and never done */
         zs__nvbounce_t *b = sh->nv_reserved;
         sh->nv_reserved = b->next;
+        zs_nvme_mem_free(b->data, b->bytes);
         free(b);
     }
     free_chunk_tables(sh);

@@ -68,8 +68,9 @@ typedef struct zs__nvbounce {
     struct zs__nvbounce *next;
     uint64_t step, off, count; /* global elements */
     zs_dtype_t dt;
-    uint64_t budget; /* bytes of sh->budget it holds */
-    unsigned char data[];
+    uint64_t budget;     /* bytes of sh->budget it holds */
+    unsigned char *data; /* count * size bytes (zs_nvme_mem_alloc) */
+    size_t bytes;
 } zs__nvbounce_t;
 
 struct zs_shard {

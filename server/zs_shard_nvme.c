@@ -28,6 +28,7 @@
  * Not here: the manifest-of-tiles checkpoint (a checkpoint copies the
  * tiles into RocksDB, 12 B/element, as the RAM path does).
  */
+#include <malloc.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -140,6 +141,10 @@ int zs__nvme_pass_run(zs_shard_t *sh, uint64_t step, zs_dtype_t gdt, zs_dtype_t 
         ZS_DEBUG("nvme: pass of step %llu waited %.1f ms for I/O", (unsigned long long)step,
                  io * 1e3);
     }
+    /* The step's transient buffers (pushed chunks, pull and gRPC buffers)
+     * were freed into the allocator's arenas: give their pages back, so
+     * the resident memory stays near what the budget counts. */
+    malloc_trim(0);
     return rc;
 }
 
@@ -152,7 +157,7 @@ int zs__nvme_spec_chunk(zs_shard_t *sh, size_t c, const zs_adam_step_t *adam, co
     int rc = zs_nvme_buf_alloc(&b, err);
     if (rc)
         return rc;
-    void *grad = aligned_alloc(ZS_NVME_ALIGN, ZS_NVME_GSPAN);
+    void *grad = zs_nvme_mem_alloc(ZS_NVME_GSPAN);
     if (!grad) {
         zs_nvme_buf_free(&b);
         return zs_err_set(err, ZS_ERR_NOMEM, "out of memory for a gradient span");
@@ -172,7 +177,7 @@ int zs__nvme_spec_chunk(zs_shard_t *sh, size_t c, const zs_adam_step_t *adam, co
     }
     pthread_mutex_unlock(&sh->chunk_mu[c]);
     zs_nvme_buf_free(&b);
-    free(grad);
+    zs_nvme_mem_free(grad, ZS_NVME_GSPAN);
     return rc;
 }
 

@@ -226,7 +226,11 @@ static zs__nvbounce_t *nvbounce_new(zs_shard_t *sh, uint64_t step, uint64_t off,
     uint64_t budget = sizeof(zs__nvbounce_t) + bytes + ZS_NVME_GSPAN; /* + put's span */
     if (zs_budget_take(&sh->budget, budget, "a pushed chunk on its way to the NVMe tier", err))
         return NULL;
-    zs__nvbounce_t *b = malloc(sizeof *b + bytes);
+    zs__nvbounce_t *b = malloc(sizeof *b);
+    if (b && !(b->data = zs_nvme_mem_alloc(bytes))) { /* unmapped at free: RSS follows */
+        free(b);
+        b = NULL;
+    }
     if (!b) {
         zs_budget_give(&sh->budget, budget);
         zs_err_set(err, ZS_ERR_NOMEM, "out of memory");
@@ -238,6 +242,7 @@ static zs__nvbounce_t *nvbounce_new(zs_shard_t *sh, uint64_t step, uint64_t off,
     b->count = count;
     b->dt = dt;
     b->budget = budget;
+    b->bytes = bytes;
     return b;
 }
 
@@ -249,6 +254,7 @@ static int nvbounce_put(zs_shard_t *sh, zs__nvbounce_t *b, int write, zs_err_t *
     if (write)
         rc = zs_nvme_grad_put(sh->st.nv, b->step, b->dt, b->off - sh->rb, b->count, b->data, err);
     zs_budget_give(&sh->budget, b->budget);
+    zs_nvme_mem_free(b->data, b->bytes);
     free(b);
     return rc;
 }
