@@ -589,6 +589,36 @@ static void split(cudaStream_t s)
     alltoall(sub, s, ncclBfloat16, 1000, 2, 950 + color);
     g_rank = save_r;
     g_size = save_n;
+    /* A non-blocking config: the split may answer ncclInProgress (settle),
+     * then a count-0 exchange (any pointer) and a small ring on it. */
+    ncclConfig_t cfg = NCCL_CONFIG_INITIALIZER;
+    cfg.blocking = 0;
+    ncclComm_t nb = NULL;
+    ncclResult_t sr2 = ncclCommSplit(c, 0, g_rank, &nb, &cfg);
+    CHECK(sr2 == ncclSuccess || sr2 == ncclInProgress, "non-blocking split %d", sr2);
+    CHECK(test_settle(nb, NULL) == ncclSuccess, "split settle: %s", ncclGetLastError(nb));
+    {
+        int n = g_size, r = g_rank, next = (r + 1) % n, prev = (r + n - 1) % n;
+        void *sb = dev_pattern(64, r, next, 77), *rb;
+        CUDAOK(cudaMalloc(&rb, 64));
+        NCCLOK(ncclGroupStart());
+        NCCLOK(ncclSend(NULL, 0, ncclInt8, next, nb, s));
+        NCCLOK(ncclRecv(NULL, 0, ncclInt8, prev, nb, s));
+        NCCLOK(ncclSend(sb, 64, ncclUint8, next, nb, s));
+        NCCLOK(ncclRecv(rb, 64, ncclUint8, prev, nb, s));
+        ncclResult_t ge = ncclGroupEnd();
+        CHECK(ge == ncclSuccess || ge == ncclInProgress, "group end %d", ge);
+        CHECK(test_settle(nb, NULL) == ncclSuccess, "settle: %s", ncclGetLastError(nb));
+        CUDAOK(cudaStreamSynchronize(s));
+        expect_async(nb, ncclSuccess, NULL);
+        check_pattern(rb, 64, prev, r, 77, "ring after count 0 on a non-blocking split");
+        cudaFree(sb);
+        cudaFree(rb);
+    }
+    ncclResult_t fr = ncclCommFinalize(nb);
+    CHECK(fr == ncclSuccess || fr == ncclInProgress, "finalize %d", fr);
+    CHECK(test_settle(nb, NULL) == ncclSuccess, "finalize settle");
+    NCCLOK(ncclCommDestroy(nb));
     /* NCCL_SPLIT_NOCOLOR: no communicator. */
     ncclComm_t none = (ncclComm_t)1;
     NCCLOK(ncclCommSplit(c, g_rank == 0 ? NCCL_SPLIT_NOCOLOR : 0, g_rank, &none, NULL));
