@@ -177,6 +177,8 @@ static ncclResult_t p2p_call(int kind, const char *fn, void *buf, size_t count,
     return zs_emu_nccl_launch_group(&op, n);
 }
 
+/* api/p2p "ncclSend": count elements of datatype from sendbuff to rank
+ * peer, matched by peer's ncclRecv with the same count and type. */
 ncclResult_t ncclSend(const void *sendbuff, size_t count, ncclDataType_t datatype, int peer,
                       ncclComm_t comm, cudaStream_t stream)
 {
@@ -187,6 +189,8 @@ EXPORT_P(ncclResult_t, ncclSend,
          (const void *sendbuff, size_t count, ncclDataType_t datatype, int peer, ncclComm_t comm,
           cudaStream_t stream))
 
+/* api/p2p "ncclRecv": count elements of datatype from rank peer into
+ * recvbuff, matched by peer's ncclSend with the same count and type. */
 ncclResult_t ncclRecv(void *recvbuff, size_t count, ncclDataType_t datatype, int peer,
                       ncclComm_t comm, cudaStream_t stream)
 {
@@ -196,11 +200,13 @@ EXPORT_P(ncclResult_t, ncclRecv,
          (void *recvbuff, size_t count, ncclDataType_t datatype, int peer, ncclComm_t comm,
           cudaStream_t stream))
 
+/* Is op a recorded ncclSend/ncclRecv (not yet folded)? */
 static int is_p2p(const zs_emu_nccl_op *op)
 {
     return op->d.kind == ZS_EMU_NCCL_SEND || op->d.kind == ZS_EMU_NCCL_RECV;
 }
 
+/* Do [a, a+na) and [b, b+nb) share a byte? (Empty ranges never do.) */
 static int overlap(const void *a, size_t na, const void *b, size_t nb)
 {
     uintptr_t x = (uintptr_t)a, y = (uintptr_t)b;
@@ -350,6 +356,7 @@ void zs_emu_nccl_p2p_poison(const zs_emu_nccl_op *op, int dev)
     }
 }
 
+/* "rank r Send #m (count x type) to rank p": names the call in messages. */
 static void describe_item(const struct ncclComm *c, const p2p_item *it, char *buf, size_t cap)
 {
     snprintf(buf, cap, "rank %d %s #%llu (%zu x %s) %s rank %d", c->rank,
