@@ -127,4 +127,10 @@ int zs__cfg_parse_actckpt(pctx_t *c, const cJSON *o, zs_config_t *cfg);
 /* A malloc'd strict-JSON copy of the relaxed (hjson-like) text in; NULL if out of memory. */
 char *zs__cfg_relax_json(const char *in);
 
+/* zero_optimization.offload_optimizer (param 0) or offload_param (param 1)
+ * at path into cfg (zs_config_offload.c): offload_optimizer / offload_param,
+ * offload_nvme, offload_param_nvme and its path and buffers, and the
+ * speculation switches; ZS_OK or the refusal recorded in c->err. */
+int zs__cfg_parse_offload(pctx_t *c, const cJSON *o, const char *path, int param, zs_config_t *cfg);
+
 #endif /* ZS_CONFIG_INTERNAL_H */
