@@ -47,7 +47,9 @@
  *  9. Staging on the drive (after 5): pushes through streams in chunks
  *     that cut tiles (merged on the drive), a refused stream over staged
  *     elements, and a re-push of staged elements with other values (staged
- *     at the stream's end): pulls and p, m, v bitwise the RAM shard's.
+ *     at the stream's end); then steps pushed by two threads at once, each
+ *     a stream of every other 10007-element chunk (tiles shared, merged
+ *     under the tile's lock): pulls and p, m, v bitwise the RAM shard's.
  *  8. Without io_uring (ZS_NVME_TEST_NO_URING=1: the synchronous pass of a
  *     container that refuses io_uring), with speculation: 4 steps, one
  *     clipped, bitwise the RAM shard's.
@@ -59,6 +61,7 @@
  */
 #define _GNU_SOURCE
 #include <inttypes.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -496,8 +499,56 @@ static void push_stream(zs_shard_t *sh, uint64_t step, uint64_t a, uint64_t cnt,
     free(tmp);
 }
 
+/* Two threads, each a stream pushing every other chunk of `step` (chunks
+ * of 10007 elements: most tiles are shared by both threads' chunks, merged
+ * on the drive under the tile's lock). */
+typedef struct {
+    zs_shard_t *sh;
+    uint64_t step;
+    int half;
+    const unsigned char *g;
+} half_push_t;
+
+static void *half_push(void *arg)
+{
+    half_push_t *h = arg;
+    zs_err_t err;
+    zs_shard_push_t *ps;
+    zs_dtype_t dt = zs_synth_dtype(h->step);
+    size_t esz = zs_dtype_size(dt);
+    const uint64_t chunk = 10007;
+    uint64_t staged;
+    TEST_OK(zs_shard_push_begin(h->sh, &ps, &err), err);
+    for (uint64_t o = g_rb + (uint64_t)h->half * chunk; o < g_re; o += 2 * chunk) {
+        uint64_t k = g_re - o < chunk ? g_re - o : chunk;
+        void *dst;
+        TEST_OK(zs_shard_push_chunk(ps, h->step, o, k, dt, &dst, &err), err);
+        memcpy(dst, h->g + (o - g_rb) * esz, k * esz);
+        zs_shard_push_chunk_done(ps);
+    }
+    TEST_OK(zs_shard_push_end(ps, 1, &staged, &err), err);
+    return NULL;
+}
+
+static void push_two_threads(zs_shard_t *sh, uint64_t step)
+{
+    unsigned char *g = malloc(g_n * 4);
+    float *tmp = malloc(g_n * 4);
+    TEST_CHECK(g && tmp);
+    zs_synth_grad(step, g_rb, g_re, g, tmp);
+    half_push_t h[2] = {{sh, step, 0, g}, {sh, step, 1, g}};
+    pthread_t t[2];
+    for (int i = 0; i < 2; i++)
+        TEST_CHECK(pthread_create(&t[i], NULL, half_push, &h[i]) == 0);
+    for (int i = 0; i < 2; i++)
+        pthread_join(t[i], NULL);
+    free(g);
+    free(tmp);
+}
+
 /* Staging on the drive: chunks that cut tiles, re-pushed and refused
- * streams, as the RAM shard stages them. */
+ * streams, two streams at once sharing tiles, as the RAM shard stages
+ * them. */
 static void streams(zs_shard_t *ram, zs_shard_t *nv)
 {
     printf("9. staging on the drive: streams\n");
@@ -517,9 +568,19 @@ static void streams(zs_shard_t *ram, zs_shard_t *nv)
         }
         same_pull(ram, nv, step, g_rb, g_n, ZS_DTYPE_BF16, "streams");
     }
+    for (uint64_t step = 14; step <= 16; step++) {
+        for (int i = 0; i < 2; i++) {
+            push_two_threads(sh[i], step);
+            zs_err_t err;
+            zs_commit_t c = commit_of(step);
+            uint64_t a, o;
+            TEST_OK(zs_shard_commit(sh[i], &c, &a, &o, &err), err);
+        }
+        same_pull(ram, nv, step, g_rb, g_n, ZS_DTYPE_BF16, "two streams");
+    }
     same_state(ram, nv, "streams");
-    printf("  2 steps of streams with chunks cutting tiles, a refused stream and a re-push: "
-           "bitwise = RAM\n");
+    printf("  2 steps of streams with chunks cutting tiles, a refused stream and a re-push, 3 "
+           "of two streams at once sharing tiles: bitwise = RAM\n");
 }
 
 static zs_shard_counters_t counters(zs_shard_t *sh)
