@@ -600,15 +600,16 @@ int zs_shard_init_begin(zs_shard_t *sh, const zs_shard_identity_t *id, const zs_
     if (rc)
         return rc;
     /* Both states exist until the swap: the new one must fit beside the old. */
-    uint64_t bytes = zs__state_bytes(sh, re - rb);
+    uint64_t bytes;
+    int lowp;
     char what[96];
     snprintf(what, sizeof what, "a new state of %llu elements for Initialize",
              (unsigned long long)(re - rb));
-    rc = zs_budget_take(&sh->budget, bytes, what, err);
+    rc = zs__state_reserve(sh, re - rb, what, &bytes, &lowp, err);
     if (rc)
         return rc;
     zs_shard_init_t *in = calloc(1, sizeof *in);
-    if (!in || zs__state_alloc_tier(sh, &in->st, re - rb, err)) {
+    if (!in || zs__state_alloc_tier(sh, &in->st, re - rb, lowp, err)) {
         if (!in)
             zs_err_set(err, ZS_ERR_NOMEM, "out of memory");
         free(in);

@@ -319,8 +319,7 @@ static int restore_step(zs_shard_t *sh, uint64_t step, int check_id, zs_err_t *e
         rc = zs_err_set(err, ZS_ERR_NOMEM, "out of memory for %zu parameter group ranges", ngr);
     zs_err_t ge;
     if (!rc && ngr &&
-        (zs_pb_groups_get(m->groups, ngr, gr, &ge) ||
-         zs_groups_check(gr, ngr, id.num_params, &ge)))
+        (zs_pb_groups_get(m->groups, ngr, gr, &ge) || zs_groups_check(gr, ngr, id.num_params, &ge)))
         rc = zs_err_set(err, ZS_ERR_CORRUPT, "checkpoint %llu: parameter groups: %s",
                         (unsigned long long)step, ge.msg);
     size_t umlen = m && m->user_meta.len <= ZS_USER_META_MAX ? m->user_meta.len : 0;
@@ -355,17 +354,18 @@ static int restore_step(zs_shard_t *sh, uint64_t step, int check_id, zs_err_t *e
         }
     }
     /* Both states exist until the swap: the new one must fit beside the old. */
-    uint64_t bytes = zs__state_bytes(sh, n);
+    uint64_t bytes;
+    int lowp;
     char what[96];
     snprintf(what, sizeof what, "a new state of %llu elements for Restore", (unsigned long long)n);
-    rc = zs_budget_take(&sh->budget, bytes, what, err);
+    rc = zs__state_reserve(sh, n, what, &bytes, &lowp, err);
     if (rc) {
         free(um);
         free(gr);
         return rc;
     }
     zs__state_t st;
-    if (zs__state_alloc_tier(sh, &st, n, err)) {
+    if (zs__state_alloc_tier(sh, &st, n, lowp, err)) {
         free(um);
         free(gr);
         zs_budget_give(&sh->budget, bytes);

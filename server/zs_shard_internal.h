@@ -175,9 +175,17 @@ int zs__state_alloc(zs__state_t *s, uint64_t n);
 void zs__state_free(zs__state_t *s);
 
 /* A state of n elements in the shard's tier: its arrays (or tile file),
- * and the bytes of budget it holds while installed or built. */
-int zs__state_alloc_tier(zs_shard_t *sh, zs__state_t *s, uint64_t n, zs_err_t *err);
+ * and the bytes of budget it holds while installed or built (with the
+ * 16-bit copy). */
+int zs__state_alloc_tier(zs_shard_t *sh, zs__state_t *s, uint64_t n, int lowp, zs_err_t *err);
 uint64_t zs__state_bytes(const zs_shard_t *sh, uint64_t n);
+
+/* Reserve the budget for a new state of n elements (`what` names it in a
+ * refusal): zs__state_bytes, or, in the NVMe tier when that does not fit,
+ * the same without the 16-bit copy (*lowp = 0: pulls then cast the master
+ * weights read from the tiles, the same bits). *bytes: what was taken. */
+int zs__state_reserve(zs_shard_t *sh, uint64_t n, const char *what, uint64_t *bytes, int *lowp,
+                      zs_err_t *err);
 
 /* ---- the NVMe tier (zs_shard_nvme.c) ---- */
 

@@ -3,8 +3,10 @@
  * p, m, v in a tile file (zs_nvme.h) instead of RAM arrays, and the pushed
  * gradients staged in the same file's gradient region (zs_shard_push.c
  * writes each received chunk there from a budgeted buffer). The 16-bit
- * copy for pulls stays in RAM (2 B/element), within the budget, with the
- * tier's I/O buffers.
+ * copy for pulls stays in RAM (2 B/element) when the budget has room for
+ * it, with the tier's I/O buffers; otherwise the state has none, and pulls
+ * cast the master weights read from the tiles (the same bits: the kernel's
+ * 16-bit output is that cast).
  *
  * Same results as RAM, bitwise: tile c is optimizer chunk c, and the pass
  * calls the same kernel (zs_adam_update_from) on the same spans with the
@@ -52,7 +54,27 @@ static void *alloc64(uint64_t bytes)
     return aligned_alloc(64, (size_t)((bytes ? bytes : 64) + 63) & ~(size_t)63);
 }
 
-int zs__state_alloc_tier(zs_shard_t *sh, zs__state_t *s, uint64_t n, zs_err_t *err)
+int zs__state_reserve(zs_shard_t *sh, uint64_t n, const char *what, uint64_t *bytes, int *lowp,
+                      zs_err_t *err)
+{
+    *bytes = zs__state_bytes(sh, n);
+    *lowp = 1;
+    int rc = zs_budget_take(&sh->budget, *bytes, what, err);
+    if (rc != ZS_ERR_NOMEM || !sh->nvme)
+        return rc;
+    uint64_t less = *bytes - (2 * n + 64); /* without the 16-bit copy */
+    zs_err_t e2;
+    if (zs_budget_take(&sh->budget, less, what, &e2) != ZS_OK)
+        return rc; /* the first refusal says what the whole state needs */
+    ZS_INFO("nvme: the 16-bit copy of %llu elements (%.1f MB) does not fit the memory budget: "
+            "pulls cast the master weights read from the tiles",
+            (unsigned long long)n, (double)(2 * n) / 1e6);
+    *bytes = less;
+    *lowp = 0;
+    return ZS_OK;
+}
+
+int zs__state_alloc_tier(zs_shard_t *sh, zs__state_t *s, uint64_t n, int lowp, zs_err_t *err)
 {
     if (!sh->nvme) {
         if (zs__state_alloc(s, n))
@@ -61,8 +83,7 @@ int zs__state_alloc_tier(zs_shard_t *sh, zs__state_t *s, uint64_t n, zs_err_t *e
         return ZS_OK;
     }
     memset(s, 0, sizeof *s); /* staging: in the tile file */
-    s->lowp = alloc64(n * 2);
-    if (!s->lowp) {
+    if (lowp && !(s->lowp = alloc64(n * 2))) {
         zs__state_free(s);
         return zs_err_set(err, ZS_ERR_NOMEM, "cannot allocate the 16-bit copy of %llu elements",
                           (unsigned long long)n);
@@ -97,8 +118,8 @@ static int tile_update(void *ud, size_t c, float *p, float *m, float *v, const v
     uint64_t a = (uint64_t)c * ZS_OPT_CHUNK;
     pthread_mutex_lock(&sh->chunk_mu[c]);
     zs__shard_adam_from(sh, &sh->job_step, sh->job.lrs, sh->job.nlrs, a, p, m, v, p, m, v, g,
-                        op->gdt, op->pdt == ZS_DTYPE_NONE ? NULL : sh->st.lowp + a, op->pdt,
-                        (size_t)k);
+                        op->gdt, op->pdt == ZS_DTYPE_NONE || !sh->st.lowp ? NULL : sh->st.lowp + a,
+                        op->pdt, (size_t)k);
     sh->lowp_ok[c] = 0; /* ahead of the tile until it lands */
     pthread_mutex_unlock(&sh->chunk_mu[c]);
     return 0;
@@ -111,7 +132,8 @@ static void tile_landed(void *ud, size_t c, void (*flip)(zs_nvme_state_t *, size
     zs_shard_t *sh = op->sh;
     pthread_mutex_lock(&sh->chunk_mu[c]);
     flip(s, c);
-    sh->lowp_ok[c] = op->pdt == ZS_DTYPE_NONE ? 0 : (unsigned char)(1 + op->pdt);
+    /* no 16-bit copy (the budget): pulls cast the tile's master weights */
+    sh->lowp_ok[c] = op->pdt == ZS_DTYPE_NONE || !sh->st.lowp ? 0 : (unsigned char)(1 + op->pdt);
     atomic_store(&sh->done[c], op->step);
     pthread_mutex_unlock(&sh->chunk_mu[c]);
     pthread_mutex_lock(&sh->mu); /* wake pulls waiting for this chunk */
@@ -169,9 +191,9 @@ int zs__nvme_spec_chunk(zs_shard_t *sh, size_t c, const zs_adam_step_t *adam, co
         rc = zs_nvme_grad_read(sh->st.nv, c, step, gdt, grad, err);
     if (!rc) {
         uint32_t k = zs_nvme_tile_len(sh->st.nv, c);
-        zs__shard_adam_from(sh, adam, lrs, nlrs, a, b.t[0], b.t[1], b.t[2], b.t[0], b.t[1], b.t[2],
-                            grad, gdt, pdt == ZS_DTYPE_NONE ? NULL : sh->st.lowp + a, pdt,
-                            (size_t)k);
+        zs__shard_adam_from(
+            sh, adam, lrs, nlrs, a, b.t[0], b.t[1], b.t[2], b.t[0], b.t[1], b.t[2], grad, gdt,
+            pdt == ZS_DTYPE_NONE || !sh->st.lowp ? NULL : sh->st.lowp + a, pdt, (size_t)k);
         sh->lowp_ok[c] = 0; /* holds the uncommitted update: pulls read the tile */
         rc = zs_nvme_write_aside(sh->st.nv, c, &b, err);
     }

@@ -21,8 +21,10 @@
  *     the NVMe one (2 B/element + buffers), Initialize is refused in RAM
  *     and accepted with the tier; mem_reserved stays within the budget.
  *     Then a state of 12 B/element = 4x its budget (--mem-budget 3
- *     B/element) is initialized, pushed in 1M-element chunks (16 M elements), committed and
- *     pulled within that budget, and the process's resident memory
+ *     B/element) is initialized, pushed in 1M-element chunks (16 M
+ *     elements), committed and pulled within that budget, and again at 8x
+ *     (1.5 B/element: no room for the 16-bit copy, pulls cast the tiles'
+ *     master weights; the same bits as the first), and the process's resident memory
  *     (VmRSS, the kernel's count, not the budget's formula) grows by less
  *     than the budget + 8 MiB (what the budget does not see: arenas,
  *     stacks): gradients are staged on the drive, not in RAM. The tier's
@@ -282,18 +284,23 @@ static uint64_t rss_bytes(void)
     return kb * 1024;
 }
 
-/* A state 4x the budget trains within it, staged on the drive. */
-static void four_x(void)
+#define BIG_N 16000000ull /* 16 M elements: 192 MB of p, m, v */
+
+/* A state of BIG_N elements trained one step within `budget` (its 16-bit
+ * copy in RAM iff `lowp`), staged on the drive; returns its bf16 pull of
+ * the whole range (malloc'd). */
+static uint16_t *big_state(const char *tag, uint64_t budget, int lowp)
 {
-    const uint64_t n = 16000000, chunk = 1000000; /* 16 M elements: 192 MB of p, m, v */
-    const uint64_t budget = 3 * n;                /* 48 MB: 12 B/element = 4x the budget */
+    const uint64_t n = BIG_N, chunk = 1000000;
     zs_err_t err;
-    float *g = malloc(chunk * 4), *tmp = malloc(chunk * 4); /* the test's, not counted */
+    /* the test's buffers, touched before the baseline: not counted */
+    float *tmp = malloc(chunk * 4);
+    uint16_t *g = malloc(n * 2);
     TEST_CHECK(g && tmp);
-    memset(g, 0, chunk * 4);
-    memset(tmp, 0, chunk * 4);
+    memset(g, 0xff, n * 2); /* not 0: malloc + memset 0 may become calloc, untouched */
+    memset(tmp, 0xff, chunk * 4);
     uint64_t rss0 = rss_bytes();
-    zs_shard_t *sh = open_shard("m4", 1, budget, 0, NULL, NULL, &err);
+    zs_shard_t *sh = open_shard(tag, 1, budget, 0, NULL, NULL, &err);
     TEST_OK(init_as(sh, n, 1, 0, &err), err);
     for (uint64_t o = 0; o < n; o += chunk) {
         void *dst;
@@ -305,9 +312,9 @@ static void four_x(void)
     uint64_t a, os;
     TEST_OK(zs_shard_commit(sh, &c, &a, &os, &err), err);
     uint64_t got;
-    TEST_OK(zs_shard_pull(sh, 1, 0, chunk, ZS_DTYPE_BF16, g, zs_now_ms() + 60000, NULL, NULL, &got,
-                          &err),
-            err);
+    TEST_OK(
+        zs_shard_pull(sh, 1, 0, n, ZS_DTYPE_BF16, g, zs_now_ms() + 60000, NULL, NULL, &got, &err),
+        err);
     zs_shard_info_t in;
     for (int i = 0; i < 600; i++) { /* the pass ends after the pull's chunks landed */
         TEST_OK(zs_shard_info(sh, &in, &err), err);
@@ -331,9 +338,9 @@ static void four_x(void)
                     k->nvme_pass_seconds > 0 &&
                     k->nvme_read_bytes >= ntiles * ZS_NVME_SLOT + n * 4 &&
                     k->nvme_written_bytes >= gw + 2 * ntiles * ZS_NVME_SLOT,
-                "4x: tier totals: gradients written %llu (want %llu), passes %llu, %.3f s, read "
+                "%s: tier totals: gradients written %llu (want %llu), passes %llu, %.3f s, read "
                 "%llu, written %llu",
-                (unsigned long long)k->nvme_grad_written_bytes, (unsigned long long)gw,
+                tag, (unsigned long long)k->nvme_grad_written_bytes, (unsigned long long)gw,
                 (unsigned long long)k->nvme_passes, k->nvme_pass_seconds,
                 (unsigned long long)k->nvme_read_bytes, (unsigned long long)k->nvme_written_bytes);
     printf("  tier totals: %.1f MB read, %.1f MB written (%.1f MB of it gradients), 1 pass of "
@@ -343,16 +350,31 @@ static void four_x(void)
     uint64_t grew = rss_bytes() - rss0;
     /* The budget does not see the allocator's arenas, threads' stacks or
      * RocksDB (zs_budget.h): 8 MiB for them. Staging in RAM would be 128 MB. */
-    TEST_CHECKF(in.mem_reserved <= budget && grew < budget + (8u << 20),
-                "4x: reserved %llu, resident memory grew %llu, budget %llu",
-                (unsigned long long)in.mem_reserved, (unsigned long long)grew,
-                (unsigned long long)budget);
-    printf("  state %.0f MB = 4x a budget of %.0f MB: initialized, pushed, committed, pulled; "
-           "%.1f MB reserved, resident memory grew %.1f MB\n",
-           12.0 * (double)n / 1e6, budget / 1e6, in.mem_reserved / 1e6, grew / 1e6);
-    free(g);
+    TEST_CHECKF(in.mem_reserved <= budget && grew < budget + (8u << 20) &&
+                    (in.mem_state >= 2 * n) == !!lowp,
+                "%s: reserved %llu, resident memory grew %llu, budget %llu, state %llu (16-bit "
+                "copy in RAM: want %d)",
+                tag, (unsigned long long)in.mem_reserved, (unsigned long long)grew,
+                (unsigned long long)budget, (unsigned long long)in.mem_state, lowp);
+    printf("  state %.0f MB = %.1fx a budget of %.0f MB (16-bit copy %s): initialized, pushed, "
+           "committed, pulled; %.1f MB reserved, resident memory grew %.1f MB\n",
+           12.0 * (double)n / 1e6, 12.0 * (double)n / (double)budget, budget / 1e6,
+           lowp ? "in RAM" : "none: pulls read the tiles", in.mem_reserved / 1e6, grew / 1e6);
     free(tmp);
     zs_shard_destroy(sh);
+    return g;
+}
+
+/* 4x the budget with the 16-bit copy in RAM; 8x without it (pulls cast
+ * the master weights read from the tiles): the same pulled bits. */
+static void four_x(void)
+{
+    uint16_t *a = big_state("m4", 3 * BIG_N, 1);
+    uint16_t *b = big_state("m8", 3 * BIG_N / 2, 0);
+    TEST_CHECKF(memcmp(a, b, BIG_N * 2) == 0, "pulls with and without the 16-bit copy differ");
+    printf("  bf16 pulls with and without the 16-bit copy: bitwise equal\n");
+    free(a);
+    free(b);
 }
 
 static void memory(void)
