@@ -22,7 +22,10 @@
  * and is written to the tile file's gradient region when the chunk is
  * done (zs_nvme_grad_put, without mu), before it counts as done; a write
  * that fails fails the stream (its elements are not staged). Re-pushed
- * chunks are written at the stream's end, as the RAM path copies them.
+ * chunks are written at the stream's end, as the RAM path copies them; a
+ * write that fails there fails the stream and leaves the tiles it touched
+ * holding nothing of the step, so a Commit's pass refuses them (the tier
+ * then fails as for a corrupted tile) rather than use them.
  *
  * Locking: everything here runs under sh->mu except the payload copies,
  * which happen between a reserve and its done (counted in `inflight`, which
@@ -461,11 +464,12 @@ int zs_shard_push_chunk(zs_shard_push_t *ps, uint64_t step, uint64_t offset, uin
     pushbuf_t *b = NULL;
     size_t bytes = (size_t)count * zs_dtype_size(dt);
     if (!rc && !direct) {
-        rc = zs_budget_take(&sh->budget, sizeof *b + bytes,
+        /* the NVMe tier also writes it through a gradient span at the end */
+        rc = zs_budget_take(&sh->budget, sizeof *b + bytes + (sh->st.nv ? ZS_NVME_GSPAN : 0),
                             "a chunk that re-pushes staged elements (held until the stream ends)",
                             err);
         if (!rc && !(b = malloc(sizeof *b + bytes))) {
-            zs_budget_give(&sh->budget, sizeof *b + bytes);
+            zs_budget_give(&sh->budget, sizeof *b + bytes + (sh->st.nv ? ZS_NVME_GSPAN : 0));
             rc = zs_err_set(err, ZS_ERR_NOMEM, "out of memory");
         }
     }
@@ -492,7 +496,7 @@ int zs_shard_push_chunk(zs_shard_push_t *ps, uint64_t step, uint64_t offset, uin
             b->next = ps->bufs;
             ps->bufs = b;
             ps->nbufs++;
-            ps->buf_budget += sizeof *b + bytes;
+            ps->buf_budget += sizeof *b + bytes + (sh->st.nv ? ZS_NVME_GSPAN : 0);
             *dst = b->data;
         }
     }
