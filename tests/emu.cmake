@@ -16,9 +16,9 @@ endif()
 include(ExternalProject)
 
 set(ZS_EMU_TARGETS test_dev_cuda test_cuda_ops test_gpt_cuda test_train_cuda zs-train zs-server zs-launch
-    test_train_zeropp test_train_mics test_gpt_flash)
+    test_train_zeropp test_train_mics test_gpt_flash test_cuda_attn)
 set(ZS_EMU_ASAN_TARGETS test_dev_cuda test_cuda_ops test_emu_runtime test_emu_kernel
-    test_emu_wmma)
+    test_emu_wmma test_cuda_attn)
 file(GLOB ZS_EMU_NCCL_SRC ${PROJECT_SOURCE_DIR}/tests/cuda_emu/emu_nccl*.c)
 if(ZS_EMU_NCCL_SRC)
   list(APPEND ZS_EMU_TARGETS test_nccl_boot test_nccl test_coll_zeropp)
@@ -66,6 +66,15 @@ zs_emu_test(emu_test_dev_cuda_random ${ZS_EMU}/test_dev_cuda random:11 300)
 zs_emu_test(emu_test_gpt_cuda ${ZS_EMU}/test_gpt_cuda reverse 900)
 # flash attention in the model, the CUDA part on the emulated GPU
 zs_emu_test(emu_test_gpt_flash ${ZS_EMU}/test_gpt_flash random:5 600)
+# the fused attention at kernel level (tests/test_cuda_attn.c): the small
+# cases (T 1, 7, 64, 130; hs 64, 128; bf16, fp16) under each schedule, the
+# masked-block checks under two, and the four T = 1024 cases (hs x dtype)
+# spread over the three; ASan the small cases and the masked blocks
+zs_emu_test(emu_test_cuda_attn_forward ${ZS_EMU}/test_cuda_attn forward 600 small skip
+            long=128/bf16,64/fp16)
+zs_emu_test(emu_test_cuda_attn_reverse ${ZS_EMU}/test_cuda_attn reverse 600 small long=64/bf16)
+zs_emu_test(emu_test_cuda_attn_random ${ZS_EMU}/test_cuda_attn random:7 600 small skip
+            long=128/fp16)
 zs_emu_test(emu_test_train_cuda ${ZS_EMU}/test_train_cuda forward 900)
 # kill and resume over 30 steps, not 100: an emulated step is slow
 # stages 0 and 3 on one GPU (stages 1 and 2 partition nothing with one rank;
@@ -101,6 +110,11 @@ foreach(t tests/test_cuda_ops tests/test_dev_cuda test_emu_runtime test_emu_kern
   set_tests_properties(emu_asan_${n} PROPERTIES LABELS "emu;asan" TIMEOUT 900 SKIP_RETURN_CODE 77
                        ENVIRONMENT "ZS_EMU_SCHEDULE=random:3;ZS_EMU_DEVICES=1;${ZS_EMU_ASAN_ENV}")
 endforeach()
+
+add_test(NAME emu_asan_test_cuda_attn COMMAND ${ZS_EMU_ASAN}/test_cuda_attn small skip)
+set_tests_properties(emu_asan_test_cuda_attn PROPERTIES LABELS "emu;asan" TIMEOUT 900
+                     SKIP_RETURN_CODE 77
+                     ENVIRONMENT "ZS_EMU_SCHEDULE=random:3;ZS_EMU_DEVICES=1;${ZS_EMU_ASAN_ENV}")
 
 # NCCL on emulated GPUs (the emulated NCCL: processes meet in shared
 # memory): one rank; two ranks on one emulated GPU (refused, as on a real
