@@ -64,15 +64,19 @@ zs_emu_test(emu_test_cuda_ops_random ${ZS_EMU}/test_cuda_ops random:7 600)
 zs_emu_test(emu_test_dev_cuda ${ZS_EMU}/test_dev_cuda forward 300)
 zs_emu_test(emu_test_dev_cuda_random ${ZS_EMU}/test_dev_cuda random:11 300)
 zs_emu_test(emu_test_gpt_cuda ${ZS_EMU}/test_gpt_cuda reverse 900)
-# flash attention in the model, the CUDA part on the emulated GPU
-zs_emu_test(emu_test_gpt_flash ${ZS_EMU}/test_gpt_flash random:5 600)
+# flash attention in the model, the CUDA part on the emulated GPU (hs 16
+# and 64, bf16 and fp16), under the three schedules
+zs_emu_test(emu_test_gpt_flash_attn_random ${ZS_EMU}/test_gpt_flash random:5 600)
+zs_emu_test(emu_test_gpt_flash_attn_forward ${ZS_EMU}/test_gpt_flash forward 600)
+zs_emu_test(emu_test_gpt_flash_attn_reverse ${ZS_EMU}/test_gpt_flash reverse 600)
 # the fused attention at kernel level (tests/test_cuda_attn.c): the small
 # cases (T 1, 7, 64, 130; hs 64, 128; bf16, fp16) under each schedule, the
 # masked-block checks under two, and the four T = 1024 cases (hs x dtype)
 # spread over the three; ASan the small cases and the masked blocks
 zs_emu_test(emu_test_cuda_attn_forward ${ZS_EMU}/test_cuda_attn forward 600 small skip
-            long=128/bf16,64/fp16)
-zs_emu_test(emu_test_cuda_attn_reverse ${ZS_EMU}/test_cuda_attn reverse 600 small long=64/bf16)
+            long=128/bf16)
+zs_emu_test(emu_test_cuda_attn_reverse ${ZS_EMU}/test_cuda_attn reverse 600 small
+            long=64/bf16,64/fp16)
 zs_emu_test(emu_test_cuda_attn_random ${ZS_EMU}/test_cuda_attn random:7 600 small skip
             long=128/fp16)
 zs_emu_test(emu_test_train_cuda ${ZS_EMU}/test_train_cuda forward 900)

@@ -301,8 +301,10 @@ static double err_u(const float *a, const double *ref, const float *fref, const 
     for (size_t i = 0; i < n; i++) {
         if (part >= 0 && (int)(i % (size_t)(3 * C)) / C != part)
             continue;
-        double r = ref ? ref[i] : (double)fref[i];
-        e = fmax(e, fabs((double)a[i] - r));
+        double r = ref ? ref[i] : (double)fref[i], d = fabs((double)a[i] - r);
+        if (isnan(d))
+            return INFINITY; /* fmax would skip it */
+        e = fmax(e, d);
         if (mag)
             M = fmax(M, mag[i]);
     }
