@@ -59,16 +59,25 @@ int zs__state_reserve(zs_shard_t *sh, uint64_t n, const char *what, uint64_t *by
 {
     *bytes = zs__state_bytes(sh, n);
     *lowp = 1;
-    int rc = zs_budget_take(&sh->budget, *bytes, what, err);
+    /* Test hook: ZS_NVME_TEST_NO_LOWP=1 builds every state without the
+     * copy, as if it did not fit (logged below). */
+    const char *no = sh->nvme ? getenv("ZS_NVME_TEST_NO_LOWP") : NULL;
+    int rc = no && no[0] == '1' ? zs_err_set(err, ZS_ERR_NOMEM, "ZS_NVME_TEST_NO_LOWP")
+                                : zs_budget_take(&sh->budget, *bytes, what, err);
     if (rc != ZS_ERR_NOMEM || !sh->nvme)
         return rc;
     uint64_t less = *bytes - (2 * n + 64); /* without the 16-bit copy */
     zs_err_t e2;
     if (zs_budget_take(&sh->budget, less, what, &e2) != ZS_OK)
         return rc; /* the first refusal says what the whole state needs */
-    ZS_INFO("nvme: the 16-bit copy of %llu elements (%.1f MB) does not fit the memory budget: "
-            "pulls cast the master weights read from the tiles",
-            (unsigned long long)n, (double)(2 * n) / 1e6);
+    if (no && no[0] == '1')
+        ZS_WARN("nvme: test hook ZS_NVME_TEST_NO_LOWP: a state of %llu elements without its "
+                "16-bit copy: pulls cast the master weights read from the tiles",
+                (unsigned long long)n);
+    else
+        ZS_INFO("nvme: the 16-bit copy of %llu elements (%.1f MB) does not fit the memory "
+                "budget: pulls cast the master weights read from the tiles",
+                (unsigned long long)n, (double)(2 * n) / 1e6);
     *bytes = less;
     *lowp = 0;
     return ZS_OK;
