@@ -25,6 +25,9 @@
  *     ZeRO-3 at W = 4: bitwise the same parameters, and the backward's
  *     gathers send half the bytes across nodes (N - 1 = 1 peer instead of
  *     G - L = 2).
+ *  3. Resume with another W and G from the same servers: MiCS W = 4 G = 2
+ *     checkpointed halfway and resumed as ZeRO-3 at W = 2, and the
+ *     reverse: both end bitwise at part 1's uninterrupted MiCS parameters.
  * Checked to fail: the NCCL path's replica all-reduce skipped (part 1's
  * parameters differ), the two-hop gather's reordering copy replaced by an
  * identity copy (part 2's parameters differ).
@@ -42,8 +45,8 @@ static int g_steps = 6;
 
 #define TRAIN_FMT                                                                                  \
     "ZS_LOG_LEVEL=warn %s %s " ZS_TEST_MPI_OPTS " -np %d %s --data %s --servers %s --layers 2 "    \
-    "--heads 4 --width 64 --ctx 32 --steps %d --log-every 20 --fresh --config %s --csv %s "        \
-    "--save-params %s"
+    "--heads 4 --width 64 --ctx 32 --steps %d --log-every 20 --config %s --csv %s "                \
+    "--save-params %s %s"
 
 /* stage 3, bf16, optimizer on the server; mics: mics_shard_size (-1:
  * off), hier: mics_hierarchical_params_gather */
@@ -94,19 +97,33 @@ static double csv_col(const char *csv, int step, int col)
 #define COL_BWD_GAT 19
 
 /* One zs-train run named `name` (files NAME.json/.csv/.params/.log in the
- * temp dir) at np workers, rpn ranks per node (0: MPI's view). */
-static void train(const char *name, int np, int rpn, int mics, int hier)
+ * temp dir) at np workers, rpn ranks per node (0: MPI's view), to step
+ * `steps`, with `flags` (--fresh, or --ckpt-every / --resume). */
+static void train_ex(const char *name, int np, int rpn, int mics, int hier, int steps,
+                     const char *flags)
 {
     char cfg[300], csv[300], par[300], log[300], env[64] = "";
     snprintf(cfg, sizeof cfg, "%s/%s.json", g_tmp, name);
     snprintf(csv, sizeof csv, "%s/%s.csv", g_tmp, name);
     snprintf(par, sizeof par, "%s/%s.params", g_tmp, name);
     snprintf(log, sizeof log, "%s/%s.log", g_tmp, name);
+    int resume = strstr(flags, "--resume") != NULL;
+    snprintf(env, sizeof env, "%s", resume ? "ZS_LOG_LEVEL=info " : "");
     if (rpn)
-        snprintf(env, sizeof env, "ZS_RANKS_PER_NODE=%d", rpn);
+        snprintf(env + strlen(env), sizeof env - strlen(env), "ZS_RANKS_PER_NODE=%d", rpn);
     write_cfg(cfg, mics, hier);
-    zs_test_run_ok(log, TRAIN_FMT, env, ZS_MPIEXEC, np, g_train, g_data, g_servers, g_steps, cfg,
-                   csv, par);
+    zs_test_run_ok(log, TRAIN_FMT, env, ZS_MPIEXEC, np, g_train, g_data, g_servers, steps, cfg, csv,
+                   par, flags);
+    /* a resume must have resumed (a fresh start would end at the same
+     * parameters): the engine's line */
+    TEST_CHECKF(!resume || zs_test_sh("grep -q 'resumed at step [1-9]' %s", log) == 0,
+                "%s: the run did not resume (see %s)", name, log);
+}
+
+/* A fresh run of g_steps steps. */
+static void train(const char *name, int np, int rpn, int mics, int hier)
+{
+    train_ex(name, np, rpn, mics, hier, g_steps, "--fresh");
 }
 
 /* a's and b's final parameters bitwise equal (and not empty) */
@@ -184,6 +201,22 @@ int main(void)
     TEST_CHECKF(bw0 > 0 && bwh * 2 == bw0,
                 "the two-hop gather must send half the bytes across nodes (%.0f vs %.0f)", bwh,
                 bw0);
+    /* 3. resume with another W and G from the same servers: the servers'
+     * state does not depend on either, and MiCS W = 4 G = 2 sums in ZeRO-3
+     * W = 2's order (part 1), so each switch at the halfway checkpoint
+     * ends bitwise at the uninterrupted run's parameters */
+    int half = g_steps / 2;
+    char every[64];
+    snprintf(every, sizeof every, "--fresh --ckpt-every %d", half);
+    train_ex("r_mics", 4, 2, 2, 0, half, every);
+    train_ex("r_mics", 2, 0, -1, 0, g_steps, "--resume");
+    same_params("mics2", "r_mics", "MiCS W=4 G=2 to step K, resumed as ZeRO-3 W=2");
+    train_ex("r_z3", 2, 0, -1, 0, half, every);
+    train_ex("r_z3", 4, 2, 2, 0, g_steps, "--resume");
+    same_params("mics2", "r_z3", "ZeRO-3 W=2 to step K, resumed as MiCS W=4 G=2");
+    printf("3. resumed at step %d with another W and G (MiCS W=4 G=2 <-> ZeRO-3 W=2): final "
+           "parameters bitwise the uninterrupted run's\n",
+           half);
     zs_test_servers_down(srv, 1);
     printf("test_train_mics: ok\n");
     return 0;

@@ -48,7 +48,8 @@ if(ZS_WITH_CUDA AND NOT ZS_CUDA_EMU AND ZS_EMU_TESTS AND ZS_EMU_NCCL_SRC)
                        ENVIRONMENT "${ZS_EMU_MPI_ENV};ZS_EMU_SCHEDULE=forward;ZS_EMU_DEVICES=4;ZS_TEST_ZEROPP_DEVICE=cuda;ZS_TEST_ZEROPP_STEPS=8")
   # MiCS on the NCCL collectives (4 emulated GPUs, 2 nodes x 2): W = 4,
   # G = 2 bitwise ZeRO-3 at W = 2; G = 4 with the two-hop gather bitwise
-  # ZeRO-3 at W = 4, half its gather bytes across nodes (2 steps: ~50 s)
+  # ZeRO-3 at W = 4, half its gather bytes across nodes; resumed at step 1
+  # with another W and G, bitwise (2 steps: ~65 s)
   add_test(NAME emu_test_train_mics_np4 COMMAND ${ZS_EMU}/test_train_mics)
   set_tests_properties(emu_test_train_mics_np4 PROPERTIES LABELS "emu;mpi" TIMEOUT 900
                        SKIP_RETURN_CODE 77
