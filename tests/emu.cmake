@@ -91,6 +91,13 @@ set_tests_properties(emu_test_train_cuda PROPERTIES LABELS "emu;mpi" ENVIRONMENT
 zs_emu_test(emu_test_train_cuda_shm ${ZS_EMU}/test_train_cuda forward 900)
 set_tests_properties(emu_test_train_cuda_shm PROPERTIES LABELS "emu;mpi" ENVIRONMENT
                      "ZS_EMU_SCHEDULE=forward;ZS_EMU_DEVICES=1;ZS_TEST_TRAIN_CUDA_PART=shm")
+# The fused attention in zs-train (test_train_cuda part 6): --attention
+# flash on 2 emulated GPUs against the CPU engine at W = 2, bf16, stages 0
+# and 3 (the attention is inside the model: no stage changes what it
+# computes; stage 3 gathers its weights; ~80 s)
+zs_emu_test(emu_test_train_cuda_flash_attn ${ZS_EMU}/test_train_cuda forward 900)
+set_tests_properties(emu_test_train_cuda_flash_attn PROPERTIES LABELS "emu;mpi" ENVIRONMENT
+                     "ZS_EMU_SCHEDULE=forward;ZS_EMU_DEVICES=2;ZS_TEST_TRAIN_CUDA_NP=2;ZS_TEST_TRAIN_CUDA_PART=flash;ZS_TEST_TRAIN_CUDA_STAGES=03")
 # Several GPUs: zs-train --device cuda with W ranks on W emulated GPUs
 # (NCCL emulated across the processes) against the CPU engine at the same
 # W, stages 0 and 2 (W = 2) or 1 and 3 (W = 4), so each stage runs on

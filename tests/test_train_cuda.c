@@ -45,6 +45,12 @@
  *     bitwise equal, and the shm run's log names transport shm for both
  *     servers.
  *
+ *  With ZS_TEST_TRAIN_CUDA_PART=flash, only:
+ *  6. The fused attention (--attention flash): the stages of
+ *     ZS_TEST_TRAIN_CUDA_STAGES, bf16, the GPU against the CPU engine with
+ *     the same rounding (flash_run says what is held), at W =
+ *     ZS_TEST_TRAIN_CUDA_NP.
+ *
  * Without a usable GPU it prints "SKIPPED: <reason>" and exits 77 (ctest
  * SKIP_RETURN_CODE), never a pass. ZS_TEST_TRAIN_CUDA_SIDE=cpu (by hand, not
  * in ctest) runs the "CUDA" side with --device cpu: a self-check of this
@@ -327,6 +333,59 @@ static void bf16_run(void)
                 same, f32);
     TEST_CHECKF(worst <= BF16_LOSS_TOL, "bf16 losses differ by %.3g", worst);
     TEST_CHECKF(loss[0][STEPS - 1] < loss[0][0], "the loss should fall");
+}
+
+/* ---- 6. fused attention ---- */
+
+/* The stages of ZS_TEST_TRAIN_CUDA_STAGES (default all four), bf16 config
+ * with offload at stages 1-3: zs-train --device cuda --attention flash (bf16
+ * GEMMs, the fused CUDA kernels) against --device cpu --gemm bf16
+ * --attention flash (the CPU twin with the same rounding points), both at
+ * W = g_np: the GPU run must say it runs flash, every step's loss within
+ * BF16_LOSS_TOL and step 1 within FLASH_STEP1 of the CPU's, and the loss
+ * falls. On the emulator (2026-11-28, W = 1 and 2) step 1 differed by at
+ * most 1e-06 (the CSV's 6 decimals) and steps 1..10 by at most 4e-05. */
+#define FLASH_STEP1 2e-4
+
+static void flash_run(void)
+{
+    const char *only = getenv("ZS_TEST_TRAIN_CUDA_STAGES");
+    printf("6. zs-train --attention flash, W=%d, %d steps, bf16: CUDA vs CPU, stages %s\n", g_np,
+           STEPS, only && *only ? only : "0123");
+    for (int stage = 0; stage <= 3; stage++) {
+        if (only && *only && !strchr(only, '0' + stage))
+            continue;
+        char cfg[300], args[2048], log[2][300], csv[2][300];
+        snprintf(cfg, sizeof cfg, "%s/flash-s%d.json", g_tmp, stage);
+        write_config_x(cfg, stage, stage > 0, "\"bf16\": {\"enabled\": true},");
+        const char *dev[2] = {g_gpu, "cpu"};
+        double loss[2][STEPS];
+        for (int d = 0; d < 2; d++) {
+            snprintf(log[d], sizeof log[d], "%s/flash-s%d-%d.log", g_tmp, stage, d);
+            snprintf(csv[d], sizeof csv[d], "%s/flash-s%d-%d.csv", g_tmp, stage, d);
+            snprintf(args, sizeof args,
+                     "--config %s --servers %s --steps %d --log-every %d --csv %s --gemm %s "
+                     "--attention flash --fresh",
+                     cfg, g_servers, STEPS, STEPS, csv[d], d ? "bf16" : "auto");
+            train(dev[d], log[d], args);
+            csv_losses(csv[d], loss[d], STEPS);
+        }
+        TEST_CHECKF(log_has(log[0], "attention flash") && log_has(log[1], "attention flash"),
+                    "stage %d: both runs should run the fused attention (%s, %s)", stage, log[0],
+                    log[1]);
+        double worst = 0;
+        for (int s = 0; s < STEPS; s++) {
+            TEST_CHECKF(!isnan(loss[0][s]) && !isnan(loss[1][s]), "stage %d: step %d missing",
+                        stage, s + 1);
+            worst = fmax(worst, fabs(loss[0][s] - loss[1][s]));
+        }
+        double first = fabs(loss[0][0] - loss[1][0]);
+        printf("   stage %d: loss %.4f -> %.4f; step 1 |cuda - cpu| %.3g, steps 1..%d max %.3g\n",
+               stage, loss[0][0], loss[0][STEPS - 1], first, STEPS, worst);
+        TEST_CHECKF(first <= FLASH_STEP1, "stage %d: step 1 losses differ by %.3g", stage, first);
+        TEST_CHECKF(worst <= BF16_LOSS_TOL, "stage %d: losses differ by %.3g", stage, worst);
+        TEST_CHECKF(loss[0][STEPS - 1] < loss[0][0], "stage %d: the loss should fall", stage);
+    }
 }
 
 /* ---- 2. kill -9 and resume ---- */
@@ -639,6 +698,12 @@ int main(void)
         transport_run();
         zs_test_servers_down(srv, 2);
         printf("test_train_cuda: ok (part 5, the shared-memory transport)\n");
+        return 0;
+    }
+    if (part && !strcmp(part, "flash")) {
+        flash_run();
+        zs_test_servers_down(srv, 2);
+        printf("test_train_cuda: ok (part 6, the fused attention)\n");
         return 0;
     }
     stages();

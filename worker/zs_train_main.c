@@ -460,6 +460,8 @@ int main(int argc, char **argv)
         zs_gpt_set_compute(gpt, gemm_dt, &err) || zs_gpt_set_data(gpt, data, &err) ||
         zs_gpt_set_checkpointing(gpt, cfg.act_ckpt, cfg.act_ckpt_cpu, &err) ||
         zs_gpt_set_activations(gpt, act_dt, &err) ||
+        zs_gpt_set_attention(
+            gpt, strcmp(o.attention, "flash") ? ZS_GPT_ATTN_UNFUSED : ZS_GPT_ATTN_FLASH, &err) ||
         (o.split && zs_gpt_set_split(gpt, (uint64_t)cfg.reduce_bucket_size, &err)))
         return die(rank, "model", &err, ZS_EXIT_OTHER);
     char *manifest; /* stored with each checkpoint: zs-ctl export reads it */
@@ -517,11 +519,15 @@ int main(int argc, char **argv)
                     "zs-train: warning: %s names the vocabulary %s: %s; samples print ids "
                     "(--vocab-dir DIR decodes)\n",
                     o.data, zs_data_bpe(data)->dir, es.bpe_err.msg);
-        printf("device: %s%s%s; GEMMs %s%s; activations %s\n", dev->desc,
+        int attn = zs_gpt_attention(gpt);
+        printf("device: %s%s%s; GEMMs %s%s; activations %s; attention %s%s\n", dev->desc,
                pick.cuda ? " (one GPU per rank, NCCL collectives)" : "", pick.note,
                zs_dtype_name(gemm_dt),
-               gemm_dt == ZS_DTYPE_F32 ? "" : " operands, fp32 accumulation",
-               zs_dtype_name(act_dt));
+               gemm_dt == ZS_DTYPE_F32 ? "" : " operands, fp32 accumulation", zs_dtype_name(act_dt),
+               attn == ZS_GPT_ATTN_FLASH ? "flash" : "unfused",
+               attn != ZS_GPT_ATTN_FLASH && !strcmp(o.attention, "flash")
+                   ? " (flash asked; this device or shape cannot: see --help)"
+                   : "");
         char tline[512];
         zs_engine_transport_line(e, tline, sizeof tline);
         if (tline[0]) /* rank 0's view; every rank logs its own at info level */

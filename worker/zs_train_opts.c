@@ -33,6 +33,10 @@ void zs__train_usage(FILE *f)
                "                   checkpoints): auto (default: the config's bf16/fp16, else\n"
                "                   fp32), fp32, bf16 or fp16; rounded where stored, compute\n"
                "                   in fp32 (LayerNorm statistics, softmax, loss stay fp32)\n"
+               "  --attention A    unfused (default: the T x T probabilities kept for the\n"
+               "                   backward) or flash (fused, FlashAttention-2 style: no\n"
+               "                   T x T memory, probabilities recomputed in the backward;\n"
+               "                   where the device cannot, unfused runs and says so)\n"
                "  --config F       DeepSpeed JSON config (default: embedded, ZeRO stage 2,\n"
                "                   train_batch_size 16, micro batch 4, AdamW lr 1e-3)\n"
                "  --activation-checkpointing  checkpoint every transformer block and\n"
@@ -159,6 +163,7 @@ int zs__train_parse(int argc, char **argv, zs__train_opts_t *o, int loud)
     o->acts = "auto";
     o->transport = "auto";
     o->decay = "all";
+    o->attention = "unfused";
     o->val_every = 100;
     o->val_tokens = 65536;
     o->sample_tokens = 64;
@@ -188,6 +193,7 @@ int zs__train_parse(int argc, char **argv, zs__train_opts_t *o, int loud)
         {"activation-checkpointing", 0, 0, 1009}, {"activations", 1, 0, 1010},
         {"split-layers", 0, 0, 1011}, {"print-config", 0, 0, 1012},
         {"transport", 1, 0, 1013},  {"decay", 1, 0, 1014},
+        {"attention", 1, 0, 1015},
         {0, 0, 0, 0}};
     /* clang-format on */
     int ch;
@@ -254,6 +260,9 @@ int zs__train_parse(int argc, char **argv, zs__train_opts_t *o, int loud)
             break;
         case 1010:
             o->acts = optarg;
+            break;
+        case 1015:
+            o->attention = optarg;
             break;
         case 1011:
             o->split = 1;
@@ -348,6 +357,8 @@ int zs__train_parse(int argc, char **argv, zs__train_opts_t *o, int loud)
         bad = "--gemm must be auto, fp32, bf16 or fp16";
     else if (zs__train_act_dtype(o->acts, ZS_DTYPE_F32) < 0)
         bad = "--activations must be auto, fp32, bf16 or fp16";
+    else if (strcmp(o->attention, "unfused") && strcmp(o->attention, "flash"))
+        bad = "--attention must be unfused or flash";
     else if (zs_transport_parse(o->transport) < 0)
         bad = "--transport must be auto, shm or tcp";
     else if (zs_gpt_decay_parse(o->decay, &(zs_gpt_decay_t){0}) != ZS_OK)

@@ -25,6 +25,7 @@ typedef struct {
     const char *config, *servers, *data, *csv, *token_file, *name, *save_params, *device;
     const char *gemm;                       /* --gemm: auto, fp32, bf16, fp16 */
     const char *acts;                       /* --activations: auto, fp32, bf16, fp16 */
+    const char *attention;                  /* --attention: unfused, flash */
     const char *metrics, *metrics_ready;    /* rank 0's Prometheus endpoint, its address file */
     const char *init_from;                  /* --init-from: pretrained weights (zs_init_from.h) */
     const char *transport;                  /* --transport: auto, shm, tcp (zs_client.h) */
