@@ -71,6 +71,7 @@ namespace zs_emu
 thread_local sched *t_s;
 int g_schedule;
 uint64_t g_seed = 1;
+int g_eager_seeded;
 uint64_t g_launches;
 size_t g_stack;
 
@@ -245,13 +246,14 @@ void complete_warp(fiber **w, unsigned nl, unsigned mask)
     }
 }
 
-/* Resolve what can be resolved after a round; returns whether any fiber
- * became runnable. */
-int resolve(std::vector<fiber *> &fs, unsigned n)
+/* Complete the warp operations of one warp (its nl lanes at w, in a block
+ * of n threads) that every lane named in their mask has reached; returns
+ * whether any lane became runnable. */
+int resolve_warp(fiber **w, unsigned nl, unsigned n)
 {
     const launch *L = t_s->L;
     int woke = 0;
-    char b1[256], b2[256];
+    char b1[256];
     /* Warp operations (Programming Guide, Warp Shuffle Functions and Warp
      * Vote Functions: every thread named in mask must execute the same
      * intrinsic with the same mask; __syncwarp: "Each calling thread must
@@ -259,37 +261,47 @@ int resolve(std::vector<fiber *> &fs, unsigned n)
      * mask must execute a corresponding __syncwarp() with the same mask").
      * Hostile reading, as the project asks: a mask naming a lane that has
      * exited or waits elsewhere is an error for __syncwarp too. */
-    for (unsigned w0 = 0; w0 < n; w0 += 32) {
-        unsigned nl = n - w0 < 32 ? n - w0 : 32;
-        fiber **w = &fs[w0];
-        for (unsigned l = 0; l < nl; l++) {
-            fiber *f = w[l];
-            if (f->state != F_WARP)
+    for (unsigned l = 0; l < nl; l++) {
+        fiber *f = w[l];
+        if (f->state != F_WARP)
+            continue;
+        int ready = 1;
+        for (unsigned j = 0; j < 32 && ready; j++) {
+            if (!(f->mask >> j & 1))
                 continue;
-            int ready = 1;
-            for (unsigned j = 0; j < 32 && ready; j++) {
-                if (!(f->mask >> j & 1))
-                    continue;
-                if (j >= nl)
-                    kfatal(L, f->file, f->line,
-                           "%s in thread %u (lane %u): mask 0x%08x names lane %u, which does "
-                           "not exist (block of %u threads)",
-                           warp_op_name[f->op], f->idx, l, f->mask, j, n);
-                fiber *g = w[j];
-                if (g->state == F_RUN) {
-                    ready = 0;
-                } else if (g->state != F_WARP || g->mask != f->mask || g->op != f->op) {
-                    kfatal(L, f->file, f->line,
-                           "%s(mask 0x%08x) in thread %u (lane %u): lane %u (thread %u) %s",
-                           warp_op_name[f->op], f->mask, f->idx, l, j, g->idx,
-                           state_where(g, b1, sizeof b1));
-                }
-            }
-            if (ready) {
-                complete_warp(w, nl, f->mask);
-                woke = 1;
+            if (j >= nl)
+                kfatal(L, f->file, f->line,
+                       "%s in thread %u (lane %u): mask 0x%08x names lane %u, which does "
+                       "not exist (block of %u threads)",
+                       warp_op_name[f->op], f->idx, l, f->mask, j, n);
+            fiber *g = w[j];
+            if (g->state == F_RUN) {
+                ready = 0;
+            } else if (g->state != F_WARP || g->mask != f->mask || g->op != f->op) {
+                kfatal(L, f->file, f->line,
+                       "%s(mask 0x%08x) in thread %u (lane %u): lane %u (thread %u) %s",
+                       warp_op_name[f->op], f->mask, f->idx, l, j, g->idx,
+                       state_where(g, b1, sizeof b1));
             }
         }
+        if (ready) {
+            complete_warp(w, nl, f->mask);
+            woke = 1;
+        }
+    }
+    return woke;
+}
+
+/* Resolve what can be resolved after a round; returns whether any fiber
+ * became runnable. */
+int resolve(std::vector<fiber *> &fs, unsigned n)
+{
+    const launch *L = t_s->L;
+    int woke = 0;
+    char b1[256], b2[256];
+    for (unsigned w0 = 0; w0 < n; w0 += 32) {
+        unsigned nl = n - w0 < 32 ? n - w0 : 32;
+        woke |= resolve_warp(&fs[w0], nl, n);
     }
     if (woke)
         return 1;
@@ -342,6 +354,49 @@ int resolve(std::vector<fiber *> &fs, unsigned n)
     return 1;
 }
 
+/* One round of ZS_EMU_SCHEDULE=eager[:SEED]: the block's warps one after
+ * another (lowest first; seeded: a random order per round), each run
+ * ahead on its own: its lanes resume in lane order, and a warp operation
+ * completes as soon as every lane named in its mask has reached it, not
+ * once the whole block has stopped; the warp goes on until none of its
+ * lanes can move (all wait at __syncthreads, have exited, or wait at a
+ * warp operation that cannot complete) before the next warp runs at all.
+ * Legal under the CUDA C++ Programming Guide: SIMT Architecture
+ * (Independent Thread Scheduling: warps, and the threads of a warp, make
+ * progress independently) and Warp Matrix Functions / Warp Shuffle
+ * Functions (a warp operation waits for the lanes of its warp, nothing is
+ * said about other warps); only a barrier (Synchronization Functions,
+ * __syncthreads: "waits until all threads in the thread block have reached
+ * this point and all global and shared memory accesses made by these
+ * threads prior to __syncthreads() are visible to all threads in the
+ * block") orders one warp's accesses with another's. Barriers are still
+ * resolved by resolve() once every warp has stopped, so a warp's reads
+ * after a warp operation come before the stores of later warps that the
+ * kernel did not order with a barrier: such a race reads poison. Warp
+ * operations never wait on another warp, so no warp run later can make an
+ * earlier one runnable within the round. */
+void eager_round(sched *s, unsigned n, uint64_t *rng, std::vector<unsigned> &ord)
+{
+    unsigned nw = (n + 31) / 32;
+    ord.resize(nw);
+    for (unsigned i = 0; i < nw; i++)
+        ord[i] = i;
+    if (g_eager_seeded)
+        for (unsigned i = nw; i > 1; i--) {
+            unsigned j = (unsigned)(rng_next(rng) % i);
+            std::swap(ord[i - 1], ord[j]);
+        }
+    for (unsigned k = 0; k < nw; k++) {
+        unsigned w0 = ord[k] * 32, nl = n - w0 < 32 ? n - w0 : 32;
+        fiber **w = &s->pool[w0];
+        do {
+            for (unsigned l = 0; l < nl; l++)
+                if (w[l]->state == F_RUN)
+                    resume(w[l]);
+        } while (resolve_warp(w, nl, n));
+    }
+}
+
 void run_block(const launch *L, uint3 bid, uint64_t *rng, std::vector<unsigned> &ord)
 {
     sched *s = t_s;
@@ -363,11 +418,15 @@ void run_block(const launch *L, uint3 bid, uint64_t *rng, std::vector<unsigned> 
         f->state = F_RUN;
     }
     for (;;) {
-        order(ord, n, rng);
-        for (unsigned k = 0; k < n; k++) {
-            fiber *f = s->pool[ord[k]];
-            if (f->state == F_RUN)
-                resume(f);
+        if (g_schedule == 3) {
+            eager_round(s, n, rng, ord);
+        } else {
+            order(ord, n, rng);
+            for (unsigned k = 0; k < n; k++) {
+                fiber *f = s->pool[ord[k]];
+                if (f->state == F_RUN)
+                    resume(f);
+            }
         }
         unsigned done = 0;
         for (unsigned i = 0; i < n; i++)

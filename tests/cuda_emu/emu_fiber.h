@@ -98,8 +98,9 @@ struct sched {
 };
 
 extern thread_local sched *t_s;
-extern int g_schedule;      /* 0 forward, 1 reverse, 2 random */
-extern uint64_t g_seed;     /* ZS_EMU_SCHEDULE=random:SEED */
+extern int g_schedule;      /* 0 forward, 1 reverse, 2 random, 3 eager */
+extern uint64_t g_seed;     /* ZS_EMU_SCHEDULE=random:SEED or eager:SEED */
+extern int g_eager_seeded;  /* eager:SEED: a random warp order per round */
 extern uint64_t g_launches; /* launches so far, for per-launch seeds */
 extern size_t g_stack;      /* fiber stack bytes */
 

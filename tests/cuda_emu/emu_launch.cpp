@@ -115,10 +115,17 @@ void zs_emu_kernel_init(void)
             g_schedule = 2;
             if (s[6] == ':')
                 g_seed = strtoull(s + 7, nullptr, 10);
+        } else if (!strncmp(s, "eager", 5) && (s[5] == 0 || s[5] == ':')) {
+            /* emu_fiber.cpp, eager_round: warps run ahead of each other. */
+            g_schedule = 3;
+            if (s[5] == ':') {
+                g_eager_seeded = 1;
+                g_seed = strtoull(s + 6, nullptr, 10);
+            }
         } else
             zs_emu_fatal("environment",
-                         "ZS_EMU_SCHEDULE=%s: want forward, reverse or "
-                         "random[:SEED]",
+                         "ZS_EMU_SCHEDULE=%s: want forward, reverse, random[:SEED] or "
+                         "eager[:SEED]",
                          s);
     }
     const char *k = getenv("ZS_EMU_STACK_KB");
