@@ -79,6 +79,7 @@ zs_emu_test(emu_test_cuda_attn_reverse ${ZS_EMU}/test_cuda_attn reverse 600 smal
             long=64/bf16,64/fp16)
 zs_emu_test(emu_test_cuda_attn_random ${ZS_EMU}/test_cuda_attn random:7 600 small skip
             long=128/fp16)
+zs_emu_test(emu_test_cuda_attn_eager ${ZS_EMU}/test_cuda_attn eager 600 small skip long=128/bf16)
 zs_emu_test(emu_test_train_cuda ${ZS_EMU}/test_train_cuda forward 900)
 # kill and resume over 30 steps, not 100: an emulated step is slow
 # stages 0 and 3 on one GPU (stages 1 and 2 partition nothing with one rank;
