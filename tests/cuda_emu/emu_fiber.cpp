@@ -9,7 +9,9 @@
  * (so thread_local storage is block-shared). A fiber runs until it blocks
  * at a barrier or warp operation, or returns; when all have stopped, the
  * scheduler resolves the barriers and warp operations that are complete
- * and starts the next round.
+ * and starts the next round. Under ZS_EMU_SCHEDULE=eager[:SEED]
+ * (eager_round) each warp runs on its own in turn, its warp operations
+ * completing as soon as its lanes arrive; barriers are resolved as above.
  *
  * Does not: launch, validate or order blocks (emu_launch.cpp), model warps
  * executing in lock step (threads of a warp interleave only at warp
