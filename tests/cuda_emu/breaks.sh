@@ -113,7 +113,11 @@ ATTN='"$BIN" small skip'
 # block has stopped, so each thread's stores before its first wmma call are
 # always done (README, "What it cannot tell": races between barriers). The
 # barrier before the next Q / dO tile is caught: the diagonal tile gives
-# the warps different numbers of wmma calls.
+# the warps different numbers of wmma calls. ZS_EMU_SCHEDULE=eager (README,
+# "The eager schedule") completes a warp operation per warp, so a warp's
+# loads come before later warps' stores: the schedule to check the K / V
+# barrier with, once this file has a sed expression for it (the Q / dO
+# break above is BROKEN-AND-CAUGHT under eager too, 2026-11-28).
 brk "flash: missing __syncthreads before the next Q / dO tile (backward dK dV)" $F \
     's|__syncthreads(); /\* the previous tile.s Q / dO reads are done \*/|; /* (break) */|' \
     "$build" test_cuda_attn "forward reverse random:1" "$ATTN"
