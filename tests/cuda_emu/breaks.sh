@@ -107,17 +107,18 @@ brk "p2p: ncclSend/ncclRecv record the peer shifted by one (emulator)" tests/cud
 # small cases and the masked-block checks, about 10 s a run)
 F=kernels/cuda/zs_cuda_flash.cu
 ATTN='"$BIN" small skip'
-# Not listed: the forward's __syncthreads after its K / V tile loads,
-# dropped, was NOT CAUGHT under forward, reverse and random:1 (2026-11-28):
-# the emulator completes a warp operation only once every thread of the
-# block has stopped, so each thread's stores before its first wmma call are
-# always done (README, "What it cannot tell": races between barriers). The
-# barrier before the next Q / dO tile is caught: the diagonal tile gives
-# the warps different numbers of wmma calls. ZS_EMU_SCHEDULE=eager (README,
-# "The eager schedule") completes a warp operation per warp, so a warp's
-# loads come before later warps' stores: the schedule to check the K / V
-# barrier with, once this file has a sed expression for it (the Q / dO
-# break above is BROKEN-AND-CAUGHT under eager too, 2026-11-28).
+# The forward's __syncthreads after its K / V tile loads, dropped, is NOT
+# caught under forward, reverse and random:1 (2026-11-28): those schedules
+# complete a warp operation only once every thread of the block has
+# stopped, so each thread's stores before its first wmma call are always
+# done (README, "What it cannot tell"). ZS_EMU_SCHEDULE=eager completes a
+# warp operation per warp (README, "The eager schedule"), so a warp's
+# loads come before later warps' stores: it catches the break. The barrier
+# before the next Q / dO tile is caught by every schedule (the diagonal
+# tile gives the warps different numbers of wmma calls), eager included.
+brk "flash: missing __syncthreads after the forward's K / V tile loads" $F \
+    '/^    k_flash_fwd(/,/^}/{/fl_load_tile(Vs, lde, base + 2 \* C, ld, k0, T, hs);/{n;s|__syncthreads();|; /* (break) */|}}' \
+    "$build" test_cuda_attn "eager" "$ATTN"
 brk "flash: missing __syncthreads before the next Q / dO tile (backward dK dV)" $F \
     's|__syncthreads(); /\* the previous tile.s Q / dO reads are done \*/|; /* (break) */|' \
     "$build" test_cuda_attn "forward reverse random:1" "$ATTN"
