@@ -175,6 +175,13 @@ int zs_emu_nccl_group_depth(void);
 int zs_emu_nccl_group_has(struct ncclComm *c);
 /* A call refused inside the open group: the group launches nothing. */
 void zs_emu_nccl_group_error(ncclResult_t rc);
+
+/* A refused call (emu_nccl_coll.c): prints the message, fails the
+ * communicator (README "Hostile readings": its peers would otherwise wait
+ * for work this rank never launches) and the open group, which launches
+ * nothing. Returns rc. */
+ncclResult_t zs_emu_nccl_refuse(struct ncclComm *c, ncclResult_t rc, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
 /* Record op in the calling thread's open group (takes a reference). */
 void zs_emu_nccl_group_add(const zs_emu_nccl_op *op);
 /* Launch ops (a closed group, or one call); may hold them back and

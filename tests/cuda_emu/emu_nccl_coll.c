@@ -20,9 +20,8 @@
 
 #define EXPORT_P(ret, name, params) ret p##name params __attribute__((alias(#name)));
 
-static ncclResult_t group_fail(struct ncclComm *c, ncclResult_t rc, const char *fmt, ...)
-    __attribute__((format(printf, 3, 4)));
-static ncclResult_t group_fail(struct ncclComm *c, ncclResult_t rc, const char *fmt, ...)
+/* See emu_nccl.h. */
+ncclResult_t zs_emu_nccl_refuse(struct ncclComm *c, ncclResult_t rc, const char *fmt, ...)
 {
     char m[ZS_EMU_NCCL_MSG];
     va_list ap;
@@ -52,14 +51,14 @@ static ncclResult_t check_buf(struct ncclComm *c, const char *fn, const char *wh
     if (dev == c->dev)
         return ncclSuccess;
     if (dev < 0)
-        return group_fail(c, ncclInvalidArgument,
-                          "cuda-emu nccl: %s: rank %d: %s %p (%zu bytes) is not inside one "
-                          "device allocation",
-                          fn, c->rank, which, p, bytes);
-    return group_fail(c, ncclInvalidArgument,
-                      "cuda-emu nccl: %s: rank %d: %s %p is memory of device %d, the "
-                      "communicator's device is %d",
-                      fn, c->rank, which, p, dev, c->dev);
+        return zs_emu_nccl_refuse(c, ncclInvalidArgument,
+                                  "cuda-emu nccl: %s: rank %d: %s %p (%zu bytes) is not inside one "
+                                  "device allocation",
+                                  fn, c->rank, which, p, bytes);
+    return zs_emu_nccl_refuse(c, ncclInvalidArgument,
+                              "cuda-emu nccl: %s: rank %d: %s %p is memory of device %d, the "
+                              "communicator's device is %d",
+                              fn, c->rank, which, p, dev, c->dev);
 }
 
 static ncclResult_t coll(int kind, const char *fn, const void *send, void *recv, size_t count,
@@ -74,24 +73,26 @@ static ncclResult_t coll(int kind, const char *fn, const void *send, void *recv,
     int n = c->nranks, r = c->rank;
     size_t esz = zs_emu_nccl_dtype_size(dtype);
     if (!esz)
-        return group_fail(c, ncclInvalidArgument,
-                          "cuda-emu nccl: %s: rank %d: data type %d not "
-                          "supported by the emulator",
-                          fn, r, (int)dtype);
+        return zs_emu_nccl_refuse(c, ncclInvalidArgument,
+                                  "cuda-emu nccl: %s: rank %d: data type %d not "
+                                  "supported by the emulator",
+                                  fn, r, (int)dtype);
     int reduces = kind == ZS_EMU_NCCL_ALLREDUCE || kind == ZS_EMU_NCCL_REDUCESCATTER ||
                   kind == ZS_EMU_NCCL_REDUCE;
     if (reduces && !zs_emu_nccl_op_ok(redop))
-        return group_fail(c, ncclInvalidArgument,
-                          "cuda-emu nccl: %s: rank %d: reduction op %d not supported by the "
-                          "emulator",
-                          fn, r, (int)redop);
+        return zs_emu_nccl_refuse(
+            c, ncclInvalidArgument,
+            "cuda-emu nccl: %s: rank %d: reduction op %d not supported by the "
+            "emulator",
+            fn, r, (int)redop);
     int rooted = kind == ZS_EMU_NCCL_BROADCAST || kind == ZS_EMU_NCCL_REDUCE;
     if (rooted && (root < 0 || root >= n))
-        return group_fail(c, ncclInvalidArgument, "cuda-emu nccl: %s: rank %d: root %d of %d ranks",
-                          fn, r, root, n);
+        return zs_emu_nccl_refuse(c, ncclInvalidArgument,
+                                  "cuda-emu nccl: %s: rank %d: root %d of %d ranks", fn, r, root,
+                                  n);
     if (count > SIZE_MAX / esz / (size_t)n)
-        return group_fail(c, ncclInvalidArgument, "cuda-emu nccl: %s: count %zu too large", fn,
-                          count);
+        return zs_emu_nccl_refuse(c, ncclInvalidArgument, "cuda-emu nccl: %s: count %zu too large",
+                                  fn, count);
     size_t one = count * esz, all = one * (size_t)n;
     size_t sbytes = one, rbytes = one;
     int use_send = 1, use_recv = 1;
@@ -116,23 +117,26 @@ static ncclResult_t coll(int kind, const char *fn, const void *send, void *recv,
         const unsigned char *s = send, *d = recv;
         if (kind == ZS_EMU_NCCL_REDUCESCATTER) {
             if (d != s + (size_t)r * one)
-                return group_fail(c, ncclInvalidArgument,
-                                  "cuda-emu nccl: %s: rank %d: recvbuff %p overlaps sendbuff %p "
-                                  "but is not the in-place position sendbuff + rank * recvcount "
-                                  "= %p (In-place Operations)",
-                                  fn, r, recv, send, (const void *)(s + (size_t)r * one));
+                return zs_emu_nccl_refuse(
+                    c, ncclInvalidArgument,
+                    "cuda-emu nccl: %s: rank %d: recvbuff %p overlaps sendbuff %p "
+                    "but is not the in-place position sendbuff + rank * recvcount "
+                    "= %p (In-place Operations)",
+                    fn, r, recv, send, (const void *)(s + (size_t)r * one));
         } else if (kind == ZS_EMU_NCCL_ALLGATHER) {
             if (s != d + (size_t)r * one)
-                return group_fail(c, ncclInvalidArgument,
-                                  "cuda-emu nccl: %s: rank %d: sendbuff %p overlaps recvbuff %p "
-                                  "but is not the in-place position recvbuff + rank * sendcount "
-                                  "= %p (In-place Operations)",
-                                  fn, r, send, recv, (const void *)(d + (size_t)r * one));
+                return zs_emu_nccl_refuse(
+                    c, ncclInvalidArgument,
+                    "cuda-emu nccl: %s: rank %d: sendbuff %p overlaps recvbuff %p "
+                    "but is not the in-place position recvbuff + rank * sendcount "
+                    "= %p (In-place Operations)",
+                    fn, r, send, recv, (const void *)(d + (size_t)r * one));
         } else if (s != d) {
-            return group_fail(c, ncclInvalidArgument,
-                              "cuda-emu nccl: %s: rank %d: sendbuff %p and recvbuff %p overlap "
-                              "without being equal (In-place Operations)",
-                              fn, r, send, recv);
+            return zs_emu_nccl_refuse(
+                c, ncclInvalidArgument,
+                "cuda-emu nccl: %s: rank %d: sendbuff %p and recvbuff %p overlap "
+                "without being equal (In-place Operations)",
+                fn, r, send, recv);
         }
     }
     zs_emu_nccl_op op = {.comm = c,

@@ -102,24 +102,6 @@ static size_t type_size(int t)
     }
 }
 
-/* A refused call: message, the communicator fails (as the collectives'
- * refusals do, README "Hostile readings"), the open group launches
- * nothing. Returns rc. */
-static ncclResult_t refuse(struct ncclComm *c, ncclResult_t rc, const char *fmt, ...)
-    __attribute__((format(printf, 3, 4)));
-static ncclResult_t refuse(struct ncclComm *c, ncclResult_t rc, const char *fmt, ...)
-{
-    char m[ZS_EMU_NCCL_MSG];
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(m, sizeof m, fmt, ap);
-    va_end(ap);
-    fprintf(stderr, "%s\n", m);
-    zs_emu_nccl_fail(c, rc, m);
-    zs_emu_nccl_group_error(rc);
-    return rc;
-}
-
 /* ncclSend / ncclRecv: check, then record in the open group or launch as
  * an implicit group of one ("Group Calls": outside a group each call is
  * its own group). */
@@ -133,31 +115,33 @@ static ncclResult_t p2p_call(int kind, const char *fn, void *buf, size_t count,
     }
     size_t esz = type_size((int)dtype);
     if (!esz)
-        return refuse(c, ncclInvalidArgument,
-                      "cuda-emu nccl: %s: rank %d: data type %d is not "
-                      "one of nccl.h's",
-                      fn, c->rank, (int)dtype);
+        return zs_emu_nccl_refuse(c, ncclInvalidArgument,
+                                  "cuda-emu nccl: %s: rank %d: data type %d is not "
+                                  "one of nccl.h's",
+                                  fn, c->rank, (int)dtype);
     if (peer < 0 || peer >= c->nranks)
-        return refuse(c, ncclInvalidArgument,
-                      "cuda-emu nccl: %s: rank %d: peer %d is not a rank of this communicator "
-                      "(%d ranks)",
-                      fn, c->rank, peer, c->nranks);
+        return zs_emu_nccl_refuse(
+            c, ncclInvalidArgument,
+            "cuda-emu nccl: %s: rank %d: peer %d is not a rank of this communicator "
+            "(%d ranks)",
+            fn, c->rank, peer, c->nranks);
     if (count > SIZE_MAX / esz)
-        return refuse(c, ncclInvalidArgument, "cuda-emu nccl: %s: count %zu too large", fn, count);
+        return zs_emu_nccl_refuse(c, ncclInvalidArgument, "cuda-emu nccl: %s: count %zu too large",
+                                  fn, count);
     size_t bytes = count * esz;
     if (bytes) {
         int dev = zs_emu_dev_ptr(buf, bytes);
         if (dev < 0)
-            return refuse(c, ncclInvalidArgument,
-                          "cuda-emu nccl: %s: rank %d: %s %p (%zu bytes) is not inside one device "
-                          "allocation",
-                          fn, c->rank, kind == ZS_EMU_NCCL_SEND ? "sendbuff" : "recvbuff", buf,
-                          bytes);
+            return zs_emu_nccl_refuse(
+                c, ncclInvalidArgument,
+                "cuda-emu nccl: %s: rank %d: %s %p (%zu bytes) is not inside one device "
+                "allocation",
+                fn, c->rank, kind == ZS_EMU_NCCL_SEND ? "sendbuff" : "recvbuff", buf, bytes);
         if (dev != c->dev)
-            return refuse(c, ncclInvalidArgument,
-                          "cuda-emu nccl: %s: rank %d: %p is memory of device %d, the "
-                          "communicator's device is %d",
-                          fn, c->rank, buf, dev, c->dev);
+            return zs_emu_nccl_refuse(c, ncclInvalidArgument,
+                                      "cuda-emu nccl: %s: rank %d: %p is memory of device %d, the "
+                                      "communicator's device is %d",
+                                      fn, c->rank, buf, dev, c->dev);
     }
     zs_emu_nccl_op op = {
         .comm = c,
@@ -231,10 +215,11 @@ static ncclResult_t build(zs_emu_nccl_op *ops, int first, int n, zs_emu_nccl_op 
             /* "Group Calls" allows several streams; the emulator runs a
              * group's p2p as one stream op, so it refuses rather than
              * order them wrongly. */
-            return refuse(c, ncclInvalidUsage,
-                          "cuda-emu nccl: ncclGroupEnd: rank %d: point-to-point calls of one "
-                          "communicator on streams %p and %p in one group are not emulated",
-                          c->rank, (void *)ops[first].stream, (void *)a->stream);
+            return zs_emu_nccl_refuse(
+                c, ncclInvalidUsage,
+                "cuda-emu nccl: ncclGroupEnd: rank %d: point-to-point calls of one "
+                "communicator on streams %p and %p in one group are not emulated",
+                c->rank, (void *)ops[first].stream, (void *)a->stream);
         if (a->d.root == c->rank && a->d.kind == ZS_EMU_NCCL_SEND)
             selfs++;
         else if (a->d.root == c->rank)
@@ -252,23 +237,24 @@ static ncclResult_t build(zs_emu_nccl_op *ops, int first, int n, zs_emu_nccl_op 
              * buffer of the group is written while the other is read or
              * written, in no defined order. */
             if (overlap(a->recv, a->rbytes, bp, bb))
-                return refuse(c, ncclInvalidArgument,
-                              "cuda-emu nccl: ncclGroupEnd: rank %d: recvbuff %p (%zu bytes, "
-                              "from peer %d) overlaps the %s buffer %p (%zu bytes, peer %d) of "
-                              "the same group",
-                              c->rank, a->recv, a->rbytes, a->d.root,
-                              b->d.kind == ZS_EMU_NCCL_SEND ? "send" : "receive", bp, bb,
-                              b->d.root);
+                return zs_emu_nccl_refuse(
+                    c, ncclInvalidArgument,
+                    "cuda-emu nccl: ncclGroupEnd: rank %d: recvbuff %p (%zu bytes, "
+                    "from peer %d) overlaps the %s buffer %p (%zu bytes, peer %d) of "
+                    "the same group",
+                    c->rank, a->recv, a->rbytes, a->d.root,
+                    b->d.kind == ZS_EMU_NCCL_SEND ? "send" : "receive", bp, bb, b->d.root);
         }
     }
     if (selfs != selfr)
         /* A send to self completes only when its receive runs ("This
          * operation is blocking for the GPU"), so the two must be in one
          * group; unmatched, real NCCL would hang. */
-        return refuse(c, ncclInvalidUsage,
-                      "cuda-emu nccl: rank %d: %d ncclSend to self and %d ncclRecv from self in "
-                      "one group: a send to self needs its receive in the same group",
-                      c->rank, selfs, selfr);
+        return zs_emu_nccl_refuse(
+            c, ncclInvalidUsage,
+            "cuda-emu nccl: rank %d: %d ncclSend to self and %d ncclRecv from self in "
+            "one group: a send to self needs its receive in the same group",
+            c->rank, selfs, selfr);
     struct zs_emu_nccl_p2p *b = calloc(1, sizeof *b + (size_t)cnt * sizeof(p2p_item));
     if (!b)
         return ncclSystemError;
