@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # tests/run.sh - install missing dependencies, build, and run the whole test
-# suite with ctest (34-39 minutes on 2 cores, plus the build).
+# suite with ctest (34-36 minutes on 2 cores, plus the build).
 # Usage: ./tests/run.sh [--quick] [extra ctest args, e.g. -R test_server]
 #   --quick  the smoke subset only (ctest label "quick": the unit tests, one
 #            server integration test, one emulated-GPU test; under 3 minutes
