@@ -368,7 +368,8 @@ int zs__nccl_all_to_all(zs__coll_nccl_t *c, const void *send, void *recv, size_t
     if (rc)
         return rc;
     if (c->base.grouped)
-        return zs_err_set(err, ZS_ERR_STATE, "NCCL all_to_all: not inside a group");
+        return zs_err_set(err, ZS_ERR_STATE,
+                          "NCCL all_to_all: called inside an open group (not supported)");
     if (bytes == 0)
         return ZS_OK;
     if (!send || !recv || send == recv)
