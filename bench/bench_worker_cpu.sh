@@ -59,6 +59,9 @@ CATS = [
     ("accumulate and other device vector ops", r".", r"vec_range|acc_"),
     ("in-process AdamW", r".", r"run_avx|adam_"),
     ("memcpy (staging, pull frames, landing)", r"libc", r"memmove|memcpy"),
+    # libxxhash, or zs_hash's AVX2 form (common/zs_hash_avx2.c: xxhash's
+    # inline functions, linked into the binary)
+    ("checksums (XXH3 of pushed and pulled chunks)", r".", r"XXH|zs__hash|zs_hash", r"."),
     ("checksums (XXH3 of pushed and pulled chunks)", r"xxhash", r"."),
     ("memset (gradient scratch)", r"libc", r"memset"),
     ("kernel: TCP copies (send, receive)", r"kernel", r"_copy_from_iter|_copy_to_iter"),
@@ -90,8 +93,8 @@ for key in set(a) | set(z):
         if re.search(dre, dso) and re.search(sre, sym) and re.search(cre, comm):
             tot[name] = tot.get(name, 0.0) + ms
             break
-for cat in CATS:
-    print("cpu %-50s %7.1f" % (cat[0], tot.get(cat[0], 0.0)))
+for name in dict.fromkeys(cat[0] for cat in CATS):  # a category may have several patterns
+    print("cpu %-50s %7.1f" % (name, tot.get(name, 0.0)))
 print("cpu %-50s %7.1f" % ("total (ms of the worker's core per step)", sum(tot.values())))
 XFER = ["memcpy (staging, pull frames, landing)", "checksums (XXH3 of pushed and pulled chunks)",
         "kernel: TCP copies (send, receive)",

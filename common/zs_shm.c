@@ -27,6 +27,7 @@
 #include <xxhash.h>
 
 #include "zs_dtype.h"
+#include "zs_hash.h"
 
 _Static_assert(sizeof(zs_shm_header_t) == 128, "zs_shm_header_t is 128 bytes on the wire");
 _Static_assert(sizeof(zs_shm_slot_t) == ZS_SHM_SLOT_BYTES, "a slot is one 64-byte line");
@@ -155,7 +156,7 @@ static uint64_t chunk_hash(uint64_t generation, int dir, uint32_t k, uint64_t st
 {
     uint64_t meta[7] = {generation,      (uint64_t)dir, k,         step,
                         (uint64_t)dtype, elem_begin,    elem_count};
-    return XXH3_64bits_withSeed(p, bytes, XXH3_64bits(meta, sizeof meta));
+    return zs_hash64(p, bytes, XXH3_64bits(meta, sizeof meta));
 }
 
 static void *payload_at(const zs_shm_t *shm, int dir, uint32_t k, uint64_t elem_begin, int dtype)

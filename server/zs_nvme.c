@@ -33,6 +33,7 @@
 #include <unistd.h>
 #include <xxhash.h>
 
+#include "zs_hash.h"
 #include "zs_log.h"
 #include "zs_nvme.h"
 
@@ -131,7 +132,7 @@ void zs__nvme_seal(zs_nvme_buf_t *b, size_t c, uint64_t seq, uint32_t k)
 {
     hdr_t h = {MAGIC, c, seq, k, {0, 0, 0}, 0};
     for (int t = 0; t < 3; t++)
-        h.sum[t] = XXH3_64bits_withSeed(b->t[t], (size_t)k * 4, seed(c, seq, t));
+        h.sum[t] = zs_hash64(b->t[t], (size_t)k * 4, seed(c, seq, t));
     h.hsum = XXH3_64bits(&h, offsetof(hdr_t, hsum));
     memcpy(b->mem, &h, sizeof h);
 }
@@ -153,7 +154,7 @@ int zs__nvme_check(const zs_nvme_state_t *s, const zs_nvme_buf_t *b, size_t c, u
                           (unsigned long long)s->seq[c]);
     for (int t = 0; t < 3; t++)
         if ((mask >> t & 1) &&
-            XXH3_64bits_withSeed(b->t[t], (size_t)k * 4, seed(c, h.seq, t)) != h.sum[t])
+            zs_hash64(b->t[t], (size_t)k * 4, seed(c, h.seq, t)) != h.sum[t])
             return zs_err_set(err, ZS_ERR_CORRUPT,
                               "nvme %s: tile %zu (elements [%llu, %llu) of the range): %s fails "
                               "its XXH3 checksum: torn or corrupted; not used",
@@ -666,7 +667,7 @@ static int grad_check_locked(zs_nvme_state_t *s, size_t c, uint64_t step, zs_dty
                           "staged %s gradient of step %llu; not used",
                           s->path, c, (unsigned long long)a, (unsigned long long)(a + k),
                           zs_dtype_name(dt), (unsigned long long)step);
-    if (XXH3_64bits_withSeed(buf, (size_t)k * zs_dtype_size(dt), gseed(c, p, step)) !=
+    if (zs_hash64(buf, (size_t)k * zs_dtype_size(dt), gseed(c, p, step)) !=
         s->gsum[p][c])
         return zs_err_set(err, ZS_ERR_CORRUPT,
                           "nvme %s: tile %zu (elements [%llu, %llu) of the range): its staged "
@@ -725,7 +726,7 @@ int zs_nvme_grad_put(zs_nvme_state_t *s, uint64_t step, zs_dtype_t dt, uint64_t 
             atomic_fetch_add_explicit(&s->nv->grad_wr_bytes, len, memory_order_relaxed);
             s->gstep[p][c] = step;
             s->gdt[p][c] = (unsigned char)dt;
-            s->gsum[p][c] = XXH3_64bits_withSeed(buf, (size_t)k * esz, gseed((size_t)c, p, step));
+            s->gsum[p][c] = zs_hash64(buf, (size_t)k * esz, gseed((size_t)c, p, step));
         } else {
             s->gstep[p][c] = 0; /* unknown now: staged again or refused */
         }

@@ -22,9 +22,9 @@
 
 #include <stdatomic.h>
 #include <string.h>
-#include <xxhash.h>
 
 #include "zs_dtype.h"
+#include "zs_hash.h"
 #include "zs_service.h"
 #include "zs_shm_sessions.h"
 
@@ -92,29 +92,6 @@ int zs__svc_shm_push_check(const Zeroshard__PushChunk *m, size_t pay_len, zs_err
     return ZS_OK;
 }
 
-/* memcpy(dst, src, n) and the XXH3 (seed `seed`) of what landed in dst, in
- * one pass: each 256 KiB piece is hashed right after its copy, while it is
- * still in the cache (the streaming state gives the one-shot XXH3 bit for
- * bit). Hashing the private copy, not src, keeps the check on the bytes
- * that are staged. A chunk is at most 4 MiB. */
-static uint64_t copy_hash(void *dst, const unsigned char *src, size_t n, uint64_t seed)
-{
-    enum { PIECE = 256 << 10 };
-    XXH3_state_t *st = XXH3_createState(); /* opaque in the shared library's API */
-    if (!st) { /* out of memory for ~600 bytes: the two-pass way needs none */
-        memcpy(dst, src, n);
-        return XXH3_64bits_withSeed(dst, n, seed);
-    }
-    XXH3_64bits_reset_withSeed(st, seed);
-    for (size_t at = 0; at < n; at += PIECE) {
-        size_t k = n - at < PIECE ? n - at : PIECE;
-        memcpy((unsigned char *)dst + at, src + at, k);
-        XXH3_64bits_update(st, (unsigned char *)dst + at, k);
-    }
-    uint64_t h = XXH3_64bits_digest(st);
-    XXH3_freeState(st);
-    return h;
-}
 
 int zs__svc_shm_push(zs_shard_push_t *ps, const Zeroshard__PushChunk *m, uint64_t *bytes,
                      zs_err_t *err)
@@ -133,7 +110,7 @@ int zs__svc_shm_push(zs_shard_push_t *ps, const Zeroshard__PushChunk *m, uint64_
     if (!rc)
         rc = zs_shard_push_chunk(ps, m->step, m->offset, m->count, dt, &dst, err);
     if (!rc) {
-        uint64_t h = r->has_xxh3 ? copy_hash(dst, stg + r->byte_offset, n, m->step)
+        uint64_t h = r->has_xxh3 ? zs_hash64_copy(dst, stg + r->byte_offset, n, m->step)
                                  : (memcpy(dst, stg + r->byte_offset, n), 0);
         zs_shard_push_chunk_done(ps);
         if (r->has_xxh3 && h != r->xxh3)
@@ -198,7 +175,7 @@ int zs__svc_shm_pull(zs_shard_t *sh, zs_scall_t *call, const zs__shm_pull_t *p, 
         r.byte_offset = at;
         r.has_xxh3 = p->ref.has_xxh3;
         if (r.has_xxh3)
-            r.xxh3 = XXH3_64bits_withSeed(stg + at, (size_t)(k * esz), m.step);
+            r.xxh3 = zs_hash64(stg + at, (size_t)(k * esz), m.step);
         m.offset = p->offset + sent;
         m.count = k;
         m.dtype = (Zeroshard__DType)p->dtype;

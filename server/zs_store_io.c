@@ -27,9 +27,9 @@
 #include <time.h>
 
 #include <rocksdb/c.h>
-#define XXH_STATIC_LINKING_ONLY /* XXH3_state_t on the stack */
 #include <xxhash.h>
 
+#include "zs_hash.h"
 #include "zs_log.h"
 
 #define READ_THREADS 4 /* concurrent chunk reads in zs_store_read: keeps the disk busy */
@@ -48,24 +48,15 @@ static uint64_t chunk_seed(uint64_t step, int t, uint64_t c, size_t len)
 
 static uint64_t chunk_sum(uint64_t step, int t, uint64_t c, const void *p, size_t len)
 {
-    return XXH3_64bits_withSeed(p, len, chunk_seed(step, t, c, len));
+    return zs_hash64(p, len, chunk_seed(step, t, c, len));
 }
 
-/* dst := src and return chunk_sum of it, in one pass over memory: each piece
- * is hashed from dst right after the copy, while it is still in cache
- * (XXH3's streaming form gives the same value as the one-shot form). */
+/* dst := src and return chunk_sum of it, in one pass over memory (each
+ * piece hashed from dst right after its copy, while it is in cache). */
 static uint64_t copy_and_sum(uint64_t step, int t, uint64_t c, char *dst, const char *src,
                              size_t len)
 {
-    enum { PIECE = 64 << 10 };
-    XXH3_state_t s;
-    XXH3_64bits_reset_withSeed(&s, chunk_seed(step, t, c, len));
-    for (size_t off = 0; off < len; off += PIECE) {
-        size_t m = len - off < PIECE ? len - off : PIECE;
-        memcpy(dst + off, src + off, m);
-        XXH3_64bits_update(&s, dst + off, m);
-    }
-    return XXH3_64bits_digest(&s);
+    return zs_hash64_copy(dst, src, len, chunk_seed(step, t, c, len));
 }
 
 static uint64_t n_chunks(uint64_t n)

@@ -39,9 +39,9 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <xxhash.h>
 
 #include "zs_client_internal.h"
+#include "zs_hash.h"
 #include "zs_log.h"
 #include "zs_shm.h"
 #include "zs_shm_sock.h"
@@ -399,7 +399,7 @@ static int push_stream(zs_client_t *c, int i, uint64_t step, uint64_t b, uint64_
         ref.byte_offset = o;
         ref.has_xxh3 = c->shm_checksums;
         if (ref.has_xxh3) /* seeded with the step: a stale chunk does not verify */
-            ref.xxh3 = XXH3_64bits_withSeed(c->shm->base + o, (size_t)(k * esz), step);
+            ref.xxh3 = zs_hash64(c->shm->base + o, (size_t)(k * esz), step);
         Zeroshard__PushChunk m = ZEROSHARD__PUSH_CHUNK__INIT;
         m.step = step;
         m.offset = at;
@@ -434,7 +434,7 @@ static int check_chunk(const zs_client_t *c, int i, const Zeroshard__PullChunk *
                           (unsigned long long)want_off, (unsigned long long)c->shm->session);
     if (!c->shm_pull_checksums)
         return ZS_OK;
-    uint64_t h = XXH3_64bits_withSeed(c->shm->base + want_off, (size_t)(p->count * esz), p->step);
+    uint64_t h = zs_hash64(c->shm->base + want_off, (size_t)(p->count * esz), p->step);
     if (!r->has_xxh3 || r->xxh3 != h)
         return zs_err_set(err, ZS_ERR_CORRUPT, "%s: shared chunk [%llu, +%llu) of step %llu: %s",
                           c->addr[i], (unsigned long long)p->offset, (unsigned long long)p->count,
