@@ -11,7 +11,9 @@
 # Usage: bench/bench_worker_cpu.sh [BUILD_DIR] [bench_engine options...]
 #   e.g. bench/bench_worker_cpu.sh build --offload 1 --spec 1 --stream 1 \
 #          --batch 1 --bucket 2000000
-# Env: STEPS_A (default 4), STEPS_B (default 14), PERF_FREQ (Hz, default
+# Env: STEPS_A (default 4), STEPS_B (default 34: with 14, the in-process
+# run's xfer ranged from -10.9 to 8.8 ms over three rounds of one
+# bench_spec.sh run; 30 steps of difference cut that noise), PERF_FREQ (Hz, default
 # 1000: one sample is 1 ms of CPU).
 # Needs perf (linux-perf) with permission to sample (root, or
 # kernel.perf_event_paranoid <= 1). Prints the bench_engine result lines,
@@ -30,7 +32,7 @@
 set -euo pipefail
 B=${1:-build}
 shift $(($# < 1 ? $# : 1))
-A=${STEPS_A:-4} Z=${STEPS_B:-14} F=${PERF_FREQ:-1000}
+A=${STEPS_A:-4} Z=${STEPS_B:-34} F=${PERF_FREQ:-1000}
 command -v perf >/dev/null || { echo "bench_worker_cpu: perf not found (apt-get install linux-perf)" >&2; exit 2; }
 T=$(mktemp -d /tmp/zs-bench-cpu-XXXXXX)
 trap 'kill $(jobs -p) 2>/dev/null; wait 2>/dev/null; rm -rf "$T"' EXIT

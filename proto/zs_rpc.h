@@ -130,13 +130,17 @@ typedef struct zs_ccall {
     int status_pending; /* RECV_STATUS_ON_CLIENT started, not yet plucked */
     int initmd_pending; /* RECV_INITIAL_METADATA started, not yet plucked */
     int closed;         /* SEND_CLOSE_FROM_CLIENT done */
+    int md_pending;     /* SEND_INITIAL_METADATA goes with the next batch */
     const char *peer;   /* for messages: the server's address */
+    const char *method; /* for messages */
 } zs_ccall_t;
 
 /* Start a call to `method` ("/zeroshard.Shard/Push") on `ch` with a deadline
- * `timeout_ms` from now, bearer `token` (may be NULL), sending initial
- * metadata and arming RECV_STATUS. `peer` names the server in errors (kept by
- * pointer). On error the call is already cleaned up. */
+ * `timeout_ms` from now, bearer `token` (may be NULL; copied), arming
+ * RECV_STATUS; the initial metadata goes out with the first send, receive or
+ * finish, so a server that cannot be reached is reported there ("unreachable
+ * (cannot start METHOD ...)"). `peer` and `method` name the call in errors
+ * (kept by pointer). On error the call is already cleaned up. */
 int zs_ccall_start(zs_ccall_t *c, grpc_channel *ch, const char *method, const char *token,
                    int timeout_ms, const char *peer, zs_err_t *err);
 

@@ -81,11 +81,45 @@ static int wait_status(zs_ccall_t *c, zs_err_t *err)
     return status_to_err(c, err);
 }
 
+/* Why the ops are bundled: every batch is a wait on the call's queue, and
+ * each wait costs the calling thread a sleep and a wakeup by gRPC's poller.
+ * The initial metadata therefore goes out with the first message (or the
+ * half-close), and the half-close with the first receive: a client stream
+ * of n messages waits n + 2 times instead of n + 4 (measured on the shm data
+ * plane, whose Push and Pull carry no bytes: about 17 calls a step). */
+
+/* The initial metadata op, added to the next batch while it is pending. */
+static size_t add_initial_md(zs_ccall_t *c, grpc_op *ops)
+{
+    if (!c->md_pending)
+        return 0;
+    memset(ops, 0, sizeof *ops);
+    ops->op = GRPC_OP_SEND_INITIAL_METADATA;
+    ops->data.send_initial_metadata.count = (size_t)c->nmd;
+    ops->data.send_initial_metadata.metadata = c->nmd ? &c->auth : NULL;
+    return 1;
+}
+
+/* A batch that carried the initial metadata failed: the call never started
+ * (server down, address wrong, refused at once). The server's status, or
+ * ZS_ERR_UNAVAILABLE, with the hint the first batch of a call gets. */
+static int start_failed(zs_ccall_t *c, zs_err_t *err)
+{
+    int rc = wait_status(c, err);
+    if (rc == ZS_OK)
+        rc = zs_err_set(err, ZS_ERR_UNAVAILABLE, "%s: call ended before it started", c->peer);
+    if (rc == ZS_ERR_UNAVAILABLE)
+        zs_err_prefix(err, "unreachable (cannot start %s; server down or address wrong?): ",
+                      c->method);
+    return rc;
+}
+
 int zs_ccall_start(zs_ccall_t *c, grpc_channel *ch, const char *method, const char *token,
                    int timeout_ms, const char *peer, zs_err_t *err)
 {
     memset(c, 0, sizeof *c);
     c->peer = peer;
+    c->method = method;
     c->ch = ch;
     c->cq = grpc_completion_queue_create_for_pluck(NULL);
     grpc_slice m = grpc_slice_from_static_string(method);
@@ -98,18 +132,12 @@ int zs_ccall_start(zs_ccall_t *c, grpc_channel *ch, const char *method, const ch
     grpc_metadata_array_init(&c->initial_md);
     grpc_metadata_array_init(&c->trailing_md);
     c->details = grpc_empty_slice();
-
-    grpc_op ops[1];
-    memset(ops, 0, sizeof ops);
-    ops[0].op = GRPC_OP_SEND_INITIAL_METADATA;
     if (token && token[0]) {
         char v[512];
         snprintf(v, sizeof v, "Bearer %s", token);
         c->auth.key = grpc_slice_from_static_string("authorization");
         c->auth.value = grpc_slice_from_copied_string(v);
         c->nmd = 1;
-        ops[0].data.send_initial_metadata.count = 1;
-        ops[0].data.send_initial_metadata.metadata = &c->auth;
     }
     /* Arm the receives first: if the connection cannot be made, the status
      * then carries gRPC's reason (refused, TLS handshake...). */
@@ -137,17 +165,7 @@ int zs_ccall_start(zs_ccall_t *c, grpc_channel *ch, const char *method, const ch
         return rc;
     }
     c->initmd_pending = 1;
-    int ok = run_batch(c, ops, 1, TAG_START, err);
-    if (ok != 1) {
-        rc = ok < 0 ? ok : wait_status(c, err);
-        if (rc == ZS_OK)
-            rc = zs_err_set(err, ZS_ERR_UNAVAILABLE, "%s: call ended before it started", peer);
-        if (rc == ZS_ERR_UNAVAILABLE)
-            zs_err_prefix(err,
-                          "unreachable (cannot start %s; server down or address wrong?): ", method);
-        zs_ccall_destroy(c);
-        return rc;
-    }
+    c->md_pending = 1; /* sent with the first batch */
     return ZS_OK;
 }
 
@@ -155,16 +173,21 @@ int zs_ccall_send(zs_ccall_t *c, grpc_byte_buffer *bb, zs_err_t *err)
 {
     if (!bb)
         return zs_err_set(err, ZS_ERR_NOMEM, "%s: out of memory building a message", c->peer);
-    grpc_op op;
-    memset(&op, 0, sizeof op);
-    op.op = GRPC_OP_SEND_MESSAGE;
-    op.data.send_message.send_message = bb;
-    int ok = run_batch(c, &op, 1, TAG_SEND, err);
+    grpc_op ops[2];
+    size_t n = add_initial_md(c, ops);
+    int first = n == 1;
+    memset(&ops[n], 0, sizeof ops[n]);
+    ops[n].op = GRPC_OP_SEND_MESSAGE;
+    ops[n].data.send_message.send_message = bb;
+    int ok = run_batch(c, ops, n + 1, TAG_SEND, err);
+    c->md_pending = 0;
     grpc_byte_buffer_destroy(bb);
     if (ok == 1)
         return ZS_OK;
     if (ok < 0)
         return ok;
+    if (first)
+        return start_failed(c, err);
     /* The server ended the call (refusal) or the connection broke. */
     int rc = wait_status(c, err);
     if (rc == ZS_OK)
@@ -172,28 +195,46 @@ int zs_ccall_send(zs_ccall_t *c, grpc_byte_buffer *bb, zs_err_t *err)
     return rc;
 }
 
-static int half_close(zs_ccall_t *c)
+/* Half-close, with the initial metadata if still pending: ZS_OK, or the
+ * call's status (it ended: refused, unreachable, broken) in err. */
+static int half_close(zs_ccall_t *c, zs_err_t *err)
 {
     if (c->closed)
-        return 1;
+        return ZS_OK;
     c->closed = 1;
-    grpc_op op;
-    memset(&op, 0, sizeof op);
-    op.op = GRPC_OP_SEND_CLOSE_FROM_CLIENT;
-    return run_batch(c, &op, 1, TAG_CLOSE, NULL) == 1;
+    grpc_op ops[2];
+    size_t n = add_initial_md(c, ops);
+    int first = n == 1;
+    memset(&ops[n], 0, sizeof ops[n]);
+    ops[n].op = GRPC_OP_SEND_CLOSE_FROM_CLIENT;
+    int ok = run_batch(c, ops, n + 1, TAG_CLOSE, err);
+    c->md_pending = 0;
+    if (ok == 1)
+        return ZS_OK;
+    if (ok < 0)
+        return ok;
+    int rc = first ? start_failed(c, err) : wait_status(c, err);
+    return rc ?: zs_err_set(err, ZS_ERR_UNAVAILABLE, "%s: stream broke", c->peer);
 }
 
 int zs_ccall_recv(zs_ccall_t *c, grpc_byte_buffer **bb, zs_err_t *err)
 {
     *bb = NULL;
-    if (!half_close(c))
-        return wait_status(c, err)
-                   ?: zs_err_set(err, ZS_ERR_UNAVAILABLE, "%s: stream broke", c->peer);
-    grpc_op op;
-    memset(&op, 0, sizeof op);
-    op.op = GRPC_OP_RECV_MESSAGE;
-    op.data.recv_message.recv_message = bb;
-    int ok = run_batch(c, &op, 1, TAG_RECV, err);
+    grpc_op ops[3];
+    size_t n = 0;
+    int closing = !c->closed, first = 0;
+    if (closing) { /* the half-close rides with the receive */
+        n = add_initial_md(c, ops);
+        first = n == 1;
+        memset(&ops[n], 0, sizeof ops[n]);
+        ops[n++].op = GRPC_OP_SEND_CLOSE_FROM_CLIENT;
+        c->closed = 1;
+    }
+    memset(&ops[n], 0, sizeof ops[n]);
+    ops[n].op = GRPC_OP_RECV_MESSAGE;
+    ops[n].data.recv_message.recv_message = bb;
+    int ok = run_batch(c, ops, n + 1, TAG_RECV, err);
+    c->md_pending = 0;
     if (ok == 1 && *bb)
         return ZS_OK;
     if (ok < 0)
@@ -202,14 +243,18 @@ int zs_ccall_recv(zs_ccall_t *c, grpc_byte_buffer **bb, zs_err_t *err)
         grpc_byte_buffer_destroy(*bb);
         *bb = NULL;
     }
+    if (ok == 0 && first)
+        return start_failed(c, err);
     int rc = wait_status(c, err);
+    if (ok == 0 && closing && rc == ZS_OK) /* the half-close failed: not an ordinary end */
+        rc = zs_err_set(err, ZS_ERR_UNAVAILABLE, "%s: stream broke", c->peer);
     return rc;
 }
 
 int zs_ccall_finish(zs_ccall_t *c, zs_err_t *err)
 {
-    half_close(c);
-    return wait_status(c, err);
+    int rc = half_close(c, err); /* a failed one has reported the status */
+    return rc ? rc : wait_status(c, err);
 }
 
 void zs_ccall_destroy(zs_ccall_t *c)

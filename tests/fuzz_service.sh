@@ -38,7 +38,7 @@ SRCS="$SRC/tests/fuzz_service.c $SRC/server/zs_service.c $SRC/server/zs_shard.c
  $SRC/server/zs_budget.c $SRC/server/zs_store.c $SRC/server/zs_store_io.c
  $SRC/server/zs_store_recover.c $SRC/proto/zs_frame.c $SRC/proto/zs_pbconv.c $PB
  $SRC/server/zs_service_shm.c $SRC/server/zs_shm_sessions.c $SRC/common/zs_shm.c
- $SRC/common/zs_shm_sock.c
+ $SRC/common/zs_shm_sock.c $SRC/common/zs_hash.c
  $SRC/server/zs_nvme.c $SRC/server/zs_nvme_pass.c $SRC/server/zs_shard_nvme.c
  $SRC/common/zs_status.c $SRC/common/zs_log.c $SRC/common/zs_layout.c $SRC/common/zs_pool.c
  $SRC/common/zs_file.c $SRC/kernels/zs_adam_groups.c
