@@ -109,8 +109,8 @@ static int start_failed(zs_ccall_t *c, zs_err_t *err)
     if (rc == ZS_OK)
         rc = zs_err_set(err, ZS_ERR_UNAVAILABLE, "%s: call ended before it started", c->peer);
     if (rc == ZS_ERR_UNAVAILABLE)
-        zs_err_prefix(err, "unreachable (cannot start %s; server down or address wrong?): ",
-                      c->method);
+        zs_err_prefix(err,
+                      "unreachable (cannot start %s; server down or address wrong?): ", c->method);
     return rc;
 }
 

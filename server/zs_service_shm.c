@@ -92,7 +92,6 @@ int zs__svc_shm_push_check(const Zeroshard__PushChunk *m, size_t pay_len, zs_err
     return ZS_OK;
 }
 
-
 int zs__svc_shm_push(zs_shard_push_t *ps, const Zeroshard__PushChunk *m, uint64_t *bytes,
                      zs_err_t *err)
 {
