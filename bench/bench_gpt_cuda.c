@@ -82,6 +82,7 @@
 
 #if defined(ZS_WITH_CUDA) && defined(ZS_WITH_NCCL)
 #include "zs_coll_nccl.h"
+#include "zs_cuda_count.h"
 #include "zs_cuda_gpt.h"
 #include "zs_dev_cuda.h"
 
@@ -109,6 +110,7 @@ typedef struct {
                    * offload: push wait, commit, pull wait (streamed: landing) */
     double held_peak;
     double loss0, loss1;
+    zs_cuda_counts_t launches; /* of one timed step (model rows; zero: not counted) */
 } row_t;
 
 static int g_gemm = ZS_DTYPE_BF16;       /* --gemm: GEMM operand dtype */
@@ -235,6 +237,7 @@ static int run_model(zs_dev_t *dev, const cshape_t *s, int B, const float *hw, r
     float *wf = w, *gf = gr;
     for (int r = -1; r < s->reps; r++) {
         double t0 = zs_bench_now(), loss;
+        zs_cuda_counts_t k0 = zs_cuda_counts();
         if ((rc = zs_gpt_set_tokens(g, in, tg, B, c->ctx, &err)))
             goto out;
         for (int i = 0; i < m->nlayers; i++) {
@@ -262,6 +265,11 @@ static int run_model(zs_dev_t *dev, const cshape_t *s, int B, const float *hw, r
             (rc = sync_s(cs, &err)))
             goto out;
         double t3 = zs_bench_now();
+        if (r == 0) { /* one step's kernels and GEMMs (the same every step) */
+            zs_cuda_counts_t k1 = zs_cuda_counts();
+            row->launches.kernels = k1.kernels - k0.kernels;
+            row->launches.gemms = k1.gemms - k0.gemms;
+        }
         if (r < 0)
             row->loss0 = loss;
         row->loss1 = loss;
@@ -494,6 +502,9 @@ static void print_mfu(const char *name, const cshape_t *s, const row_t *row, pea
            "%.1f; device memory held (allocator peak) %.2f GiB; loss %.4f -> %.4f\n",
            row->ms[0], row->ms[1], row->ms[2], row->ms[3], row->held_peak / 1073741824.0,
            row->loss0, row->loss1);
+    if (row->launches.kernels)
+        printf("  launches per step: %llu kernels + %llu cuBLASLt matmuls\n",
+               (unsigned long long)row->launches.kernels, (unsigned long long)row->launches.gemms);
     if (row->ms[4] + row->ms[5] + row->ms[6] > 0)
         printf("  offload split, ms: waiting for the pushes %.1f, commit %.1f, waiting for the "
                "pulls %.1f (streamed: inside forward)\n",

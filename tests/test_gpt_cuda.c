@@ -40,7 +40,12 @@
  *      elements (zs_gpt_set_split: wte by vocabulary rows, blocks in
  *      parts), bf16 GEMMs and activations: one step on CUDA against the CPU
  *      doing the same (split_step says what is held), and against CUDA
- *      unsplit.
+ *      unsplit;
+ *   8. launches per step (kernels/cuda/zs_cuda_count.h), bf16 GEMMs and
+ *      activations, CUDA side only: a train step's kernel launches and
+ *      GEMMs do not depend on the tokens or on the batch size (from B = NH
+ *      on, see launch_counts), and grow by the same count per added block;
+ *      printed per block and per step (the figure a fusion lowers).
  *
  * Without a usable GPU (or a build without CUDA) it prints "SKIPPED: <why>"
  * and exits 77 (ctest SKIP_RETURN_CODE): never a pass.
@@ -59,6 +64,9 @@
 #include "zs_dev.h"
 #include "zs_dev_cuda.h"
 #include "zs_gpt.h"
+#ifdef ZS_WITH_CUDA
+#include "zs_cuda_count.h"
+#endif
 #include "zs_gptrun.h"
 #include "zs_gpttest.h"
 #include "zs_test.h"
@@ -669,6 +677,72 @@ static void split_step(const char *label, zs_gpt_config_t c, int B, int T, uint6
     free(in), free(tg), free(w);
 }
 
+/* ---- 8. launches per step ---- */
+
+#ifdef ZS_WITH_CUDA
+/* Kernel launches and GEMMs of the second train step of config c at B x T,
+ * bf16 GEMMs and activations; tokens from `vary` (0: make_tokens' few
+ * distinct ids; 1: as many distinct ids as V allows). */
+static zs_cuda_counts_t step_counts(zs_gpt_config_t c, int B, int T, int vary)
+{
+    int gd = g_gemm_dt, ad = g_act_dt;
+    g_gemm_dt = g_act_dt = ZS_DTYPE_BF16;
+    float *w = make_weights(c, 0.05f);
+    side_t x;
+    side_init(&x, "cuda", g_gpu, c, B, T, w);
+    size_t N = (size_t)B * T;
+    int32_t *in = malloc(N * sizeof *in), *tg = malloc(N * sizeof *tg);
+    TEST_CHECK(in && tg);
+    make_tokens((int)N, c.vocab, in, tg);
+    for (size_t i = 0; vary && i < N; i++)
+        in[i] = (int32_t)((i * 37 + 11) % (size_t)c.vocab);
+    side_step(&x, in, tg, NULL, NULL); /* the first step may set things up */
+    zs_cuda_counts_t a = zs_cuda_counts();
+    side_step(&x, in, tg, NULL, NULL);
+    zs_cuda_counts_t b = zs_cuda_counts();
+    side_free(&x);
+    free(w), free(in), free(tg);
+    g_gemm_dt = gd, g_act_dt = ad;
+    return (zs_cuda_counts_t){b.kernels - a.kernels, b.gemms - a.gemms};
+}
+
+static int counts_eq(zs_cuda_counts_t a, zs_cuda_counts_t b)
+{
+    return a.kernels == b.kernels && a.gemms == b.gemms;
+}
+
+/* Why: a count that grows with the data is a bug no small timing shows
+ * (one cast per distinct token once cost a 124M step 14,000 launches). */
+static void launch_counts(void)
+{
+    zs_gpt_config_t c2 = {2, 4, 64, 64, 300}, c3 = {3, 4, 64, 64, 300}, c4 = {4, 4, 64, 64, 300};
+    /* B >= NH: the unfused attention issues its batched GEMMs in min(B, NH)
+     * host-side loops (zs_cuda_attn.cu), so below NH the GEMMs grow with B
+     * by design; the kernels never may. */
+    zs_cuda_counts_t l2 = step_counts(c2, 4, 48, 0), l2v = step_counts(c2, 4, 48, 1),
+                     l2b = step_counts(c2, 8, 48, 1), l3 = step_counts(c3, 4, 48, 0),
+                     l4 = step_counts(c4, 4, 48, 0);
+    uint64_t bk = l3.kernels - l2.kernels, bg = l3.gemms - l2.gemms;
+    printf("8. launches per train step, bf16 GEMMs and activations, NH=4 C=64 V=300 B=4 T=48: L=2 "
+           "%llu "
+           "kernels + %llu GEMMs; each block adds %llu + %llu; L=4 %llu + %llu\n",
+           (unsigned long long)l2.kernels, (unsigned long long)l2.gemms, (unsigned long long)bk,
+           (unsigned long long)bg, (unsigned long long)l4.kernels, (unsigned long long)l4.gemms);
+    TEST_CHECKF(l2.kernels > 0 && l2.gemms > 0, "no launches counted");
+    TEST_CHECKF(counts_eq(l2, l2v), "launches depend on the tokens: %llu + %llu vs %llu + %llu",
+                (unsigned long long)l2.kernels, (unsigned long long)l2.gemms,
+                (unsigned long long)l2v.kernels, (unsigned long long)l2v.gemms);
+    TEST_CHECKF(counts_eq(l2v, l2b), "launches depend on B: %llu + %llu at B=4, %llu + %llu at B=8",
+                (unsigned long long)l2v.kernels, (unsigned long long)l2v.gemms,
+                (unsigned long long)l2b.kernels, (unsigned long long)l2b.gemms);
+    TEST_CHECKF(l3.kernels > l2.kernels && l4.kernels - l3.kernels == bk &&
+                    l4.gemms - l3.gemms == bg,
+                "launches are not linear in the layers: %llu, %llu, %llu kernels at L=2, 3, 4",
+                (unsigned long long)l2.kernels, (unsigned long long)l3.kernels,
+                (unsigned long long)l4.kernels);
+}
+#endif
+
 int main(void)
 {
     setvbuf(stdout, NULL, _IONBF, 0);
@@ -713,6 +787,10 @@ int main(void)
     act16_step("L=4 NH=4 C=64 T=48", (zs_gpt_config_t){4, 4, 64, 64, 97}, 4, 48, ZS_DTYPE_F16, 1.3,
                1e-4);
     split_step("L=2 NH=4 C=64 T=48 V=300", (zs_gpt_config_t){2, 4, 64, 64, 300}, 2, 48, 2048);
+#ifdef ZS_WITH_CUDA
+    if (!self_check)
+        launch_counts();
+#endif
     zs_dev_destroy(g_gpu);
     zs_dev_destroy(g_cpu);
     printf(self_check ? "test_gpt_cuda: harness self-check ok (no GPU was used)\n"

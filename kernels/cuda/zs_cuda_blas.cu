@@ -213,6 +213,7 @@ static int lt_matmul(cudaStream_t cs, zs_cuda_blas_t *blas, int abdt, int transa
                           blas->workspace, blas->workspace_bytes, cs),
            "cublasLtMatmul");
     blas->gemms++;
+    zs__cuda_count_gemm();
     if (!pedantic && abt == CUDA_R_32F)
         blas->non_pedantic++;
     if (bias)

@@ -16,6 +16,7 @@ extern "C" {
 #include "zs_dtype.h"
 #include "zs_status.h"
 }
+#include "zs_cuda_count.h"
 
 /* Threads per block of the element-wise kernels, and the most blocks one
  * grid-stride launch uses (any count gives the same bits: each element is
@@ -89,17 +90,27 @@ static inline int zs__cuda_fail(zs_err_t *err, cudaError_t e, const char *what, 
             return zs__cuda_fail(err, e_, (what), __FILE__, __LINE__);                             \
     } while (0)
 
-/* The one way our code launches a kernel: nvcc expands it to the usual
- * chevrons, kernel<<<grid, block, shmem, stream>>>(args...). The CUDA
- * emulator (tests/cuda_emu/emu_shim.h, force-included before this file when
- * the .cu files are compiled as host C++) defines it first, as a call that
- * runs the grid on its emulated stream. `kernel` is a __global__ function
- * or a pointer to one (a template instance with commas in its arguments
- * goes through a pointer: see the dispatch in zs_cuda_vec.cu). */
-#ifndef ZS_CUDA_LAUNCH
-#define ZS_CUDA_LAUNCH(kernel, grid, block, shmem, stream, ...)                                    \
+/* The one way our code launches a kernel: counted (zs_cuda_count.h), then
+ * ZS_CUDA_LAUNCH_KERNEL, which nvcc expands to the usual chevrons,
+ * kernel<<<grid, block, shmem, stream>>>(args...). The CUDA emulator
+ * (tests/cuda_emu/emu_shim.h, force-included before this file when the .cu
+ * files are compiled as host C++) defines ZS_CUDA_LAUNCH_KERNEL first, as a
+ * call that runs the grid on its emulated stream (and its own uncounted
+ * ZS_CUDA_LAUNCH for its tests, replaced here). `kernel` is a __global__
+ * function or a pointer to one (a template instance with commas in its
+ * arguments goes through a pointer: see the dispatch in zs_cuda_vec.cu).
+ * A statement, not an expression. */
+#ifdef ZS_CUDA_LAUNCH_KERNEL
+#undef ZS_CUDA_LAUNCH
+#else
+#define ZS_CUDA_LAUNCH_KERNEL(kernel, grid, block, shmem, stream, ...)                             \
     kernel<<<(grid), (block), (shmem), (stream)>>>(__VA_ARGS__)
 #endif
+#define ZS_CUDA_LAUNCH(kernel, grid, block, shmem, stream, ...)                                    \
+    do {                                                                                           \
+        zs__cuda_count_kernel();                                                                   \
+        ZS_CUDA_LAUNCH_KERNEL(kernel, grid, block, shmem, stream, __VA_ARGS__);                    \
+    } while (0)
 
 /* After a ZS_CUDA_LAUNCH: the launch error, if any, named after the kernel. */
 #define ZS_CUDA_LAUNCHED(kernel) ZS_CUDA_TRY(cudaGetLastError(), "launch of " kernel)

@@ -560,8 +560,12 @@ static inline cudaError_t cudaFuncSetAttribute(void (*k)(P...), enum cudaFuncAtt
 {
     return cudaFuncSetAttribute(reinterpret_cast<const void *>(k), attr, value);
 }
-#define ZS_CUDA_LAUNCH(kernel, grid, block, shmem, stream, ...)                                    \
+#define ZS_CUDA_LAUNCH_KERNEL(kernel, grid, block, shmem, stream, ...)                             \
     zs_emu_launcher_(kernel, #kernel, __FILE__, __LINE__, grid, block, shmem, stream)(__VA_ARGS__)
+/* The emulator's own tests launch with this; our kernels' zs_cuda_util.cuh
+ * replaces it with a counted launch around ZS_CUDA_LAUNCH_KERNEL. */
+#define ZS_CUDA_LAUNCH(kernel, grid, block, shmem, stream, ...)                                    \
+    ZS_CUDA_LAUNCH_KERNEL(kernel, grid, block, shmem, stream, __VA_ARGS__)
 
 /* ---- Warp matrix functions (CUDA C++ Programming Guide, Warp Matrix
  * Functions): nvcuda::wmma, emulated in emu_wmma.cpp. */
