@@ -853,12 +853,54 @@ static void test_cast_rows(zs_dev_t *d, zs_stream_t *s)
            "untouched\n");
 }
 
+/* zs_dev_round: h = x rounded, x = h widened, bitwise the two host casts
+ * (zs_cast), on a size that spans several of the CPU device's chunks, with
+ * NaN, infinities, -0, fp16's overflow edge (65519 rounds to 65504, 65520 to
+ * inf), a bf16 tie and subnormals; the refusals. */
+static void test_round(zs_dev_t *d, zs_stream_t *s)
+{
+    const size_t n = 100003;
+    static const uint32_t special[] = {0x7FC00000u, 0x7F800000u, 0xFF800000u, 0x80000000u,
+                                       0x477FEF00u, 0x477FF000u, 0x3F808000u, 0x3F818000u,
+                                       0x00000001u, 0x38800001u, 0x33800000u};
+    for (int a = 1; a < 3; a++) {
+        zs_dtype_t dt = DTS[a];
+        float *hx = zs_devtest_rand_host(ZS_DTYPE_F32, n, 500 + a, 1e5f);
+        for (size_t i = 0; i < sizeof special / sizeof *special; i++)
+            memcpy(&hx[i * 997], &special[i], 4);
+        float *gx = malloc(n * 4), *rx = malloc(n * 4);
+        uint16_t *gh = malloc(n * 2), *rh = malloc(n * 2);
+        TEST_CHECK(gx && rx && gh && rh);
+        float *x = zs_devtest_h2d(d, s, hx, n * 4);
+        void *h = zs_devtest_h2d(d, s, rh, n * 2); /* contents overwritten */
+        TEST_OK(zs_dev_round(s, x, h, dt, n, &err), err);
+        zs_devtest_d2h(s, gx, x, n * 4);
+        zs_devtest_d2h(s, gh, h, n * 2);
+        zs_cast(rh, dt, hx, ZS_DTYPE_F32, n);
+        zs_cast(rx, ZS_DTYPE_F32, rh, dt, n);
+        long bh = first_diff(gh, rh, n, 2), bx = first_diff(gx, rx, n, 4);
+        TEST_CHECKF(bh < 0 && bx < 0, "round %s: h differs at %ld, x at %ld", zs_dtype_name(dt), bh,
+                    bx);
+        free(hx), free(gx), free(rx), free(gh), free(rh);
+        zs_dev_free(d, x), zs_dev_free(d, h);
+    }
+    float f[8];
+    TEST_CHECK(zs_dev_round(s, f, f + 4, ZS_DTYPE_F32, 2, &err) == ZS_ERR_INVALID);
+    printf("  refused: %s\n", err.msg);
+    TEST_CHECK(zs_dev_round(s, f, f + 1, ZS_DTYPE_BF16, 4, &err) == ZS_ERR_INVALID);
+    printf("  refused: %s\n", err.msg);
+    TEST_CHECK(zs_dev_round(s, f, f + 4, ZS_DTYPE_BF16, SIZE_MAX / 2, &err) == ZS_ERR_RANGE);
+    TEST_CHECK(zs_dev_round(s, f, NULL, ZS_DTYPE_BF16, 2, &err) == ZS_ERR_INVALID);
+    printf("round: bf16 and fp16, %zu elements with specials, bitwise the two casts\n", n);
+}
+
 void zs_devtest_vector(zs_dev_t *d, int sumsq_bitwise)
 {
     zs_stream_t *s;
     TEST_OK(zs_dev_stream_create(d, 0, "compute", &s, &err), err);
     test_cast_acc_scale(d, s);
     test_cast_rows(d, s);
+    test_round(d, s);
     test_sumsq(d, s, sumsq_bitwise);
     test_adamw(d, s);
     zs_dev_stream_destroy(s);

@@ -56,6 +56,19 @@ __global__ void __launch_bounds__(ZS_CUDA_EW_THREADS) k_scale(void *x, float alp
     }
 }
 
+/* h = x rounded to DT, x = h widened: the two k_cast instances' formulas
+ * in one pass. */
+template <int DT>
+__global__ void __launch_bounds__(ZS_CUDA_EW_THREADS)
+    k_round(float *__restrict__ x, void *__restrict__ h, size_t n)
+{
+    ZS_CUDA_FOR(i, n)
+    {
+        zs_math_store(h, DT, i, x[i]);
+        x[i] = zs_math_load(h, DT, i);
+    }
+}
+
 /* n rows of w: element i of the flat n x w output is row i / w; rows whose
  * id falls outside [lo, hi) are not written (another chunk's call). */
 template <int SDT>
@@ -237,6 +250,30 @@ extern "C" int zs_cuda_cast(void *stream, void *dst, zs_dtype_t ddt, const void 
     ZS_DISPATCH_PAIR(k_cast, ddt, sdt, k)
     ZS_CUDA_LAUNCH(k, EW_GRID(n), ZS_CUDA_EW_THREADS, 0, cs, dst, src, n);
     ZS_CUDA_LAUNCHED("k_cast");
+    return ZS_OK;
+}
+
+/* See zs_cuda_vec.h. */
+extern "C" int zs_cuda_round(void *stream, float *x, void *h, zs_dtype_t dt, size_t n,
+                             zs_err_t *err)
+{
+    cudaStream_t cs = (cudaStream_t)stream;
+    if (dt != ZS_DTYPE_BF16 && dt != ZS_DTYPE_F16)
+        return zs_err_set(err, ZS_ERR_INVALID, "zs_cuda_round: dtype %s is not bf16 or fp16",
+                          zs_dtype_name(dt));
+    if (bad_n(err, "zs_cuda_round", n))
+        return ZS_ERR_RANGE;
+    if (n == 0)
+        return ZS_OK;
+    if (!x || !h)
+        return bad_arg(err, "zs_cuda_round", "NULL buffer");
+    uintptr_t x0 = (uintptr_t)x, x1 = x0 + n * 4, h0 = (uintptr_t)h, h1 = h0 + n * 2;
+    if (x0 < h1 && h0 < x1) /* refused as on the CPU device; a race on the GPU */
+        return bad_arg(err, "zs_cuda_round", "x and h overlap");
+    decltype(&k_round<ZS_DTYPE_BF16>) k = NULL;
+    ZS_DISPATCH_ONE(k_round, dt, k)
+    ZS_CUDA_LAUNCH(k, EW_GRID(n), ZS_CUDA_EW_THREADS, 0, cs, x, h, n);
+    ZS_CUDA_LAUNCHED("k_round");
     return ZS_OK;
 }
 

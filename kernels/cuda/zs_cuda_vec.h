@@ -44,6 +44,10 @@ extern "C" { /* our C headers declare C functions (zs_err_set, ...) */
 int zs_cuda_cast(void *stream, void *dst, zs_dtype_t ddt, const void *src, zs_dtype_t sdt, size_t n,
                  zs_err_t *err);
 
+/* zs_dev_round (zs_dev.h) on device memory: h (dt, bf16 or fp16) = x
+ * rounded, x = h widened, in one launch; bitwise the two casts. */
+int zs_cuda_round(void *stream, float *x, void *h, zs_dtype_t dt, size_t n, zs_err_t *err);
+
 /* zs_dev_cast_rows (zs_dev.h) on device memory: row i of dst (w fp32) =
  * row idx[i] - lo of src (sdt, exact), for the ids in [lo, hi). One
  * launch for all n rows. */

@@ -137,6 +137,24 @@ int zs_dev_cast_rows(zs_stream_t *s, float *dst, const void *src, zs_dtype_t sdt
     return s->dev->vt->cast_rows(s, dst, src, sdt, idx, n, lo, hi, width, err);
 }
 
+int zs_dev_round(zs_stream_t *s, float *x, void *h, zs_dtype_t dt, size_t n, zs_err_t *err)
+{
+    NEED(s, "stream");
+    if (dt != ZS_DTYPE_BF16 && dt != ZS_DTYPE_F16)
+        return zs_err_set(err, ZS_ERR_INVALID, "%s: dtype %d is not bf16 or fp16", __func__, dt);
+    if (n > SIZE_MAX / 4)
+        return zs_err_set(err, ZS_ERR_RANGE, "%s: %zu elements overflow the address space",
+                          __func__, n);
+    if (n == 0)
+        return ZS_OK;
+    NEED(x, "x");
+    NEED(h, "h");
+    uintptr_t x0 = (uintptr_t)x, x1 = x0 + n * 4, h0 = (uintptr_t)h, h1 = h0 + n * 2;
+    if (x0 < h1 && h0 < x1)
+        return zs_err_set(err, ZS_ERR_INVALID, "%s: x and h overlap", __func__);
+    return s->dev->vt->round(s, x, h, dt, n, err);
+}
+
 int zs_dev_accumulate(zs_stream_t *s, void *dst, zs_dtype_t ddt, const void *src, zs_dtype_t sdt,
                       size_t n, zs_err_t *err)
 {

@@ -124,6 +124,8 @@ typedef struct zs_dev_vtable {
     int (*adamw)(zs_stream_t *s, const zs_adam_hparams_t *hp, const zs_adam_step_t *st, float *p,
                  float *m, float *v, const void *grad, zs_dtype_t gdt, void *out, zs_dtype_t odt,
                  size_t n, zs_err_t *err);
+    /* zs_dev_round, arguments already checked by zs_dev.c */
+    int (*round)(zs_stream_t *s, float *x, void *h, zs_dtype_t dt, size_t n, zs_err_t *err);
     /* zs_dev_cast_rows, arguments already checked by zs_dev.c */
     int (*cast_rows)(zs_stream_t *s, float *dst, const void *src, zs_dtype_t sdt,
                      const int32_t *idx, size_t n, int32_t lo, int32_t hi, size_t width,
@@ -277,6 +279,14 @@ int zs_dev_accumulate(zs_stream_t *s, void *dst, zs_dtype_t ddt, const void *src
 int zs_dev_cast_rows(zs_stream_t *s, float *dst, const void *src, zs_dtype_t sdt,
                      const int32_t *idx, size_t n, int32_t lo, int32_t hi, size_t width,
                      zs_err_t *err);
+
+/* Round in place, keeping the rounded copy, in one pass (one launch): for
+ * each i < n, h[i] (dt: bf16 or fp16) = x[i] rounded to nearest even, then
+ * x[i] = h[i] widened back to fp32 (exact). Bitwise zs_dev_cast(h, dt, x,
+ * F32) followed by zs_dev_cast(x, F32, h, dt); fp16 overflow gives inf in
+ * both. x and h must not overlap. Used by the GPT's 16-bit activations
+ * (zs_gpt_act16.c): each saved tensor is rounded where it is stored. */
+int zs_dev_round(zs_stream_t *s, float *x, void *h, zs_dtype_t dt, size_t n, zs_err_t *err);
 int zs_dev_scale(zs_stream_t *s, void *x, zs_dtype_t dt, float alpha, size_t n, zs_err_t *err);
 int zs_dev_sumsq(zs_stream_t *s, const void *x, zs_dtype_t dt, size_t n, double *acc,
                  zs_err_t *err);

@@ -657,6 +657,7 @@ static const zs_dev_vtable_t cpu_vt = {
     .memset_async = cpu_memset,
     .host_fn = cpu_host_fn,
     .cast = zs__cpu_cast,
+    .round = zs__cpu_round,
     .cast_rows = zs__cpu_cast_rows,
     .accumulate = zs__cpu_accumulate,
     .scale = zs__cpu_scale,

@@ -48,6 +48,7 @@ enum {
     ZS_CPU_T_SUMSQ,
     ZS_CPU_T_ADAMW,
     ZS_CPU_T_ROWS,
+    ZS_CPU_T_ROUND, /* zs_dev_round: vec.dst is x (fp32), vec.src is h, vec.sdt its dtype */
 };
 
 typedef struct zs_cpu_task {
@@ -118,6 +119,7 @@ int zs__cpu_accumulate(zs_stream_t *s, void *dst, zs_dtype_t ddt, const void *sr
 int zs__cpu_scale(zs_stream_t *s, void *x, zs_dtype_t dt, float alpha, size_t n, zs_err_t *err);
 int zs__cpu_sumsq(zs_stream_t *s, const void *x, zs_dtype_t dt, size_t n, double *acc,
                   zs_err_t *err);
+int zs__cpu_round(zs_stream_t *s, float *x, void *h, zs_dtype_t dt, size_t n, zs_err_t *err);
 int zs__cpu_cast_rows(zs_stream_t *s, float *dst, const void *src, zs_dtype_t sdt,
                       const int32_t *idx, size_t n, int32_t lo, int32_t hi, size_t width,
                       zs_err_t *err);

@@ -38,6 +38,16 @@ static void vec_range(const zs_cpu_task_t *t, size_t i0, size_t i1)
                 t->u.vec.sdt, n);
         break;
     }
+    case ZS_CPU_T_ROUND: { /* through the cache: BLK elements out and back */
+        float *x = (float *)t->u.vec.dst + i0;
+        char *h = (char *)t->u.vec.src + i0 * 2;
+        for (size_t k = 0; k < n; k += BLK) {
+            size_t m = n - k < BLK ? n - k : BLK;
+            zs_cast(h + k * 2, t->u.vec.sdt, x + k, ZS_DTYPE_F32, m);
+            zs_cast(x + k, ZS_DTYPE_F32, h + k * 2, t->u.vec.sdt, m);
+        }
+        break;
+    }
     case ZS_CPU_T_ACC: {
         zs_dtype_t ddt = t->u.vec.ddt, sdt = t->u.vec.sdt;
         char *dst = (char *)t->u.vec.dst + i0 * zs_dtype_size(ddt);
@@ -311,6 +321,11 @@ int zs__cpu_accumulate(zs_stream_t *sb, void *dst, zs_dtype_t ddt, const void *s
                        size_t n, zs_err_t *err)
 {
     return pair_op(sb, ZS_CPU_T_ACC, "zs_dev_accumulate", dst, ddt, src, sdt, n, err);
+}
+
+int zs__cpu_round(zs_stream_t *sb, float *x, void *h, zs_dtype_t dt, size_t n, zs_err_t *err)
+{
+    return vec_enqueue(sb, ZS_CPU_T_ROUND, x, ZS_DTYPE_F32, h, dt, 0.0f, NULL, n, err);
 }
 
 int zs__cpu_cast_rows(zs_stream_t *sb, float *dst, const void *src, zs_dtype_t sdt,

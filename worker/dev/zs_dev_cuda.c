@@ -638,6 +638,12 @@ static int cu_cast(zs_stream_t *zs, void *dst, zs_dtype_t ddt, const void *src, 
     return zs_cuda_cast((void *)s->h, dst, ddt, src, sdt, n, err);
 }
 
+static int cu_round(zs_stream_t *zs, float *x, void *h, zs_dtype_t dt, size_t n, zs_err_t *err)
+{
+    VEC_ENTER(zs);
+    return zs_cuda_round((void *)s->h, x, h, dt, n, err);
+}
+
 static int cu_cast_rows(zs_stream_t *zs, float *dst, const void *src, zs_dtype_t sdt,
                         const int32_t *idx, size_t n, int32_t lo, int32_t hi, size_t width,
                         zs_err_t *err)
@@ -719,6 +725,7 @@ static const zs_dev_vtable_t cuda_vt = {
     .memset_async = cu_memset,
     .host_fn = cu_host_fn,
     .cast = cu_cast,
+    .round = cu_round,
     .cast_rows = cu_cast_rows,
     .accumulate = cu_accumulate,
     .scale = cu_scale,

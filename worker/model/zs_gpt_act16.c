@@ -115,10 +115,9 @@ int zs__gpt_round(zs_gpt_t *g, int l, float *t, void *a16, size_t slice, size_t 
      * scratch that is free during a forward and a recompute (datt holds the
      * probabilities' NHTT, dfch N*4C floats = twice the largest other) */
     void *h = !g->ckpt ? slice16(a16, slice, l) : t == g->att ? (void *)g->datt : (void *)g->dfch;
-    TRY(zs_dev_cast(g->stream, h, dt, t, ZS_DTYPE_F32, n, err));
     if (g->debug & ZS_GPT_DEBUG_ACT16_UNROUNDED) /* the test's break: t stays unrounded */
-        return ZS_OK;
-    return zs_dev_cast(g->stream, t, ZS_DTYPE_F32, h, dt, n, err);
+        return zs_dev_cast(g->stream, h, dt, t, ZS_DTYPE_F32, n, err);
+    return zs_dev_round(g->stream, t, h, dt, n, err); /* h = rounded t, t = h: one launch */
 }
 
 int zs__gpt_act_restore(zs_gpt_t *g, int l, zs_err_t *err)
