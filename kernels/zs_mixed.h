@@ -47,12 +47,29 @@
 /* Piece granularity in elements (256 bytes of 16-bit elements). */
 #define ZS_MIXED_ALIGN 128
 
+/* A GEMM operand its caller already holds rounded: the first n elements
+ * of the fp32 tensor f32 are exactly h16 (16-bit, of the op's dt) widened,
+ * as the GPT's 16-bit activations are (zs_dev_round). An op may then read
+ * h16 where it would round f32 into its scratch: the same values, with no
+ * cast and no pass over f32. Matched by pointer (f32 == the operand's
+ * pointer) and length (the operand's n <= this n). The CPU kernels ignore
+ * twins (their rounded copies are fp32 values anyway). */
+typedef struct zs_mixed_twin {
+    const float *f32;
+    const void *h16;
+    size_t n;
+} zs_mixed_twin_t;
+
+#define ZS_MIXED_TWINS_MAX 2 /* attention's backward has two (qkv, att) */
+
 /* How an op rounds its GEMM operands. dt = ZS_DTYPE_F32 (or a NULL
  * zs_mixed_t pointer) means no rounding: the plain fp32 kernels. */
 typedef struct zs_mixed {
     int dt;        /* ZS_DTYPE_F32, ZS_DTYPE_BF16 or ZS_DTYPE_F16 */
     void *scratch; /* the rounded copies: float (CPU) or uint16_t (CUDA) elements */
     size_t cap;    /* scratch capacity in elements */
+    int ntwins;    /* operands held rounded already (zs_mixed_twin_t); 0: none */
+    zs_mixed_twin_t twins[ZS_MIXED_TWINS_MAX];
 } zs_mixed_t;
 
 /* Whether m asks for rounding. */
@@ -69,6 +86,7 @@ static inline int zs_mixed_set(zs_mixed_t *dst, const zs_mixed_t *src)
         dst->dt = ZS_DTYPE_F32;
         dst->scratch = NULL;
         dst->cap = 0;
+        dst->ntwins = 0;
         return 0;
     }
     if (!src->scratch && src->cap)

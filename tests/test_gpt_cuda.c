@@ -35,6 +35,9 @@
  *      activations (act16_step says what is held), checkpointing and
  *      cpu_checkpointing on CUDA bitwise equal to none, and a lower device
  *      activation peak than fp32 activations;
+ *   6b. the GEMMs reading the stored 16-bit activations (bf16 GEMMs and
+ *      activations): bitwise the step where they round the fp32 copies
+ *      again, and the step with checkpointing; fewer launches;
  *   7. the device-memory floor's model (issue 16): bf16 parameters read in
  *      place (zs_gpt_set_param_dtype) and engine layers split to 2048
  *      elements (zs_gpt_set_split: wte by vocabulary rows, blocks in
@@ -677,6 +680,63 @@ static void split_step(const char *label, zs_gpt_config_t c, int B, int T, uint6
     free(in), free(tg), free(w);
 }
 
+/* ---- 6b. 16-bit twins of the GEMM operands ---- */
+
+/* With bf16 GEMMs and bf16 activations the GEMMs read the stored 16-bit
+ * activations instead of rounding their fp32 copies again (zs__gpt_twins):
+ * the same values, so one CUDA step must be bitwise the step without twins
+ * (ZS_GPT_DEBUG_NO_TWINS) and the one with checkpointing (which has no
+ * stored copies to offer), with fewer kernel launches. */
+static void twins_step(const char *label, zs_gpt_config_t c, int B, int T)
+{
+    float *w = make_weights(c, 0.05f);
+    size_t N = (size_t)B * T, nlog = N * (size_t)c.vocab;
+    uint64_t P = zs_gpt_num_params(&c);
+    int32_t *in = malloc(N * sizeof *in), *tg = malloc(N * sizeof *tg);
+    float *l[3], *g[3];
+    double loss[3];
+    uint64_t kern[3] = {0, 0, 0};
+    TEST_CHECK(in && tg);
+    make_tokens((int)N, c.vocab, in, tg);
+    int gd = g_gemm_dt;
+    g_gemm_dt = g_act_dt = ZS_DTYPE_BF16;
+    for (int k = 0; k < 3; k++) { /* 0: twins, 1: ZS_GPT_DEBUG_NO_TWINS, 2: checkpointing */
+        side_t x;
+        l[k] = malloc(nlog * sizeof(float)), g[k] = malloc(P * sizeof(float));
+        TEST_CHECK(l[k] && g[k]);
+        g_ckpt = k == 2;
+        side_init(&x, "cuda", g_gpu, c, B, T, w);
+        if (k == 1)
+            zs_gpt_set_debug(x.g, ZS_GPT_DEBUG_NO_TWINS);
+#ifdef ZS_WITH_CUDA
+        zs_cuda_counts_t a = zs_cuda_counts();
+#endif
+        loss[k] = side_step(&x, in, tg, l[k], g[k]);
+#ifdef ZS_WITH_CUDA
+        kern[k] = zs_cuda_counts().kernels - a.kernels;
+#endif
+        side_free(&x);
+    }
+    g_gemm_dt = gd, g_act_dt = ZS_DTYPE_F32, g_ckpt = 0;
+    for (int k = 1; k < 3; k++)
+        TEST_CHECKF(memcmp(&loss[0], &loss[k], sizeof loss[0]) == 0 &&
+                        memcmp(l[0], l[k], nlog * sizeof(float)) == 0 &&
+                        memcmp(g[0], g[k], P * sizeof(float)) == 0,
+                    "bf16 GEMMs and activations: loss, logits or gradients with the twins differ "
+                    "from the step %s",
+                    k == 1 ? "without them" : "with checkpointing");
+    printf("6b. %s, bf16 GEMMs and activations: the GEMMs reading the stored 16-bit activations "
+           "are bitwise the step without (and with checkpointing); %llu kernel launches against "
+           "%llu\n",
+           label, (unsigned long long)kern[0], (unsigned long long)kern[1]);
+    TEST_CHECKF(kern[1] == 0 || kern[0] < kern[1], /* 0: the self-check, no CUDA */
+                "the twins saved no launch: %llu against %llu", (unsigned long long)kern[0],
+                (unsigned long long)kern[1]);
+    for (int k = 0; k < 3; k++)
+        free(l[k]), free(g[k]);
+    free(w), free(in), free(tg);
+}
+
 /* ---- 8. launches per step ---- */
 
 #ifdef ZS_WITH_CUDA
@@ -786,6 +846,7 @@ int main(void)
                3e-4);
     act16_step("L=4 NH=4 C=64 T=48", (zs_gpt_config_t){4, 4, 64, 64, 97}, 4, 48, ZS_DTYPE_F16, 1.3,
                1e-4);
+    twins_step("L=4 NH=4 C=64 T=48", (zs_gpt_config_t){4, 4, 64, 64, 97}, 4, 48);
     split_step("L=2 NH=4 C=64 T=48 V=300", (zs_gpt_config_t){2, 4, 64, 64, 300}, 2, 48, 2048);
 #ifdef ZS_WITH_CUDA
     if (!self_check)

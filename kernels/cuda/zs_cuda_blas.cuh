@@ -37,17 +37,26 @@ static inline const void *zs__at(const void *base, long long off, size_t es)
 /* The GEMM operands of one attention call: fp32 tensors as given, or their
  * 16-bit copies in mx->scratch (dt BF16 / F16). */
 typedef struct {
-    int dt;         /* operand dtype of the GEMMs */
-    size_t es;      /* its size in bytes */
-    uint16_t *next; /* next free piece of the scratch */
+    int dt;               /* operand dtype of the GEMMs */
+    size_t es;            /* its size in bytes */
+    uint16_t *next;       /* next free piece of the scratch */
+    const zs_mixed_t *mx; /* its twins (zs_mixed_twin_t), or NULL */
 } zs__opnd_t;
 
-/* Round n fp32 elements of src into the next piece (16-bit): *out. */
+/* Round n fp32 elements of src into the next piece (16-bit): *out; or, when
+ * the caller gave src's 16-bit twin, *out = the twin and nothing runs (the
+ * piece is still carved, so the pieces after it stay where the scratch
+ * size assumes). */
 static inline int zs__opnd_round(cudaStream_t cs, zs__opnd_t *o, const float *src, size_t n,
                                  const void **out, zs_err_t *err)
 {
     uint16_t *p = o->next;
     o->next += zs_mixed_piece(n);
+    for (int i = 0; o->mx && i < o->mx->ntwins; i++)
+        if (o->mx->twins[i].f32 == src && n <= o->mx->twins[i].n) {
+            *out = o->mx->twins[i].h16;
+            return ZS_OK;
+        }
     *out = p;
     return zs_cuda_cast(cs, p, (zs_dtype_t)o->dt, src, ZS_DTYPE_F32, n, err);
 }
@@ -61,6 +70,7 @@ static inline int zs__opnd_init(const char *fn, const zs_mixed_t *mx, size_t nee
     o->dt = ZS_DTYPE_F32;
     o->es = sizeof(float);
     o->next = NULL;
+    o->mx = mx;
     if (!zs_mixed_on(mx))
         return ZS_OK;
     if (need > mx->cap || !mx->scratch)

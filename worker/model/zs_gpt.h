@@ -197,6 +197,10 @@ int zs_gpt_num_layers(const zs_gpt_t *g);
  * so with checkpointing the backward reads unrounded values where without
  * it reads rounded ones: the bitwise tests must catch it. */
 #define ZS_GPT_DEBUG_ACT16_UNROUNDED 2u
+/* ZS_GPT_DEBUG_NO_TWINS: the GEMMs round their 16-bit activation operands
+ * again instead of reading the stored 16-bit copies (zs__gpt_twins): the
+ * bitwise test of the two ways. */
+#define ZS_GPT_DEBUG_NO_TWINS 4u
 void zs_gpt_set_debug(zs_gpt_t *g, unsigned flags);
 
 /* The activation memory bind allocates for a model of config c and

@@ -143,3 +143,33 @@ int zs__gpt_act_restore(zs_gpt_t *g, int l, zs_err_t *err)
                         ts[i].n, err));
     return ZS_OK;
 }
+
+/* Block l's 16-bit home of saved tensor `which` (zs_gpt_impl.h). */
+static const void *home(const zs_gpt_t *g, int l, int which)
+{
+    size_t sN = g->maxN, C = (size_t)g->c.width;
+    switch (which) {
+    case ZS__GPT_LN1:
+        return slice16(g->ln1_16, sN * C, l);
+    case ZS__GPT_QKV:
+        return slice16(g->qkv_16, sN * 3 * C, l);
+    case ZS__GPT_ATT:
+        return slice16(g->att_16, g->att_slice, l);
+    case ZS__GPT_ATTY:
+        return slice16(g->atty_16, sN * C, l);
+    case ZS__GPT_LN2:
+        return slice16(g->ln2_16, sN * C, l);
+    default:
+        return slice16(g->fchg_16, sN * 4 * C, l);
+    }
+}
+
+int zs__gpt_twins(zs_gpt_t *g, int l, const float *ta, int a, size_t na, const float *tb, int b,
+                  size_t nb, zs_err_t *err)
+{
+    if (!g->ops->set_twins || g->act_dt == ZS_DTYPE_F32 || g->act_dt != g->gemm_dt || g->ckpt ||
+        (g->debug & (ZS_GPT_DEBUG_ACT16_UNROUNDED | ZS_GPT_DEBUG_NO_TWINS)))
+        return ZS_OK;
+    zs_mixed_twin_t tw[2] = {{ta, home(g, l, a), na}, {tb, b >= 0 ? home(g, l, b) : NULL, nb}};
+    return g->ops->set_twins(g->ops->ctx, tw, b >= 0 ? 2 : 1, err);
+}

@@ -85,18 +85,21 @@ int zs__gpt_block_part_fwd(zs_gpt_t *g, int l, int part, const zs__gpt_bp_t *bp,
         TRY(zs__gpt_round(g, l, ws.ln1, g->ln1_16, sN * C, nC, err));
         TRY(bparam(g, bp, 0, o->qkvb, 3 * Cz, 2 * Cz, &b, err));
         TRY(bparam(g, bp, 0, o->qkvw, Cz * 3 * Cz, ZS_GPT_BIG, &w, err));
+        TRY(zs__gpt_twins(g, l, ws.ln1, ZS__GPT_LN1, nC, NULL, -1, 0, err));
         TRY(ops->matmul_fwd(k, s, ws.qkv, ws.ln1, w, b, N, C, 3 * C, err));
         return zs__gpt_round(g, l, ws.qkv, g->qkv_16, sN * 3 * C, 3 * nC, err);
     case 1:
         if (g->flash) { /* lse stays fp32: nothing to round but the output */
             TRY(ops->attention_flash_fwd(k, s, ws.atty, ws.lse, ws.qkv, B, T, C, NH, err));
         } else {
+            TRY(zs__gpt_twins(g, l, ws.qkv, ZS__GPT_QKV, 3 * nC, NULL, -1, 0, err));
             TRY(ops->attention_fwd(k, s, ws.atty, ws.att, ws.qkv, B, T, C, NH, err));
             TRY(zs__gpt_round(g, l, ws.att, g->att_16, g->att_slice, natt, err));
         }
         TRY(zs__gpt_round(g, l, ws.atty, g->atty_16, sN * C, nC, err));
         TRY(bparam(g, bp, 1, o->projb, Cz, 0, &b, err));
         TRY(bparam(g, bp, 1, o->projw, Cz * Cz, ZS_GPT_BIG, &w, err));
+        TRY(zs__gpt_twins(g, l, ws.atty, ZS__GPT_ATTY, nC, NULL, -1, 0, err));
         TRY(ops->matmul_fwd(k, s, g->proj, ws.atty, w, b, N, C, C, err));
         if (ops->residual_layernorm_fwd && g->act_dt == ZS_DTYPE_F32) {
             /* fused: one pass (the LayerNorm reads res2 unrounded, so 16-bit
@@ -115,6 +118,7 @@ int zs__gpt_block_part_fwd(zs_gpt_t *g, int l, int part, const zs__gpt_bp_t *bp,
     case 2:
         TRY(bparam(g, bp, 2, o->fcb, 4 * Cz, 0, &b, err));
         TRY(bparam(g, bp, 2, o->fcw, Cz * 4 * Cz, ZS_GPT_BIG, &w, err));
+        TRY(zs__gpt_twins(g, l, ws.ln2, ZS__GPT_LN2, nC, NULL, -1, 0, err));
         TRY(ops->matmul_fwd(k, s, ws.fch, ws.ln2, w, b, N, C, 4 * C, err));
         TRY(zs__gpt_round(g, l, ws.fch, g->fch_16, sN * 4 * C, 4 * nC, err));
         TRY(ops->gelu_fwd(k, s, ws.fchg, ws.fch, 4 * nC, err));
@@ -122,6 +126,7 @@ int zs__gpt_block_part_fwd(zs_gpt_t *g, int l, int part, const zs__gpt_bp_t *bp,
     case 3:
         TRY(bparam(g, bp, 3, o->fcpb, Cz, 0, &b, err));
         TRY(bparam(g, bp, 3, o->fcpw, 4 * Cz * Cz, ZS_GPT_BIG, &w, err));
+        TRY(zs__gpt_twins(g, l, ws.fchg, ZS__GPT_FCHG, 4 * nC, NULL, -1, 0, err));
         TRY(ops->matmul_fwd(k, s, g->proj, ws.fchg, w, b, N, 4 * C, C, err));
         return ops->residual_fwd(k, s, y, ws.res2, g->proj, nC, err);
     }
@@ -145,7 +150,8 @@ int zs__gpt_block_part_bwd(zs_gpt_t *g, int l, int part, const zs__gpt_bp_t *bp,
     zs_stream_t *s = g->stream;
     const block_off_t *o = &g->bo;
     int B = g->B, T = g->T, C = g->c.width, NH = g->c.heads, N = B * T;
-    size_t Cz = (size_t)C, base = zs__gpt_part_start(g, part);
+    size_t Cz = (size_t)C, base = zs__gpt_part_start(g, part), nC = (size_t)N * C;
+    size_t natt = (size_t)B * NH * T * T;
     ws_t ws = workspace(g, l);
     const float *w, *x;
     /* gr: the part's own gradient; G(off) its tensor at block offset off */
@@ -153,11 +159,13 @@ int zs__gpt_block_part_bwd(zs_gpt_t *g, int l, int part, const zs__gpt_bp_t *bp,
     switch (part) {
     case 3: /* dres = dL/dy on entry; y = r + h Wp + bp */
         TRY(bparam(g, bp, 3, o->fcpw, 4 * Cz * Cz, ZS_GPT_BIG, &w, err));
+        TRY(zs__gpt_twins(g, l, ws.fchg, ZS__GPT_FCHG, 4 * nC, NULL, -1, 0, err));
         return ops->matmul_bwd(k, s, g->dfch, G(o->fcpw), G(o->fcpb), g->dres, ws.fchg, w, N, 4 * C,
                                C, err);
     case 2:
         TRY(ops->gelu_bwd(k, s, g->dfch, ws.fch, g->dfch, (size_t)N * 4 * C, err));
         TRY(bparam(g, bp, 2, o->fcw, Cz * 4 * Cz, ZS_GPT_BIG, &w, err));
+        TRY(zs__gpt_twins(g, l, ws.ln2, ZS__GPT_LN2, nC, NULL, -1, 0, err));
         return ops->matmul_bwd(k, s, g->dbuf, G(o->fcw), G(o->fcb), g->dfch, ws.ln2, w, N, C, 4 * C,
                                err);
     case 1:
@@ -166,15 +174,18 @@ int zs__gpt_block_part_bwd(zs_gpt_t *g, int l, int part, const zs__gpt_bp_t *bp,
                                ws.ln2_mean, ws.ln2_rstd, N, C, err));
         /* dres = dL/dr; r = x + o Wo + bo */
         TRY(bparam(g, bp, 1, o->projw, Cz * Cz, ZS_GPT_BIG, &w, err));
+        TRY(zs__gpt_twins(g, l, ws.atty, ZS__GPT_ATTY, nC, NULL, -1, 0, err));
         TRY(ops->matmul_bwd(k, s, g->dbuf, G(o->projw), G(o->projb), g->dres, ws.atty, w, N, C, C,
                             err));
         if (g->flash) /* out: the saved (16-bit activations: rounded) atty */
             return ops->attention_flash_bwd(k, s, g->dqkv, g->dbuf, ws.qkv, ws.atty, ws.lse, B, T,
                                             C, NH, err);
+        TRY(zs__gpt_twins(g, l, ws.qkv, ZS__GPT_QKV, 3 * nC, ws.att, ZS__GPT_ATT, natt, err));
         return ops->attention_bwd(k, s, g->dqkv, g->datt, g->dbuf, ws.qkv, ws.att, B, T, C, NH,
                                   err);
     case 0:
         TRY(bparam(g, bp, 0, o->qkvw, Cz * 3 * Cz, ZS_GPT_BIG, &w, err));
+        TRY(zs__gpt_twins(g, l, ws.ln1, ZS__GPT_LN1, nC, NULL, -1, 0, err));
         TRY(ops->matmul_bwd(k, s, g->dbuf, G(o->qkvw), G(o->qkvb), g->dqkv, ws.ln1, w, N, C, 3 * C,
                             err));
         TRY(zs__gpt_resid_in(g, l - 1, &x, err));

@@ -170,6 +170,20 @@ int zs__gpt_round(zs_gpt_t *g, int l, float *t, void *a16, size_t slice, size_t 
  * the block's 16-bit saved tensors back into the fp32 workspace. */
 int zs__gpt_act_restore(zs_gpt_t *g, int l, zs_err_t *err);
 
+/* Block l's saved tensors, as zs__gpt_twins names them. */
+enum { ZS__GPT_LN1, ZS__GPT_QKV, ZS__GPT_ATT, ZS__GPT_ATTY, ZS__GPT_LN2, ZS__GPT_FCHG };
+
+/* Offer the 16-bit homes of block l's saved tensors a (and b; -1: none) as
+ * the twins of the fp32 workspace tensors ta (tb), na (nb) elements, to the
+ * next GEMM-based op (zs_gpt_ops_t.set_twins), so it reads them instead of
+ * rounding ta (tb) again. Only where the homes hold exactly the fp32
+ * values: 16-bit activations of the GEMMs' own dtype, kept in their homes
+ * (no checkpointing), a table that takes twins, no test debug flag against
+ * it; otherwise it does nothing. Call right after the tensors were rounded
+ * (forward) or restored (backward), right before the op. */
+int zs__gpt_twins(zs_gpt_t *g, int l, const float *ta, int a, size_t na, const float *tb, int b,
+                  size_t nb, zs_err_t *err);
+
 /* ---- a block in four parts (zs_gpt_block.c) ---- */
 
 /* A block's parameters, one pointer per part (pdt elements; NULL: not

@@ -18,7 +18,9 @@
  *
  * Mixed precision (set_mixed): the GEMM-based entries call the *_mixed
  * launchers with the table's setting, which round the operands into the
- * 16-bit scratch on the same stream (mixed_elem_bytes 2).
+ * 16-bit scratch on the same stream (mixed_elem_bytes 2), except operands
+ * whose 16-bit twin the model gave for that call (set_twins): those are
+ * read as they are.
  *
  * Deviation from the CPU table: a stream's sticky error (zs_dev.h) does not
  * stop these launches (the CPU device skips queued host functions after a
@@ -85,12 +87,19 @@ static int enter(cuda_ops_t *c, zs_stream_t *s, int gemm, void **cs, zs_err_t *e
     if (rc_)                                                                                       \
     return rc_
 
+/* A GEMM-based entry: the twins given by set_twins are this call's only
+ * (taken before anything can fail); `mx` is the setting it runs with. */
+#define ENTER_MX(gemm)                                                                             \
+    zs_mixed_t mx = ((cuda_ops_t *)ctx)->mx;                                                       \
+    ((cuda_ops_t *)ctx)->mx.ntwins = 0;                                                            \
+    ENTER(gemm)
+
 static int gemm(void *ctx, zs_stream_t *s, int ta, int tb, int M, int N, int K, float alpha,
                 const float *A, int lda, const float *B, int ldb, float beta, float *C, int ldc,
                 zs_err_t *err)
 {
-    ENTER(1);
-    return zs_cuda_gemm_mixed(cs, &c->blas, &c->mx, ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C,
+    ENTER_MX(1);
+    return zs_cuda_gemm_mixed(cs, &c->blas, &mx, ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C,
                               ldc, err);
 }
 
@@ -127,48 +136,47 @@ static int layernorm_bwd(void *ctx, zs_stream_t *s, float *dinp, float *dw, floa
 static int matmul_fwd(void *ctx, zs_stream_t *s, float *out, const float *inp, const float *w,
                       const float *bias, int N, int IC, int OC, zs_err_t *err)
 {
-    ENTER(1);
-    return zs_cuda_matmul_fwd_mixed(cs, &c->blas, &c->mx, out, inp, w, bias, N, IC, OC, err);
+    ENTER_MX(1);
+    return zs_cuda_matmul_fwd_mixed(cs, &c->blas, &mx, out, inp, w, bias, N, IC, OC, err);
 }
 
 static int matmul_bwd(void *ctx, zs_stream_t *s, float *dinp, float *dw, float *db,
                       const float *dout, const float *inp, const float *w, int N, int IC, int OC,
                       zs_err_t *err)
 {
-    ENTER(1);
-    return zs_cuda_matmul_bwd_mixed(cs, &c->blas, &c->mx, dinp, dw, db, dout, inp, w, N, IC, OC,
-                                    err);
+    ENTER_MX(1);
+    return zs_cuda_matmul_bwd_mixed(cs, &c->blas, &mx, dinp, dw, db, dout, inp, w, N, IC, OC, err);
 }
 
 static int attention_fwd(void *ctx, zs_stream_t *s, float *out, float *att, const float *qkv, int B,
                          int T, int C, int NH, zs_err_t *err)
 {
-    ENTER(1);
-    return zs_cuda_attention_fwd_mixed(cs, &c->blas, &c->mx, out, att, qkv, B, T, C, NH, err);
+    ENTER_MX(1);
+    return zs_cuda_attention_fwd_mixed(cs, &c->blas, &mx, out, att, qkv, B, T, C, NH, err);
 }
 
 static int attention_bwd(void *ctx, zs_stream_t *s, float *dqkv, float *scratch, const float *dout,
                          const float *qkv, const float *att, int B, int T, int C, int NH,
                          zs_err_t *err)
 {
-    ENTER(1);
-    return zs_cuda_attention_bwd_mixed(cs, &c->blas, &c->mx, dqkv, scratch, dout, qkv, att, B, T, C,
+    ENTER_MX(1);
+    return zs_cuda_attention_bwd_mixed(cs, &c->blas, &mx, dqkv, scratch, dout, qkv, att, B, T, C,
                                        NH, err);
 }
 
 static int attention_flash_fwd(void *ctx, zs_stream_t *s, float *out, float *lse, const float *qkv,
                                int B, int T, int C, int NH, zs_err_t *err)
 {
-    ENTER(0);
-    return zs_cuda_attention_flash_fwd(cs, &c->mx, out, lse, qkv, B, T, C, NH, err);
+    ENTER_MX(0); /* the flash kernels round their tiles themselves: twins unused */
+    return zs_cuda_attention_flash_fwd(cs, &mx, out, lse, qkv, B, T, C, NH, err);
 }
 
 static int attention_flash_bwd(void *ctx, zs_stream_t *s, float *dqkv, const float *dout,
                                const float *qkv, const float *out, const float *lse, int B, int T,
                                int C, int NH, zs_err_t *err)
 {
-    ENTER(0);
-    return zs_cuda_attention_flash_bwd(cs, &c->mx, dqkv, dout, qkv, out, lse, B, T, C, NH, err);
+    ENTER_MX(0);
+    return zs_cuda_attention_flash_bwd(cs, &mx, dqkv, dout, qkv, out, lse, B, T, C, NH, err);
 }
 
 static int gelu_fwd(void *ctx, zs_stream_t *s, float *out, const float *inp, size_t n,
@@ -227,6 +235,19 @@ static int set_mixed(void *ctx, const zs_mixed_t *mx, zs_err_t *err)
     cuda_ops_t *c = ctx;
     if (zs_mixed_set(&c->mx, mx))
         return zs_err_set(err, ZS_ERR_INVALID, "gpt ops (cuda): mixed precision without scratch");
+    c->mx.ntwins = 0;
+    return ZS_OK;
+}
+
+static int set_twins(void *ctx, const zs_mixed_twin_t *tw, int n, zs_err_t *err)
+{
+    cuda_ops_t *c = ctx;
+    if (n < 0 || n > ZS_MIXED_TWINS_MAX || (n && !tw))
+        return zs_err_set(err, ZS_ERR_INVALID, "gpt ops (cuda): %d twins (at most %d)", n,
+                          ZS_MIXED_TWINS_MAX);
+    for (int i = 0; i < n; i++)
+        c->mx.twins[i] = tw[i];
+    c->mx.ntwins = zs_mixed_on(&c->mx) ? n : 0; /* fp32 GEMMs round nothing */
     return ZS_OK;
 }
 
@@ -275,6 +296,7 @@ int zs_gpt_ops_cuda_create(zs_dev_t *dev, zs_gpt_ops_t **out, zs_err_t *err)
     o->name = "cuda";
     o->ctx = c;
     o->set_mixed = set_mixed;
+    o->set_twins = set_twins;
     o->mixed_elem_bytes = 2;
     zs_mixed_set(&c->mx, NULL);
     o->destroy = cuda_destroy;

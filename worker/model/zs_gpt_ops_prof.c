@@ -90,6 +90,12 @@ static int set_mixed(void *ctx, const zs_mixed_t *mx, zs_err_t *err)
     return p->in->set_mixed(p->in->ctx, mx, err);
 }
 
+static int set_twins(void *ctx, const zs_mixed_twin_t *tw, int n, zs_err_t *err)
+{
+    prof_t *p = ctx;
+    return p->in->set_twins(p->in->ctx, tw, n, err);
+}
+
 static int gemm(void *ctx, zs_stream_t *s, int ta, int tb, int M, int N, int K, float alpha,
                 const float *A, int lda, const float *B, int ldb, float beta, float *C, int ldc,
                 zs_err_t *err)
@@ -260,6 +266,7 @@ int zs_gpt_ops_prof_wrap(zs_gpt_ops_t *in, zs_gpt_ops_t **out, zs_err_t *err)
         .ctx = p,
         .destroy = destroy,
         .set_mixed = set_mixed,
+        .set_twins = in->set_twins ? set_twins : NULL,
         .mixed_elem_bytes = in->mixed_elem_bytes,
         .gemm = gemm,
         .embed_fwd = embed_fwd,
