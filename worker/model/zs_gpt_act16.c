@@ -120,6 +120,13 @@ int zs__gpt_round(zs_gpt_t *g, int l, float *t, void *a16, size_t slice, size_t 
     return zs_dev_round(g->stream, t, h, dt, n, err); /* h = rounded t, t = h: one launch */
 }
 
+/* Whether the GEMMs read the stored 16-bit activations (zs__gpt_twins). */
+static int twins_on(const zs_gpt_t *g)
+{
+    return g->ops->set_twins && g->act_dt != ZS_DTYPE_F32 && g->act_dt == g->gemm_dt && !g->ckpt &&
+           !(g->debug & (ZS_GPT_DEBUG_ACT16_UNROUNDED | ZS_GPT_DEBUG_NO_TWINS));
+}
+
 int zs__gpt_act_restore(zs_gpt_t *g, int l, zs_err_t *err)
 {
     if (g->act_dt == ZS_DTYPE_F32 || g->ckpt)
@@ -138,9 +145,21 @@ int zs__gpt_act_restore(zs_gpt_t *g, int l, zs_err_t *err)
         {g->res2, g->res2_16, sN * C, N * C},       {g->ln2, g->ln2_16, sN * C, N * C},
         {g->fch, g->fch_16, sN * 4 * C, N * 4 * C}, {g->fchg, g->fchg_16, sN * 4 * C, N * 4 * C},
     };
-    for (size_t i = 0; i < sizeof ts / sizeof ts[0]; i++)
-        TRY(zs_dev_cast(g->stream, ts[i].t, ZS_DTYPE_F32, slice16(ts[i].a16, ts[i].slice, l), dt,
-                        ts[i].n, err));
+    /* With twins the backward's GEMMs read ln1, ln2 and fchg, and with the
+     * unfused attention qkv and atty, from their homes, and nothing else
+     * reads them in fp32 (the fused attention's backward reads qkv and
+     * atty in fp32: it rounds its own tiles, and D = rowsum(dout * out));
+     * fch (GELU backward), res2 (LayerNorm backward) and att (softmax
+     * backward) are read in fp32 whatever the GEMMs do. */
+    int tw = twins_on(g);
+    for (size_t i = 0; i < sizeof ts / sizeof ts[0]; i++) {
+        float *t = ts[i].t;
+        if (tw && (t == g->ln1 || t == g->ln2 || t == g->fchg ||
+                   (!g->flash && (t == g->qkv || t == g->atty))))
+            continue;
+        TRY(zs_dev_cast(g->stream, t, ZS_DTYPE_F32, slice16(ts[i].a16, ts[i].slice, l), dt, ts[i].n,
+                        err));
+    }
     return ZS_OK;
 }
 
@@ -167,8 +186,7 @@ static const void *home(const zs_gpt_t *g, int l, int which)
 int zs__gpt_twins(zs_gpt_t *g, int l, const float *ta, int a, size_t na, const float *tb, int b,
                   size_t nb, zs_err_t *err)
 {
-    if (!g->ops->set_twins || g->act_dt == ZS_DTYPE_F32 || g->act_dt != g->gemm_dt || g->ckpt ||
-        (g->debug & (ZS_GPT_DEBUG_ACT16_UNROUNDED | ZS_GPT_DEBUG_NO_TWINS)))
+    if (!twins_on(g))
         return ZS_OK;
     zs_mixed_twin_t tw[2] = {{ta, home(g, l, a), na}, {tb, b >= 0 ? home(g, l, b) : NULL, nb}};
     return g->ops->set_twins(g->ops->ctx, tw, b >= 0 ? 2 : 1, err);
