@@ -43,7 +43,8 @@
  *      elements (zs_gpt_set_split: wte by vocabulary rows, blocks in
  *      parts), bf16 GEMMs and activations: one step on CUDA against the CPU
  *      doing the same (split_step says what is held), and against CUDA
- *      unsplit;
+ *      unsplit; the GEMMs reading the stored bf16 weights bitwise the steps
+ *      where they round the fp32 views again;
  *   8. launches per step (kernels/cuda/zs_cuda_count.h), bf16 GEMMs and
  *      activations, CUDA side only: a train step's kernel launches and
  *      GEMMs do not depend on the tokens or on the batch size (from B = NH
@@ -601,6 +602,8 @@ static void act16_step(const char *label, zs_gpt_config_t c, int B, int T, int d
 /* One step of the model (bf16 parameters with the values w, split at cap,
  * bf16 GEMMs and activations) on dev over every engine layer with its
  * deps; loss, logits and gradients out. */
+static unsigned g_split_debug; /* zs_gpt_set_debug flags of split_run's model */
+
 static double split_run(zs_dev_t *dev, zs_gpt_config_t c, int B, int T, uint64_t cap,
                         const float *w, const int32_t *in, const int32_t *tg, float *logits,
                         float *grad)
@@ -616,6 +619,7 @@ static double split_run(zs_dev_t *dev, zs_gpt_config_t c, int B, int T, uint64_t
     TEST_OK(zs_gpt_set_checkpointing(g, 1, 0, &err), err);
     TEST_OK(zs_gpt_set_param_dtype(g, ZS_DTYPE_BF16, &err), err);
     TEST_OK(zs_gpt_set_split(g, cap, &err), err);
+    zs_gpt_set_debug(g, g_split_debug);
     TEST_OK(zs_gpt_bind(g, dev, s, &err), err);
     void *dw;
     float *dg;
@@ -675,6 +679,24 @@ static void split_step(const char *label, zs_gpt_config_t c, int B, int T, uint6
            "%.2g, gradients %.2g (unsplit: %.2g, %.2g, %.2g); CUDA split vs unsplit gradients "
            "%.2g\n",
            label, (unsigned long long)cap, dl, ls, gs, dlu, lu, gu, du);
+    /* The GEMMs read the stored bf16 weights (and, unsplit, the stored
+     * activations) instead of rounding their fp32 views again: bitwise
+     * the CUDA steps without (ZS_GPT_DEBUG_NO_TWINS). */
+    float *l2 = malloc(NV * 4), *g2 = malloc(P * 4);
+    TEST_CHECK(l2 && g2);
+    g_split_debug = ZS_GPT_DEBUG_NO_TWINS;
+    for (int k = 0; k <= 2; k += 2) {
+        double l = split_run(g_gpu, c, B, T, k ? 0 : cap, w, in, tg, l2, g2);
+        TEST_CHECKF(memcmp(&l, &loss[k], sizeof l) == 0 && memcmp(l2, lg[k], NV * 4) == 0 &&
+                        memcmp(g2, gd[k], P * 4) == 0,
+                    "%s: CUDA %s: the step with the stored bf16 weights as GEMM operands differs "
+                    "from the one without",
+                    label, k ? "unsplit" : "split");
+    }
+    g_split_debug = 0;
+    free(l2), free(g2);
+    printf("   the GEMMs reading the stored bf16 weights: bitwise the steps without, split and "
+           "unsplit\n");
     for (int k = 0; k < 4; k++)
         free(lg[k]), free(gd[k]);
     free(in), free(tg), free(w);

@@ -183,11 +183,20 @@ static const void *home(const zs_gpt_t *g, int l, int which)
     }
 }
 
-int zs__gpt_twins(zs_gpt_t *g, int l, const float *ta, int a, size_t na, const float *tb, int b,
-                  size_t nb, zs_err_t *err)
+void zs__gpt_twin_act(const zs_gpt_t *g, int l, zs__gpt_twins_t *tw, const float *t, int which,
+                      size_t n)
 {
-    if (!twins_on(g))
-        return ZS_OK;
-    zs_mixed_twin_t tw[2] = {{ta, home(g, l, a), na}, {tb, b >= 0 ? home(g, l, b) : NULL, nb}};
-    return g->ops->set_twins(g->ops->ctx, tw, b >= 0 ? 2 : 1, err);
+    if (twins_on(g) && tw->n < ZS_MIXED_TWINS_MAX)
+        tw->t[tw->n++] = (zs_mixed_twin_t){t, home(g, l, which), n};
+}
+
+int zs__gpt_wtwins_on(const zs_gpt_t *g)
+{
+    return g->ops->set_twins && g->gemm_dt != ZS_DTYPE_F32 && g->pdt == g->gemm_dt &&
+           !(g->debug & ZS_GPT_DEBUG_NO_TWINS);
+}
+
+int zs__gpt_twins_set(zs_gpt_t *g, const zs__gpt_twins_t *tw, zs_err_t *err)
+{
+    return tw->n ? g->ops->set_twins(g->ops->ctx, tw->t, tw->n, err) : ZS_OK;
 }

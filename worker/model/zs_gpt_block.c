@@ -46,6 +46,22 @@ static int bparam(zs_gpt_t *g, const zs__gpt_bp_t *bp, int part, size_t off, siz
     return zs__gpt_param(g, bp->p[part], off - zs__gpt_part_start(g, part), n, at, out, err);
 }
 
+/* A GEMM's weight matrix at block offset off (n elements of part `part`):
+ * where the op can read the stored 16-bit weights (zs__gpt_wtwins_on),
+ * they become its twin in tw and nothing is converted (*w, the ZS_GPT_BIG
+ * area, is only what the op matches the twin by); otherwise bparam's fp32
+ * view. */
+static int bweight(zs_gpt_t *g, const zs__gpt_bp_t *bp, int part, size_t off, size_t n,
+                   const float **w, zs__gpt_twins_t *tw, zs_err_t *err)
+{
+    if (!bp->p[part] || !zs__gpt_wtwins_on(g) || tw->n >= ZS_MIXED_TWINS_MAX)
+        return bparam(g, bp, part, off, n, ZS_GPT_BIG, w, err);
+    *w = zs__gpt_rows(g); /* the ZS_GPT_BIG area */
+    size_t at = (off - zs__gpt_part_start(g, part)) * zs_dtype_size(g->pdt);
+    tw->t[tw->n++] = (zs_mixed_twin_t){*w, (const char *)bp->p[part] + at, n};
+    return ZS_OK;
+}
+
 /* The saved tensors of block l's workspace. */
 typedef struct {
     float *ln1, *qkv, *att, *atty, *res2, *ln2, *fch, *fchg;
@@ -75,6 +91,7 @@ int zs__gpt_block_part_fwd(zs_gpt_t *g, int l, int part, const zs__gpt_bp_t *bp,
     size_t sN = g->maxN, nC = (size_t)N * C, natt = (size_t)B * NH * T * T, Cz = (size_t)C;
     ws_t ws = workspace(g, l);
     const float *w, *b, *b2;
+    zs__gpt_twins_t tw = {.n = 0}; /* for the GEMM-based op about to run */
     /* zs__gpt_round: with 16-bit activations each saved tensor is rounded
      * where it is stored and read rounded from then on (zs_gpt_act16.c) */
     switch (part) {
@@ -84,22 +101,26 @@ int zs__gpt_block_part_fwd(zs_gpt_t *g, int l, int part, const zs__gpt_bp_t *bp,
         TRY(ops->layernorm_fwd(k, s, ws.ln1, ws.ln1_mean, ws.ln1_rstd, x, w, b, N, C, err));
         TRY(zs__gpt_round(g, l, ws.ln1, g->ln1_16, sN * C, nC, err));
         TRY(bparam(g, bp, 0, o->qkvb, 3 * Cz, 2 * Cz, &b, err));
-        TRY(bparam(g, bp, 0, o->qkvw, Cz * 3 * Cz, ZS_GPT_BIG, &w, err));
-        TRY(zs__gpt_twins(g, l, ws.ln1, ZS__GPT_LN1, nC, NULL, -1, 0, err));
+        TRY(bweight(g, bp, 0, o->qkvw, Cz * 3 * Cz, &w, &tw, err));
+        zs__gpt_twin_act(g, l, &tw, ws.ln1, ZS__GPT_LN1, nC);
+        TRY(zs__gpt_twins_set(g, &tw, err));
         TRY(ops->matmul_fwd(k, s, ws.qkv, ws.ln1, w, b, N, C, 3 * C, err));
         return zs__gpt_round(g, l, ws.qkv, g->qkv_16, sN * 3 * C, 3 * nC, err);
     case 1:
         if (g->flash) { /* lse stays fp32: nothing to round but the output */
             TRY(ops->attention_flash_fwd(k, s, ws.atty, ws.lse, ws.qkv, B, T, C, NH, err));
         } else {
-            TRY(zs__gpt_twins(g, l, ws.qkv, ZS__GPT_QKV, 3 * nC, NULL, -1, 0, err));
+            zs__gpt_twin_act(g, l, &tw, ws.qkv, ZS__GPT_QKV, 3 * nC);
+            TRY(zs__gpt_twins_set(g, &tw, err));
+            tw.n = 0;
             TRY(ops->attention_fwd(k, s, ws.atty, ws.att, ws.qkv, B, T, C, NH, err));
             TRY(zs__gpt_round(g, l, ws.att, g->att_16, g->att_slice, natt, err));
         }
         TRY(zs__gpt_round(g, l, ws.atty, g->atty_16, sN * C, nC, err));
         TRY(bparam(g, bp, 1, o->projb, Cz, 0, &b, err));
-        TRY(bparam(g, bp, 1, o->projw, Cz * Cz, ZS_GPT_BIG, &w, err));
-        TRY(zs__gpt_twins(g, l, ws.atty, ZS__GPT_ATTY, nC, NULL, -1, 0, err));
+        TRY(bweight(g, bp, 1, o->projw, Cz * Cz, &w, &tw, err));
+        zs__gpt_twin_act(g, l, &tw, ws.atty, ZS__GPT_ATTY, nC);
+        TRY(zs__gpt_twins_set(g, &tw, err));
         TRY(ops->matmul_fwd(k, s, g->proj, ws.atty, w, b, N, C, C, err));
         if (ops->residual_layernorm_fwd && g->act_dt == ZS_DTYPE_F32) {
             /* fused: one pass (the LayerNorm reads res2 unrounded, so 16-bit
@@ -117,16 +138,18 @@ int zs__gpt_block_part_fwd(zs_gpt_t *g, int l, int part, const zs__gpt_bp_t *bp,
         return zs__gpt_round(g, l, ws.ln2, g->ln2_16, sN * C, nC, err);
     case 2:
         TRY(bparam(g, bp, 2, o->fcb, 4 * Cz, 0, &b, err));
-        TRY(bparam(g, bp, 2, o->fcw, Cz * 4 * Cz, ZS_GPT_BIG, &w, err));
-        TRY(zs__gpt_twins(g, l, ws.ln2, ZS__GPT_LN2, nC, NULL, -1, 0, err));
+        TRY(bweight(g, bp, 2, o->fcw, Cz * 4 * Cz, &w, &tw, err));
+        zs__gpt_twin_act(g, l, &tw, ws.ln2, ZS__GPT_LN2, nC);
+        TRY(zs__gpt_twins_set(g, &tw, err));
         TRY(ops->matmul_fwd(k, s, ws.fch, ws.ln2, w, b, N, C, 4 * C, err));
         TRY(zs__gpt_round(g, l, ws.fch, g->fch_16, sN * 4 * C, 4 * nC, err));
         TRY(ops->gelu_fwd(k, s, ws.fchg, ws.fch, 4 * nC, err));
         return zs__gpt_round(g, l, ws.fchg, g->fchg_16, sN * 4 * C, 4 * nC, err);
     case 3:
         TRY(bparam(g, bp, 3, o->fcpb, Cz, 0, &b, err));
-        TRY(bparam(g, bp, 3, o->fcpw, 4 * Cz * Cz, ZS_GPT_BIG, &w, err));
-        TRY(zs__gpt_twins(g, l, ws.fchg, ZS__GPT_FCHG, 4 * nC, NULL, -1, 0, err));
+        TRY(bweight(g, bp, 3, o->fcpw, 4 * Cz * Cz, &w, &tw, err));
+        zs__gpt_twin_act(g, l, &tw, ws.fchg, ZS__GPT_FCHG, 4 * nC);
+        TRY(zs__gpt_twins_set(g, &tw, err));
         TRY(ops->matmul_fwd(k, s, g->proj, ws.fchg, w, b, N, 4 * C, C, err));
         return ops->residual_fwd(k, s, y, ws.res2, g->proj, nC, err);
     }
@@ -154,18 +177,21 @@ int zs__gpt_block_part_bwd(zs_gpt_t *g, int l, int part, const zs__gpt_bp_t *bp,
     size_t natt = (size_t)B * NH * T * T;
     ws_t ws = workspace(g, l);
     const float *w, *x;
+    zs__gpt_twins_t tw = {.n = 0}; /* for the GEMM-based op about to run */
     /* gr: the part's own gradient; G(off) its tensor at block offset off */
 #define G(off) (gr + ((off)-base))
     switch (part) {
     case 3: /* dres = dL/dy on entry; y = r + h Wp + bp */
-        TRY(bparam(g, bp, 3, o->fcpw, 4 * Cz * Cz, ZS_GPT_BIG, &w, err));
-        TRY(zs__gpt_twins(g, l, ws.fchg, ZS__GPT_FCHG, 4 * nC, NULL, -1, 0, err));
+        TRY(bweight(g, bp, 3, o->fcpw, 4 * Cz * Cz, &w, &tw, err));
+        zs__gpt_twin_act(g, l, &tw, ws.fchg, ZS__GPT_FCHG, 4 * nC);
+        TRY(zs__gpt_twins_set(g, &tw, err));
         return ops->matmul_bwd(k, s, g->dfch, G(o->fcpw), G(o->fcpb), g->dres, ws.fchg, w, N, 4 * C,
                                C, err);
     case 2:
         TRY(ops->gelu_bwd(k, s, g->dfch, ws.fch, g->dfch, (size_t)N * 4 * C, err));
-        TRY(bparam(g, bp, 2, o->fcw, Cz * 4 * Cz, ZS_GPT_BIG, &w, err));
-        TRY(zs__gpt_twins(g, l, ws.ln2, ZS__GPT_LN2, nC, NULL, -1, 0, err));
+        TRY(bweight(g, bp, 2, o->fcw, Cz * 4 * Cz, &w, &tw, err));
+        zs__gpt_twin_act(g, l, &tw, ws.ln2, ZS__GPT_LN2, nC);
+        TRY(zs__gpt_twins_set(g, &tw, err));
         return ops->matmul_bwd(k, s, g->dbuf, G(o->fcw), G(o->fcb), g->dfch, ws.ln2, w, N, C, 4 * C,
                                err);
     case 1:
@@ -173,19 +199,24 @@ int zs__gpt_block_part_bwd(zs_gpt_t *g, int l, int part, const zs__gpt_bp_t *bp,
         TRY(ops->layernorm_bwd(k, s, g->dres, G(o->ln2w), G(o->ln2b), g->dbuf, ws.res2, w,
                                ws.ln2_mean, ws.ln2_rstd, N, C, err));
         /* dres = dL/dr; r = x + o Wo + bo */
-        TRY(bparam(g, bp, 1, o->projw, Cz * Cz, ZS_GPT_BIG, &w, err));
-        TRY(zs__gpt_twins(g, l, ws.atty, ZS__GPT_ATTY, nC, NULL, -1, 0, err));
+        TRY(bweight(g, bp, 1, o->projw, Cz * Cz, &w, &tw, err));
+        zs__gpt_twin_act(g, l, &tw, ws.atty, ZS__GPT_ATTY, nC);
+        TRY(zs__gpt_twins_set(g, &tw, err));
+        tw.n = 0;
         TRY(ops->matmul_bwd(k, s, g->dbuf, G(o->projw), G(o->projb), g->dres, ws.atty, w, N, C, C,
                             err));
         if (g->flash) /* out: the saved (16-bit activations: rounded) atty */
             return ops->attention_flash_bwd(k, s, g->dqkv, g->dbuf, ws.qkv, ws.atty, ws.lse, B, T,
                                             C, NH, err);
-        TRY(zs__gpt_twins(g, l, ws.qkv, ZS__GPT_QKV, 3 * nC, ws.att, ZS__GPT_ATT, natt, err));
+        zs__gpt_twin_act(g, l, &tw, ws.qkv, ZS__GPT_QKV, 3 * nC);
+        zs__gpt_twin_act(g, l, &tw, ws.att, ZS__GPT_ATT, natt);
+        TRY(zs__gpt_twins_set(g, &tw, err));
         return ops->attention_bwd(k, s, g->dqkv, g->datt, g->dbuf, ws.qkv, ws.att, B, T, C, NH,
                                   err);
     case 0:
-        TRY(bparam(g, bp, 0, o->qkvw, Cz * 3 * Cz, ZS_GPT_BIG, &w, err));
-        TRY(zs__gpt_twins(g, l, ws.ln1, ZS__GPT_LN1, nC, NULL, -1, 0, err));
+        TRY(bweight(g, bp, 0, o->qkvw, Cz * 3 * Cz, &w, &tw, err));
+        zs__gpt_twin_act(g, l, &tw, ws.ln1, ZS__GPT_LN1, nC);
+        TRY(zs__gpt_twins_set(g, &tw, err));
         TRY(ops->matmul_bwd(k, s, g->dbuf, G(o->qkvw), G(o->qkvb), g->dqkv, ws.ln1, w, N, C, 3 * C,
                             err));
         TRY(zs__gpt_resid_in(g, l - 1, &x, err));

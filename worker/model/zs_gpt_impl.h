@@ -173,16 +173,29 @@ int zs__gpt_act_restore(zs_gpt_t *g, int l, zs_err_t *err);
 /* Block l's saved tensors, as zs__gpt_twins names them. */
 enum { ZS__GPT_LN1, ZS__GPT_QKV, ZS__GPT_ATT, ZS__GPT_ATTY, ZS__GPT_LN2, ZS__GPT_FCHG };
 
-/* Offer the 16-bit homes of block l's saved tensors a (and b; -1: none) as
- * the twins of the fp32 workspace tensors ta (tb), na (nb) elements, to the
- * next GEMM-based op (zs_gpt_ops_t.set_twins), so it reads them instead of
- * rounding ta (tb) again. Only where the homes hold exactly the fp32
- * values: 16-bit activations of the GEMMs' own dtype, kept in their homes
- * (no checkpointing), a table that takes twins, no test debug flag against
- * it; otherwise it does nothing. Call right after the tensors were rounded
- * (forward) or restored (backward), right before the op. */
-int zs__gpt_twins(zs_gpt_t *g, int l, const float *ta, int a, size_t na, const float *tb, int b,
-                  size_t nb, zs_err_t *err);
+/* Twins (zs_mixed.h) for the next GEMM-based op: the fp32 operands whose
+ * exact 16-bit values the model already holds, so the op reads those
+ * instead of rounding the fp32 ones again (zs_gpt_ops_t.set_twins). */
+typedef struct {
+    zs_mixed_twin_t t[ZS_MIXED_TWINS_MAX];
+    int n;
+} zs__gpt_twins_t;
+
+/* Add block l's stored 16-bit copy of saved tensor `which` as the twin of
+ * the fp32 workspace tensor t (its first n elements), when the copies hold
+ * exactly t's values: 16-bit activations of the GEMMs' own dtype, kept
+ * (no checkpointing), a table that takes twins, no test flag against it.
+ * Call right after t was rounded (forward) or restored (backward). */
+void zs__gpt_twin_act(const zs_gpt_t *g, int l, zs__gpt_twins_t *tw, const float *t, int which,
+                      size_t n);
+
+/* Whether the GEMMs may read stored 16-bit parameters as their weight
+ * operands (parameters of the GEMMs' own dtype, a table that takes twins). */
+int zs__gpt_wtwins_on(const zs_gpt_t *g);
+
+/* Hand tw to the op table for its next GEMM-based entry (nothing if
+ * empty). Call right before that entry. */
+int zs__gpt_twins_set(zs_gpt_t *g, const zs__gpt_twins_t *tw, zs_err_t *err);
 
 /* ---- a block in four parts (zs_gpt_block.c) ---- */
 
