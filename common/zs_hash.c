@@ -29,18 +29,7 @@ static void choose(void)
 
 static uint64_t copy_portable(void *dst, const void *src, size_t n, uint64_t seed)
 {
-    if (n <= ZS__HASH_PIECE) {
-        memcpy(dst, src, n);
-        return XXH3_64bits_withSeed(dst, n, seed);
-    }
-    XXH3_state_t st;
-    XXH3_64bits_reset_withSeed(&st, seed);
-    for (size_t at = 0; at < n; at += ZS__HASH_PIECE) {
-        size_t k = n - at < ZS__HASH_PIECE ? n - at : ZS__HASH_PIECE;
-        memcpy((char *)dst + at, (const char *)src + at, k);
-        XXH3_64bits_update(&st, (const char *)dst + at, k);
-    }
-    return XXH3_64bits_digest(&st);
+    ZS__HASH_COPY_BODY(dst, src, n, seed);
 }
 
 uint64_t zs_hash64(const void *p, size_t n, uint64_t seed)

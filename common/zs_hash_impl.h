@@ -12,6 +12,27 @@
 /* The piece zs_hash64_copy copies, then hashes while it is in L2. */
 #define ZS__HASH_PIECE ((size_t)64 << 10)
 
+/* The body of zs_hash64_copy, compiled in each form's file against its own
+ * XXH3 functions (xxhash.h's inline ones built for AVX2 in zs_hash_avx2.c,
+ * libxxhash's in zs_hash.c): copy a piece, hash it from dst while it is in
+ * cache; one piece takes the one-shot form, more the streaming one (the
+ * same value bit for bit). Returns from the enclosing function. */
+#define ZS__HASH_COPY_BODY(dst, src, n, seed)                                                      \
+    do {                                                                                           \
+        if ((n) <= ZS__HASH_PIECE) {                                                               \
+            memcpy((dst), (src), (n));                                                             \
+            return XXH3_64bits_withSeed((dst), (n), (seed));                                       \
+        }                                                                                          \
+        XXH3_state_t st_;                                                                          \
+        XXH3_64bits_reset_withSeed(&st_, (seed));                                                  \
+        for (size_t at_ = 0; at_ < (n); at_ += ZS__HASH_PIECE) {                                   \
+            size_t k_ = (n)-at_ < ZS__HASH_PIECE ? (n)-at_ : ZS__HASH_PIECE;                       \
+            memcpy((char *)(dst) + at_, (const char *)(src) + at_, k_);                            \
+            XXH3_64bits_update(&st_, (const char *)(dst) + at_, k_);                               \
+        }                                                                                          \
+        return XXH3_64bits_digest(&st_);                                                           \
+    } while (0)
+
 /* zs_hash_avx2.c, built with -mavx2: call only where the CPU has AVX2. */
 uint64_t zs__hash64_avx2(const void *p, size_t n, uint64_t seed);
 uint64_t zs__hash64_copy_avx2(void *dst, const void *src, size_t n, uint64_t seed);
