@@ -18,8 +18,10 @@
  * ranks followed by a collective of all; p2p on communicators made by
  * ncclCommSplit. Without MPI (--kill N: the test forks N ranks, since
  * mpiexec would kill the survivors): the last rank SIGKILLed 50 ms into a
- * large all-to-all; the others must report ncclRemoteError naming it
- * within 2.5 s.
+ * large all-to-all that its own stream holds back (a host function that
+ * never returns, queued before it), so the kill always lands mid-collective
+ * for the others, however fast the copies run; the others must report
+ * ncclRemoteError naming it within 2.5 s.
  */
 #define _GNU_SOURCE
 #include <mpi.h>
@@ -632,6 +634,16 @@ static void split(cudaStream_t s)
         printf("split: p2p all-to-all on split communicators ok\n");
 }
 
+/* cudaLaunchHostFunc on the victim's stream: the work queued after it
+ * never runs (CUDA Runtime API, Stream Management: a host function runs in
+ * stream order and later work waits for it to return). */
+static void CUDART_CB hold_forever(void *arg)
+{
+    (void)arg;
+    for (;;)
+        pause();
+}
+
 static void *killer(void *arg)
 {
     (void)arg;
@@ -653,8 +665,10 @@ static int kill_child(ncclUniqueId id)
     CUDAOK(cudaMalloc((void **)&rb, count * 4 * g_size));
     int victim = g_rank == g_size - 1;
     pthread_t th;
-    if (victim)
+    if (victim) { /* its share never starts: the survivors wait on it until it dies */
+        CUDAOK(cudaLaunchHostFunc(s, hold_forever, NULL));
         pthread_create(&th, NULL, killer, NULL);
+    }
     double t0 = test_now();
     NCCLOK(ncclGroupStart());
     for (int p = 0; p < g_size; p++) {
