@@ -196,7 +196,9 @@ int zs__gpt_wtwins_on(const zs_gpt_t *g)
            !(g->debug & ZS_GPT_DEBUG_NO_TWINS);
 }
 
-int zs__gpt_twins_set(zs_gpt_t *g, const zs__gpt_twins_t *tw, zs_err_t *err)
+int zs__gpt_twins_set(zs_gpt_t *g, zs__gpt_twins_t *tw, zs_err_t *err)
 {
-    return tw->n ? g->ops->set_twins(g->ops->ctx, tw->t, tw->n, err) : ZS_OK;
+    int n = tw->n;
+    tw->n = 0; /* one op's: the next op starts from none */
+    return n ? g->ops->set_twins(g->ops->ctx, tw->t, n, err) : ZS_OK;
 }

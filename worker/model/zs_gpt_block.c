@@ -112,7 +112,6 @@ int zs__gpt_block_part_fwd(zs_gpt_t *g, int l, int part, const zs__gpt_bp_t *bp,
         } else {
             zs__gpt_twin_act(g, l, &tw, ws.qkv, ZS__GPT_QKV, 3 * nC);
             TRY(zs__gpt_twins_set(g, &tw, err));
-            tw.n = 0;
             TRY(ops->attention_fwd(k, s, ws.atty, ws.att, ws.qkv, B, T, C, NH, err));
             TRY(zs__gpt_round(g, l, ws.att, g->att_16, g->att_slice, natt, err));
         }
@@ -202,7 +201,6 @@ int zs__gpt_block_part_bwd(zs_gpt_t *g, int l, int part, const zs__gpt_bp_t *bp,
         TRY(bweight(g, bp, 1, o->projw, Cz * Cz, &w, &tw, err));
         zs__gpt_twin_act(g, l, &tw, ws.atty, ZS__GPT_ATTY, nC);
         TRY(zs__gpt_twins_set(g, &tw, err));
-        tw.n = 0;
         TRY(ops->matmul_bwd(k, s, g->dbuf, G(o->projw), G(o->projb), g->dres, ws.atty, w, N, C, C,
                             err));
         if (g->flash) /* out: the saved (16-bit activations: rounded) atty */

@@ -194,8 +194,8 @@ void zs__gpt_twin_act(const zs_gpt_t *g, int l, zs__gpt_twins_t *tw, const float
 int zs__gpt_wtwins_on(const zs_gpt_t *g);
 
 /* Hand tw to the op table for its next GEMM-based entry (nothing if
- * empty). Call right before that entry. */
-int zs__gpt_twins_set(zs_gpt_t *g, const zs__gpt_twins_t *tw, zs_err_t *err);
+ * empty) and empty tw for the op after. Call right before that entry. */
+int zs__gpt_twins_set(zs_gpt_t *g, zs__gpt_twins_t *tw, zs_err_t *err);
 
 /* ---- a block in four parts (zs_gpt_block.c) ---- */
 
