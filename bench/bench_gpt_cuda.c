@@ -37,7 +37,10 @@
  * with bf16 / fp16 every GEMM reads its operands rounded to 16 bits and
  * accumulates in fp32 on the tensor cores (kernels/zs_mixed.h), the engine
  * rows store parameters and gradients in that dtype too (the config's
- * bf16 / fp16 section), activations and everything else stay fp32. fp32 is
+ * bf16 / fp16 section), activations and everything else stay fp32 unless
+ * --activations bf16|fp16 stores the saved activations in 16 bits
+ * (zs_gpt_set_activations; with the GEMM dtype equal, the GEMMs read them
+ * as stored). fp32 is
  * cuBLASLt CUBLAS_COMPUTE_32F_PEDANTIC (no TF32, no tensor cores). MFU is
  * against the peak of the GEMM precision (dense bf16/fp16 tensor or fp32).
  *
@@ -115,6 +118,7 @@ typedef struct {
 
 static int g_gemm = ZS_DTYPE_BF16;       /* --gemm: GEMM operand dtype */
 static int g_attn = ZS_GPT_ATTN_UNFUSED; /* --attention: unfused | flash (zs_gpt_set_attention) */
+static int g_act = ZS_DTYPE_F32;         /* --activations: saved activations' dtype */
 static int g_gas = 1;                    /* --gas: micro-batches per step (engine rows) */
 static int g_transport = ZS_TRANSPORT_AUTO, g_spec = 0, g_stream = 1; /* offload row */
 static int g_batch = 0; /* --batch: largest micro-batch tried (0: the shape's list) */
@@ -216,7 +220,8 @@ static int run_model(zs_dev_t *dev, const cshape_t *s, int B, const float *hw, r
     zs_dev_mem_reset_peak(dev);
     if ((rc = zs_dev_stream_create(dev, 0, "compute", &cs, &err)) ||
         (rc = zs_gpt_create(c, B, 1, &g, &err)) || (rc = zs_gpt_set_compute(g, g_gemm, &err)) ||
-        (rc = zs_gpt_set_attention(g, g_attn, &err)))
+        (rc = zs_gpt_set_attention(g, g_attn, &err)) ||
+        (rc = zs_gpt_set_activations(g, g_act, &err)))
         goto out;
     m = zs_gpt_model(g);
     for (int i = 0; i < m->nlayers; i++)
@@ -343,6 +348,7 @@ static int run_engine(zs_coll_t *coll, const cshape_t *s, int B, const char *ser
     zs_dev_mem_reset_peak(coll->dev);
     if ((rc = zs_gpt_create(c, B, 1, &g, &err)) || (rc = zs_gpt_set_compute(g, g_gemm, &err)) ||
         (rc = zs_gpt_set_attention(g, g_attn, &err)) ||
+        (rc = zs_gpt_set_activations(g, g_act, &err)) ||
         (rc = zs_gpt_set_fixed_tokens(g, in, tg, B, &err)))
         goto out;
     zs_engine_opts_t eo = {&cfg, coll, servers, NULL, "bench-gpt-cuda", 600000, 0};
@@ -552,6 +558,13 @@ int zs__bench_gpt_cuda(int argc, char **argv)
             g_gemm = !strcmp(argv[i], "bf16")   ? ZS_DTYPE_BF16
                      : !strcmp(argv[i], "fp16") ? ZS_DTYPE_F16
                                                 : ZS_DTYPE_F32;
+        } else if (!strcmp(argv[i], "--activations") && i + 1 < argc &&
+                   (!strcmp(argv[i + 1], "bf16") || !strcmp(argv[i + 1], "fp16") ||
+                    !strcmp(argv[i + 1], "fp32"))) {
+            i++;
+            g_act = !strcmp(argv[i], "bf16")   ? ZS_DTYPE_BF16
+                    : !strcmp(argv[i], "fp16") ? ZS_DTYPE_F16
+                                               : ZS_DTYPE_F32;
         } else if (!strcmp(argv[i], "--attention") && i + 1 < argc &&
                    (!strcmp(argv[i + 1], "flash") || !strcmp(argv[i + 1], "unfused"))) {
             i++;
@@ -561,7 +574,8 @@ int zs__bench_gpt_cuda(int argc, char **argv)
             i++;
         else {
             fprintf(stderr, "usage: bench_gpt --device cuda [--shape 124m|1.5b|both] "
-                            "[--gemm bf16|fp16|fp32] [--attention unfused|flash] "
+                            "[--gemm bf16|fp16|fp32] [--activations fp32|bf16|fp16] "
+                            "[--attention unfused|flash] "
                             "[--server-bin PATH] [--no-engine] "
                             "[--peak-tflops F32,BF16] [--gas N] [--transport auto|shm|tcp] "
                             "[--spec 0|1] [--stream 0|1] [--batch N] "
@@ -601,9 +615,9 @@ int zs__bench_gpt_cuda(int argc, char **argv)
     double gemm = gemm_tflops(dev, 4096);
     char title[300];
     snprintf(title, sizeof title,
-             "GPT train step on %s, %s GEMM operands (fp32 accumulation and activations), "
-             "tokens/s; baseline: %s GEMM %.1f TFLOP/s measured in this run",
-             dev->desc, zs_dtype_name(g_gemm), zs_dtype_name(g_gemm), gemm);
+             "GPT train step on %s, %s GEMM operands (fp32 accumulation), %s saved "
+             "activations, tokens/s; baseline: %s GEMM %.1f TFLOP/s measured in this run",
+             dev->desc, zs_dtype_name(g_gemm), zs_dtype_name(g_act), zs_dtype_name(g_gemm), gemm);
     zs_bench_header(title, "tokens/s");
     int nvar = g_nstreams ? g_nstreams : 1; /* offload rows: modes 2 .. 1 + nvar */
     row_t rows[2][2 + MAX_VARIANTS];
@@ -704,8 +718,8 @@ int zs__bench_gpt_cuda(int argc, char **argv)
                        shapes[k].name, var[v], g_gas, zs_transport_name(g_transport),
                        zs_bench_median(rows[k][2 + v].rates, shapes[k].reps) /
                            zs_bench_median(rows[k][1].rates, shapes[k].reps));
-    printf("\nNot measured here: more than one GPU; 16-bit activations (activations stay "
-           "fp32).\n");
+    printf("\nNot measured here: more than one GPU%s.\n",
+           g_act == ZS_DTYPE_F32 ? "; 16-bit activations (--activations bf16)" : "");
     if (have_servers || sv.pid[0])
         servers_stop(&sv);
     zs_coll_destroy(coll);

@@ -33,7 +33,9 @@
 #   .gpu-carry/llmc/, with llm.c data shards of random GPT-2 token ids.
 #
 #   there (a machine with a GPU, CUDA 13 and a driver, no package registry):
-#     tests/gpu.sh run [.gpu-carry] [--out FILE] [--only tests|bench|shm|fit|llmc|issue|xfer|prof|flash|offload|model]
+#     tests/gpu.sh run [.gpu-carry] [--out FILE] [--only PART[,PART...]]
+#   (PART: all, tests, bench, shm, fit, llmc, issue, xfer, prof, flash,
+#   offload, model; several parts run in one call, in run()'s order)
 #   unpacks the .deb files with `dpkg -x` under .gpu-carry/root (never into
 #   /), sets LD_LIBRARY_PATH, OPAL_PREFIX and PMIX_PREFIX so the carried Open
 #   MPI is used, finds the CUDA runtime, cuBLASLt and NCCL (/usr/local/cuda,
@@ -102,8 +104,18 @@ while [ $# -gt 0 ]; do
     *) carry=$1; shift ;;
     esac
 done
-case "$only" in all | tests | bench | shm | fit | llmc | issue | xfer | prof | flash | offload | model) ;;
-*) echo "gpu.sh: --only tests|bench|shm|fit|llmc|issue|xfer|prof|flash|offload|model" >&2; exit 2 ;; esac
+PARTS="tests bench shm fit llmc issue xfer prof flash offload model"
+for part in ${only//,/ }; do
+    case " all $PARTS " in *" $part "*) ;;
+    *) echo "gpu.sh: --only takes a comma list of: all, ${PARTS// /, }" >&2; exit 2 ;; esac
+done
+# want PART: whether --only names PART (or is all, for the four parts that
+# `all` means: tests, bench, shm, fit). Parts run in the order of run().
+want() {
+    case ",$only," in *",$1,"*) return 0 ;; esac
+    want all && case "$1" in tests | bench | shm | fit) return 0 ;; esac
+    return 1
+}
 if [ -z "$cmd" ]; then
     if [ -d "$carry/bin" ]; then cmd=run; else cmd=build; fi
 fi
@@ -111,7 +123,7 @@ fi
 # bench_fit on a lent H100 (80 GB, 128 GiB host RAM) inside one 10-minute call
 # (bench/README.md, "bench_fit").
 FIT_ARGS="--widths 4096,2048 --ctx 1024 --batch 1 --time-limit 540"
-GPU_TESTS="test_dev_cuda test_cuda_ops test_gpt_cuda test_nccl_boot test_nccl test_train_cuda"
+GPU_TESTS="test_dev_cuda test_cuda_ops test_cuda_attn test_gpt_cuda test_nccl_boot test_nccl test_train_cuda"
 GPU_BINS="$GPU_TESTS zs-train zs-server zs-launch bench_gpt bench_fit"
 # Open MPI's launcher and plugins (dlopen'ed, so ldd does not see them), and
 # what those plugins need: libpmix (with libmunge: without it mca_pmix_ext3x
@@ -263,21 +275,25 @@ llmc_rows() {
 }
 
 # --only prof: where a step's GPU time goes, per op and shape: bench_gpt's
-# model row (bf16 GEMMs, 124M at B=16 and 1.5B at B=4) with ZS_GPT_PROFILE=1
+# model row (bf16 GEMMs, 124M at B=16 and 1.5B at B=4, activations saved
+# in fp32 then in bf16) with ZS_GPT_PROFILE=1
 # (worker/model/zs_gpt_ops_prof.c: each op of the model timed with its
 # stream waited for; the rows are printed when the model is destroyed,
 # summed over the warm-up and the timed steps). Nsight Compute is not used:
 # on the H200 of 2026-11-28 it profiled no kernel of bench_gpt in 200 s.
 prof_rows() {
     local shape b rc=0
-    for shape in 124m:16 1.5b:4; do
+    for shape in 124m:16:fp32 1.5b:4:fp32 124m:16:bf16 1.5b:4:bf16; do
+        local act=${shape##*:}
+        shape=${shape%:*}
         b=${shape#*:}
         shape=${shape%:*}
-        echo "-- $shape B=$b (ZS_GPT_PROFILE=1)"
+        echo "-- $shape B=$b activations $act (ZS_GPT_PROFILE=1)"
         local tmp r
         tmp=$(mktemp)
         timeout "${ZS_GPU_STEP_TIMEOUT:-300}" env ZS_GPT_PROFILE=1 "$carry/bin/bench_gpt" \
-            --device cuda --shape "$shape" --batch "$b" --no-engine > "$tmp" 2>&1
+            --device cuda --shape "$shape" --batch "$b" --no-engine --activations "$act" \
+            > "$tmp" 2>&1
         r=$?
         grep -v 'PMIx\|pcompress\|MCA\|^-----\|compression\|memory footprints\|continue, but\|comparable' "$tmp"
         rm -f "$tmp"
@@ -391,7 +407,7 @@ run() {
         echo "ldd of the binaries (not found):"
         for f in "$bin"/*; do ldd "$f" | grep 'not found' | sed "s|^|  $(basename "$f"): |"; done
     } >> "$out"
-    if [ "$only" = issue ]; then
+    if want issue; then
         run_one bench_gpt_cuda_shm env ZS_SERVER_BIN="$bin/zs-server" "$bin/bench_gpt" \
             --device cuda --transport shm --spec 1 --stream 1
         run_one bench_gpt_cuda_shm_gas8 env ZS_SERVER_BIN="$bin/zs-server" "$bin/bench_gpt" \
@@ -405,10 +421,10 @@ run() {
             ZS_SERVER_BIN="$bin/zs-server" ZS_TEST_TRAIN_CUDA_PART=shm "$bin/test_train_cuda"
         grep -h '^GPU-RESULT\|offload / GPU AdamW\|totals:' "$out"
     fi
-    if [ "$only" = llmc ]; then
+    if want llmc; then
         run_one llmc llmc_rows
     fi
-    if [ "$only" = model ]; then
+    if want model; then
         # the bare model's tokens/s at the micro-batches llm.c was compared
         # at (124M B=16, 1.5B B=4), and the ops against the CPU on this GPU
         run_one test_cuda_ops "$bin/test_cuda_ops"
@@ -416,9 +432,15 @@ run() {
             --no-engine
         run_one bench_gpt_model_1.5b "$bin/bench_gpt" --device cuda --shape 1.5b --batch 4 \
             --no-engine
+        # the same with the saved activations in bf16: the GEMMs read them
+        # as stored (no rounding pass per operand)
+        run_one bench_gpt_model_124m_act16 "$bin/bench_gpt" --device cuda --shape 124m \
+            --batch 16 --no-engine --activations bf16
+        run_one bench_gpt_model_1.5b_act16 "$bin/bench_gpt" --device cuda --shape 1.5b \
+            --batch 4 --no-engine --activations bf16
         grep -h '^GPU-RESULT' "$out"
     fi
-    if [ "$only" = offload ]; then
+    if want offload; then
         # the offload row at the defaults (streams per server from the
         # cores, push-only checksums), 1.5B at gas 8: issue 25's GPU goal
         run_one bench_gpt_offload_1.5b_gas8 env ZS_BENCH_SERVER_LOG=info \
@@ -426,16 +448,16 @@ run() {
             --batch 4 --gas 8 --transport shm --spec 1 --stream 1
         grep -h '^GPU-RESULT\|offload.*/ GPU AdamW\|offload split\|totals:' "$out"
     fi
-    if [ "$only" = flash ]; then
+    if want flash; then
         # the model rows with fused attention: tokens/s and the largest B
         run_one bench_gpt_flash "$bin/bench_gpt" --device cuda --shape 124m --attention flash \
             --no-engine
         grep -h '^GPU-RESULT' "$out"
     fi
-    if [ "$only" = prof ]; then
+    if want prof; then
         run_one gpt_op_profile prof_rows
     fi
-    if [ "$only" = xfer ]; then
+    if want xfer; then
         # the offload transfer path: concurrent shm streams per server (1 =
         # one stream, as before), then the servers' speculation window
         # covering a whole 1.5B range (12 B/element of pre-images)
@@ -451,11 +473,12 @@ run() {
             --shm-streams 1,4
         grep -h '^GPU-RESULT\|offload.*/ GPU AdamW\|offload split\|totals:' "$out"
     fi
-    if [ "$only" = all ] || [ "$only" = tests ]; then
+    if want tests; then
         local ngpu
         ngpu=$(nvidia-smi -L 2>/dev/null | grep -c '^GPU')
         run_one test_dev_cuda "$bin/test_dev_cuda"
         run_one test_cuda_ops "$bin/test_cuda_ops"
+        run_one test_cuda_attn "$bin/test_cuda_attn"
         run_one test_gpt_cuda "$bin/test_gpt_cuda"
         run_one test_nccl_boot_np2 "$mpirun" -np 2 "$bin/test_nccl_boot" boot
         run_one test_nccl_np1 "$mpirun" -np 1 "$bin/test_nccl_boot" gpu
@@ -473,18 +496,18 @@ run() {
         run_one test_train_cuda env ZS_TRAIN_BIN="$bin/zs-train" ZS_MPIEXEC_BIN="$mpirun" \
             ZS_SERVER_BIN="$bin/zs-server" "$bin/test_train_cuda"
     fi
-    if [ "$only" = all ] || [ "$only" = bench ]; then
+    if want bench; then
         run_one bench_gpt_cuda env ZS_SERVER_BIN="$bin/zs-server" "$bin/bench_gpt" --device cuda
         run_one bench_gpt_cuda_fp32 env ZS_SERVER_BIN="$bin/zs-server" "$bin/bench_gpt" \
             --device cuda --shape 124m --gemm fp32 --no-engine
     fi
-    if [ "$only" = all ] || [ "$only" = shm ]; then
+    if want shm; then
         run_one bench_gpt_cuda_shm env ZS_SERVER_BIN="$bin/zs-server" "$bin/bench_gpt" \
             --device cuda --transport shm --spec 1 --stream 1
         run_one bench_gpt_cuda_shm_gas8 env ZS_SERVER_BIN="$bin/zs-server" "$bin/bench_gpt" \
             --device cuda --shape 1.5b --gas 8 --transport shm --spec 1 --stream 1
     fi
-    if [ "$only" = all ] || [ "$only" = fit ]; then
+    if want fit; then
         run_one bench_fit_cuda "$bin/bench_fit" --device cuda --server-bin "$bin/zs-server" \
             $FIT_ARGS
     fi
@@ -498,24 +521,24 @@ build() {
     grep -q '^CMAKE_CUDA_COMPILER:' "$b/CMakeCache.txt" || die "nvcc not found: CUDA parts are off"
     cmake --build "$b" -j"$(nproc)" --target $GPU_BINS || die "build failed"
     export "${MPI_ENV[@]}"
-    if [ "$only" = all ] || [ "$only" = tests ]; then
+    if want tests; then
         (cd "$b" && ctest -L gpu --output-on-failure -V) > "$b.ctest.log" 2>&1
         local rc=$?
         cat "$b.ctest.log" >> "$out"
         [ $rc -eq 0 ] || fails=1
     fi
-    if [ "$only" = all ] || [ "$only" = bench ]; then
+    if want bench; then
         run_one bench_gpt_cuda "$b/bench/bench_gpt" --device cuda
         run_one bench_gpt_cuda_fp32 "$b/bench/bench_gpt" --device cuda --shape 124m --gemm fp32 \
             --no-engine
     fi
-    if [ "$only" = all ] || [ "$only" = shm ]; then
+    if want shm; then
         run_one bench_gpt_cuda_shm "$b/bench/bench_gpt" --device cuda --transport shm --spec 1 \
             --stream 1
         run_one bench_gpt_cuda_shm_gas8 "$b/bench/bench_gpt" --device cuda --shape 1.5b --gas 8 \
             --transport shm --spec 1 --stream 1
     fi
-    if [ "$only" = all ] || [ "$only" = fit ]; then
+    if want fit; then
         run_one bench_fit_cuda "$b/bench/bench_fit" --device cuda --server-bin "$b/server/zs-server" \
             $FIT_ARGS
     fi
@@ -543,7 +566,7 @@ check)
     exit $rc ;;
 run) run ;;
 build) build ;;
-*) die "usage: tests/gpu.sh [pack|check|run|build|env] [CARRY] [--out FILE] [--only tests|bench|shm|fit]" ;;
+*) die "usage: tests/gpu.sh [pack|check|run|build|env] [CARRY] [--out FILE] [--only PART[,PART...]]" ;;
 esac
 echo "gpu.sh: results in $out ($fails failed)"
 [ "$fails" -eq 0 ]
