@@ -113,7 +113,7 @@ done
 # `all` means: tests, bench, shm, fit). Parts run in the order of run().
 want() {
     case ",$only," in *",$1,"*) return 0 ;; esac
-    want all && case "$1" in tests | bench | shm | fit) return 0 ;; esac
+    [ "$only" = all ] && case "$1" in tests | bench | shm | fit) return 0 ;; esac
     return 1
 }
 if [ -z "$cmd" ]; then
