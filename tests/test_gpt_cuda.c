@@ -521,15 +521,32 @@ static void ckpt_step(const char *label, zs_gpt_config_t c, int B, int T)
 /* One step with activations in `dt`: CUDA, the CPU with the same
  * activation dtype, the CPU with fp32 activations; CUDA again with
  * checkpointing and with cpu_checkpointing; CUDA with fp32 activations (for
- * the device activation peak). As in part 4, an fp32 summation-order
- * difference can send a value to the other 16-bit neighbour when it is
- * rounded, so the check is part 4's: CUDA min_ratio times closer (RMS) to
- * the CPU with the same activations than to fp32 activations, logits and
- * gradients; the losses within loss_tol. Checkpointing on CUDA: bitwise.
- * Measured on the emulator (reverse schedule, 2026-11-25): bf16 3.2x / 4.0x
- * (logits / gradients), loss 2.8e-5 apart; fp16 1.6x / 2.0x (fp16 rounds
- * 8x finer, so fp32 activations are closer), loss 2.6e-7 apart. Not yet
- * measured on a GPU, whose summation order differs more (part 4). */
+ * the device activation peak); the CPU with the same dtype from weights
+ * moved by a relative 2^-20 (about 8 fp32 ulps) each.
+ *
+ * With 16-bit activations this model is chaotic at the fp32 level: every
+ * stored tensor, the residual stream included, is rounded, so an fp32
+ * difference sends a value to the other 16-bit neighbour now and then, and
+ * that flip changes what the next layers round. Measured on the CPU alone
+ * (bf16, 2026-11-28): weights moved by 1e-7 relative (under one ulp) put the
+ * logits 0.00085 RMS from the unmoved run, 1e-6 puts them 0.0014 away, and
+ * fp32 activations are 0.0015 away. A GPU sums in another order than the
+ * CPU, so its logits land as far from the CPU's as such a perturbation does
+ * (H200, 2026-11-28: 0.0010, against 0.0015 from fp32 activations: 1.4x),
+ * and no "closer to the same rounding than to fp32" ratio holds there. The
+ * checks, each able to fail:
+ *   - the losses within loss_tol;
+ *   - CUDA at least half as far from fp32 activations as the CPU's own
+ *     16-bit run is (logits and gradients): it rounds (a forward that kept
+ *     fp32 values would be fp32-close: about 1e-6);
+ *   - CUDA no farther from the CPU's 16-bit run than 1.5x the perturbed CPU
+ *     run is: its differences are the size of fp32 noise, not of a bug;
+ *   - on the CUDA emulator, whose GEMMs and math sum in one fixed order
+ *     near the CPU's, also part 4's ratio: min_ratio times closer (RMS) to
+ *     the CPU with the same activations than to fp32 activations (measured
+ *     on the emulator, reverse schedule, 2026-11-25: bf16 3.2x / 4.0x
+ *     logits / gradients; fp16 1.6x / 2.0x, fp16 rounding 8x finer).
+ * Checkpointing on CUDA: bitwise. */
 static void act16_step(const char *label, zs_gpt_config_t c, int B, int T, int dt, double min_ratio,
                        double loss_tol)
 {
@@ -537,23 +554,28 @@ static void act16_step(const char *label, zs_gpt_config_t c, int B, int T, int d
     size_t N = (size_t)B * T, nlog = N * (size_t)c.vocab;
     uint64_t P = zs_gpt_num_params(&c);
     int32_t *in = malloc(N * sizeof *in), *tg = malloc(N * sizeof *tg);
-    float *l[6], *g[6];
-    double loss[6];
-    uint64_t peak[6];
-    TEST_CHECK(in && tg);
+    float *l[7], *g[7], *wp = malloc(P * sizeof(float));
+    double loss[7];
+    uint64_t peak[7];
+    TEST_CHECK(in && tg && wp);
     make_tokens((int)N, c.vocab, in, tg);
+    uint32_t st = 12345;
+    for (uint64_t i = 0; i < P; i++) {
+        st = st * 1103515245u + 12345u;
+        wp[i] = w[i] + ((st >> 16) & 1 ? 1 : -1) * ldexpf(w[i], -20);
+    }
     /* 0: cuda dt, 1: cpu dt, 2: cpu fp32, 3: cuda dt checkpointing, 4: cuda
-     * dt cpu_checkpointing, 5: cuda fp32 */
-    for (int k = 0; k < 6; k++) {
+     * dt cpu_checkpointing, 5: cuda fp32, 6: cpu dt from the moved weights */
+    for (int k = 0; k < 7; k++) {
         side_t x;
-        int on_cpu = k == 1 || k == 2;
+        int on_cpu = k == 1 || k == 2 || k == 6;
         l[k] = malloc(nlog * sizeof(float)), g[k] = malloc(P * sizeof(float));
         TEST_CHECK(l[k] && g[k]);
         g_act_dt = k == 2 || k == 5 ? ZS_DTYPE_F32 : dt;
         g_ckpt = k == 3 ? 1 : k == 4 ? 2 : 0;
         zs_dev_t *d = on_cpu ? g_cpu : g_gpu;
         zs_dev_mem_reset_peak(d);
-        side_init(&x, on_cpu ? "cpu" : "cuda", d, c, B, T, w);
+        side_init(&x, on_cpu ? "cpu" : "cuda", d, c, B, T, k == 6 ? wp : w);
         loss[k] = side_step(&x, in, tg, l[k], g[k]);
         zs_dev_mem_t ms;
         zs_dev_mem_get(d, &ms);
@@ -564,22 +586,37 @@ static void act16_step(const char *label, zs_gpt_config_t c, int B, int T, int d
     g_ckpt = 0;
     double lm = rms_diff(l[0], l[1], nlog), lp = rms_diff(l[0], l[2], nlog);
     double gm = rms_diff(g[0], g[1], P), gp = rms_diff(g[0], g[2], P);
+    double lr = rms_diff(l[1], l[2], nlog), gr = rms_diff(g[1], g[2], P); /* CPU's rounding */
+    double lc = rms_diff(l[1], l[6], nlog), gc = rms_diff(g[1], g[6], P); /* CPU's chaos */
     double le = fabs(loss[0] - loss[1]);
+    int emu = strstr(g_gpu->desc, "emulator") != NULL;
     printf("6. %s, %s activations: L=%d NH=%d C=%d V=%d B=%d T=%d\n", label, zs_dtype_name(dt),
            c.layers, c.heads, c.width, c.vocab, B, T);
     printf("    loss      cuda %.7f cpu same activations %.7f (diff %.3g, tolerance %.0e) cpu "
            "fp32 activations %.7f\n",
            loss[0], loss[1], le, loss_tol, loss[2]);
-    printf("    logits    rms vs cpu same activations %.3g, vs cpu fp32 activations %.3g (%.1fx)\n",
-           lm, lp, lp / fmax(lm, 1e-30));
-    printf("    gradients rms vs cpu same activations %.3g, vs cpu fp32 activations %.3g (%.1fx)\n",
-           gm, gp, gp / fmax(gm, 1e-30));
+    printf("    logits    rms: cuda vs cpu same activations %.3g, vs cpu fp32 activations %.3g "
+           "(%.1fx); cpu same vs fp32 %.3g, vs moved weights %.3g\n",
+           lm, lp, lp / fmax(lm, 1e-30), lr, lc);
+    printf("    gradients rms: cuda vs cpu same activations %.3g, vs cpu fp32 activations %.3g "
+           "(%.1fx); cpu same vs fp32 %.3g, vs moved weights %.3g\n",
+           gm, gp, gp / fmax(gm, 1e-30), gr, gc);
     TEST_CHECKF(le <= loss_tol, "loss: cuda %.8g, cpu with the same activations %.8g", loss[0],
                 loss[1]);
-    TEST_CHECKF(lm * min_ratio <= lp, "logits: rms %.3g from the same activations, %.3g from fp32",
-                lm, lp);
-    TEST_CHECKF(gm * min_ratio <= gp,
-                "gradients: rms %.3g from the same activations, %.3g from fp32", gm, gp);
+    TEST_CHECKF(lp >= 0.8 * lr && gp >= 0.8 * gr,
+                "cuda does not round like %s activations: logits %.3g / gradients %.3g from fp32 "
+                "activations, the cpu's own %.3g / %.3g",
+                zs_dtype_name(dt), lp, gp, lr, gr);
+    TEST_CHECKF(lm <= 1.2 * lc && gm <= 1.2 * gc,
+                "cuda farther from the cpu than fp32 noise takes it: logits %.3g / gradients %.3g, "
+                "moved weights %.3g / %.3g",
+                lm, gm, lc, gc);
+    if (emu) {
+        TEST_CHECKF(lm * min_ratio <= lp,
+                    "logits: rms %.3g from the same activations, %.3g from fp32", lm, lp);
+        TEST_CHECKF(gm * min_ratio <= gp,
+                    "gradients: rms %.3g from the same activations, %.3g from fp32", gm, gp);
+    }
     for (int k = 3; k <= 4; k++)
         TEST_CHECKF(memcmp(&loss[0], &loss[k], sizeof loss[0]) == 0 &&
                         memcmp(l[0], l[k], nlog * sizeof(float)) == 0 &&
@@ -592,9 +629,9 @@ static void act16_step(const char *label, zs_gpt_config_t c, int B, int T, int d
     printf("    CUDA checkpointing and cpu_checkpointing: bitwise equal to none; device "
            "activation peak %.3f MB (fp32 activations %.3f MB), %.3f MB with checkpointing\n",
            peak[0] / 1e6, peak[5] / 1e6, peak[3] / 1e6);
-    for (int k = 0; k < 6; k++)
+    for (int k = 0; k < 7; k++)
         free(l[k]), free(g[k]);
-    free(w), free(in), free(tg);
+    free(w), free(wp), free(in), free(tg);
 }
 
 /* ---- 7. split engine layers, bf16 parameters read in place ---- */
