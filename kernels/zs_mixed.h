@@ -53,7 +53,10 @@
  * h16 where it would round f32 into its scratch: the same values, with no
  * cast and no pass over f32. Matched by pointer (f32 == the operand's
  * pointer) and length (the operand's n <= this n). The CPU kernels ignore
- * twins (their rounded copies are fp32 values anyway). */
+ * twins (their rounded copies are fp32 values anyway). An operand held only
+ * in 16 bits (the GPT's zero-padded vocabulary) is a twin keyed by the h16
+ * copy's own address, with no fp32 tensor behind it: a caller gives such a
+ * twin only to a table that takes twins, whose ops never read f32. */
 typedef struct zs_mixed_twin {
     const float *f32;
     const void *h16;

@@ -618,12 +618,8 @@ static int alloc_buffers(zs_gpt_t *g, zs_err_t *err)
     };
     /* reused within a layer or by every layer's backward */
     const slot_t scr[] = {
-        {&g->proj, N * C},
-        {&g->dres, N * C},
-        {&g->dbuf, N * C},
-        {&g->dqkv, N * 3 * C},
-        {&g->datt, NHTT},
-        {&g->dfch, N * 4 * C},
+        {&g->proj, N * C},     {&g->dres, N * C}, {&g->dbuf, N * C},
+        {&g->dqkv, N * 3 * C}, {&g->datt, NHTT},  {&g->dfch, N * 4 * C},
     };
     TRY(carve(g, ZS_MEM_ACTIVATIONS, act, sizeof act / sizeof act[0], &g->act_arena, err));
     g->inputs = (int32_t *)inputs;
@@ -712,6 +708,10 @@ static size_t mixed_need(const zs_gpt_t *g)
     ZS_NEED(zs_mixed_gemm_elems(0, 1, N, R, C, C, C));
     ZS_NEED(zs_mixed_gemm_elems(0, 0, N, C, R, ld, C));
     ZS_NEED(zs_mixed_gemm_elems(1, 0, V, C, N, ld, C));
+    if (zs__gpt_head16_on(g)) { /* once over the padded vocabulary */
+        ZS_NEED(zs_mixed_gemm_elems(0, 1, N, ld, C, C, C));
+        ZS_NEED(zs_mixed_gemm_elems(0, 0, N, C, ld, ld, C));
+    }
 #undef ZS_NEED
     return need;
 }

@@ -159,7 +159,8 @@ int zs_gpt_activations(const zs_gpt_t *g);
  * LayerNorm weights and biases), so no fp32 copy of the model is needed.
  * Results equal those of fp32 views of the same 16-bit values bitwise,
  * except that a vocabulary wider than the scratch sums the head's input
- * gradient chunk by chunk. The engine sets it through
+ * gradient chunk by chunk (on CUDA with 16-bit GEMMs the head's GEMMs run
+ * once, over a zero-padded 16-bit copy of wte). The engine sets it through
  * zs_model_t.set_param_dtype. Before bind only (ZS_ERR_STATE after);
  * ZS_ERR_INVALID for another dtype. */
 int zs_gpt_set_param_dtype(zs_gpt_t *g, int dt, zs_err_t *err);

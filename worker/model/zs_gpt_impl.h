@@ -78,6 +78,8 @@ struct zs_gpt {
     /* 16-bit parameters and the row-by-row embedding (zs_gpt_param16.c,
      * zs_gpt_split.c; allocated when pdt != ZS_DTYPE_F32 or wte is split) */
     float *pconv;         /* device, ZS_MEM_SCRATCH: small area, then big area */
+    void *wte16p;         /* device, ZS_MEM_SCRATCH, gemm_dt: the tied wte, then zero rows up to
+                           * ZS_GPT_LOGITS_LD(vocab) (zs__gpt_head16_on; zs_gpt_param16.c) */
     int32_t *remap;       /* device [2 maxN]: embedding ids into the converted rows, then
                              the distinct ids (uniq's copy, read by zs_dev_cast_rows) */
     int32_t *remap_pin;   /* pinned [2 maxN]: their staging */
@@ -278,9 +280,15 @@ size_t zs__gpt_big_elems(const zs_gpt_t *g);
 float *zs__gpt_rows(const zs_gpt_t *g);
 
 /* The head's GEMMs reading the tied wte (wdeps: the head's dep pointers,
- * the one embedding layer or every wte layer), chunk by chunk (see the
- * file): logits = lnf wte^T (dx 0), or dbuf = dlogits wte (dx 1). */
+ * the one embedding layer or every wte layer), chunk by chunk, or once
+ * over the padded vocabulary where zs__gpt_head16_on (see the file):
+ * logits = lnf wte^T (dx 0), or dbuf = dlogits wte (dx 1). */
 int zs__gpt_head_gemms(zs_gpt_t *g, void *const *wdeps, int dx, zs_err_t *err);
+
+/* 1 when the head's GEMMs read wte16p, the tied wte in the GEMM dtype
+ * padded with zero rows to ZS_GPT_LOGITS_LD(vocab): 16-bit GEMMs and a
+ * table that takes twins (CUDA). Known once ops and dtypes are set. */
+int zs__gpt_head16_on(const zs_gpt_t *g);
 
 /* ---- engine layers and the row-by-row embedding (zs_gpt_split.c) ---- */
 

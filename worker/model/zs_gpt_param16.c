@@ -36,9 +36,20 @@
  * Stream order makes reuse safe: every conversion is enqueued on the
  * compute stream after the ops that read the previous contents.
  *
- * Not here: GEMMs reading 16-bit operands in place (cuBLASLt could skip
- * the conversion on CUDA; both tables convert today), gradients (always
- * fp32, the engine's slots).
+ * On CUDA with 16-bit GEMMs (zs__gpt_head16_on) the head's GEMMs do not
+ * go by chunks: wte is cast, chunk by chunk, into wte16p, a copy in the
+ * GEMM dtype whose rows V .. ZS_GPT_LOGITS_LD(V) are zeros, and each GEMM
+ * runs once over the padded vocabulary, reading that copy as its operand's
+ * twin (zs_mixed_twin_t, keyed by the copy's own address). With V = 50257
+ * cuBLASLt ran those GEMMs at about 94 TFLOP/s on an H200 against 250-320
+ * for the blocks' (bench/RESULTS.md); llm.c pads its vocabulary the same
+ * way. The padded logits are exact zeros (zero rows), so their gradients
+ * in place (dlogits == logits, never written by xent_bwd) are zeros too,
+ * and the padded terms of dlnf = dlogits wte add nothing. The cast rounds
+ * as the GEMM's own operand rounding would (nearest even), so each logit is
+ * the same dot product; dlnf sums the whole vocabulary in one GEMM.
+ *
+ * Not here: gradients (always fp32, the engine's slots).
  */
 #include <stdlib.h>
 #include <string.h>
@@ -89,8 +100,23 @@ int zs_gpt_param_dtype(const zs_gpt_t *g)
     return g->pdt;
 }
 
+int zs__gpt_head16_on(const zs_gpt_t *g)
+{
+    return g->ops && g->ops->set_twins && g->gemm_dt != ZS_DTYPE_F32;
+}
+
 int zs__gpt_param16_alloc(zs_gpt_t *g, zs_err_t *err)
 {
+    if (zs__gpt_head16_on(g)) { /* rows V .. Vp stay zero: only rows < V are ever cast */
+        size_t bytes = (size_t)ZS_GPT_LOGITS_LD(g->c.vocab) * (size_t)g->c.width *
+                       zs_dtype_size((zs_dtype_t)g->gemm_dt);
+        int rc = zs_dev_alloc(g->dev, ZS_SPACE_DEVICE, ZS_MEM_SCRATCH, bytes, &g->wte16p, err);
+        if (rc) {
+            zs_err_prefix(err, "gpt: %zu MiB for the padded 16-bit head: ", bytes >> 20);
+            return rc;
+        }
+        TRY(zs_dev_memset(g->stream, g->wte16p, 0, bytes, err));
+    }
     if (g->pdt == ZS_DTYPE_F32 && !g->wte_rows)
         return ZS_OK;
     size_t bytes = (small_elems(g) + zs__gpt_big_elems(g)) * sizeof(float);
@@ -121,6 +147,8 @@ void zs__gpt_param16_free(zs_gpt_t *g)
         zs_dev_event_destroy(g->remap_ev);
     }
     zs_dev_free(g->dev, g->pconv);
+    zs_dev_free(g->dev, g->wte16p);
+    g->wte16p = NULL;
     zs_dev_free(g->dev, g->remap);
     zs_dev_free(g->dev, g->remap_pin);
     free(g->seen);
@@ -165,10 +193,39 @@ static const void *wte_chunk(const zs_gpt_t *g, void *const *wdeps, int v0, int 
     return (const char *)wdeps[0] + (size_t)v0 * g->c.width * zs_dtype_size(g->pdt);
 }
 
+/* The head's GEMMs once over the padded vocabulary (see the file). wte16p
+ * is cast again for every call: the forward's and the backward's may see
+ * other parameters (a later step, or another micro-batch's gathered ones),
+ * and the cast is one pass over V x C 16-bit elements. */
+static int head_gemms_padded(zs_gpt_t *g, void *const *wdeps, int dx, zs_err_t *err)
+{
+    const zs_gpt_ops_t *ops = g->ops;
+    int C = g->c.width, V = g->c.vocab, N = g->B * g->T, r, ld = ZS_GPT_LOGITS_LD(V);
+    zs_dtype_t dt = (zs_dtype_t)g->gemm_dt;
+    for (int v0 = 0; v0 < V; v0 += r) {
+        const void *wte = wte_chunk(g, wdeps, v0, &r);
+        char *dst = (char *)g->wte16p + (size_t)v0 * C * zs_dtype_size(dt);
+        TRY(zs_dev_cast(g->stream, dst, dt, wte, (zs_dtype_t)g->pdt, (size_t)r * C, err));
+    }
+    /* a twin with no fp32 tensor behind it: the key is the copy itself, and
+     * only a table that takes twins (zs__gpt_head16_on) is given it */
+    const float *key = (const float *)g->wte16p;
+    zs__gpt_twins_t tw = {.n = 1};
+    tw.t[0] = (zs_mixed_twin_t){key, g->wte16p, (size_t)ld * C};
+    TRY(zs__gpt_twins_set(g, &tw, err));
+    if (dx) /* dbuf = dlogits[:, 0 : ld] wte16p */
+        return ops->gemm(ops->ctx, g->stream, 0, 0, N, C, ld, 1.0f, g->dlogits, ld, key, C, 0.0f,
+                         g->dbuf, C, err);
+    return ops->gemm(ops->ctx, g->stream, 0, 1, N, ld, C, 1.0f, g->lnf, C, key, C, 0.0f, g->logits,
+                     ld, err); /* logits[:, 0 : ld] = lnf wte16p^T */
+}
+
 int zs__gpt_head_gemms(zs_gpt_t *g, void *const *wdeps, int dx, zs_err_t *err)
 {
     const zs_gpt_ops_t *ops = g->ops;
     int C = g->c.width, V = g->c.vocab, N = g->B * g->T, r, ld = ZS_GPT_LOGITS_LD(V);
+    if (g->wte16p)
+        return head_gemms_padded(g, wdeps, dx, err);
     for (int v0 = 0; v0 < V; v0 += r) {
         const void *wte = wte_chunk(g, wdeps, v0, &r);
         const float *w;
