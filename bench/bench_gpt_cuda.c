@@ -517,6 +517,16 @@ static void print_mfu(const char *name, const cshape_t *s, const row_t *row, pea
                row->ms[4], row->ms[5], row->ms[6]);
 }
 
+/* The dtype a --gemm or --activations value names (bf16, fp16 or fp32),
+ * or -1. */
+static int dtype_arg(const char *s)
+{
+    return !strcmp(s, "bf16")   ? ZS_DTYPE_BF16
+           : !strcmp(s, "fp16") ? ZS_DTYPE_F16
+           : !strcmp(s, "fp32") ? ZS_DTYPE_F32
+                                : -1;
+}
+
 int zs__bench_gpt_cuda(int argc, char **argv)
 {
     const char *which = "both", *server_bin = getenv("ZS_SERVER_BIN");
@@ -551,22 +561,12 @@ int zs__bench_gpt_cuda(int argc, char **argv)
                 if (*p == ',')
                     p++;
             }
-        } else if (!strcmp(argv[i], "--gemm") && i + 1 < argc &&
-                   (!strcmp(argv[i + 1], "bf16") || !strcmp(argv[i + 1], "fp16") ||
-                    !strcmp(argv[i + 1], "fp32"))) {
-            i++;
-            g_gemm = !strcmp(argv[i], "bf16")   ? ZS_DTYPE_BF16
-                     : !strcmp(argv[i], "fp16") ? ZS_DTYPE_F16
-                                                : ZS_DTYPE_F32;
-        } else if (!strcmp(argv[i], "--activations") && i + 1 < argc &&
-                   (!strcmp(argv[i + 1], "bf16") || !strcmp(argv[i + 1], "fp16") ||
-                    !strcmp(argv[i + 1], "fp32"))) {
-            i++;
-            g_act = !strcmp(argv[i], "bf16")   ? ZS_DTYPE_BF16
-                    : !strcmp(argv[i], "fp16") ? ZS_DTYPE_F16
-                                               : ZS_DTYPE_F32;
-        } else if (!strcmp(argv[i], "--attention") && i + 1 < argc &&
-                   (!strcmp(argv[i + 1], "flash") || !strcmp(argv[i + 1], "unfused"))) {
+        } else if (!strcmp(argv[i], "--gemm") && i + 1 < argc && dtype_arg(argv[i + 1]) >= 0)
+            g_gemm = dtype_arg(argv[++i]);
+        else if (!strcmp(argv[i], "--activations") && i + 1 < argc && dtype_arg(argv[i + 1]) >= 0)
+            g_act = dtype_arg(argv[++i]);
+        else if (!strcmp(argv[i], "--attention") && i + 1 < argc &&
+                 (!strcmp(argv[i + 1], "flash") || !strcmp(argv[i + 1], "unfused"))) {
             i++;
             g_attn = !strcmp(argv[i], "flash") ? ZS_GPT_ATTN_FLASH : ZS_GPT_ATTN_UNFUSED;
         } else if (!strcmp(argv[i], "--peak-tflops") && i + 1 < argc &&

@@ -73,7 +73,8 @@
 #
 # With no command: `run` when .gpu-carry/bin exists, else `build`.
 #
-# Steps: test_dev_cuda; test_cuda_ops (every CUDA op vs its CPU twin);
+# Steps: test_dev_cuda; test_cuda_ops (every CUDA op vs its CPU twin); test_cuda_attn
+# (the fused attention vs the CPU);
 # test_gpt_cuda (the whole GPT on CUDA vs CPU, 10 AdamW steps, bitwise
 # reruns); test_nccl_boot boot under mpirun -np 2 (one GPU: two ranks on it
 # must be refused; two GPUs: collectives) and gpu under -np 1 (and -np N with
