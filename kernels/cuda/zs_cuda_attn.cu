@@ -13,7 +13,9 @@
  * uniform stride apart, so one loop index runs on the host and the other is
  * the batch (heads within a sequence when B <= NH, else sequences for one
  * head). The softmax kernels run one warp per row of T with fixed-order
- * reductions, so the results repeat bitwise.
+ * reductions, so the results repeat bitwise. Given a 16-bit twin of att
+ * (zs_mixed_twin_t: the GPT's stored probabilities), the backward reads
+ * only the twin, the softmax backward included, never att's fp32 values.
  *
  * What it does not do: a fused score/softmax kernel, skipping the masked
  * half of the products (the CPU computes it too). The fused, FlashAttention-2
@@ -24,6 +26,7 @@
 
 #include "zs_cuda_blas.cuh"
 #include "zs_cuda_gpt.h"
+#include "zs_math.h"
 #include "zs_cuda_util.cuh"
 #include "zs_cuda_vec.h"
 
@@ -55,9 +58,12 @@ __global__ void __launch_bounds__(SM_WARPS * 32) k_causal_softmax(float *att, in
         p[u] = 0.0f;
 }
 
-/* D <- scale * att * (D - sum_u att D) on u <= t, 0 past t; rows as above. */
+/* D <- scale * att * (D - sum_u att D) on u <= t, 0 past t; rows as above.
+ * att of dtype DT: fp32, or the caller's 16-bit twin of it (the same
+ * values widened, so the same results bitwise). */
+template <int DT>
 __global__ void __launch_bounds__(SM_WARPS * 32)
-    k_causal_softmax_bwd(float *__restrict__ D, const float *__restrict__ att, float scale, int T,
+    k_causal_softmax_bwd(float *__restrict__ D, const void *__restrict__ att, float scale, int T,
                          size_t rows)
 {
     size_t row = (size_t)blockIdx.x * SM_WARPS + (threadIdx.x >> 5);
@@ -65,14 +71,14 @@ __global__ void __launch_bounds__(SM_WARPS * 32)
     if (row >= rows)
         return;
     int t = (int)(row % (size_t)T);
-    const float *a = att + row * T;
+    size_t a = row * T;
     float *d = D + row * T;
     float s = 0.0f;
     for (int u = lane; u <= t; u += 32)
-        s = s + a[u] * d[u];
+        s = s + zs_math_load(att, DT, a + u) * d[u];
     s = zs__warp_sum(s);
     for (int u = lane; u <= t; u += 32)
-        d[u] = a[u] * (d[u] - s) * scale;
+        d[u] = zs_math_load(att, DT, a + u) * (d[u] - s) * scale;
     for (int u = t + 1 + lane; u < T; u += 32)
         d[u] = 0.0f;
 }
@@ -230,8 +236,16 @@ extern "C" int zs_cuda_attention_bwd_mixed(void *stream, zs_cuda_blas_t *blas, c
             return rc;
         }
     }
-    ZS_CUDA_LAUNCH(k_causal_softmax_bwd, sm_blocks(rows), SM_WARPS * 32, 0, cs, scratch, att, scale,
-                   T, rows);
+    /* with att's 16-bit twin given, the softmax backward reads the twin
+     * too, so att's fp32 contents are never read (the GPT then skips
+     * casting them back: zs_gpt_act16.c) */
+    const void *att16 = o.dt != ZS_DTYPE_F32 ? zs__opnd_twin(&o, att, rows * T) : NULL;
+    decltype(&k_causal_softmax_bwd<ZS_DTYPE_F32>) sk = k_causal_softmax_bwd<ZS_DTYPE_F32>;
+    if (att16)
+        sk = o.dt == ZS_DTYPE_BF16 ? k_causal_softmax_bwd<ZS_DTYPE_BF16>
+                                   : k_causal_softmax_bwd<ZS_DTYPE_F16>;
+    ZS_CUDA_LAUNCH(sk, sm_blocks(rows), SM_WARPS * 32, 0, cs, scratch,
+                   att16 ? att16 : (const void *)att, scale, T, rows);
     ZS_CUDA_LAUNCHED("k_causal_softmax_bwd");
     if (o.dt != ZS_DTYPE_F32 &&
         (rc = zs_cuda_cast(cs, (void *)gD, (zs_dtype_t)o.dt, scratch, ZS_DTYPE_F32, rows * T, err)))

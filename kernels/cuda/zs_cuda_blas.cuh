@@ -43,6 +43,16 @@ typedef struct {
     const zs_mixed_t *mx; /* its twins (zs_mixed_twin_t), or NULL */
 } zs__opnd_t;
 
+/* The 16-bit twin (of o->dt) the caller gave for the first n elements of
+ * src, or NULL. */
+static inline const void *zs__opnd_twin(const zs__opnd_t *o, const float *src, size_t n)
+{
+    for (int i = 0; o->mx && i < o->mx->ntwins; i++)
+        if (o->mx->twins[i].f32 == src && n <= o->mx->twins[i].n)
+            return o->mx->twins[i].h16;
+    return NULL;
+}
+
 /* Round n fp32 elements of src into the next piece (16-bit): *out; or, when
  * the caller gave src's 16-bit twin, *out = the twin and nothing runs (the
  * piece is still carved, so the pieces after it stay where the scratch
@@ -52,11 +62,8 @@ static inline int zs__opnd_round(cudaStream_t cs, zs__opnd_t *o, const float *sr
 {
     uint16_t *p = o->next;
     o->next += zs_mixed_piece(n);
-    for (int i = 0; o->mx && i < o->mx->ntwins; i++)
-        if (o->mx->twins[i].f32 == src && n <= o->mx->twins[i].n) {
-            *out = o->mx->twins[i].h16;
-            return ZS_OK;
-        }
+    if ((*out = zs__opnd_twin(o, src, n)) != NULL)
+        return ZS_OK;
     *out = p;
     return zs_cuda_cast(cs, p, (zs_dtype_t)o->dt, src, ZS_DTYPE_F32, n, err);
 }

@@ -17,8 +17,11 @@
  *     GELU output) are computed into ONE fp32 workspace and rounded right
  *     after the op that writes them (fp32 -> 16-bit slice of the block ->
  *     fp32 back: zs__gpt_round), so the next op of the forward reads the
- *     rounded value. The backward of block l casts the block's slices back
- *     into the workspace first (zs__gpt_act_restore). With checkpointing
+ *     rounded value; the attention probabilities, which the forward does
+ *     not read again, only to 16 bits (zs__gpt_round_last). The backward
+ *     of block l casts the block's slices back into the workspace first
+ *     (zs__gpt_act_restore), except those its ops read only as 16-bit
+ *     twins (CUDA, GEMMs in the activations' dtype). With checkpointing
  *     nothing but the checkpoints is kept: the rounding goes through
  *     backward scratch (datt, dfch), the recompute rounds exactly as the
  *     forward did, and the workspace already holds the rounded values.
@@ -120,6 +123,15 @@ int zs__gpt_round(zs_gpt_t *g, int l, float *t, void *a16, size_t slice, size_t 
     return zs_dev_round(g->stream, t, h, dt, n, err); /* h = rounded t, t = h: one launch */
 }
 
+int zs__gpt_round_last(zs_gpt_t *g, int l, float *t, void *a16, size_t slice, size_t n,
+                       zs_err_t *err)
+{
+    if (g->act_dt == ZS_DTYPE_F32 || g->ckpt)
+        return zs__gpt_round(g, l, t, a16, slice, n, err);
+    return zs_dev_cast(g->stream, slice16(a16, slice, l), (zs_dtype_t)g->act_dt, t, ZS_DTYPE_F32, n,
+                       err);
+}
+
 /* Whether the GEMMs read the stored 16-bit activations (zs__gpt_twins). */
 static int twins_on(const zs_gpt_t *g)
 {
@@ -146,16 +158,17 @@ int zs__gpt_act_restore(zs_gpt_t *g, int l, zs_err_t *err)
         {g->fch, g->fch_16, sN * 4 * C, N * 4 * C}, {g->fchg, g->fchg_16, sN * 4 * C, N * 4 * C},
     };
     /* With twins the backward's GEMMs read ln1, ln2 and fchg, and with the
-     * unfused attention qkv and atty, from their homes, and nothing else
-     * reads them in fp32 (the fused attention's backward reads qkv and
+     * unfused attention qkv, att and atty, from their homes, and nothing
+     * else reads them in fp32 (the unfused attention's softmax backward
+     * reads att's twin too; the fused attention's backward reads qkv and
      * atty in fp32: it rounds its own tiles, and D = rowsum(dout * out));
-     * fch (GELU backward), res2 (LayerNorm backward) and att (softmax
-     * backward) are read in fp32 whatever the GEMMs do. */
+     * fch (GELU backward) and res2 (LayerNorm backward) are read in fp32
+     * whatever the GEMMs do. */
     int tw = twins_on(g);
     for (size_t i = 0; i < sizeof ts / sizeof ts[0]; i++) {
         float *t = ts[i].t;
         if (tw && (t == g->ln1 || t == g->ln2 || t == g->fchg ||
-                   (!g->flash && (t == g->qkv || t == g->atty))))
+                   (!g->flash && (t == g->qkv || t == g->att || t == g->atty))))
             continue;
         TRY(zs_dev_cast(g->stream, t, ZS_DTYPE_F32, slice16(ts[i].a16, ts[i].slice, l), dt, ts[i].n,
                         err));

@@ -168,6 +168,14 @@ int zs__gpt_resid_store(zs_gpt_t *g, int k, zs_err_t *err);
  * value every later reader (forward and backward) sees. */
 int zs__gpt_round(zs_gpt_t *g, int l, float *t, void *a16, size_t slice, size_t n, zs_err_t *err);
 
+/* zs__gpt_round for a tensor the rest of the forward does not read (the
+ * attention probabilities): without checkpointing only its 16-bit home is
+ * written and t keeps the unrounded values (the backward casts the home
+ * back, or reads it as the op's twin), which saves a pass over t. With
+ * checkpointing, exactly zs__gpt_round. */
+int zs__gpt_round_last(zs_gpt_t *g, int l, float *t, void *a16, size_t slice, size_t n,
+                       zs_err_t *err);
+
 /* Before block l's backward without checkpointing: enqueue the casts of
  * the block's 16-bit saved tensors back into the fp32 workspace. */
 int zs__gpt_act_restore(zs_gpt_t *g, int l, zs_err_t *err);
