@@ -43,27 +43,41 @@ typedef struct {
     const zs_mixed_t *mx; /* its twins (zs_mixed_twin_t), or NULL */
 } zs__opnd_t;
 
-/* The 16-bit twin (of o->dt) the caller gave for the first n elements of
- * src, or NULL. */
-static inline const void *zs__opnd_twin(const zs__opnd_t *o, const float *src, size_t n)
+/* The twin (of o->dt) the caller gave for the first n elements of src,
+ * or NULL. */
+static inline const zs_mixed_twin_t *zs__opnd_twin_of(const zs__opnd_t *o, const float *src,
+                                                      size_t n)
 {
     for (int i = 0; o->mx && i < o->mx->ntwins; i++)
         if (o->mx->twins[i].f32 == src && n <= o->mx->twins[i].n)
-            return o->mx->twins[i].h16;
+            return &o->mx->twins[i];
     return NULL;
+}
+
+/* The 16-bit twin holding src's first n elements rounded, or NULL (a fill
+ * twin is not one: it is written by the op). */
+static inline const void *zs__opnd_twin(const zs__opnd_t *o, const float *src, size_t n)
+{
+    const zs_mixed_twin_t *t = zs__opnd_twin_of(o, src, n);
+    return t && !t->fill ? t->h16 : NULL;
 }
 
 /* Round n fp32 elements of src into the next piece (16-bit): *out; or, when
  * the caller gave src's 16-bit twin, *out = the twin and nothing runs (the
  * piece is still carved, so the pieces after it stay where the scratch
- * size assumes). */
+ * size assumes); or, for a fill twin, round into the twin's buffer. */
 static inline int zs__opnd_round(cudaStream_t cs, zs__opnd_t *o, const float *src, size_t n,
                                  const void **out, zs_err_t *err)
 {
     uint16_t *p = o->next;
     o->next += zs_mixed_piece(n);
-    if ((*out = zs__opnd_twin(o, src, n)) != NULL)
+    const zs_mixed_twin_t *t = zs__opnd_twin_of(o, src, n);
+    if (t && !t->fill) {
+        *out = t->h16;
         return ZS_OK;
+    }
+    if (t) /* the caller lets the op write it (zs_mixed_twin_t.fill) */
+        p = (uint16_t *)(uintptr_t)t->h16;
     *out = p;
     return zs_cuda_cast(cs, p, (zs_dtype_t)o->dt, src, ZS_DTYPE_F32, n, err);
 }

@@ -203,6 +203,15 @@ void zs__gpt_twin_act(const zs_gpt_t *g, int l, zs__gpt_twins_t *tw, const float
         tw->t[tw->n++] = (zs_mixed_twin_t){t, home(g, l, which), n};
 }
 
+int zs__gpt_twin_fill(const zs_gpt_t *g, int l, zs__gpt_twins_t *tw, const float *t, int which,
+                      size_t n)
+{
+    if (!twins_on(g) || tw->n >= ZS_MIXED_TWINS_MAX)
+        return 0;
+    tw->t[tw->n++] = (zs_mixed_twin_t){t, home(g, l, which), n, 1};
+    return 1;
+}
+
 int zs__gpt_wtwins_on(const zs_gpt_t *g)
 {
     return g->ops->set_twins && g->gemm_dt != ZS_DTYPE_F32 && g->pdt == g->gemm_dt &&

@@ -111,9 +111,12 @@ int zs__gpt_block_part_fwd(zs_gpt_t *g, int l, int part, const zs__gpt_bp_t *bp,
             TRY(ops->attention_flash_fwd(k, s, ws.atty, ws.lse, ws.qkv, B, T, C, NH, err));
         } else {
             zs__gpt_twin_act(g, l, &tw, ws.qkv, ZS__GPT_QKV, 3 * nC);
+            /* the op rounds the probabilities for its GEMM into their home */
+            int filled = zs__gpt_twin_fill(g, l, &tw, ws.att, ZS__GPT_ATT, natt);
             TRY(zs__gpt_twins_set(g, &tw, err));
             TRY(ops->attention_fwd(k, s, ws.atty, ws.att, ws.qkv, B, T, C, NH, err));
-            TRY(zs__gpt_round_last(g, l, ws.att, g->att_16, g->att_slice, natt, err));
+            if (!filled)
+                TRY(zs__gpt_round_last(g, l, ws.att, g->att_16, g->att_slice, natt, err));
         }
         TRY(zs__gpt_round(g, l, ws.atty, g->atty_16, sN * C, nC, err));
         TRY(bparam(g, bp, 1, o->projb, Cz, 0, &b, err));

@@ -207,6 +207,13 @@ int zs__gpt_wtwins_on(const zs_gpt_t *g);
  * empty) and empty tw for the op after. Call right before that entry. */
 int zs__gpt_twins_set(zs_gpt_t *g, zs__gpt_twins_t *tw, zs_err_t *err);
 
+/* Add block l's 16-bit home of saved tensor `which` as a fill twin of t
+ * (zs_mixed_twin_t.fill: the op about to run computes t and rounds it into
+ * the home for its GEMMs) when the GEMMs read stored 16-bit activations.
+ * Returns 1 when added: the caller then stores nothing itself. */
+int zs__gpt_twin_fill(const zs_gpt_t *g, int l, zs__gpt_twins_t *tw, const float *t, int which,
+                      size_t n);
+
 /* ---- a block in four parts (zs_gpt_block.c) ---- */
 
 /* A block's parameters, one pointer per part (pdt elements; NULL: not
