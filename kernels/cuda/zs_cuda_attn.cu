@@ -32,8 +32,12 @@
 
 #define SM_WARPS 8 /* rows (warps) per block of the softmax kernels */
 
-/* In place over rows of att [rows, T]; row r is query position r % T. */
-__global__ void __launch_bounds__(SM_WARPS * 32) k_causal_softmax(float *att, int T, size_t rows)
+/* In place over rows of att [rows, T]; row r is query position r % T.
+ * With HDT 16-bit, also h = att rounded to HDT (the GEMM's operand), in
+ * the same pass. */
+template <int HDT>
+__global__ void __launch_bounds__(SM_WARPS * 32)
+    k_causal_softmax(float *__restrict__ att, void *__restrict__ h, int T, size_t rows)
 {
     size_t row = (size_t)blockIdx.x * SM_WARPS + (threadIdx.x >> 5);
     int lane = threadIdx.x & 31;
@@ -52,18 +56,30 @@ __global__ void __launch_bounds__(SM_WARPS * 32) k_causal_softmax(float *att, in
         s = s + e;
     }
     float inv = 1.0f / zs__warp_sum(s);
-    for (int u = lane; u <= t; u += 32)
-        p[u] = p[u] * inv;
-    for (int u = t + 1 + lane; u < T; u += 32)
+    for (int u = lane; u <= t; u += 32) {
+        float x = p[u] * inv;
+        p[u] = x;
+        if (HDT != ZS_DTYPE_F32)
+            zs_math_store(h, HDT, row * T + u, x);
+    }
+    for (int u = t + 1 + lane; u < T; u += 32) {
         p[u] = 0.0f;
+        if (HDT != ZS_DTYPE_F32)
+            zs_math_store(h, HDT, row * T + u, 0.0f);
+    }
 }
 
-/* D <- scale * att * (D - sum_u att D) on u <= t, 0 past t; rows as above.
- * att of dtype DT: fp32, or the caller's 16-bit twin of it (the same
- * values widened, so the same results bitwise). */
-template <int DT>
+/* out <- scale * att * (D - sum_u att D) on u <= t, 0 past t; rows as
+ * above. att of dtype ADT: fp32, or the caller's 16-bit twin of it (the
+ * same values widened, so the same results bitwise). out of dtype ODT:
+ * D itself (fp32, in place), or the 16-bit operand of the GEMMs after it,
+ * rounded here instead of in a pass of its own. out may be D, or att's
+ * twin (then the GEMMs' piece for both): the row's sum is complete (the
+ * butterfly) before any lane writes, and each lane then reads the elements
+ * it writes before writing them, so no __restrict__ on the three. */
+template <int ADT, int ODT>
 __global__ void __launch_bounds__(SM_WARPS * 32)
-    k_causal_softmax_bwd(float *__restrict__ D, const void *__restrict__ att, float scale, int T,
+    k_causal_softmax_bwd(const float *D, void *out, const void *att, float scale, int T,
                          size_t rows)
 {
     size_t row = (size_t)blockIdx.x * SM_WARPS + (threadIdx.x >> 5);
@@ -72,15 +88,15 @@ __global__ void __launch_bounds__(SM_WARPS * 32)
         return;
     int t = (int)(row % (size_t)T);
     size_t a = row * T;
-    float *d = D + row * T;
+    const float *d = D + a;
     float s = 0.0f;
     for (int u = lane; u <= t; u += 32)
-        s = s + zs_math_load(att, DT, a + u) * d[u];
+        s = s + zs_math_load(att, ADT, a + u) * d[u];
     s = zs__warp_sum(s);
     for (int u = lane; u <= t; u += 32)
-        d[u] = zs_math_load(att, DT, a + u) * (d[u] - s) * scale;
+        zs_math_store(out, ODT, a + u, zs_math_load(att, ADT, a + u) * (d[u] - s) * scale);
     for (int u = t + 1 + lane; u < T; u += 32)
-        d[u] = 0.0f;
+        zs_math_store(out, ODT, a + u, 0.0f);
 }
 
 /* How the B x NH slices map to host loops and GEMM batches: slice (i, j)
@@ -166,10 +182,17 @@ extern "C" int zs_cuda_attention_fwd_mixed(void *stream, zs_cuda_blas_t *blas, c
             return rc;
         }
     }
-    ZS_CUDA_LAUNCH(k_causal_softmax, sm_blocks(rows), SM_WARPS * 32, 0, cs, att, T, rows);
+    /* the softmax writes the GEMM's 16-bit operand too (its piece, or the
+     * caller's fill twin: zs_mixed_twin_t.fill) */
+    void *h = o.dt != ZS_DTYPE_F32 ? zs__opnd_out(&o, att, rows * T) : NULL;
+    decltype(&k_causal_softmax<ZS_DTYPE_F32>) fk = k_causal_softmax<ZS_DTYPE_F32>;
+    if (h)
+        fk = o.dt == ZS_DTYPE_BF16 ? k_causal_softmax<ZS_DTYPE_BF16>
+                                   : k_causal_softmax<ZS_DTYPE_F16>;
+    ZS_CUDA_LAUNCH(fk, sm_blocks(rows), SM_WARPS * 32, 0, cs, att, h, T, rows);
     ZS_CUDA_LAUNCHED("k_causal_softmax");
-    if (o.dt != ZS_DTYPE_F32 && (rc = zs__opnd_round(cs, &o, att, rows * T, &ga, err)))
-        return rc;
+    if (h)
+        ga = h;
     for (int i = 0; i < p.loops; i++) {
         const void *v = zs__at(gq, i * p.qkv_off + 2 * C, o.es),
                    *a = zs__at(ga, i * p.tt_off, o.es);
@@ -240,16 +263,19 @@ extern "C" int zs_cuda_attention_bwd_mixed(void *stream, zs_cuda_blas_t *blas, c
      * too, so att's fp32 contents are never read (the GPT then skips
      * casting them back: zs_gpt_act16.c) */
     const void *att16 = o.dt != ZS_DTYPE_F32 ? zs__opnd_twin(&o, att, rows * T) : NULL;
-    decltype(&k_causal_softmax_bwd<ZS_DTYPE_F32>) sk = k_causal_softmax_bwd<ZS_DTYPE_F32>;
-    if (att16)
-        sk = o.dt == ZS_DTYPE_BF16 ? k_causal_softmax_bwd<ZS_DTYPE_BF16>
-                                   : k_causal_softmax_bwd<ZS_DTYPE_F16>;
+    decltype(&k_causal_softmax_bwd<ZS_DTYPE_F32, ZS_DTYPE_F32>) sk;
+    if (o.dt == ZS_DTYPE_F32) /* D in place, the GEMMs' fp32 operand */
+        sk = k_causal_softmax_bwd<ZS_DTYPE_F32, ZS_DTYPE_F32>;
+    else if (o.dt == ZS_DTYPE_BF16) /* D rounded into gD in the same pass */
+        sk = att16 ? k_causal_softmax_bwd<ZS_DTYPE_BF16, ZS_DTYPE_BF16>
+                   : k_causal_softmax_bwd<ZS_DTYPE_F32, ZS_DTYPE_BF16>;
+    else
+        sk = att16 ? k_causal_softmax_bwd<ZS_DTYPE_F16, ZS_DTYPE_F16>
+                   : k_causal_softmax_bwd<ZS_DTYPE_F32, ZS_DTYPE_F16>;
     ZS_CUDA_LAUNCH(sk, sm_blocks(rows), SM_WARPS * 32, 0, cs, scratch,
+                   o.dt == ZS_DTYPE_F32 ? (void *)scratch : (void *)gD,
                    att16 ? att16 : (const void *)att, scale, T, rows);
     ZS_CUDA_LAUNCHED("k_causal_softmax_bwd");
-    if (o.dt != ZS_DTYPE_F32 &&
-        (rc = zs_cuda_cast(cs, (void *)gD, (zs_dtype_t)o.dt, scratch, ZS_DTYPE_F32, rows * T, err)))
-        return rc;
     for (int i = 0; i < p.loops; i++) {
         const void *q = zs__at(gq, i * p.qkv_off, o.es), *k = zs__at(gq, i * p.qkv_off + C, o.es);
         const void *D = zs__at(gD, i * p.tt_off, o.es);

@@ -82,6 +82,17 @@ static inline int zs__opnd_round(cudaStream_t cs, zs__opnd_t *o, const float *sr
     return zs_cuda_cast(cs, p, (zs_dtype_t)o->dt, src, ZS_DTYPE_F32, n, err);
 }
 
+/* For a kernel of the op that produces src and writes its rounded copy
+ * itself (the attention's softmax): where that copy goes, src's fill twin
+ * or the next piece (carved as zs__opnd_round carves it). */
+static inline void *zs__opnd_out(zs__opnd_t *o, const float *src, size_t n)
+{
+    uint16_t *p = o->next;
+    o->next += zs_mixed_piece(n);
+    const zs_mixed_twin_t *t = zs__opnd_twin_of(o, src, n);
+    return t && t->fill ? (void *)(uintptr_t)t->h16 : (void *)p;
+}
+
 /* Start carving mx's scratch for an op needing `need` elements: plain fp32
  * operands when mx asks for no rounding; ZS_ERR_RANGE (naming fn) when the
  * scratch is smaller than the need. */
