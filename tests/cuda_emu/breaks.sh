@@ -68,7 +68,7 @@ brk "a CUDA call inside a host function" worker/dev/zs_dev_cuda.c \
     's/^    hostcall_t \*h = p;$/    hostcall_t *h = p; (void)cudaGetLastError();/' \
     "$build" test_dev_cuda "forward"
 brk "a shuffle with a partial warp (softmax block of 24 lanes per warp)" kernels/cuda/zs_cuda_attn.cu \
-    's/ZS_CUDA_LAUNCH(k_causal_softmax, sm_blocks(rows), SM_WARPS \* 32,/ZS_CUDA_LAUNCH(k_causal_softmax, sm_blocks(rows), SM_WARPS * 32 - 8,/' \
+    's/ZS_CUDA_LAUNCH(fk, sm_blocks(rows), SM_WARPS \* 32,/ZS_CUDA_LAUNCH(fk, sm_blocks(rows), SM_WARPS * 32 - 8,/' \
     "$build" test_cuda_ops "forward"
 brk "a buffer read after cudaFreeAsync on another stream without ordering" $V \
     's/cudaError_t ef = cudaFreeAsync(tmp, cs);/cudaError_t ef = cudaSuccess; (void)ef;/; s/    ZS_DISPATCH_ONE(k_sumsq_part, dt, k)/    cudaFreeAsync(tmp, cudaStreamPerThread);\n    ZS_DISPATCH_ONE(k_sumsq_part, dt, k)/' \
