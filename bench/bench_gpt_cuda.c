@@ -56,9 +56,10 @@
  *
  * Each row also prints one machine-readable line, for tests/gpu.sh's side by
  * side with llm.c:
- *   GPU-RESULT model=124m|1.5b impl=zs tokens_per_s=X mfu=Y batch=B case=C
+ *   GPU-RESULT model=124m|1.5b impl=zs tokens_per_s=X mfu=Y batch=B case=C act=A
  * (C: model, engine0 or offload; mfu a fraction of the 16-bit peak, as
- * llm.c prints it; batch the micro-batch).
+ * llm.c prints it; batch the micro-batch; A the saved activations' dtype,
+ * --activations).
  *
  * Without a usable GPU, or built without CUDA/NCCL, it prints "SKIPPED:
  * <reason>" and returns 77.
@@ -705,11 +706,12 @@ int zs__bench_gpt_cuda(int argc, char **argv)
             if (rows[k][mode].ok) {
                 double tps = zs_bench_median(rows[k][mode].rates, shapes[k].reps);
                 double peak = g_gemm == ZS_DTYPE_F32 ? pk.f32 : pk.bf16;
-                printf(
-                    "GPU-RESULT model=%s impl=zs tokens_per_s=%.0f mfu=%.4f batch=%d case=%s%s\n",
-                    k ? "1.5b" : "124m", tps,
-                    peak > 0 ? tps * flops_per_token(&shapes[k].c) / 1e12 / peak : 0.0,
-                    rows[k][mode].B, case_name[mode < 2 ? mode : 2], mode < 2 ? "" : var[mode - 2]);
+                printf("GPU-RESULT model=%s impl=zs tokens_per_s=%.0f mfu=%.4f batch=%d case=%s%s "
+                       "act=%s\n",
+                       k ? "1.5b" : "124m", tps,
+                       peak > 0 ? tps * flops_per_token(&shapes[k].c) / 1e12 / peak : 0.0,
+                       rows[k][mode].B, case_name[mode < 2 ? mode : 2],
+                       mode < 2 ? "" : var[mode - 2], zs_dtype_name(g_act));
             }
     for (int k = 0; k < 2; k++)
         for (int v = 0; v < nvar; v++)
