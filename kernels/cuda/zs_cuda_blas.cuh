@@ -62,35 +62,29 @@ static inline const void *zs__opnd_twin(const zs__opnd_t *o, const float *src, s
     return t && !t->fill ? t->h16 : NULL;
 }
 
-/* Round n fp32 elements of src into the next piece (16-bit): *out; or, when
- * the caller gave src's 16-bit twin, *out = the twin and nothing runs (the
- * piece is still carved, so the pieces after it stay where the scratch
- * size assumes); or, for a fill twin, round into the twin's buffer. */
-static inline int zs__opnd_round(cudaStream_t cs, zs__opnd_t *o, const float *src, size_t n,
-                                 const void **out, zs_err_t *err)
-{
-    uint16_t *p = o->next;
-    o->next += zs_mixed_piece(n);
-    const zs_mixed_twin_t *t = zs__opnd_twin_of(o, src, n);
-    if (t && !t->fill) {
-        *out = t->h16;
-        return ZS_OK;
-    }
-    if (t) /* the caller lets the op write it (zs_mixed_twin_t.fill) */
-        p = (uint16_t *)(uintptr_t)t->h16;
-    *out = p;
-    return zs_cuda_cast(cs, p, (zs_dtype_t)o->dt, src, ZS_DTYPE_F32, n, err);
-}
-
-/* For a kernel of the op that produces src and writes its rounded copy
- * itself (the attention's softmax): where that copy goes, src's fill twin
- * or the next piece (carved as zs__opnd_round carves it). */
+/* Where src's rounded copy goes: src's fill twin (zs_mixed_twin_t.fill),
+ * else the next piece of the scratch, carved whether or not it is written
+ * (so the pieces after it stay where the scratch size assumes). Used as is
+ * by a kernel of the op that produces src and rounds it itself (the
+ * attention's softmax). */
 static inline void *zs__opnd_out(zs__opnd_t *o, const float *src, size_t n)
 {
     uint16_t *p = o->next;
     o->next += zs_mixed_piece(n);
     const zs_mixed_twin_t *t = zs__opnd_twin_of(o, src, n);
     return t && t->fill ? (void *)(uintptr_t)t->h16 : (void *)p;
+}
+
+/* Round n fp32 elements of src into zs__opnd_out's place: *out; or, when
+ * the caller gave src's 16-bit twin, *out = the twin and nothing runs. */
+static inline int zs__opnd_round(cudaStream_t cs, zs__opnd_t *o, const float *src, size_t n,
+                                 const void **out, zs_err_t *err)
+{
+    void *p = zs__opnd_out(o, src, n);
+    if ((*out = zs__opnd_twin(o, src, n)) != NULL)
+        return ZS_OK;
+    *out = p;
+    return zs_cuda_cast(cs, p, (zs_dtype_t)o->dt, src, ZS_DTYPE_F32, n, err);
 }
 
 /* Start carving mx's scratch for an op needing `need` elements: plain fp32
