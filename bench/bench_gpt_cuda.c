@@ -23,7 +23,10 @@
  * tokens/s counts the N micro-batches of a step), --transport auto|shm|tcp
  * (how the offload row reaches its servers; auto: shared memory with the
  * local servers), --spec 0|1 (offload_optimizer.super_offload, default 0),
- * --stream 0|1 (offload_optimizer.stream_pulls, default 1). With both
+ * --stream 0|1 (offload_optimizer.stream_pulls, default 1), --dpu N
+ * (offload_optimizer.delayed_update_after: each update reaches the GPU one
+ * step late from step N + 1 on, so the servers' AdamW overlaps the next
+ * step; default -1, off; the rows say "dpu"). With both
  * engine rows it prints the offload row's tokens/s over the GPU AdamW row's
  * ("offload / GPU AdamW").
  * The micro-batch is the largest of a list (124M: 64, 32, ..., 1; 1.5B: 16,
@@ -122,6 +125,7 @@ static int g_attn = ZS_GPT_ATTN_UNFUSED; /* --attention: unfused | flash (zs_gpt
 static int g_act = ZS_DTYPE_F32;         /* --activations: saved activations' dtype */
 static int g_gas = 1;                    /* --gas: micro-batches per step (engine rows) */
 static int g_transport = ZS_TRANSPORT_AUTO, g_spec = 0, g_stream = 1; /* offload row */
+static int g_dpu = -1;  /* offload row: delayed_update_after (-1: off) */
 static int g_batch = 0; /* --batch: largest micro-batch tried (0: the shape's list) */
 /* --shm-streams N[,N...]: one offload row per value of ZS_SHM_STREAMS (the
  * client's concurrent streams per server); none: the default, one row */
@@ -329,9 +333,11 @@ static int run_engine(zs_coll_t *coll, const cshape_t *s, int B, const char *ser
     if (!in || !tg)
         fail("out of host memory", NULL);
     zs_bench_tokens((int)n, c->vocab, in, tg);
-    char json[900], off[160];
-    snprintf(off, sizeof off, "\"device\": \"cpu\", \"super_offload\": %s, \"stream_pulls\": %s",
-             g_spec ? "true" : "false", g_stream ? "true" : "false");
+    char json[960], off[224];
+    snprintf(off, sizeof off,
+             "\"device\": \"cpu\", \"super_offload\": %s, \"stream_pulls\": %s,"
+             " \"delayed_update_after\": %d",
+             g_spec ? "true" : "false", g_stream ? "true" : "false", g_dpu);
     snprintf(json, sizeof json,
              "{\"train_batch_size\": %d, \"train_micro_batch_size_per_gpu\": %d,"
              " \"gradient_accumulation_steps\": %d,%s"
@@ -555,6 +561,8 @@ int zs__bench_gpt_cuda(int argc, char **argv)
             g_spec = atoi(argv[++i]) != 0;
         else if (!strcmp(argv[i], "--stream") && i + 1 < argc)
             g_stream = atoi(argv[++i]) != 0;
+        else if (!strcmp(argv[i], "--dpu") && i + 1 < argc && atoi(argv[i + 1]) >= -1)
+            g_dpu = atoi(argv[++i]);
         else if (!strcmp(argv[i], "--shm-streams") && i + 1 < argc) {
             char *p = argv[++i];
             for (g_nstreams = 0; *p && g_nstreams < MAX_VARIANTS; g_nstreams++) {
@@ -579,7 +587,7 @@ int zs__bench_gpt_cuda(int argc, char **argv)
                             "[--attention unfused|flash] "
                             "[--server-bin PATH] [--no-engine] "
                             "[--peak-tflops F32,BF16] [--gas N] [--transport auto|shm|tcp] "
-                            "[--spec 0|1] [--stream 0|1] [--batch N] "
+                            "[--spec 0|1] [--stream 0|1] [--dpu N] [--batch N] "
                             "[--shm-streams N,N,...]\n");
             return 2;
         }
@@ -673,8 +681,9 @@ int zs__bench_gpt_cuda(int argc, char **argv)
                          s->name, g_gas);
             else
                 snprintf(name, sizeof name,
-                         "%s engine W=1 stage 2, AdamW on 2 servers (%s%s), gas %d, spec %d",
-                         s->name, zs_transport_name(g_transport), sstr, g_gas, g_spec);
+                         "%s engine W=1 stage 2, AdamW on 2 servers (%s%s), gas %d, spec %d%s",
+                         s->name, zs_transport_name(g_transport), sstr, g_gas, g_spec,
+                         g_dpu >= 0 ? ", dpu" : "");
             if (rc == ZS_OK)
                 print_row(name, s, b, &rows[k][mode]);
             else
@@ -700,7 +709,7 @@ int zs__bench_gpt_cuda(int argc, char **argv)
                          mode < 2 ? "" : var[mode - 2], rows[k][mode].B);
                 print_mfu(name, &shapes[k], &rows[k][mode], pk, gemm);
             }
-    static const char *case_name[3] = {"model", "engine0", "offload"};
+    const char *case_name[3] = {"model", "engine0", g_dpu >= 0 ? "offload-dpu" : "offload"};
     for (int k = 0; k < 2; k++)
         for (int mode = 0; mode < 2 + nvar; mode++)
             if (rows[k][mode].ok) {

@@ -99,6 +99,11 @@ set_tests_properties(emu_test_train_cuda_shm PROPERTIES LABELS "emu;mpi" ENVIRON
 zs_emu_test(emu_test_train_cuda_flash_attn ${ZS_EMU}/test_train_cuda forward 900)
 set_tests_properties(emu_test_train_cuda_flash_attn PROPERTIES LABELS "emu;mpi" ENVIRONMENT
                      "ZS_EMU_SCHEDULE=forward;ZS_EMU_DEVICES=2;ZS_TEST_TRAIN_CUDA_NP=2;ZS_TEST_TRAIN_CUDA_PART=flash;ZS_TEST_TRAIN_CUDA_STAGES=03")
+# The delayed parameter update on 2 emulated GPUs (test_train_cuda part 7):
+# stage 2, bf16, offload == in process bitwise, against the CPU engine
+zs_emu_test(emu_test_train_cuda_dpu ${ZS_EMU}/test_train_cuda forward 900)
+set_tests_properties(emu_test_train_cuda_dpu PROPERTIES LABELS "emu;mpi" ENVIRONMENT
+                     "ZS_EMU_SCHEDULE=forward;ZS_EMU_DEVICES=2;ZS_TEST_TRAIN_CUDA_NP=2;ZS_TEST_TRAIN_CUDA_PART=dpu")
 # Several GPUs: zs-train --device cuda with W ranks on W emulated GPUs
 # (NCCL emulated across the processes) against the CPU engine at the same
 # W, stages 0 and 2 (W = 2) or 1 and 3 (W = 4), so each stage runs on

@@ -7,6 +7,11 @@ zs_add_test(test_engine SRCS test_engine.c LIBS zs_testproc TIMEOUT 1200 LABELS 
 target_compile_definitions(test_engine PRIVATE ZS_MPIEXEC="${MPIEXEC_EXECUTABLE}"
                            ZS_ENGINE_WORKER="$<TARGET_FILE:zs_engine_worker>")
 add_dependencies(test_engine zs_engine_worker zs-server)
+# Section 7 of test_engine alone: the delayed parameter update
+# (offload_optimizer.delayed_update_after), offload == in process bitwise,
+# against the delaying reference, kill -9 and resume, stages 0 and 3 refused.
+add_test(NAME test_engine_delayed COMMAND test_engine delayed)
+set_tests_properties(test_engine_delayed PROPERTIES TIMEOUT 600 LABELS integration)
 # The shared-memory transport (docs/engine.md, "Shared-memory transport"):
 # engine_worker over shm == over tcp bitwise (stages 0-3, W 1 and 2, three
 # dtypes, speculation, streamed pulls, resume), and a server without a

@@ -16,6 +16,8 @@
  * parameters reach the servers (zs_engine_opts_t.transport).
  * --mics G [--mics-hier 1]: MiCS (mics_shard_size, its hierarchical gather);
  * --qwz/--hpz/--qgz: the ZeRO++ keys (to see them refused beside MiCS).
+ * --dpu N: offload_optimizer.delayed_update_after (the delayed parameter
+ * update after step N; the reference follows it).
  */
 #include <math.h>
 #include <mpi.h>
@@ -47,6 +49,7 @@ typedef struct {
     int mics;          /* mics_shard_size (-1: off, the default) */
     int mics_hier;     /* mics_hierarchical_params_gather */
     int qwz, hpz, qgz; /* ZeRO++ keys (test_mics's refusals) */
+    int dpu;           /* offload_optimizer.delayed_update_after (-1: left out) */
 } args_t;
 
 static void fail(int rank, const char *what, const zs_err_t *err)
@@ -74,6 +77,7 @@ static void parse(int argc, char **argv, args_t *a)
     a->stream = -1;
     a->mics = -1;
     a->hpz = 1;
+    a->dpu = -1;
     for (int i = 1; i < argc; i++) {
         const char *k = argv[i], *v = i + 1 < argc ? argv[i + 1] : "";
 #define OPT(name) (!strcmp(k, name) && ++i)
@@ -139,6 +143,8 @@ static void parse(int argc, char **argv, args_t *a)
             a->hpz = atoi(v);
         else if (OPT("--qgz"))
             a->qgz = atoi(v);
+        else if (OPT("--dpu"))
+            a->dpu = atoi(v);
         else if (OPT("--transport")) {
             a->transport = zs_transport_parse(v);
             if (a->transport < 0) {
@@ -166,8 +172,10 @@ static void parse(int argc, char **argv, args_t *a)
 /* DeepSpeed JSON for these flags (the engine reads it like a user's file). */
 static void make_config(const args_t *a, int W, zs_config_t *cfg)
 {
-    char json[2048];
+    char json[2048], dpu[64] = "";
     int f16 = !strcmp(a->dtype, "fp16"), b16 = !strcmp(a->dtype, "bf16");
+    if (a->dpu >= 0)
+        snprintf(dpu, sizeof dpu, ", \"delayed_update_after\": %d", a->dpu);
     snprintf(json, sizeof json,
              "{\"train_batch_size\": 16, \"gradient_accumulation_steps\": %d,"
              " \"gradient_clipping\": %g,"
@@ -186,7 +194,7 @@ static void make_config(const args_t *a, int W, zs_config_t *cfg)
              "   \"zero_quantized_weights\": %s, \"zero_hpz_partition_size\": %d,"
              "   \"zero_quantized_gradients\": %s,"
              "   \"offload_param\": {\"device\": \"%s\"},"
-             "   \"offload_optimizer\": {\"device\": \"%s\"%s%s}}}",
+             "   \"offload_optimizer\": {\"device\": \"%s\"%s%s%s}}}",
              a->gas, a->clip, f16 ? "true" : "false", b16 ? "true" : "false", a->stage, a->bucket,
              a->persist, (long long)a->prefetch, (long long)a->live, (long long)a->reuse, a->mics,
              a->mics_hier ? "true" : "false", a->qwz ? "true" : "false", a->hpz,
@@ -198,7 +206,8 @@ static void make_config(const args_t *a, int W, zs_config_t *cfg)
                             : ", \"super_offload\": false",
              a->stream < 0   ? ""
              : a->stream > 0 ? ", \"stream_pulls\": true"
-                             : ", \"stream_pulls\": false");
+                             : ", \"stream_pulls\": false",
+             dpu);
     zs_err_t err;
     zs_config_defaults(cfg);
     if (zs_config_parse(json, cfg, NULL, NULL, &err) || zs_config_resolve(cfg, W, &err))
@@ -240,13 +249,16 @@ static uint64_t zs__peak_cat(const zs_engine_mem_t *mm, int c)
 #define MAX_STEPS 256
 
 /* Single-process reference: returns final fp32 params (P floats) and the
- * global gradient norm of every step in norms[1..steps]. */
+ * global gradient norm of every step in norms[1..steps]. With --dpu N (the
+ * delayed parameter update) step s computes at the parameters of step s - 2
+ * when the update of step s - 1 was delayed (s - 1 > N) and no checkpoint
+ * (--ckpt-every) flushed it; else at those of step s - 1. */
 static float *reference(const args_t *a, const zs_config_t *cfg, uint64_t P, double *norms)
 {
     zs_mlp_t *m = malloc(sizeof *m);
     zs_mlp_init(m);
     float *master = malloc(P * 4), *mm = calloc(P, 4), *vv = calloc(P, 4), *w = malloc(P * 4);
-    float *g32 = malloc(P * 4);
+    float *g32 = malloc(P * 4), *prev = malloc(P * 4); /* prev: master before the last update */
     double *g = malloc(P * sizeof *g);
     uint64_t off[4] = {0};
     for (int i = 1; i < 4; i++)
@@ -260,7 +272,9 @@ static float *reference(const args_t *a, const zs_config_t *cfg, uint64_t P, dou
     int64_t tbs = cfg->train_batch_size, chunk = 4, t = 0;
     for (int s = 1; s <= a->steps; s++) {
         /* compute with the parameters as the workers hold them */
-        zs_cast(w, dt, master, ZS_DTYPE_F32, P); /* round trip through dt */
+        int late =
+            a->dpu >= 0 && s - 1 > a->dpu && !(a->ckpt_every && (s - 1) % a->ckpt_every == 0);
+        zs_cast(w, dt, late ? prev : master, ZS_DTYPE_F32, P); /* round trip through dt */
         zs_cast(g32, ZS_DTYPE_F32, w, dt, P);
         memcpy(w, g32, P * 4);
         memset(g, 0, P * sizeof *g);
@@ -296,6 +310,7 @@ static float *reference(const args_t *a, const zs_config_t *cfg, uint64_t P, dou
             a->clip > 0 && a->clip / (norm + 1e-6) < 1 ? (float)(a->clip / (norm + 1e-6)) : 1.0f;
         double lr = zs_sched_lr(&cfg->sched, cfg->adam.lr, t);
         zs_adam_step_t st = {(float)lr, ++t, 1.0f, coef};
+        memcpy(prev, master, P * 4);
         zs_adam_update_ref(&cfg->adam, &st, master, mm, vv, g32, ZS_DTYPE_F32, NULL, ZS_DTYPE_NONE,
                            P);
     }
@@ -303,6 +318,7 @@ static float *reference(const args_t *a, const zs_config_t *cfg, uint64_t P, dou
     free(vv);
     free(w);
     free(g32);
+    free(prev);
     free(g);
     free(m);
     return master;

@@ -61,6 +61,8 @@
 #   `GPU-RESULT model=... impl=llmc tokens_per_s=X mfu=Y batch=B` line each
 #   (median step time after 3 warm-up steps; mfu by llm.c's formula against
 #   the same 989.4 TFLOP/s bf16 peak as ours).
+#   offload: 1.5B at gas 8 over shm at the defaults, and again with the
+#   delayed parameter update (--dpu 0), each against AdamW on the GPU.
 #   issue: shm, 1.5B at gas 8 with and without speculation, llmc (not with
 #   ZS_GPU_LLMC=0), test_dev_cuda, test_cuda_ops and the shm part of
 #   test_train_cuda: one call's worth (about 5 minutes on an H200).
@@ -447,6 +449,11 @@ run() {
         run_one bench_gpt_offload_1.5b_gas8 env ZS_BENCH_SERVER_LOG=info \
             ZS_SERVER_BIN="$bin/zs-server" "$bin/bench_gpt" --device cuda --shape 1.5b \
             --batch 4 --gas 8 --transport shm --spec 1 --stream 1
+        # the same with the delayed parameter update from step 1 on: the
+        # servers' AdamW and the pulls overlap the next step
+        run_one bench_gpt_offload_1.5b_gas8_dpu env ZS_BENCH_SERVER_LOG=info \
+            ZS_SERVER_BIN="$bin/zs-server" "$bin/bench_gpt" --device cuda --shape 1.5b \
+            --batch 4 --gas 8 --transport shm --spec 1 --stream 1 --dpu 0
         grep -h '^GPU-RESULT\|offload.*/ GPU AdamW\|offload split\|totals:' "$out"
     fi
     if want flash; then

@@ -35,6 +35,10 @@
  *     with a resident bucket and with offload_param.
  *     `test_engine streaming` runs this section alone (`test_engine
  *     one-micro`: section 1e alone).
+ *  7. The delayed parameter update (delayed_update_after): offload ==
+ *     in process, bitwise, both equal to a reference that delays the same
+ *     way; kill -9 and resume bitwise; stages 0 and 3 refused. Only as
+ *     `test_engine delayed` (its own ctest entry, test_engine_delayed).
  */
 #include <errno.h>
 #include <stdarg.h>
@@ -744,6 +748,107 @@ static void streamed_pulls(void)
     }
 }
 
+/* 7. The delayed parameter update (offload_optimizer.delayed_update_after
+ * = 2): from step 4 on, step s computes at the parameters of step s - 2.
+ * Offload (AdamW on the servers, the update pulled during the next step)
+ * is bitwise the update delayed in process (AdamW on the worker writing
+ * its copy), and both match the single-process reference that delays the
+ * same way, at stages 1-2, W in {1, 2}, fp32 and bf16; with checkpoints
+ * every 4 steps (each one a flush) too; fp16 with two skipped steps. The delay shows: the final
+ * parameters differ from the run without it. kill -9 at step 11 after
+ * checkpoint 8, resumed: bitwise the uninterrupted run. Stages 0 and 3
+ * are refused. */
+static void delayed_update(void)
+{
+    static const char *dtypes[] = {"fp32", "bf16"};
+    printf("7. delayed parameter update (after step 2): offload == in process == reference\n");
+    char out[2][300], log[300], plain[300];
+    for (int s = 1; s <= 2; s++)
+        for (int W = 1; W <= 2; W++)
+            for (int d = 0; d < 2; d++) {
+                const char *ck = (s + W + d) % 2 ? "--ckpt-every 4" : ""; /* flushes */
+                for (int off = 0; off < 2; off++) {
+                    snprintf(out[off], sizeof out[off], "%s/dpu-s%d-w%d-%s-o%d.bin", g_tmp, s, W,
+                             dtypes[d], off);
+                    snprintf(log, sizeof log, "%s/dpu-s%d-w%d-%s-o%d.log", g_tmp, s, W, dtypes[d],
+                             off);
+                    must(run(W, log,
+                             "--stage %d --dtype %s --offload %d --servers %s --steps 10 "
+                             "--clip 1.0 --dpu 2 --ref --out %s %s %s",
+                             s, dtypes[d], off, g_servers, out[off], ck,
+                             d ? BF16_TOL : "--atol 2e-6 --rtol 1e-4"),
+                         log, "delayed update run");
+                    printf("  stage %d W=%d %s offload=%d%s: ", s, W, dtypes[d], off,
+                           ck[0] ? ", checkpoints" : "");
+                    fflush(stdout);
+                    show(log, "^maxerr");
+                }
+                TEST_CHECKF(same_file(out[0], out[1]),
+                            "stage %d W=%d %s: delayed update offload on/off differ", s, W,
+                            dtypes[d]);
+            }
+    printf("  offload on == off, bitwise, in each of the 8 configurations\n");
+    /* fp16 with two overflow-skipped steps (each lands what is pending and
+     * starts nothing): no reference (it never skips), offload == in process */
+    for (int off = 0; off < 2; off++) {
+        snprintf(out[off], sizeof out[off], "%s/dpu-fp16-o%d.bin", g_tmp, off);
+        snprintf(log, sizeof log, "%s/dpu-fp16-o%d.log", g_tmp, off);
+        must(run(2, log,
+                 "--stage 2 --dtype fp16 --offload %d --servers %s --steps 10 --clip 1.0 --dpu 2 "
+                 "--inject-nan 5 --inject-count 2 --out %s",
+                 off, g_servers, out[off]),
+             log, "delayed update run, fp16");
+    }
+    TEST_CHECKF(same_file(out[0], out[1]),
+                "fp16 with overflows: delayed update offload on/off differ");
+    printf("  stage 2 W=2 fp16, steps 5 and 6 skipped: offload on == off, bitwise\n");
+    /* the delay is there: without it the parameters differ */
+    snprintf(plain, sizeof plain, "%s/dpu-plain.bin", g_tmp);
+    snprintf(log, sizeof log, "%s/dpu-plain.log", g_tmp);
+    must(run(2, log,
+             "--stage 2 --dtype bf16 --offload 1 --servers %s --steps 10 --clip 1.0 --out %s",
+             g_servers, plain),
+         log, "run without the delay");
+    snprintf(out[0], sizeof out[0], "%s/dpu-s2-w2-bf16-o1.bin", g_tmp);
+    TEST_CHECKF(!same_file(out[0], plain), "the delayed update changed nothing");
+    printf("  stage 2 W=2 bf16: the final parameters differ from the run without the delay\n");
+    /* kill -9 and resume */
+    snprintf(out[0], sizeof out[0], "%s/dpu-kr-full.bin", g_tmp);
+    snprintf(log, sizeof log, "%s/dpu-kr-full.log", g_tmp);
+    must(run(2, log,
+             "--stage 2 --dtype bf16 --offload 1 --servers %s --steps 14 --ckpt-every 4 "
+             "--dpu 2 --out %s",
+             g_servers, out[0]),
+         log, "uninterrupted delayed run");
+    snprintf(log, sizeof log, "%s/dpu-kr-killed.log", g_tmp);
+    int rc = run(2, log,
+                 "--stage 2 --dtype bf16 --offload 1 --servers %s --steps 14 "
+                 "--ckpt-every 4 --dpu 2 --kill-at 11 --kill-rank 1",
+                 g_servers);
+    TEST_CHECKF(rc != 0, "the killed run should fail");
+    snprintf(out[1], sizeof out[1], "%s/dpu-kr-resumed.bin", g_tmp);
+    snprintf(log, sizeof log, "%s/dpu-kr-resumed.log", g_tmp);
+    must(run(2, log,
+             "--stage 2 --dtype bf16 --offload 1 --servers %s --steps 14 --ckpt-every 4 "
+             "--dpu 2 --resume --out %s",
+             g_servers, out[1]),
+         log, "resumed delayed run");
+    show(log, "^resumed");
+    TEST_CHECKF(same_file(out[0], out[1]),
+                "the resumed delayed run differs from the uninterrupted");
+    printf("  killed at step 11, resumed from checkpoint 8: bitwise the uninterrupted run\n");
+    /* refused where it does not run */
+    for (int s = 0; s <= 3; s += 3) {
+        snprintf(log, sizeof log, "%s/dpu-refused-s%d.log", g_tmp, s);
+        rc = run(1, log, "--stage %d --offload 1 --servers %s --steps 2 --dpu 2", s, g_servers);
+        char cmd[400];
+        snprintf(cmd, sizeof cmd, "grep -q 'delayed parameter update runs at stages 1-2' %s", log);
+        TEST_CHECKF(rc != 0 && system(cmd) == 0, "stage %d with the delayed update: not refused",
+                    s);
+        printf("  stage %d: refused (\"runs at stages 1-2\")\n", s);
+    }
+}
+
 int main(int argc, char **argv)
 {
     setvbuf(stdout, NULL, _IONBF, 0);
@@ -752,6 +857,7 @@ int main(int argc, char **argv)
     int only_micro = argc > 1 && strcmp(argv[1], "one-micro") == 0;
     int only_spec = argc > 1 && strcmp(argv[1], "speculation") == 0;
     int only_stream = argc > 1 && strcmp(argv[1], "streaming") == 0;
+    int only_delay = argc > 1 && strcmp(argv[1], "delayed") == 0;
     snprintf(g_tmp, sizeof g_tmp, "%s", zs_test_tmpdir("engine"));
     for (int i = 0; i < 2; i++) {
         snprintf(g_srv[i].data_dir, sizeof g_srv[i].data_dir, "%s/s%d", g_tmp, i);
@@ -760,9 +866,11 @@ int main(int argc, char **argv)
     }
     zs_test_server_list(g_srv, 2, g_servers, sizeof g_servers);
     setenv("ZS_LOG_LEVEL", "warn", 1);
-    if (only_micro || only_spec || only_stream) {
+    if (only_micro || only_spec || only_stream || only_delay) {
         if (only_micro)
             offload_one_micro();
+        else if (only_delay)
+            delayed_update();
         else if (only_spec)
             speculation();
         else

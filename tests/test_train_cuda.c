@@ -52,6 +52,11 @@
  *     the same rounding (flash_run says what is held), at W =
  *     ZS_TEST_TRAIN_CUDA_NP.
  *
+ *  With ZS_TEST_TRAIN_CUDA_PART=dpu, only:
+ *  7. The delayed parameter update (delayed_update_after 2), stage 2,
+ *     bf16: offload == in process bitwise on the GPU, the GPU against the
+ *     CPU engine with the same delay (delayed_run says what is held).
+ *
  * Without a usable GPU it prints "SKIPPED: <reason>" and exits 77 (ctest
  * SKIP_RETURN_CODE), never a pass. ZS_TEST_TRAIN_CUDA_SIDE=cpu (by hand, not
  * in ctest) runs the "CUDA" side with --device cpu: a self-check of this
@@ -670,6 +675,74 @@ static void transport_run(void)
     free(p[0]), free(p[1]);
 }
 
+/* ---- 7. the delayed parameter update ---- */
+
+/* Stage 2, bf16, offload_optimizer.delayed_update_after 2 at W = g_np:
+ * on the GPU, the servers' AdamW (offload) and the in-process CUDA AdamW
+ * delayed the same way give bitwise equal parameters (as part 1 holds
+ * without the delay); the GPU against the CPU engine with the same rounding
+ * and the same delay: every step's loss within BF16_LOSS_TOL; and the
+ * delay shows (the parameters differ from the GPU run without it). */
+static void delayed_run(void)
+{
+    uint64_t P = zs_gpt_num_params(&k_shape);
+    char cfg[3][300], log[4][300], bin[4][300], csv[4][300], args[2048];
+    /* runs: 0 GPU offload, 1 GPU in process, 2 CPU offload (--gemm bf16), 3 GPU offload no delay */
+    static const int off[4] = {1, 0, 1, 1}, cf[4] = {0, 1, 0, 2};
+    for (int c = 0; c < 3; c++) {
+        snprintf(cfg[c], sizeof cfg[c], "%s/dpu-%d.json", g_tmp, c);
+        FILE *f = fopen(cfg[c], "w");
+        TEST_CHECK(f);
+        fprintf(f,
+                "{\"train_batch_size\": 8, \"train_micro_batch_size_per_gpu\": %d,"
+                " \"bf16\": {\"enabled\": true}, \"gradient_clipping\": 1.0,"
+                " \"optimizer\": {\"type\": \"AdamW\", \"params\": {\"lr\": 0.001,"
+                " \"weight_decay\": 0.1}},"
+                " \"zero_optimization\": {\"stage\": 2, \"reduce_bucket_size\": 20000,"
+                " \"offload_optimizer\": {\"device\": \"%s\"%s}}}\n",
+                g_np > 2 ? 2 : 4, c == 1 ? "none" : "cpu",
+                c < 2 ? ", \"delayed_update_after\": 2" : "");
+        TEST_CHECK(fclose(f) == 0);
+    }
+    printf("7. zs-train --device %s, stage 2, bf16, W = %d, %d steps: the delayed parameter "
+           "update after step 2\n",
+           g_gpu, g_np, STEPS);
+    double loss[4][STEPS];
+    float *p[4];
+    for (int r = 0; r < 4; r++) {
+        snprintf(log[r], sizeof log[r], "%s/dpu-%d.log", g_tmp, r);
+        snprintf(bin[r], sizeof bin[r], "%s/dpu-%d.bin", g_tmp, r);
+        snprintf(csv[r], sizeof csv[r], "%s/dpu-%d.csv", g_tmp, r);
+        snprintf(args, sizeof args,
+                 "--config %s %s%s --steps %d --log-every %d --csv %s --save-params %s --fresh%s",
+                 cfg[cf[r]], off[r] ? "--servers " : "", off[r] ? g_servers : "", STEPS, STEPS,
+                 csv[r], bin[r], r == 2 ? " --gemm bf16" : "");
+        train(r == 2 ? "cpu" : g_gpu, log[r], args);
+        csv_losses(csv[r], loss[r], STEPS);
+        p[r] = read_params(bin[r], P);
+    }
+    uint64_t ndiff = 0, nplain = 0;
+    for (uint64_t k = 0; k < P; k++) {
+        ndiff += memcmp(&p[0][k], &p[1][k], sizeof(float)) != 0;
+        nplain += memcmp(&p[0][k], &p[3][k], sizeof(float)) != 0;
+    }
+    double worst = 0;
+    for (int s = 0; s < STEPS; s++) {
+        TEST_CHECKF(!isnan(loss[0][s]) && !isnan(loss[2][s]), "step %d missing", s + 1);
+        worst = fmax(worst, fabs(loss[0][s] - loss[2][s]));
+    }
+    printf("   offload vs in process on %s: %llu of %llu parameters differ; without the delay "
+           "%llu differ; steps 1..%d max |%s - cpu| loss %.3g (tolerance %.0e)\n",
+           g_gpu, (unsigned long long)ndiff, (unsigned long long)P, (unsigned long long)nplain,
+           STEPS, g_gpu, worst, BF16_LOSS_TOL);
+    TEST_CHECKF(ndiff == 0, "the delayed update: offload and in process should be bitwise equal");
+    TEST_CHECKF(nplain > 0, "the delayed update changed nothing on %s", g_gpu);
+    TEST_CHECKF(worst <= BF16_LOSS_TOL, "the delayed update: %s and cpu losses differ by %.3g",
+                g_gpu, worst);
+    for (int r = 0; r < 4; r++)
+        free(p[r]);
+}
+
 int main(void)
 {
     setvbuf(stdout, NULL, _IONBF, 0);
@@ -699,6 +772,12 @@ int main(void)
         transport_run();
         zs_test_servers_down(srv, 2);
         printf("test_train_cuda: ok (part 5, the shared-memory transport)\n");
+        return 0;
+    }
+    if (part && !strcmp(part, "dpu")) {
+        delayed_run();
+        zs_test_servers_down(srv, 2);
+        printf("test_train_cuda: ok (part 7, the delayed parameter update)\n");
         return 0;
     }
     if (part && !strcmp(part, "flash")) {

@@ -783,6 +783,7 @@ void zs_config_defaults(zs_config_t *cfg)
     cfg->offload_optimizer = 0;
     cfg->offload_speculate = ZS_CFG_SPECULATE_DEFAULT;
     cfg->offload_stream = 1;
+    cfg->offload_delay_after = -1;
     cfg->offload_param = 0;
     cfg->offload_param_nvme = 0;
     cfg->offload_param_buffer_count = 5;        /* DeepSpeed's defaults */

@@ -90,22 +90,27 @@ typedef struct zs_config {
     zs_fp16_config_t fp16;
 
     /* zero_optimization */
-    int stage;                     /* 0..3 (default 0) */
-    int offload_optimizer;         /* offload_optimizer.device == "cpu" or "nvme" */
-    int offload_nvme;              /* offload_optimizer.device == "nvme": every server must keep
-                                    * the state in its NVMe tier (zs-server --nvme-path) */
-    int offload_speculate;         /* offload_optimizer.super_offload: servers update speculatively
-                                    * before the step's norm and overflow are known (default
-                                    * ZS_CFG_SPECULATE_DEFAULT; docs/engine.md) */
-    int offload_speculate_every;   /* offload_optimizer.speculate_every_step (default 0): also
-                                    * speculate on the step after one whose real scalars
-                                    * differed from the expected ones (clipping, overflow); off,
-                                    * such a step runs plain (it would most likely roll back) */
-    int offload_stream;            /* offload_optimizer.stream_pulls (default 1): pull updated
-                                    * parameters in the background while the next step's
-                                    * forward lands them layer by layer (stage 3: gather by
-                                    * gather) */
-    int offload_param;             /* offload_param.device == "cpu" or "nvme" (stage 3) */
+    int stage;                   /* 0..3 (default 0) */
+    int offload_optimizer;       /* offload_optimizer.device == "cpu" or "nvme" */
+    int offload_nvme;            /* offload_optimizer.device == "nvme": every server must keep
+                                  * the state in its NVMe tier (zs-server --nvme-path) */
+    int offload_speculate;       /* offload_optimizer.super_offload: servers update speculatively
+                                  * before the step's norm and overflow are known (default
+                                  * ZS_CFG_SPECULATE_DEFAULT; docs/engine.md) */
+    int offload_speculate_every; /* offload_optimizer.speculate_every_step (default 0): also
+                                  * speculate on the step after one whose real scalars
+                                  * differed from the expected ones (clipping, overflow); off,
+                                  * such a step runs plain (it would most likely roll back) */
+    int offload_stream;          /* offload_optimizer.stream_pulls (default 1): pull updated
+                                  * parameters in the background while the next step's
+                                  * forward lands them layer by layer (stage 3: gather by
+                                  * gather) */
+    int64_t offload_delay_after; /* offload_optimizer.delayed_update_after (default -1: off):
+                                  * from the update of step N + 1 on, each update reaches the
+                                  * device one step late, so that the servers' AdamW overlaps
+                                  * the next step (ZeRO-Offload's one-step delayed parameter
+                                  * update; stages 1-2; docs/engine.md) */
+    int offload_param;           /* offload_param.device == "cpu" or "nvme" (stage 3) */
     /* offload_param.device == "nvme" (ZeRO-Infinity's parameter offload,
      * docs/nvme.md): the stage-3 partitions of 16-bit parameters live in a
      * file per worker rank under offload_param_nvme_path, read through
@@ -113,15 +118,15 @@ typedef struct zs_config {
      * elements each; the first offload_param_max_in_cpu elements of the
      * partition (whole layers) stay in host memory. */
     int offload_param_nvme;
-    char offload_param_nvme_path[512];  /* offload_param.nvme_path (required with nvme) */
-    int64_t offload_param_buffer_count; /* offload_param.buffer_count (DeepSpeed default 5) */
-    int64_t offload_param_buffer_size;  /* offload_param.buffer_size, elements (default 1e8) */
-    int64_t offload_param_max_in_cpu;   /* offload_param.max_in_cpu, elements (default 1e9) */
-    int64_t reduce_bucket_size;    /* elements, default 500000000 */
-    int64_t allgather_bucket_size; /* elements, default 500000000 */
-    int overlap_comm;              /* default 0 (stage 3: 1) */
-    int contiguous_gradients;      /* default 1 */
-    int64_t stage3_prefetch_bucket_size;           /* default 50000000 */
+    char offload_param_nvme_path[512];   /* offload_param.nvme_path (required with nvme) */
+    int64_t offload_param_buffer_count;  /* offload_param.buffer_count (DeepSpeed default 5) */
+    int64_t offload_param_buffer_size;   /* offload_param.buffer_size, elements (default 1e8) */
+    int64_t offload_param_max_in_cpu;    /* offload_param.max_in_cpu, elements (default 1e9) */
+    int64_t reduce_bucket_size;          /* elements, default 500000000 */
+    int64_t allgather_bucket_size;       /* elements, default 500000000 */
+    int overlap_comm;                    /* default 0 (stage 3: 1) */
+    int contiguous_gradients;            /* default 1 */
+    int64_t stage3_prefetch_bucket_size; /* default 50000000 */
     int64_t stage3_param_persistence_threshold;    /* default 100000 */
     int64_t stage3_max_live_parameters;            /* default 1000000000 */
     int64_t stage3_max_reuse_distance;             /* default 1000000000 */

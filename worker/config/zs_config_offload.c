@@ -17,8 +17,9 @@
 
 static const char *const OFFLOAD_KEYS[] = {"device",      "nvme_path",  "buffer_count",
                                            "buffer_size", "max_in_cpu", NULL};
-static const char *const OFFLOAD_OPT_KEYS[] = {"device", "super_offload", "speculate_every_step",
-                                               "stream_pulls", NULL};
+static const char *const OFFLOAD_OPT_KEYS[] = {
+    "device",       "super_offload",        "speculate_every_step",
+    "stream_pulls", "delayed_update_after", NULL};
 
 static const char *const OFFLOAD_OPT_NOT_IMPLEMENTED[] = {
     "nvme_path", "buffer_count", "pin_memory",          "pipeline_read",      "pipeline_write",
@@ -83,8 +84,9 @@ static int parse_param_nvme_key(pctx_t *c, const cJSON *it, const char *p, int k
  * unknown keys): super_offload (DeepSpeed's SuperOffload switch: the CPU
  * optimizer speculates before the gradient norm and overflow are known),
  * and zeroshard's speculate_every_step (also right after a step whose
- * scalars differed) and stream_pulls (the next step's forward starts while
- * updated parameters arrive). */
+ * scalars differed), stream_pulls (the next step's forward starts while
+ * updated parameters arrive) and delayed_update_after (ZeRO-Offload's
+ * one-step delayed parameter update after N steps; -1: off). */
 static int parse_offload(pctx_t *c, const cJSON *o, const char *path, const char *const *not_impl,
                          int *out, zs_config_t *opt, zs_config_t *pcfg)
 {
@@ -124,6 +126,9 @@ static int parse_offload(pctx_t *c, const cJSON *o, const char *path, const char
                 return rc;
         } else if (opt && strcmp(it->string, "stream_pulls") == 0) {
             if ((rc = zs__cfg_get_bool(c, it, p, &opt->offload_stream)) != ZS_OK)
+                return rc;
+        } else if (opt && strcmp(it->string, "delayed_update_after") == 0) {
+            if ((rc = zs__cfg_get_int(c, it, p, -1, INT64_MAX, &opt->offload_delay_after)) != ZS_OK)
                 return rc;
         } else if (pcfg && zs__cfg_in_list(it->string, OFFLOAD_PARAM_NVME_KEYS)) {
             int kind = 0;

@@ -147,6 +147,9 @@ static void collect(const zs_config_t *cfg, int all, lines_t *ls)
     if (all || cfg->offload_optimizer)
         put(ls, "zero_optimization.offload_optimizer.stream_pulls", tf(cfg->offload_stream), NULL,
             NULL);
+    if (all || cfg->offload_delay_after >= 0)
+        put(ls, "zero_optimization.offload_optimizer.delayed_update_after",
+            fmt_i(cfg->offload_delay_after, b), NULL, NULL);
     put(ls, "zero_optimization.offload_param.device",
         cfg->offload_param_nvme ? "nvme"
         : cfg->offload_param    ? "cpu"

@@ -504,15 +504,18 @@ static int alloc_state(zs_engine_t *e, zs_err_t *err)
 static int alloc_staging(zs_engine_t *e, int transport, zs_err_t *err)
 {
     size_t bytes = (size_t)(e->Ppad / (uint64_t)e->W) * e->esz;
+    /* the delayed update's copy follows the staging, page-aligned */
+    size_t dpu = e->cfg.offload_delay_after >= 0 ? (bytes + 4095) & ~(size_t)4095 : 0;
     void *p = NULL;
     zs_err_t why = {0, ""};
-    int rc = zs_client_shm_staging(e->client, bytes, &p, &why);
+    int rc = zs_client_shm_staging(e->client, dpu + bytes, &p, &why);
     if (rc == ZS_OK) {
-        rc = zs_dev_host_register(e->dev, p, bytes, ZS_MEM_COMM, err);
+        rc = zs_dev_host_register(e->dev, p, dpu + bytes, ZS_MEM_COMM, err);
         if (rc)
-            return zs_err_set(err, rc, "offload staging in shared memory (%zu bytes): %s", bytes,
-                              err->msg);
+            return zs_err_set(err, rc, "offload staging in shared memory (%zu bytes): %s",
+                              dpu + bytes, err->msg);
         e->staging = p;
+        e->pdelay = dpu ? (char *)p + dpu : NULL;
         e->shm_staging = 1;
         return ZS_OK;
     }
@@ -533,6 +536,9 @@ static int alloc_staging(zs_engine_t *e, int transport, zs_err_t *err)
     }
     if (e->wrank == 0) /* auto's reasons, or --transport tcp: the log says which, always */
         ZS_INFO("offload staging in pinned memory: %s", why.msg);
+    if (dpu)
+        ZS_ENG_TRY(zs__eng_alloc(e, ZS_SPACE_PINNED, ZS_MEM_COMM, bytes, &e->pdelay,
+                                 "delayed parameters", err));
     return zs__eng_alloc(e, ZS_SPACE_PINNED, ZS_MEM_COMM, bytes, &e->staging, "offload staging",
                          err);
 }
@@ -567,6 +573,11 @@ int zs_engine_create(const zs_engine_opts_t *o, const zs_model_t *model, zs_engi
     if (!rc && e->offload && !o->servers)
         rc = zs_err_set(err, ZS_ERR_INVALID,
                         "offload_optimizer needs shard servers (--servers host:port,...)");
+    if (!rc && e->cfg.offload_delay_after >= 0 && (e->stage < 1 || e->stage > 2))
+        rc = zs_err_set(err, ZS_ERR_INVALID,
+                        "offload_optimizer.delayed_update_after: the delayed parameter update "
+                        "runs at stages 1-2 (this is stage %d); leave it out or set it to -1",
+                        e->stage);
     /* a model that reads 16-bit parameters itself needs no fp32 views */
     if (!rc && e->dt != ZS_DTYPE_F32 && e->m.set_param_dtype) {
         rc = e->m.set_param_dtype(e->m.self, e->dt, err);
@@ -618,12 +629,17 @@ int zs_engine_create(const zs_engine_opts_t *o, const zs_model_t *model, zs_engi
             rc = alloc_staging(e, o->transport, err);
         if (!rc && e->offload)
             rc = zs__eng_pusher_start(e, err);
-        if (!rc && e->offload && e->cfg.offload_stream)
+        if (!rc && e->offload && (e->cfg.offload_stream || e->cfg.offload_delay_after >= 0))
             rc = zs__eng_puller_start(e, err);
         if (rc)
             goto fail;
     }
-    rc = zs__eng_after_update(e, err);
+    if (!rc && !e->offload && e->cfg.offload_delay_after >= 0) /* AdamW writes it in process */
+        rc = zs__eng_alloc(e, ZS_SPACE_DEVICE, ZS_MEM_OPTIMIZER,
+                           (size_t)(e->Ppad / (uint64_t)e->W) * e->esz, &e->pdelay,
+                           "delayed parameters", err);
+    if (!rc)
+        rc = zs__eng_after_update(e, err);
     if (rc)
         goto fail;
     *out = e;
@@ -673,6 +689,7 @@ void zs_engine_destroy(zs_engine_t *e)
     if (e->shm_staging) { /* the segment goes with the client: unregister it first */
         zs_dev_host_unregister(e->dev, e->staging);
         e->staging = NULL;
+        e->pdelay = NULL; /* inside the segment */
     }
     zs_client_destroy(e->client);
     zs__pnv_destroy(e);
@@ -686,6 +703,7 @@ void zs_engine_destroy(zs_engine_t *e)
         zs_dev_free(e->dev, e->normacc);
         zs_dev_free(e->dev, e->normhost);
         zs_dev_free(e->dev, e->staging);
+        zs_dev_free(e->dev, e->pdelay);
     }
     zs_dev_stream_destroy(e->compute);
     zs_dev_stream_destroy(e->copy);
@@ -743,6 +761,7 @@ int zs_engine_get_params(zs_engine_t *e, float *out, zs_err_t *err)
     float *tmp = NULL;
     uint64_t ch = xfer_chunk(e);
     ZS_ENG_TRY(zs__eng_pull_finish(e, 0, err)); /* the last step's parameters, landed */
+    ZS_ENG_TRY(zs__eng_delay_land(e, err));     /* a delayed update too: a flush */
     int rc = zs__eng_alloc(e, ZS_SPACE_DEVICE, ZS_MEM_SCRATCH, (size_t)ch * 4, (void **)&tmp,
                            "parameter export", err);
     for (int k = 0; k < e->ns && !rc; k++) {

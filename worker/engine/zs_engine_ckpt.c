@@ -231,6 +231,8 @@ int zs_engine_checkpoint(zs_engine_t *e, zs_err_t *err)
 {
     /* the step's streamed pulls first: one client call at a time */
     int rc = zs__eng_pull_finish(e, 1, err);
+    if (!rc) /* the delayed update lands: the next step reads the saved parameters */
+        rc = zs__eng_delay_land(e, err);
     if (!rc)
         rc = checkpoint(e, err);
     if (rc)
@@ -254,8 +256,8 @@ static int check_groups(zs_engine_t *e, uint64_t step, zs_err_t *err)
                             "checkpoint %llu was written with %zu weight-decay ranges (server "
                             "%s), this run asks for %zu: resume with the weight-decay setting "
                             "it was trained with (zs-train --decay)",
-                            (unsigned long long)step, in[i].ngroups,
-                            zs_client_server(e->client, i), e->ngroups);
+                            (unsigned long long)step, in[i].ngroups, zs_client_server(e->client, i),
+                            e->ngroups);
     free(in);
     return rc;
 }
@@ -264,6 +266,7 @@ int zs_engine_resume(zs_engine_t *e, uint64_t want, uint64_t *step_out, zs_err_t
 {
     ZS_ENG_TRY(need_servers(e, "resume", err));
     zs__eng_pull_drain(e); /* the resumed parameters replace them */
+    zs__eng_delay_forget(e);
     /* Rank 0 picks the checkpoint and restores it; everyone gets its meta. */
     float msg[1 + (META_BYTES + 3) / 4];
     memset(msg, 0, sizeof msg);

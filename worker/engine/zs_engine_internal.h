@@ -122,7 +122,7 @@ struct zs_engine {
     unsigned debug;      /* ZS_ENGINE_DEBUG_* */
     zs_client_t *client; /* NULL without servers */
     char model_name[128];
-    char *manifest; /* opts->manifest copied (stored with checkpoints), or NULL */
+    char *manifest;           /* opts->manifest copied (stored with checkpoints), or NULL */
     zs_group_range_t *groups; /* opts->groups copied (checked against P), or NULL */
     size_t ngroups;
     zs_dtype_t dt;
@@ -143,8 +143,8 @@ struct zs_engine {
     uint64_t max_bucket_pad, max_seg_pad;
 
     /* model state (device memory unless noted) */
-    void *params; /* stages 0-2: full (Ppad); stage 3: partition (pinned with offload_param;
-                   * NULL with offload_param nvme: the partition is in pnv's file) */
+    void *params;     /* stages 0-2: full (Ppad); stage 3: partition (pinned with offload_param;
+                       * NULL with offload_param nvme: the partition is in pnv's file) */
     zs__pnvme_t *pnv; /* offload_param.device "nvme" (zs_engine_nvme.c), else NULL */
     /* stages 0-1: full; stages 2-3: partition, except with offload_optimizer
      * (grads_offloaded): NULL, each bucket's reduced partition goes to
@@ -215,7 +215,11 @@ struct zs_engine {
     uint64_t t;    /* Adam steps taken (non-skipped) */
 
     zs__pusher_t *pusher; /* offload: background gradient push */
-    zs__puller_t *puller; /* offload with stream_pulls: streamed pulls */
+    zs__puller_t *puller; /* offload with stream_pulls or the delayed update: background pulls */
+    void *pdelay;         /* delayed update: this worker's partition of the next parameters
+                           * (Ppad / W of dt at each segment's qbase): with offload pinned
+                           * (or after the staging in the shared segment), else on the device */
+    int dpu_pending;      /* pdelay holds (offload: is being pulled) an update not landed */
     int land;             /* next segment to land (ns: none pending) */
     int pull_open;        /* a step's pulls were begun and not yet reported */
     int spec_miss;        /* super_offload: the last step's real scalars differed from the expected
@@ -374,9 +378,28 @@ int zs__eng_push_wait(zs_engine_t *e, zs_err_t *err);
 int zs__eng_puller_start(zs_engine_t *e, zs_err_t *err);
 void zs__eng_puller_stop(zs_engine_t *e);
 void zs__eng_pull_begin(zs_engine_t *e, uint64_t step);
+/* begin_into: pull `step` into base (at each segment's qbase; NULL: the
+ * partition itself) without opening anything to land (the delayed update).
+ * wait: until the thread has pulled everything begun; take 1: return and
+ * forget its first failure, 0: leave it to whoever takes it. */
+void zs__eng_pull_begin_into(zs_engine_t *e, uint64_t step, void *base);
+int zs__eng_pull_wait(zs_engine_t *e, int take, zs_err_t *err);
 int zs__eng_pull_land(zs_engine_t *e, int upto, zs_err_t *err);
 int zs__eng_pull_finish(zs_engine_t *e, int agree, zs_err_t *err);
 void zs__eng_pull_drain(zs_engine_t *e);
+
+/* The delayed parameter update (zs_engine_delay.c). delayed: 1 when the
+ * update of `step` reaches the device one step late. land: put the pending
+ * update (if any) in the parameters and all-gather them (collective; every
+ * worker agrees on a failed pull first). begin: after step's Commit (or its
+ * AdamW into pdelay in process), mark it pending (offload: pull it into
+ * pdelay in the background); land also flushes (checkpoint, export).
+ * forget: drop what is pending (resume, recovery: the parameters are
+ * replaced). */
+int zs__eng_delayed(const zs_engine_t *e, uint64_t step);
+int zs__eng_delay_land(zs_engine_t *e, zs_err_t *err);
+void zs__eng_delay_begin(zs_engine_t *e, uint64_t step);
+void zs__eng_delay_forget(zs_engine_t *e);
 
 /* Where this worker's slice of segment s lives in the gradient / parameter
  * buffers. */

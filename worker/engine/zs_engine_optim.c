@@ -17,7 +17,9 @@
  * the copy stream (they are pulled into place where the host can write the
  * partition: stage 3 with offload_param, a host-addressable device). With
  * stream_pulls the pulls go on in the background after the step and the
- * next step's forward lands them (zs_engine_pull.c). All workers agree on every
+ * next step's forward lands them (zs_engine_pull.c); with the delayed
+ * update (zs_engine_delay.c) an update lands at the end of the next step.
+ * All workers agree on every
  * error (an all-reduce of failure flags), so no rank is left waiting in a
  * collective.
  */
@@ -46,17 +48,20 @@ static int adamw_groups(zs_engine_t *e, const zs_adam_step_t *as, uint64_t g, ui
     for (uint64_t i = 0; i < n;) {
         zs_adam_hparams_t hp;
         zs_adam_step_t st;
-        uint64_t k = zs_groups_piece(e->groups, e->ngroups, NULL, 0, &e->cfg.adam, as, g + i,
-                                     n - i, &hp, &st);
+        uint64_t k = zs_groups_piece(e->groups, e->ngroups, NULL, 0, &e->cfg.adam, as, g + i, n - i,
+                                     &hp, &st);
         ZS_ENG_TRY(zs_dev_adamw(e->compute, &hp, &st, e->master + o + i, e->exp_avg + o + i,
-                                e->exp_avg_sq + o + i, grad + i * e->esz, e->dt,
-                                param + i * e->esz, e->dt, (size_t)k, err));
+                                e->exp_avg_sq + o + i, grad + i * e->esz, e->dt, param + i * e->esz,
+                                e->dt, (size_t)k, err));
         i += k;
     }
     return ZS_OK;
 }
 
-static int update_in_process(zs_engine_t *e, const zs_adam_step_t *as, zs_err_t *err)
+/* AdamW on this worker's partition; with the delayed update the new 16-bit
+ * parameters go to pdelay (stages 1-2), landed at the end of the next
+ * step. */
+static int update_in_process(zs_engine_t *e, const zs_adam_step_t *as, int delayed, zs_err_t *err)
 {
     ZS_ENG_TRY(wait_comm(e, e->compute, err));
     for (int k = 0; k < e->ns; k++) {
@@ -79,7 +84,8 @@ static int update_in_process(zs_engine_t *e, const zs_adam_step_t *as, zs_err_t 
             continue;
         }
         ZS_ENG_TRY(adamw_groups(e, as, s->off + s->vb, o, zs__eng_grad_part(e, s),
-                                zs__eng_param_part(e, s), n, err));
+                                delayed ? zs__at(e, e->pdelay, o) : zs__eng_param_part(e, s), n,
+                                err));
     }
     return zs_dev_stream_sync(e->compute, err);
 }
@@ -99,10 +105,17 @@ static int update_offload(zs_engine_t *e, const zs_step_scalars_t *sc, zs_step_s
     double t2 = zs__eng_now_ms();
     st->ms_opt_push = t1 - t0;
     st->ms_opt_commit = t2 - t1;
+    if (zs__eng_delayed(e, sc->step)) { /* land step - 1's; pull this one's meanwhile */
+        ZS_ENG_TRY(zs__eng_delay_land(e, err));
+        if (!sc->skip)
+            zs__eng_delay_begin(e, sc->step);
+        st->ms_opt_pull = zs__eng_now_ms() - t2;
+        return ZS_OK;
+    }
     int direct = zs__eng_pull_in_place(e);
     if (direct && !sc->skip)
         ZS_ENG_TRY(zs__eng_agree(e, zs__eng_pull_quiesce(e, err), err));
-    if (e->puller) { /* streamed: the next step's forward lands them */
+    if (e->cfg.offload_stream) { /* streamed: the next step's forward lands them */
         if (!sc->skip)
             zs__eng_pull_begin(e, sc->step);
         return ZS_OK;
@@ -207,6 +220,7 @@ int zs__eng_optimize(zs_engine_t *e, zs_step_stats_t *st, zs_err_t *err)
     double t1 = zs__eng_now_ms();
     int rc = ZS_OK;
     zs_adam_step_t as = {(float)lr, (int64_t)e->t + 1, grad_scale, clip_coef};
+    int delayed = zs__eng_delayed(e, st->step);
     if (e->offload) {
         zs_step_scalars_t sc = {st->step,  grad_scale,
                                 clip_coef, (float)lr,
@@ -223,8 +237,13 @@ int zs__eng_optimize(zs_engine_t *e, zs_step_stats_t *st, zs_err_t *err)
         /* Every worker agrees on the scalars, so on this too. */
         e->spec_miss = !match;
         rc = update_offload(e, &sc, st, err);
-    } else if (!skip) {
-        rc = update_in_process(e, &as, err);
+    } else {
+        if (delayed) /* step - 1's update first (a skipped step too) */
+            rc = zs__eng_delay_land(e, err);
+        if (!rc && !skip)
+            rc = update_in_process(e, &as, delayed, err);
+        if (!rc && !skip && delayed)
+            zs__eng_delay_begin(e, st->step);
     }
     st->ms_optimizer += zs__eng_now_ms() - t1;
     if (rc)
@@ -232,8 +251,10 @@ int zs__eng_optimize(zs_engine_t *e, zs_step_stats_t *st, zs_err_t *err)
     if (!skip)
         e->t++;
     double t2 = zs__eng_now_ms();
-    /* streamed pulls all-gather each segment as it lands */
-    rc = skip || (e->offload && e->puller) ? ZS_OK : zs__eng_after_update(e, err);
+    /* streamed pulls all-gather each segment as it lands, a delayed update
+     * when it lands (zs__eng_delay_land) */
+    rc = skip || delayed || (e->offload && e->cfg.offload_stream) ? ZS_OK
+                                                                  : zs__eng_after_update(e, err);
     st->ms_comm += zs__eng_now_ms() - t2;
     return rc;
 }

@@ -31,6 +31,10 @@
  * prefetch) instead of the layer loop: no all-gather here, the gather does
  * it; a resident (persistent) segment is gathered again when it lands.
  *
+ * With the delayed parameter update (zs_engine_delay.c) the same thread
+ * pulls a step's parameters into the delayed copy instead, and nothing
+ * lands them until the end of the next step.
+ *
  * Not here: the pulls of resume and recovery (synchronous,
  * zs_engine_ckpt.c, zs_engine_recover.c).
  */
@@ -46,6 +50,7 @@ struct zs__puller {
     pthread_mutex_t mu;
     pthread_cond_t cv;
     uint64_t step; /* the pulls under way are this step's parameters */
+    void *base;    /* they go to base at each segment's qbase; NULL: the partition itself */
     int next;      /* next segment the thread pulls; ns: all done */
     int *done;     /* [ns] 1: pulled into staging (or skipped after an error) */
     int stop;
@@ -69,8 +74,7 @@ static void *puller_main(void *arg)
         zs__seg_t *s = &e->s[k];
         zs_err_t err;
         int rc = ZS_OK;
-        void *dst =
-            zs__eng_pull_in_place(e) ? zs__eng_param_part(e, s) : zs__at(e, e->staging, s->qbase);
+        void *dst = p->base ? zs__at(e, p->base, s->qbase) : zs__eng_param_part(e, s);
         if (!skip && s->ve > s->vb)
             rc = zs_client_pull(e->client, step, s->off + s->vb, s->off + s->ve, dst, e->dt, NULL,
                                 &err);
@@ -122,18 +126,41 @@ void zs__eng_puller_stop(zs_engine_t *e)
     e->puller = NULL;
 }
 
-void zs__eng_pull_begin(zs_engine_t *e, uint64_t step)
+void zs__eng_pull_begin_into(zs_engine_t *e, uint64_t step, void *base)
 {
     zs__puller_t *p = e->puller;
     pthread_mutex_lock(&p->mu);
     p->step = step;
+    p->base = base;
     p->rc = ZS_OK;
     memset(p->done, 0, (size_t)e->ns * sizeof *p->done);
     p->next = 0;
     pthread_cond_broadcast(&p->cv);
     pthread_mutex_unlock(&p->mu);
+}
+
+void zs__eng_pull_begin(zs_engine_t *e, uint64_t step)
+{
+    zs__eng_pull_begin_into(e, step, zs__eng_pull_in_place(e) ? NULL : e->staging);
     e->land = 0;
     e->pull_open = 1;
+}
+
+int zs__eng_pull_wait(zs_engine_t *e, int take, zs_err_t *err)
+{
+    zs__puller_t *p = e->puller;
+    if (!p)
+        return ZS_OK;
+    pthread_mutex_lock(&p->mu);
+    while (p->next < e->ns)
+        pthread_cond_wait(&p->cv, &p->mu);
+    int rc = take ? p->rc : ZS_OK;
+    if (rc && err)
+        *err = p->err;
+    if (take)
+        p->rc = ZS_OK;
+    pthread_mutex_unlock(&p->mu);
+    return rc;
 }
 
 int zs__eng_pull_land(zs_engine_t *e, int upto, zs_err_t *err)

@@ -8,7 +8,9 @@
  * pusher thread waits for the event and streams the staged bytes to the
  * shard servers while backward goes on. Before committing,
  * zs__eng_push_wait drains the queue and reports the first error. Nothing
- * writes the staging again until the step's pulls (after the wait).
+ * writes the staging again until the step's pulls (after the wait). A push
+ * starts only once the previous step's pulls are done (the delayed update
+ * pulls them during this step's backward).
  */
 #include <pthread.h>
 #include <stdlib.h>
@@ -54,6 +56,9 @@ static void *pusher_main(void *arg)
         pthread_mutex_unlock(&p->mu);
         zs_err_t err;
         int rc = skip || !j->ready ? ZS_OK : zs_dev_event_sync(j->ready, &err);
+        /* the last step's pulls first: with the delayed update they may
+         * still run (zs_engine_delay.c); else a no-op */
+        zs__eng_pull_wait(p->e, 0, NULL);
         if (!skip && rc == ZS_OK)
             rc = zs_client_push_expect(p->e->client, j->step, j->lo, j->hi, j->src, p->e->dt,
                                        j->has_expect ? &j->expect : NULL, &err);

@@ -40,6 +40,7 @@ static void quiet(zs_engine_t *e)
     if (e->pusher)
         zs__eng_push_wait(e, NULL);
     zs__eng_pull_drain(e);
+    zs__eng_delay_forget(e);
     zs_dev_stream_sync(e->compute, NULL);
     zs_dev_stream_sync(e->copy, NULL);
     zs_coll_sync(e->coll, NULL);
