@@ -18,7 +18,10 @@
  *     after the op that writes them (fp32 -> 16-bit slice of the block ->
  *     fp32 back: zs__gpt_round), so the next op of the forward reads the
  *     rounded value; the attention probabilities, which the forward does
- *     not read again, only to 16 bits (zs__gpt_round_last). The backward
+ *     not read again, only to 16 bits (zs__gpt_round_last), and so are
+ *     the tensors only GEMMs read when those read the 16-bit copies
+ *     (zs__gpt_round_gemm: ln1, ln2, the GELU output, the attention's
+ *     output). The backward
  *     of block l casts the block's slices back into the workspace first
  *     (zs__gpt_act_restore), except those its ops read only as 16-bit
  *     twins (CUDA, GEMMs in the activations' dtype). With checkpointing
@@ -137,6 +140,13 @@ static int twins_on(const zs_gpt_t *g)
 {
     return g->ops->set_twins && g->act_dt != ZS_DTYPE_F32 && g->act_dt == g->gemm_dt && !g->ckpt &&
            !(g->debug & (ZS_GPT_DEBUG_ACT16_UNROUNDED | ZS_GPT_DEBUG_NO_TWINS));
+}
+
+int zs__gpt_round_gemm(zs_gpt_t *g, int l, float *t, void *a16, size_t slice, size_t n,
+                       zs_err_t *err)
+{
+    return twins_on(g) ? zs__gpt_round_last(g, l, t, a16, slice, n, err)
+                       : zs__gpt_round(g, l, t, a16, slice, n, err);
 }
 
 int zs__gpt_act_restore(zs_gpt_t *g, int l, zs_err_t *err)

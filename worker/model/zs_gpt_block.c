@@ -99,7 +99,7 @@ int zs__gpt_block_part_fwd(zs_gpt_t *g, int l, int part, const zs__gpt_bp_t *bp,
         TRY(bparam(g, bp, 0, o->ln1w, Cz, 0, &w, err));
         TRY(bparam(g, bp, 0, o->ln1b, Cz, Cz, &b, err));
         TRY(ops->layernorm_fwd(k, s, ws.ln1, ws.ln1_mean, ws.ln1_rstd, x, w, b, N, C, err));
-        TRY(zs__gpt_round(g, l, ws.ln1, g->ln1_16, sN * C, nC, err));
+        TRY(zs__gpt_round_gemm(g, l, ws.ln1, g->ln1_16, sN * C, nC, err));
         TRY(bparam(g, bp, 0, o->qkvb, 3 * Cz, 2 * Cz, &b, err));
         TRY(bweight(g, bp, 0, o->qkvw, Cz * 3 * Cz, &w, &tw, err));
         zs__gpt_twin_act(g, l, &tw, ws.ln1, ZS__GPT_LN1, nC);
@@ -118,7 +118,7 @@ int zs__gpt_block_part_fwd(zs_gpt_t *g, int l, int part, const zs__gpt_bp_t *bp,
             if (!filled)
                 TRY(zs__gpt_round_last(g, l, ws.att, g->att_16, g->att_slice, natt, err));
         }
-        TRY(zs__gpt_round(g, l, ws.atty, g->atty_16, sN * C, nC, err));
+        TRY(zs__gpt_round_gemm(g, l, ws.atty, g->atty_16, sN * C, nC, err));
         TRY(bparam(g, bp, 1, o->projb, Cz, 0, &b, err));
         TRY(bweight(g, bp, 1, o->projw, Cz * Cz, &w, &tw, err));
         zs__gpt_twin_act(g, l, &tw, ws.atty, ZS__GPT_ATTY, nC);
@@ -137,7 +137,7 @@ int zs__gpt_block_part_fwd(zs_gpt_t *g, int l, int part, const zs__gpt_bp_t *bp,
         TRY(bparam(g, bp, 1, o->ln2w, Cz, Cz, &w, err));
         TRY(bparam(g, bp, 1, o->ln2b, Cz, 2 * Cz, &b2, err));
         TRY(ops->layernorm_fwd(k, s, ws.ln2, ws.ln2_mean, ws.ln2_rstd, ws.res2, w, b2, N, C, err));
-        return zs__gpt_round(g, l, ws.ln2, g->ln2_16, sN * C, nC, err);
+        return zs__gpt_round_gemm(g, l, ws.ln2, g->ln2_16, sN * C, nC, err);
     case 2:
         TRY(bparam(g, bp, 2, o->fcb, 4 * Cz, 0, &b, err));
         TRY(bweight(g, bp, 2, o->fcw, Cz * 4 * Cz, &w, &tw, err));
@@ -146,7 +146,7 @@ int zs__gpt_block_part_fwd(zs_gpt_t *g, int l, int part, const zs__gpt_bp_t *bp,
         TRY(ops->matmul_fwd(k, s, ws.fch, ws.ln2, w, b, N, C, 4 * C, err));
         TRY(zs__gpt_round(g, l, ws.fch, g->fch_16, sN * 4 * C, 4 * nC, err));
         TRY(ops->gelu_fwd(k, s, ws.fchg, ws.fch, 4 * nC, err));
-        return zs__gpt_round(g, l, ws.fchg, g->fchg_16, sN * 4 * C, 4 * nC, err);
+        return zs__gpt_round_gemm(g, l, ws.fchg, g->fchg_16, sN * 4 * C, 4 * nC, err);
     case 3:
         TRY(bparam(g, bp, 3, o->fcpb, Cz, 0, &b, err));
         TRY(bweight(g, bp, 3, o->fcpw, 4 * Cz * Cz, &w, &tw, err));

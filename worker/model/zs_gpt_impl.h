@@ -176,6 +176,13 @@ int zs__gpt_round(zs_gpt_t *g, int l, float *t, void *a16, size_t slice, size_t 
 int zs__gpt_round_last(zs_gpt_t *g, int l, float *t, void *a16, size_t slice, size_t n,
                        zs_err_t *err);
 
+/* zs__gpt_round for a tensor only GEMMs read in the forward (ln1, ln2, the
+ * GELU output, the attention's output): when the GEMMs read the stored copies
+ * (twins on), zs__gpt_round_last, since no op reads t in fp32 again; else
+ * zs__gpt_round. */
+int zs__gpt_round_gemm(zs_gpt_t *g, int l, float *t, void *a16, size_t slice, size_t n,
+                       zs_err_t *err);
+
 /* Before block l's backward without checkpointing: enqueue the casts of
  * the block's 16-bit saved tensors back into the fp32 workspace. */
 int zs__gpt_act_restore(zs_gpt_t *g, int l, zs_err_t *err);
