@@ -619,7 +619,8 @@ static void test_gpt(const shape_t *s)
     /* the fused residual + LayerNorm: bitwise residual_fwd then
      * layernorm_fwd on the device, within the tolerance of its CPU twin */
     {
-        float *a = rnd(NC, 2), *b = rnd(NC, 1), *w = rnd((size_t)C, 1), *bias = rnd((size_t)C, 0.5f);
+        float *a = rnd(NC, 2), *b = rnd(NC, 1), *w = rnd((size_t)C, 1),
+              *bias = rnd((size_t)C, 0.5f);
         for (size_t i = 0; i < NC; i++)
             a[i] += (float)(i / (size_t)C % 5); /* row means away from 0 */
         float *res = xmalloc(NC * 4), *out = xmalloc(NC * 4), *mean = xmalloc((size_t)N * 4),
@@ -648,7 +649,7 @@ static void test_gpt(const shape_t *s)
             g[k] = fetch_all(io, 4);
         }
         static const char *const what[4] = {"residual_layernorm_fwd res", "... out", "... mean",
-                                             "... rstd"};
+                                            "... rstd"};
         for (int t = 0; t < 4; t++)
             cmp_bits(what[t], g[0][t], g[2][t], t < 2 ? NC * 4 : (size_t)N * 4);
         cmp_bits("residual_layernorm_fwd res vs CPU", g[0][0], res, NC * 4);
@@ -810,6 +811,49 @@ static void test_gpt(const shape_t *s)
         cmp_tol("gelu_bwd in place", ipb, rg, n, 1e-6, 1e-5);
         cmp_tol("gelu_fwd in place", ipf, rf, n, 1e-6, 1e-5);
         free(ipb), free(ipf);
+        /* 16-bit input (the stored pre-activation) and output (its stored
+         * copy): bitwise the fp32 forms on the widened input, rounded
+         * after; mixed 16-bit dtypes refused */
+        for (int dt = ZS_DTYPE_BF16; dt <= ZS_DTYPE_F16; dt++) {
+            const char *dn = zs_dtype_name(dt);
+            uint16_t *h = xmalloc(n * 2);
+            float *w = xmalloc(n * 4);
+            zs_cast(h, (zs_dtype_t)dt, x, ZS_DTYPE_F32, n);
+            zs_cast(w, ZS_DTYPE_F32, h, (zs_dtype_t)dt, n);
+            void *dh = up(h, n * 2), *dw = up(w, n * 4), *o32 = dev(n * 4), *o16 = dev(n * 2);
+            TEST_OK(zs_cuda_gelu_fwd(cs, o32, dw, n, &err), err); /* the fp32 reference */
+            float *ref = down(o32, n * 4);
+            uint16_t *ref16 = xmalloc(n * 2);
+            zs_cast(ref16, (zs_dtype_t)dt, ref, ZS_DTYPE_F32, n);
+            put(o32, x, n * 4); /* garbage where the result goes */
+            TEST_OK(zs_cuda_gelu_fwd_dt(cs, o32, ZS_DTYPE_F32, dh, dt, n, &err), err);
+            float *a = down(o32, n * 4);
+            char what[96];
+            snprintf(what, sizeof what, "gelu_fwd %s in, fp32 out", dn);
+            cmp_bits(what, a, ref, n * 4);
+            TEST_OK(zs_cuda_gelu_fwd_dt(cs, o16, dt, dh, dt, n, &err), err);
+            uint16_t *b16 = down(o16, n * 2);
+            snprintf(what, sizeof what, "gelu_fwd %s in, %s out", dn, dn);
+            cmp_bits(what, b16, ref16, n * 2);
+            TEST_OK(zs_cuda_gelu_fwd_dt(cs, o16, dt, dw, ZS_DTYPE_F32, n, &err), err);
+            uint16_t *c16 = down(o16, n * 2);
+            snprintf(what, sizeof what, "gelu_fwd fp32 in, %s out", dn);
+            cmp_bits(what, c16, ref16, n * 2);
+            TEST_OK(zs_cuda_gelu_bwd(cs, o32, dw, dd, n, &err), err);
+            float *gref = down(o32, n * 4);
+            put(o32, x, n * 4);
+            TEST_OK(zs_cuda_gelu_bwd_dt(cs, o32, dh, dt, dd, n, &err), err);
+            float *gb = down(o32, n * 4);
+            snprintf(what, sizeof what, "gelu_bwd %s in", dn);
+            cmp_bits(what, gb, gref, n * 4);
+            TEST_CHECK(zs_cuda_gelu_fwd_dt(cs, o16, ZS_DTYPE_F16, dh, ZS_DTYPE_BF16, n, &err) ==
+                       ZS_ERR_INVALID);
+            free(h), free(w), free(ref), free(ref16), free(a), free(b16), free(c16), free(gref),
+                free(gb);
+            void *f2[] = {dh, dw, o32, o16};
+            for (size_t i = 0; i < sizeof f2 / sizeof f2[0]; i++)
+                CK(cudaFree(f2[i]));
+        }
         /* residual backward accumulates into two distinct buffers */
         float *da0 = rnd(n, 1), *db0 = rnd(n, 1), *ra = dupb(da0, n * 4), *rb = dupb(db0, n * 4);
         zs_op_residual_bwd(NULL, ra, rb, d, n);

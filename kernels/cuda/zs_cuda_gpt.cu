@@ -634,21 +634,26 @@ extern "C" int zs_cuda_matmul_bwd_mixed(void *stream, zs_cuda_blas_t *blas, cons
 
 /* ---- GELU, residual -------------------------------------------------------------- */
 
+/* inp of dtype IDT and out of ODT (fp32, or a 16-bit copy: read widened,
+ * written rounded to nearest even), so a 16-bit input gives what its fp32
+ * widening gives, and a 16-bit output what rounding the fp32 one gives. */
+template <int IDT, int ODT>
 __global__ void __launch_bounds__(ZS_CUDA_EW_THREADS)
-    k_gelu_fwd(float *out, const float *inp, size_t n)
+    k_gelu_fwd(void *out, const void *inp, size_t n)
 {
     ZS_CUDA_FOR(i, n)
     {
-        out[i] = zs_math_gelu(inp[i]);
+        zs_math_store(out, ODT, i, zs_math_gelu(zs_math_load(inp, IDT, i)));
     }
 }
 
+template <int IDT>
 __global__ void __launch_bounds__(ZS_CUDA_EW_THREADS)
-    k_gelu_bwd(float *dinp, const float *inp, const float *dout, size_t n)
+    k_gelu_bwd(float *dinp, const void *inp, const float *dout, size_t n)
 {
     ZS_CUDA_FOR(i, n)
     {
-        dinp[i] = zs_math_gelu_grad(inp[i], dout[i]);
+        dinp[i] = zs_math_gelu_grad(zs_math_load(inp, IDT, i), dout[i]);
     }
 }
 
@@ -673,31 +678,78 @@ __global__ void __launch_bounds__(ZS_CUDA_EW_THREADS)
     }
 }
 
-#define EW_LAUNCH(kernel, n, ...)                                                                  \
+/* Launch an elementwise kernel over n elements and return; EW_LAUNCH_AS
+ * names it in errors (a pointer to a template instance). */
+#define EW_LAUNCH_AS(name, kernel, n, ...)                                                         \
     do {                                                                                           \
         if ((n) == 0)                                                                              \
             return ZS_OK;                                                                          \
         ZS_CUDA_LAUNCH(kernel, zs__cuda_blocks((n), ZS_CUDA_EW_THREADS), ZS_CUDA_EW_THREADS, 0,    \
                        (cudaStream_t)stream, __VA_ARGS__);                                         \
-        ZS_CUDA_LAUNCHED(#kernel);                                                                 \
+        ZS_CUDA_LAUNCHED(name);                                                                    \
         return ZS_OK;                                                                              \
     } while (0)
+#define EW_LAUNCH(kernel, n, ...) EW_LAUNCH_AS(#kernel, kernel, n, __VA_ARGS__)
+
+static int known_dt(int dt)
+{
+    return dt == ZS_DTYPE_F32 || dt == ZS_DTYPE_BF16 || dt == ZS_DTYPE_F16;
+}
+
+typedef void (*gelu_fwd_k)(void *, const void *, size_t);
+typedef void (*gelu_bwd_k)(float *, const void *, const float *, size_t);
+
+/* k_gelu_fwd<IDT, ODT> for one 16-bit dtype H: fp32 with fp32, or H on
+ * either side or both (a pointer: the instances' commas would split the
+ * launch macro's arguments). */
+template <int H> static gelu_fwd_k gelu_fwd_pick(int odt, int idt)
+{
+    if (idt == ZS_DTYPE_F32)
+        return odt == ZS_DTYPE_F32 ? k_gelu_fwd<ZS_DTYPE_F32, ZS_DTYPE_F32>
+                                   : k_gelu_fwd<ZS_DTYPE_F32, H>;
+    return odt == ZS_DTYPE_F32 ? k_gelu_fwd<H, ZS_DTYPE_F32> : k_gelu_fwd<H, H>;
+}
+
+/* See zs_cuda_gpt.h. */
+extern "C" int zs_cuda_gelu_fwd_dt(void *stream, void *out, int odt, const void *inp, int idt,
+                                   size_t n, zs_err_t *err)
+{
+    if (n && (!out || !inp))
+        return bad_shape(err, "zs_cuda_gelu_fwd", "NULL buffer");
+    if (!known_dt(idt) || !known_dt(odt) ||
+        (idt != ZS_DTYPE_F32 && odt != ZS_DTYPE_F32 && idt != odt))
+        return bad_shape(err, "zs_cuda_gelu_fwd", "dtypes: fp32, or one 16-bit dtype");
+    int h = idt != ZS_DTYPE_F32 ? idt : odt;
+    gelu_fwd_k k = h == ZS_DTYPE_F16 ? gelu_fwd_pick<ZS_DTYPE_F16>(odt, idt)
+                                     : gelu_fwd_pick<ZS_DTYPE_BF16>(odt, idt);
+    EW_LAUNCH_AS("k_gelu_fwd", k, n, out, inp, n);
+}
 
 /* See zs_cuda_gpt.h. */
 extern "C" int zs_cuda_gelu_fwd(void *stream, float *out, const float *inp, size_t n, zs_err_t *err)
 {
-    if (n && (!out || !inp))
-        return bad_shape(err, "zs_cuda_gelu_fwd", "NULL buffer");
-    EW_LAUNCH(k_gelu_fwd, n, out, inp, n);
+    return zs_cuda_gelu_fwd_dt(stream, out, ZS_DTYPE_F32, inp, ZS_DTYPE_F32, n, err);
+}
+
+/* See zs_cuda_gpt.h. */
+extern "C" int zs_cuda_gelu_bwd_dt(void *stream, float *dinp, const void *inp, int idt,
+                                   const float *dout, size_t n, zs_err_t *err)
+{
+    if (n && (!dinp || !inp || !dout))
+        return bad_shape(err, "zs_cuda_gelu_bwd", "NULL buffer");
+    if (!known_dt(idt))
+        return bad_shape(err, "zs_cuda_gelu_bwd", "dtype: fp32, bf16 or fp16");
+    gelu_bwd_k k = idt == ZS_DTYPE_BF16  ? k_gelu_bwd<ZS_DTYPE_BF16>
+                   : idt == ZS_DTYPE_F16 ? k_gelu_bwd<ZS_DTYPE_F16>
+                                         : k_gelu_bwd<ZS_DTYPE_F32>;
+    EW_LAUNCH_AS("k_gelu_bwd", k, n, dinp, inp, dout, n);
 }
 
 /* See zs_cuda_gpt.h. */
 extern "C" int zs_cuda_gelu_bwd(void *stream, float *dinp, const float *inp, const float *dout,
                                 size_t n, zs_err_t *err)
 {
-    if (n && (!dinp || !inp || !dout))
-        return bad_shape(err, "zs_cuda_gelu_bwd", "NULL buffer");
-    EW_LAUNCH(k_gelu_bwd, n, dinp, inp, dout, n);
+    return zs_cuda_gelu_bwd_dt(stream, dinp, inp, ZS_DTYPE_F32, dout, n, err);
 }
 
 /* See zs_cuda_gpt.h. */

@@ -59,11 +59,11 @@ extern "C" {
 /* cuBLASLt context for the GEMM ops. Embedded by the caller; one per stream
  * that runs GEMMs concurrently (the workspace is shared by its calls). */
 typedef struct zs_cuda_blas {
-    void *lt;               /* cublasLtHandle_t, made by zs_cuda_blas_init */
-    void *workspace;        /* device memory the caller owns (may be NULL) */
-    size_t workspace_bytes; /* its size; 32 MiB is plenty for these shapes */
-    long long gemms;        /* GEMMs enqueued */
-    long long non_pedantic; /* of which ran with CUBLAS_COMPUTE_32F (no pedantic algorithm) */
+    void *lt;                 /* cublasLtHandle_t, made by zs_cuda_blas_init */
+    void *workspace;          /* device memory the caller owns (may be NULL) */
+    size_t workspace_bytes;   /* its size; 32 MiB is plenty for these shapes */
+    long long gemms;          /* GEMMs enqueued */
+    long long non_pedantic;   /* of which ran with CUBLAS_COMPUTE_32F (no pedantic algorithm) */
     long long bias_epilogues; /* of which added a bias in cuBLASLt's BIAS epilogue */
     long long bias_fallbacks; /* matmuls whose bias epilogue had no algorithm (fill kernel) */
 } zs_cuda_blas_t;
@@ -144,6 +144,17 @@ int zs_cuda_gelu_fwd(void *stream, float *out, const float *inp, size_t n, zs_er
 /* dinp = gelu'(inp) * dout; dinp may equal dout. */
 int zs_cuda_gelu_bwd(void *stream, float *dinp, const float *inp, const float *dout, size_t n,
                      zs_err_t *err);
+
+/* The same with inp of dtype idt and (forward) out of dtype odt: fp32, or
+ * the 16-bit copies of the GPT's stored activations (zs_mixed_twin_t),
+ * read widened and written rounded to nearest even; so the results are
+ * bitwise those of the fp32 forms on the widened input, rounded after.
+ * The forward takes fp32 with fp32 or one 16-bit dtype on either side or
+ * both (a 16-bit out must not overlap inp unless both are that dtype). */
+int zs_cuda_gelu_fwd_dt(void *stream, void *out, int odt, const void *inp, int idt, size_t n,
+                        zs_err_t *err);
+int zs_cuda_gelu_bwd_dt(void *stream, float *dinp, const void *inp, int idt, const float *dout,
+                        size_t n, zs_err_t *err);
 
 /* out = a + b (out may alias a or b). */
 int zs_cuda_residual_fwd(void *stream, float *out, const float *a, const float *b, size_t n,

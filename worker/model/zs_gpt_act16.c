@@ -172,12 +172,12 @@ int zs__gpt_act_restore(zs_gpt_t *g, int l, zs_err_t *err)
      * else reads them in fp32 (the unfused attention's softmax backward
      * reads att's twin too; the fused attention's backward reads qkv and
      * atty in fp32: it rounds its own tiles, and D = rowsum(dout * out));
-     * fch (GELU backward) and res2 (LayerNorm backward) are read in fp32
-     * whatever the GEMMs do. */
+     * the GELU backward reads fch's twin; res2 (LayerNorm backward) is read
+     * in fp32 whatever the GEMMs do. */
     int tw = twins_on(g);
     for (size_t i = 0; i < sizeof ts / sizeof ts[0]; i++) {
         float *t = ts[i].t;
-        if (tw && (t == g->ln1 || t == g->ln2 || t == g->fchg ||
+        if (tw && (t == g->ln1 || t == g->ln2 || t == g->fchg || t == g->fch ||
                    (!g->flash && (t == g->qkv || t == g->att || t == g->atty))))
             continue;
         TRY(zs_dev_cast(g->stream, t, ZS_DTYPE_F32, slice16(ts[i].a16, ts[i].slice, l), dt, ts[i].n,
@@ -201,6 +201,8 @@ static const void *home(const zs_gpt_t *g, int l, int which)
         return slice16(g->atty_16, sN * C, l);
     case ZS__GPT_LN2:
         return slice16(g->ln2_16, sN * C, l);
+    case ZS__GPT_FCH:
+        return slice16(g->fch_16, sN * 4 * C, l);
     default:
         return slice16(g->fchg_16, sN * 4 * C, l);
     }

@@ -144,8 +144,15 @@ int zs__gpt_block_part_fwd(zs_gpt_t *g, int l, int part, const zs__gpt_bp_t *bp,
         zs__gpt_twin_act(g, l, &tw, ws.ln2, ZS__GPT_LN2, nC);
         TRY(zs__gpt_twins_set(g, &tw, err));
         TRY(ops->matmul_fwd(k, s, ws.fch, ws.ln2, w, b, N, C, 4 * C, err));
-        TRY(zs__gpt_round(g, l, ws.fch, g->fch_16, sN * 4 * C, 4 * nC, err));
-        TRY(ops->gelu_fwd(k, s, ws.fchg, ws.fch, 4 * nC, err));
+        TRY(zs__gpt_round_gemm(g, l, ws.fch, g->fch_16, sN * 4 * C, 4 * nC, err));
+        { /* with twins GELU reads fch's home and writes fchg's: no fp32 pass */
+            zs__gpt_twin_act(g, l, &tw, ws.fch, ZS__GPT_FCH, 4 * nC);
+            int filled = zs__gpt_twin_fill(g, l, &tw, ws.fchg, ZS__GPT_FCHG, 4 * nC);
+            TRY(zs__gpt_twins_set(g, &tw, err));
+            TRY(ops->gelu_fwd(k, s, ws.fchg, ws.fch, 4 * nC, err));
+            if (filled)
+                return ZS_OK;
+        }
         return zs__gpt_round_gemm(g, l, ws.fchg, g->fchg_16, sN * 4 * C, 4 * nC, err);
     case 3:
         TRY(bparam(g, bp, 3, o->fcpb, Cz, 0, &b, err));
@@ -190,6 +197,8 @@ int zs__gpt_block_part_bwd(zs_gpt_t *g, int l, int part, const zs__gpt_bp_t *bp,
         return ops->matmul_bwd(k, s, g->dfch, G(o->fcpw), G(o->fcpb), g->dres, ws.fchg, w, N, 4 * C,
                                C, err);
     case 2:
+        zs__gpt_twin_act(g, l, &tw, ws.fch, ZS__GPT_FCH, 4 * nC);
+        TRY(zs__gpt_twins_set(g, &tw, err));
         TRY(ops->gelu_bwd(k, s, g->dfch, ws.fch, g->dfch, (size_t)N * 4 * C, err));
         TRY(bweight(g, bp, 2, o->fcw, Cz * 4 * Cz, &w, &tw, err));
         zs__gpt_twin_act(g, l, &tw, ws.ln2, ZS__GPT_LN2, nC);

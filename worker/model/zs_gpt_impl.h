@@ -176,9 +176,10 @@ int zs__gpt_round(zs_gpt_t *g, int l, float *t, void *a16, size_t slice, size_t 
 int zs__gpt_round_last(zs_gpt_t *g, int l, float *t, void *a16, size_t slice, size_t n,
                        zs_err_t *err);
 
-/* zs__gpt_round for a tensor only GEMMs read in the forward (ln1, ln2, the
- * GELU output, the attention's output): when the GEMMs read the stored copies
- * (twins on), zs__gpt_round_last, since no op reads t in fp32 again; else
+/* zs__gpt_round for a tensor only ops that take twins read in the forward
+ * (ln1, ln2, the attention's output and the MLP's pre-activation and GELU
+ * output: GEMMs and GELU): when they read the stored copies (twins on),
+ * zs__gpt_round_last, since no op reads t in fp32 again; else
  * zs__gpt_round. */
 int zs__gpt_round_gemm(zs_gpt_t *g, int l, float *t, void *a16, size_t slice, size_t n,
                        zs_err_t *err);
@@ -188,7 +189,15 @@ int zs__gpt_round_gemm(zs_gpt_t *g, int l, float *t, void *a16, size_t slice, si
 int zs__gpt_act_restore(zs_gpt_t *g, int l, zs_err_t *err);
 
 /* Block l's saved tensors, as zs__gpt_twins names them. */
-enum { ZS__GPT_LN1, ZS__GPT_QKV, ZS__GPT_ATT, ZS__GPT_ATTY, ZS__GPT_LN2, ZS__GPT_FCHG };
+enum {
+    ZS__GPT_LN1,
+    ZS__GPT_QKV,
+    ZS__GPT_ATT,
+    ZS__GPT_ATTY,
+    ZS__GPT_LN2,
+    ZS__GPT_FCHG,
+    ZS__GPT_FCH
+};
 
 /* Twins (zs_mixed.h) for the next GEMM-based op: the fp32 operands whose
  * exact 16-bit values the model already holds, so the op reads those

@@ -20,7 +20,8 @@
  * launchers with the table's setting, which round the operands into the
  * 16-bit scratch on the same stream (mixed_elem_bytes 2), except operands
  * whose 16-bit twin the model gave for that call (set_twins): those are
- * read as they are.
+ * read as they are. GELU takes twins as well (its input read from the
+ * copy, its output written to a fill twin's home).
  *
  * Deviation from the CPU table: a stream's sticky error (zs_dev.h) does not
  * stop these launches (the CPU device skips queued host functions after a
@@ -31,6 +32,7 @@
  * ops_for_device), allocation of the model's tensors. Built only with
  * ZS_WITH_CUDA.
  */
+#include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -179,18 +181,36 @@ static int attention_flash_bwd(void *ctx, zs_stream_t *s, float *dqkv, const flo
     return zs_cuda_attention_flash_bwd(cs, &mx, dqkv, dout, qkv, out, lse, B, T, C, NH, err);
 }
 
+/* The 16-bit twin given for the first n elements of t: fill 0, a copy to
+ * read (t rounded); fill 1, a home the op writes instead of t. NULL: none. */
+static void *twin_of(const zs_mixed_t *mx, const float *t, size_t n, int fill)
+{
+    for (int i = 0; i < mx->ntwins; i++)
+        if (mx->twins[i].f32 == t && n <= mx->twins[i].n && mx->twins[i].fill == fill)
+            return (void *)(uintptr_t)mx->twins[i].h16;
+    return NULL;
+}
+
+/* GELU takes twins too: it reads inp's copy, and writes out's home instead
+ * of out (then out is not written). */
 static int gelu_fwd(void *ctx, zs_stream_t *s, float *out, const float *inp, size_t n,
                     zs_err_t *err)
 {
-    ENTER(0);
-    return zs_cuda_gelu_fwd(cs, out, inp, n, err);
+    ENTER_MX(0);
+    const void *in16 = twin_of(&mx, inp, n, 0);
+    void *out16 = twin_of(&mx, out, n, 1);
+    return zs_cuda_gelu_fwd_dt(cs, out16 ? out16 : (void *)out, out16 ? mx.dt : ZS_DTYPE_F32,
+                               in16 ? in16 : (const void *)inp, in16 ? mx.dt : ZS_DTYPE_F32, n,
+                               err);
 }
 
 static int gelu_bwd(void *ctx, zs_stream_t *s, float *dinp, const float *inp, const float *dout,
                     size_t n, zs_err_t *err)
 {
-    ENTER(0);
-    return zs_cuda_gelu_bwd(cs, dinp, inp, dout, n, err);
+    ENTER_MX(0);
+    const void *in16 = twin_of(&mx, inp, n, 0);
+    return zs_cuda_gelu_bwd_dt(cs, dinp, in16 ? in16 : (const void *)inp,
+                               in16 ? mx.dt : ZS_DTYPE_F32, dout, n, err);
 }
 
 static int residual_layernorm_fwd(void *ctx, zs_stream_t *s, float *res, float *out, float *mean,
