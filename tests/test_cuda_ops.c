@@ -577,6 +577,31 @@ static void test_gpt(const shape_t *s)
         cmp_tol("layernorm_fwd mean", g[0][1], mean, (size_t)N, 1e-6, 1e-5);
         cmp_tol("layernorm_fwd rstd", g[0][2], rstd, (size_t)N, 1e-6, 1e-5);
         check_repeat("layernorm_fwd", g[0], g[1], io, 3);
+        /* a 16-bit output (the stored ln1 / ln2): the fp32 output rounded,
+         * bitwise, and the same mean and rstd */
+        for (int dt = ZS_DTYPE_BF16; dt <= ZS_DTYPE_F16; dt++) {
+            uint16_t *want = xmalloc(NC * 2);
+            zs_cast(want, (zs_dtype_t)dt, g[0][0], ZS_DTYPE_F32, NC);
+            void *o16 = dev(NC * 2);
+            io_t st[2] = {{dev((size_t)N * 4), NULL, (size_t)N * 4},
+                          {dev((size_t)N * 4), NULL, (size_t)N * 4}};
+            TEST_OK(
+                zs_cuda_layernorm_fwd_dt(cs, o16, dt, st[0].d, st[1].d, dinp, dw, db, N, C, &err),
+                err);
+            sync_ok();
+            uint16_t *got = down(o16, NC * 2);
+            void **ms = fetch_all(st, 2);
+            char what[64];
+            snprintf(what, sizeof what, "layernorm_fwd %s out", zs_dtype_name(dt));
+            cmp_bits(what, got, want, NC * 2);
+            cmp_bits("  its mean", ms[0], g[0][1], (size_t)N * 4);
+            cmp_bits("  its rstd", ms[1], g[0][2], (size_t)N * 4);
+            free(want), free(got);
+            free_all(ms, 2);
+            CK(cudaFree(o16));
+            CK(cudaFree(st[0].d));
+            CK(cudaFree(st[1].d));
+        }
         free_all(g[0], 3);
         /* backward from the CPU's mean / rstd, so the column sums see the
          * same terms */

@@ -331,8 +331,10 @@ extern "C" int zs_cuda_bias_bwd(void *stream, float *db, const float *dout, int 
 /* One warp per row: mean and biased variance in fp32 (lane-strided sums, a
  * butterfly), rstd and the outputs by zs_math.h. out may equal inp (each
  * lane reads its elements before writing them), as on the CPU. */
-/* The row's LayerNorm by one warp: lane-strided sums, a butterfly. */
-__device__ __forceinline__ void ln_row(float *o, float *mean, float *rstd, const float *x,
+/* The row's LayerNorm by one warp: lane-strided sums, a butterfly; the
+ * output in ODT (fp32, or rounded to a 16-bit copy). */
+template <int ODT>
+__device__ __forceinline__ void ln_row(void *o, float *mean, float *rstd, const float *x,
                                        const float *__restrict__ w, const float *__restrict__ b,
                                        int C, int lane)
 {
@@ -348,23 +350,24 @@ __device__ __forceinline__ void ln_row(float *o, float *mean, float *rstd, const
     v = zs__warp_sum(v) / (float)C;
     float r = zs_math_ln_rstd(v);
     for (int c = lane; c < C; c += 32)
-        o[c] = zs_math_ln_out(x[c], m, r, w[c], b[c]);
+        zs_math_store(o, ODT, (size_t)c, zs_math_ln_out(x[c], m, r, w[c], b[c]));
     if (lane == 0) {
         *mean = m;
         *rstd = r;
     }
 }
 
+template <int ODT>
 __global__ void __launch_bounds__(ROW_WARPS * 32)
-    k_layernorm_fwd(float *out, float *__restrict__ mean, float *__restrict__ rstd,
-                    const float *inp, const float *__restrict__ w, const float *__restrict__ b,
-                    int N, int C)
+    k_layernorm_fwd(void *out, float *__restrict__ mean, float *__restrict__ rstd, const float *inp,
+                    const float *__restrict__ w, const float *__restrict__ b, int N, int C)
 {
     int row = blockIdx.x * ROW_WARPS + (threadIdx.x >> 5), lane = threadIdx.x & 31;
     if (row >= N)
         return;
     size_t at = (size_t)row * C;
-    ln_row(out + at, mean + row, rstd + row, inp + at, w, b, C, lane);
+    ln_row<ODT>((char *)out + at * (ODT == ZS_DTYPE_F32 ? 4 : 2), mean + row, rstd + row, inp + at,
+                w, b, C, lane);
 }
 
 /* The residual add and the LayerNorm after it, one warp per row: each lane
@@ -385,7 +388,7 @@ __global__ void __launch_bounds__(ROW_WARPS * 32)
     size_t at = (size_t)row * C;
     for (int c = lane; c < C; c += 32)
         res[at + c] = a[at + c] + b[at + c];
-    ln_row(out + at, mean + row, rstd + row, res + at, w, bias, C, lane);
+    ln_row<ZS_DTYPE_F32>(out + at, mean + row, rstd + row, res + at, w, bias, C, lane);
 }
 
 /* One warp per row: dinp += (w dout - mean(dn) - n mean(dn n)) rstd. */
@@ -431,22 +434,38 @@ extern "C" int zs_cuda_residual_layernorm_fwd(void *stream, float *res, float *o
     return ZS_OK;
 }
 
+typedef void (*ln_fwd_k)(void *, float *, float *, const float *, const float *, const float *, int,
+                         int);
+
+/* See zs_cuda_gpt.h. */
+extern "C" int zs_cuda_layernorm_fwd_dt(void *stream, void *out, int odt, float *mean, float *rstd,
+                                        const float *inp, const float *w, const float *b, int N,
+                                        int C, zs_err_t *err)
+{
+    cudaStream_t cs = (cudaStream_t)stream;
+    if (N < 0 || C <= 0)
+        return bad_shape(err, "zs_cuda_layernorm_fwd", "bad size");
+    if (odt != ZS_DTYPE_F32 && odt != ZS_DTYPE_BF16 && odt != ZS_DTYPE_F16)
+        return bad_shape(err, "zs_cuda_layernorm_fwd", "output dtype: fp32, bf16 or fp16");
+    if (N == 0)
+        return ZS_OK;
+    if (!out || !mean || !rstd || !inp || !w || !b)
+        return bad_shape(err, "zs_cuda_layernorm_fwd", "NULL buffer");
+    ln_fwd_k k = odt == ZS_DTYPE_BF16  ? k_layernorm_fwd<ZS_DTYPE_BF16>
+                 : odt == ZS_DTYPE_F16 ? k_layernorm_fwd<ZS_DTYPE_F16>
+                                       : k_layernorm_fwd<ZS_DTYPE_F32>;
+    ZS_CUDA_LAUNCH(k, (N + ROW_WARPS - 1) / ROW_WARPS, ROW_WARPS * 32, 0, cs, out, mean, rstd, inp,
+                   w, b, N, C);
+    ZS_CUDA_LAUNCHED("k_layernorm_fwd");
+    return ZS_OK;
+}
+
 /* See zs_cuda_gpt.h. */
 extern "C" int zs_cuda_layernorm_fwd(void *stream, float *out, float *mean, float *rstd,
                                      const float *inp, const float *w, const float *b, int N, int C,
                                      zs_err_t *err)
 {
-    cudaStream_t cs = (cudaStream_t)stream;
-    if (N < 0 || C <= 0)
-        return bad_shape(err, "zs_cuda_layernorm_fwd", "bad size");
-    if (N == 0)
-        return ZS_OK;
-    if (!out || !mean || !rstd || !inp || !w || !b)
-        return bad_shape(err, "zs_cuda_layernorm_fwd", "NULL buffer");
-    ZS_CUDA_LAUNCH(k_layernorm_fwd, (N + ROW_WARPS - 1) / ROW_WARPS, ROW_WARPS * 32, 0, cs, out,
-                   mean, rstd, inp, w, b, N, C);
-    ZS_CUDA_LAUNCHED("k_layernorm_fwd");
-    return ZS_OK;
+    return zs_cuda_layernorm_fwd_dt(stream, out, ZS_DTYPE_F32, mean, rstd, inp, w, b, N, C, err);
 }
 
 /* See zs_cuda_gpt.h. */

@@ -105,6 +105,13 @@ int zs_cuda_embed_bwd(void *stream, float *dwte, float *dwpe, const float *dout,
 int zs_cuda_layernorm_fwd(void *stream, float *out, float *mean, float *rstd, const float *inp,
                           const float *w, const float *b, int N, int C, zs_err_t *err);
 
+/* The same with out of dtype odt: fp32, or a 16-bit copy (the GPT's stored
+ * activation), each element rounded to nearest even from what the fp32
+ * form writes (bitwise; mean and rstd as the fp32 form's). */
+int zs_cuda_layernorm_fwd_dt(void *stream, void *out, int odt, float *mean, float *rstd,
+                             const float *inp, const float *w, const float *b, int N, int C,
+                             zs_err_t *err);
+
 /* res = a + b, out = LayerNorm(res) (w, bias; mean, rstd [N] kept), one
  * launch: bitwise zs_cuda_residual_fwd then zs_cuda_layernorm_fwd. res
  * must not overlap a, b or out. CPU twin: zs_op_residual_layernorm_fwd. */

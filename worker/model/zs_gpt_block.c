@@ -98,8 +98,13 @@ int zs__gpt_block_part_fwd(zs_gpt_t *g, int l, int part, const zs__gpt_bp_t *bp,
     case 0:
         TRY(bparam(g, bp, 0, o->ln1w, Cz, 0, &w, err));
         TRY(bparam(g, bp, 0, o->ln1b, Cz, Cz, &b, err));
-        TRY(ops->layernorm_fwd(k, s, ws.ln1, ws.ln1_mean, ws.ln1_rstd, x, w, b, N, C, err));
-        TRY(zs__gpt_round_gemm(g, l, ws.ln1, g->ln1_16, sN * C, nC, err));
+        { /* with twins the LayerNorm writes ln1's home: no fp32 ln1 */
+            int filled = zs__gpt_twin_fill(g, l, &tw, ws.ln1, ZS__GPT_LN1, nC);
+            TRY(zs__gpt_twins_set(g, &tw, err));
+            TRY(ops->layernorm_fwd(k, s, ws.ln1, ws.ln1_mean, ws.ln1_rstd, x, w, b, N, C, err));
+            if (!filled)
+                TRY(zs__gpt_round_gemm(g, l, ws.ln1, g->ln1_16, sN * C, nC, err));
+        }
         TRY(bparam(g, bp, 0, o->qkvb, 3 * Cz, 2 * Cz, &b, err));
         TRY(bweight(g, bp, 0, o->qkvw, Cz * 3 * Cz, &w, &tw, err));
         zs__gpt_twin_act(g, l, &tw, ws.ln1, ZS__GPT_LN1, nC);
@@ -136,8 +141,10 @@ int zs__gpt_block_part_fwd(zs_gpt_t *g, int l, int part, const zs__gpt_bp_t *bp,
         TRY(zs__gpt_round(g, l, ws.res2, g->res2_16, sN * C, nC, err));
         TRY(bparam(g, bp, 1, o->ln2w, Cz, Cz, &w, err));
         TRY(bparam(g, bp, 1, o->ln2b, Cz, 2 * Cz, &b2, err));
+        int filled = zs__gpt_twin_fill(g, l, &tw, ws.ln2, ZS__GPT_LN2, nC);
+        TRY(zs__gpt_twins_set(g, &tw, err));
         TRY(ops->layernorm_fwd(k, s, ws.ln2, ws.ln2_mean, ws.ln2_rstd, ws.res2, w, b2, N, C, err));
-        return zs__gpt_round_gemm(g, l, ws.ln2, g->ln2_16, sN * C, nC, err);
+        return filled ? ZS_OK : zs__gpt_round_gemm(g, l, ws.ln2, g->ln2_16, sN * C, nC, err);
     case 2:
         TRY(bparam(g, bp, 2, o->fcb, 4 * Cz, 0, &b, err));
         TRY(bweight(g, bp, 2, o->fcw, Cz * 4 * Cz, &w, &tw, err));

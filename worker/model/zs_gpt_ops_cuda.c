@@ -20,8 +20,9 @@
  * launchers with the table's setting, which round the operands into the
  * 16-bit scratch on the same stream (mixed_elem_bytes 2), except operands
  * whose 16-bit twin the model gave for that call (set_twins): those are
- * read as they are. GELU takes twins as well (its input read from the
- * copy, its output written to a fill twin's home).
+ * read as they are. GELU and the LayerNorm forward take twins as well
+ * (GELU's input read from the copy; their output written to a fill twin's
+ * home).
  *
  * Deviation from the CPU table: a stream's sticky error (zs_dev.h) does not
  * stop these launches (the CPU device skips queued host functions after a
@@ -96,6 +97,16 @@ static int enter(cuda_ops_t *c, zs_stream_t *s, int gemm, void **cs, zs_err_t *e
     ((cuda_ops_t *)ctx)->mx.ntwins = 0;                                                            \
     ENTER(gemm)
 
+/* The 16-bit twin given for the first n elements of t: fill 0, a copy to
+ * read (t rounded); fill 1, a home the op writes instead of t. NULL: none. */
+static void *twin_of(const zs_mixed_t *mx, const float *t, size_t n, int fill)
+{
+    for (int i = 0; i < mx->ntwins; i++)
+        if (mx->twins[i].f32 == t && n <= mx->twins[i].n && mx->twins[i].fill == fill)
+            return (void *)(uintptr_t)mx->twins[i].h16;
+    return NULL;
+}
+
 static int gemm(void *ctx, zs_stream_t *s, int ta, int tb, int M, int N, int K, float alpha,
                 const float *A, int lda, const float *B, int ldb, float beta, float *C, int ldc,
                 zs_err_t *err)
@@ -123,8 +134,10 @@ static int layernorm_fwd(void *ctx, zs_stream_t *s, float *out, float *mean, flo
                          const float *inp, const float *w, const float *b, int N, int C,
                          zs_err_t *err)
 {
-    ENTER(0);
-    return zs_cuda_layernorm_fwd(cs, out, mean, rstd, inp, w, b, N, C, err);
+    ENTER_MX(0); /* out's fill twin: the op writes its home instead */
+    void *out16 = twin_of(&mx, out, (size_t)N * C, 1);
+    return zs_cuda_layernorm_fwd_dt(cs, out16 ? out16 : (void *)out, out16 ? mx.dt : ZS_DTYPE_F32,
+                                    mean, rstd, inp, w, b, N, C, err);
 }
 
 static int layernorm_bwd(void *ctx, zs_stream_t *s, float *dinp, float *dw, float *db,
@@ -179,16 +192,6 @@ static int attention_flash_bwd(void *ctx, zs_stream_t *s, float *dqkv, const flo
 {
     ENTER_MX(0);
     return zs_cuda_attention_flash_bwd(cs, &mx, dqkv, dout, qkv, out, lse, B, T, C, NH, err);
-}
-
-/* The 16-bit twin given for the first n elements of t: fill 0, a copy to
- * read (t rounded); fill 1, a home the op writes instead of t. NULL: none. */
-static void *twin_of(const zs_mixed_t *mx, const float *t, size_t n, int fill)
-{
-    for (int i = 0; i < mx->ntwins; i++)
-        if (mx->twins[i].f32 == t && n <= mx->twins[i].n && mx->twins[i].fill == fill)
-            return (void *)(uintptr_t)mx->twins[i].h16;
-    return NULL;
 }
 
 /* GELU takes twins too: it reads inp's copy, and writes out's home instead

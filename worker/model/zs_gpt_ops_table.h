@@ -58,13 +58,14 @@ struct zs_gpt_ops {
      * stream's sticky error). */
     int (*set_mixed)(void *ctx, const zs_mixed_t *mx, zs_err_t *err);
     size_t mixed_elem_bytes; /* cpu: 4 (fp32 values), cuda: 2 (bf16 / fp16) */
-    /* For the next GEMM-based entry or GELU only (gemm, matmul_*,
-     * attention_*, gelu_*), whatever it returns: n (<= ZS_MIXED_TWINS_MAX) fp32 operands whose
+    /* For the next GEMM-based entry, GELU or LayerNorm forward only
+     * (gemm, matmul_*, attention_*, gelu_*, layernorm_fwd), whatever it
+     * returns: n (<= ZS_MIXED_TWINS_MAX) fp32 operands whose
      * 16-bit twins the caller holds (zs_mixed.h: exactly the rounded values,
      * in the set_mixed dtype, valid in stream order when the op runs); the
      * op reads a twin instead of rounding that operand (GELU: instead of
-     * the fp32 input; a fill twin of its output is written instead of the
-     * output, which is then left unwritten). The results are bitwise the
+     * the fp32 input; a fill twin of the output of GELU or the LayerNorm is
+     * written instead of the output, which is then left unwritten). The results are bitwise the
      * same. Ignored under fp32 GEMMs. NULL where a device has
      * none (cpu: its rounded copies are fp32 values anyway). */
     int (*set_twins)(void *ctx, const zs_mixed_twin_t *tw, int n, zs_err_t *err);
