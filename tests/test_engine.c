@@ -132,6 +132,28 @@ static int same_file(const char *a, const char *b)
     return same;
 }
 
+/* Run the worker at W ranks with `args` twice, --offload 0 and 1, writing
+ * NAME-o0/-o1 .bin and .log under the temp dir; `show_err`: print each
+ * run's "maxerr" line after "  LABEL offload=K: ". Fails the test unless
+ * both end bitwise equal. */
+static void offload_on_off(int W, const char *name, const char *label, int show_err,
+                           const char *args)
+{
+    char out[2][300], log[300];
+    for (int off = 0; off < 2; off++) {
+        snprintf(out[off], sizeof out[off], "%s/%s-o%d.bin", g_tmp, name, off);
+        snprintf(log, sizeof log, "%s/%s-o%d.log", g_tmp, name, off);
+        must(run(W, log, "%s --offload %d --servers %s --out %s", args, off, g_servers, out[off]),
+             log, label);
+        if (show_err) {
+            printf("  %s offload=%d: ", label, off);
+            fflush(stdout);
+            show(log, "^maxerr");
+        }
+    }
+    TEST_CHECKF(same_file(out[0], out[1]), "%s: offload on/off differ", label);
+}
+
 static void equivalence(void)
 {
     static const char *dtypes[] = {"fp32", "bf16"};
@@ -140,25 +162,15 @@ static void equivalence(void)
     for (int s = 0; s <= 3; s++)
         for (int wi = 0; wi < 3; wi++)
             for (int d = 0; d < 2; d++) {
-                char out[2][300], log[300];
-                for (int off = 0; off < 2; off++) {
-                    snprintf(out[off], sizeof out[off], "%s/eq-s%d-w%d-%s-o%d.bin", g_tmp, s,
-                             Ws[wi], dtypes[d], off);
-                    snprintf(log, sizeof log, "%s/eq-s%d-w%d-%s-o%d.log", g_tmp, s, Ws[wi],
-                             dtypes[d], off);
-                    int rc = run(Ws[wi], log,
-                                 "--stage %d --dtype %s --offload %d --servers %s --steps 10 "
-                                 "--clip 1.0 --ref --mem-check --out %s %s",
-                                 s, dtypes[d], off, g_servers, out[off],
-                                 d ? BF16_TOL : "--atol 2e-6 --rtol 1e-4");
-                    must(rc, log, "equivalence run");
-                    printf("  stage %d W=%d %s offload=%d: ", s, Ws[wi], dtypes[d], off);
-                    fflush(stdout);
-                    show(log, "^maxerr");
-                }
-                TEST_CHECKF(same_file(out[0], out[1]), "stage %d W=%d %s: offload on/off differ", s,
-                            Ws[wi], dtypes[d]);
-                printf("  stage %d W=%d %s: offload on == off, bitwise\n", s, Ws[wi], dtypes[d]);
+                char name[64], label[64], args[256];
+                snprintf(name, sizeof name, "eq-s%d-w%d-%s", s, Ws[wi], dtypes[d]);
+                snprintf(label, sizeof label, "stage %d W=%d %s", s, Ws[wi], dtypes[d]);
+                snprintf(args, sizeof args,
+                         "--stage %d --dtype %s --steps 10 --clip 1.0 --ref "
+                         "--mem-check %s",
+                         s, dtypes[d], d ? BF16_TOL : "--atol 2e-6 --rtol 1e-4");
+                offload_on_off(Ws[wi], name, label, 1, args);
+                printf("  %s: offload on == off, bitwise\n", label);
             }
 }
 
@@ -213,23 +225,15 @@ static void offload_one_micro(void)
     for (int W = 1; W <= 2; W++)
         for (int s = 2; s <= 3; s++)
             for (int d = 0; d < 2; d++) {
-                char out[2][300], log[300];
-                for (int off = 0; off < 2; off++) {
-                    snprintf(out[off], sizeof out[off], "%s/gas1-w%d-s%d-%s-o%d.bin", g_tmp, W, s,
-                             dtypes[d], off);
-                    snprintf(log, sizeof log, "%s/gas1-w%d-s%d-%s-o%d.log", g_tmp, W, s, dtypes[d],
-                             off);
-                    must(run(W, log,
-                             "--stage %d --dtype %s --offload %d --servers %s --steps 10 --gas 1 "
-                             "--clip 1.0 --ref --mem-check --out %s %s",
-                             s, dtypes[d], off, g_servers, out[off],
-                             d ? BF16_TOL : "--atol 2e-6 --rtol 1e-4"),
-                         log, "gas 1 run");
-                }
-                TEST_CHECKF(same_file(out[0], out[1]),
-                            "stage %d W=%d %s gas 1: offload on/off differ", s, W, dtypes[d]);
-                printf("  stage %d W=%d %s gas 1: offload on == off, bitwise; device bounds hold\n",
-                       s, W, dtypes[d]);
+                char name[64], label[64], args[256];
+                snprintf(name, sizeof name, "gas1-w%d-s%d-%s", W, s, dtypes[d]);
+                snprintf(label, sizeof label, "stage %d W=%d %s gas 1", s, W, dtypes[d]);
+                snprintf(args, sizeof args,
+                         "--stage %d --dtype %s --steps 10 --gas 1 --clip 1.0 "
+                         "--ref --mem-check %s",
+                         s, dtypes[d], d ? BF16_TOL : "--atol 2e-6 --rtol 1e-4");
+                offload_on_off(W, name, label, 0, args);
+                printf("  %s: offload on == off, bitwise; device bounds hold\n", label);
             }
 }
 
@@ -767,40 +771,22 @@ static void delayed_update(void)
         for (int W = 1; W <= 2; W++)
             for (int d = 0; d < 2; d++) {
                 const char *ck = (s + W + d) % 2 ? "--ckpt-every 4" : ""; /* flushes */
-                for (int off = 0; off < 2; off++) {
-                    snprintf(out[off], sizeof out[off], "%s/dpu-s%d-w%d-%s-o%d.bin", g_tmp, s, W,
-                             dtypes[d], off);
-                    snprintf(log, sizeof log, "%s/dpu-s%d-w%d-%s-o%d.log", g_tmp, s, W, dtypes[d],
-                             off);
-                    must(run(W, log,
-                             "--stage %d --dtype %s --offload %d --servers %s --steps 10 "
-                             "--clip 1.0 --dpu 2 --ref --out %s %s %s",
-                             s, dtypes[d], off, g_servers, out[off], ck,
-                             d ? BF16_TOL : "--atol 2e-6 --rtol 1e-4"),
-                         log, "delayed update run");
-                    printf("  stage %d W=%d %s offload=%d%s: ", s, W, dtypes[d], off,
-                           ck[0] ? ", checkpoints" : "");
-                    fflush(stdout);
-                    show(log, "^maxerr");
-                }
-                TEST_CHECKF(same_file(out[0], out[1]),
-                            "stage %d W=%d %s: delayed update offload on/off differ", s, W,
-                            dtypes[d]);
+                char name[64], label[96], args[256];
+                snprintf(name, sizeof name, "dpu-s%d-w%d-%s", s, W, dtypes[d]);
+                snprintf(label, sizeof label, "stage %d W=%d %s%s", s, W, dtypes[d],
+                         ck[0] ? ", checkpoints" : "");
+                snprintf(args, sizeof args,
+                         "--stage %d --dtype %s --steps 10 --clip 1.0 --dpu 2 "
+                         "--ref %s %s",
+                         s, dtypes[d], ck, d ? BF16_TOL : "--atol 2e-6 --rtol 1e-4");
+                offload_on_off(W, name, label, 1, args);
             }
     printf("  offload on == off, bitwise, in each of the 8 configurations\n");
     /* fp16 with two overflow-skipped steps (each lands what is pending and
      * starts nothing): no reference (it never skips), offload == in process */
-    for (int off = 0; off < 2; off++) {
-        snprintf(out[off], sizeof out[off], "%s/dpu-fp16-o%d.bin", g_tmp, off);
-        snprintf(log, sizeof log, "%s/dpu-fp16-o%d.log", g_tmp, off);
-        must(run(2, log,
-                 "--stage 2 --dtype fp16 --offload %d --servers %s --steps 10 --clip 1.0 --dpu 2 "
-                 "--inject-nan 5 --inject-count 2 --out %s",
-                 off, g_servers, out[off]),
-             log, "delayed update run, fp16");
-    }
-    TEST_CHECKF(same_file(out[0], out[1]),
-                "fp16 with overflows: delayed update offload on/off differ");
+    offload_on_off(2, "dpu-fp16", "stage 2 W=2 fp16 with overflows", 0,
+                   "--stage 2 --dtype fp16 --steps 10 --clip 1.0 --dpu 2 --inject-nan 5 "
+                   "--inject-count 2");
     printf("  stage 2 W=2 fp16, steps 5 and 6 skipped: offload on == off, bitwise\n");
     /* the delay is there: without it the parameters differ */
     snprintf(plain, sizeof plain, "%s/dpu-plain.bin", g_tmp);
