@@ -798,27 +798,20 @@ static void delayed_update(void)
     snprintf(out[0], sizeof out[0], "%s/dpu-s2-w2-bf16-o1.bin", g_tmp);
     TEST_CHECKF(!same_file(out[0], plain), "the delayed update changed nothing");
     printf("  stage 2 W=2 bf16: the final parameters differ from the run without the delay\n");
-    /* kill -9 and resume */
-    snprintf(out[0], sizeof out[0], "%s/dpu-kr-full.bin", g_tmp);
-    snprintf(log, sizeof log, "%s/dpu-kr-full.log", g_tmp);
-    must(run(2, log,
-             "--stage 2 --dtype bf16 --offload 1 --servers %s --steps 14 --ckpt-every 4 "
-             "--dpu 2 --out %s",
-             g_servers, out[0]),
-         log, "uninterrupted delayed run");
-    snprintf(log, sizeof log, "%s/dpu-kr-killed.log", g_tmp);
-    int rc = run(2, log,
-                 "--stage 2 --dtype bf16 --offload 1 --servers %s --steps 14 "
-                 "--ckpt-every 4 --dpu 2 --kill-at 11 --kill-rank 1",
-                 g_servers);
-    TEST_CHECKF(rc != 0, "the killed run should fail");
-    snprintf(out[1], sizeof out[1], "%s/dpu-kr-resumed.bin", g_tmp);
-    snprintf(log, sizeof log, "%s/dpu-kr-resumed.log", g_tmp);
-    must(run(2, log,
-             "--stage 2 --dtype bf16 --offload 1 --servers %s --steps 14 --ckpt-every 4 "
-             "--dpu 2 --resume --out %s",
-             g_servers, out[1]),
-         log, "resumed delayed run");
+    /* kill -9 and resume: uninterrupted, killed at step 11, resumed */
+    static const char *const kr[3] = {"", "--kill-at 11 --kill-rank 1", "--resume"};
+    for (int i = 0; i < 3; i++) {
+        snprintf(out[i > 0], sizeof out[0], "%s/dpu-kr-%d.bin", g_tmp, i);
+        snprintf(log, sizeof log, "%s/dpu-kr-%d.log", g_tmp, i);
+        int rc = run(2, log,
+                     "--stage 2 --dtype bf16 --offload 1 --servers %s --steps 14 --ckpt-every 4 "
+                     "--dpu 2 %s --out %s",
+                     g_servers, kr[i], out[i > 0]);
+        if (i == 1)
+            TEST_CHECKF(rc != 0, "the killed run should fail");
+        else
+            must(rc, log, i ? "resumed delayed run" : "uninterrupted delayed run");
+    }
     show(log, "^resumed");
     TEST_CHECKF(same_file(out[0], out[1]),
                 "the resumed delayed run differs from the uninterrupted");
@@ -826,7 +819,7 @@ static void delayed_update(void)
     /* refused where it does not run */
     for (int s = 0; s <= 3; s += 3) {
         snprintf(log, sizeof log, "%s/dpu-refused-s%d.log", g_tmp, s);
-        rc = run(1, log, "--stage %d --offload 1 --servers %s --steps 2 --dpu 2", s, g_servers);
+        int rc = run(1, log, "--stage %d --offload 1 --servers %s --steps 2 --dpu 2", s, g_servers);
         char cmd[400];
         snprintf(cmd, sizeof cmd, "grep -q 'delayed parameter update runs at stages 1-2' %s", log);
         TEST_CHECKF(rc != 0 && system(cmd) == 0, "stage %d with the delayed update: not refused",
