@@ -777,7 +777,7 @@ static void delayed_update(void)
                          ck[0] ? ", checkpoints" : "");
                 snprintf(args, sizeof args,
                          "--stage %d --dtype %s --steps 10 --clip 1.0 --dpu 2 "
-                         "--ref %s %s",
+                         "--ref --mem-check %s %s",
                          s, dtypes[d], ck, d ? BF16_TOL : "--atol 2e-6 --rtol 1e-4");
                 offload_on_off(W, name, label, 1, args);
             }

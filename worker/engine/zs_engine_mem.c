@@ -103,6 +103,13 @@ static void working(const zs_engine_t *e, uint64_t *w)
     w[ZS_MEM_COMM] = reduce_buffers(e) + (e->offload ? e->Ppad / W * k : 0) +
                      (!e->offload ? e->max_seg_pad / W * 4 : 0) + comm_small(e) + e->qbuf_bytes +
                      e->rsq_bytes + e->hbuf_bytes;
+    /* the delayed update's copy of the partition: pinned with offload (page
+     * rounded after the staging in a shared segment), else on the device
+     * beside the optimizer state that writes it */
+    if (e->pdelay && e->offload)
+        w[ZS_MEM_COMM] += (e->Ppad / W * k + 4095) & ~(uint64_t)4095;
+    if (e->pdelay && !e->offload)
+        w[ZS_MEM_OPTIMIZER] = e->Ppad / W * k;
 }
 
 /* Of formula + working, what may be device memory (see zs_engine_mem_t). */
@@ -113,7 +120,7 @@ static void device_bound(const zs_engine_t *e, const uint64_t *f, const uint64_t
     /* with offload at stages 2-3 the gradient partition is pinned staging:
      * the device holds the bucket partitions only (gas > 1), or nothing */
     d[ZS_MEM_GRADS] = zs__eng_grads_offloaded(e) ? w[ZS_MEM_GRADS] : f[ZS_MEM_GRADS];
-    d[ZS_MEM_OPTIMIZER] = f[ZS_MEM_OPTIMIZER];
+    d[ZS_MEM_OPTIMIZER] = f[ZS_MEM_OPTIMIZER] + w[ZS_MEM_OPTIMIZER];
     d[ZS_MEM_GATHERED] = w[ZS_MEM_GATHERED];
     /* reduce buffers and the table; staging and state transfers are pinned */
     d[ZS_MEM_COMM] = reduce_buffers(e) + comm_small(e) + e->qbuf_bytes +
