@@ -503,6 +503,9 @@ run() {
         fi
         run_one test_train_cuda env ZS_TRAIN_BIN="$bin/zs-train" ZS_MPIEXEC_BIN="$mpirun" \
             ZS_SERVER_BIN="$bin/zs-server" "$bin/test_train_cuda"
+        # the delayed parameter update: offload == in process on the GPU
+        run_one test_train_cuda_dpu env ZS_TRAIN_BIN="$bin/zs-train" ZS_MPIEXEC_BIN="$mpirun" \
+            ZS_SERVER_BIN="$bin/zs-server" ZS_TEST_TRAIN_CUDA_PART=dpu "$bin/test_train_cuda"
     fi
     if want bench; then
         run_one bench_gpt_cuda env ZS_SERVER_BIN="$bin/zs-server" "$bin/bench_gpt" --device cuda
