@@ -61,11 +61,15 @@ typedef struct zs_mixed_twin {
     const float *f32;
     const void *h16;
     size_t n;
-    int fill; /* 1: the op computes f32 itself (the attention probabilities)
-               * and rounds it into h16, a buffer the caller lets it write,
-               * instead of into its scratch: the caller's stored 16-bit copy
-               * without a pass of its own. Taken only by tables that take
-               * twins. 0: h16 already holds f32 rounded. */
+    int fill; /* 1: the op computes f32 itself (the attention probabilities,
+               * GELU's and the LayerNorm's outputs) and rounds it into h16,
+               * a buffer the caller lets it write, instead of into its
+               * scratch: the caller's stored 16-bit copy without a pass of
+               * its own. h16 is then the result and f32 the op's scratch,
+               * unspecified afterwards (the attention leaves its scores
+               * there; GELU and the LayerNorm do not write it). Taken only
+               * by tables that take twins. 0: h16 already holds f32
+               * rounded. */
 } zs_mixed_twin_t;
 
 #define ZS_MIXED_TWINS_MAX 2 /* attention's backward has two (qkv, att) */

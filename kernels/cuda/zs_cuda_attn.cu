@@ -34,8 +34,11 @@
 
 /* In place over rows of att [rows, T]; row r is query position r % T.
  * With HDT 16-bit, also h = att rounded to HDT (the GEMM's operand), in
- * the same pass. */
-template <int HDT>
+ * the same pass. KEEP 0 (HDT 16-bit, h the caller's fill twin): the
+ * probabilities go to h only and att keeps the scores, one fp32 write pass
+ * fewer; the last pass recomputes each exponential instead of reading it
+ * back (the same expf of the same operands: the same bits). */
+template <int HDT, int KEEP>
 __global__ void __launch_bounds__(SM_WARPS * 32)
     k_causal_softmax(float *__restrict__ att, void *__restrict__ h, int T, size_t rows)
 {
@@ -52,18 +55,21 @@ __global__ void __launch_bounds__(SM_WARPS * 32)
     float s = 0.0f;
     for (int u = lane; u <= t; u += 32) {
         float e = expf(p[u] - mx);
-        p[u] = e;
+        if (KEEP)
+            p[u] = e;
         s = s + e;
     }
     float inv = 1.0f / zs__warp_sum(s);
     for (int u = lane; u <= t; u += 32) {
-        float x = p[u] * inv;
-        p[u] = x;
+        float x = (KEEP ? p[u] : expf(p[u] - mx)) * inv;
+        if (KEEP)
+            p[u] = x;
         if (HDT != ZS_DTYPE_F32)
             zs_math_store(h, HDT, row * T + u, x);
     }
     for (int u = t + 1 + lane; u < T; u += 32) {
-        p[u] = 0.0f;
+        if (KEEP)
+            p[u] = 0.0f;
         if (HDT != ZS_DTYPE_F32)
             zs_math_store(h, HDT, row * T + u, 0.0f);
     }
@@ -185,10 +191,14 @@ extern "C" int zs_cuda_attention_fwd_mixed(void *stream, zs_cuda_blas_t *blas, c
     /* the softmax writes the GEMM's 16-bit operand too (its piece, or the
      * caller's fill twin: zs_mixed_twin_t.fill) */
     void *h = o.dt != ZS_DTYPE_F32 ? zs__opnd_out(&o, att, rows * T) : NULL;
-    decltype(&k_causal_softmax<ZS_DTYPE_F32>) fk = k_causal_softmax<ZS_DTYPE_F32>;
-    if (h)
-        fk = o.dt == ZS_DTYPE_BF16 ? k_causal_softmax<ZS_DTYPE_BF16>
-                                   : k_causal_softmax<ZS_DTYPE_F16>;
+    /* a fill twin is the caller's result: att is then only our scratch */
+    const zs_mixed_twin_t *tw = h ? zs__opnd_twin_of(&o, att, rows * T) : NULL;
+    int keep = !(tw && tw->fill);
+    decltype(&k_causal_softmax<ZS_DTYPE_F32, 1>) fk = k_causal_softmax<ZS_DTYPE_F32, 1>;
+    if (h && o.dt == ZS_DTYPE_BF16)
+        fk = keep ? k_causal_softmax<ZS_DTYPE_BF16, 1> : k_causal_softmax<ZS_DTYPE_BF16, 0>;
+    else if (h)
+        fk = keep ? k_causal_softmax<ZS_DTYPE_F16, 1> : k_causal_softmax<ZS_DTYPE_F16, 0>;
     ZS_CUDA_LAUNCH(fk, sm_blocks(rows), SM_WARPS * 32, 0, cs, att, h, T, rows);
     ZS_CUDA_LAUNCHED("k_causal_softmax");
     if (h)

@@ -215,7 +215,9 @@ int zs_cuda_matmul_fwd_mixed(void *stream, zs_cuda_blas_t *blas, const zs_mixed_
 int zs_cuda_matmul_bwd_mixed(void *stream, zs_cuda_blas_t *blas, const zs_mixed_t *mx, float *dinp,
                              float *dw, float *db, const float *dout, const float *inp,
                              const float *w, int N, int IC, int OC, zs_err_t *err);
-/* att receives the fp32 probabilities. */
+/* att receives the fp32 probabilities; with a fill twin of att in mx
+ * (zs_mixed_twin_t.fill) the twin's home receives them rounded and att only
+ * the scores (scratch). */
 int zs_cuda_attention_fwd_mixed(void *stream, zs_cuda_blas_t *blas, const zs_mixed_t *mx,
                                 float *out, float *att, const float *qkv, int B, int T, int C,
                                 int NH, zs_err_t *err);
