@@ -107,6 +107,16 @@ static inline int zs_mixed_set(zs_mixed_t *dst, const zs_mixed_t *src)
     return 0;
 }
 
+/* The twin m holds for the first n elements of the fp32 tensor f32 (matched
+ * by pointer, and n within its length), or NULL; m may be NULL. */
+static inline const zs_mixed_twin_t *zs_mixed_twin(const zs_mixed_t *m, const float *f32, size_t n)
+{
+    for (int i = 0; m && i < m->ntwins; i++)
+        if (m->twins[i].f32 == f32 && n <= m->twins[i].n)
+            return &m->twins[i];
+    return NULL;
+}
+
 /* n rounded up to a whole piece. */
 static inline size_t zs_mixed_piece(size_t n)
 {

@@ -48,10 +48,7 @@ typedef struct {
 static inline const zs_mixed_twin_t *zs__opnd_twin_of(const zs__opnd_t *o, const float *src,
                                                       size_t n)
 {
-    for (int i = 0; o->mx && i < o->mx->ntwins; i++)
-        if (o->mx->twins[i].f32 == src && n <= o->mx->twins[i].n)
-            return &o->mx->twins[i];
-    return NULL;
+    return zs_mixed_twin(o->mx, src, n);
 }
 
 /* The 16-bit twin holding src's first n elements rounded, or NULL (a fill

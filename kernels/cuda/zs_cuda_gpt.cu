@@ -40,6 +40,12 @@ static int bad_shape(zs_err_t *err, const char *fn, const char *what)
     return zs_err_set(err, ZS_ERR_INVALID, "%s: %s", fn, what);
 }
 
+/* fp32, bf16 or fp16. */
+static int known_dt(int dt)
+{
+    return dt == ZS_DTYPE_F32 || dt == ZS_DTYPE_BF16 || dt == ZS_DTYPE_F16;
+}
+
 /* A stream-ordered temporary (freed with tmp_free on the same stream). */
 static int tmp_alloc(void **p, size_t bytes, cudaStream_t cs, const char *fn, zs_err_t *err)
 {
@@ -445,7 +451,7 @@ extern "C" int zs_cuda_layernorm_fwd_dt(void *stream, void *out, int odt, float 
     cudaStream_t cs = (cudaStream_t)stream;
     if (N < 0 || C <= 0)
         return bad_shape(err, "zs_cuda_layernorm_fwd", "bad size");
-    if (odt != ZS_DTYPE_F32 && odt != ZS_DTYPE_BF16 && odt != ZS_DTYPE_F16)
+    if (!known_dt(odt))
         return bad_shape(err, "zs_cuda_layernorm_fwd", "output dtype: fp32, bf16 or fp16");
     if (N == 0)
         return ZS_OK;
@@ -709,11 +715,6 @@ __global__ void __launch_bounds__(ZS_CUDA_EW_THREADS)
         return ZS_OK;                                                                              \
     } while (0)
 #define EW_LAUNCH(kernel, n, ...) EW_LAUNCH_AS(#kernel, kernel, n, __VA_ARGS__)
-
-static int known_dt(int dt)
-{
-    return dt == ZS_DTYPE_F32 || dt == ZS_DTYPE_BF16 || dt == ZS_DTYPE_F16;
-}
 
 typedef void (*gelu_fwd_k)(void *, const void *, size_t);
 typedef void (*gelu_bwd_k)(float *, const void *, const float *, size_t);

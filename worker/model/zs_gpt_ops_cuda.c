@@ -101,10 +101,8 @@ static int enter(cuda_ops_t *c, zs_stream_t *s, int gemm, void **cs, zs_err_t *e
  * read (t rounded); fill 1, a home the op writes instead of t. NULL: none. */
 static void *twin_of(const zs_mixed_t *mx, const float *t, size_t n, int fill)
 {
-    for (int i = 0; i < mx->ntwins; i++)
-        if (mx->twins[i].f32 == t && n <= mx->twins[i].n && mx->twins[i].fill == fill)
-            return (void *)(uintptr_t)mx->twins[i].h16;
-    return NULL;
+    const zs_mixed_twin_t *tw = zs_mixed_twin(mx, t, n);
+    return tw && tw->fill == fill ? (void *)(uintptr_t)tw->h16 : NULL;
 }
 
 static int gemm(void *ctx, zs_stream_t *s, int ta, int tb, int M, int N, int K, float alpha,
