@@ -52,6 +52,44 @@ uint64_t zs_hash64_copy(void *dst, const void *src, size_t n, uint64_t seed)
     return copy_portable(dst, src, n, seed);
 }
 
+_Static_assert(sizeof(XXH3_state_t) <= sizeof(((zs_hash_stream_t *)0)->st) &&
+                   _Alignof(XXH3_state_t) <= 64,
+               "zs_hash_stream_t cannot hold XXH3_state_t");
+
+void zs_hash_stream_reset(zs_hash_stream_t *h, uint64_t seed)
+{
+    pthread_once(&g_once, choose);
+#if defined(ZS_HASH_AVX2)
+    if (g_avx2) {
+        zs__hash_reset_avx2(h->st, seed);
+        return;
+    }
+#endif
+    XXH3_state_t *st = (XXH3_state_t *)h->st;
+    XXH3_INITSTATE(st); /* reset_withSeed keeps the secret when the seed matches */
+    XXH3_64bits_reset_withSeed(st, seed);
+}
+
+void zs_hash_stream_update(zs_hash_stream_t *h, const void *p, size_t n)
+{
+#if defined(ZS_HASH_AVX2)
+    if (g_avx2) {
+        zs__hash_update_avx2(h->st, p, n);
+        return;
+    }
+#endif
+    XXH3_64bits_update((XXH3_state_t *)h->st, p, n);
+}
+
+uint64_t zs_hash_stream_digest(const zs_hash_stream_t *h)
+{
+#if defined(ZS_HASH_AVX2)
+    if (g_avx2)
+        return zs__hash_digest_avx2(h->st);
+#endif
+    return XXH3_64bits_digest((const XXH3_state_t *)h->st);
+}
+
 const char *zs_hash_impl(void)
 {
     pthread_once(&g_once, choose);

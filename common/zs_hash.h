@@ -34,6 +34,21 @@ uint64_t zs_hash64(const void *p, size_t n, uint64_t seed);
  * dst and src must not overlap. */
 uint64_t zs_hash64_copy(void *dst, const void *src, size_t n, uint64_t seed);
 
+/* A hash computed piece by piece, for a producer that writes bytes in
+ * cache-sized pieces and hashes each while it is hot (the engine's staging
+ * of pushed gradients): zs_hash_stream_reset(h, seed), any number of
+ * zs_hash_stream_update, then zs_hash_stream_digest returns zs_hash64 of
+ * the concatenated pieces with that seed (bit for bit, whatever the cuts).
+ * The caller embeds the state (XXH3's, 576 bytes); it must not be copied
+ * between reset and digest. */
+typedef struct zs_hash_stream {
+    _Alignas(64) unsigned char st[640];
+} zs_hash_stream_t;
+
+void zs_hash_stream_reset(zs_hash_stream_t *h, uint64_t seed);
+void zs_hash_stream_update(zs_hash_stream_t *h, const void *p, size_t n);
+uint64_t zs_hash_stream_digest(const zs_hash_stream_t *h);
+
 /* The form in use: "avx2" or "portable" (libxxhash's build). Decides it if
  * no call has yet. */
 const char *zs_hash_impl(void);

@@ -24,3 +24,19 @@ uint64_t zs__hash64_copy_avx2(void *dst, const void *src, size_t n, uint64_t see
 {
     ZS__HASH_COPY_BODY(dst, src, n, seed);
 }
+
+void zs__hash_reset_avx2(void *st, uint64_t seed)
+{
+    XXH3_INITSTATE((XXH3_state_t *)st);
+    XXH3_64bits_reset_withSeed(st, seed);
+}
+
+void zs__hash_update_avx2(void *st, const void *p, size_t n)
+{
+    XXH3_64bits_update(st, p, n);
+}
+
+uint64_t zs__hash_digest_avx2(const void *st)
+{
+    return XXH3_64bits_digest(st);
+}

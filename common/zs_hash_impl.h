@@ -24,6 +24,7 @@
             return XXH3_64bits_withSeed((dst), (n), (seed));                                       \
         }                                                                                          \
         XXH3_state_t st_;                                                                          \
+        XXH3_INITSTATE(&st_); /* else reset_withSeed may keep a stale secret */                    \
         XXH3_64bits_reset_withSeed(&st_, (seed));                                                  \
         for (size_t at_ = 0; at_ < (n); at_ += ZS__HASH_PIECE) {                                   \
             size_t k_ = (n)-at_ < ZS__HASH_PIECE ? (n)-at_ : ZS__HASH_PIECE;                       \
@@ -36,5 +37,9 @@
 /* zs_hash_avx2.c, built with -mavx2: call only where the CPU has AVX2. */
 uint64_t zs__hash64_avx2(const void *p, size_t n, uint64_t seed);
 uint64_t zs__hash64_copy_avx2(void *dst, const void *src, size_t n, uint64_t seed);
+/* zs_hash_stream_* on the XXH3_state_t at st (zs_hash.c asserts it fits) */
+void zs__hash_reset_avx2(void *st, uint64_t seed);
+void zs__hash_update_avx2(void *st, const void *p, size_t n);
+uint64_t zs__hash_digest_avx2(const void *st);
 
 #endif

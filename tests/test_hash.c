@@ -3,16 +3,18 @@
  * XXH3_64bits_withSeed bit for bit, for every length class of XXH3 (0,
  * 1-3, 4-8, 9-16, 17-128, 129-240, then stripes, blocks and the last
  * partial stripe), at every misalignment, with several seeds; the copying
- * form copies exactly and hashes the same; and the form in use is the AVX2
- * one wherever the CPU has AVX2 (unless ZS_HASH=portable, which ctest runs
- * as test_hash_portable), so the fast path cannot silently go away.
+ * form copies exactly and hashes the same; the streamed form (any cuts, a
+ * stale state) hashes the same; and the form in use is the AVX2 one
+ * wherever the CPU has AVX2 (unless ZS_HASH=portable, which ctest runs as
+ * test_hash_portable), so the fast path cannot silently go away.
  *
- *   test_hash [lengths|big|copy|impl]   (no argument: all)
+ *   test_hash [lengths|big|copy|stream|impl]   (no argument: all)
  */
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#define XXH_STATIC_LINKING_ONLY /* XXH3_state_t's seed field, for t_stream */
 #include <xxhash.h>
 
 #include "zs_hash.h"
@@ -81,6 +83,35 @@ static void t_copy(void)
     free(dst);
 }
 
+/* The streamed form equals the one-shot one for any cuts, and a state
+ * left over from earlier use (garbage, its seed field equal to the new
+ * seed: XXH3's reset would then keep the stale secret) is reset for real. */
+static void t_stream(void)
+{
+    size_t maxn = (4u << 20) + 77;
+    unsigned char *buf = random_bytes(maxn, 14);
+    uint64_t r = 5;
+    for (int trial = 0; trial < 60; trial++) {
+        size_t n = trial < 20 ? (size_t)trial * 37 : (size_t)(zs_mix64(r++) % maxn);
+        uint64_t seed = trial % 3 ? zs_mix64(r++) : (uint64_t)trial;
+        zs_hash_stream_t h;
+        memset(&h, 0x5A, sizeof h);
+        ((XXH3_state_t *)h.st)->seed = seed; /* a stale state of the same seed */
+        ((XXH3_state_t *)h.st)->extSecret = NULL;
+        zs_hash_stream_reset(&h, seed);
+        for (size_t at = 0; at < n;) {
+            size_t k = (size_t)(zs_mix64(r++) % (trial & 1 ? 300 : 200000)) + 1;
+            k = k < n - at ? k : n - at;
+            zs_hash_stream_update(&h, buf + at, k);
+            at += k;
+        }
+        uint64_t want = XXH3_64bits_withSeed(buf, n, seed);
+        TEST_CHECKF(zs_hash_stream_digest(&h) == want, "trial %d: n %zu, seed %llx", trial, n,
+                    (unsigned long long)seed);
+    }
+    free(buf);
+}
+
 static void t_impl(void)
 {
     const char *e = getenv("ZS_HASH");
@@ -103,7 +134,11 @@ int main(int argc, char **argv)
     struct {
         const char *name;
         void (*fn)(void);
-    } t[] = {{"lengths", t_lengths}, {"big", t_big}, {"copy", t_copy}, {"impl", t_impl}};
+    } t[] = {{"lengths", t_lengths},
+             {"big", t_big},
+             {"copy", t_copy},
+             {"stream", t_stream},
+             {"impl", t_impl}};
     int ran = 0;
     for (size_t i = 0; i < sizeof t / sizeof *t; i++)
         if (argc < 2 || !strcmp(argv[1], t[i].name)) {

@@ -575,6 +575,7 @@ typedef struct {
     const void *grad;
     zs_dtype_t dt;
     Zeroshard__StepExpect *expect; /* NULL: none */
+    const uint64_t *sums;          /* zs_client_push_sums' checksums, or NULL */
 } push_arg_t;
 
 static const ProtobufCMessage *push_chunk(const void *arg, chunk_msg_t *m, uint64_t off, uint64_t k,
@@ -606,8 +607,17 @@ static int push_one(zs_client_t *c, int i, void *argp, zs_err_t *err)
                       (a->expect && a->expect->n_group_lr && c->ver[i] < ZS_PROTOCOL_V_GROUPS)))
         plain.expect = NULL;
     uint64_t at;
-    if (zs__client_shm_usable(c, i, src, (e - b) * esz, &at)) /* in the shared staging */
-        return zs__client_shm_push(c, i, a->step, b, e, a->dt, plain.expect, at, err);
+    if (zs__client_shm_usable(c, i, src, (e - b) * esz, &at)) { /* in the shared staging */
+        const uint64_t *sums = a->sums;
+        if (sums) /* skip the messages of the servers before this one */
+            for (int j = (int)zs_layout_owner(c->P, (uint32_t)c->n, a->begin); j < i; j++) {
+                uint64_t jb, je;
+                if (clip(c, j, a->begin, a->end, &jb, &je))
+                    sums += (je - jb + zs__client_shm_per_message(esz) - 1) /
+                            zs__client_shm_per_message(esz);
+            }
+        return zs__client_shm_push(c, i, a->step, b, e, a->dt, plain.expect, at, sums, err);
+    }
     return send_stream(c, i, M("Push"), b, e, esz, src, 0, push_chunk, &plain, err);
 }
 
@@ -621,14 +631,56 @@ int zs_client_push_expect(zs_client_t *c, uint64_t step, uint64_t begin, uint64_
                           const void *grad, zs_dtype_t dt, const zs_step_scalars_t *expect,
                           zs_err_t *err)
 {
+    return zs_client_push_sums(c, step, begin, end, grad, dt, expect, NULL, 0, err);
+}
+
+int zs_client_push_msgs(const zs_client_t *c, uint64_t begin, uint64_t end, zs_dtype_t dt,
+                        zs_client_msg_t *m, int max, int *n, zs_err_t *err)
+{
+    *n = 0;
+    size_t esz = zs_dtype_size(dt);
+    if (esz == 0)
+        return zs_err_set(err, ZS_ERR_INVALID, "unknown dtype %d", (int)dt);
+    int f, l;
+    int rc = owners(c, begin, end, &f, &l, err);
+    if (rc)
+        return rc;
+    uint64_t per = zs__client_shm_per_message(esz);
+    for (int i = f; i <= l; i++) {
+        uint64_t b, e;
+        if (!clip(c, i, begin, end, &b, &e))
+            continue;
+        for (uint64_t at = b; at < e; at += per, ++*n)
+            if (*n < max)
+                m[*n] = (zs_client_msg_t){at, e - at < per ? e - at : per};
+    }
+    return ZS_OK;
+}
+
+int zs_client_push_sums(zs_client_t *c, uint64_t step, uint64_t begin, uint64_t end,
+                        const void *grad, zs_dtype_t dt, const zs_step_scalars_t *expect,
+                        const uint64_t *sums, int nsums, zs_err_t *err)
+{
     if (zs_dtype_size(dt) == 0)
         return zs_err_set(err, ZS_ERR_INVALID, "unknown dtype %d", (int)dt);
     int f, l;
     int rc = owners(c, begin, end, &f, &l, err);
     if (rc)
         return rc;
+    if (sums) {
+        int want;
+        rc = zs_client_push_msgs(c, begin, end, dt, NULL, 0, &want, err);
+        if (rc)
+            return rc;
+        if (nsums != want)
+            return zs_err_set(err, ZS_ERR_INVALID,
+                              "push [%llu, %llu): %d checksums for %d messages",
+                              (unsigned long long)begin, (unsigned long long)end, nsums, want);
+        if (!zs_client_push_sums_wanted(c))
+            sums = NULL;
+    }
     Zeroshard__StepExpect ex = ZEROSHARD__STEP_EXPECT__INIT;
-    push_arg_t a = {step, begin, end, grad, dt, NULL};
+    push_arg_t a = {step, begin, end, grad, dt, NULL, sums};
     if (expect) {
         ex.grad_scale = expect->grad_scale;
         ex.lr = expect->lr;

@@ -41,7 +41,7 @@ typedef struct zs_client_opts {
     int timeout_ms;         /* deadline of each call (default 120000) */
     int retries;            /* extra attempts on UNAVAILABLE (0: default 8; < 0: none) */
     /* Shared-memory data plane (zs_client_shm_staging, docs/engine.md). */
-    int transport;     /* zs_transport_t; 0: auto */
+    int transport; /* zs_transport_t; 0: auto */
     /* XXH3 of shared chunks, seeded with the step, checked by their reader:
      * 0 (the default), pushed chunks (the server checks what it copies: a
      * stale or foreign segment never reads as a new step); 1, pulled
@@ -164,6 +164,45 @@ int zs_client_push(zs_client_t *c, uint64_t step, uint64_t begin, uint64_t end, 
 int zs_client_push_expect(zs_client_t *c, uint64_t step, uint64_t begin, uint64_t end,
                           const void *grad, zs_dtype_t dt, const zs_step_scalars_t *expect,
                           zs_err_t *err);
+
+/* ---- push checksums computed where the staging is written ---------------
+ * Pushes through the shared staging carry an XXH3 per message (4 MiB at
+ * most), which the server checks. A caller that writes the staging itself
+ * in cache-sized pieces (the engine on the CPU device) can hash each piece
+ * while it is hot instead of leaving a second pass over cold memory to the
+ * push: zs_client_push_msgs says where the messages fall, and
+ * zs_client_push_sums hands their checksums over. */
+
+/* A message: elements [begin, begin + count) of the flat space. */
+typedef struct zs_client_msg {
+    uint64_t begin, count;
+} zs_client_msg_t;
+
+/* 1 when a push through the shared staging carries checksums: a staging
+ * exists (zs_client_shm_staging) and the option shm_checksums does not
+ * turn them off. 0: sums are not wanted (zs_client_push_sums ignores
+ * them). */
+int zs_client_push_sums_wanted(const zs_client_t *c);
+
+/* The messages a push of [begin, end) in dtype dt is cut into: per server
+ * owning part of it, in server order, pieces of ZS_RPC_MAX_CHUNK_BYTES /
+ * sizeof(dt) elements from the first element it owns (the last shorter).
+ * The cut does not depend on the transport. Writes the first min(*n, max)
+ * to m (m may be NULL with max 0); *n gets the count. ZS_ERR_RANGE and
+ * ZS_ERR_STATE as a push of that range, ZS_ERR_INVALID for the dtype. */
+int zs_client_push_msgs(const zs_client_t *c, uint64_t begin, uint64_t end, zs_dtype_t dt,
+                        zs_client_msg_t *m, int max, int *n, zs_err_t *err);
+
+/* As zs_client_push_expect, with sums[j] = zs_hash64 of message j's bytes
+ * (zs_client_push_msgs' j-th, count x sizeof(dt) bytes of grad) seeded
+ * with `step`: the servers on the shared staging get these instead of a
+ * checksum computed here; the others, and a push with sums == NULL, are
+ * zs_client_push_expect's. ZS_ERR_INVALID when nsums is not the message
+ * count. Nothing here checks the sums: a wrong one is refused by the
+ * server (ZS_ERR_CORRUPT), as a chunk that changed after hashing. */
+int zs_client_push_sums(zs_client_t *c, uint64_t step, uint64_t begin, uint64_t end,
+                        const void *grad, zs_dtype_t dt, const zs_step_scalars_t *expect,
+                        const uint64_t *sums, int nsums, zs_err_t *err);
 
 /* Commit s->step on every server. */
 int zs_client_commit(zs_client_t *c, const zs_step_scalars_t *s, zs_err_t *err);

@@ -102,11 +102,17 @@ int zs__client_shm_usable(const zs_client_t *c, int i, const void *p, size_t byt
 
 /* Push [b, e) of dtype dt for `step` to server i as ShmRefs to the staging
  * at byte offset `off` (zs__client_shm_usable said yes): chunks of up to
- * 4 MiB, an XXH3 of each chunk seeded with the step when checksums are on,
- * in up to c->shm_streams concurrent streams over disjoint pieces of whole
- * chunks, `expect` (may be NULL) on each stream's first. One attempt. */
+ * 4 MiB, an XXH3 of each chunk seeded with the step when checksums are on
+ * (sums[k] for chunk k when sums is not NULL, else computed here), in up to
+ * c->shm_streams concurrent streams over disjoint pieces of whole chunks,
+ * `expect` (may be NULL) on each stream's first. One attempt. */
 int zs__client_shm_push(zs_client_t *c, int i, uint64_t step, uint64_t b, uint64_t e, zs_dtype_t dt,
-                        Zeroshard__StepExpect *expect, uint64_t off, zs_err_t *err);
+                        Zeroshard__StepExpect *expect, uint64_t off, const uint64_t *sums,
+                        zs_err_t *err);
+
+/* Elements per pushed shared chunk of dtype size esz (zs_client_push_msgs'
+ * cut). */
+uint64_t zs__client_shm_per_message(size_t esz);
 
 /* Pull [b, e) of dtype dt (min_step) from server i into the staging at
  * byte offset `off`, in up to c->shm_streams concurrent streams over

@@ -381,9 +381,20 @@ static uint64_t per_message(size_t esz)
     return ZS_RPC_MAX_CHUNK_BYTES / esz;
 }
 
+uint64_t zs__client_shm_per_message(size_t esz)
+{
+    return per_message(esz);
+}
+
+int zs_client_push_sums_wanted(const zs_client_t *c)
+{
+    return c->shm && c->shm_checksums;
+}
+
 /* One Push stream of [b, e) by reference (zs__client_shm_push's pieces). */
 static int push_stream(zs_client_t *c, int i, uint64_t step, uint64_t b, uint64_t e, zs_dtype_t dt,
-                       Zeroshard__StepExpect *expect, uint64_t off, zs_err_t *err)
+                       Zeroshard__StepExpect *expect, uint64_t off, const uint64_t *sums,
+                       zs_err_t *err)
 {
     size_t esz = zs_dtype_size(dt);
     zs_ccall_t call;
@@ -399,7 +410,8 @@ static int push_stream(zs_client_t *c, int i, uint64_t step, uint64_t b, uint64_
         ref.byte_offset = o;
         ref.has_xxh3 = c->shm_checksums;
         if (ref.has_xxh3) /* seeded with the step: a stale chunk does not verify */
-            ref.xxh3 = zs_hash64(c->shm->base + o, (size_t)(k * esz), step);
+            ref.xxh3 = sums ? sums[(at - b) / per] /* hashed where it was written */
+                            : zs_hash64(c->shm->base + o, (size_t)(k * esz), step);
         Zeroshard__PushChunk m = ZEROSHARD__PUSH_CHUNK__INIT;
         m.step = step;
         m.offset = at;
@@ -513,6 +525,7 @@ typedef struct {
     uint64_t step, b, e, off;
     zs_dtype_t dt;
     Zeroshard__StepExpect *expect;
+    const uint64_t *sums; /* push: the piece's first chunk's checksum, or NULL */
     uint64_t lo, hi;
     int rc;
     zs_err_t err;
@@ -524,10 +537,10 @@ static void *piece_main(void *arg)
 {
     piece_t *p = arg;
     zs_err_clear(&p->err);
-    p->rc =
-        p->pull
-            ? pull_stream(p->c, p->i, p->step, p->b, p->e, p->dt, p->off, &p->lo, &p->hi, &p->err)
-            : push_stream(p->c, p->i, p->step, p->b, p->e, p->dt, p->expect, p->off, &p->err);
+    p->rc = p->pull ? pull_stream(p->c, p->i, p->step, p->b, p->e, p->dt, p->off, &p->lo, &p->hi,
+                                  &p->err)
+                    : push_stream(p->c, p->i, p->step, p->b, p->e, p->dt, p->expect, p->off,
+                                  p->sums, &p->err);
     return NULL;
 }
 
@@ -536,7 +549,7 @@ static void *piece_main(void *arg)
  * threads of their own. Returns the first error in range order. */
 static int run_pieces(zs_client_t *c, int i, int pull, uint64_t step, uint64_t b, uint64_t e,
                       zs_dtype_t dt, Zeroshard__StepExpect *expect, uint64_t off, uint64_t unit,
-                      uint64_t *lo, uint64_t *hi, zs_err_t *err)
+                      const uint64_t *sums, uint64_t *lo, uint64_t *hi, zs_err_t *err)
 {
     size_t esz = zs_dtype_size(dt);
     uint64_t units = (e - b + unit - 1) / unit;
@@ -548,8 +561,17 @@ static int run_pieces(zs_client_t *c, int i, int pull, uint64_t step, uint64_t b
     int n = 0;
     for (uint64_t at = b; at < e || n == 0; at += per) {
         uint64_t pe = e - at < per ? e : at + per;
-        pc[n] = (piece_t){c,          i, pull, step,    at, pe, off + (at - b) * esz, dt, expect,
-                          UINT64_MAX, 0, 0,    {0, ""}, 0,  0};
+        pc[n] = (piece_t){.c = c,
+                          .i = i,
+                          .pull = pull,
+                          .step = step,
+                          .b = at,
+                          .e = pe,
+                          .off = off + (at - b) * esz,
+                          .dt = dt,
+                          .expect = expect,
+                          .sums = sums ? sums + (at - b) / unit : NULL,
+                          .lo = UINT64_MAX};
         n++;
         if (pe == e)
             break;
@@ -577,10 +599,11 @@ static int run_pieces(zs_client_t *c, int i, int pull, uint64_t step, uint64_t b
 }
 
 int zs__client_shm_push(zs_client_t *c, int i, uint64_t step, uint64_t b, uint64_t e, zs_dtype_t dt,
-                        Zeroshard__StepExpect *expect, uint64_t off, zs_err_t *err)
+                        Zeroshard__StepExpect *expect, uint64_t off, const uint64_t *sums,
+                        zs_err_t *err)
 {
-    return run_pieces(c, i, 0, step, b, e, dt, expect, off, per_message(zs_dtype_size(dt)), NULL,
-                      NULL, err);
+    return run_pieces(c, i, 0, step, b, e, dt, expect, off, per_message(zs_dtype_size(dt)), sums,
+                      NULL, NULL, err);
 }
 
 int zs__client_shm_pull(zs_client_t *c, int i, uint64_t min_step, uint64_t b, uint64_t e,
@@ -589,5 +612,5 @@ int zs__client_shm_pull(zs_client_t *c, int i, uint64_t min_step, uint64_t b, ui
     *lo = UINT64_MAX;
     *hi = 0;
     return run_pieces(c, i, 1, min_step, b, e, dt, NULL, off,
-                      ZS_RPC_MAX_PULL_CHUNK_BYTES / zs_dtype_size(dt), lo, hi, err);
+                      ZS_RPC_MAX_PULL_CHUNK_BYTES / zs_dtype_size(dt), NULL, lo, hi, err);
 }

@@ -691,6 +691,7 @@ void zs_engine_destroy(zs_engine_t *e)
         e->staging = NULL;
         e->pdelay = NULL; /* inside the segment */
     }
+    zs__eng_sums_free(e);
     zs_client_destroy(e->client);
     zs__pnv_destroy(e);
     if (e->dev) {

@@ -51,6 +51,7 @@
 #define ZS_XFER_CHUNK (1u << 20) /* fp32 elements of init/export's device chunk */
 
 typedef struct zs__pusher zs__pusher_t;
+typedef struct zs__sums zs__sums_t;
 typedef struct zs__puller zs__puller_t;
 typedef struct zs__pnvme zs__pnvme_t;
 
@@ -215,6 +216,7 @@ struct zs_engine {
     uint64_t t;    /* Adam steps taken (non-skipped) */
 
     zs__pusher_t *pusher; /* offload: background gradient push */
+    zs__sums_t *sums;     /* [ns] or NULL: push checksums made as the staging is written */
     zs__puller_t *puller; /* offload with stream_pulls or the delayed update: background pulls */
     void *pdelay;         /* delayed update: this worker's partition of the next parameters
                            * (Ppad / W of dt at each segment's qbase): with offload pinned
@@ -358,12 +360,27 @@ static inline int zs__eng_speculating(const zs_engine_t *e)
  * is reduced, zs_engine_step.c.) */
 int zs__eng_bucket_final(zs_engine_t *e, int k, zs_err_t *err);
 
+/* Push checksums computed where the staging is written (zs_engine_sums.c).
+ * on: the shared staging on a host-addressable device with a client that
+ * wants them. write: enqueue on s the write of n elements into dst (the
+ * staging; e->dt) from src (sdt: a copy when equal to e->dt, else a cast),
+ * hashing the push messages of segments [j0, j1] of `step`, which must lie
+ * inside it. get: 1 and segment j's sums when a write for `step` was
+ * enqueued (read them only after that write's event), else 0. free: at
+ * engine destroy. */
+int zs__eng_sums_on(const zs_engine_t *e);
+int zs__eng_sums_write(zs_engine_t *e, zs_stream_t *s, void *dst, const void *src, zs_dtype_t sdt,
+                       uint64_t n, int j0, int j1, uint64_t step, zs_err_t *err);
+int zs__eng_sums_get(const zs_engine_t *e, int j, uint64_t step, const uint64_t **sums, int *n);
+void zs__eng_sums_free(zs_engine_t *e);
+
 /* Background push (zs_engine_push.c): push [lo, hi) from pinned `src` once
- * `ready` (may be NULL) has completed. */
+ * `ready` (may be NULL) has completed, with segment j's sums when
+ * zs__eng_sums_get has them (j < 0: none). */
 int zs__eng_pusher_start(zs_engine_t *e, zs_err_t *err);
 void zs__eng_pusher_stop(zs_engine_t *e);
 int zs__eng_push_async(zs_engine_t *e, uint64_t step, uint64_t lo, uint64_t hi, const void *src,
-                       zs_event_t *ready, zs_err_t *err);
+                       zs_event_t *ready, int j, zs_err_t *err);
 int zs__eng_push_wait(zs_engine_t *e, zs_err_t *err);
 
 /* Streamed pulls (zs_engine_pull.c). start/stop: the puller thread.

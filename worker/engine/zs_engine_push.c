@@ -25,6 +25,8 @@ typedef struct job {
     zs_event_t *ready; /* the staging copy; NULL: ready now */
     int has_expect;    /* offload_optimizer.super_offload: state the expected scalars */
     zs_step_scalars_t expect;
+    const uint64_t *sums; /* the messages' checksums (zs_engine_sums.c), or NULL */
+    int nsums;
 } job_t;
 
 struct zs__pusher {
@@ -60,8 +62,8 @@ static void *pusher_main(void *arg)
          * still run (zs_engine_delay.c); else a no-op */
         zs__eng_pull_wait(p->e, 0, NULL);
         if (!skip && rc == ZS_OK)
-            rc = zs_client_push_expect(p->e->client, j->step, j->lo, j->hi, j->src, p->e->dt,
-                                       j->has_expect ? &j->expect : NULL, &err);
+            rc = zs_client_push_sums(p->e->client, j->step, j->lo, j->hi, j->src, p->e->dt,
+                                     j->has_expect ? &j->expect : NULL, j->sums, j->nsums, &err);
         free(j);
         pthread_mutex_lock(&p->mu);
         if (rc && p->rc == ZS_OK) {
@@ -107,13 +109,15 @@ void zs__eng_pusher_stop(zs_engine_t *e)
 }
 
 int zs__eng_push_async(zs_engine_t *e, uint64_t step, uint64_t lo, uint64_t hi, const void *src,
-                       zs_event_t *ready, zs_err_t *err)
+                       zs_event_t *ready, int seg, zs_err_t *err)
 {
     zs__pusher_t *p = e->pusher;
     job_t *j = malloc(sizeof *j);
     if (!j)
         return zs_err_set(err, ZS_ERR_NOMEM, "out of memory");
-    *j = (job_t){NULL, step, lo, hi, src, ready, zs__eng_speculating(e), {0}};
+    *j = (job_t){NULL, step, lo, hi, src, ready, zs__eng_speculating(e), {0}, NULL, 0};
+    if (seg >= 0 && !zs__eng_sums_get(e, seg, step, &j->sums, &j->nsums))
+        j->sums = NULL;
     /* Computed here, on the engine's thread: the loss scale and t do not
      * change until the step's optimize, after every push. */
     if (j->has_expect)

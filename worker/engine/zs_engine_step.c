@@ -93,6 +93,15 @@ static float *grad_slot(zs_engine_t *e, int layer, zs_err_t *err)
     return (float *)e->gslot[b->slot].p + (s->pbase - b->gbase) + (e->layer_off[layer] - s->off);
 }
 
+/* Copy n elements of segment j's pushed partition into staging on the copy
+ * stream, hashing its push messages as they land when zs__eng_sums_on. */
+static int stage_copy(zs_engine_t *e, void *to, const void *from, uint64_t n, int j, zs_err_t *err)
+{
+    if (zs__eng_sums_on(e))
+        return zs__eng_sums_write(e, e->copy, to, from, e->dt, n, j, j, e->step + 1, err);
+    return zs_dev_memcpy(e->copy, to, from, n * e->esz, err);
+}
+
 /* Queue the pushes of bucket k's staged partition (its valid part of each
  * segment) for the coming step, each waiting for ev_staged[k]. */
 static int push_bucket(zs_engine_t *e, const zs__bucket_t *b, int k, zs_err_t *err)
@@ -103,7 +112,8 @@ static int push_bucket(zs_engine_t *e, const zs__bucket_t *b, int k, zs_err_t *e
         zs__seg_t *s = &e->s[j];
         if (s->ve > s->vb)
             ZS_ENG_TRY(zs__eng_push_async(e, e->step + 1, s->off + s->vb, s->off + s->ve,
-                                          zs__at(e, e->staging, s->qbase), e->ev_staged[k], err));
+                                          zs__at(e, e->staging, s->qbase), e->ev_staged[k], j,
+                                          err));
     }
     return ZS_OK;
 }
@@ -129,8 +139,8 @@ int zs__eng_bucket_final(zs_engine_t *e, int k, zs_err_t *err)
     for (int j = b->s0; j <= b->s1; j++) {
         zs__seg_t *s = &e->s[j];
         if (s->ve > s->vb)
-            ZS_ENG_TRY(zs_dev_memcpy(e->copy, zs__at(e, e->staging, s->qbase),
-                                     zs__eng_grad_part(e, s), (s->ve - s->vb) * e->esz, err));
+            ZS_ENG_TRY(stage_copy(e, zs__at(e, e->staging, s->qbase), zs__eng_grad_part(e, s),
+                                  s->ve - s->vb, j, err));
     }
     ZS_ENG_TRY(zs_dev_event_record(e->ev_staged[k], e->copy, err));
     return push_bucket(e, b, k, err);
@@ -201,7 +211,9 @@ static int stage_bucket(zs_engine_t *e, int k, void *buf, zs__slot_t *used, zs_e
         uint64_t at =
             (s->pbase - b->gbase) / W * stride + (direct ? (uint64_t)e->rank * s->part : 0);
         void *to = zs__at(e, e->staging, s->qbase), *from = zs__at(e, src, at);
-        if (s->ve > s->vb && to != from) /* equal: cast into staging */
+        if (s->ve > s->vb && to != from && e->last_micro) /* equal: cast into staging */
+            ZS_ENG_TRY(stage_copy(e, to, from, s->ve - s->vb, j, err));
+        else if (s->ve > s->vb && to != from)
             ZS_ENG_TRY(zs_dev_memcpy(e->copy, to, from, (s->ve - s->vb) * e->esz, err));
     }
     ZS_ENG_TRY(zs_dev_event_record(e->ev_staged[k], e->copy, err));
@@ -228,7 +240,11 @@ static int reduce_bucket(zs_engine_t *e, int k, zs_err_t *err)
     zs__slot_t *used = gs;
     if (zs__eng_cast_into_staging(e)) {
         buf = zs__at(e, e->staging, b->gbase); /* W = 1: gbase is the bucket's qbase */
-        ZS_ENG_TRY(zs_dev_cast(e->compute, buf, e->dt, gs->p, ZS_DTYPE_F32, b->npad, err));
+        if (zs__eng_sums_on(e))                /* one micro-batch: this is the pushed gradient */
+            ZS_ENG_TRY(zs__eng_sums_write(e, e->compute, buf, gs->p, ZS_DTYPE_F32, b->npad, b->s0,
+                                          b->s1, e->step + 1, err));
+        else
+            ZS_ENG_TRY(zs_dev_cast(e->compute, buf, e->dt, gs->p, ZS_DTYPE_F32, b->npad, err));
         ZS_ENG_TRY(free_slot(gs, e->compute, err));
         used = NULL;
     } else if (e->dt != ZS_DTYPE_F32) {
