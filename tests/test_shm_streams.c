@@ -10,7 +10,10 @@
  * same initial weights for every run (overwrite).
  * Runs: tcp; shm with 1, 3 and 16 streams per server (16 is more than a
  * range has messages: one piece per message), with the default checksums
- * (pushes); 3 streams checking pulls too; 2 streams without checksums. Each run does 3 steps with
+ * (pushes); 3 streams checking pulls too; 2 streams without checksums; 3
+ * streams with the push checksums computed by the caller (zs_client_push_msgs
+ * and zs_client_push_sums, as the engine does), each step first refused
+ * once for a wrong sum and once for a missing one. Each run does 3 steps with
  * the synthetic gradients of zs_synth.h (bf16, fp32, fp16 on the wire),
  * pushed from and pulled into the client's shared staging, every Pull in
  * bf16 then the last one also in fp32, and stating `expect` on the pushes
@@ -27,6 +30,7 @@
 #include <string.h>
 
 #include "zs_client.h"
+#include "zs_hash.h"
 #include "zs_proc.h"
 #include "zs_synth.h"
 #include "zs_test.h"
@@ -43,6 +47,41 @@ typedef struct {
     float *state[3];           /* master, exp_avg, exp_avg_sq */
 } result_t;
 
+/* Push [0, NPARAM) of `stg` with checksums computed here, as the engine
+ * does where it writes the staging (zs_client_push_msgs, then
+ * zs_client_push_sums); the message list must tile the range in order, 4
+ * MiB at most each. flip: corrupt the last sum; short_by: hand over fewer
+ * sums than messages. Returns the push's status. */
+static int push_summed(zs_client_t *c, uint64_t step, const void *stg, zs_dtype_t dt,
+                       const zs_step_scalars_t *s, int flip, int short_by, zs_err_t *err)
+{
+    int n = 0;
+    TEST_OK(zs_client_push_msgs(c, 0, NPARAM, dt, NULL, 0, &n, err), *err);
+    zs_client_msg_t *m = malloc((size_t)n * sizeof *m);
+    uint64_t *h = malloc((size_t)n * sizeof *h);
+    TEST_CHECK(m && h && n > 2);
+    TEST_OK(zs_client_push_msgs(c, 0, NPARAM, dt, m, n, &n, err), *err);
+    size_t esz = zs_dtype_size(dt);
+    uint64_t next = 0;
+    for (int j = 0; j < n; j++) {
+        TEST_CHECKF(m[j].begin == next && m[j].count >= 1 && m[j].count * esz <= (4u << 20),
+                    "message %d: [%llu, +%llu) after %llu", j, (unsigned long long)m[j].begin,
+                    (unsigned long long)m[j].count, (unsigned long long)next);
+        next += m[j].count;
+        h[j] = zs_hash64((const char *)stg + m[j].begin * esz, m[j].count * esz, step);
+    }
+    TEST_CHECKF(next == NPARAM, "the messages end at %llu", (unsigned long long)next);
+    if (flip)
+        h[n - 1] ^= 1;
+    int rc = zs_client_push_sums(c, step, 0, NPARAM, stg, dt, s, h, n - short_by, err);
+    free(m);
+    free(h);
+    return rc;
+}
+
+/* sums: the options' shm_checksums, or 2: the default, with the push
+ * checksums computed by this test (push_summed), after two refused pushes:
+ * one sum wrong, one sum short. */
 static void run(int transport, int streams, int sums, result_t *r)
 {
     zs_err_t err;
@@ -50,7 +89,7 @@ static void run(int transport, int streams, int sums, result_t *r)
     zs_client_opts_t o = {g_list, NULL, NULL, 120000, 0};
     o.transport = transport;
     o.shm_streams = streams;
-    o.shm_checksums = sums;
+    o.shm_checksums = sums == 2 ? 0 : sums;
     zs_client_t *c;
     TEST_OK(zs_client_create(&o, &c, &err), err);
     float *w = malloc(NPARAM * 4);
@@ -72,7 +111,17 @@ static void run(int transport, int streams, int sums, result_t *r)
         zs_dtype_t gd = zs_synth_dtype(step);
         zs_synth_grad(step, 0, NPARAM, stg, tmp);
         zs_step_scalars_t s = {step, 0.5f, 1.0f, 1e-3f, 0, ZS_DTYPE_BF16};
-        TEST_OK(zs_client_push_expect(c, step, 0, NPARAM, stg, gd, &s, &err), err);
+        if (sums == 2) {
+            int rc = push_summed(c, step, stg, gd, &s, 1, 0, &err);
+            TEST_CHECKF(rc != ZS_OK && strstr(err.msg, "checksum mismatch"),
+                        "a wrong checksum: rc %d '%s'", rc, err.msg);
+            rc = push_summed(c, step, stg, gd, &s, 0, 1, &err);
+            TEST_CHECKF(rc == ZS_ERR_INVALID && strstr(err.msg, "checksums for"),
+                        "a missing checksum: rc %d '%s'", rc, err.msg);
+            TEST_OK(push_summed(c, step, stg, gd, &s, 0, 0, &err), err);
+        } else {
+            TEST_OK(zs_client_push_expect(c, step, 0, NPARAM, stg, gd, &s, &err), err);
+        }
         TEST_OK(zs_client_commit(c, &s, &err), err);
         uint64_t got = 0;
         TEST_OK(zs_client_pull(c, step, 0, NPARAM, stg, ZS_DTYPE_BF16, &got, &err), err);
@@ -133,16 +182,15 @@ int main(void)
            (unsigned long long)NPARAM);
     /* streams per server; checksums: 0 pushes (the default), 1 both ways,
      * -1 none */
-    static const int streams[] = {1, 3, 16, 3, 2}, sums[] = {0, 0, 0, 1, -1};
-    static const char *const sname[] = {"pushes checked", "pushes and pulls checked",
-                                        "no checksums"};
-    for (int k = 0; k < 5; k++) {
+    static const int streams[] = {1, 3, 16, 3, 2, 3}, sums[] = {0, 0, 0, 1, -1, 2};
+    static const char *const sname[] = {"no checksums", "pushes checked",
+                                        "pushes and pulls checked",
+                                        "pushes checked with the caller's sums"};
+    for (int k = 0; k < 6; k++) {
         result_t r;
         char what[96];
         snprintf(what, sizeof what, "shm, %d stream(s) per server, %s", streams[k],
-                 sname[sums[k] == 0  ? 0
-                       : sums[k] > 0 ? 1
-                                     : 2]);
+                 sname[sums[k] + 1]);
         run(ZS_TRANSPORT_SHM, streams[k], sums[k], &r);
         same(&r, &ref, what);
         drop(&r);
