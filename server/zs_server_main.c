@@ -37,7 +37,8 @@ static void usage(FILE *f)
             "range of the flat parameter space, runs the optimizer on commit, and keeps\n"
             "checkpoints in RocksDB under DIR.\n"
             "\n"
-            "  --listen HOST:PORT   address to serve on (port 0: pick a free port)\n"
+            "  --listen HOST:PORT   address to serve on (port 0: pick a free port), or\n"
+            "                       unix:PATH (a Unix socket: workers on this host)\n"
             "  --data DIR           RocksDB directory (created if missing)\n"
             "  --threads N          optimizer threads (default: all CPUs, or those of --cpus)\n"
             "  --cpus LIST          run on these CPUs only, e.g. 2-7,10 (like DeepSpeed's\n"
@@ -67,7 +68,7 @@ static void usage(FILE *f)
             "  --protocol-version V speak protocol versions up to V only (1 or 2; default\n"
             "                       2): 1 behaves as a server before speculative updates\n"
             "                       (compatibility and tests of newer clients)\n"
-            "  --ready-file F       write the bound HOST:PORT to F once serving\n"
+            "  --ready-file F       write the bound HOST:PORT (or unix:PATH) to F once serving\n"
             "  --metrics HOST:PORT  serve Prometheus metrics on http://HOST:PORT/metrics\n"
             "                       (port 0: a free one; docs/metrics.md; default: off)\n"
             "  --metrics-ready-file F  write the metrics endpoint's bound HOST:PORT to F\n"
@@ -492,7 +493,9 @@ int main(int argc, char **argv)
     int port = zs_rpc_server_port(srv);
     char bound[256];
     snprintf(bound, sizeof bound, "%s", listen);
-    char *colon = strrchr(bound, ':');
+    /* HOST:0 becomes HOST:PORT; a Unix socket (unix:PATH, unix-abstract:NAME)
+     * is its own address (gRPC reports port 1 for it) */
+    char *colon = strncmp(listen, "unix", 4) ? strrchr(bound, ':') : NULL;
     if (colon)
         snprintf(colon + 1, sizeof bound - (size_t)(colon + 1 - bound), "%d", port);
     ZS_INFO("serving on %s (data %s, %s%s)", bound, data, cert ? "TLS" : "plaintext",
