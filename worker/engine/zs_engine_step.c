@@ -238,13 +238,22 @@ static int reduce_bucket(zs_engine_t *e, int k, zs_err_t *err)
     }
     void *buf = gs->p;
     zs__slot_t *used = gs;
-    if (zs__eng_cast_into_staging(e)) {
+    zs_stream_t *wrote = e->compute; /* the stream that wrote what is reduced */
+    if (zs__eng_cast_into_staging(e) && zs__eng_sums_on(e)) {
+        /* One micro-batch: this is the pushed gradient. The cast and its
+         * checksums run on the copy stream, beside the backward, as the
+         * pusher's hash did before. */
         buf = zs__at(e, e->staging, b->gbase); /* W = 1: gbase is the bucket's qbase */
-        if (zs__eng_sums_on(e))                /* one micro-batch: this is the pushed gradient */
-            ZS_ENG_TRY(zs__eng_sums_write(e, e->compute, buf, gs->p, ZS_DTYPE_F32, b->npad, b->s0,
-                                          b->s1, e->step + 1, err));
-        else
-            ZS_ENG_TRY(zs_dev_cast(e->compute, buf, e->dt, gs->p, ZS_DTYPE_F32, b->npad, err));
+        ZS_ENG_TRY(zs_dev_event_record(e->ev_compute, e->compute, err));
+        ZS_ENG_TRY(zs_dev_stream_wait(e->copy, e->ev_compute, err));
+        ZS_ENG_TRY(zs__eng_sums_write(e, e->copy, buf, gs->p, ZS_DTYPE_F32, b->npad, b->s0, b->s1,
+                                      e->step + 1, err));
+        ZS_ENG_TRY(free_slot(gs, e->copy, err));
+        used = NULL;
+        wrote = e->copy;
+    } else if (zs__eng_cast_into_staging(e)) {
+        buf = zs__at(e, e->staging, b->gbase);
+        ZS_ENG_TRY(zs_dev_cast(e->compute, buf, e->dt, gs->p, ZS_DTYPE_F32, b->npad, err));
         ZS_ENG_TRY(free_slot(gs, e->compute, err));
         used = NULL;
     } else if (e->dt != ZS_DTYPE_F32) {
@@ -257,9 +266,10 @@ static int reduce_bucket(zs_engine_t *e, int k, zs_err_t *err)
         buf = e->cslot[i].p;
         used = &e->cslot[i];
     }
-    /* The reduce-scatter waits for the backward that wrote the bucket (the
-     * debug knob drops this wait to prove the tests catch it). */
-    zs_stream_t *after = (e->debug & ZS_ENGINE_DEBUG_DROP_WAIT) ? NULL : e->compute;
+    /* The reduce-scatter waits for the backward (or the copy stream's cast)
+     * that wrote the bucket (the debug knob drops this wait to prove the
+     * tests catch it). */
+    zs_stream_t *after = (e->debug & ZS_ENGINE_DEBUG_DROP_WAIT) ? NULL : wrote;
     int offl = zs__eng_grads_offloaded(e);
     for (int j = b->s0; j <= b->s1; j++) {
         zs__seg_t *s = &e->s[j];

@@ -8,11 +8,12 @@
  * back from memory long after they were written: on a 2-core VM, 100 MB of
  * bf16 gradients cost the worker's core 4-8 ms per step, most of the
  * transfer budget. On a host-addressable device (the CPU device) the
- * staging is written by the host: the cast of a bucket into staging
- * (compute stream) or the copy of its partition (copy stream). Here that
- * write becomes one host function on the same stream, which writes 64 KiB
- * at a time and hashes each piece right after, while it is in cache; the
- * pusher hands the sums to zs_client_push_sums.
+ * staging is written by the host: the cast of a bucket into staging or the
+ * copy of its partition. Here that write becomes one host function on the
+ * copy stream (zs_engine_step.c moves the cast there, off the backward's
+ * stream), which writes 64 KiB at a time and hashes each piece right
+ * after, while it is in cache; the pusher hands the sums to
+ * zs_client_push_sums.
  *
  * Where it does not apply: a device that is not host-addressable (CUDA: the
  * staging is written by the DMA engine, and the push hashes it as before),
