@@ -87,12 +87,6 @@ typedef struct {
     uint64_t *out;
 } msg_t;
 
-static int by_begin(const void *x, const void *y)
-{
-    const msg_t *a = x, *b = y;
-    return a->b < b->b ? -1 : a->b > b->b;
-}
-
 typedef struct {
     zs_engine_t *e;
     char *dst;
@@ -115,13 +109,12 @@ static int write_hash(void *argp, zs_err_t *err)
     for (int j = a->j0; j <= a->j1; j++)
         nm += e->sums[j].n;
     msg_t *m = calloc((size_t)nm + 1, sizeof *m);
-    zs_hash_stream_t *h = aligned_alloc(64, sizeof *h);
-    if (!m || !h) {
-        free(m);
-        free(h);
+    if (!m)
         return zs_err_set(err, ZS_ERR_NOMEM, "out of memory");
-    }
+    /* Segments lie in the staging in order, and so do a segment's messages:
+     * the list comes out sorted, which the walk below needs. */
     nm = 0;
+    uint64_t prev = 0;
     for (int j = a->j0; j <= a->j1; j++) {
         const zs__seg_t *s = &e->s[j];
         const zs__sums_t *u = &e->sums[j];
@@ -130,16 +123,18 @@ static int write_hash(void *argp, zs_err_t *err)
         for (int k = 0; k < u->n; k++) {
             int64_t b = (seg - a->dst) + (int64_t)((u->m[k].begin - s->off - s->vb) * dsz);
             uint64_t len = u->m[k].count * dsz;
-            if (b < 0 || (uint64_t)b + len > total) {
+            if (b < (int64_t)prev || (uint64_t)b + len > total) {
                 free(m);
-                free(h);
                 return zs_err_set(err, ZS_ERR_INTERNAL,
-                                  "segment %d's message %d lies outside the staging write", j, k);
+                                  "segment %d's message %d lies outside the staging write or "
+                                  "before the message ahead of it",
+                                  j, k);
             }
             m[nm++] = (msg_t){(uint64_t)b, (uint64_t)b + len, &u->sum[k]};
+            prev = (uint64_t)b + len;
         }
     }
-    qsort(m, (size_t)nm, sizeof *m, by_begin);
+    zs_hash_stream_t hs, *h = &hs;
     int cur = 0, open = 0; /* m[cur] is the next message to finish; open: h is reset for it */
     for (uint64_t at = 0; at < total; at += PIECE) {
         uint64_t k = total - at < PIECE ? total - at : PIECE; /* a multiple of dsz */
@@ -163,7 +158,6 @@ static int write_hash(void *argp, zs_err_t *err)
         }
     }
     free(m); /* every message ended inside the write (checked above) */
-    free(h);
     return ZS_OK;
 }
 
