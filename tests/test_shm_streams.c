@@ -20,11 +20,14 @@
  * so the servers speculate on the pieces as they land.
  * Checks: every shm run has both servers on shm; each pull reports the
  * step it asked for; the pulled bf16 and fp32 parameters and GetState of
- * master, exp_avg and exp_avg_sq equal the tcp run's bitwise.
+ * master, exp_avg and exp_avg_sq equal the tcp run's bitwise. The fp32
+ * pull once more through zs_client_pull_each: its reports tile the range
+ * once, and each reported range is in dst, right, when it is reported.
  * Does not: time anything (bench/bench_spec.sh does).
  */
 #define _GNU_SOURCE
 #include <signal.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -82,6 +85,47 @@ static int push_summed(zs_client_t *c, uint64_t step, const void *stg, zs_dtype_
 /* sums: the options' shm_checksums, or 2: the default, with the push
  * checksums computed by this test (push_summed), after two refused pushes:
  * one sum wrong, one sum short. */
+/* zs_client_pull_each's report, checked as it comes (from the client's
+ * threads): each range lies in [0, NPARAM), was not reported before, and
+ * its elements are in dst already, equal to the plain pull's `want`. */
+typedef struct {
+    const float *dst, *want;
+    unsigned char *seen; /* [NPARAM] */
+    _Atomic uint64_t total;
+    _Atomic int bad, calls;
+} landed_t;
+
+static void on_landed(void *arg, uint64_t b, uint64_t e)
+{
+    landed_t *l = arg;
+    atomic_fetch_add(&l->calls, 1);
+    if (b >= e || e > NPARAM) {
+        atomic_store(&l->bad, 1);
+        return;
+    }
+    for (uint64_t x = b; x < e; x++)
+        if (l->seen[x]++ || memcmp(&l->dst[x], &l->want[x], 4) != 0)
+            atomic_store(&l->bad, 1);
+    atomic_fetch_add(&l->total, e - b);
+}
+
+/* The fp32 pull again, into a zeroed dst, through zs_client_pull_each. */
+static void pull_each_check(zs_client_t *c, void *dst, const unsigned char *want, const char *what)
+{
+    zs_err_t err;
+    zs_err_clear(&err);
+    landed_t l = {dst, (const float *)want, calloc(NPARAM, 1), 0, 0, 0};
+    TEST_CHECK(l.seen);
+    memset(dst, 0, NPARAM * 4);
+    TEST_OK(zs_client_pull_each(c, STEPS, 0, NPARAM, dst, ZS_DTYPE_F32, on_landed, &l, &err), err);
+    TEST_CHECKF(!atomic_load(&l.bad) && atomic_load(&l.total) == NPARAM,
+                "%s: pull_each reported %llu of %llu elements in %d calls (bad %d)", what,
+                (unsigned long long)atomic_load(&l.total), NPARAM, atomic_load(&l.calls),
+                atomic_load(&l.bad));
+    TEST_CHECKF(memcmp(dst, want, NPARAM * 4) == 0, "%s: pull_each's data differs", what);
+    free(l.seen);
+}
+
 static void run(int transport, int streams, int sums, result_t *r)
 {
     zs_err_t err;
@@ -136,6 +180,7 @@ static void run(int transport, int streams, int sums, result_t *r)
     TEST_OK(zs_client_pull(c, STEPS, 0, NPARAM, stg, ZS_DTYPE_F32, &got, &err), err);
     TEST_CHECK(got == STEPS);
     memcpy(r->f32, stg, NPARAM * 4);
+    pull_each_check(c, stg, r->f32, transport == ZS_TRANSPORT_SHM ? "shm" : "tcp");
     for (int t = 0; t < 3; t++) {
         r->state[t] = malloc(NPARAM * 4);
         TEST_CHECK(r->state[t]);

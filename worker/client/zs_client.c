@@ -734,9 +734,10 @@ typedef struct {
     uint64_t min_step, begin, end;
     void *dst;
     zs_dtype_t dt;
-    int tensor;         /* -1: Pull, else GetState of this tensor */
-    uint64_t *steps;    /* per server: lowest step seen */
-    uint64_t *steps_hi; /* per server: highest step seen */
+    int tensor;                 /* -1: Pull, else GetState of this tensor */
+    zs__client_landed_t landed; /* Pull: progress (fn NULL: none) */
+    uint64_t *steps;            /* per server: lowest step seen */
+    uint64_t *steps_hi;         /* per server: highest step seen */
 } read_arg_t;
 
 static int read_one(zs_client_t *c, int i, void *argp, zs_err_t *err)
@@ -751,8 +752,8 @@ static int read_one(zs_client_t *c, int i, void *argp, zs_err_t *err)
     uint64_t at;
     if (pull && zs__client_shm_usable(c, i, (char *)a->dst + (b - a->begin) * esz, (e - b) * esz,
                                       &at)) /* the server writes into the shared staging */
-        return zs__client_shm_pull(c, i, a->min_step, b, e, dt, at, &a->steps[i], &a->steps_hi[i],
-                                   err);
+        return zs__client_shm_pull(c, i, a->min_step, b, e, dt, at, &a->landed, &a->steps[i],
+                                   &a->steps_hi[i], err);
     zs_ccall_t call;
     int rc = zs_ccall_start(&call, c->ch[i], pull ? M("Pull") : M("GetState"), c->token,
                             c->timeout_ms, c->addr[i], err);
@@ -804,6 +805,8 @@ static int read_one(zs_client_t *c, int i, void *argp, zs_err_t *err)
                             zs_dtype_name(mdt), fr.pay_len, (unsigned long long)next);
         else {
             zs_frame_copy(&fr, (char *)a->dst + (off - a->begin) * esz);
+            if (a->landed.fn)
+                a->landed.fn(a->landed.arg, off, off + cnt);
             next = off + cnt;
             if (st < lo)
                 lo = st;
@@ -861,8 +864,17 @@ int zs_client_pull(zs_client_t *c, uint64_t min_step, uint64_t begin, uint64_t e
 {
     if (zs_dtype_size(dt) == 0)
         return zs_err_set(err, ZS_ERR_INVALID, "unknown dtype %d", (int)dt);
-    read_arg_t a = {min_step, begin, end, dst, dt, -1, NULL, NULL};
+    read_arg_t a = {min_step, begin, end, dst, dt, -1, {NULL, NULL}, NULL, NULL};
     return read_range(c, &a, step_out, NULL, err);
+}
+
+int zs_client_pull_each(zs_client_t *c, uint64_t min_step, uint64_t begin, uint64_t end, void *dst,
+                        zs_dtype_t dt, zs_client_landed_fn landed, void *arg, zs_err_t *err)
+{
+    if (zs_dtype_size(dt) == 0)
+        return zs_err_set(err, ZS_ERR_INVALID, "unknown dtype %d", (int)dt);
+    read_arg_t a = {min_step, begin, end, dst, dt, -1, {landed, arg}, NULL, NULL};
+    return read_range(c, &a, NULL, NULL, err);
 }
 
 int zs_client_get_state(zs_client_t *c, int tensor, uint64_t begin, uint64_t end, float *dst,
@@ -870,7 +882,7 @@ int zs_client_get_state(zs_client_t *c, int tensor, uint64_t begin, uint64_t end
 {
     if (tensor < 0 || tensor > 2)
         return zs_err_set(err, ZS_ERR_INVALID, "unknown tensor %d", tensor);
-    read_arg_t a = {0, begin, end, dst, ZS_DTYPE_F32, tensor, NULL, NULL};
+    read_arg_t a = {0, begin, end, dst, ZS_DTYPE_F32, tensor, {NULL, NULL}, NULL, NULL};
     return read_range(c, &a, NULL, NULL, err);
 }
 
@@ -879,7 +891,7 @@ int zs_client_get_state_step(zs_client_t *c, int tensor, uint64_t begin, uint64_
 {
     if (tensor < 0 || tensor > 2)
         return zs_err_set(err, ZS_ERR_INVALID, "unknown tensor %d", tensor);
-    read_arg_t a = {0, begin, end, dst, ZS_DTYPE_F32, tensor, NULL, NULL};
+    read_arg_t a = {0, begin, end, dst, ZS_DTYPE_F32, tensor, {NULL, NULL}, NULL, NULL};
     return read_range(c, &a, step_lo, step_hi, err);
 }
 

@@ -212,6 +212,28 @@ int zs_client_commit(zs_client_t *c, const zs_step_scalars_t *s, zs_err_t *err);
 int zs_client_pull(zs_client_t *c, uint64_t min_step, uint64_t begin, uint64_t end, void *dst,
                    zs_dtype_t dt, uint64_t *step_out, zs_err_t *err);
 
+/* Told that elements [begin, end) of the flat space are in a pull's dst
+ * (zs_client_pull_each). */
+typedef void (*zs_client_landed_fn)(void *arg, uint64_t begin, uint64_t end);
+
+/* As zs_client_pull, calling landed(arg, b, e) as each chunk of the
+ * answer is in dst (checked, and its checksum verified where asked), so a
+ * caller can use the first elements while the rest arrive. Why: one call
+ * over a long range costs one call's fixed cost (gRPC, the doorbells'
+ * wakeups) where a call per piece costs it per piece. The calls may come
+ * from several threads at once (one per server, or per stream over shared
+ * memory), each server's in ascending order; the ranges are disjoint, and
+ * cover [begin, end) when the pull succeeds. On failure some ranges may
+ * have been reported and others not: the caller treats dst as garbage.
+ * landed NULL: zs_client_pull. */
+int zs_client_pull_each(zs_client_t *c, uint64_t min_step, uint64_t begin, uint64_t end, void *dst,
+                        zs_dtype_t dt, zs_client_landed_fn landed, void *arg, zs_err_t *err);
+
+/* Concurrent streams a pull from one server uses: the shm_streams option
+ * when some server moves its bulk data through the shared staging, 1
+ * otherwise (one gRPC stream per server). */
+int zs_client_pull_streams(const zs_client_t *c);
+
 /* Checkpoint `step` on every server; returns when all have it durably.
  * keep: newest checkpoints kept (0: each server's default). */
 int zs_client_checkpoint(zs_client_t *c, uint64_t step, int keep, zs_err_t *err);

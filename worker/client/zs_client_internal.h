@@ -114,14 +114,22 @@ int zs__client_shm_push(zs_client_t *c, int i, uint64_t step, uint64_t b, uint64
  * cut). */
 uint64_t zs__client_shm_per_message(size_t esz);
 
+/* A pull's progress callback (zs_client_pull_each); fn NULL: none. */
+typedef struct {
+    zs_client_landed_fn fn;
+    void *arg;
+} zs__client_landed_t;
+
 /* Pull [b, e) of dtype dt (min_step) from server i into the staging at
  * byte offset `off`, in up to c->shm_streams concurrent streams over
  * disjoint pieces: the server writes in place; each PullChunk must carry
  * no data and a ShmRef at the offset its elements belong at (and a
- * matching XXH3 when checksums are on). *lo / *hi: the lowest / highest
- * step the chunks reported. One attempt. */
+ * matching XXH3 when checksums are on); landed->fn (if set) is told of
+ * each chunk once checked. *lo / *hi: the lowest / highest step the chunks
+ * reported. One attempt. */
 int zs__client_shm_pull(zs_client_t *c, int i, uint64_t min_step, uint64_t b, uint64_t e,
-                        zs_dtype_t dt, uint64_t off, uint64_t *lo, uint64_t *hi, zs_err_t *err);
+                        zs_dtype_t dt, uint64_t off, const zs__client_landed_t *landed,
+                        uint64_t *lo, uint64_t *hi, zs_err_t *err);
 
 /* End a client stream whose sends returned rc: take the reply (discarded)
  * and the status unless rc already failed, then destroy the call. Returns

@@ -155,6 +155,14 @@ int zs_client_transport(const zs_client_t *c, int i, const char **why)
     return on ? ZS_TRANSPORT_SHM : ZS_TRANSPORT_TCP;
 }
 
+int zs_client_pull_streams(const zs_client_t *c)
+{
+    for (int i = 0; i < c->n; i++)
+        if (zs_client_transport(c, i, NULL) == ZS_TRANSPORT_SHM)
+            return c->shm_streams;
+    return 1;
+}
+
 /* Record server i's transport and log it when it changed: one line per
  * server and outcome ("server i (addr): transport shm (socket PATH)" or
  * "transport tcp (why)"). A socket that was offered and failed is a
@@ -457,7 +465,8 @@ static int check_chunk(const zs_client_t *c, int i, const Zeroshard__PullChunk *
 
 /* One Pull stream of [b, e) by reference (zs__client_shm_pull's pieces). */
 static int pull_stream(zs_client_t *c, int i, uint64_t min_step, uint64_t b, uint64_t e,
-                       zs_dtype_t dt, uint64_t off, uint64_t *lo, uint64_t *hi, zs_err_t *err)
+                       zs_dtype_t dt, uint64_t off, const zs__client_landed_t *landed, uint64_t *lo,
+                       uint64_t *hi, zs_err_t *err)
 {
     size_t esz = zs_dtype_size(dt);
     zs_ccall_t call;
@@ -494,6 +503,8 @@ static int pull_stream(zs_client_t *c, int i, uint64_t min_step, uint64_t b, uin
         const Zeroshard__PullChunk *p = (const Zeroshard__PullChunk *)m;
         rc = check_chunk(c, i, p, &fr, next, e, dt, off + (next - b) * esz, err);
         if (!rc) { /* the elements are in place: nothing to copy */
+            if (landed && landed->fn)
+                landed->fn(landed->arg, next, next + p->count);
             next += p->count;
             *lo = p->step < *lo ? p->step : *lo;
             *hi = p->step > *hi ? p->step : *hi;
@@ -525,7 +536,8 @@ typedef struct {
     uint64_t step, b, e, off;
     zs_dtype_t dt;
     Zeroshard__StepExpect *expect;
-    const uint64_t *sums; /* push: the piece's first chunk's checksum, or NULL */
+    const uint64_t *sums;              /* push: the piece's first chunk's checksum, or NULL */
+    const zs__client_landed_t *landed; /* pull: progress, or NULL */
     uint64_t lo, hi;
     int rc;
     zs_err_t err;
@@ -537,8 +549,8 @@ static void *piece_main(void *arg)
 {
     piece_t *p = arg;
     zs_err_clear(&p->err);
-    p->rc = p->pull ? pull_stream(p->c, p->i, p->step, p->b, p->e, p->dt, p->off, &p->lo, &p->hi,
-                                  &p->err)
+    p->rc = p->pull ? pull_stream(p->c, p->i, p->step, p->b, p->e, p->dt, p->off, p->landed, &p->lo,
+                                  &p->hi, &p->err)
                     : push_stream(p->c, p->i, p->step, p->b, p->e, p->dt, p->expect, p->off,
                                   p->sums, &p->err);
     return NULL;
@@ -549,7 +561,8 @@ static void *piece_main(void *arg)
  * threads of their own. Returns the first error in range order. */
 static int run_pieces(zs_client_t *c, int i, int pull, uint64_t step, uint64_t b, uint64_t e,
                       zs_dtype_t dt, Zeroshard__StepExpect *expect, uint64_t off, uint64_t unit,
-                      const uint64_t *sums, uint64_t *lo, uint64_t *hi, zs_err_t *err)
+                      const uint64_t *sums, const zs__client_landed_t *landed, uint64_t *lo,
+                      uint64_t *hi, zs_err_t *err)
 {
     size_t esz = zs_dtype_size(dt);
     uint64_t units = (e - b + unit - 1) / unit;
@@ -571,6 +584,7 @@ static int run_pieces(zs_client_t *c, int i, int pull, uint64_t step, uint64_t b
                           .dt = dt,
                           .expect = expect,
                           .sums = sums ? sums + (at - b) / unit : NULL,
+                          .landed = landed,
                           .lo = UINT64_MAX};
         n++;
         if (pe == e)
@@ -603,14 +617,15 @@ int zs__client_shm_push(zs_client_t *c, int i, uint64_t step, uint64_t b, uint64
                         zs_err_t *err)
 {
     return run_pieces(c, i, 0, step, b, e, dt, expect, off, per_message(zs_dtype_size(dt)), sums,
-                      NULL, NULL, err);
+                      NULL, NULL, NULL, err);
 }
 
 int zs__client_shm_pull(zs_client_t *c, int i, uint64_t min_step, uint64_t b, uint64_t e,
-                        zs_dtype_t dt, uint64_t off, uint64_t *lo, uint64_t *hi, zs_err_t *err)
+                        zs_dtype_t dt, uint64_t off, const zs__client_landed_t *landed,
+                        uint64_t *lo, uint64_t *hi, zs_err_t *err)
 {
     *lo = UINT64_MAX;
     *hi = 0;
     return run_pieces(c, i, 1, min_step, b, e, dt, NULL, off,
-                      ZS_RPC_MAX_PULL_CHUNK_BYTES / zs_dtype_size(dt), NULL, lo, hi, err);
+                      ZS_RPC_MAX_PULL_CHUNK_BYTES / zs_dtype_size(dt), NULL, landed, lo, hi, err);
 }

@@ -67,7 +67,7 @@ static int land_offload(zs_engine_t *e, zs_err_t *err)
     for (int k = 0; k < e->ns; k++) {
         zs__seg_t *s = &e->s[k];
         if (s->ve > s->vb)
-            ZS_ENG_TRY(zs__eng_param_set(e, s, zs__at(e, e->pdelay, s->qbase), err));
+            ZS_ENG_TRY(zs__eng_param_set(e, s, zs__eng_pull_src(e, e->pdelay, k), err));
     }
     /* the next pulls write pdelay again */
     return zs_dev_stream_sync(e->copy, err);

@@ -395,11 +395,14 @@ int zs__eng_push_wait(zs_engine_t *e, zs_err_t *err);
 int zs__eng_puller_start(zs_engine_t *e, zs_err_t *err);
 void zs__eng_puller_stop(zs_engine_t *e);
 void zs__eng_pull_begin(zs_engine_t *e, uint64_t step);
-/* begin_into: pull `step` into base (at each segment's qbase; NULL: the
- * partition itself) without opening anything to land (the delayed update).
+/* begin_into: pull `step` into base (NULL: the partition itself) without
+ * opening anything to land (the delayed update). src: where segment k's
+ * pulled part lies in base (its qbase, or before it where one call pulled
+ * a run of segments packed), once k is pulled and until the next begin.
  * wait: until the thread has pulled everything begun; take 1: return and
  * forget its first failure, 0: leave it to whoever takes it. */
 void zs__eng_pull_begin_into(zs_engine_t *e, uint64_t step, void *base);
+void *zs__eng_pull_src(zs_engine_t *e, void *base, int k);
 int zs__eng_pull_wait(zs_engine_t *e, int take, zs_err_t *err);
 int zs__eng_pull_land(zs_engine_t *e, int upto, zs_err_t *err);
 int zs__eng_pull_finish(zs_engine_t *e, int agree, zs_err_t *err);

@@ -5,7 +5,9 @@
  *
  * Once every worker agrees that Commit succeeded, zs__eng_pull_begin hands
  * the step's pulls to one puller thread, which pulls this worker's part of
- * each segment, in segment order, into pinned staging (or, on a
+ * each segment, in segment order (one call for a run of segments whose
+ * parts follow each other, each segment marked as its last chunk lands:
+ * run_end says when), into pinned staging (or, on a
  * host-addressable device, straight into the parameters: every stream was
  * waited for first, zs__eng_pull_quiesce, and nothing enqueues work on them
  * until the next forward lands), and the step returns. The main thread
@@ -49,14 +51,113 @@ struct zs__puller {
     pthread_t th;
     pthread_mutex_t mu;
     pthread_cond_t cv;
-    uint64_t step; /* the pulls under way are this step's parameters */
-    void *base;    /* they go to base at each segment's qbase; NULL: the partition itself */
-    int next;      /* next segment the thread pulls; ns: all done */
-    int *done;     /* [ns] 1: pulled into staging (or skipped after an error) */
+    uint64_t step;  /* the pulls under way are this step's parameters */
+    void *base;     /* they go to base at `at`; NULL: the partition itself */
+    int next;       /* next segment the thread pulls; ns: all done */
+    int *done;      /* [ns] 1: pulled into staging (or skipped after an error) */
+    uint64_t *left; /* [ns] elements of a segment still to land in a run's pull */
+    uint64_t *at;   /* [ns] where in base segment k's part landed (elements) */
     int stop;
     int rc; /* the first failed pull of this step */
     zs_err_t err;
 };
+
+/* The last segment of the run that starts at k: one pull can serve
+ * segments k..m when each one's part of the flat space follows the
+ * previous one's (W = 1; stage 3's partitions where contiguous). Into
+ * staging (base), the run lands packed from segment k's place: segment j
+ * at k's qbase + (its flat start - k's), before its own qbase (the
+ * segments' padding is skipped), and `at` says where. In place (base
+ * NULL), the partitions themselves must follow each other. Runs only
+ * where the client pulls a server's range in one stream
+ * (zs_client_pull_streams == 1): with several streams per server, a call
+ * per segment gives the first layers every stream, which a run's call
+ * would spread over its whole range. Empty segments join a run. */
+static int run_end(const zs__puller_t *p, int k)
+{
+    zs_engine_t *e = p->e;
+    if (zs_client_pull_streams(e->client) != 1)
+        return k;
+    uint64_t fb = e->s[k].off + e->s[k].vb, n = e->s[k].ve - e->s[k].vb;
+    const char *db = p->base ? NULL : zs__eng_param_part(e, &e->s[k]);
+    int m = k;
+    while (m + 1 < e->ns) {
+        zs__seg_t *s = &e->s[m + 1];
+        if (s->ve > s->vb && (s->off + s->vb != fb + n ||
+                              (db && (char *)zs__eng_param_part(e, s) != db + n * e->esz)))
+            break;
+        n += s->ve - s->vb;
+        m++;
+    }
+    return m;
+}
+
+/* Where segment k's part of the step's pull goes (set by pull_run). */
+static void *seg_dst(const zs__puller_t *p, int k)
+{
+    zs_engine_t *e = p->e;
+    return p->base ? zs__at(e, p->base, p->at[k]) : zs__eng_param_part(e, &e->s[k]);
+}
+
+typedef struct {
+    zs__puller_t *p;
+    int k, m; /* the run's segments */
+} run_t;
+
+/* zs_client_landed_fn of a run's pull: segments whose every element has
+ * landed are done. Chunks arrive from the client's per-server threads. */
+static void run_landed(void *arg, uint64_t b, uint64_t end)
+{
+    run_t *r = arg;
+    zs__puller_t *p = r->p;
+    zs_engine_t *e = p->e;
+    int woke = 0;
+    pthread_mutex_lock(&p->mu);
+    for (int j = r->k; j <= r->m; j++) {
+        const zs__seg_t *s = &e->s[j];
+        uint64_t lo = s->off + s->vb, hi = s->off + s->ve;
+        if (hi <= b || s->ve == s->vb)
+            continue;
+        if (lo >= end)
+            break;
+        uint64_t n = (hi < end ? hi : end) - (lo > b ? lo : b);
+        p->left[j] -= n < p->left[j] ? n : p->left[j];
+        if (p->left[j] == 0 && !p->done[j])
+            p->done[j] = woke = 1;
+    }
+    if (woke)
+        pthread_cond_broadcast(&p->cv);
+    pthread_mutex_unlock(&p->mu);
+}
+
+/* Pull segments k..m of `step` (one run, run_end) with one call; mark each
+ * done as it lands (mu not held). */
+static int pull_run(zs__puller_t *p, int k, int m, uint64_t step, zs_err_t *err)
+{
+    zs_engine_t *e = p->e;
+    uint64_t b = e->s[k].off + e->s[k].vb, n = 0;
+    pthread_mutex_lock(&p->mu);
+    for (int j = k; j <= m; j++) {
+        p->at[j] = e->s[k].qbase + n; /* packed from k's place */
+        p->left[j] = e->s[j].ve - e->s[j].vb;
+        n += p->left[j];
+        if (!p->left[j])
+            p->done[j] = 1;
+    }
+    pthread_mutex_unlock(&p->mu);
+    if (n == 0)
+        return ZS_OK;
+    if (k == m) /* one segment: the plain call, nothing to report early */
+        return zs_client_pull(e->client, step, b, b + n, seg_dst(p, k), e->dt, NULL, err);
+    run_t r = {p, k, m};
+    int rc =
+        zs_client_pull_each(e->client, step, b, b + n, seg_dst(p, k), e->dt, run_landed, &r, err);
+    for (int j = k; !rc && j <= m; j++)
+        if (p->left[j]) /* the client checks that the answers tile the range */
+            rc = zs_err_set(err, ZS_ERR_INTERNAL, "pull of [%llu, %llu): segment %d not covered",
+                            (unsigned long long)b, (unsigned long long)(b + n), j);
+    return rc;
+}
 
 static void *puller_main(void *arg)
 {
@@ -71,20 +172,17 @@ static void *puller_main(void *arg)
         int k = p->next, skip = p->rc != ZS_OK;
         uint64_t step = p->step;
         pthread_mutex_unlock(&p->mu);
-        zs__seg_t *s = &e->s[k];
+        int m = skip ? k : run_end(p, k);
         zs_err_t err;
-        int rc = ZS_OK;
-        void *dst = p->base ? zs__at(e, p->base, s->qbase) : zs__eng_param_part(e, s);
-        if (!skip && s->ve > s->vb)
-            rc = zs_client_pull(e->client, step, s->off + s->vb, s->off + s->ve, dst, e->dt, NULL,
-                                &err);
+        int rc = skip ? ZS_OK : pull_run(p, k, m, step, &err);
         pthread_mutex_lock(&p->mu);
         if (rc && p->rc == ZS_OK) {
             p->rc = rc;
             p->err = err;
         }
-        p->done[k] = 1;
-        p->next = k + 1;
+        for (int j = k; j <= m; j++)
+            p->done[j] = 1;
+        p->next = m + 1;
         pthread_cond_broadcast(&p->cv);
     }
     pthread_mutex_unlock(&p->mu);
@@ -95,19 +193,23 @@ int zs__eng_puller_start(zs_engine_t *e, zs_err_t *err)
 {
     zs__puller_t *p = calloc(1, sizeof *p);
     int *done = calloc((size_t)e->ns, sizeof *done);
-    if (!p || !done) {
-        free(p), free(done);
+    uint64_t *left = calloc((size_t)e->ns, sizeof *left);
+    uint64_t *at = calloc((size_t)e->ns, sizeof *at);
+    if (!p || !done || !left || !at) {
+        free(p), free(done), free(left), free(at);
         return zs_err_set(err, ZS_ERR_NOMEM, "out of memory");
     }
     p->e = e;
     p->done = done;
+    p->left = left;
+    p->at = at;
     p->next = e->ns; /* nothing to pull */
     pthread_mutex_init(&p->mu, NULL);
     pthread_cond_init(&p->cv, NULL);
     if (pthread_create(&p->th, NULL, puller_main, p) != 0) {
         pthread_mutex_destroy(&p->mu);
         pthread_cond_destroy(&p->cv);
-        free(done), free(p);
+        free(done), free(left), free(at), free(p);
         return zs_err_set(err, ZS_ERR_NOMEM, "cannot start the parameter puller thread");
     }
     e->puller = p;
@@ -122,6 +224,8 @@ void zs__eng_puller_stop(zs_engine_t *e)
         return;
     zs__eng_thread_end(p->th, &p->mu, &p->cv, &p->stop);
     free(p->done);
+    free(p->left);
+    free(p->at);
     free(p);
     e->puller = NULL;
 }
@@ -144,6 +248,11 @@ void zs__eng_pull_begin(zs_engine_t *e, uint64_t step)
     zs__eng_pull_begin_into(e, step, zs__eng_pull_in_place(e) ? NULL : e->staging);
     e->land = 0;
     e->pull_open = 1;
+}
+
+void *zs__eng_pull_src(zs_engine_t *e, void *base, int k)
+{
+    return zs__at(e, base, e->puller->at[k]);
 }
 
 int zs__eng_pull_wait(zs_engine_t *e, int take, zs_err_t *err)
@@ -182,7 +291,7 @@ int zs__eng_pull_land(zs_engine_t *e, int upto, zs_err_t *err)
         /* a failed step's parameters are garbage but every worker still
          * all-gathers them; zs__eng_pull_finish fails the step everywhere */
         if (!failed && s->ve > s->vb && !zs__eng_pull_in_place(e))
-            ZS_ENG_TRY(zs__eng_param_set(e, s, zs__at(e, e->staging, s->qbase), err));
+            ZS_ENG_TRY(zs__eng_param_set(e, s, zs__eng_pull_src(e, e->staging, k), err));
         if (e->stage == 3) {
             /* The gathers read the partition (after the copy stream's
              * event); a resident segment is gathered again now. */
