@@ -59,6 +59,11 @@
 #define ZS_RPC_MAX_META        (64u << 10) /* bytes: largest non-payload part of a message */
 #define ZS_RPC_CHUNK_BYTES     (1u << 20)  /* bulk chunk size: 1 MiB measured best */
 #define ZS_RPC_MAX_CHUNK_BYTES (4u << 20)  /* bytes of payload in a chunk we receive */
+/* Bytes a pushed chunk's shared-memory reference may name
+ * (HelloReply.shm_chunk_bytes): no payload crosses gRPC, so the receive
+ * limit does not bind it, and four times fewer messages per pushed byte
+ * cut the worker's per-message cost (bench/RESULTS.md). */
+#define ZS_RPC_MAX_SHM_CHUNK_BYTES (16u << 20)
 /* Bytes of payload in a pulled chunk: PullRequest.chunk_bytes at most. A
  * PullChunk's header and field-15 framing take < 64 bytes, so with 4 KiB
  * to spare every message fits the 4 MiB receive limit stock gRPC clients
@@ -203,11 +208,11 @@ typedef struct zs_rpc_method {
 } zs_rpc_method_t;
 
 typedef struct zs_rpc_server_opts {
-    const char *listen;       /* "host:port"; port 0 picks a free one */
-    const char *token;        /* required bearer token, or NULL or "": none */
-    const char *tls_cert_pem; /* server certificate chain (PEM text) or NULL */
-    const char *tls_key_pem;  /* its private key (PEM text) */
-    int max_calls;            /* concurrent handler threads (default 64) */
+    const char *listen;        /* "host:port"; port 0 picks a free one */
+    const char *token;         /* required bearer token, or NULL or "": none */
+    const char *tls_cert_pem;  /* server certificate chain (PEM text) or NULL */
+    const char *tls_key_pem;   /* its private key (PEM text) */
+    int max_calls;             /* concurrent handler threads (default 64) */
     uint32_t protocol_version; /* named in UNIMPLEMENTED's sentence (0: ZS_PROTOCOL_VERSION) */
 } zs_rpc_server_opts_t;
 

@@ -217,7 +217,7 @@ static grpc_byte_buffer *hello_reply(zs_shard_t *sh, uint32_t version, uint64_t 
     r.store_degraded = in.store_degraded;
     r.store_error = in.store_error;
     r.nvme = in.nvme;
-    zs__svc_shm_hello(shm_session, &r.shm_socket, &r.shm_session_ok);
+    zs__svc_shm_hello(shm_session, &r.shm_socket, &r.shm_session_ok, &r.shm_chunk_bytes);
     Zeroshard__GroupRange **groups = NULL;
     if (version >= ZS_PROTOCOL_V_GROUPS && zs_pb_groups_set(in.groups, in.ngroups, &groups)) {
         free(in.checkpoints);

@@ -37,10 +37,12 @@ void zs_service_set_shm(zs_shm_sessions_t *s)
     atomic_store(&g_shm, s);
 }
 
-void zs__svc_shm_hello(uint64_t session, char **socket, protobuf_c_boolean *ok)
+void zs__svc_shm_hello(uint64_t session, char **socket, protobuf_c_boolean *ok,
+                       uint32_t *chunk_bytes)
 {
     zs_shm_sessions_t *s = atomic_load(&g_shm);
     *socket = s ? (char *)zs_shm_sessions_path(s) : (char *)"";
+    *chunk_bytes = s ? ZS_RPC_MAX_SHM_CHUNK_BYTES : 0;
     zs_shm_session_t *ss = zs_shm_sessions_get(s, session);
     *ok = ss != NULL;
     zs_shm_session_put(ss);
@@ -85,10 +87,12 @@ int zs__svc_shm_push_check(const Zeroshard__PushChunk *m, size_t pay_len, zs_err
         return zs_err_set(err, ZS_ERR_INVALID, "unknown dtype %d", (int)m->dtype);
     if (m->count == 0)
         return zs_err_set(err, ZS_ERR_INVALID, "chunk with count 0");
-    if (m->count > ZS_RPC_MAX_CHUNK_BYTES / esz) /* the limit of a `data` chunk, kept */
+    if (m->count > ZS_RPC_MAX_SHM_CHUNK_BYTES / esz) /* HelloReply.shm_chunk_bytes */
         return zs_err_set(err, ZS_ERR_INVALID,
-                          "chunk of %llu %s elements exceeds the %u-byte limit",
-                          (unsigned long long)m->count, zs_dtype_name(dt), ZS_RPC_MAX_CHUNK_BYTES);
+                          "chunk of %llu %s elements exceeds the %u-byte limit of a shared-memory "
+                          "reference",
+                          (unsigned long long)m->count, zs_dtype_name(dt),
+                          ZS_RPC_MAX_SHM_CHUNK_BYTES);
     return ZS_OK;
 }
 

@@ -17,12 +17,15 @@
 #include "zs_shard.h"
 
 /* Hello's shm_socket (the socket's absolute path, or "" when none is
- * offered) and shm_session_ok (session != 0 is a live session here). */
-void zs__svc_shm_hello(uint64_t session, char **socket, protobuf_c_boolean *ok);
+ * offered), shm_session_ok (session != 0 is a live session here) and
+ * shm_chunk_bytes (ZS_RPC_MAX_SHM_CHUNK_BYTES where a socket is offered,
+ * else 0). */
+void zs__svc_shm_hello(uint64_t session, char **socket, protobuf_c_boolean *ok,
+                       uint32_t *chunk_bytes);
 
 /* Validate a PushChunk that carries m->shm, before anything else of it is
  * used: no `data` beside it (pay_len 0), a known dtype, count 1..the chunk
- * limit (ZS_RPC_MAX_CHUNK_BYTES of payload, as for `data`). INVALID. */
+ * limit (ZS_RPC_MAX_SHM_CHUNK_BYTES: no payload crosses gRPC). INVALID. */
 int zs__svc_shm_push_check(const Zeroshard__PushChunk *m, size_t pay_len, zs_err_t *err);
 
 /* Stage the chunk m (checked by zs__svc_shm_push_check) into the stream ps

@@ -14,14 +14,15 @@
  *               each of those held by a Hello sent right after its hand-over
  *               (the server answers the handshake before it enters the
  *               session: a lookup waits for that);
- *   hello       A names its socket (absolute), B none; shm_session_ok for
+ *   hello       A names its socket (absolute) and takes references of
+ *               16 MiB (shm_chunk_bytes), B neither; shm_session_ok for
  *               the handed-over session, not for 0 or another id;
  *   steps       three steps (fp32, bf16 with `expect` and checksums both
  *               ways, fp16 after the refusals): A's pulls by ShmRef and B's
  *               by data are bitwise equal, fp32 and bf16, each PullChunk
  *               saying where it wrote (and its XXH3 when asked);
  *   refusals    unknown session, data and shm both, a reference outside the
- *               staging area or off an element boundary, too many elements,
+ *               staging area or off an element boundary, more than 16 MiB,
  *               a checksum mismatch (after a good chunk in the same stream),
  *               a step out of sequence, pulls to an unknown session or past
  *               the area: the status and its sentence, and A's state
@@ -544,8 +545,8 @@ static void refusal_cases(void)
     far.byte_offset = CH * esz + 1;
     rc = push_a(1, push_msg(next, CH, CH, ZS_DTYPE_F16, NULL, &far, NULL), &err);
     check("reference off an element boundary", rc, &err, G_INVALID, "not a multiple");
-    rc = push_a(1, push_msg(next, 0, (4u << 20) / 2 + 1, ZS_DTYPE_F16, NULL, &r, NULL), &err);
-    check("chunk above 4 MiB", rc, &err, G_INVALID, "exceeds the");
+    rc = push_a(1, push_msg(next, 0, (16u << 20) / 2 + 1, ZS_DTYPE_F16, NULL, &r, NULL), &err);
+    check("reference above 16 MiB", rc, &err, G_INVALID, "exceeds the 16777216-byte limit");
 
     Zeroshard__ShmRef bad = r;
     bad.xxh3 ^= 1;
@@ -769,12 +770,14 @@ static void hello_cases(void)
     TEST_CHECKF(strcmp(r->shm_socket, g_sock) == 0 && r->shm_session_ok,
                 "A's Hello: socket '%s' (want %s), session ok %d", r->shm_socket, g_sock,
                 r->shm_session_ok);
+    TEST_CHECKF(r->shm_chunk_bytes == (16u << 20), "A's Hello: shm_chunk_bytes %u",
+                r->shm_chunk_bytes);
     zeroshard__hello_reply__free_unpacked(r, NULL);
     TEST_CHECK(!session_ok(A, 0) && !session_ok(A, g_sess ^ 1));
     r = hello(B, g_sess);
-    TEST_CHECKF(r->shm_socket[0] == '\0' && !r->shm_session_ok,
-                "B (--shm-socket off) Hello: socket '%s', session ok %d", r->shm_socket,
-                r->shm_session_ok);
+    TEST_CHECKF(r->shm_socket[0] == '\0' && !r->shm_session_ok && r->shm_chunk_bytes == 0,
+                "B (--shm-socket off) Hello: socket '%s', session ok %d, shm_chunk_bytes %u",
+                r->shm_socket, r->shm_session_ok, r->shm_chunk_bytes);
     zeroshard__hello_reply__free_unpacked(r, NULL);
     char bsock[300];
     snprintf(bsock, sizeof bsock, "%s/shm.sock", g_srv[B].data_dir);

@@ -301,6 +301,7 @@ static int hello_call(zs_client_t *c, int i, const char *model, uint64_t P, zs_s
     char sock[sizeof in->shm_socket];
     snprintf(sock, sizeof sock, "%s", r->shm_socket ? r->shm_socket : "");
     int session_ok = r->shm_session_ok, nvme = r->nvme;
+    uint32_t shm_chunk = r->shm_chunk_bytes;
     zeroshard__hello_reply__free_unpacked(r, NULL);
     if (refusal.code && v >= ZS_PROTOCOL_VERSION) {
         *err = refusal;
@@ -314,7 +315,7 @@ static int hello_call(zs_client_t *c, int i, const char *model, uint64_t P, zs_s
                           i, c->addr[i]);
     /* 0 is no version a server answers with; read it as the first one. */
     c->ver[i] = v == 0 ? 1 : v < ZS_PROTOCOL_VERSION ? v : ZS_PROTOCOL_VERSION;
-    return zs__client_shm_hello(c, i, sock, session_ok, err);
+    return zs__client_shm_hello(c, i, sock, session_ok, shm_chunk, err);
 }
 
 /* See zs_client_internal.h. */
@@ -595,7 +596,7 @@ static const ProtobufCMessage *push_chunk(const void *arg, chunk_msg_t *m, uint6
  * shared staging (zs_client_push_msgs' cut), elements of esz bytes. */
 static uint64_t msgs_of(const zs_client_t *c, int i, uint64_t begin, uint64_t end, size_t esz)
 {
-    uint64_t b, e, per = zs__client_shm_per_message(esz);
+    uint64_t b, e, per = zs__client_shm_per_message(c, i, esz);
     return clip(c, i, begin, end, &b, &e) ? (e - b + per - 1) / per : 0;
 }
 
@@ -649,9 +650,8 @@ int zs_client_push_msgs(const zs_client_t *c, uint64_t begin, uint64_t end, zs_d
     int rc = owners(c, begin, end, &f, &l, err);
     if (rc)
         return rc;
-    uint64_t per = zs__client_shm_per_message(esz);
     for (int i = f; i <= l; i++) {
-        uint64_t b, e;
+        uint64_t b, e, per = zs__client_shm_per_message(c, i, esz);
         if (!clip(c, i, begin, end, &b, &e))
             continue;
         for (uint64_t at = b; at < e; at += per, ++*n)

@@ -166,12 +166,11 @@ int zs_client_push_expect(zs_client_t *c, uint64_t step, uint64_t begin, uint64_
                           zs_err_t *err);
 
 /* ---- push checksums computed where the staging is written ---------------
- * Pushes through the shared staging carry an XXH3 per message (4 MiB at
- * most), which the server checks. A caller that writes the staging itself
- * in cache-sized pieces (the engine on the CPU device) can hash each piece
- * while it is hot instead of leaving a second pass over cold memory to the
- * push: zs_client_push_msgs says where the messages fall, and
- * zs_client_push_sums hands their checksums over. */
+ * Pushes through the shared staging carry an XXH3 per message (16 MiB at
+ * most: the server's HelloReply.shm_chunk_bytes), which the server checks. A caller that writes the
+ * staging itself in cache-sized pieces (the engine on the CPU device) can hash each piece while it
+ * is hot instead of leaving a second pass over cold memory to the push: zs_client_push_msgs says
+ * where the messages fall, and zs_client_push_sums hands their checksums over. */
 
 /* A message: elements [begin, begin + count) of the flat space. */
 typedef struct zs_client_msg {
@@ -185,9 +184,11 @@ typedef struct zs_client_msg {
 int zs_client_push_sums_wanted(const zs_client_t *c);
 
 /* The messages a push of [begin, end) in dtype dt is cut into: per server
- * owning part of it, in server order, pieces of ZS_RPC_MAX_CHUNK_BYTES /
- * sizeof(dt) elements from the first element it owns (the last shorter).
- * The cut does not depend on the transport. Writes the first min(*n, max)
+ * owning part of it, in server order, pieces of shm_chunk_bytes /
+ * sizeof(dt) elements from the first element it owns (the last shorter),
+ * shm_chunk_bytes being what the server's last Hello said (16 MiB; 4 MiB
+ * before a Hello or from an older server). The cut does not depend on the
+ * transport: ask after zs_client_shm_staging. Writes the first min(*n, max)
  * to m (m may be NULL with max 0); *n gets the count. ZS_ERR_RANGE and
  * ZS_ERR_STATE as a push of that range, ZS_ERR_INVALID for the dtype. */
 int zs_client_push_msgs(const zs_client_t *c, uint64_t begin, uint64_t end, zs_dtype_t dt,
@@ -298,7 +299,8 @@ int zs_transport_parse(const char *name);
  * shm (socket PATH)" or "transport tcp (why)". Afterwards a Push whose
  * source, or a Pull whose destination, lies inside [*base, *base + bytes)
  * sends a ShmRef instead of the elements to the servers on shm (data is
- * read and written in place: nothing copied), in chunks of up to 4 MiB;
+ * read and written in place: nothing copied), in pushed chunks of up to
+ * the server's shm_chunk_bytes (16 MiB) and pulled ones of 4 MiB;
  * each later Hello (a restarted server: the recovery path) hands the same
  * segment over again. A second call returns the same area if `bytes` fits.
  * ZS_ERR_UNAVAILABLE with the reason when transport is tcp, no server offers

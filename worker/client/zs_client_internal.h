@@ -93,16 +93,18 @@ uint64_t zs__client_shm_session(const zs_client_t *c);
  * or it restarted) -> hand the segment over and confirm it with a second
  * Hello; else tcp. Logs a change of transport. An error only with
  * transport shm, when the server does not end on shm (the reason). Runs
- * in server i's fan-out job. */
-int zs__client_shm_hello(zs_client_t *c, int i, const char *socket, int session_ok, zs_err_t *err);
+ * in server i's fan-out job. chunk_bytes: the reply's shm_chunk_bytes
+ * (0 from an older server: 4 MiB). */
+int zs__client_shm_hello(zs_client_t *c, int i, const char *socket, int session_ok,
+                         uint32_t chunk_bytes, zs_err_t *err);
 
 /* 1 when server i moves bulk data through the segment and
  * [p, p + bytes) lies in its staging area; *off = p's offset in it. */
 int zs__client_shm_usable(const zs_client_t *c, int i, const void *p, size_t bytes, uint64_t *off);
 
 /* Push [b, e) of dtype dt for `step` to server i as ShmRefs to the staging
- * at byte offset `off` (zs__client_shm_usable said yes): chunks of up to
- * 4 MiB, an XXH3 of each chunk seeded with the step when checksums are on
+ * at byte offset `off` (zs__client_shm_usable said yes): chunks of
+ * zs__client_shm_per_message, an XXH3 of each chunk seeded with the step when checksums are on
  * (sums[k] for chunk k when sums is not NULL, else computed here), in up to
  * c->shm_streams concurrent streams over disjoint pieces of whole chunks,
  * `expect` (may be NULL) on each stream's first. One attempt. */
@@ -110,9 +112,10 @@ int zs__client_shm_push(zs_client_t *c, int i, uint64_t step, uint64_t b, uint64
                         Zeroshard__StepExpect *expect, uint64_t off, const uint64_t *sums,
                         zs_err_t *err);
 
-/* Elements per pushed shared chunk of dtype size esz (zs_client_push_msgs'
- * cut). */
-uint64_t zs__client_shm_per_message(size_t esz);
+/* Elements per chunk of dtype size esz pushed by reference to server i
+ * (zs_client_push_msgs' cut): the shm_chunk_bytes of its last Hello, 4 MiB
+ * before any or from an older server. */
+uint64_t zs__client_shm_per_message(const zs_client_t *c, int i, size_t esz);
 
 /* A pull's progress callback (zs_client_pull_each); fn NULL: none. */
 typedef struct {

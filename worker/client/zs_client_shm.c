@@ -58,10 +58,11 @@ struct zs__client_shm {
 };
 
 struct zs__client_shm_srv {
-    char sock[SOCK_MAX]; /* the socket its last Hello offered ("": none) */
-    atomic_int on;       /* it holds our session: bulk data by ShmRef */
-    char why[WHY_MAX];   /* the reason for its transport, as logged */
-    int logged;          /* 0: nothing logged yet; 1 shm; 2 tcp (with `why`) */
+    char sock[SOCK_MAX];  /* the socket its last Hello offered ("": none) */
+    atomic_int on;        /* it holds our session: bulk data by ShmRef */
+    char why[WHY_MAX];    /* the reason for its transport, as logged */
+    int logged;           /* 0: nothing logged yet; 1 shm; 2 tcp (with `why`) */
+    uint32_t chunk_bytes; /* largest pushed reference it takes (its last Hello) */
 };
 
 static const char *const k_names[] = {"auto", "shm", "tcp"};
@@ -226,10 +227,17 @@ static int attach(zs_client_t *c, int i, int *ok, zs_err_t *err)
     return rc ? rc : session_hello(c, i, ok, err);
 }
 
-int zs__client_shm_hello(zs_client_t *c, int i, const char *socket, int session_ok, zs_err_t *err)
+int zs__client_shm_hello(zs_client_t *c, int i, const char *socket, int session_ok,
+                         uint32_t chunk_bytes, zs_err_t *err)
 {
     zs__client_shm_srv_t *v = &c->shsv[i];
     snprintf(v->sock, sizeof v->sock, "%s", socket ? socket : "");
+    /* 0 (an older server) or anything outside what we would send: a `data`
+     * chunk's limit */
+    v->chunk_bytes =
+        chunk_bytes >= ZS_RPC_MAX_CHUNK_BYTES && chunk_bytes <= ZS_RPC_MAX_SHM_CHUNK_BYTES
+            ? chunk_bytes
+            : ZS_RPC_MAX_CHUNK_BYTES;
     if (!c->shm) /* no shared staging: nothing to decide */
         return ZS_OK;
     if (session_ok) {
@@ -384,14 +392,15 @@ int zs__client_shm_usable(const zs_client_t *c, int i, const void *p, size_t byt
 
 /* Elements of dtype size esz per message: 4 MiB of them, as a chunk that
  * carries its data may hold (the message itself is a few dozen bytes). */
-static uint64_t per_message(size_t esz)
+static uint64_t per_message(const zs_client_t *c, int i, size_t esz)
 {
-    return ZS_RPC_MAX_CHUNK_BYTES / esz;
+    uint32_t b = c->shsv[i].chunk_bytes;
+    return (b ? b : ZS_RPC_MAX_CHUNK_BYTES) / esz;
 }
 
-uint64_t zs__client_shm_per_message(size_t esz)
+uint64_t zs__client_shm_per_message(const zs_client_t *c, int i, size_t esz)
 {
-    return per_message(esz);
+    return per_message(c, i, esz);
 }
 
 int zs_client_push_sums_wanted(const zs_client_t *c)
@@ -410,7 +419,7 @@ static int push_stream(zs_client_t *c, int i, uint64_t step, uint64_t b, uint64_
                             c->addr[i], err);
     if (rc)
         return rc;
-    uint64_t per = per_message(esz);
+    uint64_t per = per_message(c, i, esz);
     for (uint64_t at = b; !rc && at < e; at += per) {
         uint64_t k = e - at < per ? e - at : per, o = off + (at - b) * esz;
         Zeroshard__ShmRef ref = ZEROSHARD__SHM_REF__INIT;
@@ -616,8 +625,8 @@ int zs__client_shm_push(zs_client_t *c, int i, uint64_t step, uint64_t b, uint64
                         Zeroshard__StepExpect *expect, uint64_t off, const uint64_t *sums,
                         zs_err_t *err)
 {
-    return run_pieces(c, i, 0, step, b, e, dt, expect, off, per_message(zs_dtype_size(dt)), sums,
-                      NULL, NULL, NULL, err);
+    return run_pieces(c, i, 0, step, b, e, dt, expect, off, per_message(c, i, zs_dtype_size(dt)),
+                      sums, NULL, NULL, NULL, err);
 }
 
 int zs__client_shm_pull(zs_client_t *c, int i, uint64_t min_step, uint64_t b, uint64_t e,

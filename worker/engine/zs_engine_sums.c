@@ -20,8 +20,9 @@
  * pinned staging or a client that wants no push checksums
  * (zs_client_push_sums_wanted), MiCS groups that do not push.
  *
- * Data. Per segment, its push's messages (zs_client_push_msgs: fixed for
- * the client's life, listed once) and one sum per message, written by the
+ * Data. Per segment, its push's messages (zs_client_push_msgs, listed at
+ * each step's staging: the cut follows the servers' Hellos) and one sum
+ * per message, written by the
  * host function and read by the pusher after the staging's event; `step`
  * says which step's write was enqueued last (engine thread only). A
  * segment's sums are rewritten only by the next step's staging, after the
@@ -60,21 +61,28 @@ void zs__eng_sums_free(zs_engine_t *e)
     e->sums = NULL;
 }
 
-/* Segment j's message list, made on first use. */
+/* Segment j's message list, listed again at each use: the cut follows
+ * each server's last Hello (a server restarted as an older version cuts
+ * at 4 MiB instead of 16). */
 static int sums_of(zs_engine_t *e, int j, zs__sums_t **out, zs_err_t *err)
 {
     if (!e->sums && !(e->sums = calloc((size_t)e->ns, sizeof *e->sums)))
         return zs_err_set(err, ZS_ERR_NOMEM, "out of memory");
     zs__sums_t *u = &e->sums[j];
     const zs__seg_t *s = &e->s[j];
-    if (!u->m && s->ve > s->vb) {
+    if (s->ve > s->vb) {
         uint64_t lo = s->off + s->vb, hi = s->off + s->ve;
         int n;
         ZS_ENG_TRY(zs_client_push_msgs(e->client, lo, hi, e->dt, NULL, 0, &n, err));
-        u->m = calloc((size_t)n, sizeof *u->m);
-        u->sum = calloc((size_t)n, sizeof *u->sum);
-        if (!u->m || !u->sum)
-            return zs_err_set(err, ZS_ERR_NOMEM, "out of memory");
+        if (n != u->n || !u->m) {
+            free(u->m);
+            free(u->sum);
+            u->n = 0;
+            u->m = calloc((size_t)n, sizeof *u->m);
+            u->sum = calloc((size_t)n, sizeof *u->sum);
+            if (!u->m || !u->sum)
+                return zs_err_set(err, ZS_ERR_NOMEM, "out of memory");
+        }
         ZS_ENG_TRY(zs_client_push_msgs(e->client, lo, hi, e->dt, u->m, n, &u->n, err));
     }
     *out = u;
