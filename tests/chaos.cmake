@@ -1,6 +1,7 @@
-# A run that survives kill -9s (issue 9): zs-launch + zs-train + 2 zs-server,
-# 20 random kills of servers and workers, bitwise equal to an undisturbed run;
-# a kill -9 of one server, RAM and NVMe tier (--nvme-path), recovered in-job.
+# A run that survives kill -9s: zs-launch + zs-train + 2 zs-server, 20 random
+# kills of servers and workers over the shared-memory data plane, bitwise
+# equal to an undisturbed run over TCP; a kill -9 of one server, RAM and NVMe
+# tier (--nvme-path), recovered in-job.
 zs_add_test(test_chaos SRCS test_chaos.c LIBS zs_testproc TIMEOUT 600 LABELS integration)
 target_compile_definitions(test_chaos PRIVATE ZS_MPIEXEC="${MPIEXEC_EXECUTABLE}"
                            ZS_TRAIN="$<TARGET_FILE:zs-train>"

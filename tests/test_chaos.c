@@ -18,7 +18,10 @@
  *     launcher reruns the job with --resume-auto). A lost server is waited
  *     for and recovered from inside zs-train (zs_engine_recover).
  *  1b, 1c and 2 run with speculative updates on the servers (super_offload),
- *  the reference without: the kills land mid-speculation too.
+ *  the reference without: the kills land mid-speculation too. The
+ *  reference moves its bytes over TCP, 1b, 1c and 2 over the shared-memory
+ *  data plane (--transport shm), so a worker or server killed mid-step over
+ *  shm recovers bitwise onto the TCP run.
  *  The job must finish by itself, with final parameters bitwise equal to
  *  the reference, the CSV listing each step once, and the newest checkpoint
  *  complete on both servers never going backwards (sampled after each kill:
@@ -73,15 +76,19 @@ static void write_spec_config(char *path, size_t n, int nvme)
 }
 
 /* The zs-train arguments the runs share; spec: 1 with g_spec_config, 2 with
- * g_nvme_config. */
+ * g_nvme_config. The reference (spec 0) moves its bytes over TCP, the
+ * disturbed runs over shared memory (--transport shm: refused unless every
+ * server takes the segment, again after each restart), so the kills also
+ * show shm == tcp, bitwise. */
 static void train_args(char *buf, size_t n, const char *servers, const char *params,
                        const char *csv, int spec)
 {
     snprintf(buf, n,
              "%s --data %s --servers %s --layers 2 --heads 4 --width 64 --ctx 64 --steps %d "
              "--ckpt-every 10 --log-every 50 --server-timeout 10 --server-wait 60 "
-             "--max-recoveries 40 --save-params %s --csv %s%s%s",
-             ZS_TRAIN, g_data, servers, STEPS, params, csv, spec ? " --config " : "",
+             "--max-recoveries 40 --save-params %s --csv %s --transport %s%s%s",
+             ZS_TRAIN, g_data, servers, STEPS, params, csv, spec ? "shm" : "tcp",
+             spec ? " --config " : "",
              spec == 2 ? g_nvme_config
              : spec    ? g_spec_config
                        : "");
