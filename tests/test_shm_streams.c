@@ -75,6 +75,10 @@ static int push_summed(zs_client_t *c, uint64_t step, const void *stg, zs_dtype_
         h[j] = zs_hash64((const char *)stg + m[j].begin * esz, m[j].count * esz, step);
     }
     TEST_CHECKF(next == NPARAM, "the messages end at %llu", (unsigned long long)next);
+    TEST_CHECKF(m[0].count * esz == (16u << 20),
+                "the first message has %llu bytes (want the "
+                "servers' shm_chunk_bytes, 16 MiB)",
+                (unsigned long long)(m[0].count * esz));
     if (flip)
         h[n - 1] ^= 1;
     int rc = zs_client_push_sums(c, step, 0, NPARAM, stg, dt, s, h, n - short_by, err);
