@@ -218,6 +218,12 @@ static int owners(const zs_client_t *c, uint64_t b, uint64_t e, int *first, int 
     return ZS_OK;
 }
 
+int zs__client_owners(const zs_client_t *c, uint64_t b, uint64_t e, int *first, int *last,
+                      zs_err_t *err)
+{
+    return owners(c, b, e, first, last, err);
+}
+
 /* ---- Hello ------------------------------------------------------------------ */
 
 typedef struct {
@@ -457,6 +463,12 @@ static int clip(const zs_client_t *c, int i, uint64_t begin, uint64_t end, uint6
     if (*e > end)
         *e = end;
     return *b < *e;
+}
+
+int zs__client_clip(const zs_client_t *c, int i, uint64_t begin, uint64_t end, uint64_t *b,
+                    uint64_t *e)
+{
+    return clip(c, i, begin, end, b, e);
 }
 
 /* ---- Initialize -------------------------------------------------------------- */
@@ -726,173 +738,6 @@ static int commit_one(zs_client_t *c, int i, void *argp, zs_err_t *err)
 int zs_client_commit(zs_client_t *c, const zs_step_scalars_t *s, zs_err_t *err)
 {
     return fan_out(c, 0, c->n - 1, commit_one, NULL, (void *)s, err);
-}
-
-/* ---- Pull and GetState (server streaming into caller memory) ---------------- */
-
-typedef struct {
-    uint64_t min_step, begin, end;
-    void *dst;
-    zs_dtype_t dt;
-    int tensor;                 /* -1: Pull, else GetState of this tensor */
-    zs__client_landed_t landed; /* Pull: progress (fn NULL: none) */
-    uint64_t *steps;            /* per server: lowest step seen */
-    uint64_t *steps_hi;         /* per server: highest step seen */
-} read_arg_t;
-
-static int read_one(zs_client_t *c, int i, void *argp, zs_err_t *err)
-{
-    read_arg_t *a = argp;
-    uint64_t b, e;
-    if (!clip(c, i, a->begin, a->end, &b, &e))
-        return ZS_OK;
-    int pull = a->tensor < 0;
-    zs_dtype_t dt = pull ? a->dt : ZS_DTYPE_F32;
-    size_t esz = zs_dtype_size(dt);
-    uint64_t at;
-    if (pull && zs__client_shm_usable(c, i, (char *)a->dst + (b - a->begin) * esz, (e - b) * esz,
-                                      &at)) /* the server writes into the shared staging */
-        return zs__client_shm_pull(c, i, a->min_step, b, e, dt, at, &a->landed, &a->steps[i],
-                                   &a->steps_hi[i], err);
-    zs_ccall_t call;
-    int rc = zs_ccall_start(&call, c->ch[i], pull ? M("Pull") : M("GetState"), c->token,
-                            c->timeout_ms, c->addr[i], err);
-    if (rc)
-        return rc;
-    if (pull) {
-        Zeroshard__PullRequest q = ZEROSHARD__PULL_REQUEST__INIT;
-        q.min_step = a->min_step;
-        q.offset = b;
-        q.count = e - b;
-        q.dtype = (Zeroshard__DType)dt;
-        rc = zs_ccall_send(&call, zs_msg_build(&q.base), err);
-    } else {
-        Zeroshard__StateRequest q = ZEROSHARD__STATE_REQUEST__INIT;
-        q.tensor = (Zeroshard__Tensor)a->tensor;
-        q.offset = b;
-        q.count = e - b;
-        rc = zs_ccall_send(&call, zs_msg_build(&q.base), err);
-    }
-    uint64_t next = b, lo = UINT64_MAX, hi = 0;
-    while (!rc) {
-        grpc_byte_buffer *bb;
-        rc = zs_ccall_recv(&call, &bb, err);
-        if (rc || !bb)
-            break;
-        ProtobufCMessage *m;
-        zs_frame_t fr;
-        rc = zs_frame_parse(
-            bb, pull ? &zeroshard__pull_chunk__descriptor : &zeroshard__state_chunk__descriptor, &m,
-            &fr, err);
-        grpc_byte_buffer_destroy(bb);
-        if (rc)
-            break;
-        uint64_t off, cnt, st;
-        int mdt;
-        if (pull) {
-            Zeroshard__PullChunk *p = (Zeroshard__PullChunk *)m;
-            off = p->offset, cnt = p->count, st = p->step, mdt = (int)p->dtype;
-        } else {
-            Zeroshard__StateChunk *p = (Zeroshard__StateChunk *)m;
-            off = p->offset, cnt = p->count, st = p->step, mdt = ZS_DTYPE_F32;
-        }
-        /* Trust nothing: the chunk must be the next piece we asked for. */
-        if (off != next || cnt == 0 || cnt > e - off || mdt != (int)dt || fr.pay_len != cnt * esz)
-            rc = zs_err_set(err, ZS_ERR_INVALID,
-                            "%s: unexpected chunk [%llu, +%llu) %s of %zu bytes (wanted offset "
-                            "%llu)",
-                            c->addr[i], (unsigned long long)off, (unsigned long long)cnt,
-                            zs_dtype_name(mdt), fr.pay_len, (unsigned long long)next);
-        else {
-            zs_frame_copy(&fr, (char *)a->dst + (off - a->begin) * esz);
-            if (a->landed.fn)
-                a->landed.fn(a->landed.arg, off, off + cnt);
-            next = off + cnt;
-            if (st < lo)
-                lo = st;
-            if (st > hi)
-                hi = st;
-        }
-        protobuf_c_message_free_unpacked(m, NULL);
-        zs_frame_deinit(&fr);
-    }
-    if (!rc && next != e)
-        rc = zs_err_set(err, ZS_ERR_INVALID, "%s: stream ended at %llu of [%llu, %llu)", c->addr[i],
-                        (unsigned long long)next, (unsigned long long)b, (unsigned long long)e);
-    zs_ccall_destroy(&call);
-    a->steps[i] = lo;
-    a->steps_hi[i] = hi;
-    return rc;
-}
-
-/* Read [a->begin, a->end) from its servers; *step_out / *step_hi (may be
- * NULL) get the lowest / highest step any chunk reported. */
-static int read_range(zs_client_t *c, read_arg_t *a, uint64_t *step_out, uint64_t *step_hi,
-                      zs_err_t *err)
-{
-    int f, l;
-    int rc = owners(c, a->begin, a->end, &f, &l, err);
-    if (rc)
-        return rc;
-    a->steps = calloc((size_t)c->n, sizeof *a->steps);
-    a->steps_hi = calloc((size_t)c->n, sizeof *a->steps_hi);
-    if (!a->steps || !a->steps_hi) {
-        free(a->steps);
-        free(a->steps_hi);
-        return zs_err_set(err, ZS_ERR_NOMEM, "out of memory");
-    }
-    rc = fan_out(c, f, l, read_one, NULL, a, err);
-    if (rc == ZS_OK && step_out) {
-        *step_out = UINT64_MAX;
-        for (int i = f; i <= l; i++)
-            if (a->steps[i] < *step_out)
-                *step_out = a->steps[i];
-    }
-    if (rc == ZS_OK && step_hi) {
-        *step_hi = 0;
-        for (int i = f; i <= l; i++)
-            if (a->steps_hi[i] > *step_hi)
-                *step_hi = a->steps_hi[i];
-    }
-    free(a->steps);
-    free(a->steps_hi);
-    return rc;
-}
-
-int zs_client_pull(zs_client_t *c, uint64_t min_step, uint64_t begin, uint64_t end, void *dst,
-                   zs_dtype_t dt, uint64_t *step_out, zs_err_t *err)
-{
-    if (zs_dtype_size(dt) == 0)
-        return zs_err_set(err, ZS_ERR_INVALID, "unknown dtype %d", (int)dt);
-    read_arg_t a = {min_step, begin, end, dst, dt, -1, {NULL, NULL}, NULL, NULL};
-    return read_range(c, &a, step_out, NULL, err);
-}
-
-int zs_client_pull_each(zs_client_t *c, uint64_t min_step, uint64_t begin, uint64_t end, void *dst,
-                        zs_dtype_t dt, zs_client_landed_fn landed, void *arg, zs_err_t *err)
-{
-    if (zs_dtype_size(dt) == 0)
-        return zs_err_set(err, ZS_ERR_INVALID, "unknown dtype %d", (int)dt);
-    read_arg_t a = {min_step, begin, end, dst, dt, -1, {landed, arg}, NULL, NULL};
-    return read_range(c, &a, NULL, NULL, err);
-}
-
-int zs_client_get_state(zs_client_t *c, int tensor, uint64_t begin, uint64_t end, float *dst,
-                        zs_err_t *err)
-{
-    if (tensor < 0 || tensor > 2)
-        return zs_err_set(err, ZS_ERR_INVALID, "unknown tensor %d", tensor);
-    read_arg_t a = {0, begin, end, dst, ZS_DTYPE_F32, tensor, {NULL, NULL}, NULL, NULL};
-    return read_range(c, &a, NULL, NULL, err);
-}
-
-int zs_client_get_state_step(zs_client_t *c, int tensor, uint64_t begin, uint64_t end, float *dst,
-                             uint64_t *step_lo, uint64_t *step_hi, zs_err_t *err)
-{
-    if (tensor < 0 || tensor > 2)
-        return zs_err_set(err, ZS_ERR_INVALID, "unknown tensor %d", tensor);
-    read_arg_t a = {0, begin, end, dst, ZS_DTYPE_F32, tensor, {NULL, NULL}, NULL, NULL};
-    return read_range(c, &a, step_lo, step_hi, err);
 }
 
 /* ---- SetState --------------------------------------------------------------------- */

@@ -1,11 +1,10 @@
 /*
- * zs_client_internal.h - what the two halves of the shard client share:
- * the handle and the parallel fan-out with retries. zs_client.c: lifecycle,
- * Hello, Initialize, Push, Commit, Pull, state and checkpoint calls;
- * zs_client_xfer.c: the operator's calls (checkpoint metadata without a
- * Restore, streamed Initialize / SetState of one server); zs_client_shm.c:
- * the shared-memory data plane (the staging segment, its handshake at
- * Hello, Push and Pull by ShmRef).
+ * zs_client_internal.h - what the parts of the shard client share: the
+ * handle and the parallel fan-out with retries. zs_client.c: lifecycle,
+ * Hello, Initialize, Push, Commit, SetState; zs_client_read.c: Pull and
+ * GetState; zs_client_ckpt.c: checkpoint calls; zs_client_xfer.c: the operator's calls (checkpoint
+ * metadata without a Restore, streamed Initialize / SetState of one server); zs_client_shm.c: the
+ * shared-memory data plane (the staging segment, its handshake at Hello, Push and Pull by ShmRef).
  * Not part of the contract (zs_client.h).
  */
 #ifndef ZS_CLIENT_INTERNAL_H
@@ -63,6 +62,15 @@ int zs__client_fan_out(zs_client_t *c, int first, int last, zs__client_attempt_f
 
 /* First element of server i's range (i == n: P). Needs P known. */
 uint64_t zs__client_srv_begin(const zs_client_t *c, int i);
+
+/* Servers owning [b, e): *first..*last. ZS_ERR_STATE before the model size
+ * is known, ZS_ERR_RANGE unless b < e <= P. */
+int zs__client_owners(const zs_client_t *c, uint64_t b, uint64_t e, int *first, int *last,
+                      zs_err_t *err);
+
+/* [begin, end) clipped to server i's range into [*b, *e); 0 if empty. */
+int zs__client_clip(const zs_client_t *c, int i, uint64_t begin, uint64_t end, uint64_t *b,
+                    uint64_t *e);
 
 /* Initialize's request to server i of c (protocol version: the negotiated
  * one once known, else ours; model name, P =
