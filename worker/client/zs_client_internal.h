@@ -142,6 +142,18 @@ int zs__client_shm_pull(zs_client_t *c, int i, uint64_t min_step, uint64_t b, ui
                         zs_dtype_t dt, uint64_t off, const zs__client_landed_t *landed,
                         uint64_t *lo, uint64_t *hi, zs_err_t *err);
 
+/* The next message of a server stream: *m parsed with desc, its payload
+ * framed in *fr (zs_frame_deinit after use); *m NULL at the stream's end
+ * (rc ZS_OK) and on error. (zs_client_read.c) */
+int zs__client_recv(zs_ccall_t *call, const ProtobufCMessageDescriptor *desc, ProtobufCMessage **m,
+                    zs_frame_t *fr, zs_err_t *err);
+
+/* End server i's read stream of [b, e) (Pull, GetState) that stopped with
+ * rc at element `next`: ZS_ERR_INVALID when it ended early without an
+ * error; destroys the call. Returns rc or that error. (zs_client_read.c) */
+int zs__client_read_end(const zs_client_t *c, int i, zs_ccall_t *call, int rc, uint64_t next,
+                        uint64_t b, uint64_t e, zs_err_t *err);
+
 /* End a client stream whose sends returned rc: take the reply (discarded)
  * and the status unless rc already failed, then destroy the call. Returns
  * rc, or the reply's / status's error. */

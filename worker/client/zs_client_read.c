@@ -19,6 +19,31 @@
 
 /* ---- Pull and GetState (server streaming into caller memory) ---------------- */
 
+int zs__client_recv(zs_ccall_t *call, const ProtobufCMessageDescriptor *desc, ProtobufCMessage **m,
+                    zs_frame_t *fr, zs_err_t *err)
+{
+    grpc_byte_buffer *bb;
+    *m = NULL;
+    int rc = zs_ccall_recv(call, &bb, err);
+    if (rc || !bb)
+        return rc;
+    rc = zs_frame_parse(bb, desc, m, fr, err);
+    grpc_byte_buffer_destroy(bb);
+    if (rc)
+        *m = NULL;
+    return rc;
+}
+
+int zs__client_read_end(const zs_client_t *c, int i, zs_ccall_t *call, int rc, uint64_t next,
+                        uint64_t b, uint64_t e, zs_err_t *err)
+{
+    if (!rc && next != e)
+        rc = zs_err_set(err, ZS_ERR_INVALID, "%s: stream ended at %llu of [%llu, %llu)", c->addr[i],
+                        (unsigned long long)next, (unsigned long long)b, (unsigned long long)e);
+    zs_ccall_destroy(call);
+    return rc;
+}
+
 typedef struct {
     uint64_t min_step, begin, end;
     void *dst;
@@ -64,17 +89,12 @@ static int read_one(zs_client_t *c, int i, void *argp, zs_err_t *err)
     }
     uint64_t next = b, lo = UINT64_MAX, hi = 0;
     while (!rc) {
-        grpc_byte_buffer *bb;
-        rc = zs_ccall_recv(&call, &bb, err);
-        if (rc || !bb)
-            break;
         ProtobufCMessage *m;
         zs_frame_t fr;
-        rc = zs_frame_parse(
-            bb, pull ? &zeroshard__pull_chunk__descriptor : &zeroshard__state_chunk__descriptor, &m,
-            &fr, err);
-        grpc_byte_buffer_destroy(bb);
-        if (rc)
+        rc = zs__client_recv(
+            &call, pull ? &zeroshard__pull_chunk__descriptor : &zeroshard__state_chunk__descriptor,
+            &m, &fr, err);
+        if (rc || !m)
             break;
         uint64_t off, cnt, st;
         int mdt;
@@ -105,10 +125,7 @@ static int read_one(zs_client_t *c, int i, void *argp, zs_err_t *err)
         protobuf_c_message_free_unpacked(m, NULL);
         zs_frame_deinit(&fr);
     }
-    if (!rc && next != e)
-        rc = zs_err_set(err, ZS_ERR_INVALID, "%s: stream ended at %llu of [%llu, %llu)", c->addr[i],
-                        (unsigned long long)next, (unsigned long long)b, (unsigned long long)e);
-    zs_ccall_destroy(&call);
+    rc = zs__client_read_end(c, i, &call, rc, next, b, e, err);
     a->steps[i] = lo;
     a->steps_hi[i] = hi;
     return rc;

@@ -499,15 +499,10 @@ static int pull_stream(zs_client_t *c, int i, uint64_t min_step, uint64_t b, uin
     *lo = UINT64_MAX;
     *hi = 0;
     while (!rc) {
-        grpc_byte_buffer *bb;
-        rc = zs_ccall_recv(&call, &bb, err);
-        if (rc || !bb)
-            break;
         ProtobufCMessage *m;
         zs_frame_t fr;
-        rc = zs_frame_parse(bb, &zeroshard__pull_chunk__descriptor, &m, &fr, err);
-        grpc_byte_buffer_destroy(bb);
-        if (rc)
+        rc = zs__client_recv(&call, &zeroshard__pull_chunk__descriptor, &m, &fr, err);
+        if (rc || !m)
             break;
         const Zeroshard__PullChunk *p = (const Zeroshard__PullChunk *)m;
         rc = check_chunk(c, i, p, &fr, next, e, dt, off + (next - b) * esz, err);
@@ -521,11 +516,7 @@ static int pull_stream(zs_client_t *c, int i, uint64_t min_step, uint64_t b, uin
         protobuf_c_message_free_unpacked(m, NULL);
         zs_frame_deinit(&fr);
     }
-    if (!rc && next != e)
-        rc = zs_err_set(err, ZS_ERR_INVALID, "%s: stream ended at %llu of [%llu, %llu)", c->addr[i],
-                        (unsigned long long)next, (unsigned long long)b, (unsigned long long)e);
-    zs_ccall_destroy(&call);
-    return rc;
+    return zs__client_read_end(c, i, &call, rc, next, b, e, err);
 }
 
 /* ---- several streams per server ------------------------------------------ */
