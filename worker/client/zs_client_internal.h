@@ -1,10 +1,13 @@
 /*
  * zs_client_internal.h - what the parts of the shard client share: the
- * handle and the parallel fan-out with retries. zs_client.c: lifecycle,
- * Hello, Initialize, Push, Commit, SetState; zs_client_read.c: Pull and
- * GetState; zs_client_ckpt.c: checkpoint calls; zs_client_xfer.c: the operator's calls (checkpoint
- * metadata without a Restore, streamed Initialize / SetState of one server); zs_client_shm.c: the
- * shared-memory data plane (the staging segment, its handshake at Hello, Push and Pull by ShmRef).
+ * handle and the parallel fan-out with retries.
+ *   zs_client.c       lifecycle, Hello, Initialize, Push, Commit, SetState
+ *   zs_client_read.c  Pull and GetState
+ *   zs_client_ckpt.c  checkpoint calls
+ *   zs_client_xfer.c  the operator's calls (checkpoint metadata without a
+ *                     Restore, streamed Initialize / SetState of one server)
+ *   zs_client_shm.c   the shared-memory data plane (the staging segment,
+ *                     its handshake at Hello, Push and Pull by ShmRef)
  * Not part of the contract (zs_client.h).
  */
 #ifndef ZS_CLIENT_INTERNAL_H
@@ -112,8 +115,8 @@ int zs__client_shm_usable(const zs_client_t *c, int i, const void *p, size_t byt
 
 /* Push [b, e) of dtype dt for `step` to server i as ShmRefs to the staging
  * at byte offset `off` (zs__client_shm_usable said yes): chunks of
- * zs__client_shm_per_message, an XXH3 of each chunk seeded with the step when checksums are on
- * (sums[k] for chunk k when sums is not NULL, else computed here), in up to
+ * zs__client_shm_per_message elements, an XXH3 of each chunk seeded with
+ * the step when checksums are on (sums[k] for chunk k when sums is not NULL, else computed here), in up to
  * c->shm_streams concurrent streams over disjoint pieces of whole chunks,
  * `expect` (may be NULL) on each stream's first. One attempt. */
 int zs__client_shm_push(zs_client_t *c, int i, uint64_t step, uint64_t b, uint64_t e, zs_dtype_t dt,

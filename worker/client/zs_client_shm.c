@@ -390,8 +390,10 @@ int zs__client_shm_usable(const zs_client_t *c, int i, const void *p, size_t byt
 
 /* ---- Push and Pull by reference ----------------------------------------- */
 
-/* Elements of dtype size esz per message: 4 MiB of them, as a chunk that
- * carries its data may hold (the message itself is a few dozen bytes). */
+/* Elements of dtype size esz per message pushed by reference to server i:
+ * the shm_chunk_bytes of its last Hello (16 MiB), or the 4 MiB a chunk
+ * that carries its data may hold before a Hello (the message itself is a
+ * few dozen bytes either way). */
 static uint64_t per_message(const zs_client_t *c, int i, size_t esz)
 {
     uint32_t b = c->shsv[i].chunk_bytes;

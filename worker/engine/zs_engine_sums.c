@@ -22,12 +22,11 @@
  *
  * Data. Per segment, its push's messages (zs_client_push_msgs, listed at
  * each step's staging: the cut follows the servers' Hellos) and one sum
- * per message, written by the
- * host function and read by the pusher after the staging's event; `step`
- * says which step's write was enqueued last (engine thread only). A
- * segment's sums are rewritten only by the next step's staging, after the
- * pusher is done with them (zs__eng_push_wait at the step's commit), as the
- * staging itself.
+ * per message, written by the host function and read by the pusher after
+ * the staging's event; `step` says which step's write was enqueued last
+ * (engine thread only). A segment's sums (and its list) are rewritten only
+ * by the next step's staging, after the pusher is done with them
+ * (zs__eng_push_wait at the step's commit), as the staging itself.
  */
 #include <stdlib.h>
 #include <string.h>
