@@ -116,9 +116,10 @@ int zs__client_shm_usable(const zs_client_t *c, int i, const void *p, size_t byt
 /* Push [b, e) of dtype dt for `step` to server i as ShmRefs to the staging
  * at byte offset `off` (zs__client_shm_usable said yes): chunks of
  * zs__client_shm_per_message elements, an XXH3 of each chunk seeded with
- * the step when checksums are on (sums[k] for chunk k when sums is not NULL, else computed here), in up to
- * c->shm_streams concurrent streams over disjoint pieces of whole chunks,
- * `expect` (may be NULL) on each stream's first. One attempt. */
+ * the step when checksums are on (sums[k] for chunk k when sums is not
+ * NULL, else computed here), in up to c->shm_streams concurrent streams
+ * over disjoint pieces of whole chunks, `expect` (may be NULL) on each
+ * stream's first. One attempt. */
 int zs__client_shm_push(zs_client_t *c, int i, uint64_t step, uint64_t b, uint64_t e, zs_dtype_t dt,
                         Zeroshard__StepExpect *expect, uint64_t off, const uint64_t *sums,
                         zs_err_t *err);
