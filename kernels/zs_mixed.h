@@ -62,7 +62,7 @@ typedef struct zs_mixed_twin {
     const void *h16;
     size_t n;
     int fill; /* 1: the op computes f32 itself (the attention probabilities,
-               * GELU's and the LayerNorm's outputs) and rounds it into h16,
+               * GELU's, the LayerNorm's and a matmul's outputs) and rounds it into h16,
                * a buffer the caller lets it write, instead of into its
                * scratch: the caller's stored 16-bit copy without a pass of
                * its own. h16 is then the result and f32 the op's scratch,
@@ -72,7 +72,7 @@ typedef struct zs_mixed_twin {
                * rounded. */
 } zs_mixed_twin_t;
 
-#define ZS_MIXED_TWINS_MAX 2 /* attention's backward has two (qkv, att) */
+#define ZS_MIXED_TWINS_MAX 4 /* a matmul forward: input, weight, bias, output's fill */
 
 /* How an op rounds its GEMM operands. dt = ZS_DTYPE_F32 (or a NULL
  * zs_mixed_t pointer) means no rounding: the plain fp32 kernels. */

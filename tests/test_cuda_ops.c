@@ -1105,6 +1105,86 @@ static void test_mixed(const shape_t *s, int dt)
         for (size_t i = 0; i < sizeof ds / sizeof ds[0]; i++)
             CK(cudaFree(ds[i]));
     }
+    /* matmul forward into a fill twin of its output (the model's stored
+     * 16-bit activations): with the bias's exact 16-bit twin one GEMM with a
+     * 16-bit output; without it the fp32 GEMM and a cast. The reference is
+     * the plain fp32-output op and a cast. fp32 out is never written. */
+    {
+        size_t no = (size_t)N * OC;
+        float *inp = rnd((size_t)N * IC, 1), *w = rnd((size_t)IC * OC, 0.3f), *b = rnd(OC, 0.5f);
+        uint16_t *b16 = xmalloc(OC * 2);
+        zs_cast(b16, (zs_dtype_t)dt, b, ZS_DTYPE_F32, OC); /* b16 exact; b its widened values */
+        zs_cast(b, ZS_DTYPE_F32, b16, (zs_dtype_t)dt, OC);
+        float *nan = xmalloc(no * 4);
+        for (size_t i = 0; i < no; i++)
+            nan[i] = NAN;
+        float *g_inp = up(inp, (size_t)N * IC * 4), *g_w = up(w, (size_t)IC * OC * 4),
+              *g_b = up(b, OC * 4), *g_ref = dev(no * 4), *g_out = up(nan, no * 4);
+        void *g_b16 = up(b16, OC * 2), *g_ref16 = dev(no * 2), *g_h16 = dev(no * 2);
+        TEST_OK(zs_cuda_matmul_fwd_mixed(cs, &blas, &dm, g_ref, g_inp, g_w, g_b, N, IC, OC, &err),
+                err);
+        TEST_OK(zs_cuda_cast(cs, g_ref16, (zs_dtype_t)dt, g_ref, ZS_DTYPE_F32, no, &err), err);
+        uint16_t *ref16 = down(g_ref16, no * 2);
+        struct cudaDeviceProp prop;
+        CK(cudaGetDeviceProperties(&prop, 0));
+        int emu = strstr(prop.name, "emulator") != NULL;
+        for (int with_bias16 = 1; with_bias16 >= 0; with_bias16--) {
+            zs_mixed_t tm = dm;
+            tm.ntwins = 0;
+            if (with_bias16)
+                tm.twins[tm.ntwins++] = (zs_mixed_twin_t){g_b, g_b16, (size_t)OC, 0};
+            tm.twins[tm.ntwins++] = (zs_mixed_twin_t){g_out, g_h16, no, 1};
+            CK(cudaMemsetAsync(g_h16, 0xff, no * 2, cs)); /* NaNs: each run writes it all */
+            long long o0 = blas.out16, f0 = blas.out16_fallbacks;
+            TEST_OK(
+                zs_cuda_matmul_fwd_mixed(cs, &blas, &tm, g_out, g_inp, g_w, g_b, N, IC, OC, &err),
+                err);
+            sync_ok();
+            /* the 16-bit GEMM where the bias has its twin (or, where cuBLASLt
+             * offers no algorithm for it, the counted fallback) */
+            TEST_CHECKF(with_bias16 ? blas.out16 + blas.out16_fallbacks == o0 + f0 + 1
+                                    : blas.out16 == o0 && blas.out16_fallbacks == f0 + 1,
+                        "%s matmul_fwd into a fill twin (bias twin %d): out16 %lld -> %lld, "
+                        "fallbacks %lld -> %lld",
+                        dn, with_bias16, o0, blas.out16, f0, blas.out16_fallbacks);
+            uint16_t *h16 = down(g_h16, no * 2);
+            size_t diff = 0, far = 0;
+            for (size_t i = 0; i < no; i++) {
+                float a = zs_math_load(h16, dt, i), r = zs_math_load(ref16, dt, i);
+                diff += h16[i] != ref16[i];
+                /* a GPU's 16-bit GEMM may round another fp32 sum: one step */
+                far += !(fabsf(a - r) <= (dt == ZS_DTYPE_BF16 ? 0x1p-7f : 0x1p-10f) * fabsf(r));
+            }
+            if (emu || !with_bias16 || blas.out16 == o0)
+                TEST_CHECKF(diff == 0,
+                            "%s matmul_fwd into a fill twin (bias twin %d): %zu of %zu "
+                            "elements differ from the fp32 output cast",
+                            dn, with_bias16, diff, no);
+            TEST_CHECKF(far == 0,
+                        "%s matmul_fwd into a fill twin: %zu of %zu elements more than "
+                        "one rounding step from the fp32 output cast",
+                        dn, far, no);
+            if (blas.out16 > o0) { /* only the fallback uses out (as scratch) */
+                float *o = down(g_out, no * 4);
+                size_t written = 0;
+                for (size_t i = 0; i < no; i++)
+                    written += !isnan(o[i]);
+                TEST_CHECKF(written == 0,
+                            "%s matmul_fwd into a fill twin wrote %zu elements of out", dn,
+                            written);
+                free(o);
+            }
+            printf(
+                "  %s matmul_fwd into a fill twin, bias twin %d: %zu of %zu elements differ from "
+                "the fp32 output cast\n",
+                dn, with_bias16, diff, no);
+            free(h16);
+        }
+        free(inp), free(w), free(b), free(b16), free(nan), free(ref16);
+        void *ds[] = {g_inp, g_w, g_b, g_ref, g_out, g_b16, g_ref16, g_h16};
+        for (size_t i = 0; i < sizeof ds / sizeof ds[0]; i++)
+            CK(cudaFree(ds[i]));
+    }
     /* attention forward, then backward from the CPU's probabilities (same
      * input on both sides) */
     {
@@ -1262,8 +1342,9 @@ int main(void)
         test_flash(2, flash_shapes[i][0], 3 * flash_shapes[i][1], 3, ZS_DTYPE_F16);
     }
     printf("cuBLASLt: %lld GEMMs, %lld without a pedantic algorithm; bias epilogues %lld, "
-           "fallbacks to the fill kernel %lld\n",
-           blas.gemms, blas.non_pedantic, blas.bias_epilogues, blas.bias_fallbacks);
+           "fallbacks to the fill kernel %lld; 16-bit outputs %lld, fallbacks to a cast %lld\n",
+           blas.gemms, blas.non_pedantic, blas.bias_epilogues, blas.bias_fallbacks, blas.out16,
+           blas.out16_fallbacks);
 
     zs_cuda_blas_deinit(&blas);
     CK(cudaFree(workspace));

@@ -31,8 +31,17 @@
  * and only where cuBLASLt offers an algorithm for it; the caller falls back
  * otherwise.
  *
- * What it does not do: cache heuristics (one query per call), 16-bit
- * outputs, the GELU and gradient epilogues.
+ * 16-bit outputs (zs__cuda_gemm_bias with ddt bf16 / fp16, 16-bit operands of
+ * the same type only): the cuBLASLt "Datatypes Supported" rows with A/B and
+ * C/D 16BF (or 16F) and CUBLAS_COMPUTE_32F: fp32 accumulation, the sum
+ * (bias added in the epilogue) rounded once into D. The bias is then of D's
+ * type (BIAS_DATA_TYPE left at its default, "the type of elements of the
+ * output matrix"). cuBLAS does not promise the same algorithm, so not the
+ * same bits, as the fp32-output GEMM followed by a cast: the emulator sums
+ * in one order, so there they are bitwise equal.
+ *
+ * What it does not do: cache heuristics (one query per call), the GELU and
+ * gradient epilogues.
  */
 #include <cublasLt.h>
 #include <cuda_runtime.h>
@@ -111,13 +120,14 @@ static cudaDataType_t ab_type(int dt)
 }
 
 /* One column-major matmul, D = C = alpha op(A) op(B) + beta C, strided
- * batched when batch > 1; with bias (m fp32 values, batch 1 only) the
- * BIAS epilogue adds bias[i] to row i of D. Returns a zs status;
- * ZS_ERR_UNIMPLEMENTED when cuBLASLt has no algorithm for it. */
+ * batched when batch > 1; C of ddt (fp32, or abdt when that is 16-bit);
+ * with bias (m values of ddt, batch 1 only) the BIAS epilogue adds bias[i]
+ * to row i of D. Returns a zs status; ZS_ERR_UNIMPLEMENTED when cuBLASLt
+ * has no algorithm for it. */
 static int lt_matmul(cudaStream_t cs, zs_cuda_blas_t *blas, int abdt, int transa, int transb, int m,
                      int n, int k, float alpha, const void *A, int lda, long long sA, const void *B,
-                     int ldb, long long sB, float beta, float *C, int ldc, long long sC, int batch,
-                     const float *bias, zs_err_t *err)
+                     int ldb, long long sB, float beta, void *C, int ddt, int ldc, long long sC,
+                     int batch, const void *bias, zs_err_t *err)
 {
     cublasLtEpilogue_t epi = bias ? CUBLASLT_EPILOGUE_BIAS : CUBLASLT_EPILOGUE_DEFAULT;
     int rc = ZS_OK;
@@ -130,16 +140,16 @@ static int lt_matmul(cudaStream_t cs, zs_cuda_blas_t *blas, int abdt, int transa
     cublasOperation_t ta = transa ? CUBLAS_OP_T : CUBLAS_OP_N,
                       tb = transb ? CUBLAS_OP_T : CUBLAS_OP_N;
     uint64_t ws = blas->workspace_bytes;
-    cudaDataType_t abt = ab_type(abdt);
-    size_t abs_ = abt == CUDA_R_32F ? 4 : 2;
+    cudaDataType_t abt = ab_type(abdt), dt = ab_type(ddt);
+    size_t abs_ = abt == CUDA_R_32F ? 4 : 2, dsz = dt == CUDA_R_32F ? 4 : 2;
     uint32_t al_a = align_of(A, sA, batch, abs_), al_b = align_of(B, sB, batch, abs_),
-             al_c = align_of(C, sC, batch, sizeof(float));
+             al_c = align_of(C, sC, batch, dsz);
 
     LT_TRY(cublasLtMatrixLayoutCreate(&la, abt, transa ? k : m, transa ? m : k, lda),
            "cublasLtMatrixLayoutCreate(A)");
     LT_TRY(cublasLtMatrixLayoutCreate(&lb, abt, transb ? n : k, transb ? k : n, ldb),
            "cublasLtMatrixLayoutCreate(B)");
-    LT_TRY(cublasLtMatrixLayoutCreate(&lc, CUDA_R_32F, m, n, ldc), "cublasLtMatrixLayoutCreate(C)");
+    LT_TRY(cublasLtMatrixLayoutCreate(&lc, dt, m, n, ldc), "cublasLtMatrixLayoutCreate(C)");
     if (batch > 1) {
         cublasLtMatrixLayout_t ls[3] = {la, lb, lc};
         long long st[3] = {sA, sB, sC};
@@ -203,10 +213,10 @@ static int lt_matmul(cudaStream_t cs, zs_cuda_blas_t *blas, int abdt, int transa
             rc = lt_fail(err, s, "cuBLASLt matmul descriptor / heuristic", __FILE__, __LINE__);
         else
             rc = zs_err_set(err, ZS_ERR_UNIMPLEMENTED,
-                            "cuBLASLt has no %s-in fp32-out algorithm for m=%d n=%d k=%d ta=%d "
+                            "cuBLASLt has no %s-in %s-out algorithm for m=%d n=%d k=%d ta=%d "
                             "tb=%d batch=%d lda=%d ldb=%d ldc=%d align %u/%u/%u workspace %llu",
-                            zs_dtype_name(abdt), m, n, k, transa, transb, batch, lda, ldb, ldc,
-                            al_a, al_b, al_c, (unsigned long long)ws);
+                            zs_dtype_name(abdt), zs_dtype_name(ddt), m, n, k, transa, transb, batch,
+                            lda, ldb, ldc, al_a, al_b, al_c, (unsigned long long)ws);
         goto out;
     }
     LT_TRY(cublasLtMatmul(lt, op, &alpha, A, la, B, lb, &beta, C, lc, C, lc, &res.algo,
@@ -218,6 +228,8 @@ static int lt_matmul(cudaStream_t cs, zs_cuda_blas_t *blas, int abdt, int transa
         blas->non_pedantic++;
     if (bias)
         blas->bias_epilogues++;
+    if (dt != CUDA_R_32F)
+        blas->out16++;
 out:
     if (pref)
         cublasLtMatmulPreferenceDestroy(pref);
@@ -255,23 +267,30 @@ int zs__cuda_gemm_batched(cudaStream_t cs, zs_cuda_blas_t *blas, int abdt, int t
                           "M=%d N=%d K=%d ta=%d tb=%d",
                           lda, ldb, ldc, M, N, K, ta, tb);
     /* C^T[N, M] = op(B)^T[N, K] op(A)^T[K, M], column-major. */
-    return lt_matmul(cs, blas, abdt, tb, ta, N, M, K, alpha, B, ldb, sB, A, lda, sA, beta, C, ldc,
-                     sC, batch, NULL, err);
+    return lt_matmul(cs, blas, abdt, tb, ta, N, M, K, alpha, B, ldb, sB, A, lda, sA, beta, C,
+                     ZS_DTYPE_F32, ldc, sC, batch, NULL, err);
 }
 
 /* See zs_cuda_blas.cuh. */
 int zs__cuda_gemm_bias(cudaStream_t cs, zs_cuda_blas_t *blas, int abdt, int M, int N, int K,
-                       const void *A, int lda, const void *B, int ldb, const float *bias, float *C,
-                       int ldc, zs_err_t *err)
+                       const void *A, int lda, const void *B, int ldb, const void *bias, void *C,
+                       int ddt, int ldc, zs_err_t *err)
 {
     if (!blas || !blas->lt)
         return zs_err_set(err, ZS_ERR_STATE, "zs_cuda_gemm: context not initialised");
-    if (M <= 0 || N <= 0 || K <= 0 || !A || !B || !C || !bias || ldc < N || lda < K || ldb < N)
+    if (M <= 0 || N <= 0 || K <= 0 || !A || !B || !C || ldc < N || lda < K || ldb < N)
         return zs_err_set(err, ZS_ERR_INVALID, "zs__cuda_gemm_bias: M=%d N=%d K=%d", M, N, K);
+    if (ddt != ZS_DTYPE_F32 && (ddt != abdt || abdt == ZS_DTYPE_F32))
+        return zs_err_set(err, ZS_ERR_INVALID,
+                          "zs__cuda_gemm_bias: %s output with %s operands (a 16-bit output needs "
+                          "operands of its type)",
+                          zs_dtype_name(ddt), zs_dtype_name(abdt));
+    if (ddt == ZS_DTYPE_F32 && !bias)
+        return zs_err_set(err, ZS_ERR_INVALID, "zs__cuda_gemm_bias: fp32 output without a bias");
     /* C^T[N, M] = B^T[N, K] A^T[K, M] column-major: the bias is per row of
      * C^T, i.e. per column of the row-major C */
-    return lt_matmul(cs, blas, abdt, 0, 0, N, M, K, 1.0f, B, ldb, 0, A, lda, 0, 0.0f, C, ldc, 0, 1,
-                     bias, err);
+    return lt_matmul(cs, blas, abdt, 0, 0, N, M, K, 1.0f, B, ldb, 0, A, lda, 0, 0.0f, C, ddt, ldc,
+                     0, 1, bias, err);
 }
 
 /* See zs_cuda_gpt.h. */

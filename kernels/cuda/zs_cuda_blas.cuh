@@ -21,12 +21,14 @@ int zs__cuda_gemm_batched(cudaStream_t cs, zs_cuda_blas_t *blas, int abdt, int t
                           long long sC, int batch, zs_err_t *err);
 
 /* C[M, N] = A[M, K] B[K, N] + bias[N] (row-major, no transposes, batch
- * 1), the bias added by cuBLASLt's BIAS epilogue in the GEMM. Returns
- * ZS_ERR_UNIMPLEMENTED (err set) when cuBLASLt has no algorithm for it: the
- * caller then adds the bias another way. */
+ * 1), the bias added by cuBLASLt's BIAS epilogue in the GEMM. C and bias
+ * hold elements of ddt: ZS_DTYPE_F32 (bias required), or abdt when that is
+ * bf16 / fp16 (a 16-bit output, fp32 accumulation rounded once; bias NULL:
+ * none). Returns ZS_ERR_UNIMPLEMENTED (err set) when cuBLASLt has no
+ * algorithm for it: the caller then does it another way. */
 int zs__cuda_gemm_bias(cudaStream_t cs, zs_cuda_blas_t *blas, int abdt, int M, int N, int K,
-                       const void *A, int lda, const void *B, int ldb, const float *bias, float *C,
-                       int ldc, zs_err_t *err);
+                       const void *A, int lda, const void *B, int ldb, const void *bias, void *C,
+                       int ddt, int ldc, zs_err_t *err);
 
 /* Element `off` of an array of elements of `es` bytes. */
 static inline const void *zs__at(const void *base, long long off, size_t es)

@@ -581,6 +581,28 @@ extern "C" int zs_cuda_gemm_mixed(void *stream, zs_cuda_blas_t *blas, const zs_m
                                  beta, C, ldc, 0, 1, err);
 }
 
+/* out[N, OC] (fp32) = ri[N, IC] rw[IC, OC] + bias on the rounded operands:
+ * the bias in cuBLASLt's epilogue, else (no algorithm for it) a fill kernel
+ * and beta = 1. */
+static int fwd_out32(cudaStream_t cs, zs_cuda_blas_t *blas, int dt, float *out, const void *ri,
+                     const void *rw, const float *bias, int N, int IC, int OC, zs_err_t *err)
+{
+    if (bias) { /* in the GEMM's epilogue: no fill kernel, no read of out */
+        int rc = zs__cuda_gemm_bias(cs, blas, dt, N, OC, IC, ri, IC, rw, OC, bias, out,
+                                    ZS_DTYPE_F32, OC, err);
+        if (rc != ZS_ERR_UNIMPLEMENTED)
+            return rc;
+        blas->bias_fallbacks++;
+        zs_err_clear(err);
+        size_t n = (size_t)N * OC;
+        ZS_CUDA_LAUNCH(k_bias_fill, zs__cuda_blocks(n, ZS_CUDA_EW_THREADS), ZS_CUDA_EW_THREADS, 0,
+                       cs, out, bias, OC, n);
+        ZS_CUDA_LAUNCHED("k_bias_fill");
+    }
+    return zs__cuda_gemm_batched(cs, blas, dt, 0, 0, N, OC, IC, 1.0f, ri, IC, 0, rw, OC, 0,
+                                 bias ? 1.0f : 0.0f, out, OC, 0, 1, err);
+}
+
 /* See zs_cuda_gpt.h. */
 extern "C" int zs_cuda_matmul_fwd_mixed(void *stream, zs_cuda_blas_t *blas, const zs_mixed_t *mx,
                                         float *out, const float *inp, const float *w,
@@ -604,19 +626,25 @@ extern "C" int zs_cuda_matmul_fwd_mixed(void *stream, zs_cuda_blas_t *blas, cons
     if ((rc = zs__opnd_round(cs, &o, inp, (size_t)N * IC, &ri, err)) ||
         (rc = zs__opnd_round(cs, &o, w, (size_t)IC * OC, &rw, err)))
         return rc;
-    if (bias) { /* in the GEMM's epilogue: no fill kernel, no read of out */
-        rc = zs__cuda_gemm_bias(cs, blas, o.dt, N, OC, IC, ri, IC, rw, OC, bias, out, OC, err);
+    size_t n = (size_t)N * OC;
+    const zs_mixed_twin_t *ft = zs__opnd_twin_of(&o, out, n);
+    if (!ft || !ft->fill)
+        return fwd_out32(cs, blas, o.dt, out, ri, rw, bias, N, IC, OC, err);
+    /* out's fill twin: the GEMM writes its 16-bit home, out is not written */
+    void *h16 = (void *)(uintptr_t)ft->h16;
+    const void *b16 = bias ? zs__opnd_twin(&o, bias, (size_t)OC) : NULL;
+    if (!bias || b16) { /* a bias of D's type must be exact: its twin only */
+        rc = zs__cuda_gemm_bias(cs, blas, o.dt, N, OC, IC, ri, IC, rw, OC, b16, h16, o.dt, OC, err);
         if (rc != ZS_ERR_UNIMPLEMENTED)
             return rc;
-        blas->bias_fallbacks++;
         zs_err_clear(err);
-        size_t n = (size_t)N * OC;
-        ZS_CUDA_LAUNCH(k_bias_fill, zs__cuda_blocks(n, ZS_CUDA_EW_THREADS), ZS_CUDA_EW_THREADS, 0,
-                       cs, out, bias, OC, n);
-        ZS_CUDA_LAUNCHED("k_bias_fill");
     }
-    return zs__cuda_gemm_batched(cs, blas, o.dt, 0, 0, N, OC, IC, 1.0f, ri, IC, 0, rw, OC, 0,
-                                 bias ? 1.0f : 0.0f, out, OC, 0, 1, err);
+    /* an fp32 bias (rounding it would change the sum) or no algorithm: the
+     * fp32 GEMM into out, rounded into the home (out is then its scratch) */
+    blas->out16_fallbacks++;
+    if ((rc = fwd_out32(cs, blas, o.dt, out, ri, rw, bias, N, IC, OC, err)))
+        return rc;
+    return zs_cuda_cast(cs, h16, (zs_dtype_t)o.dt, out, ZS_DTYPE_F32, n, err);
 }
 
 /* See zs_cuda_gpt.h. */

@@ -59,13 +59,15 @@ extern "C" {
 /* cuBLASLt context for the GEMM ops. Embedded by the caller; one per stream
  * that runs GEMMs concurrently (the workspace is shared by its calls). */
 typedef struct zs_cuda_blas {
-    void *lt;                 /* cublasLtHandle_t, made by zs_cuda_blas_init */
-    void *workspace;          /* device memory the caller owns (may be NULL) */
-    size_t workspace_bytes;   /* its size; 32 MiB is plenty for these shapes */
-    long long gemms;          /* GEMMs enqueued */
-    long long non_pedantic;   /* of which ran with CUBLAS_COMPUTE_32F (no pedantic algorithm) */
-    long long bias_epilogues; /* of which added a bias in cuBLASLt's BIAS epilogue */
-    long long bias_fallbacks; /* matmuls whose bias epilogue had no algorithm (fill kernel) */
+    void *lt;                  /* cublasLtHandle_t, made by zs_cuda_blas_init */
+    void *workspace;           /* device memory the caller owns (may be NULL) */
+    size_t workspace_bytes;    /* its size; 32 MiB is plenty for these shapes */
+    long long gemms;           /* GEMMs enqueued */
+    long long non_pedantic;    /* of which ran with CUBLAS_COMPUTE_32F (no pedantic algorithm) */
+    long long bias_epilogues;  /* of which added a bias in cuBLASLt's BIAS epilogue */
+    long long bias_fallbacks;  /* matmuls whose bias epilogue had no algorithm (fill kernel) */
+    long long out16;           /* GEMMs that wrote a 16-bit output (a fill twin's home) */
+    long long out16_fallbacks; /* fill twins written by an fp32 GEMM and a cast instead */
 } zs_cuda_blas_t;
 
 /* Create the cuBLASLt handle; workspace (device memory, may be NULL with
@@ -208,6 +210,13 @@ int zs_cuda_bias_bwd(void *stream, float *db, const float *dout, int N, int OC, 
 int zs_cuda_gemm_mixed(void *stream, zs_cuda_blas_t *blas, const zs_mixed_t *mx, int ta, int tb,
                        int M, int N, int K, float alpha, const float *A, int lda, const float *B,
                        int ldb, float beta, float *C, int ldc, zs_err_t *err);
+/* With a fill twin of out in mx (zs_mixed_twin_t.fill) the twin's home
+ * receives out rounded to mx->dt and out is not written: one GEMM with a
+ * 16-bit output (blas->out16) where the bias is NULL or has a twin (its
+ * exact 16-bit copy, the bias then in D's type); otherwise the fp32 GEMM
+ * into out and a cast (blas->out16_fallbacks). The emulator gives the two
+ * the same bits; a GPU may round a different fp32 sum (cuBLASLt may pick
+ * another algorithm for another output type). */
 int zs_cuda_matmul_fwd_mixed(void *stream, zs_cuda_blas_t *blas, const zs_mixed_t *mx, float *out,
                              const float *inp, const float *w, const float *bias, int N, int IC,
                              int OC, zs_err_t *err);

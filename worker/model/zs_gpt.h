@@ -202,6 +202,10 @@ int zs_gpt_num_layers(const zs_gpt_t *g);
  * again instead of reading the stored 16-bit copies (zs__gpt_twins): the
  * bitwise test of the two ways. */
 #define ZS_GPT_DEBUG_NO_TWINS 4u
+/* ZS_GPT_DEBUG_NO_OUT16: the qkv and MLP up-projection matmuls write fp32
+ * outputs that the model rounds into their 16-bit homes, instead of writing
+ * the homes in their GEMMs: the test of the 16-bit GEMM outputs. */
+#define ZS_GPT_DEBUG_NO_OUT16 8u
 void zs_gpt_set_debug(zs_gpt_t *g, unsigned flags);
 
 /* The activation memory bind allocates for a model of config c and

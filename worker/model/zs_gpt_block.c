@@ -62,6 +62,32 @@ static int bweight(zs_gpt_t *g, const zs__gpt_bp_t *bp, int part, size_t off, si
     return ZS_OK;
 }
 
+/* A matmul's bias at block offset off (bparam's fp32 view, *b), and, where
+ * the matmul may write its output's 16-bit home in its GEMM (out16_on), the
+ * stored 16-bit bias as its twin: exactly *b's values, the bias of D's type
+ * that such a GEMM adds. */
+static int bbias(zs_gpt_t *g, const zs__gpt_bp_t *bp, int part, size_t off, size_t n, size_t at,
+                 const float **b, zs__gpt_twins_t *tw, zs_err_t *err)
+{
+    TRY(bparam(g, bp, part, off, n, at, b, err));
+    if (zs__gpt_wtwins_on(g) && tw->n < ZS_MIXED_TWINS_MAX) {
+        size_t byte = (off - zs__gpt_part_start(g, part)) * zs_dtype_size(g->pdt);
+        tw->t[tw->n++] = (zs_mixed_twin_t){*b, (const char *)bp->p[part] + byte, n};
+    }
+    return ZS_OK;
+}
+
+/* Add the home of saved tensor `which` as a fill twin of a matmul's output
+ * t: the matmul writes its 16-bit output there (zs__gpt_twin_fill). Returns
+ * 1 when added. */
+static int out16_fill(const zs_gpt_t *g, int l, zs__gpt_twins_t *tw, const float *t, int which,
+                      size_t n)
+{
+    if (g->debug & ZS_GPT_DEBUG_NO_OUT16)
+        return 0;
+    return zs__gpt_twin_fill(g, l, tw, t, which, n);
+}
+
 /* The saved tensors of block l's workspace. */
 typedef struct {
     float *ln1, *qkv, *att, *atty, *res2, *ln2, *fch, *fchg;
@@ -105,11 +131,17 @@ int zs__gpt_block_part_fwd(zs_gpt_t *g, int l, int part, const zs__gpt_bp_t *bp,
             if (!filled)
                 TRY(zs__gpt_round_gemm(g, l, ws.ln1, g->ln1_16, sN * C, nC, err));
         }
-        TRY(bparam(g, bp, 0, o->qkvb, 3 * Cz, 2 * Cz, &b, err));
+        TRY(bbias(g, bp, 0, o->qkvb, 3 * Cz, 2 * Cz, &b, &tw, err));
         TRY(bweight(g, bp, 0, o->qkvw, Cz * 3 * Cz, &w, &tw, err));
         zs__gpt_twin_act(g, l, &tw, ws.ln1, ZS__GPT_LN1, nC);
-        TRY(zs__gpt_twins_set(g, &tw, err));
-        TRY(ops->matmul_fwd(k, s, ws.qkv, ws.ln1, w, b, N, C, 3 * C, err));
+        { /* the unfused attention reads only qkv's home then: the GEMM writes
+           * it (flash attention rounds its own tiles of the fp32 qkv) */
+            int filled = !g->flash && out16_fill(g, l, &tw, ws.qkv, ZS__GPT_QKV, 3 * nC);
+            TRY(zs__gpt_twins_set(g, &tw, err));
+            TRY(ops->matmul_fwd(k, s, ws.qkv, ws.ln1, w, b, N, C, 3 * C, err));
+            if (filled)
+                return ZS_OK;
+        }
         return zs__gpt_round(g, l, ws.qkv, g->qkv_16, sN * 3 * C, 3 * nC, err);
     case 1:
         if (g->flash) { /* lse stays fp32: nothing to round but the output */
@@ -146,12 +178,16 @@ int zs__gpt_block_part_fwd(zs_gpt_t *g, int l, int part, const zs__gpt_bp_t *bp,
         TRY(ops->layernorm_fwd(k, s, ws.ln2, ws.ln2_mean, ws.ln2_rstd, ws.res2, w, b2, N, C, err));
         return filled ? ZS_OK : zs__gpt_round_gemm(g, l, ws.ln2, g->ln2_16, sN * C, nC, err);
     case 2:
-        TRY(bparam(g, bp, 2, o->fcb, 4 * Cz, 0, &b, err));
+        TRY(bbias(g, bp, 2, o->fcb, 4 * Cz, 0, &b, &tw, err));
         TRY(bweight(g, bp, 2, o->fcw, Cz * 4 * Cz, &w, &tw, err));
         zs__gpt_twin_act(g, l, &tw, ws.ln2, ZS__GPT_LN2, nC);
-        TRY(zs__gpt_twins_set(g, &tw, err));
-        TRY(ops->matmul_fwd(k, s, ws.fch, ws.ln2, w, b, N, C, 4 * C, err));
-        TRY(zs__gpt_round_gemm(g, l, ws.fch, g->fch_16, sN * 4 * C, 4 * nC, err));
+        { /* GELU forward and backward read only fch's home then */
+            int filled = out16_fill(g, l, &tw, ws.fch, ZS__GPT_FCH, 4 * nC);
+            TRY(zs__gpt_twins_set(g, &tw, err));
+            TRY(ops->matmul_fwd(k, s, ws.fch, ws.ln2, w, b, N, C, 4 * C, err));
+            if (!filled)
+                TRY(zs__gpt_round_gemm(g, l, ws.fch, g->fch_16, sN * 4 * C, 4 * nC, err));
+        }
         { /* with twins GELU reads fch's home and writes fchg's: no fp32 pass */
             zs__gpt_twin_act(g, l, &tw, ws.fch, ZS__GPT_FCH, 4 * nC);
             int filled = zs__gpt_twin_fill(g, l, &tw, ws.fchg, ZS__GPT_FCHG, 4 * nC);

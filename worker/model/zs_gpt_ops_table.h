@@ -64,9 +64,12 @@ struct zs_gpt_ops {
      * 16-bit twins the caller holds (zs_mixed.h: exactly the rounded values,
      * in the set_mixed dtype, valid in stream order when the op runs); the
      * op reads a twin instead of rounding that operand (GELU: instead of
-     * the fp32 input; a fill twin of the output of GELU or the LayerNorm is
-     * written instead of the output, which is then left unwritten). The results are bitwise the
-     * same. Ignored under fp32 GEMMs. NULL where a device has
+     * the fp32 input; a fill twin of the output of GELU, the LayerNorm or
+     * matmul_fwd is written instead of the output, which is then its
+     * scratch; matmul_fwd writes it in its GEMM where the bias has a twin).
+     * The results are bitwise the same, except that a GPU's GEMM with a
+     * 16-bit output may sum in another order (zs_cuda_gpt.h). Ignored under
+     * fp32 GEMMs. NULL where a device has
      * none (cpu: its rounded copies are fp32 values anyway). */
     int (*set_twins)(void *ctx, const zs_mixed_twin_t *tw, int n, zs_err_t *err);
 
