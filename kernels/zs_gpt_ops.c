@@ -10,6 +10,7 @@
  * (LayerNorm, GELU, the cross-entropy gradient) are zs_math.h's, which the
  * CUDA kernels (kernels/cuda/zs_cuda_gpt.cu) use too.
  */
+#include "zs_cast.h"
 #include "zs_gpt_ops.h"
 #include "zs_gpt_ops_internal.h"
 
@@ -251,11 +252,14 @@ static void ln_fwd_rows(const void *arg, size_t lo, size_t hi)
         ln_fwd_row(j->out + r * C, j->mean + r, j->rstd + r, j->inp + r * C, j->w, j->b, C);
 }
 
-/* The fused residual + LayerNorm: per row, res = a + b, then the row's
- * LayerNorm of res (the same arithmetic as the two ops one after the
- * other, so the same bits). */
+/* The fused residual + LayerNorm: per row, res = a + b (rounded through
+ * res16 when rdt is 16-bit, as the device's round op does: zs_cast there
+ * and back), then the row's LayerNorm of res (the same arithmetic as the
+ * ops one after the other, so the same bits). */
 typedef struct {
     float *res, *out, *mean, *rstd;
+    void *res16;
+    int rdt;
     const float *a, *b, *w, *bias;
     int C;
 } resln_job_t;
@@ -269,16 +273,29 @@ static void resln_fwd_rows(const void *arg, size_t lo, size_t hi)
         const float *a = j->a + r * C, *b = j->b + r * C;
         for (size_t c = 0; c < C; c++)
             x[c] = a[c] + b[c];
+        if (j->rdt != ZS_DTYPE_F32) {
+            void *h = (uint16_t *)j->res16 + r * C;
+            zs_cast(h, (zs_dtype_t)j->rdt, x, ZS_DTYPE_F32, C);
+            zs_cast(x, ZS_DTYPE_F32, h, (zs_dtype_t)j->rdt, C);
+        }
         ln_fwd_row(j->out + r * C, j->mean + r, j->rstd + r, x, j->w, j->bias, C);
     }
 }
 
-void zs_op_residual_layernorm_fwd(zs_pool_t *pool, float *res, float *out, float *mean,
-                                  float *rstd, const float *a, const float *b, const float *w,
-                                  const float *bias, int N, int C)
+void zs_op_residual_layernorm_fwd_dt(zs_pool_t *pool, float *res, void *res16, int rdt, float *out,
+                                     float *mean, float *rstd, const float *a, const float *b,
+                                     const float *w, const float *bias, int N, int C)
 {
-    resln_job_t j = {res, out, mean, rstd, a, b, w, bias, C};
+    resln_job_t j = {res, out, mean, rstd, res16, rdt, a, b, w, bias, C};
     parallel_for(pool, (size_t)N, 4, resln_fwd_rows, &j);
+}
+
+void zs_op_residual_layernorm_fwd(zs_pool_t *pool, float *res, float *out, float *mean, float *rstd,
+                                  const float *a, const float *b, const float *w, const float *bias,
+                                  int N, int C)
+{
+    zs_op_residual_layernorm_fwd_dt(pool, res, NULL, ZS_DTYPE_F32, out, mean, rstd, a, b, w, bias,
+                                    N, C);
 }
 
 void zs_op_layernorm_fwd(zs_pool_t *pool, float *out, float *mean, float *rstd, const float *inp,

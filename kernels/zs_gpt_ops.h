@@ -68,9 +68,19 @@ void zs_op_layernorm_fwd(zs_pool_t *pool, float *out, float *mean, float *rstd, 
  * res = a + b, out = LayerNorm(res) with w, bias (mean, rstd [N] kept), all
  * [N, C] but mean, rstd. Bitwise zs_op_residual_fwd then
  * zs_op_layernorm_fwd. res must not overlap a, b or out. */
-void zs_op_residual_layernorm_fwd(zs_pool_t *pool, float *res, float *out, float *mean,
-                                  float *rstd, const float *a, const float *b, const float *w,
-                                  const float *bias, int N, int C);
+void zs_op_residual_layernorm_fwd(zs_pool_t *pool, float *res, float *out, float *mean, float *rstd,
+                                  const float *a, const float *b, const float *w, const float *bias,
+                                  int N, int C);
+
+/* The same with the residual rounded where it is stored (16-bit
+ * activations): rdt ZS_DTYPE_BF16 / F16 rounds each a + b to nearest even
+ * into res16 ([N, C] 16-bit) and leaves that value widened in res, which
+ * the LayerNorm reads; rdt ZS_DTYPE_F32: zs_op_residual_layernorm_fwd
+ * (res16 unused). Bitwise zs_op_residual_fwd, the device's round
+ * (zs_dev_round) and zs_op_layernorm_fwd. */
+void zs_op_residual_layernorm_fwd_dt(zs_pool_t *pool, float *res, void *res16, int rdt, float *out,
+                                     float *mean, float *rstd, const float *a, const float *b,
+                                     const float *w, const float *bias, int N, int C);
 
 /* dinp ACCUMULATES (+=) the input gradient (a residual stream); dw, db +=. */
 void zs_op_layernorm_bwd(zs_pool_t *pool, float *dinp, float *dw, float *db, const float *dout,

@@ -683,6 +683,58 @@ static void test_gpt(const shape_t *s)
         check_repeat("residual_layernorm_fwd", g[0], g[1], io, 4);
         free_all(g[0], 4);
         free_all(g[2], 4);
+        /* the residual rounded where it is stored (rdt 16-bit), out fp32
+         * or 16-bit: bitwise residual_fwd, zs_cuda_round and
+         * layernorm_fwd_dt on the device; res16 and res bitwise the CPU
+         * twin's */
+        for (int dt = ZS_DTYPE_BF16; dt; dt = dt == ZS_DTYPE_BF16 ? ZS_DTYPE_F16 : 0)
+            for (int oi = 0; oi < 2; oi++) {
+                int odt = oi ? dt : ZS_DTYPE_F32;
+                size_t ob = odt == ZS_DTYPE_F32 ? 4 : 2;
+                uint16_t *h = xmalloc(NC * 2);
+                zs_op_residual_layernorm_fwd_dt(NULL, res, h, dt, out, mean, rstd, a, b, w, bias, N,
+                                                C);
+                unsigned char *poison = xmalloc(NC * 4); /* NaNs: each run writes it all */
+                memset(poison, 0xff, NC * 4);
+                io_t jo[5] = {{dev(NC * 4), poison, NC * 4},
+                              {dev(NC * 2), poison, NC * 2},
+                              {dev(NC * ob), poison, NC * ob},
+                              {dev((size_t)N * 4), poison, (size_t)N * 4},
+                              {dev((size_t)N * 4), poison, (size_t)N * 4}};
+                void **q[2];
+                for (int k = 0; k < 2; k++) { /* fused, then the three ops */
+                    reset(jo, 5);
+                    if (k == 0)
+                        TEST_OK(zs_cuda_residual_layernorm_fwd_dt(cs, jo[0].d, jo[1].d, dt, jo[2].d,
+                                                                  odt, jo[3].d, jo[4].d, da, db, dw,
+                                                                  dbias, N, C, &err),
+                                err);
+                    else {
+                        TEST_OK(zs_cuda_residual_fwd(cs, jo[0].d, da, db, NC, &err), err);
+                        TEST_OK(zs_cuda_round(cs, jo[0].d, jo[1].d, (zs_dtype_t)dt, NC, &err), err);
+                        TEST_OK(zs_cuda_layernorm_fwd_dt(cs, jo[2].d, odt, jo[3].d, jo[4].d,
+                                                         jo[0].d, dw, dbias, N, C, &err),
+                                err);
+                    }
+                    sync_ok();
+                    q[k] = fetch_all(jo, 5);
+                }
+                static const char *const jw[5] = {"residual_layernorm_fwd_dt res", "... res16",
+                                                  "... out", "... mean", "... rstd"};
+                for (int t = 0; t < 5; t++)
+                    cmp_bits(jw[t], q[0][t], q[1][t], jo[t].bytes);
+                cmp_bits("residual_layernorm_fwd_dt res16 vs CPU", q[0][1], h, NC * 2);
+                cmp_bits("residual_layernorm_fwd_dt res vs CPU", q[0][0], res, NC * 4);
+                TEST_CHECK(zs_cuda_residual_layernorm_fwd_dt(
+                               cs, jo[0].d, jo[1].d, dt, jo[2].d,
+                               dt == ZS_DTYPE_BF16 ? ZS_DTYPE_F16 : ZS_DTYPE_BF16, jo[3].d, jo[4].d,
+                               da, db, dw, dbias, N, C, &err) == ZS_ERR_INVALID);
+                free_all(q[0], 5);
+                free_all(q[1], 5);
+                free(h), free(poison);
+                for (int t = 0; t < 5; t++)
+                    CK(cudaFree(jo[t].d));
+            }
         free(a), free(b), free(w), free(bias), free(res), free(out), free(mean), free(rstd);
         void *fr[] = {da, db, dw, dbias, io[0].d, io[1].d, io[2].d, io[3].d};
         for (size_t i = 0; i < sizeof fr / sizeof fr[0]; i++)

@@ -21,6 +21,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "zs_cast.h"
 #include "zs_gpt_ops.h"
 #include "zs_status.h"
 #include "zs_pool.h"
@@ -249,6 +250,33 @@ static void test_residual_layernorm(void)
                     !memcmp(m1, m2, (size_t)N * 4) && !memcmp(s1, s2, (size_t)N * 4),
                 "residual_layernorm_fwd differs from residual_fwd then layernorm_fwd");
     printf("residual_layernorm_fwd: bitwise residual_fwd then layernorm_fwd\n");
+    /* with the residual rounded where it is stored (16-bit activations):
+     * bitwise the residual, the device's round (zs_cast there and back)
+     * and the LayerNorm of the rounded values */
+    uint16_t *h1 = malloc(n * 2), *h2 = malloc(n * 2);
+    TEST_CHECK(h1 && h2);
+    for (int dt = ZS_DTYPE_BF16; dt; dt = dt == ZS_DTYPE_BF16 ? ZS_DTYPE_F16 : 0) {
+        zs_op_residual_fwd(pool, r1, a, b, n);
+        zs_cast(h1, (zs_dtype_t)dt, r1, ZS_DTYPE_F32, n);
+        zs_cast(r1, ZS_DTYPE_F32, h1, (zs_dtype_t)dt, n);
+        zs_op_layernorm_fwd(pool, o1, m1, s1, r1, w, bias, N, C);
+        zs_op_residual_layernorm_fwd_dt(pool, r2, h2, dt, o2, m2, s2, a, b, w, bias, N, C);
+        TEST_CHECKF(!memcmp(h1, h2, n * 2) && !memcmp(r1, r2, n * 4) && !memcmp(o1, o2, n * 4) &&
+                        !memcmp(m1, m2, (size_t)N * 4) && !memcmp(s1, s2, (size_t)N * 4),
+                    "residual_layernorm_fwd_dt (%s) differs from residual_fwd, the round and "
+                    "layernorm_fwd",
+                    zs_dtype_name(dt));
+        size_t rounded = 0;
+        for (size_t i = 0; i < n; i++) {
+            float x = a[i] + b[i];
+            rounded += memcmp(&x, &r2[i], 4) != 0;
+        }
+        TEST_CHECKF(rounded > n / 2, "residual_layernorm_fwd_dt (%s): res left unrounded",
+                    zs_dtype_name(dt));
+    }
+    printf("residual_layernorm_fwd_dt: bitwise residual_fwd, the 16-bit round and layernorm_fwd "
+           "(bf16, fp16)\n");
+    free(h1), free(h2);
     free(a), free(b), free(w), free(bias), free(r1), free(o1), free(m1), free(s1), free(r2),
         free(o2), free(m2), free(s2);
 }

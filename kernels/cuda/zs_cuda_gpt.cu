@@ -377,24 +377,34 @@ __global__ void __launch_bounds__(ROW_WARPS * 32)
 }
 
 /* The residual add and the LayerNorm after it, one warp per row: each lane
- * writes res = a + b for its columns, then the row's LayerNorm of res as
- * k_layernorm_fwd computes it (ln_row: the same lane order and butterfly;
- * each lane reads back only what it wrote, from cache), so the same bits as
- * k_residual_fwd then k_layernorm_fwd, in one launch instead of two. */
+ * writes res = a + b for its columns (RDT 16-bit: rounded into res16 and
+ * res = that value widened, k_round's formulas), then the row's LayerNorm
+ * of res as k_layernorm_fwd computes it (ln_row: the same lane order and
+ * butterfly; each lane reads back only what it wrote, from cache), output
+ * in ODT. So the same bits as k_residual_fwd, k_round and k_layernorm_fwd,
+ * in one launch instead of two or three. */
+template <int RDT, int ODT>
 __global__ void __launch_bounds__(ROW_WARPS * 32)
-    k_residual_layernorm_fwd(float *__restrict__ res, float *__restrict__ out,
-                             float *__restrict__ mean, float *__restrict__ rstd,
-                             const float *__restrict__ a, const float *__restrict__ b,
-                             const float *__restrict__ w, const float *__restrict__ bias, int N,
-                             int C)
+    k_residual_layernorm_fwd(float *__restrict__ res, void *__restrict__ res16,
+                             void *__restrict__ out, float *__restrict__ mean,
+                             float *__restrict__ rstd, const float *__restrict__ a,
+                             const float *__restrict__ b, const float *__restrict__ w,
+                             const float *__restrict__ bias, int N, int C)
 {
     int row = blockIdx.x * ROW_WARPS + (threadIdx.x >> 5), lane = threadIdx.x & 31;
     if (row >= N)
         return;
     size_t at = (size_t)row * C;
-    for (int c = lane; c < C; c += 32)
-        res[at + c] = a[at + c] + b[at + c];
-    ln_row<ZS_DTYPE_F32>(out + at, mean + row, rstd + row, res + at, w, bias, C, lane);
+    for (int c = lane; c < C; c += 32) {
+        float v = a[at + c] + b[at + c];
+        if (RDT != ZS_DTYPE_F32) {
+            zs_math_store(res16, RDT, at + c, v);
+            v = zs_math_load(res16, RDT, at + c);
+        }
+        res[at + c] = v;
+    }
+    ln_row<ODT>((char *)out + at * (ODT == ZS_DTYPE_F32 ? 4 : 2), mean + row, rstd + row, res + at,
+                w, bias, C, lane);
 }
 
 /* One warp per row: dinp += (w dout - mean(dn) - n mean(dn n)) rstd. */
@@ -421,23 +431,60 @@ __global__ void __launch_bounds__(ROW_WARPS * 32)
         dx[c] = dx[c] + zs_math_ln_dx(x[c], m, r, w[c], d[c], dm, dnm);
 }
 
+typedef void (*resln_fwd_k)(float *, void *, void *, float *, float *, const float *, const float *,
+                            const float *, const float *, int, int);
+
+/* The instance for (rdt, odt): odt fp32 or rdt's 16-bit type; NULL else. */
+static resln_fwd_k resln_kernel(int rdt, int odt)
+{
+    if (rdt == ZS_DTYPE_F32)
+        return odt == ZS_DTYPE_F32    ? k_residual_layernorm_fwd<ZS_DTYPE_F32, ZS_DTYPE_F32>
+               : odt == ZS_DTYPE_BF16 ? k_residual_layernorm_fwd<ZS_DTYPE_F32, ZS_DTYPE_BF16>
+               : odt == ZS_DTYPE_F16  ? k_residual_layernorm_fwd<ZS_DTYPE_F32, ZS_DTYPE_F16>
+                                      : NULL;
+    if (rdt == ZS_DTYPE_BF16)
+        return odt == ZS_DTYPE_F32    ? k_residual_layernorm_fwd<ZS_DTYPE_BF16, ZS_DTYPE_F32>
+               : odt == ZS_DTYPE_BF16 ? k_residual_layernorm_fwd<ZS_DTYPE_BF16, ZS_DTYPE_BF16>
+                                      : NULL;
+    if (rdt == ZS_DTYPE_F16)
+        return odt == ZS_DTYPE_F32   ? k_residual_layernorm_fwd<ZS_DTYPE_F16, ZS_DTYPE_F32>
+               : odt == ZS_DTYPE_F16 ? k_residual_layernorm_fwd<ZS_DTYPE_F16, ZS_DTYPE_F16>
+                                     : NULL;
+    return NULL;
+}
+
+/* See zs_cuda_gpt.h. */
+extern "C" int zs_cuda_residual_layernorm_fwd_dt(void *stream, float *res, void *res16, int rdt,
+                                                 void *out, int odt, float *mean, float *rstd,
+                                                 const float *a, const float *b, const float *w,
+                                                 const float *bias, int N, int C, zs_err_t *err)
+{
+    cudaStream_t cs = (cudaStream_t)stream;
+    if (N < 0 || C <= 0)
+        return bad_shape(err, "zs_cuda_residual_layernorm_fwd", "bad size");
+    resln_fwd_k k = resln_kernel(rdt, odt);
+    if (!k)
+        return bad_shape(err, "zs_cuda_residual_layernorm_fwd",
+                         "dtypes: res rounded to fp32 (none), bf16 or fp16; out fp32 or res's");
+    if (N == 0)
+        return ZS_OK;
+    if (!res || !out || !mean || !rstd || !a || !b || !w || !bias ||
+        (rdt != ZS_DTYPE_F32 && !res16))
+        return bad_shape(err, "zs_cuda_residual_layernorm_fwd", "NULL buffer");
+    ZS_CUDA_LAUNCH(k, (N + ROW_WARPS - 1) / ROW_WARPS, ROW_WARPS * 32, 0, cs, res, res16, out, mean,
+                   rstd, a, b, w, bias, N, C);
+    ZS_CUDA_LAUNCHED("k_residual_layernorm_fwd");
+    return ZS_OK;
+}
+
 /* See zs_cuda_gpt.h. */
 extern "C" int zs_cuda_residual_layernorm_fwd(void *stream, float *res, float *out, float *mean,
                                               float *rstd, const float *a, const float *b,
                                               const float *w, const float *bias, int N, int C,
                                               zs_err_t *err)
 {
-    cudaStream_t cs = (cudaStream_t)stream;
-    if (N < 0 || C <= 0)
-        return bad_shape(err, "zs_cuda_residual_layernorm_fwd", "bad size");
-    if (N == 0)
-        return ZS_OK;
-    if (!res || !out || !mean || !rstd || !a || !b || !w || !bias)
-        return bad_shape(err, "zs_cuda_residual_layernorm_fwd", "NULL buffer");
-    ZS_CUDA_LAUNCH(k_residual_layernorm_fwd, (N + ROW_WARPS - 1) / ROW_WARPS, ROW_WARPS * 32, 0, cs,
-                   res, out, mean, rstd, a, b, w, bias, N, C);
-    ZS_CUDA_LAUNCHED("k_residual_layernorm_fwd");
-    return ZS_OK;
+    return zs_cuda_residual_layernorm_fwd_dt(stream, res, NULL, ZS_DTYPE_F32, out, ZS_DTYPE_F32,
+                                             mean, rstd, a, b, w, bias, N, C, err);
 }
 
 typedef void (*ln_fwd_k)(void *, float *, float *, const float *, const float *, const float *, int,

@@ -121,6 +121,18 @@ int zs_cuda_residual_layernorm_fwd(void *stream, float *res, float *out, float *
                                    const float *a, const float *b, const float *w,
                                    const float *bias, int N, int C, zs_err_t *err);
 
+/* The same with the residual rounded where it is stored (the GPT's 16-bit
+ * activations): rdt bf16 / fp16 rounds a + b to nearest even into res16
+ * and leaves that value widened in res, which the LayerNorm reads; rdt
+ * fp32: as above, res16 unused. out of dtype odt: fp32, or rdt's 16-bit
+ * type (rounded from what the fp32 form writes). Bitwise
+ * zs_cuda_residual_fwd, zs_cuda_round and zs_cuda_layernorm_fwd_dt. CPU
+ * twin: zs_op_residual_layernorm_fwd_dt. */
+int zs_cuda_residual_layernorm_fwd_dt(void *stream, float *res, void *res16, int rdt, void *out,
+                                      int odt, float *mean, float *rstd, const float *a,
+                                      const float *b, const float *w, const float *bias, int N,
+                                      int C, zs_err_t *err);
+
 /* dinp ACCUMULATES (+=); dw, db +=. */
 int zs_cuda_layernorm_bwd(void *stream, float *dinp, float *dw, float *db, const float *dout,
                           const float *inp, const float *w, const float *mean, const float *rstd,

@@ -112,15 +112,22 @@ static void *slice16(void *a16, size_t slice, int l)
     return at16(a16, ((size_t)l - 1) * slice);
 }
 
+void *zs__gpt_round_place(const zs_gpt_t *g, int l, const float *t, void *a16, size_t slice)
+{
+    if (g->act_dt == ZS_DTYPE_F32)
+        return NULL;
+    /* with checkpointing nothing is kept in 16 bits: round through backward
+     * scratch that is free during a forward and a recompute (datt holds the
+     * probabilities' NHTT, dfch N*4C floats = twice the largest other) */
+    return !g->ckpt ? slice16(a16, slice, l) : t == g->att ? (void *)g->datt : (void *)g->dfch;
+}
+
 int zs__gpt_round(zs_gpt_t *g, int l, float *t, void *a16, size_t slice, size_t n, zs_err_t *err)
 {
     if (g->act_dt == ZS_DTYPE_F32)
         return ZS_OK;
     zs_dtype_t dt = (zs_dtype_t)g->act_dt;
-    /* with checkpointing nothing is kept in 16 bits: round through backward
-     * scratch that is free during a forward and a recompute (datt holds the
-     * probabilities' NHTT, dfch N*4C floats = twice the largest other) */
-    void *h = !g->ckpt ? slice16(a16, slice, l) : t == g->att ? (void *)g->datt : (void *)g->dfch;
+    void *h = zs__gpt_round_place(g, l, t, a16, slice);
     if (g->debug & ZS_GPT_DEBUG_ACT16_UNROUNDED) /* the test's break: t stays unrounded */
         return zs_dev_cast(g->stream, h, dt, t, ZS_DTYPE_F32, n, err);
     return zs_dev_round(g->stream, t, h, dt, n, err); /* h = rounded t, t = h: one launch */

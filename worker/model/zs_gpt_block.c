@@ -161,22 +161,27 @@ int zs__gpt_block_part_fwd(zs_gpt_t *g, int l, int part, const zs__gpt_bp_t *bp,
         zs__gpt_twin_act(g, l, &tw, ws.atty, ZS__GPT_ATTY, nC);
         TRY(zs__gpt_twins_set(g, &tw, err));
         TRY(ops->matmul_fwd(k, s, g->proj, ws.atty, w, b, N, C, C, err));
-        if (ops->residual_layernorm_fwd && g->act_dt == ZS_DTYPE_F32) {
-            /* fused: one pass (the LayerNorm reads res2 unrounded, so 16-bit
-             * activations, which round res2 in between, take the two ops) */
-            TRY(bparam(g, bp, 1, o->ln2w, Cz, Cz, &w, err));
-            TRY(bparam(g, bp, 1, o->ln2b, Cz, 2 * Cz, &b2, err));
-            return ops->residual_layernorm_fwd(k, s, ws.res2, ws.ln2, ws.ln2_mean, ws.ln2_rstd, x,
-                                               g->proj, w, b2, N, C, err);
-        }
-        TRY(ops->residual_fwd(k, s, ws.res2, x, g->proj, nC, err));
-        TRY(zs__gpt_round(g, l, ws.res2, g->res2_16, sN * C, nC, err));
         TRY(bparam(g, bp, 1, o->ln2w, Cz, Cz, &w, err));
         TRY(bparam(g, bp, 1, o->ln2b, Cz, 2 * Cz, &b2, err));
-        int filled = zs__gpt_twin_fill(g, l, &tw, ws.ln2, ZS__GPT_LN2, nC);
-        TRY(zs__gpt_twins_set(g, &tw, err));
-        TRY(ops->layernorm_fwd(k, s, ws.ln2, ws.ln2_mean, ws.ln2_rstd, ws.res2, w, b2, N, C, err));
-        return filled ? ZS_OK : zs__gpt_round_gemm(g, l, ws.ln2, g->ln2_16, sN * C, nC, err);
+        {
+            int filled;
+            if (ops->residual_layernorm_fwd && !(g->debug & ZS_GPT_DEBUG_ACT16_UNROUNDED)) {
+                /* fused: one pass, res2 rounded in it (16-bit activations) */
+                void *r16 = zs__gpt_round_place(g, l, ws.res2, g->res2_16, sN * C);
+                filled = zs__gpt_twin_fill(g, l, &tw, ws.ln2, ZS__GPT_LN2, nC);
+                TRY(zs__gpt_twins_set(g, &tw, err));
+                TRY(ops->residual_layernorm_fwd(k, s, ws.res2, r16, g->act_dt, ws.ln2, ws.ln2_mean,
+                                                ws.ln2_rstd, x, g->proj, w, b2, N, C, err));
+            } else {
+                TRY(ops->residual_fwd(k, s, ws.res2, x, g->proj, nC, err));
+                TRY(zs__gpt_round(g, l, ws.res2, g->res2_16, sN * C, nC, err));
+                filled = zs__gpt_twin_fill(g, l, &tw, ws.ln2, ZS__GPT_LN2, nC);
+                TRY(zs__gpt_twins_set(g, &tw, err));
+                TRY(ops->layernorm_fwd(k, s, ws.ln2, ws.ln2_mean, ws.ln2_rstd, ws.res2, w, b2, N, C,
+                                       err));
+            }
+            return filled ? ZS_OK : zs__gpt_round_gemm(g, l, ws.ln2, g->ln2_16, sN * C, nC, err);
+        }
     case 2:
         TRY(bbias(g, bp, 2, o->fcb, 4 * Cz, 0, &b, &tw, err));
         TRY(bweight(g, bp, 2, o->fcw, Cz * 4 * Cz, &w, &tw, err));

@@ -168,6 +168,11 @@ int zs__gpt_resid_store(zs_gpt_t *g, int k, zs_err_t *err);
  * value every later reader (forward and backward) sees. */
 int zs__gpt_round(zs_gpt_t *g, int l, float *t, void *a16, size_t slice, size_t n, zs_err_t *err);
 
+/* Where zs__gpt_round puts t's 16-bit copy (block l's slice of a16, or
+ * backward scratch under checkpointing), for an op that rounds t itself
+ * (the fused residual + LayerNorm); NULL with fp32 activations. */
+void *zs__gpt_round_place(const zs_gpt_t *g, int l, const float *t, void *a16, size_t slice);
+
 /* zs__gpt_round for a tensor the rest of the forward does not read (the
  * attention probabilities): without checkpointing only its 16-bit home is
  * written and t keeps the unrounded values (the backward casts the home

@@ -343,6 +343,8 @@ static int gelu_bwd(void *ctx, zs_stream_t *s, float *dinp, const float *inp, co
 typedef struct {
     zs_pool_t *pool;
     float *res, *out, *mean, *rstd;
+    void *res16;
+    int rdt;
     const float *a, *b, *w, *bias;
     int N, C;
 } resln_args_t;
@@ -350,16 +352,17 @@ typedef struct {
 static int resln_fwd_run(void *args, zs_err_t *err)
 {
     UNPACK(resln_args_t);
-    zs_op_residual_layernorm_fwd(a.pool, a.res, a.out, a.mean, a.rstd, a.a, a.b, a.w, a.bias, a.N,
-                                 a.C);
+    zs_op_residual_layernorm_fwd_dt(a.pool, a.res, a.res16, a.rdt, a.out, a.mean, a.rstd, a.a, a.b,
+                                    a.w, a.bias, a.N, a.C);
     return ZS_OK;
 }
 
-static int residual_layernorm_fwd(void *ctx, zs_stream_t *s, float *res, float *out, float *mean,
-                                  float *rstd, const float *x, const float *y, const float *w,
-                                  const float *bias, int N, int C, zs_err_t *err)
+static int residual_layernorm_fwd(void *ctx, zs_stream_t *s, float *res, void *res16, int rdt,
+                                  float *out, float *mean, float *rstd, const float *x,
+                                  const float *y, const float *w, const float *bias, int N, int C,
+                                  zs_err_t *err)
 {
-    resln_args_t a = {POOL(ctx), res, out, mean, rstd, x, y, w, bias, N, C};
+    resln_args_t a = {POOL(ctx), res, out, mean, rstd, res16, rdt, x, y, w, bias, N, C};
     return zs_dev_host_fn(s, resln_fwd_run, &a, sizeof a, err);
 }
 

@@ -214,12 +214,16 @@ static int gelu_bwd(void *ctx, zs_stream_t *s, float *dinp, const float *inp, co
                                in16 ? mx.dt : ZS_DTYPE_F32, dout, n, err);
 }
 
-static int residual_layernorm_fwd(void *ctx, zs_stream_t *s, float *res, float *out, float *mean,
-                                  float *rstd, const float *a, const float *b, const float *w,
-                                  const float *bias, int N, int C, zs_err_t *err)
+static int residual_layernorm_fwd(void *ctx, zs_stream_t *s, float *res, void *res16, int rdt,
+                                  float *out, float *mean, float *rstd, const float *a,
+                                  const float *b, const float *w, const float *bias, int N, int C,
+                                  zs_err_t *err)
 {
-    ENTER(0);
-    return zs_cuda_residual_layernorm_fwd(cs, res, out, mean, rstd, a, b, w, bias, N, C, err);
+    ENTER_MX(0); /* out's fill twin: the op writes its home instead */
+    void *out16 = twin_of(&mx, out, (size_t)N * C, 1);
+    return zs_cuda_residual_layernorm_fwd_dt(cs, res, res16, rdt, out16 ? out16 : (void *)out,
+                                             out16 ? mx.dt : ZS_DTYPE_F32, mean, rstd, a, b, w,
+                                             bias, N, C, err);
 }
 
 static int residual_fwd(void *ctx, zs_stream_t *s, float *out, const float *a, const float *b,

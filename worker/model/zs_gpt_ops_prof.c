@@ -189,12 +189,13 @@ static int residual_fwd(void *ctx, zs_stream_t *s, float *out, const float *a, c
     CALL("residual_fwd", residual_fwd, out, a, b, n);
 }
 
-static int residual_layernorm_fwd(void *ctx, zs_stream_t *s, float *res, float *out, float *mean,
-                                  float *rstd, const float *a, const float *b, const float *w,
-                                  const float *bias, int N, int C, zs_err_t *err)
+static int residual_layernorm_fwd(void *ctx, zs_stream_t *s, float *res, void *res16, int rdt,
+                                  float *out, float *mean, float *rstd, const float *a,
+                                  const float *b, const float *w, const float *bias, int N, int C,
+                                  zs_err_t *err)
 {
-    CALL("residual_layernorm_fwd", residual_layernorm_fwd, res, out, mean, rstd, a, b, w, bias, N,
-         C);
+    CALL("residual_layernorm_fwd", residual_layernorm_fwd, res, res16, rdt, out, mean, rstd, a, b,
+         w, bias, N, C);
 }
 
 static int residual_bwd(void *ctx, zs_stream_t *s, float *da, float *db, const float *dout,

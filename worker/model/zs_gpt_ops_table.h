@@ -59,7 +59,8 @@ struct zs_gpt_ops {
     int (*set_mixed)(void *ctx, const zs_mixed_t *mx, zs_err_t *err);
     size_t mixed_elem_bytes; /* cpu: 4 (fp32 values), cuda: 2 (bf16 / fp16) */
     /* For the next GEMM-based entry, GELU or LayerNorm forward only
-     * (gemm, matmul_*, attention_*, gelu_*, layernorm_fwd), whatever it
+     * (gemm, matmul_*, attention_*, gelu_*, layernorm_fwd,
+     * residual_layernorm_fwd), whatever it
      * returns: n (<= ZS_MIXED_TWINS_MAX) fp32 operands whose
      * 16-bit twins the caller holds (zs_mixed.h: exactly the rounded values,
      * in the set_mixed dtype, valid in stream order when the op runs); the
@@ -119,11 +120,16 @@ struct zs_gpt_ops {
     int (*residual_bwd)(void *ctx, zs_stream_t *s, float *da, float *db, const float *dout,
                         size_t n, zs_err_t *err);
     /* residual_fwd then layernorm_fwd of its output, fused: res = a + b,
-     * out = LayerNorm(res) [N, C] (zs_op_residual_layernorm_fwd), bitwise
-     * the two entries one after the other. NULL where a device has none. */
-    int (*residual_layernorm_fwd)(void *ctx, zs_stream_t *s, float *res, float *out, float *mean,
-                                  float *rstd, const float *a, const float *b, const float *w,
-                                  const float *bias, int N, int C, zs_err_t *err);
+     * out = LayerNorm(res) [N, C] (zs_op_residual_layernorm_fwd_dt); with
+     * rdt bf16 / fp16, res is rounded where it is stored (res16 [N, C]
+     * 16-bit, res its widened value, as zs_dev_round leaves them) before
+     * the LayerNorm reads it; rdt fp32: res16 unused. Bitwise the entries
+     * (and the round) one after the other. Takes a fill twin of out, as
+     * layernorm_fwd does. NULL where a device has none. */
+    int (*residual_layernorm_fwd)(void *ctx, zs_stream_t *s, float *res, void *res16, int rdt,
+                                  float *out, float *mean, float *rstd, const float *a,
+                                  const float *b, const float *w, const float *bias, int N, int C,
+                                  zs_err_t *err);
     /* logits / dlogits [N, V] with rows ld >= V floats apart */
     int (*xent_fwd)(void *ctx, zs_stream_t *s, float *losses, float *lse, const float *logits,
                     const int32_t *targets, int N, int V, int ld, zs_err_t *err);
