@@ -68,7 +68,9 @@ typedef struct zs_mixed_twin {
                * its own. h16 is then the result and f32 the op's scratch,
                * unspecified afterwards (the attention leaves its scores
                * there; GELU and the LayerNorm do not write it). Taken only
-               * by tables that take twins. 0: h16 already holds f32
+               * by tables that take twins. 2 (GELU's backward only): the
+               * op writes f32 as usual and h16 = f32 rounded as well, a
+               * twin for the op after it. 0: h16 already holds f32
                * rounded. */
 } zs_mixed_twin_t;
 

@@ -923,6 +923,29 @@ static void test_gpt(const shape_t *s)
             float *gb = down(o32, n * 4);
             snprintf(what, sizeof what, "gelu_bwd %s in", dn);
             cmp_bits(what, gb, gref, n * 4);
+            /* with the rounded copy of dinp (for the GEMMs after it): dinp
+             * as before, the copy bitwise its cast; fp32 or 16-bit input */
+            uint16_t *gref16 = xmalloc(n * 2);
+            zs_cast(gref16, (zs_dtype_t)dt, gref, ZS_DTYPE_F32, n);
+            for (int i16 = 0; i16 < 2; i16++) {
+                put(o32, x, n * 4);
+                CK(cudaMemsetAsync(o16, 0xff, n * 2, cs));
+                TEST_OK(zs_cuda_gelu_bwd_copy(cs, o32, o16, dt, i16 ? dh : dw,
+                                              i16 ? dt : ZS_DTYPE_F32, dd, n, &err),
+                        err);
+                float *gc = down(o32, n * 4);
+                uint16_t *gc16 = down(o16, n * 2);
+                snprintf(what, sizeof what, "gelu_bwd_copy %s in: dinp", i16 ? dn : "fp32");
+                cmp_bits(what, gc, gref, n * 4);
+                snprintf(what, sizeof what, "gelu_bwd_copy %s in: its %s copy", i16 ? dn : "fp32",
+                         dn);
+                cmp_bits(what, gc16, gref16, n * 2);
+                free(gc), free(gc16);
+            }
+            TEST_CHECK(zs_cuda_gelu_bwd_copy(cs, o32, o16, dt, dh,
+                                             dt == ZS_DTYPE_BF16 ? ZS_DTYPE_F16 : ZS_DTYPE_BF16, dd,
+                                             n, &err) == ZS_ERR_INVALID);
+            free(gref16);
             TEST_CHECK(zs_cuda_gelu_fwd_dt(cs, o16, ZS_DTYPE_F16, dh, ZS_DTYPE_BF16, n, &err) ==
                        ZS_ERR_INVALID);
             free(h), free(w), free(ref), free(ref16), free(a), free(b16), free(c16), free(gref),

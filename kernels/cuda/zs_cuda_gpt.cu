@@ -757,6 +757,20 @@ __global__ void __launch_bounds__(ZS_CUDA_EW_THREADS)
     }
 }
 
+/* k_gelu_bwd that also stores each result rounded to CDT into dcopy. */
+template <int IDT, int CDT>
+__global__ void __launch_bounds__(ZS_CUDA_EW_THREADS)
+    k_gelu_bwd_copy(float *dinp, void *__restrict__ dcopy, const void *inp, const float *dout,
+                    size_t n)
+{
+    ZS_CUDA_FOR(i, n)
+    {
+        float v = zs_math_gelu_grad(zs_math_load(inp, IDT, i), dout[i]);
+        dinp[i] = v;
+        zs_math_store(dcopy, CDT, i, v);
+    }
+}
+
 __global__ void __launch_bounds__(ZS_CUDA_EW_THREADS)
     k_residual_fwd(float *out, const float *a, const float *b, size_t n)
 {
@@ -838,6 +852,32 @@ extern "C" int zs_cuda_gelu_bwd_dt(void *stream, float *dinp, const void *inp, i
                    : idt == ZS_DTYPE_F16 ? k_gelu_bwd<ZS_DTYPE_F16>
                                          : k_gelu_bwd<ZS_DTYPE_F32>;
     EW_LAUNCH_AS("k_gelu_bwd", k, n, dinp, inp, dout, n);
+}
+
+typedef void (*gelu_bwd_copy_k)(float *, void *, const void *, const float *, size_t);
+
+/* k_gelu_bwd_copy<IDT, H>: the input fp32 or H. */
+template <int H> static gelu_bwd_copy_k gelu_bwd_copy_pick(int idt)
+{
+    return idt == ZS_DTYPE_F32 ? k_gelu_bwd_copy<ZS_DTYPE_F32, H> : k_gelu_bwd_copy<H, H>;
+}
+
+/* See zs_cuda_gpt.h. */
+extern "C" int zs_cuda_gelu_bwd_copy(void *stream, float *dinp, void *dcopy, int cdt,
+                                     const void *inp, int idt, const float *dout, size_t n,
+                                     zs_err_t *err)
+{
+    if (!dcopy)
+        return zs_cuda_gelu_bwd_dt(stream, dinp, inp, idt, dout, n, err);
+    if (n && (!dinp || !inp || !dout))
+        return bad_shape(err, "zs_cuda_gelu_bwd", "NULL buffer");
+    if ((cdt != ZS_DTYPE_BF16 && cdt != ZS_DTYPE_F16) || (idt != ZS_DTYPE_F32 && idt != cdt))
+        return bad_shape(err, "zs_cuda_gelu_bwd",
+                         "dtypes: a bf16 / fp16 copy, the input fp32 or "
+                         "the copy's");
+    gelu_bwd_copy_k k = cdt == ZS_DTYPE_F16 ? gelu_bwd_copy_pick<ZS_DTYPE_F16>(idt)
+                                            : gelu_bwd_copy_pick<ZS_DTYPE_BF16>(idt);
+    EW_LAUNCH_AS("k_gelu_bwd", k, n, dinp, dcopy, inp, dout, n);
 }
 
 /* See zs_cuda_gpt.h. */

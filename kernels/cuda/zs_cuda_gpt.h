@@ -176,6 +176,12 @@ int zs_cuda_gelu_fwd_dt(void *stream, void *out, int odt, const void *inp, int i
                         zs_err_t *err);
 int zs_cuda_gelu_bwd_dt(void *stream, float *dinp, const void *inp, int idt, const float *dout,
                         size_t n, zs_err_t *err);
+/* zs_cuda_gelu_bwd_dt that also writes each dinp element rounded to cdt
+ * (bf16 / fp16, nearest even) into dcopy, which must not overlap the
+ * others: the rounded copy a GEMM of the backward reads next, with no cast
+ * pass of its own. idt fp32 or cdt. dcopy NULL: zs_cuda_gelu_bwd_dt. */
+int zs_cuda_gelu_bwd_copy(void *stream, float *dinp, void *dcopy, int cdt, const void *inp, int idt,
+                          const float *dout, size_t n, zs_err_t *err);
 
 /* out = a + b (out may alias a or b). */
 int zs_cuda_residual_fwd(void *stream, float *out, const float *a, const float *b, size_t n,

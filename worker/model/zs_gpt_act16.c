@@ -231,6 +231,11 @@ int zs__gpt_twin_fill(const zs_gpt_t *g, int l, zs__gpt_twins_t *tw, const float
     return 1;
 }
 
+int zs__gpt_dtwins_on(const zs_gpt_t *g)
+{
+    return g->ops->set_twins && g->gemm_dt != ZS_DTYPE_F32 && !(g->debug & ZS_GPT_DEBUG_NO_TWINS);
+}
+
 int zs__gpt_wtwins_on(const zs_gpt_t *g)
 {
     return g->ops->set_twins && g->gemm_dt != ZS_DTYPE_F32 && g->pdt == g->gemm_dt &&

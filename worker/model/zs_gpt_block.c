@@ -244,15 +244,24 @@ int zs__gpt_block_part_bwd(zs_gpt_t *g, int l, int part, const zs__gpt_bp_t *bp,
         TRY(zs__gpt_twins_set(g, &tw, err));
         return ops->matmul_bwd(k, s, g->dfch, G(o->fcpw), G(o->fcpb), g->dres, ws.fchg, w, N, 4 * C,
                                C, err);
-    case 2:
+    case 2: {
+        /* GELU's backward also rounds its output for the GEMMs after it into
+         * dqkv (free until the attention's backward; N x 3C floats hold the
+         * N x 4C 16-bit copy): no cast pass of dfch */
+        void *d16 = zs__gpt_dtwins_on(g) ? (void *)g->dqkv : NULL;
         zs__gpt_twin_act(g, l, &tw, ws.fch, ZS__GPT_FCH, 4 * nC);
+        if (d16)
+            tw.t[tw.n++] = (zs_mixed_twin_t){g->dfch, d16, 4 * nC, 2};
         TRY(zs__gpt_twins_set(g, &tw, err));
         TRY(ops->gelu_bwd(k, s, g->dfch, ws.fch, g->dfch, (size_t)N * 4 * C, err));
         TRY(bweight(g, bp, 2, o->fcw, Cz * 4 * Cz, &w, &tw, err));
         zs__gpt_twin_act(g, l, &tw, ws.ln2, ZS__GPT_LN2, nC);
+        if (d16)
+            tw.t[tw.n++] = (zs_mixed_twin_t){g->dfch, d16, 4 * nC, 0};
         TRY(zs__gpt_twins_set(g, &tw, err));
         return ops->matmul_bwd(k, s, g->dbuf, G(o->fcw), G(o->fcb), g->dfch, ws.ln2, w, N, C, 4 * C,
                                err);
+    }
     case 1:
         TRY(bparam(g, bp, 1, o->ln2w, Cz, 0, &w, err));
         TRY(ops->layernorm_bwd(k, s, g->dres, G(o->ln2w), G(o->ln2b), g->dbuf, ws.res2, w,

@@ -208,10 +208,11 @@ static int gelu_fwd(void *ctx, zs_stream_t *s, float *out, const float *inp, siz
 static int gelu_bwd(void *ctx, zs_stream_t *s, float *dinp, const float *inp, const float *dout,
                     size_t n, zs_err_t *err)
 {
-    ENTER_MX(0);
+    ENTER_MX(0); /* dinp's copy twin (fill 2): also its rounded copy there */
     const void *in16 = twin_of(&mx, inp, n, 0);
-    return zs_cuda_gelu_bwd_dt(cs, dinp, in16 ? in16 : (const void *)inp,
-                               in16 ? mx.dt : ZS_DTYPE_F32, dout, n, err);
+    return zs_cuda_gelu_bwd_copy(cs, dinp, twin_of(&mx, dinp, n, 2), mx.dt,
+                                 in16 ? in16 : (const void *)inp, in16 ? mx.dt : ZS_DTYPE_F32, dout,
+                                 n, err);
 }
 
 static int residual_layernorm_fwd(void *ctx, zs_stream_t *s, float *res, void *res16, int rdt,

@@ -67,7 +67,8 @@ struct zs_gpt_ops {
      * op reads a twin instead of rounding that operand (GELU: instead of
      * the fp32 input; a fill twin of the output of GELU, the LayerNorm or
      * matmul_fwd is written instead of the output, which is then its
-     * scratch; matmul_fwd writes it in its GEMM where the bias has a twin).
+     * scratch; matmul_fwd writes it in its GEMM where the bias has a twin;
+     * gelu_bwd takes a copy twin of dinp, fill 2, and writes both).
      * The results are bitwise the same, except that a GPU's GEMM with a
      * 16-bit output may sum in another order (zs_cuda_gpt.h). Ignored under
      * fp32 GEMMs. NULL where a device has
