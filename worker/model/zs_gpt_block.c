@@ -63,9 +63,9 @@ static int bweight(zs_gpt_t *g, const zs__gpt_bp_t *bp, int part, size_t off, si
 }
 
 /* A matmul's bias at block offset off (bparam's fp32 view, *b), and, where
- * the matmul may write its output's 16-bit home in its GEMM (out16_on), the
- * stored 16-bit bias as its twin: exactly *b's values, the bias of D's type
- * that such a GEMM adds. */
+ * the parameters are stored in the GEMMs' 16-bit type (zs__gpt_wtwins_on),
+ * the stored bias as its twin: exactly *b's values, the bias of D's type
+ * that a matmul writing a 16-bit output (out16_fill) adds in its GEMM. */
 static int bbias(zs_gpt_t *g, const zs__gpt_bp_t *bp, int part, size_t off, size_t n, size_t at,
                  const float **b, zs__gpt_twins_t *tw, zs_err_t *err)
 {
@@ -248,7 +248,7 @@ int zs__gpt_block_part_bwd(zs_gpt_t *g, int l, int part, const zs__gpt_bp_t *bp,
         /* GELU's backward also rounds its output for the GEMMs after it into
          * dqkv (free until the attention's backward; N x 3C floats hold the
          * N x 4C 16-bit copy): no cast pass of dfch */
-        void *d16 = zs__gpt_dtwins_on(g) ? (void *)g->dqkv : NULL;
+        void *d16 = zs__gpt_dtwins_on(g) ? (void *)g->dqkv : NULL; /* at most 3 twins per op */
         zs__gpt_twin_act(g, l, &tw, ws.fch, ZS__GPT_FCH, 4 * nC);
         if (d16)
             tw.t[tw.n++] = (zs_mixed_twin_t){g->dfch, d16, 4 * nC, 2};
