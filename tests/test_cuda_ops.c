@@ -1045,6 +1045,30 @@ static void test_gpt(const shape_t *s)
                     TEST_CHECKF(isnan(hd[(size_t)r * ld + v]), "xent_bwd wrote padding [%d, %d]", r,
                                 v);
             }
+            /* into a 16-bit copy (the head GEMMs' operand): each element the
+             * fp32 dlogit rounded, the padding zeros; refused over logits */
+            for (int dt16 = ZS_DTYPE_BF16; dt16; dt16 = dt16 == ZS_DTYPE_BF16 ? ZS_DTYPE_F16 : 0) {
+                uint16_t *want = xmalloc(np * 2);
+                float *z = xmalloc(np * 4);
+                memcpy(z, hd, np * 4);
+                for (int r = 0; r < N; r++)
+                    for (int v = V; v < ld; v++)
+                        z[(size_t)r * ld + v] = 0.0f;
+                zs_cast(want, (zs_dtype_t)dt16, z, ZS_DTYPE_F32, np);
+                void *p16 = dev(np * 2);
+                CK(cudaMemsetAsync(p16, 0xff, np * 2, cs));
+                TEST_OK(zs_cuda_xent_bwd_dt(cs, p16, dt16, pl, po[1].d, dt, N, V, ld, scale, &err),
+                        err);
+                sync_ok();
+                uint16_t *got = down(p16, np * 2);
+                char what[80];
+                snprintf(what, sizeof what, "xent_bwd into %s, padded rows", zs_dtype_name(dt16));
+                cmp_bits(what, got, want, np * 2);
+                TEST_CHECK(zs_cuda_xent_bwd_dt(cs, pl, dt16, pl, po[1].d, dt, N, V, ld, scale,
+                                               &err) == ZS_ERR_INVALID);
+                free(want), free(z), free(got);
+                CK(cudaFree(p16));
+            }
             free_all(gp, 2);
             free(hd), free(hp);
             void *pf[] = {pl, pd, po[0].d, po[1].d};

@@ -959,6 +959,23 @@ __global__ void __launch_bounds__(XENT_THREADS)
         dlogits[at + v] = zs_math_xent_dlogit(logits[at + v], r, scale, v == t);
 }
 
+/* k_xent_bwd into a 16-bit copy (ODT): each dlogit rounded to nearest
+ * even, and the padding columns [V, ld) written as zeros, so the whole
+ * [N, ld] operand a padded-vocabulary GEMM reads is defined. */
+template <int ODT>
+__global__ void __launch_bounds__(XENT_THREADS)
+    k_xent_bwd16(void *__restrict__ d16, const float *__restrict__ logits,
+                 const float *__restrict__ lse, const int32_t *__restrict__ targets, int V, int ld,
+                 float scale)
+{
+    size_t at = (size_t)blockIdx.x * (size_t)ld;
+    float r = lse[blockIdx.x];
+    int t = targets[blockIdx.x];
+    for (int v = threadIdx.x; v < ld; v += XENT_THREADS)
+        zs_math_store(d16, ODT, at + v,
+                      v < V ? zs_math_xent_dlogit(logits[at + v], r, scale, v == t) : 0.0f);
+}
+
 static int xent_args(const char *fn, int N, int V, int ld, const void *a, const void *b,
                      const void *c, const void *d, zs_err_t *err)
 {
@@ -993,6 +1010,32 @@ extern "C" int zs_cuda_xent_bwd(void *stream, float *dlogits, const float *logit
     ZS_CUDA_LAUNCH(k_xent_bwd, N, XENT_THREADS, 0, (cudaStream_t)stream, dlogits, logits, lse,
                    targets, V, ld, scale);
     ZS_CUDA_LAUNCHED("k_xent_bwd");
+    return ZS_OK;
+}
+
+/* See zs_cuda_gpt.h. */
+extern "C" int zs_cuda_xent_bwd_dt(void *stream, void *dlogits, int odt, const float *logits,
+                                   const float *lse, const int32_t *targets, int N, int V, int ld,
+                                   float scale, zs_err_t *err)
+{
+    if (odt == ZS_DTYPE_F32)
+        return zs_cuda_xent_bwd(stream, (float *)dlogits, logits, lse, targets, N, V, ld, scale,
+                                err);
+    if (odt != ZS_DTYPE_BF16 && odt != ZS_DTYPE_F16)
+        return bad_shape(err, "zs_cuda_xent_bwd", "output dtype: fp32, bf16 or fp16");
+    int rc = xent_args("zs_cuda_xent_bwd", N, V, ld, dlogits, logits, lse, targets, err);
+    if (rc != ZS_OK || N == 0)
+        return rc;
+    if ((const char *)dlogits < (const char *)(logits + (size_t)N * ld) &&
+        (const char *)logits < (const char *)dlogits + (size_t)N * ld * 2)
+        return bad_shape(err, "zs_cuda_xent_bwd", "a 16-bit dlogits overlapping the logits");
+    if (odt == ZS_DTYPE_BF16)
+        ZS_CUDA_LAUNCH(k_xent_bwd16<ZS_DTYPE_BF16>, N, XENT_THREADS, 0, (cudaStream_t)stream,
+                       dlogits, logits, lse, targets, V, ld, scale);
+    else
+        ZS_CUDA_LAUNCH(k_xent_bwd16<ZS_DTYPE_F16>, N, XENT_THREADS, 0, (cudaStream_t)stream,
+                       dlogits, logits, lse, targets, V, ld, scale);
+    ZS_CUDA_LAUNCHED("k_xent_bwd16");
     return ZS_OK;
 }
 

@@ -204,6 +204,12 @@ int zs_cuda_xent_fwd(void *stream, float *losses, float *lse, const float *logit
  * logits. */
 int zs_cuda_xent_bwd(void *stream, float *dlogits, const float *logits, const float *lse,
                      const int32_t *targets, int N, int V, int ld, float scale, zs_err_t *err);
+/* The same into dlogits of dtype odt: fp32 as above, or a bf16 / fp16
+ * copy (each element rounded to nearest even from what the fp32 form
+ * writes) that must not overlap logits and whose padding columns [V, ld)
+ * are written as zeros: the whole operand of the head's padded GEMMs. */
+int zs_cuda_xent_bwd_dt(void *stream, void *dlogits, int odt, const float *logits, const float *lse,
+                        const int32_t *targets, int N, int V, int ld, float scale, zs_err_t *err);
 
 /* Both in one pass over the logits (the fused classifier): losses, lse as
  * zs_cuda_xent_fwd, then dlogits as zs_cuda_xent_bwd with that lse.

@@ -446,11 +446,31 @@ static int head_backward(zs_gpt_t *g, const void *p, float *gr, void *const *wde
     const float *x, *w;
     TRY(zs__gpt_resid_in(g, L, &x, err));
     int ld = ZS_GPT_LOGITS_LD(V);
+    size_t nd = (size_t)N * ld;
+    /* With the padded head (16-bit GEMMs) and the tied wte's gradient taken
+     * here (unsplit), only the two GEMMs below read the logits' gradient,
+     * as their 16-bit operand A: the cross-entropy's backward writes that
+     * straight into the first piece of the mixed scratch, which each GEMM
+     * carves for A and, given it as A's twin, leaves alone (zs_mixed.h).
+     * No fp32 gradient, no two rounding passes over it. */
+    zs__gpt_twins_t tw = {.n = 0};
+    g->dlogits16 = NULL;
+    if (g->wte16p && dwte && zs_mixed_on(&g->mixed) && g->mixed.cap >= nd &&
+        !(g->debug & ZS_GPT_DEBUG_NO_TWINS)) {
+        g->dlogits16 = g->mixed_arena;
+        tw.t[tw.n++] = (zs_mixed_twin_t){g->dlogits, g->dlogits16, nd, 1};
+    }
+    TRY(zs__gpt_twins_set(g, &tw, err));
     TRY(ops->xent_bwd(k, s, g->dlogits, g->logits, g->lse, g->targets, N, V, ld, dloss / (float)N,
                       err));
     TRY(zs__gpt_head_gemms(g, wdeps, 1, err));
-    if (dwte)
+    if (dwte) {
+        if (g->dlogits16)
+            tw.t[tw.n++] = (zs_mixed_twin_t){g->dlogits, g->dlogits16, nd};
+        TRY(zs__gpt_twins_set(g, &tw, err));
         TRY(ops->gemm(k, s, 1, 0, V, C, N, 1.0f, g->dlogits, ld, g->lnf, C, 1.0f, dwte, C, err));
+    }
+    g->dlogits16 = NULL;
     TRY(zs_dev_memset(s, g->dres, 0, (size_t)N * C * sizeof(float), err));
     TRY(zs__gpt_param(g, p, 0, (size_t)C, 0, &w, err));
     TRY(ops->layernorm_bwd(k, s, g->dres, gr, gr + C, g->dbuf, x, w, g->lnf_mean, g->lnf_rstd, N, C,

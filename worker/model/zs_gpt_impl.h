@@ -74,6 +74,8 @@ struct zs_gpt {
     float *scr_arena;    /* device, ZS_MEM_SCRATCH */
     void *mixed_arena;   /* device, ZS_MEM_SCRATCH: rounded GEMM operands (gemm_dt != F32) */
     zs_mixed_t mixed;    /* what the op table was given (dt F32: none) */
+    void *dlogits16;     /* during the head's backward: the logits' gradient as the head
+                          * GEMMs' 16-bit operand (zs_gpt.c head_backward), or NULL */
 
     /* 16-bit parameters and the row-by-row embedding (zs_gpt_param16.c,
      * zs_gpt_split.c; allocated when pdt != ZS_DTYPE_F32 or wte is split) */

@@ -252,8 +252,10 @@ static int xent_bwd(void *ctx, zs_stream_t *s, float *dlogits, const float *logi
                     const float *lse, const int32_t *targets, int N, int V, int ld, float scale,
                     zs_err_t *err)
 {
-    ENTER(0);
-    return zs_cuda_xent_bwd(cs, dlogits, logits, lse, targets, N, V, ld, scale, err);
+    ENTER_MX(0); /* dlogits' fill twin: the op writes its home instead */
+    void *d16 = twin_of(&mx, dlogits, (size_t)N * ld, 1);
+    return zs_cuda_xent_bwd_dt(cs, d16 ? d16 : (void *)dlogits, d16 ? mx.dt : ZS_DTYPE_F32, logits,
+                               lse, targets, N, V, ld, scale, err);
 }
 
 static int set_mixed(void *ctx, const zs_mixed_t *mx, zs_err_t *err)

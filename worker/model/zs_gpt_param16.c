@@ -212,6 +212,8 @@ static int head_gemms_padded(zs_gpt_t *g, void *const *wdeps, int dx, zs_err_t *
     const float *key = (const float *)g->wte16p;
     zs__gpt_twins_t tw = {.n = 1};
     tw.t[0] = (zs_mixed_twin_t){key, g->wte16p, (size_t)ld * C};
+    if (dx && g->dlogits16) /* the logits' gradient, already 16-bit (head_backward) */
+        tw.t[tw.n++] = (zs_mixed_twin_t){g->dlogits, g->dlogits16, (size_t)N * ld};
     TRY(zs__gpt_twins_set(g, &tw, err));
     if (dx) /* dbuf = dlogits[:, 0 : ld] wte16p */
         return ops->gemm(ops->ctx, g->stream, 0, 0, N, C, ld, 1.0f, g->dlogits, ld, key, C, 0.0f,
