@@ -451,8 +451,10 @@ static int head_backward(zs_gpt_t *g, const void *p, float *gr, void *const *wde
      * here (unsplit), only the two GEMMs below read the logits' gradient,
      * as their 16-bit operand A: the cross-entropy's backward writes that
      * straight into the first piece of the mixed scratch, which each GEMM
-     * carves for A and, given it as A's twin, leaves alone (zs_mixed.h).
-     * No fp32 gradient, no two rounding passes over it. */
+     * carves for A and, given it as A's twin, leaves alone (zs_mixed.h;
+     * the dwte GEMM's A ends before the last row's padding, where its B
+     * piece may start: the dX GEMM, which reads it, has run by then). No
+     * fp32 gradient, no two rounding passes over it. */
     zs__gpt_twins_t tw = {.n = 0};
     g->dlogits16 = NULL;
     if (g->wte16p && dwte && zs_mixed_on(&g->mixed) && g->mixed.cap >= nd &&
