@@ -747,27 +747,18 @@ __global__ void __launch_bounds__(ZS_CUDA_EW_THREADS)
     }
 }
 
-template <int IDT>
-__global__ void __launch_bounds__(ZS_CUDA_EW_THREADS)
-    k_gelu_bwd(float *dinp, const void *inp, const float *dout, size_t n)
-{
-    ZS_CUDA_FOR(i, n)
-    {
-        dinp[i] = zs_math_gelu_grad(zs_math_load(inp, IDT, i), dout[i]);
-    }
-}
-
-/* k_gelu_bwd that also stores each result rounded to CDT into dcopy. */
+/* dinp = gelu'(inp) dout, and with CDT bf16 / fp16 also dinp rounded to
+ * CDT into dcopy (ZS_DTYPE_NONE: no copy, dcopy unused). */
 template <int IDT, int CDT>
 __global__ void __launch_bounds__(ZS_CUDA_EW_THREADS)
-    k_gelu_bwd_copy(float *dinp, void *__restrict__ dcopy, const void *inp, const float *dout,
-                    size_t n)
+    k_gelu_bwd(float *dinp, void *__restrict__ dcopy, const void *inp, const float *dout, size_t n)
 {
     ZS_CUDA_FOR(i, n)
     {
         float v = zs_math_gelu_grad(zs_math_load(inp, IDT, i), dout[i]);
         dinp[i] = v;
-        zs_math_store(dcopy, CDT, i, v);
+        if (CDT != ZS_DTYPE_NONE)
+            zs_math_store(dcopy, CDT, i, v);
     }
 }
 
@@ -806,7 +797,7 @@ __global__ void __launch_bounds__(ZS_CUDA_EW_THREADS)
 #define EW_LAUNCH(kernel, n, ...) EW_LAUNCH_AS(#kernel, kernel, n, __VA_ARGS__)
 
 typedef void (*gelu_fwd_k)(void *, const void *, size_t);
-typedef void (*gelu_bwd_k)(float *, const void *, const float *, size_t);
+typedef void (*gelu_bwd_k)(float *, void *, const void *, const float *, size_t);
 
 /* k_gelu_fwd<IDT, ODT> for one 16-bit dtype H: fp32 with fp32, or H on
  * either side or both (a pointer: the instances' commas would split the
@@ -848,18 +839,16 @@ extern "C" int zs_cuda_gelu_bwd_dt(void *stream, float *dinp, const void *inp, i
         return bad_shape(err, "zs_cuda_gelu_bwd", "NULL buffer");
     if (!known_dt(idt))
         return bad_shape(err, "zs_cuda_gelu_bwd", "dtype: fp32, bf16 or fp16");
-    gelu_bwd_k k = idt == ZS_DTYPE_BF16  ? k_gelu_bwd<ZS_DTYPE_BF16>
-                   : idt == ZS_DTYPE_F16 ? k_gelu_bwd<ZS_DTYPE_F16>
-                                         : k_gelu_bwd<ZS_DTYPE_F32>;
-    EW_LAUNCH_AS("k_gelu_bwd", k, n, dinp, inp, dout, n);
+    gelu_bwd_k k = idt == ZS_DTYPE_BF16  ? k_gelu_bwd<ZS_DTYPE_BF16, ZS_DTYPE_NONE>
+                   : idt == ZS_DTYPE_F16 ? k_gelu_bwd<ZS_DTYPE_F16, ZS_DTYPE_NONE>
+                                         : k_gelu_bwd<ZS_DTYPE_F32, ZS_DTYPE_NONE>;
+    EW_LAUNCH_AS("k_gelu_bwd", k, n, dinp, NULL, inp, dout, n);
 }
 
-typedef void (*gelu_bwd_copy_k)(float *, void *, const void *, const float *, size_t);
-
-/* k_gelu_bwd_copy<IDT, H>: the input fp32 or H. */
-template <int H> static gelu_bwd_copy_k gelu_bwd_copy_pick(int idt)
+/* k_gelu_bwd<IDT, H>: the input fp32 or H, the copy H. */
+template <int H> static gelu_bwd_k gelu_bwd_copy_pick(int idt)
 {
-    return idt == ZS_DTYPE_F32 ? k_gelu_bwd_copy<ZS_DTYPE_F32, H> : k_gelu_bwd_copy<H, H>;
+    return idt == ZS_DTYPE_F32 ? k_gelu_bwd<ZS_DTYPE_F32, H> : k_gelu_bwd<H, H>;
 }
 
 /* See zs_cuda_gpt.h. */
@@ -873,10 +862,9 @@ extern "C" int zs_cuda_gelu_bwd_copy(void *stream, float *dinp, void *dcopy, int
         return bad_shape(err, "zs_cuda_gelu_bwd", "NULL buffer");
     if ((cdt != ZS_DTYPE_BF16 && cdt != ZS_DTYPE_F16) || (idt != ZS_DTYPE_F32 && idt != cdt))
         return bad_shape(err, "zs_cuda_gelu_bwd",
-                         "dtypes: a bf16 / fp16 copy, the input fp32 or "
-                         "the copy's");
-    gelu_bwd_copy_k k = cdt == ZS_DTYPE_F16 ? gelu_bwd_copy_pick<ZS_DTYPE_F16>(idt)
-                                            : gelu_bwd_copy_pick<ZS_DTYPE_BF16>(idt);
+                         "dtypes: a bf16 / fp16 copy, the input fp32 or the copy's");
+    gelu_bwd_k k = cdt == ZS_DTYPE_F16 ? gelu_bwd_copy_pick<ZS_DTYPE_F16>(idt)
+                                       : gelu_bwd_copy_pick<ZS_DTYPE_BF16>(idt);
     EW_LAUNCH_AS("k_gelu_bwd", k, n, dinp, dcopy, inp, dout, n);
 }
 

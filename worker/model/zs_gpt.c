@@ -457,8 +457,7 @@ static int head_backward(zs_gpt_t *g, const void *p, float *gr, void *const *wde
      * fp32 gradient, no two rounding passes over it. */
     zs__gpt_twins_t tw = {.n = 0};
     g->dlogits16 = NULL;
-    if (g->wte16p && dwte && zs_mixed_on(&g->mixed) && g->mixed.cap >= nd &&
-        !(g->debug & ZS_GPT_DEBUG_NO_TWINS)) {
+    if (g->wte16p && dwte && zs__gpt_dtwins_on(g) && g->mixed.cap >= nd) {
         g->dlogits16 = g->mixed_arena;
         tw.t[tw.n++] = (zs_mixed_twin_t){g->dlogits, g->dlogits16, nd, 1};
     }

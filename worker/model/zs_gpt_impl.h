@@ -227,8 +227,9 @@ void zs__gpt_twin_act(const zs_gpt_t *g, int l, zs__gpt_twins_t *tw, const float
 int zs__gpt_wtwins_on(const zs_gpt_t *g);
 
 /* Whether an op of the backward may hand the GEMM after it the 16-bit copy
- * of a gradient it writes (GELU's backward: zs_mixed_twin_t.fill 2): 16-bit
- * GEMMs, a table that takes twins, no test flag against it. */
+ * of a gradient it writes (GELU's backward: zs_mixed_twin_t.fill 2; the
+ * cross-entropy's backward: a fill twin): 16-bit GEMMs, a table that takes
+ * twins, no test flag against it. */
 int zs__gpt_dtwins_on(const zs_gpt_t *g);
 
 /* Hand tw to the op table for its next GEMM-based entry (nothing if
